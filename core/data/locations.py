@@ -1,0 +1,54 @@
+"""Where datasets live: the data directory, the download cache, offline mode."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DATA_DIR_ENV = "BNN_DATA_DIR"
+OFFLINE_ENV = "BNN_OFFLINE"
+CACHE_DIR_ENV = "BNN_CACHE_DIR"  # overrides the download cache (tests, shared machines)
+ASSETS_DIR = Path(__file__).resolve().parents[2] / "assets"
+
+
+def resolve_data_dir(data_dir: str | Path | None = None) -> Path | None:
+    """The data directory: the argument, else $BNN_DATA_DIR, else None."""
+    if data_dir is not None and str(data_dir) != "":
+        return Path(data_dir).expanduser()
+    env = os.environ.get(DATA_DIR_ENV, "").strip()
+    return Path(env).expanduser() if env else None
+
+
+def is_offline() -> bool:
+    """True when the user disabled downloads with BNN_OFFLINE=1 (tests always do)."""
+    return os.environ.get(OFFLINE_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def user_cache_dir() -> Path:
+    """Download cache: $BNN_CACHE_DIR, else platformdirs' user cache dir for bnn-explorer, /data."""
+    override = os.environ.get(CACHE_DIR_ENV, "").strip()
+    if override:
+        return Path(override).expanduser()
+    try:
+        from platformdirs import user_cache_dir as platform_cache_dir
+        return Path(platform_cache_dir("bnn-explorer")) / "data"
+    except ImportError:  # platformdirs is a requirement; keep working without it
+        return Path.home() / ".cache" / "bnn-explorer" / "data"
+
+
+def download_roots(data_dir: str | Path | None = None) -> list[Path]:
+    """Folders that may hold downloaded files, in look-up order."""
+    roots = []
+    resolved = resolve_data_dir(data_dir)
+    if resolved is not None:
+        roots.append(resolved)
+    roots.append(user_cache_dir())
+    return roots
+
+
+def writable_download_root(data_dir: str | Path | None = None) -> Path:
+    """Where a new download goes: the data dir when writable, else the user cache."""
+    resolved = resolve_data_dir(data_dir)
+    if resolved is not None and resolved.is_dir() and os.access(resolved, os.W_OK):
+        return resolved
+    return user_cache_dir()

@@ -1,0 +1,228 @@
+"""The one interface every family implements.
+
+A layer of any family is a fully connected layer whose parameters are held as
+*augmented* matrices of shape (out_features, in_features + 1): the last column
+is the bias (the paper's k = 0 "intercept" term, which has an inclusion
+indicator like any other weight). Statistics, masks and weight draws all use
+that shape, so code that prunes, samples or counts density never needs to know
+which family it is looking at.
+
+Conventions shared by all families
+- `forward(x)` is the stochastic training-time pre-activation (the family's own
+  estimator: local reparameterisation, weight sampling, dropout masks ...).
+- `mean_weights()` is E_q[w], the posterior-mean network ("ALL-MEA").
+- `conditional_mean_weights()` is E_q[w | kept]: the weights a pruned or median
+  probability model uses ("MED-MEA", "PRN-MEA"). For families without
+  inclusion indicators it equals `mean_weights()`.
+- `sample_weights(n, generator)` draws n full networks from q, structure
+  included ("SIM-SIM"); `sample_conditional_weights` draws the weights given
+  that they are kept ("MED-SIM", "PRN-SIM").
+- `native_statistic()` is the family's sparsity statistic per weight (node
+  statistics are broadcast over the node's incoming weights and its bias).
+  `spec` says its name, direction and default threshold; `keep_mask(t)` cuts it.
+- `kl()` is KL(q || p) for the layer (closed form where one exists).
+- `fixed_mask` (a buffer, all ones unless set) fixes the structure for
+  post-training; every estimator multiplies by it.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from core.errors import ConfigError
+
+
+class Keep(str, Enum):
+    """Which side of the threshold a weight must fall on to be kept."""
+
+    ABOVE = "above"
+    BELOW = "below"
+
+
+class Granularity(str, Enum):
+    WEIGHT = "weight"
+    NODE = "node"
+
+
+@dataclass(frozen=True)
+class StatisticSpec:
+    name: str
+    keep: Keep
+    default_threshold: float
+    low: float  # the statistic's range, used to validate thresholds and build sweeps
+    high: float
+    granularity: Granularity = Granularity.WEIGHT
+
+    def check_threshold(self, threshold: float) -> float:
+        threshold = float(threshold)
+        if not (self.low <= threshold <= self.high) or math.isnan(threshold):
+            raise ConfigError(
+                f"threshold {threshold!r} is outside the range [{self.low}, {self.high}] of {self.name}"
+            )
+        return threshold
+
+    def keep_mask(self, statistic: Tensor, threshold: float) -> Tensor:
+        if self.keep is Keep.ABOVE:
+            return statistic > threshold
+        return statistic < threshold
+
+
+@dataclass(frozen=True)
+class LayerOptions:
+    """Base class of a family's hyperparameters. Subclasses add fields and checks."""
+
+    def validate(self) -> None:  # pragma: no cover - overridden where there is something to check
+        return None
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any] | None) -> "LayerOptions":
+        values = dict(values or {})
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown option(s) {', '.join(unknown)} for {cls.__name__}; known: {', '.join(sorted(known)) or 'none'}"
+            )
+        options = cls(**values)
+        options.validate()
+        return options
+
+
+def require(condition: bool, field: str, message: str) -> None:
+    """Raise ConfigError naming the field when a hyperparameter check fails."""
+    if not condition:
+        raise ConfigError(f"{field}: {message}")
+
+
+def augmented_linear(x: Tensor, weight: Tensor) -> Tensor:
+    """x @ W[:, :-1].T + W[:, -1] for an augmented (out, in+1) weight matrix.
+
+    Works for one matrix (out, in+1) with x (B, in) and for a batch of R
+    matrices (R, out, in+1) with x (R, B, in) or x (B, in) (broadcast).
+    """
+    if weight.dim() == 2:
+        return F.linear(x, weight[:, :-1], weight[:, -1])
+    if x.dim() == 2:
+        x = x.unsqueeze(0).expand(weight.shape[0], -1, -1)
+    return torch.baddbmm(weight[:, :, -1].unsqueeze(1), x, weight[:, :, :-1].transpose(1, 2))
+
+
+def local_reparameterisation(x: Tensor, mean_weight: Tensor, var_weight: Tensor) -> Tensor:
+    """Sample pre-activations from their exact Gaussian marginal given x.
+
+    For independent weights with means m and variances v, the pre-activation
+    x.w has mean x.m and variance (x*x).v: sampling it directly is cheaper and
+    has lower variance than sampling w (Kingma et al., 2015).
+    """
+    mean = augmented_linear(x, mean_weight)
+    var = augmented_linear(x * x, var_weight)
+    return mean + var.clamp_min(1e-16).sqrt() * torch.randn_like(mean)
+
+
+def inverse_softplus(value: float) -> float:
+    return value + math.log(-math.expm1(-value))
+
+
+class SparseLayer(nn.Module, ABC):
+    """A fully connected layer of one family. See the module docstring."""
+
+    family: ClassVar[str]
+    spec: ClassVar[StatisticSpec]
+    Options: ClassVar[type[LayerOptions]] = LayerOptions
+    # True where q has inclusion indicators that `sample_weights` draws.
+    has_structure: ClassVar[bool] = False
+
+    def __init__(self, in_features: int, out_features: int, options: LayerOptions | None = None,
+                 is_output: bool = False):
+        super().__init__()
+        require(int(in_features) > 0, "in_features", f"must be positive, got {in_features}")
+        require(int(out_features) > 0, "out_features", f"must be positive, got {out_features}")
+        self.in_features = int(in_features)
+        self.out_features = int(out_features)
+        self.is_output = bool(is_output)
+        self.options = options if options is not None else self.Options()
+        self.register_buffer("fixed_mask", torch.ones(self.out_features, self.in_features + 1))
+        self.register_buffer("structure_fixed", torch.tensor(False))
+        # Host-side copy of the flag so hot paths never sync with the device.
+        self.is_structure_fixed = False
+        self.register_load_state_dict_post_hook(_refresh_structure_flag)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.out_features, self.in_features + 1)
+
+    # --- the variational distribution -------------------------------------------------
+    @abstractmethod
+    def forward(self, x: Tensor) -> Tensor: ...
+
+    @abstractmethod
+    def mean_weights(self) -> Tensor: ...
+
+    def conditional_mean_weights(self) -> Tensor:
+        return self.mean_weights()
+
+    @abstractmethod
+    def sample_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor: ...
+
+    def sample_conditional_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
+        return self.sample_weights(n, generator)
+
+    @abstractmethod
+    def kl(self) -> Tensor: ...
+
+    # --- sparsity -----------------------------------------------------------------------
+    @abstractmethod
+    def native_statistic(self) -> Tensor: ...
+
+    def keep_mask(self, threshold: float | None = None) -> Tensor:
+        threshold = self.spec.default_threshold if threshold is None else self.spec.check_threshold(threshold)
+        return self.spec.keep_mask(self.native_statistic(), threshold)
+
+    # --- training hooks -------------------------------------------------------------------
+    def update_auxiliaries(self) -> None:
+        """Closed-form updates run after each gradient step (horseshoe); none by default."""
+
+    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
+        """Parameters by optimiser group: weights, scales, inclusion, prior."""
+        return {"weights": [p for p in self.parameters() if p.requires_grad]}
+
+    def set_empirical_bayes(self, enabled: bool) -> None:
+        """Let the prior hyperparameters be learned (pre-training) or freeze them."""
+        for param in self.parameter_groups().get("prior", []):
+            param.requires_grad_(enabled)
+
+    def fix_structure(self, mask: Tensor | None) -> None:
+        """Fix the structure to `mask` (post-training) or release it (mask None)."""
+        if mask is None:
+            self.fixed_mask.fill_(1.0)
+        else:
+            self.fixed_mask.copy_(mask.to(self.fixed_mask))
+        self.structure_fixed.fill_(mask is not None)
+        self.is_structure_fixed = mask is not None
+        for param in self.parameter_groups().get("inclusion", []):
+            param.requires_grad_(mask is None)
+
+    def load_point_estimate(self, weight: Tensor) -> None:
+        """Warm start: set the variational means (or point weights) to a trained net's weights."""
+        raise NotImplementedError(f"{type(self).__name__} does not support a warm start")
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, family={self.family}"
+
+
+def _refresh_structure_flag(module: "SparseLayer", incompatible_keys) -> None:
+    module.is_structure_fixed = bool(module.structure_fixed)
+
+
+def new_generator(device: torch.device | str, seed: int) -> torch.Generator:
+    generator = torch.Generator(device=device)
+    generator.manual_seed(int(seed))
+    return generator

@@ -1,0 +1,135 @@
+"""Mean-field Gaussian families: `bnn` (BNN-GP-MF), `bnn-mixture` (BNN-MGP-MF)
+and `variational-dense` (seed 004's Graves-style layer with |mu|/sigma pruning).
+
+q(w) = N(mu, sigma^2) per weight, sigma = softplus(rho). The native statistic
+is the signal-to-noise ratio |mu| / sigma, keep above lambda.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from core.models.base import (
+    Keep,
+    LayerOptions,
+    SparseLayer,
+    StatisticSpec,
+    augmented_linear,
+    inverse_softplus,
+    local_reparameterisation,
+    require,
+)
+from core.models.lbbnn import gaussian_kl
+
+ESTIMATORS = ("local-reparameterisation", "weight-sampling")
+
+
+@dataclass(frozen=True)
+class GaussianOptions(LayerOptions):
+    prior_variance: float = 1.0
+    estimator: str = "local-reparameterisation"
+    init_sigma: float = 0.01
+
+    def validate(self) -> None:
+        require(self.prior_variance > 0, "prior_variance", f"must be > 0, got {self.prior_variance}")
+        require(self.estimator in ESTIMATORS, "estimator", f"must be one of {', '.join(ESTIMATORS)}, got {self.estimator!r}")
+        require(self.init_sigma > 0, "init_sigma", f"must be > 0, got {self.init_sigma}")
+
+
+@dataclass(frozen=True)
+class MixtureOptions(GaussianOptions):
+    # Seed 000's BNN-MGP-MF prior: 0.5 N(0, 1) + 0.5 N(0, 2.479e-3).
+    mixture_weight: float = 0.5
+    prior_variance_2: float = 2.479e-3
+
+    def validate(self) -> None:
+        super().validate()
+        require(0 < self.mixture_weight < 1, "mixture_weight", f"must lie in (0, 1), got {self.mixture_weight}")
+        require(self.prior_variance_2 > 0, "prior_variance_2", f"must be > 0, got {self.prior_variance_2}")
+
+
+class GaussianLayer(SparseLayer):
+    family = "bnn"
+    spec = StatisticSpec("signal_to_noise", Keep.ABOVE, 0.83, 0.0, math.inf)
+    Options = GaussianOptions
+
+    def __init__(self, in_features: int, out_features: int, options: GaussianOptions | None = None,
+                 is_output: bool = False):
+        super().__init__(in_features, out_features, options, is_output)
+        bound = 1.0 / math.sqrt(in_features)
+        self.weight_mu = nn.Parameter(torch.empty(self.shape).uniform_(-bound, bound))
+        self.weight_rho = nn.Parameter(torch.full(self.shape, inverse_softplus(self.options.init_sigma)))
+        self.register_buffer("prior_variance", torch.tensor(float(self.options.prior_variance)))
+
+    @property
+    def weight_sigma(self) -> Tensor:
+        return F.softplus(self.weight_rho)
+
+    def forward(self, x: Tensor) -> Tensor:
+        mu, sigma = self.weight_mu * self.fixed_mask, self.weight_sigma * self.fixed_mask
+        if self.options.estimator == "local-reparameterisation":
+            return local_reparameterisation(x, mu, sigma * sigma)
+        return augmented_linear(x, mu + sigma * torch.randn_like(mu))
+
+    def mean_weights(self) -> Tensor:
+        return self.weight_mu * self.fixed_mask
+
+    def sample_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
+        mu = self.weight_mu
+        eps = torch.randn((n, *self.shape), generator=generator, device=mu.device, dtype=mu.dtype)
+        return (mu + self.weight_sigma * eps) * self.fixed_mask
+
+    def kl(self) -> Tensor:
+        sigma = self.weight_sigma
+        return (gaussian_kl(self.weight_mu, sigma * sigma, self.prior_variance) * self.fixed_mask).sum()
+
+    def native_statistic(self) -> Tensor:
+        return self.weight_mu.abs() / self.weight_sigma
+
+    def load_point_estimate(self, weight: Tensor) -> None:
+        self.weight_mu.data.copy_(weight)
+
+    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
+        return {"weights": [self.weight_mu], "scales": [self.weight_rho]}
+
+
+class VariationalDenseLayer(GaussianLayer):
+    """Seed 004's variational dense layer: the same q, pruned at |mu|/sigma < 0.83."""
+
+    family = "variational-dense"
+
+
+class MixtureGaussianLayer(GaussianLayer):
+    """Bayes by backprop with a two-component scale-mixture prior.
+
+    The mixture has no closed-form KL against a Gaussian: the Gaussian
+    entropy is exact and the cross-entropy is a one-draw reparameterised
+    estimate (Blundell et al. 2015 use the same Monte Carlo KL).
+    """
+
+    family = "bnn-mixture"
+    Options = MixtureOptions
+
+    def __init__(self, in_features: int, out_features: int, options: MixtureOptions | None = None,
+                 is_output: bool = False):
+        super().__init__(in_features, out_features, options, is_output)
+        self.register_buffer("mixture_weight", torch.tensor(float(self.options.mixture_weight)))
+        self.register_buffer("prior_variance_2", torch.tensor(float(self.options.prior_variance_2)))
+
+    def prior_log_density(self, w: Tensor) -> Tensor:
+        def log_normal(var: Tensor) -> Tensor:
+            return -0.5 * (torch.log(2 * math.pi * var) + w * w / var)
+
+        return torch.logaddexp(torch.log(self.mixture_weight) + log_normal(self.prior_variance),
+                               torch.log1p(-self.mixture_weight) + log_normal(self.prior_variance_2))
+
+    def kl(self) -> Tensor:
+        sigma = self.weight_sigma
+        w = self.weight_mu + sigma * torch.randn_like(sigma)
+        neg_entropy = -0.5 * torch.log(2 * math.pi * math.e * sigma * sigma)
+        return ((neg_entropy - self.prior_log_density(w)) * self.fixed_mask).sum()

@@ -1,0 +1,252 @@
+"""LBBNN-SSP-MF: latent binary BNN with a spike-and-slab prior, mean-field q.
+
+Seed 000 (Hubin & Storvik 2024), section 2; METHODS.md section 1.
+q(w, gamma) = alpha N(w; mu, sigma^2) [gamma = 1] + (1 - alpha) delta_0(w) [gamma = 0]
+with alpha = sigmoid(omega), sigma = softplus(rho).
+
+Prior: gamma ~ Bernoulli(psi) (fixed psi) or the Beta-Binomial obtained by
+integrating psi ~ Beta(a_psi, b_psi) out per layer; slab N(0, sigma_beta^2) or
+Student-t_{2 a_beta}(0, b_beta / a_beta).
+
+Two gradient estimators:
+- "local-reparameterisation" (default): pre-activations are sampled from
+  their Gaussian moment match, mean x.(alpha mu), variance
+  x^2.(alpha (sigma^2 + mu^2) - alpha^2 mu^2). Fast, and the mean and variance
+  are exact for the spike-and-slab weights.
+- "relaxed-bernoulli": one weight draw per minibatch with
+  gamma~ = sigmoid((logit alpha - logit u) / temperature), w = gamma~ (mu + sigma eps)
+  as in the paper.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from core.models.base import (
+    Keep,
+    LayerOptions,
+    SparseLayer,
+    StatisticSpec,
+    augmented_linear,
+    inverse_softplus,
+    local_reparameterisation,
+    require,
+)
+
+ESTIMATORS = ("local-reparameterisation", "relaxed-bernoulli")
+
+
+@dataclass(frozen=True)
+class LBBNNOptions(LayerOptions):
+    slab: Literal["gaussian", "student-t"] = "gaussian"
+    slab_variance: float = 1.0  # sigma_beta^2 of the Gaussian slab (seed 002)
+    slab_a: float = 1.0  # a_beta: Student-t with 2 a_beta degrees of freedom
+    slab_b: float = 1.0  # b_beta: Student-t scale^2 = b_beta / a_beta
+    inclusion_prior: Literal["bernoulli", "beta-binomial"] = "bernoulli"
+    prior_inclusion: float = math.exp(-2.0)  # psi, seed 002's choice
+    beta_a: float = 1.0  # a_psi
+    beta_b: float = 1.0  # b_psi
+    estimator: str = "local-reparameterisation"
+    temperature: float = 0.5  # relaxed Bernoulli; seed 000's 1e-3 nearly stops gradients to omega
+    init_inclusion_low: float = 0.1  # initial alpha spread uniformly in logit space
+    init_inclusion_high: float = 0.9
+    init_sigma: float = 0.01
+
+    def validate(self) -> None:
+        require(self.slab in ("gaussian", "student-t"), "slab", f"must be gaussian or student-t, got {self.slab!r}")
+        require(self.slab_variance > 0, "slab_variance", f"must be > 0, got {self.slab_variance}")
+        require(self.slab_a > 0 and self.slab_b > 0, "slab_a/slab_b", "must both be > 0")
+        require(self.inclusion_prior in ("bernoulli", "beta-binomial"), "inclusion_prior",
+                f"must be bernoulli or beta-binomial, got {self.inclusion_prior!r}")
+        require(0 < self.prior_inclusion < 1, "prior_inclusion", f"must lie in (0, 1), got {self.prior_inclusion}")
+        require(self.beta_a > 0 and self.beta_b > 0, "beta_a/beta_b", "must both be > 0")
+        require(self.estimator in ESTIMATORS, "estimator", f"must be one of {', '.join(ESTIMATORS)}, got {self.estimator!r}")
+        require(self.temperature > 0, "temperature", f"must be > 0, got {self.temperature}")
+        require(0 < self.init_inclusion_low <= self.init_inclusion_high < 1, "init_inclusion_low/high",
+                "must satisfy 0 < low <= high < 1")
+        require(self.init_sigma > 0, "init_sigma", f"must be > 0, got {self.init_sigma}")
+
+
+def gaussian_kl(mu: Tensor, var: Tensor, prior_var: Tensor) -> Tensor:
+    """Elementwise KL(N(mu, var) || N(0, prior_var))."""
+    return 0.5 * ((var + mu * mu) / prior_var - 1.0 - torch.log(var / prior_var))
+
+
+def bernoulli_kl_from_logits(logit: Tensor, prior_logit: Tensor) -> Tensor:
+    """Elementwise KL(Bernoulli(sigmoid(logit)) || Bernoulli(sigmoid(prior_logit))).
+
+    Written in logits, log(1 - alpha) - log(1 - psi) + alpha (logit - logit psi),
+    which is stable at alpha near 0 or 1 and several times cheaper than xlogy.
+    """
+    return (F.logsigmoid(-logit) - F.logsigmoid(-prior_logit)
+            + torch.sigmoid(logit) * (logit - prior_logit))
+
+
+def bernoulli_neg_entropy_from_logits(logit: Tensor) -> Tensor:
+    """alpha log alpha + (1 - alpha) log(1 - alpha) for alpha = sigmoid(logit)."""
+    return F.logsigmoid(-logit) + torch.sigmoid(logit) * logit
+
+
+def student_t_log_density(w: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """log t_{2a}(w; 0, scale^2 = b / a)."""
+    nu = 2 * a
+    scale2 = b / a
+    return (torch.lgamma((nu + 1) / 2) - torch.lgamma(nu / 2) - 0.5 * torch.log(nu * math.pi * scale2)
+            - (nu + 1) / 2 * torch.log1p(w * w / (nu * scale2)))
+
+
+class LBBNNLayer(SparseLayer):
+    family = "lbbnn"
+    spec = StatisticSpec("inclusion_probability", Keep.ABOVE, 0.5, 0.0, 1.0)
+    Options = LBBNNOptions
+    has_structure = True
+
+    def __init__(self, in_features: int, out_features: int, options: LBBNNOptions | None = None,
+                 is_output: bool = False):
+        super().__init__(in_features, out_features, options, is_output)
+        opts: LBBNNOptions = self.options
+        bound = 1.0 / math.sqrt(in_features)
+        self.weight_mu = nn.Parameter(torch.empty(self.shape).uniform_(-bound, bound))
+        self.weight_rho = nn.Parameter(torch.full(self.shape, inverse_softplus(opts.init_sigma)))
+        low, high = (math.log(p / (1 - p)) for p in (opts.init_inclusion_low, opts.init_inclusion_high))
+        self.inclusion_logit = nn.Parameter(torch.empty(self.shape).uniform_(low, high))
+        # Prior hyperparameters in unconstrained form: learnable only during
+        # empirical-Bayes pre-training (requires_grad off otherwise).
+        self.log_slab_variance = nn.Parameter(torch.tensor(math.log(opts.slab_variance)), requires_grad=False)
+        self.log_slab_a = nn.Parameter(torch.tensor(math.log(opts.slab_a)), requires_grad=False)
+        self.log_slab_b = nn.Parameter(torch.tensor(math.log(opts.slab_b)), requires_grad=False)
+        self.prior_inclusion_logit = nn.Parameter(
+            torch.tensor(math.log(opts.prior_inclusion / (1 - opts.prior_inclusion))), requires_grad=False)
+        self.log_beta_a = nn.Parameter(torch.tensor(math.log(opts.beta_a)), requires_grad=False)
+        self.log_beta_b = nn.Parameter(torch.tensor(math.log(opts.beta_b)), requires_grad=False)
+
+    # --- parameters in natural form ---------------------------------------------------
+    @property
+    def inclusion_probability(self) -> Tensor:
+        return torch.sigmoid(self.inclusion_logit)
+
+    @property
+    def weight_sigma(self) -> Tensor:
+        return F.softplus(self.weight_rho)
+
+    def prior_hyperparameters(self) -> dict[str, float]:
+        opts: LBBNNOptions = self.options
+        values = {}
+        if opts.slab == "gaussian":
+            values["slab_variance"] = self.log_slab_variance.exp().item()
+        else:
+            values["slab_a"] = self.log_slab_a.exp().item()
+            values["slab_b"] = self.log_slab_b.exp().item()
+        if opts.inclusion_prior == "bernoulli":
+            values["prior_inclusion"] = torch.sigmoid(self.prior_inclusion_logit).item()
+        else:
+            values["beta_a"] = self.log_beta_a.exp().item()
+            values["beta_b"] = self.log_beta_b.exp().item()
+        return values
+
+    # A fixed structure (post-training on the median probability model) replaces
+    # alpha by the 0/1 mask. As a logit, +-30 is 0/1 to float32 precision and
+    # keeps the KL finite (it then equals the constant -log psi or -log(1-psi)).
+    FIXED_LOGIT = 30.0
+
+    def _effective_logit(self) -> Tensor:
+        if not self.is_structure_fixed:
+            return self.inclusion_logit
+        return (2 * self.fixed_mask - 1) * self.FIXED_LOGIT
+
+    def _effective_inclusion(self) -> Tensor:
+        return torch.sigmoid(self._effective_logit())
+
+    # --- estimators -----------------------------------------------------------------------
+    def forward(self, x: Tensor) -> Tensor:
+        alpha = self._effective_inclusion()
+        mu, sigma = self.weight_mu, self.weight_sigma
+        if self.options.estimator == "local-reparameterisation":
+            mean = alpha * mu
+            var = alpha * (sigma * sigma + mu * mu) - mean * mean
+            return local_reparameterisation(x, mean, var)
+        gamma = self._relaxed_inclusion(alpha) * self.fixed_mask
+        weight = gamma * (mu + sigma * torch.randn_like(mu))
+        return augmented_linear(x, weight)
+
+    def _relaxed_inclusion(self, alpha: Tensor) -> Tensor:
+        u = torch.rand_like(alpha).clamp(1e-6, 1 - 1e-6)
+        logit_alpha = torch.logit(alpha.clamp(1e-6, 1 - 1e-6))
+        return torch.sigmoid((logit_alpha - torch.logit(u)) / self.options.temperature)
+
+    def mean_weights(self) -> Tensor:
+        return self._effective_inclusion() * self.weight_mu
+
+    def conditional_mean_weights(self) -> Tensor:
+        return self.weight_mu * self.fixed_mask
+
+    def sample_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
+        alpha = self._effective_inclusion()
+        u = torch.rand((n, *self.shape), generator=generator, device=alpha.device, dtype=alpha.dtype)
+        gamma = (u < alpha).to(alpha.dtype)
+        return gamma * self.sample_conditional_weights(n, generator)
+
+    def sample_conditional_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
+        mu = self.weight_mu
+        eps = torch.randn((n, *self.shape), generator=generator, device=mu.device, dtype=mu.dtype)
+        return (mu + self.weight_sigma * eps) * self.fixed_mask
+
+    # --- KL -------------------------------------------------------------------------------
+    def kl(self) -> Tensor:
+        opts: LBBNNOptions = self.options
+        alpha = self._effective_inclusion()
+        mu, sigma = self.weight_mu, self.weight_sigma
+        var = sigma * sigma
+        if opts.slab == "gaussian":
+            slab_kl = gaussian_kl(mu, var, self.log_slab_variance.exp())
+        else:
+            # No closed form against a Student-t slab: exact Gaussian entropy plus a
+            # one-draw reparameterised estimate of the cross-entropy.
+            w = mu + sigma * torch.randn_like(mu)
+            neg_entropy = -0.5 * torch.log(2 * math.pi * math.e * var)
+            slab_kl = neg_entropy - student_t_log_density(w, self.log_slab_a.exp(), self.log_slab_b.exp())
+        kl = (alpha * slab_kl).sum()
+        logit = self._effective_logit()
+        if opts.inclusion_prior == "bernoulli":
+            return kl + bernoulli_kl_from_logits(logit, self.prior_inclusion_logit).sum()
+        # Beta-Binomial: E_q log p(gamma) with the count k = sum gamma replaced by
+        # its mean (delta method); k concentrates for layers of many weights.
+        a, b = self.log_beta_a.exp(), self.log_beta_b.exp()
+        total = torch.tensor(float(alpha.numel()), device=alpha.device)
+        k = alpha.sum()
+        log_prior = (torch.lgamma(a + k) + torch.lgamma(b + total - k) - torch.lgamma(a + b + total)
+                     - (torch.lgamma(a) + torch.lgamma(b) - torch.lgamma(a + b)))
+        neg_entropy = bernoulli_neg_entropy_from_logits(logit).sum()
+        return kl + neg_entropy - log_prior
+
+    # --- sparsity -------------------------------------------------------------------------
+    def native_statistic(self) -> Tensor:
+        return self.inclusion_probability
+
+    def load_point_estimate(self, weight: Tensor) -> None:
+        self.weight_mu.data.copy_(weight)
+        # Start from the dense net: every weight included with high probability.
+        self.inclusion_logit.data.fill_(math.log(self.options.init_inclusion_high / (1 - self.options.init_inclusion_high)))
+
+    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
+        return {
+            "weights": [self.weight_mu],
+            "scales": [self.weight_rho],
+            "inclusion": [self.inclusion_logit],
+            "prior": [self.log_slab_variance, self.log_slab_a, self.log_slab_b, self.prior_inclusion_logit,
+                      self.log_beta_a, self.log_beta_b],
+        }
+
+    def set_empirical_bayes(self, enabled: bool) -> None:
+        opts: LBBNNOptions = self.options
+        slab = [self.log_slab_variance] if opts.slab == "gaussian" else [self.log_slab_a, self.log_slab_b]
+        inclusion = ([self.prior_inclusion_logit] if opts.inclusion_prior == "bernoulli"
+                     else [self.log_beta_a, self.log_beta_b])
+        for param in self.parameter_groups()["prior"]:
+            param.requires_grad_(enabled and any(param is p for p in slab + inclusion))

@@ -1,0 +1,155 @@
+"""A Bayesian MLP made of layers of one family, plus a likelihood.
+
+Nothing here branches on the family: every family answers the same calls
+(see core.models.base).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from core.errors import ConfigError
+from core.models.base import LayerOptions, SparseLayer, StatisticSpec, augmented_linear, new_generator
+from core.models.likelihoods import Likelihood, make_likelihood
+from core.models.registry import canonical_family, family_class
+
+ACTIVATIONS = {
+    "relu": nn.ReLU,
+    "tanh": nn.Tanh,
+    "sigmoid": nn.Sigmoid,
+    "elu": nn.ELU,
+    "gelu": nn.GELU,
+    "leaky-relu": nn.LeakyReLU,
+}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture and family of a network. Validated on construction."""
+
+    in_features: int
+    out_classes: int | None  # number of classes, None for regression
+    hidden: tuple[int, ...] = (400, 600)
+    family: str = "lbbnn"
+    family_options: dict[str, Any] = field(default_factory=dict)
+    activation: str = "relu"
+    likelihood: str = "categorical"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "family", canonical_family(self.family))
+        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
+        if int(self.in_features) <= 0:
+            raise ConfigError(f"in_features: must be positive, got {self.in_features}")
+        for width in self.hidden:
+            if width <= 0:
+                raise ConfigError(f"hidden: every width must be positive, got {list(self.hidden)}")
+        if self.activation not in ACTIVATIONS:
+            raise ConfigError(f"activation: unknown {self.activation!r}; choose one of {', '.join(ACTIVATIONS)}")
+        # Parse once so a bad option fails here, before any training.
+        self.layer_options()
+        make_likelihood(self.likelihood).n_outputs(self.out_classes)
+
+    def layer_options(self) -> LayerOptions:
+        return family_class(self.family).Options.from_dict(self.family_options)
+
+
+class BayesianMLP(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.likelihood: Likelihood = make_likelihood(config.likelihood)
+        layer_cls = family_class(config.family)
+        options = config.layer_options()
+        widths = [config.in_features, *config.hidden, self.likelihood.n_outputs(config.out_classes)]
+        self.layers = nn.ModuleList(
+            layer_cls(w_in, w_out, options, is_output=(i == len(widths) - 2))
+            for i, (w_in, w_out) in enumerate(zip(widths[:-1], widths[1:]))
+        )
+        self.activation = ACTIVATIONS[config.activation]()
+
+    @property
+    def family(self) -> str:
+        return self.config.family
+
+    @property
+    def spec(self) -> StatisticSpec:
+        return self.layers[0].spec
+
+    @property
+    def device(self) -> torch.device:
+        return self.layers[0].fixed_mask.device
+
+    # --- stochastic training forward ---------------------------------------------------
+    def forward(self, x: Tensor) -> Tensor:
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i < len(self.layers) - 1:
+                x = self.activation(x)
+        return x
+
+    def kl(self) -> Tensor:
+        return sum(layer.kl() for layer in self.layers)
+
+    def update_auxiliaries(self) -> None:
+        for layer in self.layers:
+            layer.update_auxiliaries()
+
+    # --- forward with explicit weights (prediction) ---------------------------------------
+    def forward_with_weights(self, x: Tensor, weights: Sequence[Tensor]) -> Tensor:
+        """Outputs for given weights: each (out, in+1), or (R, out, in+1) for R networks at once."""
+        for i, weight in enumerate(weights):
+            x = augmented_linear(x, weight)
+            if i < len(weights) - 1:
+                x = self.activation(x)
+        return x
+
+    def mean_weights(self) -> list[Tensor]:
+        return [layer.mean_weights() for layer in self.layers]
+
+    def conditional_mean_weights(self, masks: Sequence[Tensor] | None = None) -> list[Tensor]:
+        weights = [layer.conditional_mean_weights() for layer in self.layers]
+        return weights if masks is None else [w * m for w, m in zip(weights, masks)]
+
+    def sample_weights(self, n: int, seed: int, masks: Sequence[Tensor] | None = None) -> list[Tensor]:
+        """n network draws. Draw r depends only on (seed, r), so R=20 reuses R=10's draws."""
+        per_draw = []
+        for draw in range(n):
+            generator = new_generator(self.device, seed * 1_000_003 + draw)
+            if masks is None:
+                per_draw.append([layer.sample_weights(1, generator)[0] for layer in self.layers])
+            else:
+                per_draw.append([layer.sample_conditional_weights(1, generator)[0] * mask
+                                 for layer, mask in zip(self.layers, masks)])
+        return [torch.stack(layer_draws) for layer_draws in zip(*per_draw)]
+
+    # --- sparsity -------------------------------------------------------------------------
+    def native_statistics(self) -> list[Tensor]:
+        return [layer.native_statistic() for layer in self.layers]
+
+    def keep_masks(self, threshold: float | None = None) -> list[Tensor]:
+        return [layer.keep_mask(threshold) for layer in self.layers]
+
+    @staticmethod
+    def density(masks: Sequence[Tensor]) -> float:
+        kept = sum(int(mask.sum()) for mask in masks)
+        total = sum(mask.numel() for mask in masks)
+        return kept / total
+
+    def n_weights(self) -> int:
+        return sum(layer.out_features * (layer.in_features + 1) for layer in self.layers)
+
+    # --- optimiser groups -------------------------------------------------------------------
+    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
+        groups: dict[str, list[nn.Parameter]] = {}
+        for part in [*self.layers, self.likelihood]:
+            for name, params in part.parameter_groups().items():
+                groups.setdefault(name, []).extend(params)
+        return groups
+
+
+def build_model(config: ModelConfig, device: torch.device | str = "cpu") -> BayesianMLP:
+    return BayesianMLP(config).to(device)

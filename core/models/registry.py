@@ -1,0 +1,66 @@
+"""Family names (the CLI's contract), their paper aliases, and where each lives.
+
+Entries are import paths so that a family module is only imported when used
+and adding a family is one line here plus one module.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+
+from core.errors import ConfigError
+from core.models.base import SparseLayer
+
+FAMILY_PATHS: dict[str, str] = {
+    "lbbnn": "core.models.lbbnn:LBBNNLayer",
+    "lbbnn-lfmvn": "core.models.lfmvn:LowRankLBBNNLayer",
+    "bnn": "core.models.gaussian:GaussianLayer",
+    "bnn-mixture": "core.models.gaussian:MixtureGaussianLayer",
+    "variational-dense": "core.models.gaussian:VariationalDenseLayer",
+    "concrete-dropout": "core.models.concrete_dropout:ConcreteDropoutLayer",
+    "horseshoe": "core.models.horseshoe:HorseshoeLayer",
+    "sparse-vd": "core.models.sparse_vd:SparseVDLayer",
+    "fnn": "core.models.fnn:DeterministicLayer",
+}
+
+# Paper names (seed 000 tables, seed 004) accepted on input, case-insensitive.
+ALIASES: dict[str, str] = {
+    "lbbnn-ssp-mf": "lbbnn",
+    "lbbnn-ssp-lfmvn": "lbbnn-lfmvn",
+    "bnn-gp-mf": "bnn",
+    "bnn-mgp-mf": "bnn-mixture",
+    "bnn-gp-cmf": "concrete-dropout",
+    "bnn-hp-mf": "horseshoe",
+    "svd": "sparse-vd",
+    "sparse-variational-dropout": "sparse-vd",
+    "vd": "variational-dense",
+    "deterministic": "fnn",
+}
+
+
+def canonical_family(name: str) -> str:
+    key = str(name).strip().lower()
+    key = ALIASES.get(key, key)
+    if key not in FAMILY_PATHS:
+        close = difflib.get_close_matches(key, list(FAMILY_PATHS) + list(ALIASES), n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ConfigError(f"method: unknown family {name!r}.{hint} Known: {', '.join(FAMILY_PATHS)}")
+    return key
+
+
+def family_class(name: str) -> type[SparseLayer]:
+    module_name, _, attribute = FAMILY_PATHS[canonical_family(name)].partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def available_families() -> list[str]:
+    """Families whose module is present (all of them once the core is complete)."""
+    names = []
+    for name in FAMILY_PATHS:
+        try:
+            family_class(name)
+        except ImportError:
+            continue
+        names.append(name)
+    return names
