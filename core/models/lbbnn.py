@@ -161,7 +161,7 @@ class LBBNNLayer(SparseLayer):
         return (2 * self.fixed_mask - 1) * self.FIXED_LOGIT
 
     def _effective_inclusion(self) -> Tensor:
-        return torch.sigmoid(self._effective_logit())
+        return self.fixed_mask if self.is_structure_fixed else self.inclusion_probability
 
     # --- estimators -----------------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
@@ -187,10 +187,12 @@ class LBBNNLayer(SparseLayer):
         return self.weight_mu * self.fixed_mask
 
     def sample_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
+        # Weights first, then indicators: with alpha = 1 the draws then equal
+        # those of the `bnn` family from the same generator state.
+        weights = self.sample_conditional_weights(n, generator)
         alpha = self._effective_inclusion()
         u = torch.rand((n, *self.shape), generator=generator, device=alpha.device, dtype=alpha.dtype)
-        gamma = (u < alpha).to(alpha.dtype)
-        return gamma * self.sample_conditional_weights(n, generator)
+        return (u < alpha).to(alpha.dtype) * weights
 
     def sample_conditional_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         mu = self.weight_mu

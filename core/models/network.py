@@ -115,16 +115,20 @@ class BayesianMLP(nn.Module):
         return weights if masks is None else [w * m for w, m in zip(weights, masks)]
 
     def sample_weights(self, n: int, seed: int, masks: Sequence[Tensor] | None = None) -> list[Tensor]:
-        """n network draws. Draw r depends only on (seed, r), so R=20 reuses R=10's draws."""
-        per_draw = []
-        for draw in range(n):
-            generator = new_generator(self.device, seed * 1_000_003 + draw)
-            if masks is None:
-                per_draw.append([layer.sample_weights(1, generator)[0] for layer in self.layers])
-            else:
-                per_draw.append([layer.sample_conditional_weights(1, generator)[0] * mask
-                                 for layer, mask in zip(self.layers, masks)])
-        return [torch.stack(layer_draws) for layer_draws in zip(*per_draw)]
+        """n network draws. Layer l of draw r depends only on (seed, r, l), so R=20
+        reuses R=10's draws and families that consume different amounts of
+        randomness in one layer do not shift the draws of the next."""
+        per_layer = []
+        for index, layer in enumerate(self.layers):
+            draws = []
+            for draw in range(n):
+                generator = new_generator(self.device, (seed * 1_000_003 + draw) * 101 + index)
+                if masks is None:
+                    draws.append(layer.sample_weights(1, generator)[0])
+                else:
+                    draws.append(layer.sample_conditional_weights(1, generator)[0] * masks[index])
+            per_layer.append(torch.stack(draws))
+        return per_layer
 
     # --- sparsity -------------------------------------------------------------------------
     def native_statistics(self) -> list[Tensor]:

@@ -1,0 +1,110 @@
+"""`concrete-dropout` (BNN-GP-CMF of seed 000): Gal, Hron & Kendall (2017).
+
+Each layer drops its *inputs* with a learned rate p = sigmoid(p_logit)
+("inverted" dropout: kept inputs are scaled by 1/(1-p)). As a variational
+family, the layer's effective weights are W_eff = W diag(z) / (1-p) on the
+input columns, z_k ~ Bernoulli(1-p), with the bias column deterministic, so
+E_q[W_eff] = W: `mean_weights` is W.
+
+KL convention. The prior is N(0, prior_variance) on every weight and bias.
+Gal's derivation (q a mixture of two narrow Gaussians per input row, width
+-> 0) gives, up to a constant independent of W and p,
+
+    KL(q || p) ~= (1-p) / (2 prior_variance) ||M||^2 - K H(p)
+
+for dropout written as W = M diag(z) (M the non-inverted kernel) and K the
+number of dropped units (in_features). With inverted dropout W = M (1-p), so
+
+    kl() = weight_regulariser ||W_in||^2 / (1-p)
+           + weight_regulariser ||b||^2
+           + in_features (p log p + (1-p) log(1-p)),
+    weight_regulariser = 1 / (2 prior_variance).
+
+These are KL units (the training loop divides kl() by N), so the
+"dropout_regulariser" of Gal's code is 1 here, and its weight_regulariser is
+l^2 / N = 1 / (prior_variance N): ours is the same up to the 1/2 that the
+Gaussian log-density carries and their code drops. The bias is not dropped, so
+its term has no 1/(1-p). Because a constant was dropped, kl() can be negative.
+
+Sparsity: dropout has no per-weight posterior sparsity, so the statistic is
+the magnitude |W| of the mean weights (keep above), as for the FNN baseline.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from core.models.base import Keep, LayerOptions, SparseLayer, StatisticSpec, augmented_linear, require
+
+
+@dataclass(frozen=True)
+class ConcreteDropoutOptions(LayerOptions):
+    prior_variance: float = 1.0
+    init_dropout: float = 0.1  # Gal et al.'s initial rate, also for the input layer
+    temperature: float = 0.1  # of the relaxed Bernoulli masks in training
+
+    def validate(self) -> None:
+        require(self.prior_variance > 0, "prior_variance", f"must be > 0, got {self.prior_variance}")
+        require(0 < self.init_dropout < 1, "init_dropout", f"must lie in (0, 1), got {self.init_dropout}")
+        require(self.temperature > 0, "temperature", f"must be > 0, got {self.temperature}")
+
+
+class ConcreteDropoutLayer(SparseLayer):
+    family = "concrete-dropout"
+    spec = StatisticSpec("magnitude", Keep.ABOVE, 0.0, 0.0, math.inf)
+    Options = ConcreteDropoutOptions
+
+    def __init__(self, in_features: int, out_features: int, options: ConcreteDropoutOptions | None = None,
+                 is_output: bool = False):
+        super().__init__(in_features, out_features, options, is_output)
+        opts: ConcreteDropoutOptions = self.options
+        bound = 1.0 / math.sqrt(in_features)
+        self.weight = nn.Parameter(torch.empty(self.shape).uniform_(-bound, bound))
+        self.dropout_logit = nn.Parameter(torch.tensor(math.log(opts.init_dropout / (1 - opts.init_dropout))))
+        self.register_buffer("prior_variance", torch.tensor(float(opts.prior_variance)))
+
+    @property
+    def dropout_rate(self) -> Tensor:
+        return torch.sigmoid(self.dropout_logit)
+
+    def forward(self, x: Tensor) -> Tensor:
+        # Relaxed Bernoulli "drop" indicator per example and input (Gal's concrete mask).
+        u = torch.rand_like(x).clamp(1e-7, 1 - 1e-7)
+        drop = torch.sigmoid((self.dropout_logit + torch.logit(u)) / self.options.temperature)
+        x = x * (1 - drop) / (1 - self.dropout_rate)
+        return augmented_linear(x, self.weight * self.fixed_mask)
+
+    def mean_weights(self) -> Tensor:
+        return self.weight * self.fixed_mask
+
+    def sample_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
+        weight = self.weight
+        keep_rate = 1 - self.dropout_rate
+        u = torch.rand((n, 1, self.in_features), generator=generator, device=weight.device, dtype=weight.dtype)
+        column_scale = (u < keep_rate).to(weight.dtype) / keep_rate
+        bias_scale = torch.ones((n, 1, 1), device=weight.device, dtype=weight.dtype)
+        return weight * torch.cat([column_scale, bias_scale], dim=2) * self.fixed_mask
+
+    def kl(self) -> Tensor:
+        weight = self.weight * self.fixed_mask
+        p = self.dropout_rate
+        weight_regulariser = 0.5 / self.prior_variance
+        # p log p + (1-p) log(1-p) in logits, stable at p near 0 or 1.
+        neg_entropy = F.logsigmoid(-self.dropout_logit) + p * self.dropout_logit
+        return (weight_regulariser * (weight[:, :-1].square().sum() / (1 - p) + weight[:, -1].square().sum())
+                + self.in_features * neg_entropy)
+
+    def native_statistic(self) -> Tensor:
+        return self.weight.abs()
+
+    def load_point_estimate(self, weight: Tensor) -> None:
+        self.weight.data.copy_(weight)
+
+    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
+        # The dropout rate sets the spread of q, as sigma does for the Gaussian families.
+        return {"weights": [self.weight], "scales": [self.dropout_logit]}

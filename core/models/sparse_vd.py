@@ -1,0 +1,99 @@
+"""`sparse-vd`: sparse variational dropout (Molchanov et al. 2017; seed 004, METHODS.md section 4).
+
+q(w) = N(theta, sigma^2) per weight with sigma^2 = alpha theta^2, parameterised
+additively by (theta, log sigma^2) so that the gradient noise does not grow
+with alpha. The bias column is variational with the same treatment.
+
+Prior: the improper log-uniform p(|w|) ~ 1/|w|. KL(q || p) is then a function
+of log alpha alone, up to an additive constant; the published approximation is
+
+    -KL ~= k1 sigmoid(k2 + k3 log alpha) - 0.5 log1p(1/alpha) - k1,
+
+with k1 = 0.63576, k2 = 1.87320, k3 = 1.48695 and the constant chosen so the
+KL tends to 0 as alpha -> infinity (it is then >= 0 everywhere).
+log alpha = log sigma^2 - log theta^2 is clipped to [-8, 8]. Large log alpha
+means the weight is noise: keep weights with log alpha below 3.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from core.models.base import (
+    Keep,
+    LayerOptions,
+    SparseLayer,
+    StatisticSpec,
+    augmented_linear,
+    local_reparameterisation,
+    require,
+)
+
+ESTIMATORS = ("local-reparameterisation", "weight-sampling")
+LOG_ALPHA_MIN, LOG_ALPHA_MAX = -8.0, 8.0
+K1, K2, K3 = 0.63576, 1.87320, 1.48695
+
+
+@dataclass(frozen=True)
+class SparseVDOptions(LayerOptions):
+    estimator: str = "local-reparameterisation"
+    init_log_sigma2: float = -10.0  # Molchanov et al.'s initialisation: start nearly deterministic
+
+    def validate(self) -> None:
+        require(self.estimator in ESTIMATORS, "estimator", f"must be one of {', '.join(ESTIMATORS)}, got {self.estimator!r}")
+        require(math.isfinite(self.init_log_sigma2), "init_log_sigma2", f"must be finite, got {self.init_log_sigma2}")
+
+
+def sparse_vd_kl(log_alpha: Tensor) -> Tensor:
+    """Elementwise approximate KL(N(theta, alpha theta^2) || log-uniform), zero as alpha -> infinity."""
+    neg_kl = K1 * torch.sigmoid(K2 + K3 * log_alpha) - 0.5 * torch.log1p(torch.exp(-log_alpha)) - K1
+    return -neg_kl
+
+
+class SparseVDLayer(SparseLayer):
+    family = "sparse-vd"
+    spec = StatisticSpec("log_alpha", Keep.BELOW, 3.0, LOG_ALPHA_MIN, LOG_ALPHA_MAX)
+    Options = SparseVDOptions
+
+    def __init__(self, in_features: int, out_features: int, options: SparseVDOptions | None = None,
+                 is_output: bool = False):
+        super().__init__(in_features, out_features, options, is_output)
+        bound = 1.0 / math.sqrt(in_features)
+        self.theta = nn.Parameter(torch.empty(self.shape).uniform_(-bound, bound))
+        self.log_sigma2 = nn.Parameter(torch.full(self.shape, float(self.options.init_log_sigma2)))
+
+    def log_alpha(self) -> Tensor:
+        # The small constant keeps log theta^2 finite at theta = 0 (where log alpha clips to 8 anyway).
+        log_alpha = self.log_sigma2 - torch.log(self.theta * self.theta + 1e-16)
+        return log_alpha.clamp(LOG_ALPHA_MIN, LOG_ALPHA_MAX)
+
+    def forward(self, x: Tensor) -> Tensor:
+        mean = self.theta * self.fixed_mask
+        var = torch.exp(self.log_sigma2) * self.fixed_mask
+        if self.options.estimator == "local-reparameterisation":
+            return local_reparameterisation(x, mean, var)
+        return augmented_linear(x, mean + var.sqrt() * torch.randn_like(mean))
+
+    def mean_weights(self) -> Tensor:
+        return self.theta * self.fixed_mask
+
+    def sample_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
+        theta = self.theta
+        eps = torch.randn((n, *self.shape), generator=generator, device=theta.device, dtype=theta.dtype)
+        return (theta + torch.exp(0.5 * self.log_sigma2) * eps) * self.fixed_mask
+
+    def kl(self) -> Tensor:
+        return (sparse_vd_kl(self.log_alpha()) * self.fixed_mask).sum()
+
+    def native_statistic(self) -> Tensor:
+        return self.log_alpha()
+
+    def load_point_estimate(self, weight: Tensor) -> None:
+        self.theta.data.copy_(weight)
+
+    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
+        return {"weights": [self.theta], "scales": [self.log_sigma2]}

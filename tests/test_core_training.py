@@ -1,0 +1,169 @@
+"""The training loop: reproducibility, phases, cancel, divergence, and accuracy floors."""
+
+import math
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from core.data import load_dataset
+from core.errors import ConfigError, TrainingCancelled, TrainingDivergedError
+from core.models.network import BayesianMLP, ModelConfig
+from core.train import TrainConfig, train
+
+
+def moons(n=256):
+    ds = load_dataset("two-moons", n=n)
+    return ds, torch.tensor(ds.x_train), torch.tensor(ds.y_train)
+
+
+def small_model(family="lbbnn", in_features=2, classes=2, hidden=(16,), **options):
+    return BayesianMLP(ModelConfig(in_features=in_features, out_classes=classes, hidden=hidden, family=family,
+                                   family_options=options))
+
+
+def state(model):
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_training_is_reproducible_on_cpu_and_leaves_global_rng_alone():
+    _, x, y = moons()
+    states = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        model = small_model()
+        torch.manual_seed(123)
+        before = torch.rand(1)
+        torch.manual_seed(123)
+        train(model, x, y, TrainConfig(epochs=2, batch_size=32), seed=7)
+        assert torch.equal(torch.rand(1), before)  # the caller's RNG stream is untouched
+        states.append(state(model))
+    for key in states[0]:
+        assert torch.equal(states[0][key], states[1][key]), key
+
+
+def test_progress_reports_data_term_kl_density_and_time_per_epoch():
+    _, x, y = moons()
+    records = []
+    result = train(small_model(), x, y, TrainConfig(epochs=3, batch_size=64), progress=records.append)
+    assert [r["epoch"] for r in records] == [1, 2, 3]
+    for record in records:
+        assert record["loss"] == pytest.approx(record["data_term"] + record["kl"] / len(x), rel=1e-5)
+        assert len(record["kl_per_layer"]) == 2 and all(k >= 0 for k in record["kl_per_layer"])
+        assert 0 <= record["density"] <= 1 and record["elapsed"] >= record["seconds"] > 0
+    assert result.seconds_per_epoch > 0
+
+
+def test_kl_annealing_ramps_the_kl_weight_linearly():
+    _, x, y = moons()
+    records = []
+    train(small_model(), x, y, TrainConfig(epochs=4, kl_anneal_epochs=4, batch_size=128), progress=records.append)
+    assert [r["kl_weight"] for r in records] == [0.25, 0.5, 0.75, 1.0]
+
+
+def test_cancel_flag_is_honoured_within_an_epoch():
+    _, x, y = moons()
+    cancel = threading.Event()
+    calls = []
+
+    def progress(record):
+        calls.append(record)
+        cancel.set()
+
+    with pytest.raises(TrainingCancelled):
+        train(small_model(), x, y, TrainConfig(epochs=50, batch_size=16), progress=progress, cancel=cancel)
+    assert len(calls) == 1
+
+
+def test_a_nan_loss_stops_training_naming_the_epoch_and_the_cause():
+    _, x, y = moons()
+    model = small_model()
+    bad = x.clone()
+    bad[5, 0] = float("nan")
+    with pytest.raises(TrainingDivergedError, match=r"epoch 1 .*learning rate"):
+        train(model, bad, y, TrainConfig(epochs=3, batch_size=64))
+
+
+def test_mismatched_inputs_are_refused_before_training():
+    _, x, y = moons()
+    with pytest.raises(ConfigError, match="features"):
+        train(small_model(in_features=3), x, y, TrainConfig(epochs=1))
+
+
+def test_pretraining_with_empirical_bayes_moves_the_prior_then_freezes_it():
+    _, x, y = moons()
+    model = small_model()
+    before = [layer.prior_hyperparameters() for layer in model.layers]
+    records = []
+    train(model, x, y, TrainConfig(pretrain_epochs=3, epochs=2, empirical_bayes=True, batch_size=32),
+          progress=records.append)
+    after = [layer.prior_hyperparameters() for layer in model.layers]
+    assert [r["phase"] for r in records] == ["pretrain"] * 3 + ["train"] * 2
+    assert any(abs(a["prior_inclusion"] - b["prior_inclusion"]) > 1e-4 for a, b in zip(after, before))
+    assert not any(p.requires_grad for layer in model.layers for p in layer.parameter_groups()["prior"])
+
+
+def test_posttraining_on_the_median_probability_model_keeps_pruned_weights_at_zero():
+    _, x, y = moons()
+    model = small_model()
+    train(model, x, y, TrainConfig(epochs=2, posttrain_epochs=2, batch_size=32, posttrain_structure="mpm"))
+    with torch.no_grad():
+        for layer in model.layers:
+            pruned = layer.fixed_mask == 0
+            assert layer.is_structure_fixed and bool(layer.structure_fixed)
+            assert torch.all(layer.mean_weights()[pruned] == 0)
+            assert torch.all(layer.sample_weights(5)[:, pruned] == 0)
+            assert not layer.inclusion_logit.requires_grad
+    # The fixed structure survives a state_dict round trip.
+    fresh = small_model()
+    fresh.load_state_dict(model.state_dict())
+    assert all(layer.is_structure_fixed for layer in fresh.layers)
+
+
+def test_posttraining_with_fixed_alpha_freezes_the_inclusion_probabilities():
+    _, x, y = moons()
+    model = small_model()
+    records = []
+
+    def remember(record):
+        records.append((record["phase"], [layer.inclusion_logit.detach().clone() for layer in model.layers]))
+
+    train(model, x, y, TrainConfig(epochs=2, posttrain_epochs=2, batch_size=32, posttrain_structure="alpha"),
+          progress=remember)
+    end_of_training = records[1][1]
+    for logits_before, layer in zip(end_of_training, model.layers):
+        assert torch.equal(logits_before, layer.inclusion_logit)
+
+
+def test_warm_start_copies_a_trained_deterministic_net_into_the_means():
+    ds, x, y = moons(512)
+    model = small_model(family="bnn")
+    records = []
+    tiny_rates = {"weights": 1e-9, "scales": 1e-9}
+    train(model, x, y, TrainConfig(epochs=1, warm_start_epochs=8, batch_size=32, learning_rates=tiny_rates),
+          progress=records.append)
+    assert [r["phase"] for r in records][:8] == ["warm-start"] * 8
+    with torch.no_grad():
+        out = model.forward_with_weights(torch.tensor(ds.x_test), model.mean_weights())
+        accuracy = (out.argmax(-1).numpy() == ds.y_test).mean()
+    # A cold model with near-zero learning rates stays at chance; the warm start does not.
+    assert accuracy > 0.8
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["lbbnn", "bnn", "bnn-mixture", "variational-dense", "fnn"])
+def test_each_family_learns_mnist_small(family):
+    ds = load_dataset("mnist-small")
+    x, y = torch.tensor(ds.x_train[:4000]), torch.tensor(ds.y_train[:4000])
+    torch.manual_seed(0)
+    model = BayesianMLP(ModelConfig(in_features=784, out_classes=10, hidden=(64,), family=family))
+    train(model, x, y, TrainConfig(epochs=2, batch_size=100), seed=0)
+    with torch.no_grad():
+        test_x = torch.tensor(ds.x_test)
+        mean_acc = (model.forward_with_weights(test_x, model.mean_weights()).argmax(-1).numpy() == ds.y_test).mean()
+        masks = model.keep_masks()
+        sparse_acc = (model.forward_with_weights(test_x, model.conditional_mean_weights(masks)).argmax(-1).numpy()
+                      == ds.y_test).mean()
+    assert mean_acc > 0.8, mean_acc
+    assert sparse_acc > 0.7, sparse_acc
