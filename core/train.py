@@ -109,7 +109,16 @@ def _make_optimizer(model: BayesianMLP, rates: dict[str, float]) -> torch.optim.
         params = [p for p in params if p.requires_grad]
         if params:
             groups.append({"params": params, "lr": rates.get(name, DEFAULT_LEARNING_RATES[name]), "name": name})
-    return torch.optim.Adam(groups)
+    return _adam(groups)
+
+
+def _adam(params) -> torch.optim.Optimizer:
+    # The fused kernel is several times faster than the per-tensor loop on CPU
+    # and on CUDA; fall back where a build or device lacks it.
+    try:
+        return torch.optim.Adam(params, fused=True)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.Adam(params, foreach=True)
 
 
 def _is_cancelled(cancel: Any) -> bool:
@@ -205,11 +214,11 @@ def _run_epoch(model, optimizer, x_train, y_train, config, kl_weight, batch_gene
             raise TrainingCancelled(f"training cancelled during epoch {epoch + 1}")
         index = order[start:start + config.batch_size]
         x, y = x_train[index], y_train[index]
-        nll = 0.0
-        for _ in range(config.mc_samples):
+        output, kl = model.forward_with_kl(x)
+        nll = -model.likelihood.log_prob(output, y).mean()
+        for _ in range(config.mc_samples - 1):
             nll = nll - model.likelihood.log_prob(model(x), y).mean()
         nll = nll / config.mc_samples
-        kl = model.kl()
         loss = nll + kl_weight * kl / n
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -249,7 +258,7 @@ def _warm_start(model, x_train, y_train, config, batch_generator, cancel, histor
                                hidden=model.config.hidden, family="fnn", activation=model.config.activation,
                                likelihood=model.config.likelihood)
     point = BayesianMLP(point_config).to(model.device)
-    optimizer = torch.optim.Adam(point.parameters(), lr=1e-3)
+    optimizer = _adam([{"params": list(point.parameters()), "lr": 1e-3}])
     no_anneal = TrainConfig(epochs=1, batch_size=config.batch_size)
     for epoch in range(config.warm_start_epochs):
         record = _run_epoch(point, optimizer, x_train, y_train, no_anneal, 0.0, batch_generator, cancel,

@@ -246,3 +246,32 @@ def test_invalid_hyperparameters_are_refused_with_the_field_named():
 def test_paper_aliases_resolve_to_the_families():
     assert ModelConfig(in_features=2, out_classes=2, family="LBBNN-SSP-MF").family == "lbbnn"
     assert ModelConfig(in_features=2, out_classes=2, family="BNN-GP-MF").family == "bnn"
+
+
+def test_fused_training_path_equals_autograd_in_values_and_gradients():
+    layer = randomised_lbbnn(in_features=6, out_features=4, seed=5, prior_inclusion=0.3, slab_variance=0.5)
+    x = torch.randn(8, 6)
+    assert layer._fused_path_applies()
+    results = []
+    for fused in (True, False):
+        layer.zero_grad()
+        torch.manual_seed(0)
+        out, kl = layer.forward_with_kl(x) if fused else (layer(x), layer.kl())
+        (out.pow(2).sum() * 0.3 + out.sum() + 0.7 * kl).backward()
+        results.append((out.detach(), kl.detach(),
+                        [p.grad.clone() for p in (layer.weight_mu, layer.weight_rho, layer.inclusion_logit)]))
+    (out_f, kl_f, grads_f), (out_a, kl_a, grads_a) = results
+    assert torch.allclose(out_f, out_a, atol=1e-5)
+    assert torch.allclose(kl_f, kl_a, rtol=1e-5)
+    for g_f, g_a in zip(grads_f, grads_a):
+        assert torch.allclose(g_f, g_a, rtol=1e-4, atol=1e-5)
+
+
+def test_fused_moments_pass_gradcheck_in_double_precision():
+    from core.models.lbbnn_fused import LBBNNMomentsAndKL
+
+    torch.manual_seed(0)
+    mu = torch.randn(3, 4, dtype=torch.double, requires_grad=True)
+    rho = torch.randn(3, 4, dtype=torch.double, requires_grad=True)
+    logit = torch.randn(3, 4, dtype=torch.double, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda m, r, l: LBBNNMomentsAndKL.apply(m, r, l, -1.2, 0.8), (mu, rho, logit))

@@ -163,6 +163,10 @@ class SparseLayer(nn.Module, ABC):
     @abstractmethod
     def forward(self, x: Tensor) -> Tensor: ...
 
+    def forward_with_kl(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """A training forward and the KL together; families may fuse the two."""
+        return self(x), self.kl()
+
     @abstractmethod
     def mean_weights(self) -> Tensor: ...
 

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from core.models.lbbnn_fused import LBBNNMomentsAndKL
 from core.models.base import (
     Keep,
     LayerOptions,
@@ -174,6 +175,20 @@ class LBBNNLayer(SparseLayer):
         gamma = self._relaxed_inclusion(alpha) * self.fixed_mask
         weight = gamma * (mu + sigma * torch.randn_like(mu))
         return augmented_linear(x, weight)
+
+    def forward_with_kl(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        if not self._fused_path_applies():
+            return self(x), self.kl()
+        mean, var, kl = LBBNNMomentsAndKL.apply(
+            self.weight_mu, self.weight_rho, self.inclusion_logit,
+            float(self.prior_inclusion_logit), float(self.log_slab_variance.exp()))
+        return local_reparameterisation(x, mean, var), kl
+
+    def _fused_path_applies(self) -> bool:
+        opts: LBBNNOptions = self.options
+        return (opts.estimator == "local-reparameterisation" and opts.slab == "gaussian"
+                and opts.inclusion_prior == "bernoulli" and not self.is_structure_fixed
+                and not self.prior_inclusion_logit.requires_grad and not self.log_slab_variance.requires_grad)
 
     def _relaxed_inclusion(self, alpha: Tensor) -> Tensor:
         u = torch.rand_like(alpha).clamp(1e-6, 1 - 1e-6)

@@ -91,6 +91,16 @@ class BayesianMLP(nn.Module):
                 x = self.activation(x)
         return x
 
+    def forward_with_kl(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """A training forward plus KL(q || p), computed together where a family fuses them."""
+        kl = x.new_zeros(())
+        for i, layer in enumerate(self.layers):
+            x, layer_kl = layer.forward_with_kl(x)
+            kl = kl + layer_kl
+            if i < len(self.layers) - 1:
+                x = self.activation(x)
+        return x, kl
+
     def kl(self) -> Tensor:
         return sum(layer.kl() for layer in self.layers)
 
