@@ -17,6 +17,8 @@ from core.errors import BNNError
 # Modules that add subcommands, in the order `--help` lists them.
 COMMAND_MODULES = [
     "core.data.cli",
+    "core.runs.cli",
+    "core.predict.cli",
 ]
 
 

@@ -25,10 +25,13 @@ def is_offline() -> bool:
 
 
 def user_cache_dir() -> Path:
-    """Download cache: $BNN_CACHE_DIR, else platformdirs' user cache dir for bnn-explorer, /data."""
+    """Download cache: $BNN_CACHE_DIR/data, else platformdirs' user cache dir for bnn-explorer, /data.
+
+    The run store keeps its runs beside it, in runs/ of the same cache dir.
+    """
     override = os.environ.get(CACHE_DIR_ENV, "").strip()
     if override:
-        return Path(override).expanduser()
+        return Path(override).expanduser() / "data"
     try:
         from platformdirs import user_cache_dir as platform_cache_dir
         return Path(platform_cache_dir("bnn-explorer")) / "data"

@@ -129,6 +129,10 @@ class LowRankLBBNNLayer(LBBNNLayer):
         gamma = torch.sigmoid((logit - torch.logit(u)) / self.options.temperature) * self.fixed_mask
         return augmented_linear(x, gamma * (mu + sigma * torch.randn_like(mu)))
 
+    def forward_with_kl(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        # LBBNN's fused mean-field kernel does not know the logit distribution.
+        return self(x), self.kl()
+
     def sample_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         if self.is_structure_fixed:
             return super().sample_weights(n, generator)

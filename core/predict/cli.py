@@ -1,0 +1,156 @@
+"""`python -m core evaluate | sweep | export`: thin shells over core.predict.
+
+RUN is a run id (or unique prefix) of the run store. The `*_command`
+functions take a model and a dataset, so they can be used without a store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from core.errors import PredictionError
+from core.predict.evaluate import evaluate
+from core.predict.export import export_pruned
+from core.predict.modes import PredictionMode, parse_mode
+from core.predict.sweep import parse_threshold_grid, sweep
+
+MODE_HELP = "bma, mean, mpm, mpm-mean or prune (paper names SIM-SIM, ALL-MEA, MED-SIM, MED-MEA, PRN)"
+
+
+def _load(args: argparse.Namespace):
+    from core.runs import load_run  # lazy: the store is only needed when a run id is given
+
+    run = load_run(args.run, cache_dir=getattr(args, "cache_dir", None), data_dir=getattr(args, "data_dir", None))
+    return run.model, run.dataset()
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise PredictionError(f"samples: expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise PredictionError(f"samples: R must be >= 1, got {value}")
+    return value
+
+
+def _float(name: str, text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise PredictionError(f"{name}: expected a number, got {text!r}") from None
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "(no rows)"
+    columns = list(rows[0])
+
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        return "-" if value is None else str(value)
+
+    table = [[cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in table)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in table]
+    return "\n".join(lines)
+
+
+def _flatten(prefix: str, value: Any, rows: list[dict[str, Any]]) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _flatten(f"{prefix}.{key}" if prefix else str(key), item, rows)
+    elif isinstance(value, list) and len(value) > 8:
+        rows.append({"metric": prefix, "value": f"[{len(value)} values]"})
+    else:
+        rows.append({"metric": prefix, "value": value if not isinstance(value, list) else
+                     ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in value)})
+
+
+def evaluate_command(model, dataset, args: argparse.Namespace, out=None) -> dict[str, Any]:
+    out = out or sys.stdout
+    result = evaluate(model, dataset, mode=parse_mode(args.mode), samples=_positive_int(str(args.samples)),
+                      threshold=_float("threshold", args.threshold), seed=args.seed, ood=args.ood or None,
+                      data_dir=getattr(args, "data_dir", None))
+    if args.json:
+        print(json.dumps(result), file=out)
+    else:
+        rows: list[dict[str, Any]] = []
+        _flatten("", result, rows)
+        print(format_table(rows), file=out)
+        for warning in result["warnings"]:
+            print(f"warning: {warning}", file=sys.stderr)
+    return result
+
+
+def sweep_command(model, dataset, args: argparse.Namespace, out=None):
+    out = out or sys.stdout
+    thresholds = parse_threshold_grid(args.thresholds) if args.thresholds else None
+    result = sweep(model, dataset, thresholds=thresholds, mode=parse_mode(args.mode),
+                   samples=_positive_int(str(args.samples)), seed=args.seed)
+    if args.json:
+        print(json.dumps(result.to_dict()), file=out)
+    else:
+        print(format_table(result.to_rows()), file=out)
+    return result
+
+
+def export_command(model, dataset, args: argparse.Namespace, out=None):
+    out = out or sys.stdout
+    threshold = _float("threshold", args.threshold)
+    metrics = evaluate(model, dataset, mode=PredictionMode.PRUNE, threshold=threshold, weights="mean")
+    keep = ("accuracy", "nll", "ece", "rmse", "log_likelihood", "density")
+    path = export_pruned(model, threshold, args.out, metrics={k: metrics[k] for k in keep if k in metrics})
+    print(f"exported {model.family} at threshold {threshold:g} (density {metrics['density']:.4f}) to {path}",
+          file=out)
+    return path
+
+
+def _handler(command):
+    def run(args: argparse.Namespace) -> int:
+        model, dataset = _load(args)
+        command(model, dataset, args)
+        return 0
+
+    return run
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", metavar="RUN", help="run id (or unique prefix) from `python -m core runs`")
+    parser.add_argument("--cache-dir", default=None, help="run store folder (default: the user cache)")
+    parser.add_argument("--data-dir", default=None, help="folder with full datasets (default: $BNN_DATA_DIR)")
+
+
+def register(subparsers) -> None:
+    evaluate_parser = subparsers.add_parser("evaluate", help="test-set metrics of a run for one prediction mode")
+    _common(evaluate_parser)
+    evaluate_parser.add_argument("--mode", default="bma", help=MODE_HELP)
+    evaluate_parser.add_argument("--threshold", default=None, help="cut of the native statistic (mpm, mpm-mean, prune)")
+    evaluate_parser.add_argument("--samples", default="10", help="posterior draws R (>= 1)")
+    evaluate_parser.add_argument("--ood", action="append", default=[], metavar="DATASET",
+                                 help="out-of-domain set (a dataset or uniform-noise/inverted/rotated); repeatable")
+    evaluate_parser.add_argument("--seed", type=int, default=0)
+    evaluate_parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    evaluate_parser.set_defaults(handler=_handler(evaluate_command))
+
+    sweep_parser = subparsers.add_parser("sweep", help="accuracy (or RMSE) vs density over thresholds")
+    _common(sweep_parser)
+    sweep_parser.add_argument("--thresholds", default=None, help="start:stop:step (e.g. 0:1:0.02) or a list a,b,c")
+    sweep_parser.add_argument("--mode", default="mpm-mean", help="mpm-mean (mean weights) or mpm/prune (sampled)")
+    sweep_parser.add_argument("--samples", default="1", help="posterior draws R for the sampled modes")
+    sweep_parser.add_argument("--seed", type=int, default=0)
+    sweep_parser.add_argument("--json", action="store_true")
+    sweep_parser.set_defaults(handler=_handler(sweep_command))
+
+    export_parser = subparsers.add_parser("export", help="write the pruned mean network (safetensors + JSON)")
+    _common(export_parser)
+    export_parser.add_argument("--threshold", required=True, help="cut of the native statistic")
+    export_parser.add_argument("--out", required=True, help="output folder")
+    export_parser.set_defaults(handler=_handler(export_command))

@@ -1,0 +1,263 @@
+"""`predict`: one entry point for every prediction mode and every family.
+
+Draws are batched: all R networks go through `forward_with_weights` at once
+with (R, out, in+1) weight tensors, chunked over draws and inputs when the
+activations would exceed `MEMORY_BUDGET_BYTES`. Draw r comes from the
+network's `sample_weights`, which seeds it from (seed, r): R=20 reuses the
+first 10 draws of R=10.
+
+Density reported (fraction of weights a prediction needs):
+- `mpm`, `mpm-mean`, `prune`: kept weights / all weights;
+- `mean`: nonzero posterior-mean weights (1.0 unless a structure is fixed);
+- `bma`: for R = 1 the density of the one sampled network; for R > 1 the
+  weights any draw may use (nonzero mean or used by some draw), 1.0 for a
+  dense family, as seed 000 reports for full BMA. `draw_density` always holds
+  the mean density of the sampled networks (seed 000's R=1 density).
+
+Predicting never changes the model: everything runs under no_grad, draws use
+their own generators (the global RNG is untouched) and no train()/eval()
+toggle or parameter/buffer write happens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from core.errors import PredictionError
+from core.models.network import BayesianMLP
+from core.predict.modes import PredictionMode, WeightChoice, parse_mode, parse_weight_choice
+from core.predict.structure import is_disconnected, layer_densities, overall_density
+
+# Activations of one chunk (draws x inputs x widest layer, two layers alive) stay below this.
+MEMORY_BUDGET_BYTES = 256 * 2**20
+
+
+def resolve_model(model_or_run: Any) -> BayesianMLP:
+    """A BayesianMLP, or the `.model` of a run (LoadedRun)."""
+    model = model_or_run if isinstance(model_or_run, BayesianMLP) else getattr(model_or_run, "model", None)
+    if not isinstance(model, BayesianMLP):
+        raise PredictionError(
+            f"expected a BayesianMLP or a run with a .model, got {type(model_or_run).__name__}")
+    return model
+
+
+def task_of(model: BayesianMLP) -> str:
+    return model.likelihood.task
+
+
+def as_inputs(model: BayesianMLP, x: Any) -> Tensor:
+    """x as a float tensor (n, d) on the model's device; d must match the model."""
+    tensor = torch.as_tensor(np.asarray(x) if not isinstance(x, Tensor) else x)
+    if tensor.dim() == 1:
+        raise PredictionError(f"inputs: expected a 2-D array (n, {model.config.in_features}), got shape "
+                              f"{tuple(tensor.shape)}; use x[None] for a single example")
+    if tensor.dim() > 2:
+        tensor = tensor.reshape(tensor.shape[0], -1)
+    if tensor.shape[1] != model.config.in_features:
+        raise PredictionError(f"inputs: the model takes {model.config.in_features} features, got "
+                              f"{tensor.shape[1]} (shape {tuple(tensor.shape)})")
+    dtype = model.layers[0].fixed_mask.dtype
+    return tensor.to(device=model.device, dtype=dtype)
+
+
+def check_samples(samples: Any) -> int:
+    try:
+        value = int(samples)
+    except (TypeError, ValueError):
+        raise PredictionError(f"samples: expected a positive integer, got {samples!r}") from None
+    if value != samples or value < 1:
+        raise PredictionError(f"samples: R must be an integer >= 1, got {samples!r}")
+    return value
+
+
+def check_threshold(model: BayesianMLP, threshold: Any) -> float:
+    try:
+        return model.spec.check_threshold(threshold)
+    except (TypeError, ValueError) as exc:
+        raise PredictionError(f"threshold: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one prediction computes: the mode resolved into structure and weights."""
+
+    mode: PredictionMode
+    samples: int  # number of networks evaluated (1 for the deterministic modes)
+    threshold: float | None
+    weights: WeightChoice
+
+
+def make_plan(model: BayesianMLP, mode: Any, samples: Any, threshold: Any, weights: Any) -> Plan:
+    mode = parse_mode(mode)
+    samples = check_samples(samples)
+    choice = None if weights is None else parse_weight_choice(weights)
+    if mode is PredictionMode.PRUNE:
+        choice = choice or WeightChoice.SAMPLE
+    else:
+        implied = WeightChoice.MEAN if mode in (PredictionMode.MEAN, PredictionMode.MPM_MEAN) else WeightChoice.SAMPLE
+        if choice is not None and choice is not implied:
+            raise PredictionError(f"weights={choice.value!r} only applies to mode 'prune'; mode {mode.value!r} "
+                                  f"uses {implied.value} weights")
+        choice = implied
+    if mode.uses_threshold:
+        # A threshold with mpm / mpm-mean generalises the median probability model (0.5 for LBBNN).
+        threshold = model.spec.default_threshold if threshold is None else check_threshold(model, threshold)
+    elif threshold is not None:
+        raise PredictionError(f"threshold: mode {mode.value!r} uses no threshold; use mpm, mpm-mean or prune")
+    if choice is WeightChoice.MEAN:
+        samples = 1
+    return Plan(mode, samples, threshold, choice)
+
+
+def plan_weights(model: BayesianMLP, plan: Plan, seed: int) -> tuple[list[Tensor], list[Tensor] | None]:
+    """Weights per layer, (R, out, in+1) for sampled plans or (out, in+1), and the masks used."""
+    if plan.mode is PredictionMode.BMA:
+        return model.sample_weights(plan.samples, int(seed)), None
+    if plan.mode is PredictionMode.MEAN:
+        return model.mean_weights(), None
+    masks = model.keep_masks(plan.threshold)
+    if plan.weights is WeightChoice.MEAN:
+        return model.conditional_mean_weights(masks), masks
+    return model.sample_weights(plan.samples, int(seed), masks=masks), masks
+
+
+def forward_draws(model: BayesianMLP, x: Tensor, weights: Sequence[Tensor], batch_size: int | None = None,
+                  memory_budget: int = MEMORY_BUDGET_BYTES) -> Tensor:
+    """Network outputs (R, n, out) for weights (R, out, in+1) per layer; R = 1 for (out, in+1) weights."""
+    single = weights[0].dim() == 2
+    n_draws = 1 if single else weights[0].shape[0]
+    n = x.shape[0]
+    widest = max([x.shape[1]] + [w.shape[-2] for w in weights])
+    per_item = 2 * widest * x.element_size()
+    draw_chunk = max(1, min(n_draws, memory_budget // max(1, n * per_item)))
+    input_chunk = n if draw_chunk * n * per_item <= memory_budget else max(1, memory_budget // (draw_chunk * per_item))
+    if batch_size is not None:
+        if int(batch_size) < 1:
+            raise PredictionError(f"batch_size: must be >= 1, got {batch_size!r}")
+        input_chunk = min(input_chunk, int(batch_size))
+    if single:
+        parts = [model.forward_with_weights(x[i:i + input_chunk], weights) for i in range(0, n, input_chunk)]
+        return torch.cat(parts).unsqueeze(0)
+    rows = []
+    for r in range(0, n_draws, draw_chunk):
+        chunk = [w[r:r + draw_chunk] for w in weights]
+        rows.append(torch.cat([model.forward_with_weights(x[i:i + input_chunk], chunk)
+                               for i in range(0, n, input_chunk)], dim=1))
+    return torch.cat(rows)
+
+
+@dataclass
+class Prediction:
+    """Predictions of one mode on n inputs. Regression values are in standardised units
+    (see `unstandardised`)."""
+
+    mode: PredictionMode
+    task: str
+    samples: int
+    threshold: float | None
+    weights: WeightChoice
+    density: float
+    layer_density: list[float]
+    draw_density: float
+    disconnected: bool
+    warnings: list[str] = field(default_factory=list)
+    # classification
+    probs_per_draw: np.ndarray | None = None  # (R, n, K) float32
+    probs: np.ndarray | None = None  # (n, K), mean over draws
+    # regression
+    mean_per_draw: np.ndarray | None = None  # (R, n)
+    std_per_draw: np.ndarray | None = None  # (R, n), aleatoric std of each draw
+    mean: np.ndarray | None = None  # (n,) predictive mean
+    epistemic_variance: np.ndarray | None = None  # variance over draws of the per-draw means
+    aleatoric_variance: np.ndarray | None = None  # mean over draws of the per-draw variances
+    total_variance: np.ndarray | None = None  # their sum: the variance of the mixture over draws
+
+    @property
+    def predicted_class(self) -> np.ndarray:
+        if self.probs is None:
+            raise PredictionError("predicted_class: this is a regression prediction")
+        return self.probs.argmax(axis=1)
+
+    def unstandardised(self, target_mean: float, target_std: float) -> "Prediction":
+        """The same regression prediction in original units: y = y_std * target_std + target_mean."""
+        if self.task != "regression":
+            return self
+        scale, shift = float(target_std), float(target_mean)
+        var_scale = scale * scale
+        return replace(self, mean_per_draw=self.mean_per_draw * scale + shift, std_per_draw=self.std_per_draw * scale,
+                       mean=self.mean * scale + shift, epistemic_variance=self.epistemic_variance * var_scale,
+                       aleatoric_variance=self.aleatoric_variance * var_scale,
+                       total_variance=self.total_variance * var_scale)
+
+
+def nonzero_masks(weights: Sequence[Tensor]) -> list[Tensor]:
+    return [w != 0 for w in weights]
+
+
+def _densities(model: BayesianMLP, plan: Plan, weights: Sequence[Tensor],
+               masks: Sequence[Tensor] | None) -> tuple[float, list[float], float, bool]:
+    """(density, per-layer density, mean density of the evaluated networks, disconnected)."""
+    used = nonzero_masks(weights)
+    if masks is not None:
+        disconnected = bool(is_disconnected(masks))
+        density, per_layer = overall_density(masks), layer_densities(masks)
+        if weights[0].dim() == 3:
+            return density, per_layer, overall_density(used), disconnected
+        return density, per_layer, density, disconnected
+    if weights[0].dim() == 2:  # the posterior-mean network
+        return overall_density(used), layer_densities(used), overall_density(used), bool(is_disconnected(used))
+    draw_density = overall_density(used)
+    disconnected = bool(torch.as_tensor(is_disconnected(used)).all())
+    if plan.samples == 1:
+        single = [u[0] for u in used]
+        return overall_density(single), layer_densities(single), draw_density, disconnected
+    possible = [u.any(dim=0) | (m != 0) for u, m in zip(used, model.mean_weights())]
+    return overall_density(possible), layer_densities(possible), draw_density, disconnected
+
+
+def predict(model_or_run: Any, x: Any, mode: str | PredictionMode = "bma", samples: int = 10,
+            threshold: float | None = None, seed: int = 0, weights: str | None = None,
+            batch_size: int | None = None) -> Prediction:
+    """Predict with one of the modes of `PredictionMode` (see the module docstring).
+
+    `threshold` applies to mpm / mpm-mean (default: the family's default cut)
+    and prune; `weights` ("sample" or "mean") applies to prune only.
+    """
+    model = resolve_model(model_or_run)
+    plan = make_plan(model, mode, samples, threshold, weights)
+    with torch.no_grad():
+        inputs = as_inputs(model, x)
+        draws, masks = plan_weights(model, plan, seed)
+        outputs = forward_draws(model, inputs, draws, batch_size)
+        density, per_layer, draw_density, disconnected = _densities(model, plan, draws, masks)
+        return build_prediction(model, plan, outputs, density, per_layer, draw_density, disconnected)
+
+
+def disconnected_warning(plan: Plan) -> str:
+    where = f" at threshold {plan.threshold:g}" if plan.threshold is not None else ""
+    return (f"the {plan.mode.value} network{where} has no path from any input to any output: "
+            "every prediction is the same constant; lower the threshold")
+
+
+def build_prediction(model: BayesianMLP, plan: Plan, outputs: Tensor, density: float, per_layer: list[float],
+                     draw_density: float, disconnected: bool) -> Prediction:
+    common = dict(mode=plan.mode, task=task_of(model), samples=plan.samples, threshold=plan.threshold,
+                  weights=plan.weights, density=density, layer_density=per_layer, draw_density=draw_density,
+                  disconnected=disconnected, warnings=[disconnected_warning(plan)] if disconnected else [])
+    if task_of(model) == "classification":
+        probs_per_draw = model.likelihood.probabilities(outputs).float().cpu().numpy()
+        return Prediction(**common, probs_per_draw=probs_per_draw, probs=probs_per_draw.mean(axis=0))
+    mean_t, std_t = model.likelihood.mean_and_std(outputs)
+    mean_per_draw = mean_t.float().cpu().numpy()
+    std_per_draw = std_t.float().cpu().numpy()
+    mean = mean_per_draw.mean(axis=0)
+    epistemic = mean_per_draw.var(axis=0)
+    aleatoric = (std_per_draw.astype(np.float64) ** 2).mean(axis=0).astype(np.float32)
+    return Prediction(**common, mean_per_draw=mean_per_draw, std_per_draw=std_per_draw, mean=mean,
+                      epistemic_variance=epistemic, aleatoric_variance=aleatoric,
+                      total_variance=epistemic + aleatoric)

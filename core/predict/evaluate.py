@@ -1,0 +1,161 @@
+"""`evaluate`: a run's test-set metrics for one prediction mode, as a JSON-ready dict."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from core.errors import PredictionError
+from core.predict.engine import Prediction, predict, resolve_model
+from core.predict.metrics import classification as cls_metrics
+from core.predict.metrics import ood as ood_metrics
+from core.predict.metrics import regression as reg_metrics
+
+ECDF_POINTS = 101
+
+
+def jsonable(value: Any) -> Any:
+    """Floats, ints, lists, dicts and None only (NaN and inf become None)."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist())
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    if hasattr(value, "value") and isinstance(value.value, str):  # string enums
+        return value.value
+    return value
+
+
+def mean_inclusion(model) -> list[float]:
+    """Mean of the native statistic per layer (for LBBNN: seed 000 Table 5's mean inclusion probability)."""
+    with torch.no_grad():
+        return [float(stat.double().mean()) for stat in model.native_statistics()]
+
+
+def classification_metrics(prediction: Prediction, y: np.ndarray, ece_bins: int,
+                           doubt_threshold: float) -> dict[str, Any]:
+    probs = prediction.probs
+    result = {
+        "accuracy": cls_metrics.accuracy(probs, y),
+        "nll": cls_metrics.nll(prediction.probs_per_draw, y),
+        "brier": cls_metrics.brier(probs, y),
+        "ece": cls_metrics.ece(probs, y, ece_bins),
+        "ece_bins": int(ece_bins),
+        "doubt": cls_metrics.doubt_decision(probs, y, doubt_threshold),
+    }
+    if prediction.samples > 1:
+        result["accuracy_vs_samples"] = cls_metrics.accuracy_vs_samples(prediction.probs_per_draw, y)
+    return result
+
+
+def regression_metrics(prediction: Prediction, y: np.ndarray, target_std: float,
+                       coverage_levels: Sequence[float]) -> dict[str, Any]:
+    means, stds = prediction.mean_per_draw, prediction.std_per_draw
+    split = reg_metrics.variance_split(means, stds, target_std)
+    return {
+        "rmse": reg_metrics.rmse(prediction.mean, y, target_std),
+        "log_likelihood": reg_metrics.log_likelihood(means, stds, y, target_std),
+        "coverage": reg_metrics.coverage(means, stds, y, coverage_levels),
+        "crps": reg_metrics.crps(means, stds, y, target_std),
+        "epistemic_variance": float(split["epistemic"].mean()),
+        "aleatoric_variance": float(split["aleatoric"].mean()),
+        "total_variance": float(split["total"].mean()),
+    }
+
+
+def uncertainty_scores(prediction: Prediction) -> np.ndarray:
+    """Predictive entropy (classification) or the moment-matched Gaussian's entropy (regression)."""
+    if prediction.task == "classification":
+        return ood_metrics.predictive_entropy(prediction.probs)
+    return ood_metrics.gaussian_entropy(prediction.total_variance)
+
+
+def entropy_summary(scores_in: np.ndarray, scores_out: np.ndarray, n_classes: int | None) -> dict[str, Any]:
+    top = math.log(n_classes) if n_classes else float(max(scores_in.max(), scores_out.max()))
+    bottom = 0.0 if n_classes else float(min(scores_in.min(), scores_out.min()))
+    grid = np.linspace(bottom, top, ECDF_POINTS)
+    return {
+        "auroc": ood_metrics.auroc(scores_in, scores_out),
+        "entropy_in_mean": float(scores_in.mean()),
+        "entropy_out_mean": float(scores_out.mean()),
+        "entropy_in_median": float(np.median(scores_in)),
+        "entropy_out_median": float(np.median(scores_out)),
+        "ecdf_grid": grid,
+        "ecdf_in": ood_metrics.ecdf_on_grid(scores_in, grid),
+        "ecdf_out": ood_metrics.ecdf_on_grid(scores_out, grid),
+        "n_out": int(len(scores_out)),
+    }
+
+
+def load_ood_inputs(dataset, name: str, data_dir=None) -> np.ndarray:
+    from core.data import load_ood
+
+    x = load_ood(dataset, name, data_dir=data_dir)
+    if x.ndim != 2 or x.shape[1] != dataset.in_features:
+        raise PredictionError(f"OOD set {name!r} has inputs of shape {x.shape[1:]} but {dataset.name} has "
+                              f"{dataset.in_features} features; pick a set with the same input shape")
+    return x
+
+
+def evaluate(model_or_run: Any, dataset, mode: str = "bma", samples: int = 10, threshold: float | None = None,
+             seed: int = 0, ood: str | Sequence[str] | None = None, ece_bins: int = 15,
+             doubt_threshold: float = 0.95, weights: str | None = None,
+             coverage_levels: Sequence[float] = (0.5, 0.9, 0.95), data_dir=None) -> dict[str, Any]:
+    """Test-set metrics of one prediction mode (JSON-serialisable).
+
+    Classification: accuracy, nll, brier, ece, doubt decision, accuracy vs R.
+    Regression (original units): rmse, log_likelihood, coverage, crps, variance split.
+    Both: density, per-layer density, mean inclusion per layer, disconnected flag,
+    and per OOD set the AUROC of entropy and its ECDFs in and out of domain.
+    """
+    model = resolve_model(model_or_run)
+    if int(ece_bins) < 1:
+        raise PredictionError(f"ece_bins: must be >= 1, got {ece_bins}")
+    if dataset.task != model.likelihood.task:
+        raise PredictionError(f"dataset {dataset.name} is a {dataset.task} task but the model does "
+                              f"{model.likelihood.task}")
+    prediction = predict(model, dataset.x_test, mode=mode, samples=samples, threshold=threshold, seed=seed,
+                         weights=weights)
+    result: dict[str, Any] = {
+        "dataset": dataset.name,
+        "family": model.family,
+        "mode": prediction.mode.value,
+        "paper_name": prediction.mode.paper_name,
+        "samples": prediction.samples,
+        "threshold": prediction.threshold,
+        "weights": prediction.weights.value,
+        "seed": int(seed),
+        "n_test": int(dataset.n_test),
+        "density": prediction.density,
+        "layer_density": prediction.layer_density,
+        "draw_density": prediction.draw_density,
+        "mean_inclusion": mean_inclusion(model),
+        "statistic": model.spec.name,
+        "disconnected": prediction.disconnected,
+        "warnings": list(prediction.warnings),
+    }
+    if prediction.task == "classification":
+        result.update(classification_metrics(prediction, dataset.y_test, ece_bins, doubt_threshold))
+    else:
+        result.update(regression_metrics(prediction, dataset.y_test, dataset.target_std, coverage_levels))
+    names = [ood] if isinstance(ood, str) else list(ood or [])
+    if names:
+        scores_in = uncertainty_scores(prediction)
+        result["ood"] = {}
+        for name in names:
+            x_out = load_ood_inputs(dataset, name, data_dir)
+            out = predict(model, x_out, mode=mode, samples=samples, threshold=threshold, seed=seed, weights=weights)
+            result["ood"][name] = entropy_summary(scores_in, uncertainty_scores(out), dataset.n_classes)
+    return jsonable(result)
+

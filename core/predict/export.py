@@ -1,0 +1,162 @@
+"""Export a pruned network: only the kept weights, dead hidden units removed.
+
+At threshold t the exported net computes exactly the `mpm-mean` / `prune`
+(weights="mean") prediction of the model at t:
+- a hidden unit is kept if it depends on the input and can reach an output
+  (core.predict.structure);
+- a hidden unit that does not depend on the input is a constant: its value is
+  folded into the biases of the next layer, then it is dropped;
+- input features with no kept weight into a kept unit are dropped (the module
+  gathers the features it uses).
+
+Files: `<dir>/model.safetensors` (per layer the kept weights as flat indices
+into the compact matrix plus values, the folded bias; the input index) and
+`<dir>/model.json` (model config, threshold, density, per-layer shapes, metrics).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from core.errors import PredictionError
+from core.models.likelihoods import HeteroscedasticGaussian, make_likelihood
+from core.models.network import ACTIVATIONS, BayesianMLP
+from core.predict.engine import check_threshold, resolve_model
+from core.predict.evaluate import jsonable
+from core.predict.structure import input_dependence, layer_densities, overall_density, useful_units
+
+FORMAT_VERSION = 1
+WEIGHTS_FILE = "model.safetensors"
+META_FILE = "model.json"
+
+
+def compact_layers(model: BayesianMLP, threshold: float) -> tuple[Tensor, list[Tensor], list[Tensor], list[Tensor]]:
+    """(input index, compact weights, folded biases, compact kept masks) of the pruned mean network."""
+    masks = model.keep_masks(threshold)
+    weights = [w.double() for w in model.conditional_mean_weights(masks)]
+    depends = input_dependence(masks)
+    useful = useful_units(masks)
+    keep = [d & u for d, u in zip(depends[:-1], useful[:-1])] + [torch.ones_like(useful[-1])]
+    activation = model.activation
+    used_inputs = (masks[0][:, :-1] & keep[0].unsqueeze(1)).any(dim=0)
+    columns = used_inputs.nonzero().squeeze(1)
+    constant = torch.zeros(0, dtype=torch.float64, device=weights[0].device)  # values of dropped constant units
+    is_constant = torch.zeros(model.config.in_features, dtype=torch.bool, device=weights[0].device)
+    compact_w, compact_b, compact_m = [], [], []
+    for index, (weight, mask) in enumerate(zip(weights, masks)):
+        bias = weight[:, -1] + weight[:, :-1][:, is_constant] @ constant
+        rows = keep[index].nonzero().squeeze(1)
+        compact_w.append(weight[rows][:, columns].float())
+        compact_m.append(mask[rows][:, columns])
+        compact_b.append(bias[rows].float())
+        if index < len(weights) - 1:
+            # Units that do not depend on x hold the constant act(bias with constants folded).
+            is_constant = ~depends[index]
+            constant = activation(bias[is_constant])
+            columns = rows
+    return used_inputs.nonzero().squeeze(1), compact_w, compact_b, compact_m
+
+
+class ExportedMLP(nn.Module):
+    """A small deterministic MLP: gather used inputs, then dense compact layers."""
+
+    def __init__(self, input_index: Tensor, weights: list[Tensor], biases: list[Tensor], activation: str,
+                 likelihood: str, noise_std: float | None = None):
+        super().__init__()
+        self.register_buffer("input_index", input_index.long())
+        for i, (w, b) in enumerate(zip(weights, biases)):
+            self.register_buffer(f"weight_{i}", w.float().contiguous())
+            self.register_buffer(f"bias_{i}", b.float().contiguous())
+        self.n_layers = len(weights)
+        self.activation = ACTIVATIONS[activation]()
+        self.likelihood = make_likelihood(likelihood)
+        if noise_std is not None:
+            self.likelihood.log_noise_std.data.fill_(float(noise_std)).log_()
+        self.likelihood.requires_grad_(False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = x.reshape(x.shape[0], -1).index_select(1, self.input_index)
+        for i in range(self.n_layers):
+            h = nn.functional.linear(h, getattr(self, f"weight_{i}"), getattr(self, f"bias_{i}"))
+            if i < self.n_layers - 1:
+                h = self.activation(h)
+        return h
+
+    @torch.no_grad()
+    def predict(self, x: Any) -> Tensor | tuple[Tensor, Tensor]:
+        """Class probabilities (n, K), or (mean, std) for regression (standardised units)."""
+        out = self(torch.as_tensor(x, dtype=torch.float32))
+        if self.likelihood.task == "classification":
+            return self.likelihood.probabilities(out)
+        return self.likelihood.mean_and_std(out)
+
+
+def export_pruned(model_or_run: Any, threshold: float | None, path: str | Path,
+                  metrics: dict[str, Any] | None = None) -> Path:
+    """Write the pruned mean network at `threshold` (default: the family's) to directory `path`."""
+    model = resolve_model(model_or_run)
+    threshold = model.spec.default_threshold if threshold is None else check_threshold(model, threshold)
+    with torch.no_grad():
+        masks = model.keep_masks(threshold)
+        input_index, weights, biases, kept = compact_layers(model, threshold)
+        tensors = {"input_index": input_index.cpu().contiguous()}
+        shapes = []
+        for i, (w, b, m) in enumerate(zip(weights, biases, kept)):
+            flat = m.reshape(-1).nonzero().squeeze(1)
+            tensors[f"layer_{i}.indices"] = flat.to(torch.int32).cpu().contiguous()
+            tensors[f"layer_{i}.values"] = w.reshape(-1)[flat].cpu().contiguous()
+            tensors[f"layer_{i}.bias"] = b.cpu().contiguous()
+            shapes.append(list(w.shape))
+        noise_std = None
+        if model.likelihood.task == "regression" and not isinstance(model.likelihood, HeteroscedasticGaussian):
+            noise_std = float(model.likelihood.log_noise_std.exp())
+    directory = Path(path)
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(directory / WEIGHTS_FILE))
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "config": dataclasses.asdict(model.config),
+        "family": model.family,
+        "statistic": model.spec.name,
+        "threshold": threshold,
+        "density": overall_density(masks),
+        "layer_density": layer_densities(masks),
+        "n_weights_kept": int(sum(int(m.sum()) for m in kept)),
+        "n_weights_dense": model.n_weights(),
+        "layer_shapes": shapes,
+        "activation": model.config.activation,
+        "likelihood": model.config.likelihood,
+        "noise_std": noise_std,
+        "metrics": metrics or {},
+    }
+    (directory / META_FILE).write_text(json.dumps(jsonable(meta), indent=2))
+    return directory
+
+
+def load_exported(path: str | Path) -> ExportedMLP:
+    directory = Path(path)
+    meta_path, weights_path = directory / META_FILE, directory / WEIGHTS_FILE
+    if not meta_path.is_file() or not weights_path.is_file():
+        raise PredictionError(f"export: {directory} does not hold {META_FILE} and {WEIGHTS_FILE}")
+    meta = json.loads(meta_path.read_text())
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise PredictionError(f"export: {directory} has format version {meta.get('format_version')!r}, "
+                              f"this version reads {FORMAT_VERSION}")
+    tensors = load_file(str(weights_path))
+    weights, biases = [], []
+    for i, shape in enumerate(meta["layer_shapes"]):
+        dense = torch.zeros(shape[0] * shape[1], dtype=torch.float32)
+        dense[tensors[f"layer_{i}.indices"].long()] = tensors[f"layer_{i}.values"]
+        weights.append(dense.reshape(shape))
+        biases.append(tensors[f"layer_{i}.bias"])
+    module = ExportedMLP(tensors["input_index"], weights, biases, meta["activation"], meta["likelihood"],
+                         meta.get("noise_std"))
+    module.meta = meta
+    return module.eval()

@@ -1,0 +1,104 @@
+"""Classification metrics from class probabilities.
+
+`probs` is (n, K) (the model average) and `probs_per_draw` (R, n, K).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+# Softmax probabilities can underflow to 0 in float32; the log-likelihood of a
+# draw is floored at log(TINY) instead of -inf.
+TINY = float(np.finfo(np.float32).tiny)
+
+
+def _labels(y: np.ndarray) -> np.ndarray:
+    return np.asarray(y).astype(np.int64).reshape(-1)
+
+
+def _per_draw(probs: np.ndarray) -> np.ndarray:
+    probs = np.asarray(probs)
+    return probs[None] if probs.ndim == 2 else probs
+
+
+def accuracy(probs: np.ndarray, y: np.ndarray) -> float:
+    return float(np.mean(np.asarray(probs).argmax(axis=-1) == _labels(y)))
+
+
+def nll(probs_per_draw: np.ndarray, y: np.ndarray) -> float:
+    """Mean over examples of -log((1/R) sum_r p_r(y_i)), computed as a log-mean-exp."""
+    draws = _per_draw(probs_per_draw).astype(np.float64)
+    labels = _labels(y)
+    log_p = np.log(np.maximum(draws[:, np.arange(len(labels)), labels], TINY))  # (R, n)
+    top = log_p.max(axis=0)
+    log_mean = top + np.log(np.exp(log_p - top).mean(axis=0))
+    return float(-log_mean.mean())
+
+
+def brier(probs: np.ndarray, y: np.ndarray) -> float:
+    """Multi-class Brier score: mean over examples of sum_k (p_k - 1[y = k])^2 (range [0, 2])."""
+    probs = np.asarray(probs, dtype=np.float64)
+    onehot = np.zeros_like(probs)
+    onehot[np.arange(len(probs)), _labels(y)] = 1.0
+    return float(((probs - onehot) ** 2).sum(axis=1).mean())
+
+
+def reliability(probs: np.ndarray, y: np.ndarray, n_bins: int = 15) -> dict[str, np.ndarray]:
+    """Equal-width confidence bins (k/B, (k+1)/B], the first one closed at 0.
+
+    Returns per bin: count, mean confidence and accuracy (NaN where empty), and edges.
+    """
+    if int(n_bins) < 1:
+        raise ValueError(f"n_bins must be >= 1, got {n_bins}")
+    probs = np.asarray(probs, dtype=np.float64)
+    confidence = probs.max(axis=1)
+    correct = (probs.argmax(axis=1) == _labels(y)).astype(np.float64)
+    index = np.clip(np.ceil(confidence * n_bins).astype(np.int64) - 1, 0, n_bins - 1)
+    count = np.bincount(index, minlength=n_bins).astype(np.int64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_confidence = np.bincount(index, weights=confidence, minlength=n_bins) / count
+        bin_accuracy = np.bincount(index, weights=correct, minlength=n_bins) / count
+    return {"edges": np.linspace(0.0, 1.0, n_bins + 1), "count": count,
+            "confidence": mean_confidence, "accuracy": bin_accuracy}
+
+
+def ece(probs: np.ndarray, y: np.ndarray, n_bins: int = 15) -> float:
+    """Expected calibration error: sum_b (n_b / n) |accuracy_b - confidence_b|."""
+    table = reliability(probs, y, n_bins)
+    filled = table["count"] > 0
+    gaps = np.abs(table["accuracy"][filled] - table["confidence"][filled])
+    return float((table["count"][filled] * gaps).sum() / table["count"].sum())
+
+
+def doubt_decision(probs: np.ndarray, y: np.ndarray, threshold: float = 0.95) -> dict[str, float | int | None]:
+    """Classify only where the max class probability exceeds `threshold` (seed 000's 0.95 column).
+
+    accuracy is over the decided cases (None when none is decided).
+    """
+    probs = np.asarray(probs)
+    decided = probs.max(axis=1) > threshold
+    count = int(decided.sum())
+    hits = probs[decided].argmax(axis=1) == _labels(y)[decided]
+    return {"threshold": float(threshold), "count": count, "fraction": count / max(len(probs), 1),
+            "accuracy": float(hits.mean()) if count else None}
+
+
+def accuracy_vs_samples(probs_per_draw: np.ndarray, y: np.ndarray,
+                        sample_counts: Sequence[int] | None = None) -> dict[str, list]:
+    """Accuracy of the average of the first r draws for each r (seed 002 figure 1)."""
+    draws = _per_draw(probs_per_draw).astype(np.float64)
+    total = draws.shape[0]
+    counts = list(range(1, total + 1)) if sample_counts is None else [int(c) for c in sample_counts]
+    if any(c < 1 or c > total for c in counts):
+        raise ValueError(f"sample counts must lie in [1, {total}], got {counts}")
+    cumulative = np.cumsum(draws, axis=0)
+    labels = _labels(y)
+    values = [float(np.mean(cumulative[c - 1].argmax(axis=1) == labels)) for c in counts]
+    return {"samples": counts, "accuracy": values}
+
+
+def nan_to_none(value: float) -> float | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value

@@ -1,0 +1,75 @@
+"""Prediction modes (seed 000 section 3.4; METHODS.md section 1, "Prediction modes").
+
+| mode       | paper name | structure                       | weights              |
+|------------|------------|---------------------------------|----------------------|
+| `bma`      | SIM-SIM    | sampled with the weights        | R draws              |
+| `mean`     | ALL-MEA    | none: the posterior-mean net    | E_q[w]               |
+| `mpm`      | MED-SIM    | statistic cut at its default    | R draws given kept   |
+| `mpm-mean` | MED-MEA    | statistic cut at its default    | E_q[w given kept]    |
+| `prune`    | PRN        | statistic cut at `threshold`    | R draws or the means |
+
+For LBBNN the default cut alpha > 0.5 is the median probability model; every
+other family cuts its own native statistic (|mu|/sigma, log alpha, |w| ...) at
+its default, so every family answers every mode.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from core.errors import PredictionError
+
+
+class PredictionMode(str, Enum):
+    BMA = "bma"
+    MEAN = "mean"
+    MPM = "mpm"
+    MPM_MEAN = "mpm-mean"
+    PRUNE = "prune"
+
+    @property
+    def paper_name(self) -> str:
+        return PAPER_NAMES[self]
+
+    @property
+    def uses_threshold(self) -> bool:
+        return self in (PredictionMode.MPM, PredictionMode.MPM_MEAN, PredictionMode.PRUNE)
+
+
+class WeightChoice(str, Enum):
+    """How a pruned network's kept weights are set: R posterior draws or their means."""
+
+    SAMPLE = "sample"
+    MEAN = "mean"
+
+
+PAPER_NAMES = {
+    PredictionMode.BMA: "SIM-SIM",
+    PredictionMode.MEAN: "ALL-MEA",
+    PredictionMode.MPM: "MED-SIM",
+    PredictionMode.MPM_MEAN: "MED-MEA",
+    PredictionMode.PRUNE: "PRN",
+}
+MODE_ALIASES = {name.lower(): mode for mode, name in PAPER_NAMES.items()}
+
+
+def parse_mode(value: str | PredictionMode) -> PredictionMode:
+    """A mode from its name or paper alias, case-insensitive."""
+    if isinstance(value, PredictionMode):
+        return value
+    key = str(value).strip().lower()
+    try:
+        return PredictionMode(key)
+    except ValueError:
+        pass
+    if key in MODE_ALIASES:
+        return MODE_ALIASES[key]
+    known = [m.value for m in PredictionMode] + list(PAPER_NAMES.values())
+    raise PredictionError(f"mode: unknown {value!r}; choose one of {', '.join(known)}")
+
+
+def parse_weight_choice(value: str | WeightChoice) -> WeightChoice:
+    try:
+        return WeightChoice(str(getattr(value, "value", value)).strip().lower())
+    except ValueError:
+        raise PredictionError(f"weights: unknown {value!r}; choose 'sample' or 'mean'") from None

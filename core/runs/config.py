@@ -1,0 +1,294 @@
+"""RunConfig: one frozen, validated description of a run, and its run id.
+
+The run id is a hash of the canonical serialisation (sorted keys, numbers
+normalised so that 1, 1.0 and 1e0 are the same, defaults filled in, device
+left out) together with SCHEMA_VERSION and the dataset's fingerprint: the
+same config on the same data always gives the same id, any change that can
+alter the trained model gives a new one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from core.errors import BNNError, ConfigError
+from core.models.likelihoods import LIKELIHOODS
+from core.models.network import ACTIVATIONS, ModelConfig
+from core.models.registry import canonical_family, family_class
+from core.train import DEFAULT_LEARNING_RATES, DEFAULT_PRETRAIN_LEARNING_RATES, TrainConfig
+
+if TYPE_CHECKING:
+    from core.data import Dataset
+
+# Bump when the meaning of a config or the training code changes in a way
+# that makes old runs incomparable: every run id changes with it.
+SCHEMA_VERSION = 1
+RUN_ID_LENGTH = 16
+DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
+TRAIN_INT_FIELDS = ("epochs", "pretrain_epochs", "posttrain_epochs", "batch_size", "mc_samples",
+                    "kl_anneal_epochs", "warm_start_epochs")
+
+
+def _as_int(value: Any, name: str, minimum: int | None = None) -> int:
+    """An integer from an int or an integral float (TOML/JSON may give 3.0); bools are refused."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name}: must be an integer, got {value!r}")
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise ConfigError(f"{name}: must be an integer, got {value!r}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{name}: must be >= {minimum}, got {value}")
+    return value
+
+
+def _as_rate(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name}: must be a positive number, got {value!r}")
+    value = float(value)
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"{name}: must be a positive finite number, got {value!r}")
+    return value
+
+
+def _train_from(value: Any) -> TrainConfig:
+    """A TrainConfig with integer fields coerced and learning-rate defaults filled in."""
+    if isinstance(value, TrainConfig):
+        values = dataclasses.asdict(value)
+    elif isinstance(value, Mapping):
+        values = dict(value)
+        unknown = sorted(set(values) - set(TRAIN_FIELDS))
+        if unknown:
+            raise ConfigError(f"train: unknown field(s) {', '.join(unknown)}; known: {', '.join(TRAIN_FIELDS)}")
+    else:
+        raise ConfigError(f"train: must be a TrainConfig or a table of training settings, got {value!r}")
+    for name in TRAIN_INT_FIELDS:
+        if name in values:
+            values[name] = _as_int(values[name], f"train.{name}")
+    if "empirical_bayes" in values and not isinstance(values["empirical_bayes"], bool):
+        raise ConfigError(f"train.empirical_bayes: must be true or false, got {values['empirical_bayes']!r}")
+    for name, defaults in (("learning_rates", DEFAULT_LEARNING_RATES),
+                           ("pretrain_learning_rates", DEFAULT_PRETRAIN_LEARNING_RATES)):
+        given = values.get(name, {})
+        if not isinstance(given, Mapping):
+            raise ConfigError(f"train.{name}: must map group names to rates, got {given!r}")
+        unknown = sorted(set(given) - set(DEFAULT_LEARNING_RATES))
+        if unknown:
+            raise ConfigError(f"train.{name}: unknown group(s) {', '.join(unknown)}; "
+                              f"groups are {', '.join(DEFAULT_LEARNING_RATES)}")
+        # Partial rates mean "these groups changed": filling in the rest keeps
+        # {weights: 1e-2} and the full default table the same run.
+        values[name] = {**defaults, **{k: _as_rate(v, f"train.{name}.{k}") for k, v in given.items()}}
+    try:
+        return TrainConfig(**values)
+    except ConfigError as exc:
+        raise ConfigError(f"train.{exc}") from None
+
+
+def _dataset_task(name: str) -> str:
+    from core.data.registry import check_name, dataset_info
+    try:
+        check_name(name)
+        return dataset_info(name).task
+    except BNNError as exc:
+        raise ConfigError(f"dataset: {exc}") from None
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that determines a trained model (plus the device, which does not)."""
+
+    dataset: str = "mnist-small"
+    split: int | None = None
+    dataset_params: dict[str, Any] = field(default_factory=dict)
+    data_seed: int = 0  # seed of generated data and of 80/20 splits; `seed` is the training seed
+    method: str = "lbbnn"
+    hidden: tuple[int, ...] = (400, 600)
+    activation: str = "relu"
+    likelihood: str | None = None  # None: categorical for classification, gaussian for regression
+    family_options: dict[str, Any] = field(default_factory=dict)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    seed: int = 0
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        put = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
+        if not isinstance(self.dataset, str) or not self.dataset:
+            raise ConfigError(f"dataset: must be a dataset name, got {self.dataset!r}")
+        task = _dataset_task(self.dataset)
+        from core.data import uci, toy
+        if self.split is not None:
+            if self.dataset not in uci.UCI_REGRESSION:
+                raise ConfigError(f"split: only the UCI regression sets have numbered splits, "
+                                  f"not {self.dataset!r}; leave split unset")
+            put("split", _as_int(self.split, "split", minimum=0))
+        if not isinstance(self.dataset_params, Mapping):
+            raise ConfigError(f"dataset_params: must be a table of generator parameters, got {self.dataset_params!r}")
+        if self.dataset_params and self.dataset not in toy.GENERATORS:
+            raise ConfigError(f"dataset_params: {self.dataset!r} takes no generator parameters; "
+                              f"only {', '.join(toy.GENERATORS)} do")
+        put("dataset_params", _plain(dict(self.dataset_params), "dataset_params"))
+        put("data_seed", _as_int(self.data_seed, "data_seed", minimum=0))
+        put("method", canonical_family(self.method))
+        hidden = self.hidden
+        if isinstance(hidden, str):
+            hidden = [part for part in hidden.replace(" ", "").split(",") if part]
+        try:
+            hidden = tuple(_as_int(int(h) if isinstance(h, str) else h, "hidden", minimum=1) for h in hidden)
+        except (TypeError, ValueError):
+            raise ConfigError(f"hidden: must be a list of positive layer widths, got {self.hidden!r}") from None
+        put("hidden", hidden)
+        if self.activation not in ACTIVATIONS:
+            raise ConfigError(f"activation: unknown {self.activation!r}; choose one of {', '.join(ACTIVATIONS)}")
+        likelihood = self.likelihood or ("categorical" if task == "classification" else "gaussian")
+        if likelihood not in LIKELIHOODS:
+            raise ConfigError(f"likelihood: unknown {likelihood!r}; choose one of {', '.join(LIKELIHOODS)}")
+        if LIKELIHOODS[likelihood].task != task:
+            fitting = [name for name, cls in LIKELIHOODS.items() if cls.task == task]
+            raise ConfigError(f"likelihood: {likelihood!r} does not fit the {task} dataset {self.dataset!r}; "
+                              f"use one of {', '.join(fitting)}")
+        put("likelihood", likelihood)
+        if not isinstance(self.family_options, Mapping):
+            raise ConfigError(f"family_options: must be a table of options, got {self.family_options!r}")
+        try:
+            options_class = family_class(self.method).Options
+        except ImportError as exc:
+            raise ConfigError(f"method: the {self.method!r} family is not available in this installation "
+                              f"({exc})") from None
+        try:
+            options = options_class.from_dict(dict(self.family_options))
+        except ConfigError as exc:
+            raise ConfigError(f"family_options ({self.method}): {exc}") from None
+        except TypeError as exc:
+            raise ConfigError(f"family_options ({self.method}): {exc}") from None
+        # Defaults filled in: an option given at its default value is the same run.
+        put("family_options", _plain(dataclasses.asdict(options), "family_options"))
+        put("train", _train_from(self.train))
+        put("seed", _as_int(self.seed, "seed", minimum=0))
+        device = str(self.device).strip().lower()
+        if not DEVICE_PATTERN.match(device):
+            raise ConfigError(f"device: unknown device {self.device!r}; use auto, cpu, cuda, cuda:N or mps")
+        put("device", device)
+
+    # --- serialisation ---------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dataset": self.dataset,
+            "split": self.split,
+            "dataset_params": dict(self.dataset_params),
+            "data_seed": self.data_seed,
+            "method": self.method,
+            "hidden": list(self.hidden),
+            "activation": self.activation,
+            "likelihood": self.likelihood,
+            "family_options": dict(self.family_options),
+            "train": dataclasses.asdict(self.train),
+            "seed": self.seed,
+            "device": self.device,
+        }
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "RunConfig":
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"config: must be a table of fields, got {type(values).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = dict(values)
+        # Accept the paper's "model" section and top-level training fields as a convenience.
+        for name in list(values):
+            if name in TRAIN_FIELDS and name not in known:
+                values.setdefault("train", {})
+                values["train"] = {**dict(values["train"]), name: values.pop(name)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"config: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> "RunConfig":
+        """A copy with fields changed; `train` may be a dict of training fields to change."""
+        if isinstance(changes.get("train"), Mapping):
+            changes["train"] = {**dataclasses.asdict(self.train), **changes["train"]}
+        return RunConfig.from_dict({**self.to_dict(), **changes})
+
+    def canonical_json(self) -> str:
+        """Sorted keys, normalised numbers, device excluded: what the run id hashes."""
+        values = self.to_dict()
+        values.pop("device")
+        return json.dumps(normalise(values), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+    def run_id(self, dataset_fingerprint: str) -> str:
+        text = f"bnn-run\nschema={SCHEMA_VERSION}\ndata={dataset_fingerprint}\n{self.canonical_json()}"
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:RUN_ID_LENGTH]
+
+    # --- what training needs -----------------------------------------------------------------
+    def load_dataset(self, data_dir: str | Path | None = None) -> "Dataset":
+        from core.data import load_dataset
+        return load_dataset(self.dataset, split=self.split, data_dir=data_dir, seed=self.data_seed,
+                            **self.dataset_params)
+
+    def model_config(self, dataset: "Dataset") -> ModelConfig:
+        return ModelConfig(in_features=dataset.in_features, out_classes=dataset.n_classes, hidden=self.hidden,
+                           family=self.method, family_options=dict(self.family_options),
+                           activation=self.activation, likelihood=self.likelihood)
+
+    def label(self) -> str:
+        """Short human description, e.g. 'lbbnn 784-400-600-10 on mnist-small, seed 0'."""
+        split = f" split {self.split}" if self.split is not None else ""
+        return f"{self.method} [{'-'.join(map(str, self.hidden))}] on {self.dataset}{split}, seed {self.seed}"
+
+
+def _plain(value: Any, name: str) -> Any:
+    """Check a value is JSON-like (numbers, strings, bools, None, lists, tables) and copy it."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v, f"{name}.{k}") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, f"{name}[{i}]") for i, v in enumerate(value)]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{name}: must be finite, got {value!r}")
+        return value
+    raise ConfigError(f"{name}: unsupported value {value!r} of type {type(value).__name__}")
+
+
+def normalise(value: Any) -> Any:
+    """Numbers in one canonical form: integral values as ints, others as round-trip floats."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)):
+        number = float(value)
+        if math.isfinite(number) and number.is_integer() and abs(number) < 2 ** 53:
+            return int(number)
+        return number
+    if isinstance(value, Mapping):
+        return {str(k): normalise(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [normalise(v) for v in value]
+    return value
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """A RunConfig from a TOML (.toml) or JSON (.json) file."""
+    values = read_config_file(path)
+    return RunConfig.from_dict(values)
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config: file {str(path)!r} does not exist")
+    text = path.read_bytes()
+    try:
+        if path.suffix.lower() == ".json":
+            return json.loads(text)
+        if path.suffix.lower() == ".toml":
+            return tomllib.loads(text.decode("utf-8"))
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config: cannot parse {path}: {exc}") from None
+    raise ConfigError(f"config: {path} must end in .toml or .json")

@@ -1,0 +1,221 @@
+"""train_run / load_run: train a config once, then re-open it from the store.
+
+    run = train_run(RunConfig(dataset="two-moons", hidden=(16,), train={"epochs": 2}))
+    run.model, run.metrics, run.history, run.summaries
+    again = train_run(same_config)   # from the store: again.from_cache is True
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from core.errors import BNNError, ConfigError, RunStoreError
+from core.models.network import BayesianMLP, ModelConfig, build_model
+from core.predict import default_summaries, evaluate
+from core.runs.config import SCHEMA_VERSION, RunConfig
+from core.runs.store import RunContents, RunInfo, RunStore
+
+ProgressCallback = Callable[[dict[str, Any]], None]
+
+# Final evaluations stored with every run: (prediction mode, number of samples R).
+FINAL_EVALUATIONS: tuple[tuple[str, int], ...] = (
+    ("SIM-SIM", 1), ("SIM-SIM", 10), ("MED-SIM", 10), ("MED-MEA", 1), ("ALL-MEA", 1),
+)
+
+
+@dataclass
+class LoadedRun:
+    run_id: str
+    config: RunConfig
+    model: BayesianMLP
+    metrics: dict[str, Any]
+    history: list[dict[str, Any]]
+    summaries: dict[str, Any]
+    path: Path
+    from_cache: bool
+    created: float
+    info: dict[str, Any] = field(default_factory=dict)
+    data_dir: str | Path | None = None
+    _dataset: Any = field(default=None, repr=False)
+
+    def dataset(self):
+        """The run's Dataset, loaded on first use and kept."""
+        if self._dataset is None:
+            self._dataset = self.config.load_dataset(self.data_dir)
+        return self._dataset
+
+    @property
+    def seconds_per_epoch(self) -> float:
+        return float(self.info.get("seconds_per_epoch", float("nan")))
+
+
+def _store(cache_dir: str | Path | RunStore | None) -> RunStore:
+    return cache_dir if isinstance(cache_dir, RunStore) else RunStore(cache_dir)
+
+
+def run_id_for(config: RunConfig, data_dir: str | Path | None = None) -> str:
+    """The run id of a config (loads the dataset for its fingerprint)."""
+    return config.run_id(config.load_dataset(data_dir).fingerprint)
+
+
+def train_run(config: RunConfig, cache_dir: str | Path | RunStore | None = None,
+              progress: ProgressCallback | None = None, cancel: Any = None, force: bool = False,
+              data_dir: str | Path | None = None, device: str | torch.device | None = None) -> LoadedRun:
+    """Train `config` and store it, or return the stored run (from_cache=True) without training.
+
+    `force` retrains and replaces a stored run. A second process asking for the
+    same id waits for the first and then reuses its run. Raises
+    TrainingDivergedError / TrainingCancelled with nothing written.
+    """
+    from core.device import resolve_device
+
+    if not isinstance(config, RunConfig):
+        raise ConfigError(f"config: expected a RunConfig, got {type(config).__name__}")
+    store = _store(cache_dir)
+    dataset = config.load_dataset(data_dir)
+    run_id = config.run_id(dataset.fingerprint)
+    target = resolve_device(device if device is not None else config.device)
+    if not force and store.exists(run_id):
+        cached = _try_cached(store, run_id, target, data_dir, dataset)
+        if cached is not None:
+            return cached
+    with store.lock(run_id):
+        if not force and store.exists(run_id):  # another process finished it while we waited
+            cached = _try_cached(store, run_id, target, data_dir, dataset)
+            if cached is not None:
+                return cached
+        contents, model = _train(config, dataset, run_id, target, progress, cancel)
+        path = store.write(run_id, contents, replace=True)
+    model.eval()
+    return LoadedRun(run_id=run_id, config=config, model=model, metrics=contents.metrics,
+                     history=contents.history, summaries=contents.summaries, path=path, from_cache=False,
+                     created=contents.info["created"], info=dict(contents.info, run_id=run_id),
+                     data_dir=data_dir, _dataset=dataset)
+
+
+def _try_cached(store: RunStore, run_id: str, device: torch.device, data_dir, dataset) -> LoadedRun | None:
+    """The stored run, or None when it is corrupt (then it is retrained and replaced)."""
+    try:
+        run = load_run(run_id, cache_dir=store, device=device, data_dir=data_dir)
+    except RunStoreError:
+        return None
+    run._dataset = dataset
+    return run
+
+
+def _train(config: RunConfig, dataset, run_id: str, device: torch.device, progress, cancel
+           ) -> tuple[RunContents, BayesianMLP]:
+    from core.train import train
+
+    model_config = config.model_config(dataset)
+    # Initial weights depend on the seed only, never on what ran before in this process.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        model = build_model(model_config, "cpu")
+    model = model.to(device)
+    x_train = torch.from_numpy(np.ascontiguousarray(dataset.x_train)).to(device)
+    y_train = torch.from_numpy(np.ascontiguousarray(dataset.y_train)).to(device)
+    result = train(model, x_train, y_train, config.train, seed=config.seed, progress=progress, cancel=cancel)
+    model.eval()
+    metrics = final_metrics(model, dataset)
+    metrics["seconds_per_epoch"] = result.seconds_per_epoch
+    metrics["train_seconds"] = result.seconds
+    if result.history:
+        metrics["final_loss"] = result.history[-1]["loss"]
+    summaries = final_summaries(model, dataset, config.seed)
+    info = {
+        "run_id": run_id,
+        "schema_version": SCHEMA_VERSION,
+        "created": time.time(),
+        "dataset_fingerprint": dataset.fingerprint,
+        "model": {"in_features": model_config.in_features, "out_classes": model_config.out_classes},
+        "trained_on": str(device),
+        "seconds": result.seconds,
+        "seconds_per_epoch": result.seconds_per_epoch,
+        "epochs": len(result.history),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "host_pid": os.getpid(),
+    }
+    contents = RunContents(config=config.to_dict(), info=info, state_dict=model.state_dict(), metrics=metrics,
+                           history=_plain_history(result.history), summaries=summaries)
+    return contents, model
+
+
+def _plain_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: (float(v) if isinstance(v, (np.floating, torch.Tensor)) else v) for k, v in record.items()}
+            for record in history]
+
+
+# --- metrics and summaries ---------------------------------------------------------------------
+# Scalars of an evaluate() result that describe the request rather than the model.
+NOT_METRICS = ("samples", "seed", "n_test", "threshold")
+
+
+def final_metrics(model: BayesianMLP, dataset) -> dict[str, Any]:
+    with torch.no_grad():
+        metrics: dict[str, Any] = {"density": model.density(model.keep_masks())}
+    for mode, samples in FINAL_EVALUATIONS:
+        result = evaluate(model, dataset, mode, samples)
+        for key, value in result.items():
+            if key in NOT_METRICS or isinstance(value, bool):
+                continue
+            if isinstance(value, (int, float, np.floating, np.integer)):
+                metrics[f"{mode} R={samples} {key}"] = float(value)
+    return metrics
+
+
+def final_summaries(model: BayesianMLP, dataset, seed: int) -> dict[str, Any]:
+    return default_summaries(model, dataset, samples=10, seed=seed)
+
+
+# --- re-opening, listing, deleting ---------------------------------------------------------------
+def load_run(run: str, cache_dir: str | Path | RunStore | None = None, device: str | torch.device = "cpu",
+             data_dir: str | Path | None = None) -> LoadedRun:
+    """A stored run by id or unique prefix, every checksum verified first.
+
+    Never unpickles: weights come from safetensors, the rest from JSON. The
+    dataset is not loaded until `LoadedRun.dataset()` is called.
+    """
+    from core.device import resolve_device
+
+    store = _store(cache_dir)
+    run_id = store.resolve(run)
+    stored = store.read(run_id)
+    try:
+        config = RunConfig.from_dict(stored.config)
+        shape = stored.info["model"]
+        model_config = ModelConfig(in_features=int(shape["in_features"]), out_classes=shape["out_classes"],
+                                   hidden=config.hidden, family=config.method,
+                                   family_options=dict(config.family_options), activation=config.activation,
+                                   likelihood=config.likelihood)
+        model = build_model(model_config, "cpu")
+        model.load_state_dict(stored.state_dict)
+    except (BNNError, KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise RunStoreError(f"run {run_id}: the stored files do not describe a loadable model ({exc}); "
+                            f"delete it with `python -m core rm {run_id}` and train again") from None
+    model = model.to(resolve_device(device)).eval()
+    return LoadedRun(run_id=run_id, config=config, model=model, metrics=stored.metrics, history=stored.history,
+                     summaries=stored.summaries, path=stored.path, from_cache=True,
+                     created=float(stored.info.get("created", 0.0)), info=stored.info, data_dir=data_dir)
+
+
+def list_runs(cache_dir: str | Path | RunStore | None = None) -> list[RunInfo]:
+    """Every run folder in the store, oldest first; corrupt ones have status "corrupt"."""
+    return _store(cache_dir).list()
+
+
+def delete_run(run: str, cache_dir: str | Path | RunStore | None = None) -> str:
+    """Delete a run by id or unique prefix; returns the full id."""
+    store = _store(cache_dir)
+    run_id = store.resolve(run)
+    store.delete(run_id)
+    return run_id

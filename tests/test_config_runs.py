@@ -1,0 +1,181 @@
+"""RunConfig: validation, canonical serialisation, run ids, config files, presets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.errors import ConfigError
+from core.runs import PRESETS, GridSpec, RunConfig, load_config
+from core.runs import config as config_module
+
+FINGERPRINT = "f" * 64
+
+
+def tiny(**changes) -> RunConfig:
+    values = {"dataset": "two-moons", "hidden": [16], "train": {"epochs": 2}}
+    values.update(changes)
+    return RunConfig.from_dict(values)
+
+
+def test_same_config_same_id_and_round_trip():
+    a, b = tiny(), tiny()
+    assert a.run_id(FINGERPRINT) == b.run_id(FINGERPRINT)
+    again = RunConfig.from_dict(json.loads(json.dumps(a.to_dict())))
+    assert again == a
+    assert again.run_id(FINGERPRINT) == a.run_id(FINGERPRINT)
+    assert len(a.run_id(FINGERPRINT)) == 16 and int(a.run_id(FINGERPRINT), 16) >= 0
+
+
+@pytest.mark.parametrize("changes", [
+    {"dataset": "two-spirals"},
+    {"dataset_params": {"noise": 0.2}},
+    {"data_seed": 1},
+    {"method": "bnn"},
+    {"hidden": [17]},
+    {"hidden": [16, 16]},
+    {"activation": "tanh"},
+    {"likelihood": "bernoulli"},
+    {"family_options": {"prior_inclusion": 0.3}},
+    {"train": {"epochs": 3}},
+    {"train": {"epochs": 2, "batch_size": 50}},
+    {"train": {"epochs": 2, "learning_rates": {"weights": 0.02}}},
+    {"train": {"epochs": 2, "pretrain_learning_rates": {"inclusion": 0.5}}},
+    {"train": {"epochs": 2, "mc_samples": 2}},
+    {"train": {"epochs": 2, "kl_anneal_epochs": 1}},
+    {"train": {"epochs": 2, "warm_start_epochs": 1}},
+    {"train": {"epochs": 2, "empirical_bayes": True}},
+    {"train": {"epochs": 2, "posttrain_epochs": 1, "posttrain_structure": "alpha"}},
+    {"seed": 1},
+])
+def test_every_result_changing_field_changes_the_id(changes):
+    assert tiny(**changes).run_id(FINGERPRINT) != tiny().run_id(FINGERPRINT)
+
+
+def test_dataset_fingerprint_and_schema_version_enter_the_id(monkeypatch):
+    config = tiny()
+    base = config.run_id(FINGERPRINT)
+    assert config.run_id("0" * 64) != base
+    monkeypatch.setattr(config_module, "SCHEMA_VERSION", config_module.SCHEMA_VERSION + 1)
+    assert config.run_id(FINGERPRINT) != base
+
+
+def test_device_is_excluded_from_the_id():
+    assert tiny(device="cpu").run_id(FINGERPRINT) == tiny(device="cuda:1").run_id(FINGERPRINT)
+    assert "device" not in json.loads(tiny(device="cpu").canonical_json())
+
+
+def test_numbers_are_normalised():
+    reference = tiny(family_options={"slab_variance": 1}, train={"epochs": 2, "learning_rates": {"weights": 0.01}})
+    for slab, epochs, rate in ((1.0, 2.0, 1e-2), (1e0, 2, 0.010), (1, 2.0, 10e-3)):
+        other = tiny(family_options={"slab_variance": slab}, train={"epochs": epochs, "learning_rates": {"weights": rate}})
+        assert other.run_id(FINGERPRINT) == reference.run_id(FINGERPRINT)
+    assert isinstance(tiny(train={"epochs": 2.0}).train.epochs, int)
+
+
+def test_defaults_are_filled_in():
+    # Naming the default value of an option, likelihood or learning rate is the same run.
+    explicit = tiny(likelihood="categorical", family_options={"prior_inclusion": tiny().family_options["prior_inclusion"]},
+                    train={"epochs": 2, "learning_rates": {"weights": 1e-2}})
+    assert explicit.run_id(FINGERPRINT) == tiny().run_id(FINGERPRINT)
+    assert tiny().likelihood == "categorical"
+    assert RunConfig(dataset="toy-sine-gaps", hidden=(8,)).likelihood == "gaussian"
+    assert set(tiny().train.learning_rates) == {"weights", "scales", "inclusion", "prior", "likelihood"}
+
+
+def test_paper_alias_is_the_same_method():
+    assert tiny(method="LBBNN-SSP-MF") == tiny(method="lbbnn")
+    assert tiny(method="BNN-GP-MF").method == "bnn"
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"dataset": "no-such-data"}, "dataset"),
+    ({"split": 3}, "split"),
+    ({"dataset_params": 5}, "dataset_params"),
+    ({"data_seed": -1}, "data_seed"),
+    ({"method": "lbbn-typo"}, "method"),
+    ({"hidden": [16, 0]}, "hidden"),
+    ({"hidden": [1.5]}, "hidden"),
+    ({"activation": "swish"}, "activation"),
+    ({"likelihood": "gaussian"}, "likelihood"),
+    ({"family_options": {"prior_inclusion": 1.5}}, "prior_inclusion"),
+    ({"family_options": {"no_such_option": 1}}, "no_such_option"),
+    ({"train": {"epochs": -1}}, "train.epochs"),
+    ({"train": {"epochs": 1.5}}, "train.epochs"),
+    ({"train": {"epochs": 2, "batch_size": 0}}, "batch_size"),
+    ({"train": {"epochs": 2, "learning_rates": {"weights": -1}}}, "train.learning_rates.weights"),
+    ({"train": {"epochs": 2, "learning_rates": {"wieghts": 1e-3}}}, "train.learning_rates"),
+    ({"train": {"epochs": 2, "posttrain_structure": "median"}}, "posttrain_structure"),
+    ({"train": {"epochs": 2, "empirical_bayes": "yes"}}, "train.empirical_bayes"),
+    ({"train": {"epoch": 2}}, "epoch"),
+    ({"seed": -3}, "seed"),
+    ({"seed": True}, "seed"),
+    ({"device": "gpu7"}, "device"),
+])
+def test_validation_names_the_field(changes, field):
+    with pytest.raises(ConfigError) as info:
+        tiny(**changes)
+    assert field in str(info.value)
+
+
+def test_unknown_top_level_field_is_named():
+    with pytest.raises(ConfigError, match="hiden"):
+        RunConfig.from_dict({"dataset": "two-moons", "hiden": [3]})
+
+
+def test_config_is_frozen():
+    with pytest.raises(Exception):
+        tiny().seed = 3  # type: ignore[misc]
+
+
+def test_model_config_takes_shapes_from_the_dataset():
+    from core.data import load_dataset
+
+    dataset = load_dataset("two-moons")
+    model_config = tiny(hidden=[8, 4]).model_config(dataset)
+    assert model_config.in_features == dataset.in_features == 2
+    assert model_config.out_classes == 2 and model_config.hidden == (8, 4)
+
+
+def test_toml_and_json_files_give_the_same_run(tmp_path):
+    toml = tmp_path / "run.toml"
+    toml.write_text('dataset = "two-moons"\nhidden = [16]\nseed = 0\n[train]\nepochs = 2.0\n'
+                    '[train.learning_rates]\nweights = 1e-2\n')
+    as_json = tmp_path / "run.json"
+    as_json.write_text(json.dumps({"dataset": "two-moons", "hidden": [16], "train": {"epochs": 2}}))
+    assert load_config(toml).run_id(FINGERPRINT) == load_config(as_json).run_id(FINGERPRINT) == \
+        tiny().run_id(FINGERPRINT)
+    broken = tmp_path / "broken.toml"
+    broken.write_text("dataset = \n")
+    with pytest.raises(ConfigError, match="broken.toml"):
+        load_config(broken)
+
+
+def test_paper_presets_follow_seed_000():
+    paper = PRESETS["paper-mnist"]
+    assert paper.dataset == "mnist" and paper.hidden == (400, 600) and paper.method == "lbbnn"
+    schedule = paper.train
+    assert schedule.pretrain_epochs + schedule.epochs == 250 and schedule.pretrain_epochs == 20
+    assert schedule.posttrain_epochs == 50 and schedule.batch_size == 100 and schedule.empirical_bayes
+    assert schedule.pretrain_learning_rates["inclusion"] == 1e-1
+    assert schedule.learning_rates["weights"] == schedule.learning_rates["scales"] == 1e-4
+    assert schedule.learning_rates["inclusion"] == 1e-4
+    assert PRESETS["paper-fmnist"].dataset == "fashion-mnist"
+    assert PRESETS["quick-mnist"].dataset == "mnist-small" and PRESETS["quick-mnist"].hidden == (400, 600)
+    assert PRESETS["lenet-300-100"].hidden == (300, 100)
+    assert PRESETS["regression-1-64-1"].hidden == (64,)
+
+
+def test_grid_presets_expand_to_distinct_runs():
+    quick = PRESETS["quick-paper"]
+    assert isinstance(quick, GridSpec)
+    cells = quick.cells()
+    assert len(cells) == len(quick.methods) * len(quick.seeds)
+    assert len({cell[-1].canonical_json() for cell in cells}) == len(cells)
+    uci = PRESETS["uci"]
+    splits = {}
+    for label, _, _, split, config in uci.cells():
+        splits.setdefault(label, set()).add(split)
+        assert config.hidden in ((50,), (100,))
+    assert splits["uci-boston"] == set(range(20)) and splits["uci-protein"] == set(range(5))
