@@ -104,3 +104,17 @@ def test_ray_backend_on_a_local_instance(tmp_path, grid_file):
     assert not result.failed and len(result.cells) == 4
     assert len(list_runs(tmp_path / "cache")) == 4
     assert set(_csv_rows(result.csv_path)) == {"lbbnn", "fnn"}
+
+
+def test_summary_markdown_has_one_row_per_method_and_mode_with_median_min_max():
+    from core.runs.grid import CellResult, GridResult, summary_markdown
+    from core.runs.presets import GridSpec
+
+    spec = GridSpec(name="t", setups={}, methods=("lbbnn",), seeds=(0, 1, 2))
+    cells = [CellResult("s", "lbbnn", seed, None, f"id{seed}", False,
+                        {"MED-MEA R=1 accuracy": acc, "SIM-SIM R=10 accuracy": acc + 0.01, "density": 0.1 * (seed + 1)})
+             for seed, acc in enumerate([0.90, 0.97, 0.95])]
+    text = summary_markdown(GridResult(spec, cells))
+    assert "| lbbnn | MED-MEA R=1 | 0.950 (0.900, 0.970) |" in text
+    assert "| lbbnn | SIM-SIM R=10 | 0.960 (0.910, 0.980) |" in text
+    assert "| lbbnn | 3 | 0.200 (0.100, 0.300) |" in text

@@ -296,25 +296,50 @@ def _format(value: float) -> str:
     return f"{value:.3f}" if abs(value) >= 0.01 or value == 0 else f"{value:.2e}"
 
 
+def _split_metric(name: str) -> tuple[str, str]:
+    """'MED-SIM R=10 accuracy' -> ('MED-SIM R=10', 'accuracy'); plain names -> ('', name)."""
+    parts = name.split(" ")
+    if len(parts) == 3 and parts[1].startswith("R="):
+        return f"{parts[0]} {parts[1]}", parts[2]
+    return "", name
+
+
 def summary_markdown(result: GridResult) -> str:
-    """Seed 000 Tables 2-5 layout: one table per setup, rows methods, cells 'median (min, max)'."""
+    """Seed 000 Tables 2-5 layout: per setup, one row per method and prediction mode
+    (M beta, R), columns the metrics, cells 'median (min, max)' over seeds; then
+    one row per method of the run-level numbers (density, mean inclusion, time)."""
     columns = metric_columns(result.cells)
     rows = summary_rows(result)
     lines = [f"# Grid {result.spec.name}", ""]
     if result.spec.description:
         lines += [result.spec.description, ""]
     lines += [f"Medians over seeds {', '.join(map(str, result.spec.seeds))} with (min, max).", ""]
+    modes = list(dict.fromkeys(_split_metric(c)[0] for c in columns if _split_metric(c)[0]))
+    mode_metrics = list(dict.fromkeys(_split_metric(c)[1] for c in columns if _split_metric(c)[0]))
+    run_metrics = [c for c in columns if not _split_metric(c)[0]]
+
+    def cell(row: dict[str, Any], column: str) -> str:
+        if f"{column} median" not in row or not math.isfinite(row[f"{column} median"]):
+            return "-"
+        return f"{_format(row[f'{column} median'])} ({_format(row[f'{column} min'])}, {_format(row[f'{column} max'])})"
+
     for setup in dict.fromkeys(row["setup"] for row in rows):
-        lines += [f"## {setup}", "", "| method | runs | " + " | ".join(columns) + " |",
-                  "|---|---|" + "---|" * len(columns)]
-        for row in (r for r in rows if r["setup"] == setup):
-            cells = [f"{_format(row[f'{c} median'])} ({_format(row[f'{c} min'])}, {_format(row[f'{c} max'])})"
-                     for c in columns]
+        setup_rows = [r for r in rows if r["setup"] == setup]
+        lines += [f"## {setup}", ""]
+        if modes:
+            lines += ["| method | M β R | " + " | ".join(mode_metrics) + " |", "|---|---|" + "---|" * len(mode_metrics)]
+            for row in setup_rows:
+                for mode in modes:
+                    lines.append(f"| {row['method']} | {mode} | "
+                                 + " | ".join(cell(row, f"{mode} {m}") for m in mode_metrics) + " |")
+            lines.append("")
+        lines += ["| method | runs | " + " | ".join(run_metrics) + " |", "|---|---|" + "---|" * len(run_metrics)]
+        for row in setup_rows:
             runs = f"{row['runs']}" + (f" ({row['failed']} failed)" if row["failed"] else "")
-            lines.append(f"| {row['method']} | {runs} | " + " | ".join(cells) + " |")
+            lines.append(f"| {row['method']} | {runs} | " + " | ".join(cell(row, c) for c in run_metrics) + " |")
         lines.append("")
-    for cell in result.failed:
-        lines.append(f"- failed: {cell.setup} {cell.method} seed {cell.seed}: {cell.error}")
+    for failed in result.failed:
+        lines.append(f"- failed: {failed.setup} {failed.method} seed {failed.seed}: {failed.error}")
     return "\n".join(lines).rstrip() + "\n"
 
 

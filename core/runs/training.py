@@ -157,10 +157,11 @@ def _plain_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # --- metrics and summaries ---------------------------------------------------------------------
 # Scalars of an evaluate() result that describe the request rather than the model.
-NOT_METRICS = ("samples", "seed", "n_test", "threshold")
+NOT_METRICS = ("samples", "seed", "n_test", "threshold", "ece_bins", "draw_density")
 
 
 def final_metrics(model: BayesianMLP, dataset) -> dict[str, Any]:
+    """Seed 000's evaluation grid: every prediction mode at its R, keyed "MODE R=n metric"."""
     with torch.no_grad():
         metrics: dict[str, Any] = {"density": model.density(model.keep_masks())}
     for mode, samples in FINAL_EVALUATIONS:
@@ -170,6 +171,14 @@ def final_metrics(model: BayesianMLP, dataset) -> dict[str, Any]:
                 continue
             if isinstance(value, (int, float, np.floating, np.integer)):
                 metrics[f"{mode} R={samples} {key}"] = float(value)
+        doubt = result.get("doubt")
+        if isinstance(doubt, dict) and samples > 1:  # the paper reports doubt for model averages only
+            metrics[f"{mode} R={samples} doubt_count"] = float(doubt["count"])
+            if doubt.get("accuracy") is not None:  # None when no case clears the threshold
+                metrics[f"{mode} R={samples} doubt_accuracy"] = float(doubt["accuracy"])
+        # Seed 000 Table 5's "mean inclusion per layer"; other families' own statistic.
+        for layer, mean_statistic in enumerate(result.get("mean_inclusion") or [], start=1):
+            metrics[f"mean_{result.get('statistic', 'statistic')}_layer_{layer}"] = float(mean_statistic)
     return metrics
 
 
