@@ -110,7 +110,9 @@ def test_summary_markdown_has_one_row_per_method_and_mode_with_median_min_max():
     from core.runs.grid import CellResult, GridResult, summary_markdown
     from core.runs.presets import GridSpec
 
-    spec = GridSpec(name="t", setups={}, methods=("lbbnn",), seeds=(0, 1, 2))
+    from core.runs import RunConfig
+
+    spec = GridSpec(name="t", setups={"s": RunConfig(dataset="two-moons")}, methods=("lbbnn",), seeds=(0, 1, 2))
     cells = [CellResult("s", "lbbnn", seed, None, f"id{seed}", False,
                         {"MED-MEA R=1 accuracy": acc, "SIM-SIM R=10 accuracy": acc + 0.01, "density": 0.1 * (seed + 1)})
              for seed, acc in enumerate([0.90, 0.97, 0.95])]
