@@ -1,0 +1,368 @@
+"""Pure chart builders: numpy arrays in, Altair charts (and the frames behind them) out.
+
+Nothing here imports Streamlit or torch, so every figure is testable on its
+own. Each chart has a `*_frame` function that computes the DataFrame it draws;
+tests assert on those frames and on `chart.to_dict()`.
+
+Charts stay small (a few thousand rows at most): large weight matrices are
+drawn as block aggregates, histograms are binned here, not in the browser.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+DOUBT_LEVEL = 0.95
+MAX_HEATMAP_CELLS = 64  # blocks per side of a drawn weight matrix
+CHART_WIDTH = 320
+
+# Long lists of labels read better with a name: "layer 1 (784 -> 400)".
+
+
+def layer_label(index: int, shape: Sequence[int]) -> str:
+    out_features, in_plus_bias = int(shape[0]), int(shape[1])
+    return f"layer {index + 1} ({in_plus_bias - 1} -> {out_features})"
+
+
+# --- histograms of the native statistic -----------------------------------------------------
+
+def histogram_range(statistics: Sequence[np.ndarray], threshold: float | None = None) -> tuple[float, float]:
+    """Common finite bin range over all layers (and the threshold, so its line is visible)."""
+    values = [np.asarray(s, dtype=np.float64).ravel() for s in statistics]
+    finite = np.concatenate([v[np.isfinite(v)] for v in values]) if values else np.empty(0)
+    points = list(finite[[finite.argmin(), finite.argmax()]]) if finite.size else [0.0, 1.0]
+    if threshold is not None and np.isfinite(threshold):
+        points.append(float(threshold))
+    low, high = float(min(points)), float(max(points))
+    if high <= low:
+        high = low + 1.0
+    return low, high
+
+
+def histogram_frame(statistics: Sequence[np.ndarray], bins: int = 40,
+                    value_range: tuple[float, float] | None = None,
+                    labels: Sequence[str] | None = None) -> pd.DataFrame:
+    """Per-layer counts in `bins` equal bins; values outside the range land in the end bins."""
+    if bins < 1:
+        raise ValueError(f"bins must be >= 1, got {bins}")
+    low, high = value_range if value_range is not None else histogram_range(statistics)
+    edges = np.linspace(low, high, bins + 1)
+    frames = []
+    for index, statistic in enumerate(statistics):
+        values = np.asarray(statistic, dtype=np.float64).ravel()
+        # Clip so that every weight is counted (inf statistics go to the end bins).
+        clipped = np.clip(np.nan_to_num(values, nan=low, posinf=high, neginf=low), low, high)
+        counts, _ = np.histogram(clipped, bins=edges)
+        label = labels[index] if labels is not None else f"layer {index + 1}"
+        frames.append(pd.DataFrame({"layer": label, "bin_start": edges[:-1], "bin_end": edges[1:],
+                                    "count": counts.astype(np.int64)}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def statistic_histogram(statistics: Sequence[np.ndarray], threshold: float | None, statistic_name: str,
+                        bins: int = 40, log_counts: bool = True, labels: Sequence[str] | None = None,
+                        value_range: tuple[float, float] | None = None) -> alt.HConcatChart | alt.VConcatChart:
+    """One histogram per layer of the family's native statistic, threshold as a red rule.
+
+    value_range: the x range (e.g. [0, 1] for inclusion probabilities); default: the data and threshold.
+    """
+    value_range = value_range or histogram_range(statistics, threshold)
+    frame = histogram_frame(statistics, bins, value_range, labels)
+    # symlog keeps empty bins at 0 and shows the tall spikes near 0 and 1 of inclusion probabilities.
+    y_scale = alt.Scale(type="symlog") if log_counts else alt.Scale()
+    charts = []
+    for label, layer_frame in frame.groupby("layer", sort=False):
+        bars = alt.Chart(layer_frame).mark_bar().encode(
+            x=alt.X("bin_start:Q", title=statistic_name, bin="binned", scale=alt.Scale(domain=list(value_range))),
+            x2="bin_end:Q",
+            y=alt.Y("count:Q", title="weights", scale=y_scale),
+            tooltip=["bin_start:Q", "bin_end:Q", "count:Q"],
+        )
+        layers = [bars]
+        if threshold is not None and np.isfinite(threshold):
+            layers.append(threshold_rule(threshold))
+        charts.append(alt.layer(*layers).properties(title=str(label), width=CHART_WIDTH, height=180))
+    return alt.hconcat(*charts) if len(charts) <= 3 else alt.vconcat(*charts)
+
+
+def threshold_rule(threshold: float, axis: str = "x") -> alt.Chart:
+    data = pd.DataFrame({"threshold": [float(threshold)]})
+    encoding = {axis: alt.X("threshold:Q") if axis == "x" else alt.Y("threshold:Q")}
+    return alt.Chart(data).mark_rule(color="red", strokeDash=[4, 3], size=2).encode(
+        **encoding, tooltip=["threshold:Q"])
+
+
+# --- masks and weight matrices ------------------------------------------------------------------
+
+def block_frame(matrix: np.ndarray, max_cells: int = MAX_HEATMAP_CELLS) -> pd.DataFrame:
+    """Aggregate a (rows, cols) matrix into at most max_cells x max_cells blocks.
+
+    Columns: row/col (block index), row_start/col_start, size (entries in the
+    block), total (sum) and mean. With a small matrix each block is one entry.
+    """
+    matrix = np.asarray(matrix, dtype=np.float64)
+    if matrix.ndim != 2:
+        raise ValueError(f"expected a 2-D matrix, got shape {matrix.shape}")
+    row_edges = _block_edges(matrix.shape[0], max_cells)
+    col_edges = _block_edges(matrix.shape[1], max_cells)
+    # Sums over blocks via cumulative sums: exact, and no Python loop over entries.
+    padded = np.zeros((matrix.shape[0] + 1, matrix.shape[1] + 1))
+    padded[1:, 1:] = matrix.cumsum(0).cumsum(1)
+    r0, r1 = row_edges[:-1], row_edges[1:]
+    c0, c1 = col_edges[:-1], col_edges[1:]
+    totals = (padded[np.ix_(r1, c1)] - padded[np.ix_(r0, c1)] - padded[np.ix_(r1, c0)] + padded[np.ix_(r0, c0)])
+    sizes = np.outer(r1 - r0, c1 - c0)
+    rows, cols = np.meshgrid(np.arange(len(r0)), np.arange(len(c0)), indexing="ij")
+    return pd.DataFrame({
+        "row": rows.ravel(), "col": cols.ravel(),
+        "row_start": r0[rows.ravel()], "col_start": c0[cols.ravel()],
+        "size": sizes.ravel().astype(np.int64), "total": totals.ravel(),
+        "mean": (totals / sizes).ravel(),
+    })
+
+
+def _block_edges(length: int, max_cells: int) -> np.ndarray:
+    cells = max(1, min(length, max_cells))
+    return np.unique(np.linspace(0, length, cells + 1).round().astype(np.int64))
+
+
+def mask_heatmap(mask: np.ndarray, title: str, max_cells: int = MAX_HEATMAP_CELLS) -> alt.Chart:
+    """Kept (1) / pruned (0) weights of one augmented (out, in+1) matrix; blocks show the kept fraction."""
+    frame = block_frame(np.asarray(mask, dtype=np.float64), max_cells)
+    blocked = bool((frame["size"] > 1).any())
+    colour_title = "kept fraction" if blocked else "kept"
+    return alt.Chart(frame).mark_rect().encode(
+        x=alt.X("col:O", title="input (last column: bias)", axis=None),
+        y=alt.Y("row:O", title="output unit", axis=None),
+        color=alt.Color("mean:Q", title=colour_title, scale=alt.Scale(domain=[0, 1], scheme="greys")),
+        tooltip=["row_start:Q", "col_start:Q", alt.Tooltip("total:Q", title="kept"), "size:Q"],
+    ).properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6)
+
+
+def weight_heatmap(weights: np.ndarray, title: str, max_cells: int = MAX_HEATMAP_CELLS) -> alt.Chart:
+    """Signed (masked) weights of one layer, block means, diverging colours centred on 0."""
+    frame = block_frame(weights, max_cells)
+    bound = float(np.abs(frame["mean"]).max()) or 1.0
+    return alt.Chart(frame).mark_rect().encode(
+        x=alt.X("col:O", axis=None),
+        y=alt.Y("row:O", axis=None),
+        color=alt.Color("mean:Q", title="weight", scale=alt.Scale(scheme="redblue", domain=[-bound, bound])),
+        tooltip=["row_start:Q", "col_start:Q", alt.Tooltip("mean:Q", format=".3f")],
+    ).properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6)
+
+
+def kept_per_input_frame(first_layer_mask: np.ndarray, input_shape: Sequence[int]) -> pd.DataFrame:
+    """How many kept weights leave each input pixel (bias column dropped), on the image grid."""
+    mask = np.asarray(first_layer_mask)
+    per_input = mask[:, :-1].sum(axis=0).astype(np.int64)
+    height, width = int(input_shape[0]), int(input_shape[1])
+    if per_input.size != height * width:
+        raise ValueError(f"first layer has {per_input.size} inputs, not {height}x{width}")
+    rows, cols = np.divmod(np.arange(per_input.size), width)
+    return pd.DataFrame({"row": rows, "col": cols, "kept": per_input})
+
+
+def kept_per_input_image(first_layer_mask: np.ndarray, input_shape: Sequence[int]) -> alt.Chart:
+    frame = kept_per_input_frame(first_layer_mask, input_shape)
+    return alt.Chart(frame).mark_rect().encode(
+        x=alt.X("col:O", axis=None),
+        y=alt.Y("row:O", axis=None),
+        color=alt.Color("kept:Q", title="kept weights", scale=alt.Scale(scheme="viridis")),
+        tooltip=["row:Q", "col:Q", "kept:Q"],
+    ).properties(title="kept weights per input pixel", width=240, height=240)
+
+
+def density_frame(masks: Sequence[np.ndarray]) -> pd.DataFrame:
+    """Per-layer kept/total/density plus an 'all' row."""
+    rows = []
+    for index, mask in enumerate(masks):
+        mask = np.asarray(mask)
+        kept, total = int(mask.sum()), int(mask.size)
+        rows.append({"layer": layer_label(index, mask.shape), "kept": kept, "total": total,
+                     "density": kept / total})
+    kept = sum(r["kept"] for r in rows)
+    total = sum(r["total"] for r in rows)
+    rows.append({"layer": "all", "kept": kept, "total": total, "density": kept / total if total else 0.0})
+    return pd.DataFrame(rows)
+
+
+# --- pruning curves -------------------------------------------------------------------------------
+
+def sweep_frame(thresholds: np.ndarray, density: np.ndarray, values: np.ndarray) -> pd.DataFrame:
+    frame = pd.DataFrame({"threshold": np.asarray(thresholds, dtype=np.float64),
+                          "density": np.asarray(density, dtype=np.float64),
+                          "value": np.asarray(values, dtype=np.float64)})
+    return frame.sort_values("density", kind="stable").reset_index(drop=True)
+
+
+def metric_vs_density(thresholds: np.ndarray, density: np.ndarray, values: np.ndarray, metric: str,
+                      current: tuple[float, float] | None = None) -> alt.LayerChart:
+    """The precomputed sweep as a line over density (log axis), the current setting as a red point."""
+    frame = sweep_frame(thresholds, density, values)
+    positive = frame["density"] > 0
+    scale = alt.Scale(type="log") if positive.all() else alt.Scale()
+    base = alt.Chart(frame).encode(
+        x=alt.X("density:Q", title="density (fraction of weights kept)", scale=scale),
+        y=alt.Y("value:Q", title=metric, scale=alt.Scale(zero=False)),
+        tooltip=[alt.Tooltip("threshold:Q", format=".4g"), alt.Tooltip("density:Q", format=".4f"),
+                 alt.Tooltip("value:Q", format=".4f")],
+    )
+    layers = [base.mark_line(), base.mark_circle(size=30)]
+    if current is not None:
+        point = pd.DataFrame({"density": [float(current[0])], "value": [float(current[1])]})
+        layers.append(alt.Chart(point).mark_point(color="red", size=160, filled=True, shape="diamond").encode(
+            x="density:Q", y="value:Q", tooltip=["density:Q", "value:Q"]))
+    return alt.layer(*layers).properties(title=f"{metric} vs density", width=520, height=300)
+
+
+def metric_vs_samples(samples: Sequence[int], values: Sequence[float], metric: str) -> alt.LayerChart:
+    frame = pd.DataFrame({"samples": np.asarray(samples, dtype=np.int64),
+                          "value": np.asarray(values, dtype=np.float64)})
+    base = alt.Chart(frame).encode(
+        x=alt.X("samples:Q", title="posterior samples R", scale=alt.Scale(type="log")),
+        y=alt.Y("value:Q", title=metric, scale=alt.Scale(zero=False)),
+        tooltip=["samples:Q", alt.Tooltip("value:Q", format=".4f")],
+    )
+    return alt.layer(base.mark_line(), base.mark_circle(size=40)).properties(
+        title=f"{metric} vs R", width=520, height=260)
+
+
+# --- regression bands ---------------------------------------------------------------------------
+
+def regression_frame(x_grid: np.ndarray, mean: np.ndarray, epistemic_std: np.ndarray,
+                     total_std: np.ndarray, z: float = 1.96) -> pd.DataFrame:
+    x = np.asarray(x_grid, dtype=np.float64).ravel()
+    mean = np.asarray(mean, dtype=np.float64).ravel()
+    epistemic = np.asarray(epistemic_std, dtype=np.float64).ravel()
+    total = np.asarray(total_std, dtype=np.float64).ravel()
+    return pd.DataFrame({"x": x, "mean": mean,
+                         "epistemic_low": mean - z * epistemic, "epistemic_high": mean + z * epistemic,
+                         "total_low": mean - z * total, "total_high": mean + z * total})
+
+
+def regression_bands(x_grid: np.ndarray, mean: np.ndarray, epistemic_std: np.ndarray, total_std: np.ndarray,
+                     x_train: np.ndarray, y_train: np.ndarray, true_mean: np.ndarray | None = None,
+                     z: float = 1.96) -> alt.LayerChart:
+    """Predictive mean with 95% total (light) and epistemic (dark) bands and the training points."""
+    frame = regression_frame(x_grid, mean, epistemic_std, total_std, z)
+    base = alt.Chart(frame).encode(x=alt.X("x:Q", title="x"))
+    layers = [
+        base.mark_area(opacity=0.25, color="#4c78a8").encode(
+            y=alt.Y("total_low:Q", title="y"), y2="total_high:Q"),
+        base.mark_area(opacity=0.45, color="#4c78a8").encode(y="epistemic_low:Q", y2="epistemic_high:Q"),
+        base.mark_line(color="#1f3b73").encode(y="mean:Q"),
+    ]
+    if true_mean is not None:
+        truth = pd.DataFrame({"x": frame["x"], "truth": np.asarray(true_mean, dtype=np.float64).ravel()})
+        layers.append(alt.Chart(truth).mark_line(color="black", strokeDash=[5, 4]).encode(x="x:Q", y="truth:Q"))
+    points = pd.DataFrame({"x": np.asarray(x_train, dtype=np.float64).ravel(),
+                           "y": np.asarray(y_train, dtype=np.float64).ravel()})
+    layers.append(alt.Chart(points).mark_circle(color="#e45756", size=18, opacity=0.8).encode(x="x:Q", y="y:Q"))
+    return alt.layer(*layers).properties(
+        title="predictive mean, epistemic (dark) and total (light) 95% bands", width=640, height=340)
+
+
+# --- per-image class probabilities -----------------------------------------------------------------
+
+def class_probability_frame(probs_per_draw: np.ndarray, class_names: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per (draw, class) for one input: probs_per_draw has shape (R, K)."""
+    probs = np.asarray(probs_per_draw, dtype=np.float64)
+    if probs.ndim != 2:
+        raise ValueError(f"expected (R, K) probabilities for one input, got shape {probs.shape}")
+    draws, classes = probs.shape
+    names = list(class_names) if class_names is not None else [str(k) for k in range(classes)]
+    return pd.DataFrame({"draw": np.repeat(np.arange(draws), classes),
+                         "class": np.tile(names, draws),
+                         "probability": probs.ravel()})
+
+
+def class_probability_bars(probs_per_draw: np.ndarray, class_names: Sequence[str] | None = None,
+                           title: str = "", doubt_level: float = DOUBT_LEVEL) -> alt.LayerChart:
+    """Model-averaged probability per class (bars), each draw's probability (ticks), doubt line."""
+    frame = class_probability_frame(probs_per_draw, class_names)
+    order = list(dict.fromkeys(frame["class"]))
+    mean = frame.groupby("class", sort=False, as_index=False)["probability"].mean()
+    x = alt.X("class:N", sort=order, title="class")
+    bars = alt.Chart(mean).mark_bar(opacity=0.5).encode(
+        x=x, y=alt.Y("probability:Q", scale=alt.Scale(domain=[0, 1]), title="p(class)"),
+        tooltip=["class:N", alt.Tooltip("probability:Q", format=".3f")])
+    ticks = alt.Chart(frame).mark_tick(color="black", thickness=1, opacity=0.6).encode(
+        x=x, y="probability:Q")
+    rule = threshold_rule(doubt_level, axis="y")
+    return alt.layer(bars, ticks, rule).properties(title=title, width=260, height=180)
+
+
+# --- out-of-distribution entropy ---------------------------------------------------------------------
+
+def ecdf_frame(samples: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """Empirical CDF per named set: sorted values and i/n, one step per point."""
+    frames = []
+    for name, values in samples.items():
+        values = np.sort(np.asarray(values, dtype=np.float64).ravel())
+        n = values.size
+        if n == 0:
+            continue
+        frames.append(pd.DataFrame({"set": name, "entropy": values, "ecdf": np.arange(1, n + 1) / n}))
+    if not frames:
+        return pd.DataFrame({"set": [], "entropy": [], "ecdf": []})
+    return pd.concat(frames, ignore_index=True)
+
+
+def entropy_ecdf(samples: Mapping[str, np.ndarray], max_entropy: float | None = None,
+                 max_points: int = 1000) -> alt.Chart:
+    """ECDFs of predictive entropy: in-domain rises early, OOD late (seed 002 fig 2)."""
+    frame = _thin_ecdf(ecdf_frame(samples), max_points)
+    x_scale = alt.Scale(domain=[0, max_entropy]) if max_entropy else alt.Scale()
+    return alt.Chart(frame).mark_line(interpolate="step-after").encode(
+        x=alt.X("entropy:Q", title="predictive entropy (nats)", scale=x_scale),
+        y=alt.Y("ecdf:Q", title="fraction of inputs with entropy <= x", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("set:N", title="test set"),
+        tooltip=["set:N", alt.Tooltip("entropy:Q", format=".3f"), alt.Tooltip("ecdf:Q", format=".3f")],
+    ).properties(title="empirical CDF of predictive entropy", width=560, height=320)
+
+
+def _thin_ecdf(frame: pd.DataFrame, max_points: int) -> pd.DataFrame:
+    """Keep at most max_points per set (evenly in rank, always the last point) to keep the chart light."""
+    parts = []
+    for _, part in frame.groupby("set", sort=False):
+        if len(part) > max_points:
+            index = np.unique(np.linspace(0, len(part) - 1, max_points).round().astype(np.int64))
+            part = part.iloc[index]
+        parts.append(part)
+    return pd.concat(parts, ignore_index=True) if parts else frame
+
+
+
+# --- training progress ----------------------------------------------------------------------------
+
+def history_frame(history: Sequence[Mapping[str, object]]) -> pd.DataFrame:
+    """Long frame (step, phase, quantity, value) of loss and density per recorded epoch."""
+    rows = []
+    for step, record in enumerate(history, start=1):
+        for quantity in ("loss", "density"):
+            value = record.get(quantity)
+            if value is None:
+                continue
+            rows.append({"step": step, "phase": str(record.get("phase", "train")), "quantity": quantity,
+                         "value": float(value)})
+    return pd.DataFrame(rows, columns=["step", "phase", "quantity", "value"])
+
+
+def training_curves(history: Sequence[Mapping[str, object]]) -> alt.HConcatChart:
+    """Loss and density per epoch side by side (epochs counted over all phases)."""
+    frame = history_frame(history)
+    charts = []
+    for quantity, title in (("loss", "loss (-ELBO / N)"), ("density", "density at the default threshold")):
+        part = frame[frame["quantity"] == quantity]
+        base = alt.Chart(part).encode(
+            x=alt.X("step:Q", title="epoch", axis=alt.Axis(tickMinStep=1)),
+            y=alt.Y("value:Q", title=title, scale=alt.Scale(zero=False)),
+            color=alt.Color("phase:N", title="phase"),
+            tooltip=["step:Q", "phase:N", alt.Tooltip("value:Q", format=".4f")],
+        )
+        charts.append(alt.layer(base.mark_line(), base.mark_circle(size=35)).properties(width=300, height=180))
+    return alt.hconcat(*charts)

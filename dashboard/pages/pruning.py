@@ -1,0 +1,85 @@
+"""Tune the pruning threshold: accuracy vs density, metric cards, accuracy vs R."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import streamlit as st
+from streamlit.runtime.pages_manager import PagesManager
+
+# A deep link opened before app.py ever ran makes Streamlit treat pages/ as a
+# legacy multipage folder and run this file alone: hand over to the entry point.
+if PagesManager.uses_pages_directory:
+    runpy.run_path(str(Path(__file__).resolve().parent.parent / "app.py"), run_name="__main__")
+    st.stop()
+
+
+from dashboard import backend, cache, figures, state
+from dashboard.ui import guard
+
+MAX_SAMPLES = 100
+
+run = state.current_run()
+run_id = run.run_id
+dataset = run.dataset()
+st.header("Pruning")
+st.caption(f"Run {run_id}: {run.config.label()}")
+
+with guard("Reading the statistic"):
+    spec = cache.threshold_range(run_id)
+    left, middle, right = st.columns([2, 1, 1])
+    with left:
+        threshold = state.threshold_slider(run_id, spec)
+    with middle:
+        mode = state.persistent_widget(st.selectbox, run_id, "mode", "bma", "Prediction mode",
+                                       options=list(backend.PREDICTION_MODES),
+                                       format_func=lambda m: f"{m} ({backend.MODE_HELP[m].split(':')[0]})")
+    with right:
+        samples = state.persistent_widget(st.slider, run_id, "samples", 10, "Posterior samples R",
+                                          min_value=1, max_value=MAX_SAMPLES)
+    st.caption(backend.MODE_HELP[mode])
+    weights = None
+    if mode == "prune":
+        weights = st.radio("Weights of the kept connections", ["sample", "mean"], horizontal=True,
+                           key="prune_weights")
+    effective = backend.effective_threshold(mode, threshold)
+    if effective is None:
+        st.caption(f"Mode {mode} uses every weight: the threshold only moves the point on the curve.")
+
+with guard("Evaluating the test set"):
+    metrics = cache.test_metrics(run_id, mode, samples, effective, 0, weights)
+    if metrics["disconnected"]:
+        st.warning("This network is disconnected: no input reaches an output, every prediction is the same. "
+                   "Lower the threshold.")
+    cards = st.columns(5)
+    if dataset.task == "classification":
+        cards[0].metric("accuracy", f"{metrics['accuracy']:.4f}")
+        cards[1].metric("NLL", f"{metrics['nll']:.4f}")
+        cards[2].metric("ECE", f"{metrics['ece']:.4f}")
+        cards[3].metric("density", f"{metrics['density']:.4f}")
+        doubt = metrics["doubt_accuracy"]
+        cards[4].metric("doubt@0.95 accuracy", "n/a" if doubt is None else f"{doubt:.4f}",
+                        help="accuracy on the test inputs whose model-averaged max probability exceeds 0.95",
+                        delta=f"{metrics['doubt_count']} of {dataset.n_test} decided", delta_color="off")
+    else:
+        cards[0].metric("RMSE", f"{metrics['rmse']:.4f}")
+        cards[1].metric("test log-likelihood", f"{metrics['log_likelihood']:.4f}")
+        cards[2].metric("95% coverage", f"{metrics['coverage_95']:.3f}")
+        cards[3].metric("density", f"{metrics['density']:.4f}")
+
+with guard("Sweeping thresholds"):
+    curve = cache.sweep(run_id)
+    # The current point: the pruned mean-weight network at this threshold (what the sweep traces).
+    here = cache.test_metrics(run_id, backend.SWEEP_MODE, 1, threshold, 0)
+    value = here[curve["metric"]]
+    st.altair_chart(figures.metric_vs_density(curve["thresholds"], curve["density"], curve["values"],
+                                              curve["metric"], current=(here["density"], value)))
+    st.caption("Each point prunes at one threshold and predicts with the mean weights of the kept connections; "
+               "the red diamond is the current threshold.")
+
+if dataset.task == "classification" and mode in ("bma", "mpm", "prune") and weights != "mean":
+    with guard("Accuracy vs R"):
+        arrays = cache.test_prediction(run_id, mode, samples, effective, 0, weights)
+        ladder = backend.accuracy_by_samples(arrays["probs_per_draw"], dataset.y_test, samples)
+        st.altair_chart(figures.metric_vs_samples(ladder["samples"], ladder["accuracy"], "accuracy"))

@@ -1,0 +1,224 @@
+"""Train a run in the background, or pick / delete a cached one."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import runpy
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+from streamlit.runtime.pages_manager import PagesManager
+
+# A deep link opened before app.py ever ran makes Streamlit treat pages/ as a
+# legacy multipage folder and run this file alone: hand over to the entry point.
+if PagesManager.uses_pages_directory:
+    runpy.run_path(str(Path(__file__).resolve().parent.parent / "app.py"), run_name="__main__")
+    st.stop()
+
+from dashboard import backend, cache, figures, state
+from dashboard.ui import guard
+from dashboard.worker import TrainingWorker, WorkerStatus
+
+POLL_SECONDS = 1.0
+
+
+@st.cache_data(ttl=60, show_spinner=False)
+def dataset_table() -> list[dict[str, Any]]:
+    from core.data import list_datasets
+    return [info.to_dict() for info in list_datasets()]
+
+
+@st.cache_data(ttl=600, show_spinner=False)
+def method_options() -> dict[str, dict[str, Any]]:
+    """Available families and their option defaults (from each family's Options dataclass)."""
+    from core.models.registry import FAMILY_PATHS, available_families, family_class
+    available = set(available_families())
+    methods = {}
+    for name in FAMILY_PATHS:
+        if name not in available:
+            continue
+        options = family_class(name).Options
+        methods[name] = {f.name: _default(f) for f in dataclasses.fields(options)}
+    return methods
+
+
+def _default(field: dataclasses.Field) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return field.default_factory()  # type: ignore[misc]
+    return None
+
+
+def parse_rate(text: str, name: str) -> float:
+    from core.errors import ConfigError
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise ConfigError(f"{name}: must be a positive number such as 1e-3, got {text!r}") from None
+    return value
+
+
+def config_form() -> dict[str, Any] | None:
+    """The training settings as RunConfig fields, or None when a field cannot be parsed."""
+    datasets = {row["name"]: row for row in dataset_table()}
+    names = list(datasets)
+    dataset = st.selectbox(
+        "Dataset", names, index=names.index(backend.DEFAULT_DATASET), key="train_dataset",
+        format_func=lambda n: f"{n}  ({datasets[n]['availability']})",
+        help="bundled and generated sets work offline; others need $BNN_DATA_DIR or a download.")
+    info = datasets[dataset]
+    st.caption(f"{info['task']}, inputs {info['input_shape']}, {info['n_train'] or '?'} train / "
+               f"{info['n_test'] or '?'} test - {info['availability']}: {info['detail']}")
+
+    methods = method_options()
+    method_names = list(methods)
+    method = st.selectbox("Method (family)", method_names, key="train_method",
+                          index=method_names.index("lbbnn") if "lbbnn" in method_names else 0)
+    left, right = st.columns(2)
+    hidden_text = left.text_input("Hidden widths", "100, 100", key="train_hidden",
+                                  help="comma-separated layer widths; the paper uses 400, 600")
+    seed = right.number_input("Seed", min_value=0, value=0, step=1, key="train_seed")
+    left, middle, right = st.columns(3)
+    epochs = left.number_input("Epochs", min_value=0, value=5, step=1, key="train_epochs")
+    batch_size = middle.number_input("Batch size", min_value=1, value=100, step=10, key="train_batch")
+    posttrain = right.number_input("Post-training epochs (structure fixed)", min_value=0, value=0, step=1,
+                                   key="train_posttrain")
+    rate_columns = st.columns(3)
+    rates_text = {group: column.text_input(f"Learning rate: {group}", default, key=f"train_lr_{group}")
+                  for column, (group, default) in zip(rate_columns, (("weights", "1e-2"), ("scales", "1e-2"),
+                                                                     ("inclusion", "1e-3")))}
+    options_text = {}
+    with st.expander(f"Family options / priors ({method})", expanded=method == "lbbnn"):
+        defaults = methods[method]
+        columns = st.columns(3)
+        for index, (name, default) in enumerate(defaults.items()):
+            options_text[name] = columns[index % 3].text_input(name, str(default), key=f"train_opt_{method}_{name}")
+    params_text = ""
+    if info["task"] == "regression" or dataset.startswith(("toy-", "two-")):
+        params_text = st.text_input("Generator parameters (toy sets: name=value, ...)", "", key="train_params")
+    device = st.selectbox("Device", ["auto", "cpu", "cuda"], key="train_device")
+
+    values = None
+    with guard("Invalid setting"):
+        family_options = {name: backend.parse_scalar(text.strip()) for name, text in options_text.items()
+                          if text.strip() != str(methods[method][name])}
+        values = {
+            "dataset": dataset,
+            "dataset_params": backend.parse_options(params_text) if params_text.strip() else {},
+            "method": method,
+            "hidden": list(backend.parse_hidden(hidden_text)),
+            "family_options": family_options,
+            "train": {"epochs": int(epochs), "batch_size": int(batch_size), "posttrain_epochs": int(posttrain),
+                      "learning_rates": {g: parse_rate(t, f"learning rate ({g})") for g, t in rates_text.items()}},
+            "seed": int(seed),
+            "device": device,
+        }
+    return values
+
+
+def start_training(values: dict[str, Any]) -> None:
+    with guard("Cannot start training"):
+        config = backend.make_config(values)
+        worker = TrainingWorker(backend.train_run, config, backend.total_epochs(config), label=config.label())
+        state.set_worker(worker.start())
+
+
+@st.fragment(run_every=POLL_SECONDS)
+def training_progress() -> None:
+    """Polled view of the running worker; a full rerun once it has finished."""
+    worker = state.worker()
+    if worker is None:
+        return
+    snapshot = worker.snapshot()
+    if not snapshot.is_active:
+        st.rerun()
+    st.markdown(f"**Training** {worker.label}")
+    last = snapshot.history[-1] if snapshot.history else None
+    text = (f"epoch {snapshot.finished_epochs}/{snapshot.total_epochs}: loss {last['loss']:.4f}, "
+            f"density {last['density']:.4f}" if last else "starting ... (the first epoch is on its way)")
+    st.progress(snapshot.fraction, text=text)
+    if snapshot.history:
+        st.altair_chart(figures.training_curves(snapshot.history))
+    if worker.cancel_requested:
+        st.caption("Cancelling after the current minibatch ...")
+    elif st.button("Cancel", key="cancel_training", type="secondary"):
+        worker.cancel()
+
+
+def finished_training() -> None:
+    """What the last training in this session ended with (app.py has already selected its run)."""
+    worker = state.worker()
+    if worker is None:
+        return
+    snapshot = worker.snapshot()
+    if snapshot.is_active:
+        return
+    if snapshot.status == WorkerStatus.DONE:
+        seconds = (snapshot.finished or 0) - (snapshot.started or 0)
+        st.success(f"Finished {worker.label} in {seconds:.1f} s: stored as run {snapshot.run_id} and selected.")
+        if snapshot.history:
+            st.altair_chart(figures.training_curves(snapshot.history))
+    elif snapshot.status == WorkerStatus.CANCELLED:
+        st.warning(f"Training cancelled: {snapshot.error}. Nothing was stored.")
+    elif snapshot.status == WorkerStatus.FAILED:
+        st.error(f"Training failed: {snapshot.error}")
+
+
+def cached_runs_section() -> None:
+    st.subheader("Cached runs")
+    rows = cache.cached_run_list()
+    if not rows:
+        st.caption("The store is empty.")
+        return
+    table = pd.DataFrame([{
+        "run id": r["run_id"],
+        "dataset": r.get("dataset"),
+        "method": r.get("method"),
+        "hidden": "-".join(str(h) for h in (r.get("hidden") or [])),
+        "epochs": r.get("epochs"),
+        "created": dt.datetime.fromtimestamp(r["created"]).strftime("%Y-%m-%d %H:%M") if r.get("created") else "",
+        "headline": headline_metric(r.get("metrics") or {}),
+        "status": r.get("status", "ok") if r.get("status", "ok") == "ok" else f"corrupt: {r.get('error')}",
+    } for r in reversed(rows)])
+    st.dataframe(table, hide_index=True, width="stretch")
+    ids = list(table["run id"])
+    left, middle, right = st.columns([3, 1, 1])
+    chosen = left.selectbox("Run", ids, key="cached_run_choice", label_visibility="collapsed")
+    if middle.button("Use this run", key="use_run"):
+        state.select_run(chosen)
+        st.rerun()
+    if right.button("Delete", key="delete_run"):
+        with guard(f"Deleting run {chosen}"):
+            backend.delete_run(chosen)
+            cache.forget_run(chosen)
+            if state.selected_run_id() == chosen:
+                state.select_run(None)
+            st.rerun()
+
+
+def headline_metric(metrics: dict[str, Any]) -> str:
+    """The first accuracy (or RMSE) among the stored metrics, as text."""
+    for word in ("accuracy", "rmse"):
+        for key, value in metrics.items():
+            if word in key and isinstance(value, (int, float)):
+                return f"{key}: {value:.4f}"
+    return ""
+
+
+st.header("Train a sparse Bayesian network")
+st.caption("Training runs in the background; the other pages keep working on the selected run meanwhile.")
+running = state.worker() is not None and state.worker().snapshot().is_active
+form_values = config_form()
+if st.button("Train", type="primary", disabled=running or form_values is None, key="train_button"):
+    start_training(form_values)
+    running = state.worker() is not None and state.worker().snapshot().is_active
+if running:
+    training_progress()
+else:
+    finished_training()
+with guard("Listing cached runs"):
+    cached_runs_section()

@@ -1,0 +1,124 @@
+"""Predictive uncertainty: regression bands, per-image class probabilities, OOD entropy ECDFs."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import streamlit as st
+from streamlit.runtime.pages_manager import PagesManager
+
+# A deep link opened before app.py ever ran makes Streamlit treat pages/ as a
+# legacy multipage folder and run this file alone: hand over to the entry point.
+if PagesManager.uses_pages_directory:
+    runpy.run_path(str(Path(__file__).resolve().parent.parent / "app.py"), run_name="__main__")
+    st.stop()
+
+import numpy as np
+import pandas as pd
+
+from dashboard import backend, cache, figures, state
+from dashboard.ui import guard
+
+MAX_SAMPLES = 100
+N_IMAGES = 6
+OOD_INPUTS = 1000
+
+run = state.current_run()
+run_id = run.run_id
+dataset = run.dataset()
+st.header("Uncertainty")
+st.caption(f"Run {run_id}: {run.config.label()}")
+
+with guard("Reading the settings"):
+    spec = cache.threshold_range(run_id)
+    left, middle, right = st.columns([1, 1, 2])
+    with left:
+        mode = state.persistent_widget(st.selectbox, run_id, "mode", "bma", "Prediction mode",
+                                       options=list(backend.PREDICTION_MODES))
+    with middle:
+        samples = state.persistent_widget(st.slider, run_id, "samples", 10, "Posterior samples R",
+                                          min_value=1, max_value=MAX_SAMPLES)
+    with right:
+        threshold = state.threshold_slider(run_id, spec)
+    effective = backend.effective_threshold(mode, threshold)
+    st.caption(backend.MODE_HELP[mode] + ("" if effective is not None else " (the threshold is not used)"))
+
+
+def regression_section() -> None:
+    if dataset.x_grid is None or dataset.in_features != 1:
+        st.info(f"{dataset.name} has {dataset.in_features} inputs: bands over x need a 1-D toy set "
+                "(toy-sine-gaps, toy-cubic, toy-hetero).")
+        return
+    arrays = cache.grid_prediction(run_id, mode, samples, effective, 0)
+    true_mean = None if dataset.y_grid_mean is None else dataset.unstandardise(dataset.y_grid_mean)
+    st.altair_chart(figures.regression_bands(
+        dataset.x_grid, arrays["mean"], np.sqrt(arrays["epistemic_variance"]), np.sqrt(arrays["total_variance"]),
+        dataset.x_train, dataset.unstandardise(dataset.y_train), true_mean))
+    st.caption("Epistemic: variance of the R draws' means; total adds the mean aleatoric variance. "
+               "With R = 1 or a mean mode the epistemic band is empty.")
+
+
+def image_of(x: np.ndarray) -> np.ndarray | None:
+    if len(dataset.input_shape) != 2:
+        return None
+    image = x.reshape(dataset.input_shape).astype(np.float64)
+    span = image.max() - image.min()
+    return (image - image.min()) / span if span > 0 else np.zeros_like(image)
+
+
+def per_image_section() -> None:
+    st.subheader("Class probabilities per input")
+    start = st.number_input("First test input", min_value=0, max_value=max(0, dataset.n_test - N_IMAGES),
+                            value=0, step=N_IMAGES, key="first_image")
+    indices = tuple(range(int(start), min(int(start) + N_IMAGES, dataset.n_test)))
+    arrays = cache.selected_prediction(run_id, indices, mode, samples, effective, 0)
+    names = list(dataset.class_names) if dataset.class_names else None
+    columns = st.columns(3)
+    for position, index in enumerate(indices):
+        with columns[position % 3]:
+            probs = arrays["probs_per_draw"][:, position, :]
+            label = int(dataset.y_test[index])
+            guess = int(probs.mean(axis=0).argmax())
+            title = f"#{index}: true {names[label] if names else label}, predicted {names[guess] if names else guess}"
+            image = image_of(dataset.x_test[index])
+            if image is not None:
+                st.image(image, width=84, clamp=True)
+            else:
+                st.caption("x = " + ", ".join(f"{v:.2f}" for v in dataset.x_test[index]))
+            st.altair_chart(figures.class_probability_bars(probs, names, title=title))
+    st.caption("Bars: model-averaged probability; ticks: the R individual draws; red line: the 0.95 doubt level.")
+
+
+def ood_section() -> None:
+    st.subheader("Out-of-distribution inputs")
+    choices = backend.ood_set_names(dataset)
+    chosen = st.multiselect("OOD sets", choices, default=choices, key="ood_sets")
+    arrays = cache.test_prediction(run_id, mode, samples, effective, 0)
+    from core.predict.metrics.ood import auroc, predictive_entropy
+    in_entropy = predictive_entropy(arrays["probs"])
+    entropies = {f"{dataset.name} (in-domain)": in_entropy}
+    rows = []
+    for name in chosen:
+        with guard(f"OOD set {name}"):
+            values = cache.ood_entropy(run_id, name, mode, samples, effective, 0, OOD_INPUTS)
+            entropies[name] = values
+            rows.append({"OOD set": name, "inputs": len(values), "mean entropy": float(values.mean()),
+                         "AUROC (entropy)": auroc(in_entropy, values)})
+    max_entropy = float(np.log(dataset.n_classes)) if dataset.n_classes else None
+    st.altair_chart(figures.entropy_ecdf(entropies, max_entropy=max_entropy))
+    if rows:
+        st.dataframe(pd.DataFrame(rows).style.format({"mean entropy": "{:.3f}", "AUROC (entropy)": "{:.3f}"}),
+                     hide_index=True)
+        st.caption("AUROC: probability that an OOD input has higher predictive entropy than an in-domain one "
+                   "(0.5 = no separation).")
+
+
+if dataset.task == "regression":
+    with guard("Predicting the bands"):
+        regression_section()
+else:
+    with guard("Predicting the selected inputs"):
+        per_image_section()
+    with guard("Predicting the OOD sets"):
+        ood_section()

@@ -1,0 +1,148 @@
+"""End to end: `streamlit run dashboard/app.py` driven by headless Chromium through Playwright.
+
+Needs Debian's chromium (Playwright cannot download its own browser here).
+Skipped with a reason when chromium or playwright is missing, except in CI
+(CI=true), where a missing browser is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = ROOT / "dashboard" / "app.py"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+START_TIMEOUT = 90
+RENDER_TIMEOUT = 90_000  # ms
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").strip().lower() == "true":
+        pytest.fail(f"{reason} (CI=true: browser tests must run)")
+    pytest.skip(reason)
+
+
+def chromium_path() -> str:
+    found = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+    if found is None:
+        _unavailable("chromium not installed: apt-get install chromium")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until_healthy(url: str, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"streamlit exited with {process.returncode}:\n{log.read_text()}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"streamlit did not answer within {START_TIMEOUT} s:\n{log.read_text()}")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("playwright not installed: pip install playwright")
+    executable = chromium_path()
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, browser):
+    """A dashboard server on a free port with one tiny cached run in a temporary store."""
+    cache = tmp_path_factory.mktemp("bnn-cache")
+    env = dict(os.environ, BNN_CACHE_DIR=str(cache), BNN_OFFLINE="1")
+    trained = subprocess.run(
+        [sys.executable, "-c", "from core.runs import RunConfig, train_run;"
+         "print(train_run(RunConfig(dataset='two-moons', hidden=(8,), train={'epochs': 2})).run_id)"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert trained.returncode == 0, trained.stderr
+    port = free_port()
+    log = cache / "streamlit.log"
+    with open(log, "w") as handle:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
+             "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+            cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_healthy(url, process, log)
+        yield url, log
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def assert_no_traceback(page) -> None:
+    page.wait_for_timeout(500)
+    assert page.locator("[data-testid='stException']").count() == 0
+    assert "Traceback" not in page.content()
+
+
+def wait_for_charts(page, at_least: int = 1) -> None:
+    page.wait_for_function(
+        f"document.querySelectorAll('.vega-embed canvas, .vega-embed svg').length >= {at_least}",
+        timeout=RENDER_TIMEOUT)
+
+
+def test_pages_render_in_chromium(server, browser, tmp_path):
+    url, log = server
+    page = browser.new_page(viewport={"width": 1400, "height": 2200})
+    # A deep link as the server's very first request (Streamlit's legacy pages/ mode) still works.
+    page.goto(f"{url}/pruning")
+    page.get_by_role("heading", name="Pruning", exact=True).wait_for(timeout=RENDER_TIMEOUT)
+    wait_for_charts(page, 1)
+    assert_no_traceback(page)
+    page.goto(url)
+    page.get_by_role("heading", name="Train a sparse Bayesian network").wait_for(timeout=RENDER_TIMEOUT)
+    page.get_by_text("Sparse BNN Explorer").first.wait_for(timeout=RENDER_TIMEOUT)
+    # The newest cached run is selected on start (the sidebar's run picker shows it).
+    picker = page.get_by_role("combobox", name="Current run")
+    picker.wait_for(timeout=RENDER_TIMEOUT)
+    assert "two-moons" in picker.input_value()
+    assert_no_traceback(page)
+    page.screenshot(path=str(tmp_path / "train.png"), full_page=True)
+
+    for link, heading, charts in (("Inclusion & masks", "Inclusion statistics and masks", 3),
+                                  ("Pruning", "Pruning", 2),
+                                  ("Uncertainty", "Uncertainty", 2)):
+        page.locator("[data-testid='stSidebarNav'] a", has_text=link).first.click()
+        page.get_by_role("heading", name=heading, exact=True).wait_for(timeout=RENDER_TIMEOUT)
+        wait_for_charts(page, charts)
+        assert_no_traceback(page)
+        assert page.locator("[data-testid='stAlert']", has_text="Unexpected error").count() == 0
+        page.screenshot(path=str(tmp_path / f"{link.split()[0].lower()}.png"), full_page=True)
+    page.close()
+    for name in ("train", "inclusion", "pruning", "uncertainty"):
+        assert (tmp_path / f"{name}.png").stat().st_size > 10_000
+    assert "Traceback" not in log.read_text()

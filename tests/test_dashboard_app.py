@@ -1,0 +1,190 @@
+"""The Streamlit app under streamlit.testing.v1.AppTest, with tiny runs in a temporary store."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("streamlit")
+import streamlit as st  # noqa: E402
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
+PAGES = ("pages/inclusion.py", "pages/pruning.py", "pages/uncertainty.py")
+TIMEOUT = 180
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A store with three tiny runs: two-moons, mnist-small and a 1-D regression toy."""
+    cache = tmp_path_factory.mktemp("bnn-cache")
+    previous = os.environ.get("BNN_CACHE_DIR")
+    os.environ["BNN_CACHE_DIR"] = str(cache)
+    from core.runs import RunConfig, train_run
+    runs = {
+        "moons": train_run(RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 2})).run_id,
+        "mnist": train_run(RunConfig(dataset="mnist-small", hidden=(8,),
+                                     train={"epochs": 1, "batch_size": 500})).run_id,
+        "sine": train_run(RunConfig(dataset="toy-sine-gaps", hidden=(8,), train={"epochs": 2})).run_id,
+    }
+    yield runs
+    if previous is None:
+        os.environ.pop("BNN_CACHE_DIR", None)
+    else:
+        os.environ["BNN_CACHE_DIR"] = previous
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches():
+    """Streamlit caches are process-wide: no test may see another store's runs."""
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    yield
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+def open_app(run_id: str | None = None) -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    if run_id is not None:
+        at.session_state["selected_run_id"] = run_id
+    return at.run()
+
+
+def assert_clean(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def metric_value(at: AppTest, label: str) -> str:
+    matches = [m.value for m in at.metric if m.label == label]
+    assert matches, f"no metric {label!r}; have {[m.label for m in at.metric]}"
+    return matches[0]
+
+
+@pytest.mark.parametrize("name", ["moons", "mnist", "sine"])
+def test_every_page_renders_without_errors(store, name):
+    at = open_app(store[name])
+    assert_clean(at)
+    assert at.session_state["selected_run_id"] == store[name]
+    for page in PAGES:
+        at.switch_page(page).run()
+        assert_clean(at)
+        assert not at.info or all("No run selected" not in i.value for i in at.info)
+
+
+def test_inclusion_density_table_follows_the_threshold(store):
+    from core.runs import load_run
+    model = load_run(store["mnist"]).model
+    at = open_app(store["mnist"])
+    at.switch_page("pages/inclusion.py").run()
+    assert_clean(at)
+    for threshold in (0.5, 0.8):
+        slider = at.slider(key=f"widget:threshold:{store['mnist']}")
+        slider.set_value(threshold).run()
+        assert_clean(at)
+        table = at.dataframe[0].value
+        table = getattr(table, "data", table)  # a Styler or a DataFrame
+        overall = table.set_index("layer").loc["all"]
+        expected = model.density(model.keep_masks(threshold))
+        assert overall["density"] == pytest.approx(expected)
+        assert overall["total"] == model.n_weights()
+
+
+def test_pruning_cards_match_a_direct_prediction(store):
+    from core.predict import predict
+    from core.runs import load_run
+    run = load_run(store["mnist"])
+    dataset = run.dataset()
+    at = open_app(store["mnist"])
+    at.switch_page("pages/pruning.py").run()
+    assert_clean(at)
+    at.selectbox(key=f"widget:mode:{store['mnist']}").set_value("mpm-mean").run()
+    at.slider(key=f"widget:threshold:{store['mnist']}").set_value(0.7).run()
+    assert_clean(at)
+    expected = predict(run, dataset.x_test, mode="mpm-mean", threshold=0.7)
+    accuracy = float(np.mean(expected.probs.argmax(1) == dataset.y_test))
+    assert metric_value(at, "accuracy") == f"{accuracy:.4f}"
+    assert metric_value(at, "density") == f"{expected.density:.4f}"
+
+
+def test_settings_survive_a_page_switch(store):
+    at = open_app(store["moons"])
+    at.switch_page("pages/pruning.py").run()
+    at.slider(key=f"widget:samples:{store['moons']}").set_value(7).run()
+    at.slider(key=f"widget:threshold:{store['moons']}").set_value(0.3).run()
+    at.switch_page("pages/uncertainty.py").run()
+    assert_clean(at)
+    assert at.slider(key=f"widget:samples:{store['moons']}").value == 7
+    assert at.slider(key=f"widget:threshold:{store['moons']}").value == pytest.approx(0.3)
+
+
+def test_ood_table_lists_every_set_with_an_auroc(store):
+    at = open_app(store["mnist"])
+    at.switch_page("pages/uncertainty.py").run()
+    assert_clean(at)
+    tables = [getattr(d.value, "data", d.value) for d in at.dataframe]
+    (ood,) = [t for t in tables if "OOD set" in t.columns]
+    assert list(ood["OOD set"]) == ["fashion-mnist-small", "uniform-noise", "inverted", "rotated"]
+    assert ood["AUROC (entropy)"].between(0, 1).all()
+
+
+def test_empty_store_opens_on_the_train_page(tmp_path, monkeypatch):
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    at = open_app()
+    assert_clean(at)
+    assert any("Train" in h.value for h in at.header)
+    assert at.selectbox(key="train_dataset").value == "mnist-small"
+    assert at.session_state["selected_run_id"] is None
+    for page in PAGES:
+        at.switch_page(page).run()
+        assert not at.exception
+        assert any("No run selected" in i.value for i in at.info)
+
+
+def test_bad_hyperparameters_show_an_error_message_not_a_traceback(tmp_path, monkeypatch):
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    at = open_app()
+    at.text_input(key="train_hidden").input("8, lots").run()
+    assert not at.exception
+    assert any("hidden" in e.value and "lots" in e.value for e in at.error)
+    assert at.button(key="train_button").disabled
+
+    at.text_input(key="train_hidden").input("8").run()
+    at.text_input(key="train_lr_weights").input("-1").run()
+    assert not at.error  # parsed; the value itself is core's to judge
+    at.button(key="train_button").click().run()
+    assert not at.exception
+    assert any("learning_rates.weights" in e.value for e in at.error), [e.value for e in at.error]
+    assert "training_worker" not in at.session_state  # nothing started
+
+    at.text_input(key="train_lr_weights").input("1e-2").run()
+    at.text_input(key="train_opt_lbbnn_prior_inclusion").input("1.5").run()
+    at.button(key="train_button").click().run()
+    assert not at.exception
+    assert any("prior_inclusion" in e.value for e in at.error), [e.value for e in at.error]
+
+
+def test_training_from_the_form_stores_and_selects_the_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    at = open_app()
+    at.selectbox(key="train_dataset").set_value("two-moons").run()
+    at.text_input(key="train_hidden").input("4").run()
+    at.number_input(key="train_epochs").set_value(2).run()
+    at.button(key="train_button").click().run()
+    assert_clean(at)
+    worker = at.session_state["training_worker"]
+    snapshot = worker.join(timeout=120)
+    assert snapshot.status.value == "done", snapshot.error
+    assert [record["epoch"] for record in snapshot.history] == [1, 2]
+    at.run()
+    assert_clean(at)
+    assert at.session_state["selected_run_id"] == snapshot.run_id
+    assert any(snapshot.run_id in s.value for s in at.success)
+    from core.runs import list_runs
+    assert [info.run_id for info in list_runs()] == [snapshot.run_id]
+    at.switch_page("pages/inclusion.py").run()
+    assert_clean(at)
