@@ -124,20 +124,25 @@ class BayesianMLP(nn.Module):
         weights = [layer.conditional_mean_weights() for layer in self.layers]
         return weights if masks is None else [w * m for w, m in zip(weights, masks)]
 
-    def sample_weights(self, n: int, seed: int, masks: Sequence[Tensor] | None = None) -> list[Tensor]:
-        """n network draws. Layer l of draw r depends only on (seed, r, l), so R=20
-        reuses R=10's draws and families that consume different amounts of
+    def sample_weights(self, n: int, seed: int, masks: Sequence[Tensor] | None = None,
+                       start: int = 0) -> list[Tensor]:
+        """Draws start .. start+n-1 of the network. Layer l of draw r depends only on
+        (seed, r, l), so R=20 reuses R=10's draws, a caller may draw in chunks
+        (start=0, 10, ...), and families that consume different amounts of
         randomness in one layer do not shift the draws of the next."""
         per_layer = []
         for index, layer in enumerate(self.layers):
-            draws = []
-            for draw in range(n):
+            draws = None
+            for offset, draw in enumerate(range(start, start + n)):
                 generator = new_generator(self.device, (seed * 1_000_003 + draw) * 101 + index)
                 if masks is None:
-                    draws.append(layer.sample_weights(1, generator)[0])
+                    value = layer.sample_weights(1, generator)[0]
                 else:
-                    draws.append(layer.sample_conditional_weights(1, generator)[0] * masks[index])
-            per_layer.append(torch.stack(draws))
+                    value = layer.sample_conditional_weights(1, generator)[0] * masks[index]
+                if draws is None:  # filled in place: no list of draws and no stacking copy
+                    draws = torch.empty((n, *value.shape), dtype=value.dtype, device=value.device)
+                draws[offset] = value
+            per_layer.append(draws)
         return per_layer
 
     # --- sparsity -------------------------------------------------------------------------

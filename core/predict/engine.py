@@ -1,10 +1,16 @@
 """`predict`: one entry point for every prediction mode and every family.
 
-Draws are batched: all R networks go through `forward_with_weights` at once
-with (R, out, in+1) weight tensors, chunked over draws and inputs when the
+Draws are batched: R networks run at once as (R, out, in+1) weight tensors,
+drawn and run a chunk of draws at a time (and chunked over inputs) when the
 activations would exceed `MEMORY_BUDGET_BYTES`. Draw r comes from the
 network's `sample_weights`, which seeds it from (seed, r): R=20 reuses the
-first 10 draws of R=10.
+first 10 draws of R=10, and chunking changes nothing.
+
+Forward passes run transposed, (features, n), through core.predict.compact:
+a network with one known structure (mpm, mpm-mean, prune, mean) drops its
+dead units and multiplies its sparse layers as sparse matrices; bma draws,
+each with its own structure, run as dense batched products (the first layer
+of all draws as one matrix product).
 
 Density reported (fraction of weights a prediction needs):
 - `mpm`, `mpm-mean`, `prune`: kept weights / all weights;
@@ -30,8 +36,9 @@ from torch import Tensor
 
 from core.errors import PredictionError
 from core.models.network import BayesianMLP
+from core.predict.compact import CompactNetwork, compact_network, dense_network, run_chunked
 from core.predict.modes import PredictionMode, WeightChoice, parse_mode, parse_weight_choice
-from core.predict.structure import is_disconnected, layer_densities, overall_density
+from core.predict.structure import is_disconnected, kept_counts, layer_densities, overall_density
 
 # Activations of one chunk (draws x inputs x widest layer, two layers alive) stay below this.
 MEMORY_BUDGET_BYTES = 256 * 2**20
@@ -114,41 +121,35 @@ def make_plan(model: BayesianMLP, mode: Any, samples: Any, threshold: Any, weigh
     return Plan(mode, samples, threshold, choice)
 
 
-def plan_weights(model: BayesianMLP, plan: Plan, seed: int) -> tuple[list[Tensor], list[Tensor] | None]:
-    """Weights per layer, (R, out, in+1) for sampled plans or (out, in+1), and the masks used."""
-    if plan.mode is PredictionMode.BMA:
-        return model.sample_weights(plan.samples, int(seed)), None
-    if plan.mode is PredictionMode.MEAN:
-        return model.mean_weights(), None
-    masks = model.keep_masks(plan.threshold)
-    if plan.weights is WeightChoice.MEAN:
-        return model.conditional_mean_weights(masks), masks
-    return model.sample_weights(plan.samples, int(seed), masks=masks), masks
-
-
 def forward_draws(model: BayesianMLP, x: Tensor, weights: Sequence[Tensor], batch_size: int | None = None,
                   memory_budget: int = MEMORY_BUDGET_BYTES) -> Tensor:
     """Network outputs (R, n, out) for weights (R, out, in+1) per layer; R = 1 for (out, in+1) weights."""
-    single = weights[0].dim() == 2
-    n_draws = 1 if single else weights[0].shape[0]
-    n = x.shape[0]
-    widest = max([x.shape[1]] + [w.shape[-2] for w in weights])
-    per_item = 2 * widest * x.element_size()
-    draw_chunk = max(1, min(n_draws, memory_budget // max(1, n * per_item)))
-    input_chunk = n if draw_chunk * n * per_item <= memory_budget else max(1, memory_budget // (draw_chunk * per_item))
-    if batch_size is not None:
-        if int(batch_size) < 1:
-            raise PredictionError(f"batch_size: must be >= 1, got {batch_size!r}")
-        input_chunk = min(input_chunk, int(batch_size))
-    if single:
-        parts = [model.forward_with_weights(x[i:i + input_chunk], weights) for i in range(0, n, input_chunk)]
-        return torch.cat(parts).unsqueeze(0)
-    rows = []
-    for r in range(0, n_draws, draw_chunk):
-        chunk = [w[r:r + draw_chunk] for w in weights]
-        rows.append(torch.cat([model.forward_with_weights(x[i:i + input_chunk], chunk)
-                               for i in range(0, n, input_chunk)], dim=1))
-    return torch.cat(rows)
+    if batch_size is not None and int(batch_size) < 1:
+        raise PredictionError(f"batch_size: must be >= 1, got {batch_size!r}")
+    return run_chunked(dense_network(weights, model.activation), x, memory_budget, batch_size)
+
+
+def masked_network(model: BayesianMLP, weights: Sequence[Tensor], masks: Sequence[Tensor]) -> CompactNetwork:
+    """The compact network (dead units dropped, sparse layers sparse) of weights zero outside `masks`."""
+    if all(bool(mask.all()) for mask in masks):  # nothing to drop (e.g. the posterior-mean network)
+        network = dense_network(weights, model.activation)
+        network.disconnected = False
+        return network
+    return compact_network(weights, masks, model.activation)
+
+
+def forward_masked(model: BayesianMLP, x: Tensor, weights: Sequence[Tensor], masks: Sequence[Tensor],
+                   batch_size: int | None = None, memory_budget: int = MEMORY_BUDGET_BYTES) -> Tensor:
+    """Like `forward_draws` for weights that are zero outside `masks` (shared by all draws):
+    dead units dropped, sparse layers multiplied as sparse matrices (core.predict.compact)."""
+    return run_network(masked_network(model, weights, masks), x, batch_size, memory_budget)
+
+
+def run_network(network: CompactNetwork, x: Tensor, batch_size: int | None = None,
+                memory_budget: int = MEMORY_BUDGET_BYTES) -> Tensor:
+    if batch_size is not None and int(batch_size) < 1:
+        raise PredictionError(f"batch_size: must be >= 1, got {batch_size!r}")
+    return run_chunked(network, x, memory_budget, batch_size)
 
 
 @dataclass
@@ -199,25 +200,82 @@ def nonzero_masks(weights: Sequence[Tensor]) -> list[Tensor]:
     return [w != 0 for w in weights]
 
 
-def _densities(model: BayesianMLP, plan: Plan, weights: Sequence[Tensor],
-               masks: Sequence[Tensor] | None) -> tuple[float, list[float], float, bool]:
-    """(density, per-layer density, mean density of the evaluated networks, disconnected)."""
-    used = nonzero_masks(weights)
+class DrawUsage:
+    """Which weights R sampled networks use, gathered draw chunk by draw chunk."""
+
+    def __init__(self) -> None:
+        self.counts: list[int] | None = None  # nonzero weights per layer, summed over draws
+        self.union: list[Tensor] | None = None  # used by some draw
+        self.first: list[Tensor] | None = None  # used by draw 0
+        self.all_disconnected = True
+
+    def add(self, draws: Sequence[Tensor]) -> None:
+        used = nonzero_masks(draws)
+        counts = kept_counts(used)
+        union = [u.any(dim=0) for u in used]
+        if self.counts is None:
+            self.counts, self.union, self.first = counts, union, [u[0] for u in used]
+        else:
+            self.counts = [a + b for a, b in zip(self.counts, counts)]
+            self.union = [a | b for a, b in zip(self.union, union)]
+        self.all_disconnected &= bool(torch.as_tensor(is_disconnected(used)).all())
+
+
+def draws_per_chunk(model: BayesianMLP, plan: Plan, n_inputs: int, memory_budget: int) -> int:
+    """Draws made and run at once: their activations on all inputs fit the budget (at least one)."""
+    widest = max([model.config.in_features] + [layer.out_features for layer in model.layers])
+    per_draw = 2 * widest * 4 * max(1, n_inputs)
+    return max(1, min(plan.samples, memory_budget // per_draw))
+
+
+def sampled_forward(model: BayesianMLP, plan: Plan, x: Tensor, seed: int, masks: Sequence[Tensor] | None,
+                    batch_size: int | None, memory_budget: int = MEMORY_BUDGET_BYTES) -> tuple[Tensor, DrawUsage]:
+    """Outputs (R, n, out) of R sampled networks, drawn and run a chunk of draws at a time
+    (draw r depends only on (seed, r), so chunking changes nothing)."""
+    chunk = draws_per_chunk(model, plan, x.shape[0], memory_budget)
+    usage, outputs = DrawUsage(), None
+    for start in range(0, plan.samples, chunk):
+        count = min(chunk, plan.samples - start)
+        draws = model.sample_weights(count, int(seed), masks=masks, start=start)
+        if masks is None:  # bma: every draw has its own structure
+            out = forward_draws(model, x, draws, batch_size, memory_budget)
+        else:
+            out = forward_masked(model, x, draws, masks, batch_size, memory_budget)
+        if outputs is None:
+            outputs = torch.empty((plan.samples, *out.shape[1:]), dtype=out.dtype, device=out.device)
+        outputs[start:start + count] = out
+        usage.add(draws)
+    return outputs, usage
+
+
+def _densities(model: BayesianMLP, plan: Plan, masks: Sequence[Tensor] | None, weights: Sequence[Tensor] | None,
+               usage: DrawUsage | None, disconnected: bool | None) -> tuple[float, list[float], float, bool]:
+    """(density, per-layer density, mean density of the evaluated networks, disconnected).
+
+    `weights`: the one evaluated network (deterministic plans); `usage`: what R sampled
+    networks used; `disconnected`, where already known for `masks`, saves working it out again.
+    """
+    sizes = [layer.out_features * (layer.in_features + 1) for layer in model.layers]
     if masks is not None:
-        disconnected = bool(is_disconnected(masks))
-        density, per_layer = overall_density(masks), layer_densities(masks)
-        if weights[0].dim() == 3:
-            return density, per_layer, overall_density(used), disconnected
+        if disconnected is None:
+            disconnected = bool(is_disconnected(masks))
+        counts = kept_counts(masks)
+        density, per_layer = overall_density(masks, counts), layer_densities(masks, counts)
+        if usage is not None:
+            return density, per_layer, sum(usage.counts) / (plan.samples * sum(sizes)), disconnected
         return density, per_layer, density, disconnected
-    if weights[0].dim() == 2:  # the posterior-mean network
-        return overall_density(used), layer_densities(used), overall_density(used), bool(is_disconnected(used))
-    draw_density = overall_density(used)
-    disconnected = bool(torch.as_tensor(is_disconnected(used)).all())
+    if usage is None:  # the posterior-mean network
+        used = nonzero_masks(weights)
+        counts = kept_counts(used)
+        density = overall_density(used, counts)
+        if disconnected is None:
+            disconnected = bool(is_disconnected(used))
+        return density, layer_densities(used, counts), density, disconnected
+    draw_density = sum(usage.counts) / (plan.samples * sum(sizes))
     if plan.samples == 1:
-        single = [u[0] for u in used]
-        return overall_density(single), layer_densities(single), draw_density, disconnected
-    possible = [u.any(dim=0) | (m != 0) for u, m in zip(used, model.mean_weights())]
-    return overall_density(possible), layer_densities(possible), draw_density, disconnected
+        return overall_density(usage.first), layer_densities(usage.first), draw_density, usage.all_disconnected
+    possible = [u | (m != 0) for u, m in zip(usage.union, model.mean_weights())]
+    return overall_density(possible), layer_densities(possible), draw_density, usage.all_disconnected
 
 
 def predict(model_or_run: Any, x: Any, mode: str | PredictionMode = "bma", samples: int = 10,
@@ -230,11 +288,21 @@ def predict(model_or_run: Any, x: Any, mode: str | PredictionMode = "bma", sampl
     """
     model = resolve_model(model_or_run)
     plan = make_plan(model, mode, samples, threshold, weights)
+    if batch_size is not None and int(batch_size) < 1:
+        raise PredictionError(f"batch_size: must be >= 1, got {batch_size!r}")
     with torch.no_grad():
         inputs = as_inputs(model, x)
-        draws, masks = plan_weights(model, plan, seed)
-        outputs = forward_draws(model, inputs, draws, batch_size)
-        density, per_layer, draw_density, disconnected = _densities(model, plan, draws, masks)
+        masks = None if plan.mode in (PredictionMode.BMA, PredictionMode.MEAN) else model.keep_masks(plan.threshold)
+        single, usage, disconnected = None, None, None
+        if plan.weights is WeightChoice.SAMPLE:
+            outputs, usage = sampled_forward(model, plan, inputs, seed, masks, batch_size)
+        else:  # one network: its masks, or the zeros of the posterior-mean network
+            # The compact network reads only the kept entries: no need to multiply the masks in first.
+            single = model.mean_weights() if masks is None else model.conditional_mean_weights()
+            network = masked_network(model, single, nonzero_masks(single) if masks is None else masks)
+            outputs = run_network(network, inputs, batch_size)
+            disconnected = network.disconnected
+        density, per_layer, draw_density, disconnected = _densities(model, plan, masks, single, usage, disconnected)
         return build_prediction(model, plan, outputs, density, per_layer, draw_density, disconnected)
 
 

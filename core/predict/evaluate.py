@@ -40,7 +40,7 @@ def jsonable(value: Any) -> Any:
 def mean_inclusion(model) -> list[float]:
     """Mean of the native statistic per layer (for LBBNN: seed 000 Table 5's mean inclusion probability)."""
     with torch.no_grad():
-        return [float(stat.double().mean()) for stat in model.native_statistics()]
+        return [float(torch.mean(stat, dtype=torch.float64)) for stat in model.native_statistics()]
 
 
 def classification_metrics(prediction: Prediction, y: np.ndarray, ece_bins: int,

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from core.errors import PredictionError
 from core.models.likelihoods import HeteroscedasticGaussian, make_likelihood
 from core.models.network import ACTIVATIONS, BayesianMLP
+from core.predict.compact import CompactLayer, CompactNetwork, choose_format, to_format
 from core.predict.engine import check_threshold, resolve_model
 from core.predict.evaluate import jsonable
 from core.predict.structure import input_dependence, layer_densities, overall_density, useful_units
@@ -65,7 +66,7 @@ def compact_layers(model: BayesianMLP, threshold: float) -> tuple[Tensor, list[T
 
 
 class ExportedMLP(nn.Module):
-    """A small deterministic MLP: gather used inputs, then dense compact layers."""
+    """A small deterministic MLP: gather used inputs, then compact layers (sparse ones as sparse matrices)."""
 
     def __init__(self, input_index: Tensor, weights: list[Tensor], biases: list[Tensor], activation: str,
                  likelihood: str, noise_std: float | None = None):
@@ -82,12 +83,22 @@ class ExportedMLP(nn.Module):
         self.likelihood.requires_grad_(False)
 
     def forward(self, x: Tensor) -> Tensor:
-        h = x.reshape(x.shape[0], -1).index_select(1, self.input_index)
-        for i in range(self.n_layers):
-            h = nn.functional.linear(h, getattr(self, f"weight_{i}"), getattr(self, f"bias_{i}"))
-            if i < self.n_layers - 1:
-                h = self.activation(h)
-        return h
+        return self.network(x.reshape(x.shape[0], -1))
+
+    @property
+    def network(self) -> CompactNetwork:
+        """The compact forward (sparse layers as sparse matrices), rebuilt when the buffers move."""
+        weights = [getattr(self, f"weight_{i}") for i in range(self.n_layers)]
+        key = tuple((w.data_ptr(), w.device, w.dtype) for w in weights)
+        if getattr(self, "_network_key", None) != key:
+            layers = []
+            for i, weight in enumerate(weights):
+                layer_format = choose_format(int(torch.count_nonzero(weight)), weight.numel())
+                layers.append(CompactLayer(to_format(weight, layer_format), getattr(self, f"bias_{i}").unsqueeze(1),
+                                           layer_format))
+            self._network = CompactNetwork(self.input_index, layers, self.activation, int(self.input_index.numel()))
+            self._network_key = key
+        return self._network
 
     @torch.no_grad()
     def predict(self, x: Any) -> Tensor | tuple[Tensor, Tensor]:

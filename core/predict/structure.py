@@ -46,12 +46,17 @@ def useful_units(masks: Sequence[Tensor]) -> list[Tensor]:
     return useful
 
 
-def layer_densities(masks: Sequence[Tensor]) -> list[float]:
+def kept_counts(masks: Sequence[Tensor]) -> list[int]:
+    """Kept (nonzero) entries per layer, summed over any leading batch dims."""
+    return [int(torch.count_nonzero(mask)) for mask in masks]
+
+
+def layer_densities(masks: Sequence[Tensor], counts: Sequence[int] | None = None) -> list[float]:
     """Fraction of kept entries per layer (averaged over any leading batch dims)."""
-    return [float(mask.float().mean()) for mask in masks]
+    counts = kept_counts(masks) if counts is None else counts
+    return [count / mask.numel() for count, mask in zip(counts, masks)]
 
 
-def overall_density(masks: Sequence[Tensor]) -> float:
-    kept = sum(float(mask.float().sum()) for mask in masks)
-    total = sum(mask.numel() for mask in masks)
-    return kept / total
+def overall_density(masks: Sequence[Tensor], counts: Sequence[int] | None = None) -> float:
+    counts = kept_counts(masks) if counts is None else counts
+    return sum(counts) / sum(mask.numel() for mask in masks)

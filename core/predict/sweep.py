@@ -1,16 +1,20 @@
 """Accuracy (or RMSE) against density over thresholds of the native statistic.
 
 Work shared across thresholds:
-- each layer's statistic is sorted once; densities come from binary search;
+- each layer's statistic is sorted once; densities come from binary search,
+  and the masks of every threshold come from one comparison per layer;
 - for the deterministic modes (mpm-mean, prune with mean weights) the first
   layer's pre-activations are accumulated incrementally: thresholds are
   visited from the sparsest to the densest and only the weights that enter at
-  each step are multiplied in (a sparse product), so the whole sweep costs one
-  dense pass of the first layer plus one pass of the later layers per point;
+  each step are multiplied in (as a sparse product when few enter, a dense one
+  otherwise), so the whole sweep costs about one pass of the first layer;
   the accumulation is in float64 so every point equals a fresh evaluation;
+- the later layers run per point as a compact network (core.predict.compact):
+  units with no path to an output dropped, layers below the crossover density
+  multiplied as sparse matrices;
 - for the sampled modes the R weight draws are made once: a draw of the kept
   weights does not depend on the mask (the network multiplies it in), so
-  every threshold reuses them.
+  every threshold reuses them (and runs them through its compact network).
 The model is never rebuilt.
 
 Thresholds are compared through a key that is kept when key > cut:
@@ -30,7 +34,9 @@ from torch import Tensor
 from core.errors import PredictionError
 from core.models.base import Keep
 from core.models.network import BayesianMLP
-from core.predict.engine import MEMORY_BUDGET_BYTES, as_inputs, check_samples, check_threshold, forward_draws, resolve_model
+from core.predict.compact import LayerFormat, activate_, choose_format, compact_network, sparse_csr
+from core.predict.engine import (MEMORY_BUDGET_BYTES, as_inputs, check_samples, check_threshold, forward_masked,
+                                 resolve_model)
 from core.predict.evaluate import jsonable
 from core.predict.metrics import classification as cls_metrics
 from core.predict.metrics import regression as reg_metrics
@@ -38,6 +44,7 @@ from core.predict.modes import PredictionMode, WeightChoice, parse_mode, parse_w
 from core.predict.structure import is_disconnected
 
 DEFAULT_POINTS = 51
+MASK_BLOCK = 64  # thresholds whose masks are built at once (memory: MASK_BLOCK bytes per weight)
 
 
 @dataclass
@@ -99,6 +106,15 @@ class SortedStatistics:
         cut = self.cut(threshold)
         return [(key > cut).reshape(shape) for key, shape in zip(self.keys, self.shapes)]
 
+    def stacked_masks(self, thresholds: Sequence[float]) -> list[Tensor]:
+        """Per layer the masks at every threshold, (T, out, in+1), in one comparison per layer."""
+        result = []
+        for key, shape in zip(self.keys, self.shapes):
+            # Python-float cuts compare in the key's dtype (as keep_mask does): cast them the same way.
+            cuts = torch.tensor([self.cut(t) for t in thresholds], dtype=key.dtype, device=key.device)
+            result.append((key.unsqueeze(0) > cuts.unsqueeze(1)).reshape(len(thresholds), *shape))
+        return result
+
 
 def default_thresholds(model: BayesianMLP, n_points: int = DEFAULT_POINTS) -> np.ndarray:
     """A grid over the statistic's range; quantiles of the pooled statistic where the range is unbounded."""
@@ -146,42 +162,58 @@ def _sweep_plan(model: BayesianMLP, mode: Any, weights: Any) -> WeightChoice:
     return implied
 
 
+def _add_band(accumulated: Tensor, weight: Tensor, band: Tensor, inputs_t: Tensor) -> None:
+    """accumulated += W_band @ inputs_t for the entries `band` (flat indices) of `weight` (float64)."""
+    width, fan_in = weight.shape
+    if choose_format(len(band), weight.numel()) is LayerFormat.SPARSE:
+        band = band.sort().values  # row-major order: the CSR layout
+        rows = torch.bincount(band // fan_in, minlength=width)
+        crow = torch.cat([rows.new_zeros(1), rows.cumsum(0)])
+        entering = sparse_csr(crow, band % fan_in, weight.reshape(-1)[band], (width, fan_in))
+        accumulated.addmm_(entering, inputs_t)
+    else:
+        entering = torch.zeros(width * fan_in, dtype=weight.dtype, device=weight.device)
+        entering[band] = weight.reshape(-1)[band]
+        accumulated.addmm_(entering.view(width, fan_in), inputs_t)
+
+
 def _incremental_mean_outputs(model: BayesianMLP, x: Tensor, stats: SortedStatistics,
                               thresholds: np.ndarray) -> Tensor:
-    """Outputs (T, n, out) of the conditional-mean network at each threshold."""
+    """Outputs (T, n, out) of the conditional-mean network at each threshold.
+
+    The first layer's pre-activations, transposed (width, n), are accumulated in
+    float64 from the sparsest threshold to the densest; the later layers run as
+    a compact network (dead units dropped, sparse layers sparse) per threshold.
+    """
     weights = model.conditional_mean_weights()
     n = x.shape[0]
-    first = weights[0]
+    first = weights[0].double()
     width, fan_in = first.shape
     visit = np.argsort([-stats.cut(t) for t in thresholds], kind="stable")  # sparsest first
     order = stats.descending[0]
-    flat = first.reshape(-1).double()
     counts = [stats.kept_counts(t)[0] for t in thresholds]
     per_input = 8 * (fan_in + width) + 4 * 3 * max(w.shape[0] for w in weights)
     chunk = max(1, min(n, MEMORY_BUDGET_BYTES // per_input))
-    outputs = None
-    masks_later = [stats.masks(t)[1:] for t in thresholds]
+    outputs = torch.empty((len(thresholds), n, weights[-1].shape[0]), dtype=x.dtype, device=x.device)
     for start in range(0, n, chunk):
         part = x[start:start + chunk]
-        augmented_t = torch.cat([part, torch.ones_like(part[:, :1])], dim=1).double().T.contiguous()
+        inputs_t = torch.cat([part, torch.ones_like(part[:, :1])], dim=1).T.double().contiguous()
         accumulated = torch.zeros(width, part.shape[0], dtype=torch.float64, device=x.device)
         done = 0
         for index in visit:
             if counts[index] > done:
-                band = order[done:counts[index]]
-                entering = torch.sparse_coo_tensor(torch.stack([band // fan_in, band % fan_in]), flat[band],
-                                                   (width, fan_in), check_invariants=False)
-                accumulated += torch.sparse.mm(entering, augmented_t)
+                _add_band(accumulated, first, order[done:counts[index]], inputs_t)
                 done = counts[index]
-            hidden = accumulated.T.to(part.dtype)
-            if len(weights) > 1:
-                later = [w * m for w, m in zip(weights[1:], masks_later[index])]
-                out = model.forward_with_weights(model.activation(hidden), later)
-            else:
-                out = hidden
-            if outputs is None:
-                outputs = torch.empty((len(thresholds), n, out.shape[-1]), dtype=out.dtype, device=x.device)
-            outputs[index, start:start + chunk] = out
+            if len(weights) == 1:
+                outputs[index, start:start + chunk] = accumulated.T.to(x.dtype)
+                continue
+            # Built per point (and per input chunk, usually one): keeping T of them would cost T networks.
+            rest = compact_network(weights[1:], stats.masks(thresholds[index])[1:], model.activation,
+                                   fold_constants=False)
+            rows = accumulated if rest.input_index is None else accumulated.index_select(0, rest.input_index)
+            # A copy even where the dtypes match: the activation runs in place.
+            hidden = activate_(model.activation, rows.to(x.dtype, copy=rows is accumulated))
+            outputs[index, start:start + chunk] = rest.forward_transposed(hidden).T
     return outputs
 
 
@@ -192,6 +224,15 @@ def _task_metric(model: BayesianMLP, outputs: Tensor, y: np.ndarray, target_std:
         return cls_metrics.accuracy(probs.cpu().numpy(), y)
     mean, _ = model.likelihood.mean_and_std(outputs)
     return reg_metrics.rmse(mean.mean(dim=0).double().cpu().numpy(), y, target_std)
+
+
+def _single_network_metrics(model: BayesianMLP, outputs: Tensor, y: np.ndarray, target_std: float) -> list[float]:
+    """`_task_metric` of each of T single networks, outputs (T, n, out), with one likelihood call for all."""
+    if model.likelihood.task == "classification":
+        probs = model.likelihood.probabilities(outputs).cpu().numpy()
+        return [cls_metrics.accuracy(p, y) for p in probs]
+    mean, _ = model.likelihood.mean_and_std(outputs)
+    return [reg_metrics.rmse(m, y, target_std) for m in mean.double().cpu().numpy()]
 
 
 def sweep(model_or_run: Any, dataset, thresholds: Sequence[float] | str | None = None, mode: str = "mpm-mean",
@@ -212,18 +253,18 @@ def sweep(model_or_run: Any, dataset, thresholds: Sequence[float] | str | None =
     counts = np.array([stats.kept_counts(t) for t in grid], dtype=np.float64)  # (T, L)
     with torch.no_grad():
         x = as_inputs(model, dataset.x_test)
-        disconnected = np.array([bool(is_disconnected(stats.masks(t))) for t in grid])
+        disconnected = np.concatenate([is_disconnected(stats.stacked_masks(grid[i:i + MASK_BLOCK])).cpu().numpy()
+                                       for i in range(0, len(grid), MASK_BLOCK)])
         if choice is WeightChoice.MEAN:
             outputs = _incremental_mean_outputs(model, x, stats, grid)
-            values = [_task_metric(model, outputs[i:i + 1], dataset.y_test, dataset.target_std)
-                      for i in range(len(grid))]
+            values = _single_network_metrics(model, outputs, dataset.y_test, dataset.target_std)
         else:
             ones = [torch.ones(shape, dtype=torch.bool, device=model.device) for shape in stats.shapes]
             draws = model.sample_weights(samples, int(seed), masks=ones)
             values = []
             for t in grid:
-                masked = [d * m for d, m in zip(draws, stats.masks(t))]
-                values.append(_task_metric(model, forward_draws(model, x, masked), dataset.y_test,
+                # The compact network reads only the kept entries of the unmasked draws.
+                values.append(_task_metric(model, forward_masked(model, x, draws, stats.masks(t)), dataset.y_test,
                                            dataset.target_std))
     metric = "accuracy" if model.likelihood.task == "classification" else "rmse"
     return SweepResult(mode=parse_mode(mode).value, weights=choice.value, statistic=model.spec.name,

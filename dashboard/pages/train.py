@@ -18,6 +18,7 @@ if PagesManager.uses_pages_directory:
     runpy.run_path(str(Path(__file__).resolve().parent.parent / "app.py"), run_name="__main__")
     st.stop()
 
+from core.train import DEFAULT_LEARNING_RATES
 from dashboard import backend, cache, figures, state
 from dashboard.ui import guard
 from dashboard.worker import TrainingWorker, WorkerStatus
@@ -88,9 +89,9 @@ def config_form() -> dict[str, Any] | None:
     posttrain = right.number_input("Post-training epochs (structure fixed)", min_value=0, value=0, step=1,
                                    key="train_posttrain")
     rate_columns = st.columns(3)
-    rates_text = {group: column.text_input(f"Learning rate: {group}", default, key=f"train_lr_{group}")
-                  for column, (group, default) in zip(rate_columns, (("weights", "1e-2"), ("scales", "1e-2"),
-                                                                     ("inclusion", "1e-3")))}
+    rates_text = {group: column.text_input(f"Learning rate: {group}", f"{DEFAULT_LEARNING_RATES[group]:g}",
+                                           key=f"train_lr_{group}")
+                  for column, group in zip(rate_columns, ("weights", "scales", "inclusion"))}
     options_text = {}
     with st.expander(f"Family options / priors ({method})", expanded=method == "lbbnn"):
         defaults = methods[method]
