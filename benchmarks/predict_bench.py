@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -29,6 +30,9 @@ from pathlib import Path
 
 import torch
 from torch.nn import functional as F
+
+ROOT_FOR_IMPORTS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT_FOR_IMPORTS))
 
 from core.data import load_dataset
 from core.errors import BNNError

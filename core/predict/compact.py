@@ -197,6 +197,7 @@ def quiet_sparse_beta():
     """torch warns that sparse CSR is beta; the one product used here is tested against dense."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
         yield
 
 
