@@ -5,7 +5,8 @@
 Full MNIST, 784-400-600-10, batch 100, M = 1 (seed 000's setup). Each family
 runs in its own subprocess so the peak memory is its own; all of them run in
 one invocation so the ratios compare like with like on a shared machine. The
-plain MLP is torch's nn.Linear/ReLU stack trained by the same fused Adam.
+plain MLP is torch's nn.Linear/ReLU stack trained by the same fused Adam. The
+first epoch (allocator warm-up, and torch.compile for "+compile") is not timed.
 Writes a Markdown table to benchmarks/results/epoch_time.md and prints it.
 """
 
@@ -63,9 +64,12 @@ def time_one(family: str, dataset: str, device_name: str, epochs: int, hidden: t
                 torch.cuda.synchronize()
             seconds.append(time.perf_counter() - start)
     else:
+        # "lbbnn+compile": the same family trained with TrainConfig(compile=True).
+        family_name, _, compiled = family.partition("+")
         model = BayesianMLP(ModelConfig(in_features=x.shape[1], out_classes=ds.n_classes, hidden=hidden,
-                                        family=family)).to(device)
-        result = train(model, x, y, TrainConfig(epochs=epochs + 1, batch_size=100), seed=0)
+                                        family=family_name)).to(device)
+        result = train(model, x, y, TrainConfig(epochs=epochs + 1, batch_size=100, compile=bool(compiled)),
+                       seed=0)
         seconds = [h["seconds"] for h in result.history]
     peak = (torch.cuda.max_memory_allocated(device) if device.type == "cuda"
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
@@ -81,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--epochs", type=int, default=1, help="timed epochs per family (the best is reported)")
     parser.add_argument("--hidden", default="400,600")
-    parser.add_argument("--families", default=",".join([PLAIN, *FAMILY_PATHS]))
+    parser.add_argument("--families", default=",".join([PLAIN, *FAMILY_PATHS, "lbbnn+compile"]),
+                        help="comma-separated; FAMILY+compile trains with TrainConfig(compile=True)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "epoch_time.md"))
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: time one family, print JSON
     args = parser.parse_args(argv)

@@ -63,6 +63,8 @@ class TrainConfig:
     mc_samples: int = 1
     kl_anneal_epochs: int = 0
     warm_start_epochs: int = 0
+    # torch.compile the families' hot kernels (LBBNN): ~20 s once, then faster epochs.
+    compile: bool = False
 
     def __post_init__(self) -> None:
         def check(ok: bool, name: str, message: str) -> None:
@@ -174,6 +176,8 @@ def train(
                 if progress is not None:
                     progress(dict(record, elapsed=time.perf_counter() - started))
 
+        for layer in model.layers:
+            layer.use_compiled_kernels(config.compile)
         if config.warm_start_epochs:
             _warm_start(model, x_train, y_train, config, batch_generator, cancel, history, progress, started)
         offset = 0

@@ -275,3 +275,39 @@ def test_fused_moments_pass_gradcheck_in_double_precision():
     rho = torch.randn(3, 4, dtype=torch.double, requires_grad=True)
     logit = torch.randn(3, 4, dtype=torch.double, requires_grad=True)
     assert torch.autograd.gradcheck(lambda m, r, l: LBBNNMomentsAndKL.apply(m, r, l, -1.2, 0.8), (mu, rho, logit))
+
+
+@pytest.mark.slow
+def test_compiled_kernels_train_to_the_same_model_as_the_eager_ones():
+    """TrainConfig(compile=True) swaps in torch.compile'd kernels; the arithmetic is the same."""
+    from core.data import load_dataset
+
+    ds = load_dataset("two-moons", n=200)
+    x, y = torch.tensor(ds.x_train), torch.tensor(ds.y_train)
+    states = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = BayesianMLP(ModelConfig(in_features=2, out_classes=2, hidden=(8,), family="lbbnn"))
+        with _no_compile_fallback_warning():
+            train(model, x, y, TrainConfig(epochs=2, batch_size=50, compile=compiled), seed=0)
+        assert all(layer.compiled_kernels == compiled for layer in model.layers)
+        states.append(model.state_dict())
+    for key in states[0]:
+        assert torch.allclose(states[0][key], states[1][key], rtol=1e-4, atol=1e-5), key
+
+
+class _no_compile_fallback_warning:
+    """Fail if training fell back to the eager kernels (the compiled path must really run)."""
+
+    def __enter__(self):
+        import warnings
+
+        self._catcher = warnings.catch_warnings(record=True)
+        self._records = self._catcher.__enter__()
+        warnings.simplefilter("always")
+        return self
+
+    def __exit__(self, *exc):
+        self._catcher.__exit__(*exc)
+        assert not [r for r in self._records if "LBBNN kernels failed" in str(r.message)]
+        return False

@@ -214,6 +214,9 @@ class SparseLayer(nn.Module, ABC):
         for param in self.parameter_groups().get("inclusion", []):
             param.requires_grad_(mask is None)
 
+    def use_compiled_kernels(self, enabled: bool) -> None:
+        """Let a family use torch.compile'd kernels for its training step (a no-op by default)."""
+
     def load_point_estimate(self, weight: Tensor) -> None:
         """Warm start: set the variational means (or point weights) to a trained net's weights."""
         raise NotImplementedError(f"{type(self).__name__} does not support a warm start")

@@ -21,6 +21,7 @@ Two gradient estimators:
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Literal
 
@@ -111,6 +112,7 @@ class LBBNNLayer(SparseLayer):
     def __init__(self, in_features: int, out_features: int, options: LBBNNOptions | None = None,
                  is_output: bool = False):
         super().__init__(in_features, out_features, options, is_output)
+        self.compiled_kernels = False  # set by training (TrainConfig.compile); not part of the state
         opts: LBBNNOptions = self.options
         bound = 1.0 / math.sqrt(in_features)
         self.weight_mu = nn.Parameter(torch.empty(self.shape).uniform_(-bound, bound))
@@ -179,10 +181,21 @@ class LBBNNLayer(SparseLayer):
     def forward_with_kl(self, x: Tensor) -> tuple[Tensor, Tensor]:
         if not self._fused_path_applies():
             return self(x), self.kl()
-        mean, var, kl = LBBNNMomentsAndKL.apply(
-            self.weight_mu, self.weight_rho, self.inclusion_logit,
-            float(self.prior_inclusion_logit), float(self.log_slab_variance.exp()))
+        args = (self.weight_mu, self.weight_rho, self.inclusion_logit,
+                float(self.prior_inclusion_logit), float(self.log_slab_variance.exp()))
+        if self.compiled_kernels:
+            try:
+                mean, var, kl = LBBNNMomentsAndKL.apply(*args, True)
+                return local_reparameterisation(x, mean, var), kl
+            except Exception as exc:  # no C compiler, unsupported platform: the eager kernels do the same
+                warnings.warn(f"torch.compile of the LBBNN kernels failed ({type(exc).__name__}: {exc}); "
+                              f"training continues with the eager kernels", RuntimeWarning, stacklevel=2)
+                self.compiled_kernels = False
+        mean, var, kl = LBBNNMomentsAndKL.apply(*args, False)
         return local_reparameterisation(x, mean, var), kl
+
+    def use_compiled_kernels(self, enabled: bool) -> None:
+        self.compiled_kernels = enabled
 
     def _fused_path_applies(self) -> bool:
         opts: LBBNNOptions = self.options

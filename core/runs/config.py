@@ -73,8 +73,9 @@ def _train_from(value: Any) -> TrainConfig:
     for name in TRAIN_INT_FIELDS:
         if name in values:
             values[name] = _as_int(values[name], f"train.{name}")
-    if "empirical_bayes" in values and not isinstance(values["empirical_bayes"], bool):
-        raise ConfigError(f"train.empirical_bayes: must be true or false, got {values['empirical_bayes']!r}")
+    for name in ("empirical_bayes", "compile"):
+        if name in values and not isinstance(values[name], bool):
+            raise ConfigError(f"train.{name}: must be true or false, got {values[name]!r}")
     for name, defaults in (("learning_rates", DEFAULT_LEARNING_RATES),
                            ("pretrain_learning_rates", DEFAULT_PRETRAIN_LEARNING_RATES)):
         given = values.get(name, {})
