@@ -1,9 +1,7 @@
 """The training loop: reproducibility, phases, cancel, divergence, and accuracy floors."""
 
-import math
 import threading
 
-import numpy as np
 import pytest
 import torch
 

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from core.errors import ConfigError
-from core.models.base import LayerOptions, SparseLayer, StatisticSpec, augmented_linear, new_generator
+from core.models.base import LayerOptions, StatisticSpec, augmented_linear, new_generator
 from core.models.likelihoods import Likelihood, make_likelihood
 from core.models.registry import canonical_family, family_class
 

@@ -52,15 +52,3 @@ def canonical_family(name: str) -> str:
 def family_class(name: str) -> type[SparseLayer]:
     module_name, _, attribute = FAMILY_PATHS[canonical_family(name)].partition(":")
     return getattr(importlib.import_module(module_name), attribute)
-
-
-def available_families() -> list[str]:
-    """Families whose module is present (all of them once the core is complete)."""
-    names = []
-    for name in FAMILY_PATHS:
-        try:
-            family_class(name)
-        except ImportError:
-            continue
-        names.append(name)
-    return names

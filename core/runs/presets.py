@@ -155,15 +155,7 @@ def _build_presets() -> dict[str, RunConfig | GridSpec]:
         "paper": _paper_grid,
         "uci": _uci_grid,
     }
-    presets: dict[str, RunConfig | GridSpec] = {}
-    for name, build in builders.items():
-        try:
-            presets[name] = build()
-        except ConfigError:
-            # A preset whose family module is not installed is left out rather than
-            # breaking every import of core.runs.
-            continue
-    return presets
+    return {name: build() for name, build in builders.items()}
 
 
 PRESETS: dict[str, RunConfig | GridSpec] = _build_presets()

@@ -35,12 +35,9 @@ def dataset_table() -> list[dict[str, Any]]:
 @st.cache_data(ttl=600, show_spinner=False)
 def method_options() -> dict[str, dict[str, Any]]:
     """Available families and their option defaults (from each family's Options dataclass)."""
-    from core.models.registry import FAMILY_PATHS, available_families, family_class
-    available = set(available_families())
+    from core.models.registry import FAMILY_PATHS, family_class
     methods = {}
     for name in FAMILY_PATHS:
-        if name not in available:
-            continue
         options = family_class(name).Options
         methods[name] = {f.name: _default(f) for f in dataclasses.fields(options)}
     return methods
