@@ -32,7 +32,7 @@ from core.errors import ConfigError, TrainingCancelled, TrainingDivergedError
 from core.models.network import BayesianMLP
 
 # Defaults tuned for short runs (a few epochs on 10k images of mnist-small):
-# with the inclusion logits at the weights' step size (1e-2) every alpha is
+# with the inclusion logits at the weights' step size (1e-2) nearly every alpha is
 # pulled below 0.5 within three epochs and the median probability model
 # disconnects; at 3e-3 the density falls steadily (0.43 -> 0.17 over six
 # epochs, MPM accuracy 0.92). The paper's 250-epoch schedule (seed 000 Table 1)
