@@ -28,10 +28,10 @@ from torch import Tensor, nn
 from core.errors import PredictionError
 from core.models.likelihoods import HeteroscedasticGaussian, make_likelihood
 from core.models.network import ACTIVATIONS, BayesianMLP
-from core.predict.compact import CompactLayer, CompactNetwork, choose_format, to_format
+from core.predict.compact import CompactLayer, CompactNetwork, choose_format, compact_network, to_format
 from core.predict.engine import check_threshold, resolve_model
 from core.predict.evaluate import jsonable
-from core.predict.structure import input_dependence, layer_densities, overall_density, useful_units
+from core.predict.structure import layer_densities, overall_density
 
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
@@ -39,30 +39,19 @@ META_FILE = "model.json"
 
 
 def compact_layers(model: BayesianMLP, threshold: float) -> tuple[Tensor, list[Tensor], list[Tensor], list[Tensor]]:
-    """(input index, compact weights, folded biases, compact kept masks) of the pruned mean network."""
+    """(input index, compact weights, folded biases, kept masks) of the pruned mean network.
+
+    The same compaction the mpm-mean prediction runs (core.predict.compact), forced
+    dense so the exported file stores plain (out, in) blocks; exact zeros are not stored.
+    """
     masks = model.keep_masks(threshold)
-    weights = [w.double() for w in model.conditional_mean_weights(masks)]
-    depends = input_dependence(masks)
-    useful = useful_units(masks)
-    keep = [d & u for d, u in zip(depends[:-1], useful[:-1])] + [torch.ones_like(useful[-1])]
-    activation = model.activation
-    used_inputs = (masks[0][:, :-1] & keep[0].unsqueeze(1)).any(dim=0)
-    columns = used_inputs.nonzero().squeeze(1)
-    constant = torch.zeros(0, dtype=torch.float64, device=weights[0].device)  # values of dropped constant units
-    is_constant = torch.zeros(model.config.in_features, dtype=torch.bool, device=weights[0].device)
-    compact_w, compact_b, compact_m = [], [], []
-    for index, (weight, mask) in enumerate(zip(weights, masks)):
-        bias = weight[:, -1] + weight[:, :-1][:, is_constant] @ constant
-        rows = keep[index].nonzero().squeeze(1)
-        compact_w.append(weight[rows][:, columns].float())
-        compact_m.append(mask[rows][:, columns])
-        compact_b.append(bias[rows].float())
-        if index < len(weights) - 1:
-            # Units that do not depend on x hold the constant act(bias with constants folded).
-            is_constant = ~depends[index]
-            constant = activation(bias[is_constant])
-            columns = rows
-    return used_inputs.nonzero().squeeze(1), compact_w, compact_b, compact_m
+    network = compact_network(model.conditional_mean_weights(masks), masks, model.activation, sparse_below=0.0)
+    input_index = network.input_index
+    if input_index is None:
+        input_index = torch.arange(network.n_inputs, device=masks[0].device)
+    weights = [layer.weight for layer in network.layers]
+    biases = [layer.bias.squeeze(-1) for layer in network.layers]
+    return input_index, weights, biases, [weight != 0 for weight in weights]
 
 
 class ExportedMLP(nn.Module):
