@@ -159,6 +159,11 @@ class SparseLayer(nn.Module, ABC):
     def shape(self) -> tuple[int, int]:
         return (self.out_features, self.in_features + 1)
 
+    def initial_weights(self) -> nn.Parameter:
+        """nn.Linear's default initialisation, U(-1/sqrt(in), 1/sqrt(in)), for the augmented matrix."""
+        bound = 1.0 / math.sqrt(self.in_features)
+        return nn.Parameter(torch.empty(self.shape).uniform_(-bound, bound))
+
     # --- the variational distribution -------------------------------------------------
     @abstractmethod
     def forward(self, x: Tensor) -> Tensor: ...

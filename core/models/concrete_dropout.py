@@ -63,8 +63,7 @@ class ConcreteDropoutLayer(SparseLayer):
                  is_output: bool = False):
         super().__init__(in_features, out_features, options, is_output)
         opts: ConcreteDropoutOptions = self.options
-        bound = 1.0 / math.sqrt(in_features)
-        self.weight = nn.Parameter(torch.empty(self.shape).uniform_(-bound, bound))
+        self.weight = self.initial_weights()
         self.dropout_logit = nn.Parameter(torch.tensor(math.log(opts.init_dropout / (1 - opts.init_dropout))))
         self.register_buffer("prior_variance", torch.tensor(float(opts.prior_variance)))
 

@@ -20,8 +20,7 @@ class DeterministicLayer(SparseLayer):
 
     def __init__(self, in_features: int, out_features: int, options=None, is_output: bool = False):
         super().__init__(in_features, out_features, options, is_output)
-        bound = 1.0 / math.sqrt(in_features)
-        self.weight = nn.Parameter(torch.empty(self.shape).uniform_(-bound, bound))
+        self.weight = self.initial_weights()
 
     def forward(self, x: Tensor) -> Tensor:
         return augmented_linear(x, self.weight * self.fixed_mask)

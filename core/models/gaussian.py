@@ -61,8 +61,7 @@ class GaussianLayer(SparseLayer):
     def __init__(self, in_features: int, out_features: int, options: GaussianOptions | None = None,
                  is_output: bool = False):
         super().__init__(in_features, out_features, options, is_output)
-        bound = 1.0 / math.sqrt(in_features)
-        self.weight_mu = nn.Parameter(torch.empty(self.shape).uniform_(-bound, bound))
+        self.weight_mu = self.initial_weights()
         self.weight_rho = nn.Parameter(torch.full(self.shape, inverse_softplus(self.options.init_sigma)))
         self.register_buffer("prior_variance", torch.tensor(float(self.options.prior_variance)))
 

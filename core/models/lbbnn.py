@@ -114,8 +114,7 @@ class LBBNNLayer(SparseLayer):
         super().__init__(in_features, out_features, options, is_output)
         self.compiled_kernels = False  # set by training (TrainConfig.compile); not part of the state
         opts: LBBNNOptions = self.options
-        bound = 1.0 / math.sqrt(in_features)
-        self.weight_mu = nn.Parameter(torch.empty(self.shape).uniform_(-bound, bound))
+        self.weight_mu = self.initial_weights()
         self.weight_rho = nn.Parameter(torch.full(self.shape, inverse_softplus(opts.init_sigma)))
         low, high = (math.log(p / (1 - p)) for p in (opts.init_inclusion_low, opts.init_inclusion_high))
         self.inclusion_logit = nn.Parameter(torch.empty(self.shape).uniform_(low, high))

@@ -62,8 +62,7 @@ class SparseVDLayer(SparseLayer):
     def __init__(self, in_features: int, out_features: int, options: SparseVDOptions | None = None,
                  is_output: bool = False):
         super().__init__(in_features, out_features, options, is_output)
-        bound = 1.0 / math.sqrt(in_features)
-        self.theta = nn.Parameter(torch.empty(self.shape).uniform_(-bound, bound))
+        self.theta = self.initial_weights()
         self.log_sigma2 = nn.Parameter(torch.full(self.shape, float(self.options.init_log_sigma2)))
 
     def log_alpha(self) -> Tensor:
