@@ -167,7 +167,10 @@ class LBBNNLayer(SparseLayer):
 
     # --- estimators -----------------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
-        alpha = self._effective_inclusion()
+        return self._estimate(x, self._effective_inclusion())
+
+    def _estimate(self, x: Tensor, alpha: Tensor) -> Tensor:
+        """The training estimator of the pre-activation given inclusion probabilities alpha."""
         mu, sigma = self.weight_mu, self.weight_sigma
         if self.options.estimator == "local-reparameterisation":
             mean = alpha * mu
@@ -227,20 +230,22 @@ class LBBNNLayer(SparseLayer):
         return (mu + self.weight_sigma * eps) * self.fixed_mask
 
     # --- KL -------------------------------------------------------------------------------
+    def slab_kl(self) -> Tensor:
+        """Elementwise KL of q(w | gamma = 1) from the slab."""
+        mu, sigma = self.weight_mu, self.weight_sigma
+        var = sigma * sigma
+        if self.options.slab == "gaussian":
+            return gaussian_kl(mu, var, self.log_slab_variance.exp())
+        # No closed form against a Student-t slab: exact Gaussian entropy plus a
+        # one-draw reparameterised estimate of the cross-entropy.
+        w = mu + sigma * torch.randn_like(mu)
+        neg_entropy = -0.5 * torch.log(2 * math.pi * math.e * var)
+        return neg_entropy - student_t_log_density(w, self.log_slab_a.exp(), self.log_slab_b.exp())
+
     def kl(self) -> Tensor:
         opts: LBBNNOptions = self.options
         alpha = self._effective_inclusion()
-        mu, sigma = self.weight_mu, self.weight_sigma
-        var = sigma * sigma
-        if opts.slab == "gaussian":
-            slab_kl = gaussian_kl(mu, var, self.log_slab_variance.exp())
-        else:
-            # No closed form against a Student-t slab: exact Gaussian entropy plus a
-            # one-draw reparameterised estimate of the cross-entropy.
-            w = mu + sigma * torch.randn_like(mu)
-            neg_entropy = -0.5 * torch.log(2 * math.pi * math.e * var)
-            slab_kl = neg_entropy - student_t_log_density(w, self.log_slab_a.exp(), self.log_slab_b.exp())
-        kl = (alpha * slab_kl).sum()
+        kl = (alpha * self.slab_kl()).sum()
         logit = self._effective_logit()
         if opts.inclusion_prior == "bernoulli":
             return kl + bernoulli_kl_from_logits(logit, self.prior_inclusion_logit).sum()

@@ -34,8 +34,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from core.models.base import augmented_linear, inverse_softplus, local_reparameterisation, require
-from core.models.lbbnn import LBBNNLayer, LBBNNOptions, gaussian_kl, student_t_log_density
+from core.models.base import inverse_softplus, require
+from core.models.lbbnn import LBBNNLayer, LBBNNOptions
 
 
 @dataclass(frozen=True)
@@ -118,16 +118,8 @@ class LowRankLBBNNLayer(LBBNNLayer):
 
     # --- estimators -----------------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
-        mu, sigma = self.weight_mu, self.weight_sigma
         logit = self._effective_logit() if self.is_structure_fixed else self.sample_logits()
-        if self.options.estimator == "local-reparameterisation":
-            alpha = torch.sigmoid(logit)
-            mean = alpha * mu
-            var = alpha * (sigma * sigma + mu * mu) - mean * mean
-            return local_reparameterisation(x, mean, var)
-        u = torch.rand_like(logit).clamp(1e-6, 1 - 1e-6)
-        gamma = torch.sigmoid((logit - torch.logit(u)) / self.options.temperature) * self.fixed_mask
-        return augmented_linear(x, gamma * (mu + sigma * torch.randn_like(mu)))
+        return self._estimate(x, torch.sigmoid(logit))
 
     def forward_with_kl(self, x: Tensor) -> tuple[Tensor, Tensor]:
         # LBBNN's fused mean-field kernel does not know the logit distribution.
@@ -146,16 +138,6 @@ class LowRankLBBNNLayer(LBBNNLayer):
         return low_rank_gaussian_kl(self.inclusion_logit.reshape(-1), self.logit_factor.reshape(-1, self.options.rank),
                                     self.logit_diag.reshape(-1), self.prior_inclusion_logit,
                                     self.logit_prior_variance)
-
-    def slab_kl(self) -> Tensor:
-        """Elementwise KL of q(w | gamma = 1) from the slab (a one-draw estimate for the Student-t slab)."""
-        mu, sigma = self.weight_mu, self.weight_sigma
-        var = sigma * sigma
-        if self.options.slab == "gaussian":
-            return gaussian_kl(mu, var, self.log_slab_variance.exp())
-        w = mu + sigma * torch.randn_like(mu)
-        neg_entropy = -0.5 * torch.log(2 * math.pi * math.e * var)
-        return neg_entropy - student_t_log_density(w, self.log_slab_a.exp(), self.log_slab_b.exp())
 
     def kl(self) -> Tensor:
         return (self._effective_inclusion() * self.slab_kl()).sum() + self.logit_kl()
