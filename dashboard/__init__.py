@@ -2,5 +2,5 @@
 
 figures.py (pure Altair charts), backend.py (the one door into core, no
 Streamlit), worker.py (background training), cache.py / state.py / ui.py
-(Streamlit caching, session state, error display), pages/ (one file per page).
+(Streamlit caching, session state, error display), views/ (one file per page).
 """

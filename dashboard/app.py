@@ -21,7 +21,9 @@ from dashboard import cache, state  # noqa: E402
 from dashboard.ui import guard  # noqa: E402
 
 APP_TITLE = "Sparse BNN Explorer"
-PAGES_DIR = Path(__file__).resolve().parent / "pages"
+# Not "pages/": a folder of that name beside the entry point switches Streamlit
+# into its legacy multipage mode, where a deep link runs a page without app.py.
+PAGES_DIR = Path(__file__).resolve().parent / "views"
 SIDEBAR_RUN_KEY = "sidebar_run"
 
 

@@ -111,3 +111,11 @@ def current_run() -> Any:
     if run is None:
         st.stop()
     return run
+
+
+def run_page(title: str) -> Any:
+    """A page about the selected run: its heading and caption; returns the run."""
+    run = current_run()
+    st.header(title)
+    st.caption(f"Run {run.run_id}: {run.config.label()}")
+    return run

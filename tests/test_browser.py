@@ -118,7 +118,7 @@ def wait_for_charts(page, at_least: int = 1) -> None:
 def test_pages_render_in_chromium(server, browser, tmp_path):
     url, log = server
     page = browser.new_page(viewport={"width": 1400, "height": 2200})
-    # A deep link as the server's very first request (Streamlit's legacy pages/ mode) still works.
+    # A deep link as the server's very first request works (no legacy pages/ folder).
     page.goto(f"{url}/pruning")
     page.get_by_role("heading", name="Pruning", exact=True).wait_for(timeout=RENDER_TIMEOUT)
     wait_for_charts(page, 1)

@@ -13,7 +13,7 @@ import streamlit as st  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
-PAGES = ("pages/inclusion.py", "pages/pruning.py", "pages/uncertainty.py")
+PAGES = ("views/inclusion.py", "views/pruning.py", "views/uncertainty.py")
 TIMEOUT = 180
 
 
@@ -80,7 +80,7 @@ def test_inclusion_density_table_follows_the_threshold(store):
     from core.runs import load_run
     model = load_run(store["mnist"]).model
     at = open_app(store["mnist"])
-    at.switch_page("pages/inclusion.py").run()
+    at.switch_page("views/inclusion.py").run()
     assert_clean(at)
     for threshold in (0.5, 0.8):
         slider = at.slider(key=f"widget:threshold:{store['mnist']}")
@@ -100,7 +100,7 @@ def test_pruning_cards_match_a_direct_prediction(store):
     run = load_run(store["mnist"])
     dataset = run.dataset()
     at = open_app(store["mnist"])
-    at.switch_page("pages/pruning.py").run()
+    at.switch_page("views/pruning.py").run()
     assert_clean(at)
     at.selectbox(key=f"widget:mode:{store['mnist']}").set_value("mpm-mean").run()
     at.slider(key=f"widget:threshold:{store['mnist']}").set_value(0.7).run()
@@ -113,10 +113,10 @@ def test_pruning_cards_match_a_direct_prediction(store):
 
 def test_settings_survive_a_page_switch(store):
     at = open_app(store["moons"])
-    at.switch_page("pages/pruning.py").run()
+    at.switch_page("views/pruning.py").run()
     at.slider(key=f"widget:samples:{store['moons']}").set_value(7).run()
     at.slider(key=f"widget:threshold:{store['moons']}").set_value(0.3).run()
-    at.switch_page("pages/uncertainty.py").run()
+    at.switch_page("views/uncertainty.py").run()
     assert_clean(at)
     assert at.slider(key=f"widget:samples:{store['moons']}").value == 7
     assert at.slider(key=f"widget:threshold:{store['moons']}").value == pytest.approx(0.3)
@@ -124,7 +124,7 @@ def test_settings_survive_a_page_switch(store):
 
 def test_ood_table_lists_every_set_with_an_auroc(store):
     at = open_app(store["mnist"])
-    at.switch_page("pages/uncertainty.py").run()
+    at.switch_page("views/uncertainty.py").run()
     assert_clean(at)
     tables = [getattr(d.value, "data", d.value) for d in at.dataframe]
     (ood,) = [t for t in tables if "OOD set" in t.columns]
@@ -186,5 +186,5 @@ def test_training_from_the_form_stores_and_selects_the_run(tmp_path, monkeypatch
     assert any(snapshot.run_id in s.value for s in at.success)
     from core.runs import list_runs
     assert [info.run_id for info in list_runs()] == [snapshot.run_id]
-    at.switch_page("pages/inclusion.py").run()
+    at.switch_page("views/inclusion.py").run()
     assert_clean(at)

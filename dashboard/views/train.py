@@ -4,19 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import runpy
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import streamlit as st
-from streamlit.runtime.pages_manager import PagesManager
-
-# A deep link opened before app.py ever ran makes Streamlit treat pages/ as a
-# legacy multipage folder and run this file alone: hand over to the entry point.
-if PagesManager.uses_pages_directory:
-    runpy.run_path(str(Path(__file__).resolve().parent.parent / "app.py"), run_name="__main__")
-    st.stop()
 
 from core.train import DEFAULT_LEARNING_RATES
 from dashboard import backend, cache, figures, state

@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import runpy
-from pathlib import Path
-
-import streamlit as st
-from streamlit.runtime.pages_manager import PagesManager
-
-# A deep link opened before app.py ever ran makes Streamlit treat pages/ as a
-# legacy multipage folder and run this file alone: hand over to the entry point.
-if PagesManager.uses_pages_directory:
-    runpy.run_path(str(Path(__file__).resolve().parent.parent / "app.py"), run_name="__main__")
-    st.stop()
-
 import numpy as np
+import streamlit as st
 
 from dashboard import cache, figures, state
 from dashboard.ui import guard
 
-run = state.current_run()
+run = state.run_page("Inclusion statistics and masks")
 run_id = run.run_id
-st.header("Inclusion statistics and masks")
-st.caption(f"Run {run_id}: {run.config.label()}")
 
 with guard("Computing the statistics"):
     spec = cache.threshold_range(run_id)

@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-import runpy
-from pathlib import Path
-
 import streamlit as st
-from streamlit.runtime.pages_manager import PagesManager
-
-# A deep link opened before app.py ever ran makes Streamlit treat pages/ as a
-# legacy multipage folder and run this file alone: hand over to the entry point.
-if PagesManager.uses_pages_directory:
-    runpy.run_path(str(Path(__file__).resolve().parent.parent / "app.py"), run_name="__main__")
-    st.stop()
-
 
 from dashboard import backend, cache, figures, state
 from dashboard.ui import guard
 
 MAX_SAMPLES = 100
 
-run = state.current_run()
+run = state.run_page("Pruning")
 run_id = run.run_id
 dataset = run.dataset()
-st.header("Pruning")
-st.caption(f"Run {run_id}: {run.config.label()}")
 
 with guard("Reading the statistic"):
     spec = cache.threshold_range(run_id)

@@ -2,20 +2,9 @@
 
 from __future__ import annotations
 
-import runpy
-from pathlib import Path
-
-import streamlit as st
-from streamlit.runtime.pages_manager import PagesManager
-
-# A deep link opened before app.py ever ran makes Streamlit treat pages/ as a
-# legacy multipage folder and run this file alone: hand over to the entry point.
-if PagesManager.uses_pages_directory:
-    runpy.run_path(str(Path(__file__).resolve().parent.parent / "app.py"), run_name="__main__")
-    st.stop()
-
 import numpy as np
 import pandas as pd
+import streamlit as st
 
 from dashboard import backend, cache, figures, state
 from dashboard.ui import guard
@@ -24,11 +13,9 @@ MAX_SAMPLES = 100
 N_IMAGES = 6
 OOD_INPUTS = 1000
 
-run = state.current_run()
+run = state.run_page("Uncertainty")
 run_id = run.run_id
 dataset = run.dataset()
-st.header("Uncertainty")
-st.caption(f"Run {run_id}: {run.config.label()}")
 
 with guard("Reading the settings"):
     spec = cache.threshold_range(run_id)
