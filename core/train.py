@@ -147,6 +147,9 @@ def train(
 
     `cancel` is a threading.Event or a callable; it is checked every minibatch.
     Raises TrainingDivergedError on a NaN/Inf loss, TrainingCancelled on cancel.
+    Each epoch's record (history entry and progress argument) has the data term
+    averaged over the epoch's minibatches and the KL (total and per layer) at the
+    end of the epoch: steps take the KL's gradient, its value is read once.
     """
     device = model.device
     x_train, y_train = x_train.to(device), y_train.to(device)
@@ -234,14 +237,14 @@ def _run_epoch(model, optimizer, x_train, y_train, config, kl_weight, batch_gene
     epoch_start = time.perf_counter()
     order = torch.randperm(n, generator=batch_generator).to(x_train.device)
     data_sum = torch.zeros((), device=x_train.device)
-    kl_sum = torch.zeros((), device=x_train.device)
     n_batches = 0
     for start in range(0, n, config.batch_size):
         if _is_cancelled(cancel):
             raise TrainingCancelled(f"training cancelled during epoch {epoch + 1}")
         index = order[start:start + config.batch_size]
         x, y = x_train[index], y_train[index]
-        output, kl = model.forward_with_kl(x)
+        # The KL's value is read once, after the epoch; a step needs only its gradient.
+        output, kl = model.forward_with_kl(x, kl_value=False)
         nll = -model.likelihood.log_prob(output, y).mean()
         for _ in range(config.mc_samples - 1):
             nll = nll - model.likelihood.log_prob(model(x), y).mean()
@@ -252,17 +255,17 @@ def _run_epoch(model, optimizer, x_train, y_train, config, kl_weight, batch_gene
         optimizer.step()
         model.update_auxiliaries()
         data_sum += nll.detach()
-        kl_sum += kl.detach()
         n_batches += 1
     data_term = (data_sum / n_batches).item()  # one device sync per epoch
-    kl_value = (kl_sum / n_batches).item()
+    with torch.no_grad():
+        kl_per_layer = [float(layer.kl()) for layer in model.layers]
+    kl_value = sum(kl_per_layer)  # at the end of the epoch
     if not (math.isfinite(data_term) and math.isfinite(kl_value)):
         raise TrainingDivergedError(
             f"the loss became {'NaN' if math.isnan(data_term + kl_value) else 'infinite'} in epoch {epoch + 1} "
             f"({phase}): data term {data_term}, KL {kl_value}. Likely causes: a learning rate too large for "
             f"this model, or a prior variance too small; lower the learning rates and train again.")
     with torch.no_grad():
-        kl_per_layer = [float(layer.kl()) for layer in model.layers]
         density = model.density(model.keep_masks())
     return {
         "epoch": epoch + 1,

@@ -267,14 +267,35 @@ def test_fused_training_path_equals_autograd_in_values_and_gradients():
         assert torch.allclose(g_f, g_a, rtol=1e-4, atol=1e-5)
 
 
-def test_fused_moments_pass_gradcheck_in_double_precision():
-    from core.models.lbbnn_fused import LBBNNMomentsAndKL
+def test_fused_layer_passes_gradcheck_in_double_precision():
+    """Every hand-derived gradient (input, mu, rho, logit) against finite differences, KL value included."""
+    from core.models.lbbnn_fused import LBBNNLinear
 
     torch.manual_seed(0)
-    mu = torch.randn(3, 4, dtype=torch.double, requires_grad=True)
-    rho = torch.randn(3, 4, dtype=torch.double, requires_grad=True)
-    logit = torch.randn(3, 4, dtype=torch.double, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda m, r, l: LBBNNMomentsAndKL.apply(m, r, l, -1.2, 0.8), (mu, rho, logit))
+    x = torch.randn(5, 3, dtype=torch.double, requires_grad=True)
+    mu = torch.randn(4, 4, dtype=torch.double, requires_grad=True)
+    rho = torch.randn(4, 4, dtype=torch.double, requires_grad=True)
+    logit = torch.randn(4, 4, dtype=torch.double, requires_grad=True)
+    noise = torch.randn(5, 4, dtype=torch.double)
+    assert torch.autograd.gradcheck(lambda *a: LBBNNLinear.apply(*a, noise, -1.2, 0.8), (x, mu, rho, logit))
+
+
+def test_fused_surrogate_kl_has_the_gradient_but_not_the_value_of_the_kl():
+    from core.models.lbbnn_fused import LBBNNLinear
+
+    torch.manual_seed(0)
+    params = [torch.randn(4, 4, dtype=torch.double, requires_grad=True) for _ in range(3)]
+    x, noise = torch.randn(5, 3, dtype=torch.double), torch.randn(5, 4, dtype=torch.double)
+    grads = []
+    for kl_value in (True, False):
+        _, kl = LBBNNLinear.apply(x, *params, noise, -1.2, 0.8, kl_value)
+        grads.append(torch.autograd.grad(kl, params))
+        if not kl_value:
+            assert kl.item() == 0.0
+        else:
+            assert kl.item() > 0.0
+    for exact, surrogate in zip(*grads):
+        assert torch.allclose(exact, surrogate)
 
 
 @pytest.mark.slow

@@ -53,6 +53,17 @@ def test_progress_reports_data_term_kl_density_and_time_per_epoch():
     assert result.seconds_per_epoch > 0
 
 
+def test_the_reported_kl_is_the_exact_kl_at_the_end_of_the_epoch():
+    """Steps train on a surrogate KL (right gradient, value 0); the record must still carry the true value."""
+    _, x, y = moons()
+    model = small_model()
+    result = train(model, x, y, TrainConfig(epochs=2, batch_size=64))
+    with torch.no_grad():
+        exact = [float(layer.kl()) for layer in model.layers]
+    assert result.history[-1]["kl_per_layer"] == pytest.approx(exact, rel=1e-6)
+    assert result.history[-1]["kl"] == pytest.approx(sum(exact), rel=1e-6) and sum(exact) > 1.0
+
+
 def test_kl_annealing_ramps_the_kl_weight_linearly():
     _, x, y = moons()
     records = []

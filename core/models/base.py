@@ -168,8 +168,13 @@ class SparseLayer(nn.Module, ABC):
     @abstractmethod
     def forward(self, x: Tensor) -> Tensor: ...
 
-    def forward_with_kl(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """A training forward and the KL together; families may fuse the two."""
+    def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:
+        """A training forward and the KL together; families may fuse the two.
+
+        kl_value=False allows a family to return a surrogate KL whose gradient
+        is the KL's but whose value is not (training reads the value once per
+        epoch, not every step); families without a cheaper path ignore it.
+        """
         return self(x), self.kl()
 
     @abstractmethod

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from core.models.lbbnn_fused import LBBNNMomentsAndKL
+from core.models.lbbnn_fused import LBBNNLinear
 from core.models.base import (
     Keep,
     LayerOptions,
@@ -180,21 +180,20 @@ class LBBNNLayer(SparseLayer):
         weight = gamma * (mu + sigma * torch.randn_like(mu))
         return augmented_linear(x, weight)
 
-    def forward_with_kl(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        if not self._fused_path_applies():
+    def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:
+        if x.dim() != 2 or not self._fused_path_applies():
             return self(x), self.kl()
-        args = (self.weight_mu, self.weight_rho, self.inclusion_logit,
-                float(self.prior_inclusion_logit), float(self.log_slab_variance.exp()))
+        noise = torch.randn((*x.shape[:-1], self.out_features), device=x.device, dtype=x.dtype)
+        args = (x, self.weight_mu, self.weight_rho, self.inclusion_logit, noise,
+                float(self.prior_inclusion_logit), float(self.log_slab_variance.exp()), kl_value)
         if self.compiled_kernels:
             try:
-                mean, var, kl = LBBNNMomentsAndKL.apply(*args, True)
-                return local_reparameterisation(x, mean, var), kl
+                return LBBNNLinear.apply(*args, True)
             except Exception as exc:  # no C compiler, unsupported platform: the eager kernels do the same
                 warnings.warn(f"torch.compile of the LBBNN kernels failed ({type(exc).__name__}: {exc}); "
                               f"training continues with the eager kernels", RuntimeWarning, stacklevel=2)
                 self.compiled_kernels = False
-        mean, var, kl = LBBNNMomentsAndKL.apply(*args, False)
-        return local_reparameterisation(x, mean, var), kl
+        return LBBNNLinear.apply(*args, False)
 
     def use_compiled_kernels(self, enabled: bool) -> None:
         self.compiled_kernels = enabled

@@ -1,24 +1,35 @@
-"""A fused forward/backward for the LBBNN layer's hot path.
+"""A fused forward/backward for the LBBNN layer's training step.
 
-The training step of LBBNN-SSP-MF spends most of its CPU time not in matrix
-products but in elementwise work over every weight: alpha, sigma, the
-pre-activation moments and the closed-form KL, and autograd's backward of
-each. This Function computes the weight moments and the KL together and
-writes the gradients by hand (derived below), which roughly halves the number
-of passes over the (out, in+1) tensors. It covers the main training path
-(Gaussian slab, Bernoulli inclusion prior with fixed hyperparameters, free
-structure); every other configuration uses plain autograd, which also serves
-as the reference in the tests.
+On a CPU the training step of LBBNN-SSP-MF (local reparameterisation) spends
+as much time on elementwise work over every weight as on matrix products:
+alpha, sigma, the weight moments, the closed-form KL and, under autograd, the
+backward of each of those plus the copies that slicing the augmented
+(out, in+1) matrices costs. This Function does the whole layer in one go:
+
+- the bias column is handled by appending a column of ones to the input, so
+  each product is one contiguous GEMM and the weight gradients come out of
+  one GEMM each, already in the augmented layout;
+- the gradients of the weight moments and of the KL are derived by hand
+  (below) and written with in-place arithmetic, about 25 passes over the
+  weights per step instead of ~60 under autograd;
+- the KL's value (a log-sigmoid over every weight, the most expensive single
+  operation here) is computed only when asked for. Training takes the
+  gradient of the KL every step but reads its value once per epoch.
+
+It covers the main training path (Gaussian slab, Bernoulli inclusion prior
+with fixed hyperparameters, free structure); every other configuration uses
+plain autograd, which also serves as the reference in the tests.
 
 With a = sigmoid(l), s = softplus(rho), t = s^2 + mu^2, prior variance v and
-prior inclusion logit lp:
+prior inclusion logit lp, per weight:
   mean = a mu,  var = a t - (a mu)^2
-  kl   = sum a (slab + l - lp) + log(1 - a) - log(1 - psi),
-  slab = 0.5 (t / v - 1 - log s^2 + log v)
-Gradients (g_m, g_v elementwise, g_k scalar):
-  d/dmu  = a [g_m + mu (2 (1 - a) g_v + g_k / v)]
-  d/drho = sigmoid(rho) a [s (2 g_v + g_k / v) - g_k / s]
-  d/dl   = a (1 - a) [g_m mu + g_v (t - 2 a mu^2) + g_k (slab + l - lp)]
+  kl   = a (slab + l - lp) + log(1 - a) - log(1 - psi),  slab = 0.5 (t / v - 1 - log s^2 + log v)
+and for a pre-activation h = x.mean + sqrt(x^2.var) eps with upstream gradient
+g_h, the moment gradients are G_m = g_h^T x and G_v = (g_h eps / (2 sd))^T x^2.
+With c the gradient reaching the KL:
+  d/dmu  = a [G_m + mu (2 (1 - a) G_v + c / v)]
+  d/drho = sigmoid(rho) a [s (2 G_v + c / v) - c / s]
+  d/dl   = a (1 - a) [G_m mu + G_v (t - 2 a mu^2) + c (slab + l - lp)]
 """
 
 from __future__ import annotations
@@ -30,79 +41,142 @@ from torch import Tensor
 from torch.nn import functional as F
 
 
-def moments_forward(mu: Tensor, rho: Tensor, logit: Tensor, prior_logit: float, prior_variance: float,
-                    log_one_minus_psi: float):
-    """Weight moments and the KL; also returns what the backward pass needs."""
+def weight_moments(mu: Tensor, rho: Tensor, logit: Tensor):
+    """The weight moments, and what the backward pass needs (all elementwise).
+
+    Compiled, sigma = softplus(rho) and its derivative sigmoid(rho) share one
+    exp: with e = exp(rho), sigma = log1p(e) and sigmoid(rho) = e / (1 + e);
+    above 20, softplus(rho) = rho to float precision (torch's own cut-off).
+    """
     alpha = torch.sigmoid(logit)
-    sigma = F.softplus(rho)
+    if torch.compiler.is_compiling():  # one fused loop: sharing the exp saves a transcendental per weight
+        exp_rho = torch.exp(torch.clamp(rho, max=SOFTPLUS_LINEAR_ABOVE))
+        sigma = torch.where(rho > SOFTPLUS_LINEAR_ABOVE, rho, torch.log1p(exp_rho))
+        sigmoid_rho = exp_rho / (exp_rho + 1.0)
+    else:  # eager: fewer passes over memory matter more than one exp
+        sigma = F.softplus(rho)
+        sigmoid_rho = torch.sigmoid(rho)
+    mean_weight = alpha * mu
+    var_weight = alpha * torch.addcmul(mu * mu, sigma, sigma)
+    var_weight.addcmul_(mean_weight, mean_weight, value=-1.0)
+    return mean_weight, var_weight, alpha, sigma, sigmoid_rho
+
+
+def parameter_gradients(grad_mean_weight: Tensor, grad_var_weight: Tensor, grad_kl: Tensor, mu: Tensor,
+                        logit: Tensor, alpha: Tensor, sigma: Tensor, sigmoid_rho: Tensor, slab_offset: float,
+                        inverse_prior_variance: float):
+    """The hand-derived gradients of the module docstring (grad_kl a 0-dim tensor)."""
     mu2 = mu * mu
     t = torch.addcmul(mu2, sigma, sigma)
-    mean = alpha * mu
-    var = torch.addcmul(alpha * t, mean, mean, value=-1.0)
-    # slab + l - lp, kept for the backward pass
-    slab_plus = torch.log(sigma).mul_(-1.0)
-    slab_plus.add_(t, alpha=0.5 / prior_variance).add_(logit)
-    slab_plus.add_(0.5 * (math.log(prior_variance) - 1.0) - prior_logit)
-    kl = (alpha * slab_plus).sum() + F.logsigmoid(-logit).sum() - log_one_minus_psi * logit.numel()
-    return mean, var, kl, alpha, sigma, mu2, t, slab_plus
-
-
-def moments_backward(grad_mean: Tensor, grad_var: Tensor, grad_kl: Tensor, mu: Tensor, rho: Tensor,
-                     alpha: Tensor, sigma: Tensor, mu2: Tensor, t: Tensor, slab_plus: Tensor,
-                     prior_variance: float):
-    """The hand-derived gradients of the module docstring (grad_kl a 0-dim tensor)."""
-    one_minus_alpha = 1.0 - alpha
-    grad_kl_over_v = grad_kl / prior_variance
-    grad_mu = (one_minus_alpha * grad_var).mul_(2.0).add_(grad_kl_over_v).mul_(mu).add_(grad_mean).mul_(alpha)
-    grad_rho = (grad_var * 2.0).add_(grad_kl_over_v).mul_(sigma).sub_(grad_kl / sigma)
-    grad_rho.mul_(alpha).mul_(torch.sigmoid(rho))
-    inner = torch.addcmul(t, alpha, mu2, value=-2.0).mul_(grad_var)
-    inner.addcmul_(grad_mean, mu).add_(slab_plus * grad_kl)
-    grad_logit = inner.mul_(alpha).mul_(one_minus_alpha)
+    slab_plus = slab_plus_term(logit, t, sigma, slab_offset, inverse_prior_variance)
+    one_minus_alpha = torch.rsub(alpha, 1.0)
+    kl_over_v = grad_kl * inverse_prior_variance
+    grad_logit = torch.addcmul(t, alpha, mu2, value=-2.0).mul_(grad_var_weight)
+    grad_logit.addcmul_(grad_mean_weight, mu).addcmul_(slab_plus, grad_kl).mul_(alpha).mul_(one_minus_alpha)
+    grad_rho = torch.add(kl_over_v, grad_var_weight, alpha=2.0).mul_(sigma).addcdiv_(grad_kl, sigma, value=-1.0)
+    grad_rho.mul_(alpha).mul_(sigmoid_rho)
+    grad_mu = torch.addcmul(kl_over_v, one_minus_alpha, grad_var_weight, value=2.0)
+    grad_mu.mul_(mu).add_(grad_mean_weight).mul_(alpha)
     return grad_mu, grad_rho, grad_logit
+
+
+def slab_plus_term(logit: Tensor, t: Tensor, sigma: Tensor, slab_offset: float, inverse_prior_variance: float):
+    """slab + l - lp: the KL's derivative in alpha."""
+    return torch.add(logit, t, alpha=0.5 * inverse_prior_variance).sub_(torch.log(sigma)).add_(slab_offset)
+
+
+SOFTPLUS_LINEAR_ABOVE = 20.0
+
+
+def layer_forward(x: Tensor, mu: Tensor, rho: Tensor, logit: Tensor, noise: Tensor):
+    """Pre-activations h, and what the backward pass needs."""
+    mean_weight, var_weight, alpha, sigma, sigmoid_rho = weight_moments(mu, rho, logit)
+    x_aug = F.pad(x, (0, 1), value=1.0)
+    x2_aug = x_aug * x_aug
+    mean = torch.mm(x_aug, mean_weight.t())
+    sd = torch.mm(x2_aug, var_weight.t()).clamp_min_(1e-16).sqrt_()
+    return torch.addcmul(mean, sd, noise), (x_aug, x2_aug, sd, mean_weight, var_weight, alpha, sigma, sigmoid_rho)
+
+
+def layer_backward(grad_h: Tensor, grad_kl: Tensor, noise: Tensor, mu: Tensor, logit: Tensor, x_aug: Tensor,
+                   x2_aug: Tensor, sd: Tensor, mean_weight: Tensor, var_weight: Tensor, alpha: Tensor,
+                   sigma: Tensor, sigmoid_rho: Tensor, slab_offset: float, inverse_prior_variance: float,
+                   input_grad: bool):
+    """(grad x or None, grad mu, grad rho, grad logit)."""
+    grad_var_pre = (grad_h * noise).div_(sd).mul_(0.5)
+    grad_x = None
+    if input_grad:
+        grad_x = torch.mm(grad_var_pre, var_weight[:, :-1]).mul_(x_aug[:, :-1]).mul_(2.0)
+        grad_x = grad_x.addmm_(grad_h, mean_weight[:, :-1])
+    grad_mean_weight = torch.mm(grad_h.t(), x_aug)
+    grad_var_weight = torch.mm(grad_var_pre.t(), x2_aug)
+    grads = parameter_gradients(grad_mean_weight, grad_var_weight, grad_kl, mu, logit, alpha, sigma, sigmoid_rho,
+                                slab_offset, inverse_prior_variance)
+    return (grad_x, *grads)
 
 
 _compiled_kernels: dict[str, tuple] = {}
 
 
 def kernels(compiled: bool) -> tuple:
-    """(forward, backward): eager, or fused into single loops by torch.compile.
+    """(layer_forward, layer_backward): eager, or compiled by torch.compile.
 
-    Compiling costs ~20 s once per process and layer shape and then makes the
-    elementwise part ~5x faster (measured on the 784-400-600-10 layers, CPU);
-    worth it for long runs, not for tests and demos.
+    Compiled, the elementwise work over the weights becomes one loop each way
+    and the small per-batch operations around the products lose their
+    per-call dispatch overhead. Compiling costs ~20-40 s once per process and
+    layer shape (inductor caches the result on disk); worth it for long runs,
+    not for tests and demos.
     """
     if not compiled:
-        return moments_forward, moments_backward
+        return layer_forward, layer_backward
     if "pair" not in _compiled_kernels:
-        _compiled_kernels["pair"] = (torch.compile(moments_forward, dynamic=False),
-                                     torch.compile(moments_backward, dynamic=False))
+        _compiled_kernels["pair"] = (torch.compile(layer_forward, dynamic=False),
+                                     torch.compile(layer_backward, dynamic=False))
     return _compiled_kernels["pair"]
 
 
-class LBBNNMomentsAndKL(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, mu: Tensor, rho: Tensor, logit: Tensor, prior_logit: float, prior_variance: float,
-                compiled: bool = False):
-        forward_kernel, _ = kernels(compiled)
-        # log(1 - psi) = logsigmoid(-prior_logit), computed stably on the host
-        log_one_minus_psi = -(max(prior_logit, 0.0) + math.log1p(math.exp(-abs(prior_logit))))
-        mean, var, kl, *saved = forward_kernel(mu, rho, logit, prior_logit, prior_variance, log_one_minus_psi)
-        ctx.save_for_backward(mu, rho, *saved)
-        ctx.prior_variance = prior_variance
-        ctx.compiled = compiled
-        return mean, var, kl
+def log_one_minus(prior_logit: float) -> float:
+    """log(1 - sigmoid(prior_logit)), stably, on the host."""
+    return -(max(prior_logit, 0.0) + math.log1p(math.exp(-abs(prior_logit))))
+
+
+class LBBNNLinear(torch.autograd.Function):
+    """Local-reparameterisation pre-activations of an LBBNN layer, plus its KL.
+
+    Returns (h, kl): h = x.(a mu) + bias + sqrt(x^2.var + bias var) * noise and
+    the layer's KL to the prior. With kl_value=False, kl is a surrogate: its
+    value is 0 but its gradient is the KL's, which is all a training step needs.
+    """
 
     @staticmethod
-    def backward(ctx, grad_mean: Tensor, grad_var: Tensor, grad_kl: Tensor):
-        mu, rho, alpha, sigma, mu2, t, slab_plus = ctx.saved_tensors
-        if grad_mean is None:
-            grad_mean = torch.zeros_like(mu)
-        if grad_var is None:
-            grad_var = torch.zeros_like(mu)
+    def forward(ctx, x: Tensor, mu: Tensor, rho: Tensor, logit: Tensor, noise: Tensor, prior_logit: float,
+                prior_variance: float, kl_value: bool = True, compiled: bool = False):
+        forward_kernel, _ = kernels(compiled)
+        inverse_prior_variance = 1.0 / prior_variance
+        slab_offset = 0.5 * (math.log(prior_variance) - 1.0) - prior_logit
+        h, saved = forward_kernel(x, mu, rho, logit, noise)
+        if kl_value:
+            alpha, sigma = saved[5], saved[6]
+            t = torch.addcmul(mu * mu, sigma, sigma)
+            slab_plus = slab_plus_term(logit, t, sigma, slab_offset, inverse_prior_variance)
+            kl = (torch.dot(alpha.reshape(-1), slab_plus.reshape(-1)) + F.logsigmoid(-logit).sum()
+                  - log_one_minus(prior_logit) * logit.numel())
+        else:
+            kl = h.new_zeros(())
+        ctx.save_for_backward(noise, mu, logit, *saved)
+        ctx.inverse_prior_variance = inverse_prior_variance
+        ctx.slab_offset = slab_offset
+        ctx.compiled = compiled
+        return h, kl
+
+    @staticmethod
+    def backward(ctx, grad_h: Tensor, grad_kl: Tensor):
+        saved = ctx.saved_tensors
+        if grad_h is None:
+            grad_h = torch.zeros_like(saved[0])
         if grad_kl is None:
-            grad_kl = mu.new_zeros(())
+            grad_kl = grad_h.new_zeros(())
         _, backward_kernel = kernels(ctx.compiled)
-        grads = backward_kernel(grad_mean, grad_var, grad_kl.reshape(()), mu, rho, alpha, sigma, mu2, t, slab_plus,
-                                ctx.prior_variance)
-        return (*grads, None, None, None)
+        grads = backward_kernel(grad_h, grad_kl.reshape(()), *saved, ctx.slab_offset, ctx.inverse_prior_variance,
+                                ctx.needs_input_grad[0])
+        return (*grads, None, None, None, None, None)

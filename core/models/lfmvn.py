@@ -121,7 +121,7 @@ class LowRankLBBNNLayer(LBBNNLayer):
         logit = self._effective_logit() if self.is_structure_fixed else self.sample_logits()
         return self._estimate(x, torch.sigmoid(logit))
 
-    def forward_with_kl(self, x: Tensor) -> tuple[Tensor, Tensor]:
+    def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:
         # LBBNN's fused mean-field kernel does not know the logit distribution.
         return self(x), self.kl()
 

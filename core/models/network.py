@@ -91,11 +91,15 @@ class BayesianMLP(nn.Module):
                 x = self.activation(x)
         return x
 
-    def forward_with_kl(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """A training forward plus KL(q || p), computed together where a family fuses them."""
+    def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:
+        """A training forward plus KL(q || p), computed together where a family fuses them.
+
+        With kl_value=False the KL may be a surrogate with the right gradient
+        but not the right value (see SparseLayer.forward_with_kl).
+        """
         kl = x.new_zeros(())
         for i, layer in enumerate(self.layers):
-            x, layer_kl = layer.forward_with_kl(x)
+            x, layer_kl = layer.forward_with_kl(x, kl_value)
             kl = kl + layer_kl
             if i < len(self.layers) - 1:
                 x = self.activation(x)
