@@ -277,7 +277,8 @@ def test_fused_layer_passes_gradcheck_in_double_precision():
     rho = torch.randn(4, 4, dtype=torch.double, requires_grad=True)
     logit = torch.randn(4, 4, dtype=torch.double, requires_grad=True)
     noise = torch.randn(5, 4, dtype=torch.double)
-    assert torch.autograd.gradcheck(lambda *a: LBBNNLinear.apply(*a, noise, -1.2, 0.8), (x, mu, rho, logit))
+    constants = torch.tensor(-1.2, dtype=torch.double), torch.tensor(0.8, dtype=torch.double).log()
+    assert torch.autograd.gradcheck(lambda *a: LBBNNLinear.apply(*a, noise, *constants), (x, mu, rho, logit))
 
 
 def test_fused_surrogate_kl_has_the_gradient_but_not_the_value_of_the_kl():
@@ -286,9 +287,10 @@ def test_fused_surrogate_kl_has_the_gradient_but_not_the_value_of_the_kl():
     torch.manual_seed(0)
     params = [torch.randn(4, 4, dtype=torch.double, requires_grad=True) for _ in range(3)]
     x, noise = torch.randn(5, 3, dtype=torch.double), torch.randn(5, 4, dtype=torch.double)
+    constants = torch.tensor(-1.2, dtype=torch.double), torch.tensor(0.8, dtype=torch.double).log()
     grads = []
     for kl_value in (True, False):
-        _, kl = LBBNNLinear.apply(x, *params, noise, -1.2, 0.8, kl_value)
+        _, kl = LBBNNLinear.apply(x, *params, noise, *constants, kl_value)
         grads.append(torch.autograd.grad(kl, params))
         if not kl_value:
             assert kl.item() == 0.0

@@ -185,7 +185,7 @@ class LBBNNLayer(SparseLayer):
             return self(x), self.kl()
         noise = torch.randn((*x.shape[:-1], self.out_features), device=x.device, dtype=x.dtype)
         args = (x, self.weight_mu, self.weight_rho, self.inclusion_logit, noise,
-                float(self.prior_inclusion_logit), float(self.log_slab_variance.exp()), kl_value)
+                self.prior_inclusion_logit.detach(), self.log_slab_variance.detach(), kl_value)
         if self.compiled_kernels:
             try:
                 return LBBNNLinear.apply(*args, True)

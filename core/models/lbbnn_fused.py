@@ -34,8 +34,6 @@ With c the gradient reaching the KL:
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 from torch.nn import functional as F
@@ -63,9 +61,9 @@ def weight_moments(mu: Tensor, rho: Tensor, logit: Tensor):
 
 
 def parameter_gradients(grad_mean_weight: Tensor, grad_var_weight: Tensor, grad_kl: Tensor, mu: Tensor,
-                        logit: Tensor, alpha: Tensor, sigma: Tensor, sigmoid_rho: Tensor, slab_offset: float,
-                        inverse_prior_variance: float):
-    """The hand-derived gradients of the module docstring (grad_kl a 0-dim tensor)."""
+                        logit: Tensor, alpha: Tensor, sigma: Tensor, sigmoid_rho: Tensor, slab_offset: Tensor,
+                        inverse_prior_variance: Tensor):
+    """The hand-derived gradients of the module docstring (grad_kl and the constants 0-dim tensors)."""
     mu2 = mu * mu
     t = torch.addcmul(mu2, sigma, sigma)
     slab_plus = slab_plus_term(logit, t, sigma, slab_offset, inverse_prior_variance)
@@ -80,9 +78,9 @@ def parameter_gradients(grad_mean_weight: Tensor, grad_var_weight: Tensor, grad_
     return grad_mu, grad_rho, grad_logit
 
 
-def slab_plus_term(logit: Tensor, t: Tensor, sigma: Tensor, slab_offset: float, inverse_prior_variance: float):
+def slab_plus_term(logit: Tensor, t: Tensor, sigma: Tensor, slab_offset: Tensor, inverse_prior_variance: Tensor):
     """slab + l - lp: the KL's derivative in alpha."""
-    return torch.add(logit, t, alpha=0.5 * inverse_prior_variance).sub_(torch.log(sigma)).add_(slab_offset)
+    return torch.addcmul(logit, t, 0.5 * inverse_prior_variance).sub_(torch.log(sigma)).add_(slab_offset)
 
 
 SOFTPLUS_LINEAR_ABOVE = 20.0
@@ -100,7 +98,7 @@ def layer_forward(x: Tensor, mu: Tensor, rho: Tensor, logit: Tensor, noise: Tens
 
 def layer_backward(grad_h: Tensor, grad_kl: Tensor, noise: Tensor, mu: Tensor, logit: Tensor, x_aug: Tensor,
                    x2_aug: Tensor, sd: Tensor, mean_weight: Tensor, var_weight: Tensor, alpha: Tensor,
-                   sigma: Tensor, sigmoid_rho: Tensor, slab_offset: float, inverse_prior_variance: float,
+                   sigma: Tensor, sigmoid_rho: Tensor, slab_offset: Tensor, inverse_prior_variance: Tensor,
                    input_grad: bool):
     """(grad x or None, grad mu, grad rho, grad logit)."""
     grad_var_pre = (grad_h * noise).div_(sd).mul_(0.5)
@@ -135,32 +133,30 @@ def kernels(compiled: bool) -> tuple:
     return _compiled_kernels["pair"]
 
 
-def log_one_minus(prior_logit: float) -> float:
-    """log(1 - sigmoid(prior_logit)), stably, on the host."""
-    return -(max(prior_logit, 0.0) + math.log1p(math.exp(-abs(prior_logit))))
-
-
 class LBBNNLinear(torch.autograd.Function):
     """Local-reparameterisation pre-activations of an LBBNN layer, plus its KL.
 
     Returns (h, kl): h = x.(a mu) + bias + sqrt(x^2.var + bias var) * noise and
     the layer's KL to the prior. With kl_value=False, kl is a surrogate: its
     value is 0 but its gradient is the KL's, which is all a training step needs.
+    The prior's inclusion logit and log slab variance come as 0-dim tensors on
+    the layer's device, so a step never waits for the device to read them.
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor, mu: Tensor, rho: Tensor, logit: Tensor, noise: Tensor, prior_logit: float,
-                prior_variance: float, kl_value: bool = True, compiled: bool = False):
+    def forward(ctx, x: Tensor, mu: Tensor, rho: Tensor, logit: Tensor, noise: Tensor, prior_logit: Tensor,
+                log_prior_variance: Tensor, kl_value: bool = True, compiled: bool = False):
         forward_kernel, _ = kernels(compiled)
-        inverse_prior_variance = 1.0 / prior_variance
-        slab_offset = 0.5 * (math.log(prior_variance) - 1.0) - prior_logit
+        inverse_prior_variance = torch.exp(-log_prior_variance)
+        slab_offset = 0.5 * (log_prior_variance - 1.0) - prior_logit
         h, saved = forward_kernel(x, mu, rho, logit, noise)
         if kl_value:
             alpha, sigma = saved[5], saved[6]
             t = torch.addcmul(mu * mu, sigma, sigma)
             slab_plus = slab_plus_term(logit, t, sigma, slab_offset, inverse_prior_variance)
+            # -log(1 - psi) = softplus(prior logit), once per weight
             kl = (torch.dot(alpha.reshape(-1), slab_plus.reshape(-1)) + F.logsigmoid(-logit).sum()
-                  - log_one_minus(prior_logit) * logit.numel())
+                  + F.softplus(prior_logit) * logit.numel())
         else:
             kl = h.new_zeros(())
         ctx.save_for_backward(noise, mu, logit, *saved)
