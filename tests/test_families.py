@@ -27,6 +27,7 @@ VARIANTS = [
     ("concrete-dropout", {}),
     ("horseshoe", {}),
     ("horseshoe", {"prior": "horseshoe"}),
+    ("horseshoe", {"variational_family": "structured"}),
     ("sparse-vd", {}),
     ("sparse-vd", {"estimator": "weight-sampling"}),
     ("fnn", {}),

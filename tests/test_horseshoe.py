@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
 import torch
-from torch.distributions import InverseGamma, Normal
+from torch import Tensor
+from torch.distributions import InverseGamma, MultivariateNormal, Normal
 
+from core.errors import ConfigError
 from core.models.base import inverse_softplus
 from core.models.horseshoe import (
     HorseshoeLayer,
     HorseshoeOptions,
+    StructuredHorseshoeLayer,
     half_cauchy_scale_kl,
     inverse_gamma_log_scale_kl,
+    inverse_softplus_tensor,
 )
+from core.models.network import ModelConfig, build_model
 
 N_MC = 200_000
+PRIORS_UNDER_TEST = ("regularised-horseshoe", "horseshoe")
 
 
 def set_scales(layer: HorseshoeLayer, node_mean, node_std, layer_mean: float, layer_std: float) -> None:
@@ -161,9 +168,264 @@ def test_forward_scales_the_pre_activation_by_one_node_scale_draw():
 
 
 def test_invalid_options_name_the_field():
-    from core.errors import ConfigError
-
     with pytest.raises(ConfigError, match="prior"):
         HorseshoeOptions.from_dict({"prior": "cauchy"})
     with pytest.raises(ConfigError, match="global_scale"):
         HorseshoeOptions.from_dict({"global_scale": 0})
+
+
+# --- structured variational family ------------------------------------------------------------
+STRUCTURED = HorseshoeOptions(variational_family="structured")
+
+
+def structured_layer(in_features: int = 3, out_features: int = 2, options: HorseshoeOptions = STRUCTURED,
+                     seed: int = 0) -> StructuredHorseshoeLayer:
+    """A float64 structured layer with every parameter moved off its start, a strong rank-one term included."""
+    torch.manual_seed(seed)
+    layer = HorseshoeLayer(in_features, out_features, options).double()
+    generator = torch.Generator().manual_seed(seed + 100)
+
+    def normal(*shape: int) -> Tensor:
+        return torch.randn(shape, generator=generator, dtype=torch.float64)
+
+    n = in_features + 2
+    with torch.no_grad():
+        layer.weight_mu.copy_(normal(out_features, in_features + 1))
+        layer.log_node_scale_mu.copy_(0.5 * normal(out_features))
+        layer.row_std_rho.copy_(inverse_softplus_tensor(0.3 + 0.4 * torch.rand(n, generator=generator,
+                                                                               dtype=torch.float64)))
+        layer.row_factor.copy_(0.6 * normal(n))
+        layer.column_std_rho.copy_(inverse_softplus_tensor(torch.linspace(0.6, 1.4, out_features,
+                                                                          dtype=torch.float64)))
+        layer.log_layer_scale_mu.fill_(-0.3)
+        layer.log_layer_scale_rho.fill_(inverse_softplus(0.3))
+        if layer.regularised:
+            layer.log_slab_mu.fill_(0.2)
+            layer.log_slab_rho.fill_(inverse_softplus(0.4))
+    layer.update_auxiliaries()
+    return layer
+
+
+def dense_unit_covariances(layer: StructuredHorseshoeLayer) -> Tensor:
+    """v_k U for every unit, (out, n, n), built densely."""
+    psi, h = (t.detach() for t in layer.row_covariance())
+    row = torch.diag(psi) + torch.outer(h, h)
+    return layer.column_variances().detach()[:, None, None] * row
+
+
+def joint_draws(layer: StructuredHorseshoeLayer, n: int, seed: int) -> Tensor:
+    """n draws of z_k = [beta_k; log tau_k] from the dense N(m_k, v_k U), (n, out, in + 2)."""
+    mean = torch.cat([layer.weight_mu.detach(), layer.log_node_scale_mu.detach()[:, None]], dim=1)
+    torch.manual_seed(seed)
+    return MultivariateNormal(mean, dense_unit_covariances(layer)).sample((n,))
+
+
+def test_structured_option_builds_structured_hidden_layers_and_a_factorised_output_layer():
+    model = build_model(ModelConfig(in_features=3, out_classes=2, hidden=(4, 3), family="horseshoe",
+                                    family_options={"variational_family": "structured"}))
+    assert [type(layer) for layer in model.layers] == [StructuredHorseshoeLayer, StructuredHorseshoeLayer,
+                                                        HorseshoeLayer]
+    assert type(HorseshoeLayer(3, 2)) is HorseshoeLayer
+    assert type(copy.deepcopy(model.layers[0])) is StructuredHorseshoeLayer
+    with pytest.raises(ConfigError, match="variational_family"):
+        HorseshoeOptions.from_dict({"variational_family": "full-rank"})
+
+
+def test_structured_initial_marginal_stds_match_the_factorised_initialisation():
+    options = HorseshoeOptions(variational_family="structured", init_sigma=0.02, init_log_scale_std=0.07)
+    torch.manual_seed(0)
+    layer = HorseshoeLayer(5, 4, options)
+    with torch.no_grad():
+        torch.testing.assert_close(layer.weight_sigma, torch.full(layer.shape, 0.02), rtol=1e-5, atol=0)
+        torch.testing.assert_close(layer.log_node_scale_std(), torch.full((4,), 0.07), rtol=1e-5, atol=0)
+        assert torch.all(layer.row_factor != 0)  # the start is near, not at, the factorised family
+
+
+@pytest.mark.parametrize("prior", PRIORS_UNDER_TEST)
+def test_structured_conditional_pre_activation_moments_match_joint_monte_carlo(prior):
+    layer = structured_layer(3, 2, HorseshoeOptions(prior=prior, variational_family="structured"))
+    x = torch.tensor([[0.7, -1.2, 0.4]], dtype=torch.float64)
+    z = joint_draws(layer, N_MC, seed=1)
+    x_aug = torch.cat([x[0], torch.ones(1, dtype=torch.float64)])
+    activation = z[..., :-1] @ x_aug  # x.beta_k, (N, out)
+    log_tau = z[..., -1]
+    with torch.no_grad():
+        noise = (log_tau - layer.log_node_scale_mu) / layer.log_node_scale_std()
+        mean, var = layer.conditional_pre_activation_moments(x, noise)  # (N, out), (1, out)
+    residual = activation - mean
+    centred = log_tau - log_tau.mean(0)
+    # A Gaussian conditional given log tau: residual mean 0, uncorrelated with log tau, variance `var`.
+    assert torch.all(residual.mean(0).abs() < 5 * residual.std(0) / math.sqrt(N_MC))
+    assert torch.all((residual * centred).mean(0).abs() < 5 * (residual * centred).std(0) / math.sqrt(N_MC))
+    torch.testing.assert_close(residual.square().mean(0), var[0], rtol=0.02, atol=0)
+    # The rank-one term matters here: dropping it from the conditional mean leaves a correlated residual.
+    assert ((activation - mean.mean(0)) * centred).mean(0).abs().max() > 0.05
+    # Marginal over log tau.
+    torch.testing.assert_close(activation.mean(0), mean.mean(0), rtol=0, atol=0.02)
+    torch.testing.assert_close(activation.var(0), var[0] + mean.var(0), rtol=0.02, atol=0)
+
+
+def test_structured_forward_matches_x_times_weight_draws_in_mean_and_variance():
+    layer = structured_layer(3, 2)
+    x = torch.tensor([[0.7, -1.2, 0.4]], dtype=torch.float64)
+    calls, repeats = 2000, 50
+    with torch.no_grad():
+        torch.manual_seed(2)
+        forward = torch.stack([layer(x.expand(repeats, -1)) for _ in range(calls)]).reshape(-1, 2)
+        weights = layer.sample_weights(100_000, torch.Generator().manual_seed(3))
+        direct = weights[:, :, :-1] @ x[0] + weights[:, :, -1]
+    torch.testing.assert_close(forward.mean(0), direct.mean(0), rtol=0, atol=5 * direct.std(0).max().item()
+                               / math.sqrt(calls))
+    torch.testing.assert_close(forward.var(0), direct.var(0), rtol=0.1, atol=0)
+
+
+def test_structured_joint_entropy_equals_the_dense_gaussian_and_the_matrix_normal_formula():
+    layer = structured_layer(3, 2)
+    covariances = dense_unit_covariances(layer)
+    out, n = layer.out_features, layer.in_features + 2
+    column = layer.column_variances().detach()
+    psi, h = (t.detach() for t in layer.row_covariance())
+    full = torch.kron(torch.diag(column), torch.diag(psi) + torch.outer(h, h))  # vec(Z) column by column
+    dense = MultivariateNormal(torch.zeros(n * out, dtype=torch.float64), full).entropy()
+    formula = (n * out / 2 * math.log(2 * math.pi * math.e) + n / 2 * torch.log(column).sum()
+               + out / 2 * (torch.log(psi).sum() + torch.log1p((h * h / psi).sum())))
+    with torch.no_grad():
+        entropy = layer.joint_entropy()
+    torch.testing.assert_close(entropy, dense)
+    torch.testing.assert_close(entropy, formula)
+    # A fixed structure: the entropy of each unit's kept betas and its log tau.
+    mask = torch.ones(layer.shape, dtype=torch.float64)
+    mask[0, 1] = mask[1, 0] = mask[1, 3] = 0
+    layer.fix_structure(mask)
+    kept = torch.cat([mask, torch.ones(out, 1, dtype=torch.float64)], dim=1).bool()
+    dense_kept = sum(MultivariateNormal(torch.zeros(int(kept[k].sum()), dtype=torch.float64),
+                                        covariances[k][kept[k]][:, kept[k]]).entropy() for k in range(out))
+    with torch.no_grad():
+        torch.testing.assert_close(layer.joint_entropy(), dense_kept)
+
+
+def test_structured_weight_and_node_scale_kl_matches_monte_carlo():
+    """kl_terms weights + node_scales = E_q[log q(beta, log tau, lam) - log p(beta, log tau, lam)]."""
+    options = HorseshoeOptions(variational_family="structured", node_scale=0.8)
+    layer = structured_layer(2, 3, options)
+    z = joint_draws(layer, N_MC, seed=4)
+    beta, log_tau = z[..., :-1], z[..., -1]
+    torch.manual_seed(5)
+    lam = InverseGamma(torch.ones(3, dtype=torch.float64), layer.node_aux_rate).sample((N_MC,))
+    mean = torch.cat([layer.weight_mu.detach(), layer.log_node_scale_mu.detach()[:, None]], dim=1)
+    log_q = (MultivariateNormal(mean, dense_unit_covariances(layer)).log_prob(z)
+             + InverseGamma(torch.ones(3, dtype=torch.float64), layer.node_aux_rate).log_prob(lam))
+    tau2 = torch.exp(2 * log_tau)
+    log_p = (Normal(0.0, 1.0).log_prob(beta).sum(-1)
+             + InverseGamma(torch.tensor(0.5, dtype=torch.float64), 1 / lam).log_prob(tau2) + torch.log(2 * tau2)
+             + InverseGamma(torch.tensor(0.5, dtype=torch.float64),
+                            torch.tensor(1 / 0.8 ** 2, dtype=torch.float64)).log_prob(lam))
+    samples = (log_q - log_p).sum(-1)
+    with torch.no_grad():
+        terms = layer.kl_terms()
+    closed = terms["weights"] + terms["node_scales"]
+    assert abs(float(closed - samples.mean())) < 5 * float(samples.std() / math.sqrt(N_MC)) + 1e-3
+    assert all(float(value) >= 0 for value in terms.values())
+
+
+def test_structured_family_with_no_rank_one_term_is_the_factorised_family():
+    structured = structured_layer(3, 4)
+    with torch.no_grad():
+        structured.row_factor.zero_()
+    structured.update_auxiliaries()
+    torch.manual_seed(0)
+    factorised = HorseshoeLayer(3, 4).double()
+    psi, _ = structured.row_covariance()
+    column_std = structured.column_variances().sqrt()
+    with torch.no_grad():
+        for name in ("weight_mu", "log_node_scale_mu", "log_layer_scale_mu", "log_layer_scale_rho",
+                     "log_slab_mu", "log_slab_rho"):
+            getattr(factorised, name).copy_(getattr(structured, name))
+        factorised.weight_rho.copy_(inverse_softplus_tensor(column_std[:, None] * psi[:-1].sqrt()))
+        factorised.log_node_scale_rho.copy_(inverse_softplus_tensor(column_std * psi[-1].sqrt()))
+    factorised.update_auxiliaries()
+    with torch.no_grad():
+        for name, value in factorised.kl_terms().items():
+            torch.testing.assert_close(structured.kl_terms()[name], value, msg=name)
+        torch.testing.assert_close(structured.mean_weights(), factorised.mean_weights())
+        torch.testing.assert_close(structured.native_statistic(), factorised.native_statistic())
+        x = torch.randn(5, 3, dtype=torch.float64)
+        mean, var = structured.conditional_pre_activation_moments(x, torch.randn(4, dtype=torch.float64))
+        torch.testing.assert_close(mean, x @ factorised.weight_mu[:, :-1].T + factorised.weight_mu[:, -1])
+        torch.testing.assert_close(var, (x * x) @ factorised.weight_sigma[:, :-1].T.square()
+                                   + factorised.weight_sigma[:, -1].square())
+
+
+@pytest.mark.parametrize("prior", PRIORS_UNDER_TEST)
+def test_structured_mean_weights_match_monte_carlo_of_weight_draws(prior):
+    layer = structured_layer(3, 2, HorseshoeOptions(prior=prior, variational_family="structured"))
+    n = N_MC
+    with torch.no_grad():
+        draws = layer.sample_weights(n, torch.Generator().manual_seed(6))
+        mean = layer.mean_weights()
+        naive = layer.expected_node_scale()[:, None] * layer.weight_mu  # E[s] E[beta], ignoring the correlation
+    standard_error = draws.std(0) / math.sqrt(n)
+    assert torch.all((draws.mean(0) - mean).abs() < 5 * standard_error + 1e-6)
+    assert ((draws.mean(0) - naive).abs() > 10 * standard_error).any()  # the correlation term is visible
+    with torch.no_grad():
+        target = torch.randn(layer.shape, dtype=torch.float64)
+        layer.load_point_estimate(target)
+        torch.testing.assert_close(layer.mean_weights(), target)
+
+
+def test_structured_pruning_uses_the_marginal_of_log_tau():
+    layer = structured_layer(3, 3)
+    with torch.no_grad():
+        layer.log_node_scale_mu.copy_(torch.tensor([-9.0, -6.5, 1.0], dtype=torch.float64))
+        mean, std = layer.log_node_scale_moments()
+        statistic = layer.native_statistic()
+    z = joint_draws(layer, N_MC, seed=7)
+    torch.manual_seed(8)
+    log_v = -0.3 + 0.3 * torch.randn(N_MC, 1, dtype=torch.float64)
+    monte_carlo = (z[..., -1] + log_v < math.log(1e-3)).double().mean(0)
+    torch.testing.assert_close(statistic[:, 0], monte_carlo, atol=4e-3, rtol=0)
+    assert 0.05 < statistic[1, 0] < 0.95 and torch.all(statistic == statistic[:, :1])
+
+
+def test_structured_model_round_trips_through_the_state_dict():
+    def model(seed: int):
+        torch.manual_seed(seed)
+        return build_model(ModelConfig(in_features=3, out_classes=2, hidden=(4,), family="horseshoe",
+                                       family_options={"variational_family": "structured"}))
+
+    source, target = model(0), model(1)
+    with torch.no_grad():
+        for param in source.parameters():
+            param.add_(0.1 * torch.randn_like(param))
+    source.update_auxiliaries()
+    target.load_state_dict(source.state_dict())
+    with torch.no_grad():
+        for a, b in zip(source.mean_weights(), target.mean_weights()):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+        for a, b in zip(source.sample_weights(3, seed=7), target.sample_weights(3, seed=7)):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+        torch.testing.assert_close(source.kl(), target.kl(), rtol=0, atol=0)
+    assert "layers.0.row_factor" in source.state_dict() and "layers.1.weight_rho" in source.state_dict()
+
+
+def test_structured_model_trains_on_two_moons_without_nan_and_its_loss_goes_down():
+    from core.train import TrainConfig, train
+
+    generator = torch.Generator().manual_seed(0)
+    n = 128
+    angle = torch.rand(n, generator=generator) * math.pi
+    labels = torch.randint(0, 2, (n,), generator=generator)
+    x = torch.stack([torch.cos(angle) - labels, torch.sin(angle) * (1 - 2 * labels) + 0.5 * labels], 1)
+    x = x + 0.1 * torch.randn(x.shape, generator=generator)
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(in_features=2, out_classes=2, hidden=(16,), family="horseshoe",
+                                    family_options={"variational_family": "structured"}))
+    result = train(model, x, labels, TrainConfig(epochs=8, batch_size=32), seed=0)
+    losses = [record["loss"] for record in result.history]
+    data_terms = [record["data_term"] for record in result.history]
+    assert all(math.isfinite(value) for value in losses)
+    assert losses[-1] < 0.9 * losses[0] and data_terms[-1] < 0.75 * data_terms[0]
+    with torch.no_grad():
+        assert all(torch.isfinite(w).all() for w in model.mean_weights())
+        accuracy = (model.forward_with_weights(x, model.mean_weights()).argmax(-1) == labels).double().mean()
+    assert accuracy > 0.75

@@ -1,5 +1,5 @@
 """`horseshoe` (BNN-HP-MF): the regularised horseshoe BNN of seed 001 (Ghosh, Yao & Doshi-Velez 2018),
-factorised variational family. METHODS.md section 3.
+with the factorised or the structured variational family. METHODS.md section 3.
 
 Model of a hidden layer (non-centred), for unit k with augmented incoming
 weights w_k (its bias included):
@@ -30,8 +30,28 @@ KL(IG(1, r) || IG(1/2, 1/b^2)); for c^2 with log c^2 ~ N(m, s^2),
 Pruning (node granularity): drop unit k when P_q(tau_k v < delta) > p0.
 log(tau_k v) is normal under q, so this is a normal CDF. The statistic is
 broadcast over the unit's incoming weights and bias; output units are never
-pruned (statistic 0). Only the factorised family is implemented; the
-structured (matrix-normal) family of seed 001 is not.
+pruned (statistic 0).
+
+Structured family (option variational_family="structured", seed 001 section
+4.1), hidden layers only (the output layer has no tau and stays factorised):
+for unit k stack z_k = [beta_k; log tau_k] (length n = in + 2, bias last among
+the beta rows). The layer's Z = [z_1 .. z_out] is matrix normal,
+vec(Z) ~ N(vec(M), V kron U), U = diag(psi) + h h^T shared by the units,
+V = diag(v): z_k ~ N(m_k, v_k U), units independent. Everything else (layer
+scale, slab, auxiliaries, pruning rule) is as in the factorised family, with
+q(log tau_k) now the marginal N(m_u,k, v_k U_uu), U_uu = psi_u + h_u^2.
+- Training (seed 001 eq. 8): one draw of log tau_k per minibatch from its
+  marginal; given it, x.beta_k is Gaussian with mean
+  x.m_k + (x.h_beta) h_u / U_uu (u_k - m_u,k) and variance
+  v_k [(x*x).psi_beta + (x.h_beta)^2 psi_u / U_uu].
+- KL by the chain rule H[q(beta, u)] = H[q(u)] + E_u H[q(beta | u)]:
+  "node_scales" is the factorised formula with the marginal of u, "weights" is
+  E_q(u) KL(q(beta | u) || N(0, I)); their sum has the matrix-normal entropy
+  (n out / 2) log(2 pi e) + (n / 2) sum_k log v_k + (out / 2) log|U|,
+  |U| = prod(psi) (1 + sum h^2 / psi). A fixed structure drops the masked betas
+  of a unit from q and p (the entropy of the kept coordinates, same lemma).
+- E_q[w_k] = E_q[s_k beta_k] != E[s_k] E[beta_k]: beta and u are correlated;
+  see StructuredHorseshoeLayer.mean_weights.
 """
 
 from __future__ import annotations
@@ -50,6 +70,7 @@ from core.models.base import (
     LayerOptions,
     SparseLayer,
     StatisticSpec,
+    augmented_linear,
     inverse_softplus,
     local_reparameterisation,
     require,
@@ -57,9 +78,13 @@ from core.models.base import (
 from core.models.lbbnn import gaussian_kl
 
 PRIORS = ("regularised-horseshoe", "horseshoe")
+VARIATIONAL_FAMILIES = ("factorised", "structured")
 EULER_GAMMA = 0.5772156649015329
 LGAMMA_HALF = math.lgamma(0.5)
 QUADRATURE_NODES = 24  # Gauss-Hermite nodes per dimension for E_q[s_k] of the regularised scale
+# Initial rank-one row factor h, relative to the initial marginal std of each row:
+# small, so training starts close to the factorised family (correlations ~ 1e-2).
+ROW_FACTOR_INIT = 0.1
 
 
 @dataclass(frozen=True)
@@ -73,9 +98,14 @@ class HorseshoeOptions(LayerOptions):
     prune_delta: float = 1e-3  # delta of the rule P(tau_k v < delta) > p0
     init_sigma: float = 0.01  # initial std of q(beta)
     init_log_scale_std: float = 0.05  # initial std of q(log tau), q(log v), q(log c^2)
+    # q over each hidden unit's [beta_k; log tau_k]: "factorised" (independent) or
+    # "structured" (matrix normal with diagonal-plus-rank-one row covariance).
+    variational_family: str = "factorised"
 
     def validate(self) -> None:
         require(self.prior in PRIORS, "prior", f"must be one of {', '.join(PRIORS)}, got {self.prior!r}")
+        require(self.variational_family in VARIATIONAL_FAMILIES, "variational_family",
+                f"must be one of {', '.join(VARIATIONAL_FAMILIES)}, got {self.variational_family!r}")
         for name in ("node_scale", "global_scale", "slab_shape", "slab_scale", "output_scale", "prune_delta",
                      "init_sigma", "init_log_scale_std"):
             value = getattr(self, name)
@@ -114,10 +144,23 @@ def inverse_gamma_log_scale_kl(log_mean: Tensor, log_std: Tensor, shape: Tensor,
     return -normal_entropy(log_std) - expected_log_prior
 
 
+def inverse_softplus_tensor(value: Tensor) -> Tensor:
+    return value + torch.log(-torch.expm1(-value))
+
+
 class HorseshoeLayer(SparseLayer):
     family = "horseshoe"
     spec = StatisticSpec("node_shrinkage_probability", Keep.BELOW, 0.9, 0.0, 1.0, Granularity.NODE)
     Options = HorseshoeOptions
+
+    def __new__(cls, in_features: int | None = None, out_features: int | None = None,
+                options: HorseshoeOptions | None = None, is_output: bool = False):
+        # The option picks the class of a hidden layer, so the registry, the model
+        # builder and saved runs keep naming one family. (Defaults: copy/pickle call __new__(cls).)
+        structured = getattr(options, "variational_family", "factorised") == "structured"
+        if cls is HorseshoeLayer and structured and not is_output:
+            cls = StructuredHorseshoeLayer
+        return super().__new__(cls)
 
     def __init__(self, in_features: int, out_features: int, options: HorseshoeOptions | None = None,
                  is_output: bool = False):
@@ -126,7 +169,7 @@ class HorseshoeLayer(SparseLayer):
         self.regularised = opts.prior == "regularised-horseshoe" and not is_output
         scale_rho = inverse_softplus(opts.init_log_scale_std)
         self.weight_mu = nn.Parameter(torch.empty(self.shape).uniform_(-1.0, 1.0))
-        self.weight_rho = nn.Parameter(torch.full(self.shape, inverse_softplus(opts.init_sigma)))
+        self._init_spread(opts)
         # Start at s_k ~ 1/sqrt(fan-in): w = s beta then matches the usual uniform initialisation.
         self.log_layer_scale_mu = nn.Parameter(torch.tensor(-0.5 * math.log(in_features)))
         self.log_layer_scale_rho = nn.Parameter(torch.tensor(scale_rho))
@@ -135,7 +178,6 @@ class HorseshoeLayer(SparseLayer):
         self.register_buffer("layer_aux_rate", torch.tensor(1.0))
         if not is_output:
             self.log_node_scale_mu = nn.Parameter(torch.zeros(out_features))
-            self.log_node_scale_rho = nn.Parameter(torch.full((out_features,), scale_rho))
             self.register_buffer("node_prior_scale", torch.tensor(float(opts.node_scale)))
             self.register_buffer("node_aux_rate", torch.ones(out_features))
             self.register_buffer("prune_delta", torch.tensor(float(opts.prune_delta)))
@@ -150,10 +192,21 @@ class HorseshoeLayer(SparseLayer):
                                                                     dtype=torch.float32), persistent=False)
         self.update_auxiliaries()
 
+    def _init_spread(self, opts: HorseshoeOptions) -> None:
+        """The spread of q over beta and log tau: one std per weight and one per unit."""
+        self.weight_rho = nn.Parameter(torch.full(self.shape, inverse_softplus(opts.init_sigma)))
+        if not self.is_output:
+            self.log_node_scale_rho = nn.Parameter(torch.full((self.out_features,),
+                                                              inverse_softplus(opts.init_log_scale_std)))
+
     # --- q in natural form ----------------------------------------------------------------
     @property
     def weight_sigma(self) -> Tensor:
         return F.softplus(self.weight_rho)
+
+    def log_node_scale_std(self) -> Tensor:
+        """Std of the marginal q(log tau_k) per unit."""
+        return F.softplus(self.log_node_scale_rho)
 
     def log_node_scale_moments(self) -> tuple[Tensor, Tensor]:
         """Mean and std of log(tau_k v) per unit under q (log v alone for the output layer)."""
@@ -161,7 +214,7 @@ class HorseshoeLayer(SparseLayer):
         var = F.softplus(self.log_layer_scale_rho).square().expand(self.out_features)
         if not self.is_output:
             mean = mean + self.log_node_scale_mu
-            var = var + F.softplus(self.log_node_scale_rho).square()
+            var = var + self.log_node_scale_std().square()
         return mean, var.sqrt()
 
     def _log_slab_moments(self) -> tuple[Tensor, Tensor]:
@@ -171,7 +224,7 @@ class HorseshoeLayer(SparseLayer):
         """log s_k from standard normal draws: eps_node (..., out), eps_layer and eps_slab (..., 1)."""
         log_scale = self.log_layer_scale_mu + F.softplus(self.log_layer_scale_rho) * eps_layer
         if not self.is_output:
-            log_scale = log_scale + self.log_node_scale_mu + F.softplus(self.log_node_scale_rho) * eps_node
+            log_scale = log_scale + self.log_node_scale_mu + self.log_node_scale_std() * eps_node
         if self.regularised:
             mean, std = self._log_slab_moments()
             log_c2 = mean + std * eps_slab
@@ -179,17 +232,27 @@ class HorseshoeLayer(SparseLayer):
             log_scale = -0.5 * torch.logaddexp(-2 * log_scale, -log_c2)
         return log_scale
 
-    def expected_node_scale(self) -> Tensor:
-        """E_q[s_k] per unit: closed form for a product of log-normals, 2-D Gauss-Hermite when regularised."""
+    def node_scale_expectations(self) -> tuple[Tensor, Tensor]:
+        """E_q[s_k] and E_q[s_k e_k] per unit, e_k = (log(tau_k v) - mean) / std the standardised log scale.
+
+        Closed form for a product of log-normals (E[exp(m + s e) e] = s E[exp(m + s e)]),
+        2-D Gauss-Hermite over (e_k, log c^2) when regularised.
+        """
         mean, std = self.log_node_scale_moments()
         if not self.regularised:
-            return torch.exp(mean + 0.5 * std * std)
+            expected = torch.exp(mean + 0.5 * std * std)
+            return expected, std * expected
         slab_mean, slab_std = self._log_slab_moments()
         nodes, weights = self.quadrature_nodes, self.quadrature_weights
         log_tv = mean[:, None, None] + std[:, None, None] * nodes[None, :, None]  # (out, Q, 1)
         log_c2 = (slab_mean + slab_std * nodes)[None, None, :]  # (1, 1, Q)
         scale = torch.exp(-0.5 * torch.logaddexp(-2 * log_tv, -log_c2))
-        return torch.einsum("kij,i,j->k", scale, weights, weights)
+        return (torch.einsum("kij,i,j->k", scale, weights, weights),
+                torch.einsum("kij,i,j->k", scale, nodes * weights, weights))
+
+    def expected_node_scale(self) -> Tensor:
+        """E_q[s_k] per unit."""
+        return self.node_scale_expectations()[0]
 
     # --- estimators -----------------------------------------------------------------------
     def _draw_log_scale(self, n: int | None, generator: torch.Generator | None = None) -> Tensor:
@@ -222,21 +285,24 @@ class HorseshoeLayer(SparseLayer):
     # --- KL and the auxiliaries -----------------------------------------------------------
     def kl_terms(self) -> dict[str, Tensor]:
         """The KL by latent variable (each term a true KL, so each >= 0)."""
-        sigma = self.weight_sigma
-        one = torch.ones((), device=sigma.device, dtype=sigma.dtype)
-        terms = {"weights": (gaussian_kl(self.weight_mu, sigma * sigma, one) * self.fixed_mask).sum()}
+        terms = {"weights": self._weights_kl()}
         # q(log a) = N(m, s^2)  <=>  q(log a^2) = N(2m, 4 s^2).
         terms["layer_scale"] = half_cauchy_scale_kl(2 * self.log_layer_scale_mu,
                                                     2 * F.softplus(self.log_layer_scale_rho),
                                                     self.layer_aux_rate, self.layer_prior_scale)
         if not self.is_output:
             terms["node_scales"] = half_cauchy_scale_kl(2 * self.log_node_scale_mu,
-                                                        2 * F.softplus(self.log_node_scale_rho),
+                                                        2 * self.log_node_scale_std(),
                                                         self.node_aux_rate, self.node_prior_scale).sum()
         if self.regularised:
             mean, std = self._log_slab_moments()
             terms["slab"] = inverse_gamma_log_scale_kl(mean, std, self.slab_shape, self.slab_scale)
         return terms
+
+    def _weights_kl(self) -> Tensor:
+        sigma = self.weight_sigma
+        one = torch.ones((), device=sigma.device, dtype=sigma.dtype)
+        return (gaussian_kl(self.weight_mu, sigma * sigma, one) * self.fixed_mask).sum()
 
     def kl(self) -> Tensor:
         return sum(self.kl_terms().values())
@@ -244,14 +310,13 @@ class HorseshoeLayer(SparseLayer):
     @torch.no_grad()
     def update_auxiliaries(self) -> None:
         """q(lam) = IG(1, E_q[1/a^2] + 1/b^2), with E_q[1/a^2] = exp(-2m + 2s^2) for log a ~ N(m, s^2)."""
-        def optimal_rate(mean: Tensor, rho: Tensor, prior_scale: Tensor) -> Tensor:
-            std = F.softplus(rho)
+        def optimal_rate(mean: Tensor, std: Tensor, prior_scale: Tensor) -> Tensor:
             return torch.exp(-2 * mean + 2 * std * std) + 1.0 / (prior_scale * prior_scale)
 
-        self.layer_aux_rate.copy_(optimal_rate(self.log_layer_scale_mu, self.log_layer_scale_rho,
+        self.layer_aux_rate.copy_(optimal_rate(self.log_layer_scale_mu, F.softplus(self.log_layer_scale_rho),
                                                self.layer_prior_scale))
         if not self.is_output:
-            self.node_aux_rate.copy_(optimal_rate(self.log_node_scale_mu, self.log_node_scale_rho,
+            self.node_aux_rate.copy_(optimal_rate(self.log_node_scale_mu, self.log_node_scale_std(),
                                                   self.node_prior_scale))
 
     # --- sparsity -------------------------------------------------------------------------
@@ -276,6 +341,156 @@ class HorseshoeLayer(SparseLayer):
         scales = [self.weight_rho, self.log_layer_scale_mu, self.log_layer_scale_rho]
         if not self.is_output:
             scales += [self.log_node_scale_mu, self.log_node_scale_rho]
+        if self.regularised:
+            scales += [self.log_slab_mu, self.log_slab_rho]
+        return {"weights": [self.weight_mu], "scales": scales}
+
+
+class StructuredHorseshoeLayer(HorseshoeLayer):
+    """A hidden layer with the structured family (module docstring): z_k = [beta_k; log tau_k] ~ N(m_k, v_k U).
+
+    M is (weight_mu, log_node_scale_mu); U = diag(psi) + h h^T with sqrt(psi) = softplus(row_std_rho) and
+    h = row_factor (length in + 2, the log tau row last); sqrt(v_k) = softplus(column_std_rho).
+    HorseshoeLayer(..., HorseshoeOptions(variational_family="structured")) builds this class.
+    """
+
+    def _init_spread(self, opts: HorseshoeOptions) -> None:
+        # Marginal stds at the start: init_sigma for each beta, init_log_scale_std for log tau.
+        target = torch.full((self.in_features + 2,), float(opts.init_sigma))
+        target[-1] = opts.init_log_scale_std
+        factor = ROW_FACTOR_INIT * target * torch.randn(target.shape)
+        diagonal = (target.square() - factor.square()).clamp_min(0.01 * target.square())
+        self.row_factor = nn.Parameter(factor)
+        self.row_std_rho = nn.Parameter(inverse_softplus_tensor(diagonal.sqrt()))
+        self.column_std_rho = nn.Parameter(torch.full((self.out_features,), inverse_softplus(1.0)))
+
+    # --- q in natural form ----------------------------------------------------------------
+    def row_covariance(self) -> tuple[Tensor, Tensor]:
+        """(psi, h) of U = diag(psi) + h h^T, each of length in + 2 (beta rows, then log tau)."""
+        return F.softplus(self.row_std_rho).square(), self.row_factor
+
+    def column_variances(self) -> Tensor:
+        """v_k of V = diag(v), one per unit."""
+        return F.softplus(self.column_std_rho).square()
+
+    @property
+    def weight_sigma(self) -> Tensor:
+        """Marginal std of q(beta_jk), sqrt(v_k U_jj) (beta is correlated with log tau_k)."""
+        psi, h = self.row_covariance()
+        return torch.sqrt(self.column_variances()[:, None] * (psi[:-1] + h[:-1].square()))
+
+    def _log_tau_row_variance(self) -> Tensor:
+        psi, h = self.row_covariance()
+        return psi[-1] + h[-1] * h[-1]
+
+    def log_node_scale_std(self) -> Tensor:
+        return torch.sqrt(self.column_variances() * self._log_tau_row_variance())
+
+    def weight_log_tau_covariance(self) -> Tensor:
+        """Cov_q(beta_jk, log tau_k) = v_k h_j h_u, shape (out, in + 1)."""
+        _, h = self.row_covariance()
+        return self.column_variances()[:, None] * h[None, :-1] * h[-1]
+
+    def conditional_pre_activation_moments(self, x: Tensor, log_tau_noise: Tensor) -> tuple[Tensor, Tensor]:
+        """Mean and variance of x.beta_k given log tau_k = m_u,k + sd_k * log_tau_noise_k (seed 001 eq. 8).
+
+        Two inner products per unit (x.h_beta and (x*x).psi_beta) besides the mean; the
+        fixed structure zeroes the masked betas (and their h entries) of each unit.
+        """
+        psi, h = self.row_covariance()
+        row_var_u = psi[-1] + h[-1] * h[-1]
+        column_var = self.column_variances()
+        mask = self.fixed_mask
+        mean_and_projection = augmented_linear(x, torch.cat([self.weight_mu * mask, h[:-1] * mask]))
+        mean, projection = mean_and_projection.split(self.out_features, dim=-1)  # x.m_k, x.h_beta
+        diagonal = augmented_linear(x * x, psi[:-1] * mask)
+        # h_u / U_uu (u_k - m_u,k) with u_k - m_u,k = sqrt(v_k U_uu) noise_k.
+        mean = mean + projection * (h[-1] * column_var.sqrt() * log_tau_noise / row_var_u.sqrt())
+        var = column_var * (diagonal + projection.square() * (psi[-1] / row_var_u))
+        return mean, var
+
+    # --- estimators -----------------------------------------------------------------------
+    def forward(self, x: Tensor) -> Tensor:
+        # One draw of the scales per minibatch (log tau_k from its marginal), then
+        # x.beta_k | log tau_k by local reparameterisation.
+        ref = self.weight_mu
+        log_tau_noise = torch.randn(self.out_features, device=ref.device, dtype=ref.dtype)
+        eps_layer = torch.randn(1, device=ref.device, dtype=ref.dtype)
+        eps_slab = torch.randn(1, device=ref.device, dtype=ref.dtype) if self.regularised else None
+        scale = torch.exp(self._log_scale(log_tau_noise, eps_layer, eps_slab))
+        mean, var = self.conditional_pre_activation_moments(x, log_tau_noise)
+        return scale * (mean + var.clamp_min(1e-16).sqrt() * torch.randn_like(mean))
+
+    def sample_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
+        ref = self.weight_mu
+
+        def normal(*shape: int) -> Tensor:
+            return torch.randn((n, *shape), generator=generator, device=ref.device, dtype=ref.dtype)
+
+        psi, h = self.row_covariance()
+        # z_k - m_k = sqrt(v_k) (sqrt(psi) * eps1 + h * eps2) has covariance v_k (diag(psi) + h h^T).
+        rank_one = normal(self.out_features, 1)
+        noise = self.column_variances().sqrt()[:, None] * (psi.sqrt() * normal(self.out_features, self.in_features + 2)
+                                                           + h * rank_one)
+        eps_layer = normal(1)
+        eps_slab = normal(1) if self.regularised else None
+        log_tau_noise = noise[..., -1] / self.log_node_scale_std()
+        scale = torch.exp(self._log_scale(log_tau_noise, eps_layer, eps_slab))  # (n, out)
+        return scale[:, :, None] * (self.weight_mu + noise[..., :-1]) * self.fixed_mask
+
+    def _weight_mean_correction(self) -> tuple[Tensor, Tensor]:
+        """E_q[s_k] and the (out, in+1) term C with E_q[s_k beta_k] = E_q[s_k] m_k + C_k.
+
+        E[beta_k | u_k] is linear in u_k = log tau_k, so E[s_k beta_jk] = E[s_k] m_jk
+        + Cov(beta_jk, u_k) E[s_k (u_k - m_u,k)] / Var(u_k). With t_k = log(tau_k v)
+        (std sd_t, standardised e_k), u_k - m_u,k = Var(u_k) / sd_t e_k + a part
+        independent of (t_k, c), so E[s_k (u_k - m_u,k)] = Var(u_k) E[s_k e_k] / sd_t:
+        C_jk = Cov(beta_jk, u_k) E[s_k e_k] / sd_t, with E[s_k e_k] by the same
+        Gauss-Hermite rule as E[s_k] (closed form for the plain horseshoe).
+        """
+        expected_scale, expected_scale_noise = self.node_scale_expectations()
+        _, log_tv_std = self.log_node_scale_moments()
+        correction = self.weight_log_tau_covariance() * (expected_scale_noise / log_tv_std)[:, None]
+        return expected_scale, correction
+
+    def mean_weights(self) -> Tensor:
+        expected_scale, correction = self._weight_mean_correction()
+        return (expected_scale[:, None] * self.weight_mu + correction) * self.fixed_mask
+
+    def load_point_estimate(self, weight: Tensor) -> None:
+        expected_scale, correction = self._weight_mean_correction()
+        self.weight_mu.data.copy_((weight - correction) / expected_scale[:, None])
+
+    # --- KL -------------------------------------------------------------------------------
+    def conditional_weight_entropy(self) -> Tensor:
+        """E_q(u) H[q(beta | u)] summed over units, over each unit's kept betas S_k.
+
+        Cov(beta_S | u) = v_k (diag(psi_S) + h_S h_S^T psi_u / U_uu); its log-determinant by
+        the matrix determinant lemma: sum_S log(v_k psi_j) + log(1 + psi_u / U_uu sum_S h_j^2 / psi_j).
+        """
+        psi, h = self.row_covariance()
+        mask = self.fixed_mask
+        kept = mask.sum(1)
+        log_det = (kept * torch.log(self.column_variances()) + (mask * torch.log(psi[:-1])).sum(1)
+                   + torch.log1p(psi[-1] / self._log_tau_row_variance()
+                                 * (mask * (h[:-1].square() / psi[:-1])).sum(1)))
+        return 0.5 * (kept * math.log(2 * math.pi * math.e) + log_det).sum()
+
+    def joint_entropy(self) -> Tensor:
+        """H[q(beta, log tau)] of the layer (the matrix-normal entropy when no structure is fixed)."""
+        return self.conditional_weight_entropy() + normal_entropy(self.log_node_scale_std()).sum()
+
+    def _weights_kl(self) -> Tensor:
+        # E_q(u) KL(q(beta | u) || N(0, I)) = E_q[-log N(beta; 0, I)] - E_q(u) H[q(beta | u)],
+        # with E_q[beta_jk^2] = M_jk^2 + v_k U_jj.
+        psi, h = self.row_covariance()
+        second_moment = self.weight_mu.square() + self.column_variances()[:, None] * (psi[:-1] + h[:-1].square())
+        cross_entropy = 0.5 * (self.fixed_mask * (math.log(2 * math.pi) + second_moment)).sum()
+        return cross_entropy - self.conditional_weight_entropy()
+
+    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
+        scales = [self.row_std_rho, self.row_factor, self.column_std_rho, self.log_layer_scale_mu,
+                  self.log_layer_scale_rho, self.log_node_scale_mu]
         if self.regularised:
             scales += [self.log_slab_mu, self.log_slab_rho]
         return {"weights": [self.weight_mu], "scales": scales}
