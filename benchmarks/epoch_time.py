@@ -1,12 +1,12 @@
 """Time one training epoch per family against the plain deterministic MLP.
 
-    python benchmarks/epoch_time.py [--dataset mnist] [--device auto] [--families lbbnn,bnn,...]
+    python benchmarks/epoch_time.py [--dataset mnist] [--device auto] [--families lbbnn,bnn,...] [--repeats 3]
 
 Full MNIST, 784-400-600-10, batch 100, M = 1 (seed 000's setup). Each family
 runs in its own subprocess so the peak memory is its own; all of them run in
-one invocation so the ratios compare like with like on a shared machine. The
-plain MLP is torch's nn.Linear/ReLU stack trained by the same fused Adam. The
-first epoch (allocator warm-up, and torch.compile for "+compile") is not timed.
+one invocation, interleaved over --repeats rounds, so the ratios compare like
+with like on a shared machine. The plain MLP is torch's nn.Linear/ReLU stack
+trained by the same fused Adam. The first epoch (allocator warm-up, and torch.compile for "+compile") is not timed.
 Writes a Markdown table to benchmarks/results/epoch_time.md and prints it.
 """
 
@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -85,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--epochs", type=int, default=1, help="timed epochs per family (the best is reported)")
     parser.add_argument("--hidden", default="400,600")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="rounds over all families, interleaved; ratios are medians over rounds")
     parser.add_argument("--families", default=",".join([PLAIN, *FAMILY_PATHS, "lbbnn+compile"]),
                         help="comma-separated; FAMILY+compile trains with TrainConfig(compile=True)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "epoch_time.md"))
@@ -94,27 +97,45 @@ def main(argv: list[str] | None = None) -> int:
     if args.one:
         print(json.dumps(time_one(args.one, args.dataset, args.device, args.epochs, hidden)))
         return 0
-    rows = []
-    for family in args.families.split(","):
-        command = [sys.executable, __file__, "--one", family, "--dataset", args.dataset, "--device", args.device,
-                   "--epochs", str(args.epochs), "--hidden", args.hidden]
-        done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
-        if done.returncode != 0:
-            rows.append({"family": family, "error": done.stderr.strip().splitlines()[-1:]})
-            print(f"{family}: failed: {done.stderr.strip()[-300:]}", file=sys.stderr)
-            continue
-        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        print(f"{family}: {rows[-1]['seconds_per_epoch']:.2f} s/epoch", file=sys.stderr)
-    base = next((r["seconds_per_epoch"] for r in rows if r.get("family") == PLAIN and "error" not in r), None)
-    device = next((r["device"] for r in rows if "device" in r), args.device)
+    families = args.families.split(",")
+    runs: dict[str, list[dict]] = {family: [] for family in families}
+    # Round-robin: each round times every family once, so a slow spell on this
+    # shared machine hits the plain MLP and the families alike; ratios are taken
+    # within a round.
+    for round_index in range(args.repeats):
+        for family in families:
+            command = [sys.executable, __file__, "--one", family, "--dataset", args.dataset, "--device", args.device,
+                       "--epochs", str(args.epochs), "--hidden", args.hidden]
+            done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
+            if done.returncode != 0:
+                runs[family].append({"error": done.stderr.strip().splitlines()[-1:]})
+                print(f"{family}: failed: {done.stderr.strip()[-300:]}", file=sys.stderr)
+                continue
+            runs[family].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            print(f"round {round_index + 1}, {family}: {runs[family][-1]['seconds_per_epoch']:.2f} s/epoch",
+                  file=sys.stderr)
+    device = next((r["device"] for rs in runs.values() for r in rs if "device" in r), args.device)
     lines = [f"# One training epoch, {args.dataset}, 784-{'-'.join(map(str, hidden))}-10, batch 100, M=1, {device}",
-             "", "| family | s / epoch | x plain MLP | peak memory (MiB) |", "|---|---|---|---|"]
-    for r in rows:
-        if "error" in r:
-            lines.append(f"| {r['family']} | failed: {' '.join(r['error'])} | | |")
+             "", f"{args.repeats} round(s), families interleaved; seconds are the median over rounds, the ratio "
+             "is the median (min-max) over rounds of the family's epoch over the plain MLP's epoch in the same "
+             "round.", "", "| family | s / epoch | x plain MLP | peak memory (MiB) |", "|---|---|---|---|"]
+    plain_runs = runs.get(PLAIN, [])
+    for family in families:
+        ok = [(i, r) for i, r in enumerate(runs[family]) if "error" not in r]
+        if not ok:
+            error = runs[family][-1]["error"] if runs[family] else ["not run"]
+            lines.append(f"| {family} | failed: {' '.join(error)} | | |")
             continue
-        ratio = f"{r['seconds_per_epoch'] / base:.2f}" if base else "-"
-        lines.append(f"| {r['family']} | {r['seconds_per_epoch']:.2f} | {ratio} | {r['peak_bytes'] / 2**20:.0f} |")
+        seconds = statistics.median(r["seconds_per_epoch"] for _, r in ok)
+        ratios = [r["seconds_per_epoch"] / plain_runs[i]["seconds_per_epoch"] for i, r in ok
+                  if i < len(plain_runs) and "error" not in plain_runs[i]]
+        ratio = "-"
+        if ratios:
+            ratio = f"{statistics.median(ratios):.2f}"
+            if len(ratios) > 1:
+                ratio += f" ({min(ratios):.2f}-{max(ratios):.2f})"
+        peak = max(r["peak_bytes"] for _, r in ok)
+        lines.append(f"| {family} | {seconds:.2f} | {ratio} | {peak / 2**20:.0f} |")
     table = "\n".join(lines) + "\n"
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(table)

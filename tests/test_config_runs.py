@@ -158,6 +158,7 @@ def test_paper_presets_follow_seed_000():
     schedule = paper.train
     assert schedule.pretrain_epochs + schedule.epochs == 250 and schedule.pretrain_epochs == 20
     assert schedule.posttrain_epochs == 50 and schedule.batch_size == 100 and schedule.empirical_bayes
+    assert schedule.compile and not PRESETS["quick-mnist"].train.compile  # long runs only
     assert schedule.pretrain_learning_rates["inclusion"] == 1e-1
     assert schedule.learning_rates["weights"] == schedule.learning_rates["scales"] == 1e-4
     assert schedule.learning_rates["inclusion"] == 1e-4

@@ -83,6 +83,11 @@ def slab_plus_term(logit: Tensor, t: Tensor, sigma: Tensor, slab_offset: Tensor,
     return torch.addcmul(logit, t, 0.5 * inverse_prior_variance).sub_(torch.log(sigma)).add_(slab_offset)
 
 
+def prior_constants(prior_logit: Tensor, log_prior_variance: Tensor) -> tuple[Tensor, Tensor]:
+    """1 / v and the constant of slab + l - lp, 0.5 (log v - 1) - lp."""
+    return torch.exp(-log_prior_variance), 0.5 * (log_prior_variance - 1.0) - prior_logit
+
+
 SOFTPLUS_LINEAR_ABOVE = 20.0
 
 
@@ -98,9 +103,10 @@ def layer_forward(x: Tensor, mu: Tensor, rho: Tensor, logit: Tensor, noise: Tens
 
 def layer_backward(grad_h: Tensor, grad_kl: Tensor, noise: Tensor, mu: Tensor, logit: Tensor, x_aug: Tensor,
                    x2_aug: Tensor, sd: Tensor, mean_weight: Tensor, var_weight: Tensor, alpha: Tensor,
-                   sigma: Tensor, sigmoid_rho: Tensor, slab_offset: Tensor, inverse_prior_variance: Tensor,
+                   sigma: Tensor, sigmoid_rho: Tensor, prior_logit: Tensor, log_prior_variance: Tensor,
                    input_grad: bool):
     """(grad x or None, grad mu, grad rho, grad logit)."""
+    inverse_prior_variance, slab_offset = prior_constants(prior_logit, log_prior_variance)
     grad_var_pre = (grad_h * noise).div_(sd).mul_(0.5)
     grad_x = None
     if input_grad:
@@ -147,10 +153,9 @@ class LBBNNLinear(torch.autograd.Function):
     def forward(ctx, x: Tensor, mu: Tensor, rho: Tensor, logit: Tensor, noise: Tensor, prior_logit: Tensor,
                 log_prior_variance: Tensor, kl_value: bool = True, compiled: bool = False):
         forward_kernel, _ = kernels(compiled)
-        inverse_prior_variance = torch.exp(-log_prior_variance)
-        slab_offset = 0.5 * (log_prior_variance - 1.0) - prior_logit
         h, saved = forward_kernel(x, mu, rho, logit, noise)
         if kl_value:
+            inverse_prior_variance, slab_offset = prior_constants(prior_logit, log_prior_variance)
             alpha, sigma = saved[5], saved[6]
             t = torch.addcmul(mu * mu, sigma, sigma)
             slab_plus = slab_plus_term(logit, t, sigma, slab_offset, inverse_prior_variance)
@@ -159,9 +164,7 @@ class LBBNNLinear(torch.autograd.Function):
                   + F.softplus(prior_logit) * logit.numel())
         else:
             kl = h.new_zeros(())
-        ctx.save_for_backward(noise, mu, logit, *saved)
-        ctx.inverse_prior_variance = inverse_prior_variance
-        ctx.slab_offset = slab_offset
+        ctx.save_for_backward(noise, mu, logit, *saved, prior_logit, log_prior_variance)
         ctx.compiled = compiled
         return h, kl
 
@@ -173,6 +176,5 @@ class LBBNNLinear(torch.autograd.Function):
         if grad_kl is None:
             grad_kl = grad_h.new_zeros(())
         _, backward_kernel = kernels(ctx.compiled)
-        grads = backward_kernel(grad_h, grad_kl.reshape(()), *saved, ctx.slab_offset, ctx.inverse_prior_variance,
-                                ctx.needs_input_grad[0])
+        grads = backward_kernel(grad_h, grad_kl.reshape(()), *saved, ctx.needs_input_grad[0])
         return (*grads, None, None, None, None, None)
