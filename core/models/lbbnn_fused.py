@@ -63,17 +63,21 @@ def weight_moments(mu: Tensor, rho: Tensor, logit: Tensor):
 def parameter_gradients(grad_mean_weight: Tensor, grad_var_weight: Tensor, grad_kl: Tensor, mu: Tensor,
                         logit: Tensor, alpha: Tensor, sigma: Tensor, sigmoid_rho: Tensor, slab_offset: Tensor,
                         inverse_prior_variance: Tensor):
-    """The hand-derived gradients of the module docstring (grad_kl and the constants 0-dim tensors)."""
+    """The hand-derived gradients of the module docstring (grad_kl and the constants 0-dim tensors).
+
+    grad_var_weight is this step's own product output and is overwritten; the
+    gradients are built in place to keep fresh (page-faulting) allocations few.
+    """
+    kl_over_v = grad_kl * inverse_prior_variance
+    one_minus_alpha = torch.rsub(alpha, 1.0)
     mu2 = mu * mu
     t = torch.addcmul(mu2, sigma, sigma)
     slab_plus = slab_plus_term(logit, t, sigma, slab_offset, inverse_prior_variance)
-    one_minus_alpha = torch.rsub(alpha, 1.0)
-    kl_over_v = grad_kl * inverse_prior_variance
-    grad_logit = torch.addcmul(t, alpha, mu2, value=-2.0).mul_(grad_var_weight)
+    grad_logit = t.addcmul_(alpha, mu2, value=-2.0).mul_(grad_var_weight)
     grad_logit.addcmul_(grad_mean_weight, mu).addcmul_(slab_plus, grad_kl).mul_(alpha).mul_(one_minus_alpha)
-    grad_rho = torch.add(kl_over_v, grad_var_weight, alpha=2.0).mul_(sigma).addcdiv_(grad_kl, sigma, value=-1.0)
-    grad_rho.mul_(alpha).mul_(sigmoid_rho)
-    grad_mu = torch.addcmul(kl_over_v, one_minus_alpha, grad_var_weight, value=2.0)
+    grad_rho = torch.add(kl_over_v, grad_var_weight, alpha=2.0, out=slab_plus)
+    grad_rho.mul_(sigma).addcdiv_(grad_kl, sigma, value=-1.0).mul_(alpha).mul_(sigmoid_rho)
+    grad_mu = torch.addcmul(kl_over_v, one_minus_alpha, grad_var_weight, value=2.0, out=grad_var_weight)
     grad_mu.mul_(mu).add_(grad_mean_weight).mul_(alpha)
     return grad_mu, grad_rho, grad_logit
 
