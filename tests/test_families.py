@@ -238,18 +238,39 @@ def test_two_epochs_on_mnist_small_beat_a_loose_accuracy_floor(family, mnist):
 
 
 @pytest.mark.parametrize("family,options", VARIANTS, ids=VARIANT_IDS)
-def test_forward_with_kl_returns_the_layers_own_kl(family, options):
-    # Guards subclasses against inheriting a parent's fused forward/KL path.
+def test_forward_with_kl_equals_forward_then_kl_in_values_and_gradients(family, options):
+    """The training path (fused where a family has one) against forward + kl() under autograd.
+
+    Also guards subclasses against inheriting a parent's fused path. With kl_value=False
+    the KL may be a surrogate, but the gradients must not change.
+    """
     model = make_model(family, options)
     perturb(model, seed=6)
     x = torch.randn(8, 5)
     for layer in model.layers:
-        torch.manual_seed(0)
-        output, fused_kl = layer.forward_with_kl(x)
-        torch.manual_seed(0)
-        layer(x)  # consume the same random numbers as the forward above
-        torch.testing.assert_close(fused_kl, layer.kl(), rtol=1e-5, atol=1e-4)
-        x = torch.relu(output)
+        results = []
+        for path in ("fused", "surrogate", "reference"):
+            x_in = x.clone().requires_grad_(True)
+            layer.zero_grad()
+            torch.manual_seed(0)
+            if path == "reference":
+                output, kl = layer(x_in), layer.kl()
+            else:
+                output, kl = layer.forward_with_kl(x_in, kl_value=path == "fused")
+            (output.pow(2).sum() * 0.3 + output.sum() + 0.7 * kl).backward()
+            grads = {name: p.grad.clone() for name, p in layer.named_parameters() if p.grad is not None}
+            results.append((output.detach(), kl.detach(), x_in.grad.clone(), grads))
+        (out_f, kl_f, gx_f, grads_f), (out_s, _, gx_s, grads_s), (out_r, kl_r, gx_r, grads_r) = results
+        torch.testing.assert_close(out_f, out_r, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out_s, out_r, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(kl_f, kl_r, rtol=1e-5, atol=1e-4)
+        for g_x in (gx_f, gx_s):
+            torch.testing.assert_close(g_x, gx_r, rtol=1e-4, atol=1e-5)
+        assert grads_r and grads_f.keys() == grads_r.keys() == grads_s.keys()
+        for name in grads_r:
+            torch.testing.assert_close(grads_f[name], grads_r[name], rtol=1e-4, atol=1e-5, msg=name)
+            torch.testing.assert_close(grads_s[name], grads_r[name], rtol=1e-4, atol=1e-5, msg=name)
+        x = torch.relu(out_r)
 
 
 # --- concrete dropout specifics ------------------------------------------------------------
@@ -316,3 +337,31 @@ def test_a_fixed_structure_zeroes_the_dropped_weights_everywhere(family, options
         out_changed = layer(x_changed)
         torch.testing.assert_close(out[:, 0], out_changed[:, 0])
         assert torch.isfinite(layer.kl())
+
+
+# --- the fused Gaussian layer -----------------------------------------------------------------
+def test_fused_gaussian_layer_passes_gradcheck_in_double_precision():
+    from core.models.gaussian_fused import GaussianLinear
+
+    torch.manual_seed(0)
+    x = torch.randn(5, 3, dtype=torch.double, requires_grad=True)
+    mu = torch.randn(4, 4, dtype=torch.double, requires_grad=True)
+    rho = torch.randn(4, 4, dtype=torch.double, requires_grad=True)
+    noise = torch.randn(5, 4, dtype=torch.double)
+    log_v = torch.tensor(0.3, dtype=torch.double)
+    assert torch.autograd.gradcheck(lambda *a: GaussianLinear.apply(*a, noise, log_v), (x, mu, rho))
+
+
+def test_bnn_trains_through_the_fused_layer_and_the_mixture_does_not():
+    from unittest import mock
+
+    from core.models.gaussian_fused import GaussianLinear
+
+    calls = {}
+    for family in ("bnn", "variational-dense", "bnn-mixture"):
+        model = make_model(family, {})
+        with mock.patch.object(GaussianLinear, "apply", wraps=GaussianLinear.apply) as spy:
+            model.forward_with_kl(torch.randn(8, 5))
+        calls[family] = spy.call_count
+    # the mixture prior has no closed-form KL, so it keeps the autograd path
+    assert calls == {"bnn": len(model.layers), "variational-dense": len(model.layers), "bnn-mixture": 0}

@@ -153,6 +153,7 @@ class SparseLayer(nn.Module, ABC):
         self.register_buffer("structure_fixed", torch.tensor(False))
         # Host-side copy of the flag so hot paths never sync with the device.
         self.is_structure_fixed = False
+        self.compiled_kernels = False  # set by training (TrainConfig.compile); not part of the state
         self.register_load_state_dict_post_hook(_refresh_structure_flag)
 
     @property
@@ -225,7 +226,8 @@ class SparseLayer(nn.Module, ABC):
             param.requires_grad_(mask is None)
 
     def use_compiled_kernels(self, enabled: bool) -> None:
-        """Let a family use torch.compile'd kernels for its training step (a no-op by default)."""
+        """Let a family with a fused training layer use torch.compile'd kernels (others ignore it)."""
+        self.compiled_kernels = enabled
 
     def load_point_estimate(self, weight: Tensor) -> None:
         """Warm start: set the variational means (or point weights) to a trained net's weights."""

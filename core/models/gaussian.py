@@ -24,6 +24,8 @@ from core.models.base import (
     local_reparameterisation,
     require,
 )
+from core.models.fused import apply_fused
+from core.models.gaussian_fused import GaussianLinear
 from core.models.lbbnn import gaussian_kl
 
 ESTIMATORS = ("local-reparameterisation", "weight-sampling")
@@ -65,6 +67,9 @@ class GaussianLayer(SparseLayer):
         self.weight_rho = nn.Parameter(torch.full(self.shape, inverse_softplus(self.options.init_sigma)))
         self.register_buffer("prior_variance", torch.tensor(float(self.options.prior_variance)))
 
+    # Whether kl() is the closed-form Gaussian KL that the fused layer differentiates.
+    closed_form_kl = True
+
     @property
     def weight_sigma(self) -> Tensor:
         return F.softplus(self.weight_rho)
@@ -74,6 +79,14 @@ class GaussianLayer(SparseLayer):
         if self.options.estimator == "local-reparameterisation":
             return local_reparameterisation(x, mu, sigma * sigma)
         return augmented_linear(x, mu + sigma * torch.randn_like(mu))
+
+    def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:
+        if (x.dim() != 2 or not self.closed_form_kl or self.is_structure_fixed
+                or self.options.estimator != "local-reparameterisation"):
+            return self(x), self.kl()
+        noise = torch.randn((x.shape[0], self.out_features), device=x.device, dtype=x.dtype)
+        return apply_fused(self, GaussianLinear, x, self.weight_mu, self.weight_rho, noise,
+                           self.prior_variance.log(), kl_value)
 
     def mean_weights(self) -> Tensor:
         return self.weight_mu * self.fixed_mask
@@ -113,6 +126,7 @@ class MixtureGaussianLayer(GaussianLayer):
 
     family = "bnn-mixture"
     Options = MixtureOptions
+    closed_form_kl = False
 
     def __init__(self, in_features: int, out_features: int, options: MixtureOptions | None = None,
                  is_output: bool = False):

@@ -21,7 +21,6 @@ Two gradient estimators:
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,6 +28,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from core.models.fused import apply_fused
 from core.models.lbbnn_fused import LBBNNLinear
 from core.models.base import (
     Keep,
@@ -112,7 +112,6 @@ class LBBNNLayer(SparseLayer):
     def __init__(self, in_features: int, out_features: int, options: LBBNNOptions | None = None,
                  is_output: bool = False):
         super().__init__(in_features, out_features, options, is_output)
-        self.compiled_kernels = False  # set by training (TrainConfig.compile); not part of the state
         opts: LBBNNOptions = self.options
         self.weight_mu = self.initial_weights()
         self.weight_rho = nn.Parameter(torch.full(self.shape, inverse_softplus(opts.init_sigma)))
@@ -186,17 +185,7 @@ class LBBNNLayer(SparseLayer):
         noise = torch.randn((*x.shape[:-1], self.out_features), device=x.device, dtype=x.dtype)
         args = (x, self.weight_mu, self.weight_rho, self.inclusion_logit, noise,
                 self.prior_inclusion_logit.detach(), self.log_slab_variance.detach(), kl_value)
-        if self.compiled_kernels:
-            try:
-                return LBBNNLinear.apply(*args, True)
-            except Exception as exc:  # no C compiler, unsupported platform: the eager kernels do the same
-                warnings.warn(f"torch.compile of the LBBNN kernels failed ({type(exc).__name__}: {exc}); "
-                              f"training continues with the eager kernels", RuntimeWarning, stacklevel=2)
-                self.compiled_kernels = False
-        return LBBNNLinear.apply(*args, False)
-
-    def use_compiled_kernels(self, enabled: bool) -> None:
-        self.compiled_kernels = enabled
+        return apply_fused(self, LBBNNLinear, *args)
 
     def _fused_path_applies(self) -> bool:
         opts: LBBNNOptions = self.options

@@ -6,9 +6,8 @@ alpha, sigma, the weight moments, the closed-form KL and, under autograd, the
 backward of each of those plus the copies that slicing the augmented
 (out, in+1) matrices costs. This Function does the whole layer in one go:
 
-- the bias column is handled by appending a column of ones to the input, so
-  each product is one contiguous GEMM and the weight gradients come out of
-  one GEMM each, already in the augmented layout;
+- the bias column is handled by appending a column of ones to the input
+  (core/models/fused.py, shared with the Gaussian families);
 - the gradients of the weight moments and of the KL are derived by hand
   (below) and written with in-place arithmetic, about 25 passes over the
   weights per step instead of ~60 under autograd;
@@ -37,6 +36,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 from torch.nn import functional as F
+
+from core.models.fused import kernel_pair, products_backward, products_forward
 
 
 def weight_moments(mu: Tensor, rho: Tensor, logit: Tensor):
@@ -98,11 +99,8 @@ SOFTPLUS_LINEAR_ABOVE = 20.0
 def layer_forward(x: Tensor, mu: Tensor, rho: Tensor, logit: Tensor, noise: Tensor):
     """Pre-activations h, and what the backward pass needs."""
     mean_weight, var_weight, alpha, sigma, sigmoid_rho = weight_moments(mu, rho, logit)
-    x_aug = F.pad(x, (0, 1), value=1.0)
-    x2_aug = x_aug * x_aug
-    mean = torch.mm(x_aug, mean_weight.t())
-    sd = torch.mm(x2_aug, var_weight.t()).clamp_min_(1e-16).sqrt_()
-    return torch.addcmul(mean, sd, noise), (x_aug, x2_aug, sd, mean_weight, var_weight, alpha, sigma, sigmoid_rho)
+    h, x_aug, x2_aug, sd = products_forward(x, mean_weight, var_weight, noise)
+    return h, (x_aug, x2_aug, sd, mean_weight, var_weight, alpha, sigma, sigmoid_rho)
 
 
 def layer_backward(grad_h: Tensor, grad_kl: Tensor, noise: Tensor, mu: Tensor, logit: Tensor, x_aug: Tensor,
@@ -111,36 +109,16 @@ def layer_backward(grad_h: Tensor, grad_kl: Tensor, noise: Tensor, mu: Tensor, l
                    input_grad: bool):
     """(grad x or None, grad mu, grad rho, grad logit)."""
     inverse_prior_variance, slab_offset = prior_constants(prior_logit, log_prior_variance)
-    grad_var_pre = (grad_h * noise).div_(sd).mul_(0.5)
-    grad_x = None
-    if input_grad:
-        grad_x = torch.mm(grad_var_pre, var_weight[:, :-1]).mul_(x_aug[:, :-1]).mul_(2.0)
-        grad_x = grad_x.addmm_(grad_h, mean_weight[:, :-1])
-    grad_mean_weight = torch.mm(grad_h.t(), x_aug)
-    grad_var_weight = torch.mm(grad_var_pre.t(), x2_aug)
+    grad_x, grad_mean_weight, grad_var_weight = products_backward(grad_h, noise, x_aug, x2_aug, sd, mean_weight,
+                                                                  var_weight, input_grad)
     grads = parameter_gradients(grad_mean_weight, grad_var_weight, grad_kl, mu, logit, alpha, sigma, sigmoid_rho,
                                 slab_offset, inverse_prior_variance)
     return (grad_x, *grads)
 
 
-_compiled_kernels: dict[str, tuple] = {}
-
-
 def kernels(compiled: bool) -> tuple:
-    """(layer_forward, layer_backward): eager, or compiled by torch.compile.
-
-    Compiled, the elementwise work over the weights becomes one loop each way
-    and the small per-batch operations around the products lose their
-    per-call dispatch overhead. Compiling costs ~20-40 s once per process and
-    layer shape (inductor caches the result on disk); worth it for long runs,
-    not for tests and demos.
-    """
-    if not compiled:
-        return layer_forward, layer_backward
-    if "pair" not in _compiled_kernels:
-        _compiled_kernels["pair"] = (torch.compile(layer_forward, dynamic=False),
-                                     torch.compile(layer_backward, dynamic=False))
-    return _compiled_kernels["pair"]
+    """(layer_forward, layer_backward), eager or compiled (see core.models.fused.kernel_pair)."""
+    return kernel_pair("lbbnn", layer_forward, layer_backward, compiled)
 
 
 class LBBNNLinear(torch.autograd.Function):
