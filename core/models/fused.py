@@ -39,6 +39,19 @@ def products_backward(grad_h: Tensor, noise: Tensor, x_aug: Tensor, x2_aug: Tens
     return grad_x, torch.mm(grad_h.t(), x_aug), torch.mm(grad_var_pre.t(), x2_aug)
 
 
+def backward_through(ctx, grad_h: Tensor | None, grad_kl: Tensor | None, backward_kernel: Callable,
+                     unused_inputs: int) -> tuple:
+    """A fused Function's backward: the kernel on the saved tensors, then None for the inputs
+    that take no gradient (noise, constants, flags). Saved tensors start with the noise."""
+    saved = ctx.saved_tensors
+    if grad_h is None:
+        grad_h = torch.zeros_like(saved[0])
+    if grad_kl is None:
+        grad_kl = grad_h.new_zeros(())
+    grads = backward_kernel(grad_h, grad_kl.reshape(()), *saved, ctx.needs_input_grad[0])
+    return (*grads, *([None] * unused_inputs))
+
+
 _compiled: dict[str, tuple] = {}
 
 

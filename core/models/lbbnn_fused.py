@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from core.models.fused import kernel_pair, products_backward, products_forward
+from core.models.fused import backward_through, kernel_pair, products_backward, products_forward
 
 
 def weight_moments(mu: Tensor, rho: Tensor, logit: Tensor):
@@ -152,11 +152,4 @@ class LBBNNLinear(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_h: Tensor, grad_kl: Tensor):
-        saved = ctx.saved_tensors
-        if grad_h is None:
-            grad_h = torch.zeros_like(saved[0])
-        if grad_kl is None:
-            grad_kl = grad_h.new_zeros(())
-        _, backward_kernel = kernels(ctx.compiled)
-        grads = backward_kernel(grad_h, grad_kl.reshape(()), *saved, ctx.needs_input_grad[0])
-        return (*grads, None, None, None, None, None)
+        return backward_through(ctx, grad_h, grad_kl, kernels(ctx.compiled)[1], unused_inputs=5)
