@@ -60,7 +60,7 @@ def kernel_pair(name: str, forward: Callable, backward: Callable, compiled: bool
 
     Compiled, the elementwise work over the weights becomes one loop each way
     and the small per-batch operations around the products lose their per-call
-    dispatch overhead. Compiling costs ~30 s once per process and layer shape
+    dispatch overhead. Compiling costs ~25 s once per process and layer shapes
     (inductor caches the result on disk); worth it for long runs, not for tests
     and demos.
     """

@@ -17,7 +17,7 @@ from core.runs.config import RunConfig
 PAPER_PRETRAIN_RATES = {"weights": 1e-4, "scales": 1e-4, "inclusion": 1e-1, "prior": 1e-3, "likelihood": 1e-4}
 PAPER_RATES = {"weights": 1e-4, "scales": 1e-4, "inclusion": 1e-4, "prior": 1e-3, "likelihood": 1e-4}
 # 250 epochs in all, the first 20 of them pre-training; then 50 post-training epochs.
-# Compiled kernels: ~30 s once per process against ~1.3x faster LBBNN epochs over 300 of them.
+# Compiled kernels: ~25 s once per process against LBBNN epochs ~1.15x faster (benchmarks/results/epoch_time.md), over 300 of them.
 PAPER_TRAIN = {"pretrain_epochs": 20, "epochs": 230, "posttrain_epochs": 50, "posttrain_structure": "mpm",
                "batch_size": 100, "mc_samples": 1, "empirical_bayes": True, "compile": True,
                "learning_rates": PAPER_RATES, "pretrain_learning_rates": PAPER_PRETRAIN_RATES}
