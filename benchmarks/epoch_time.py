@@ -31,6 +31,7 @@ PLAIN = "plain-mlp"
 def time_one(family: str, dataset: str, device_name: str, epochs: int, hidden: tuple[int, ...]) -> dict:
     import torch
 
+    from core.cpu_settings import flush_denormals
     from core.data import load_dataset
     from core.device import resolve_device
     from core.models.network import BayesianMLP, ModelConfig
@@ -42,7 +43,6 @@ def time_one(family: str, dataset: str, device_name: str, epochs: int, hidden: t
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     torch.manual_seed(0)
-    seconds = []
     if family == PLAIN:
         widths = [x.shape[1], *hidden, ds.n_classes]
         layers = []
@@ -52,18 +52,8 @@ def time_one(family: str, dataset: str, device_name: str, epochs: int, hidden: t
                 layers.append(torch.nn.ReLU())
         net = torch.nn.Sequential(*layers).to(device)
         optimizer = _adam([{"params": list(net.parameters()), "lr": 1e-3}])
-        for _ in range(epochs + 1):  # the first epoch warms up allocators and kernels
-            start = time.perf_counter()
-            order = torch.randperm(len(x), device=device)
-            for i in range(0, len(x), 100):
-                index = order[i:i + 100]
-                loss = torch.nn.functional.cross_entropy(net(x[index]), y[index])
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            seconds.append(time.perf_counter() - start)
+        with flush_denormals():  # as train() does for the families
+            seconds = _plain_epochs(net, optimizer, x, y, epochs, device)
     else:
         # "lbbnn+compile": the same family trained with TrainConfig(compile=True).
         family_name, _, compiled = family.partition("+")
@@ -76,6 +66,25 @@ def time_one(family: str, dataset: str, device_name: str, epochs: int, hidden: t
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     return {"family": family, "seconds_per_epoch": min(seconds[1:]), "peak_bytes": peak, "device": str(device),
             "n_train": len(x)}
+
+
+def _plain_epochs(net, optimizer, x, y, epochs: int, device) -> list[float]:
+    import torch
+
+    seconds = []
+    for _ in range(epochs + 1):  # the first epoch warms up allocators and kernels
+        start = time.perf_counter()
+        order = torch.randperm(len(x), device=device)
+        for i in range(0, len(x), 100):
+            index = order[i:i + 100]
+            loss = torch.nn.functional.cross_entropy(net(x[index]), y[index])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - start)
+    return seconds
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,6 +43,10 @@ from core.models.fused import backward_through, kernel_pair, products_backward, 
 def weight_moments(mu: Tensor, rho: Tensor, logit: Tensor):
     """The weight moments, and what the backward pass needs (all elementwise).
 
+    The second moment t = sigma^2 + mu^2 is kept for the backward pass: on a
+    CPU these passes are bound by memory traffic, and recomputing t there cost
+    more passes over the weights than storing it.
+
     Compiled, sigma = softplus(rho) and its derivative sigmoid(rho) share one
     exp: with e = exp(rho), sigma = log1p(e) and sigmoid(rho) = e / (1 + e);
     above 20, softplus(rho) = rho to float precision (torch's own cut-off).
@@ -56,25 +60,26 @@ def weight_moments(mu: Tensor, rho: Tensor, logit: Tensor):
         sigma = F.softplus(rho)
         sigmoid_rho = torch.sigmoid(rho)
     mean_weight = alpha * mu
-    var_weight = alpha * torch.addcmul(mu * mu, sigma, sigma)
-    var_weight.addcmul_(mean_weight, mean_weight, value=-1.0)
-    return mean_weight, var_weight, alpha, sigma, sigmoid_rho
+    second_moment = torch.mul(mu, mu).addcmul_(sigma, sigma)  # E[w^2 | gamma = 1] = sigma^2 + mu^2
+    var_weight = torch.mul(alpha, second_moment).addcmul_(mean_weight, mean_weight, value=-1.0)
+    return mean_weight, var_weight, alpha, sigma, sigmoid_rho, second_moment
 
 
 def parameter_gradients(grad_mean_weight: Tensor, grad_var_weight: Tensor, grad_kl: Tensor, mu: Tensor,
-                        logit: Tensor, alpha: Tensor, sigma: Tensor, sigmoid_rho: Tensor, slab_offset: Tensor,
-                        inverse_prior_variance: Tensor):
+                        logit: Tensor, mean_weight: Tensor, alpha: Tensor, sigma: Tensor, sigmoid_rho: Tensor,
+                        second_moment: Tensor, slab_offset: Tensor, inverse_prior_variance: Tensor):
     """The hand-derived gradients of the module docstring (grad_kl and the constants 0-dim tensors).
 
     grad_var_weight is this step's own product output and is overwritten; the
-    gradients are built in place to keep fresh (page-faulting) allocations few.
+    gradients are built in place to keep passes over memory and fresh
+    allocations few. Saved tensors are only read, so a graph kept with
+    retain_graph=True can be differentiated again.
     """
     kl_over_v = grad_kl * inverse_prior_variance
     one_minus_alpha = torch.rsub(alpha, 1.0)
-    mu2 = mu * mu
-    t = torch.addcmul(mu2, sigma, sigma)
-    slab_plus = slab_plus_term(logit, t, sigma, slab_offset, inverse_prior_variance)
-    grad_logit = t.addcmul_(alpha, mu2, value=-2.0).mul_(grad_var_weight)
+    slab_plus = slab_plus_term(logit, second_moment, sigma, slab_offset, inverse_prior_variance)
+    # t - 2 a mu^2 = t - 2 mu (a mu): the saved mean weights stand in for a^2 mu^2's pass
+    grad_logit = torch.addcmul(second_moment, mean_weight, mu, value=-2.0).mul_(grad_var_weight)
     grad_logit.addcmul_(grad_mean_weight, mu).addcmul_(slab_plus, grad_kl).mul_(alpha).mul_(one_minus_alpha)
     grad_rho = torch.add(kl_over_v, grad_var_weight, alpha=2.0, out=slab_plus)
     grad_rho.mul_(sigma).addcdiv_(grad_kl, sigma, value=-1.0).mul_(alpha).mul_(sigmoid_rho)
@@ -98,21 +103,21 @@ SOFTPLUS_LINEAR_ABOVE = 20.0
 
 def layer_forward(x: Tensor, mu: Tensor, rho: Tensor, logit: Tensor, noise: Tensor):
     """Pre-activations h, and what the backward pass needs."""
-    mean_weight, var_weight, alpha, sigma, sigmoid_rho = weight_moments(mu, rho, logit)
+    mean_weight, var_weight, alpha, sigma, sigmoid_rho, second_moment = weight_moments(mu, rho, logit)
     h, x_aug, x2_aug, sd = products_forward(x, mean_weight, var_weight, noise)
-    return h, (x_aug, x2_aug, sd, mean_weight, var_weight, alpha, sigma, sigmoid_rho)
+    return h, (x_aug, x2_aug, sd, mean_weight, var_weight, alpha, sigma, sigmoid_rho, second_moment)
 
 
 def layer_backward(grad_h: Tensor, grad_kl: Tensor, noise: Tensor, mu: Tensor, logit: Tensor, x_aug: Tensor,
                    x2_aug: Tensor, sd: Tensor, mean_weight: Tensor, var_weight: Tensor, alpha: Tensor,
-                   sigma: Tensor, sigmoid_rho: Tensor, prior_logit: Tensor, log_prior_variance: Tensor,
-                   input_grad: bool):
+                   sigma: Tensor, sigmoid_rho: Tensor, second_moment: Tensor, prior_logit: Tensor,
+                   log_prior_variance: Tensor, input_grad: bool):
     """(grad x or None, grad mu, grad rho, grad logit)."""
     inverse_prior_variance, slab_offset = prior_constants(prior_logit, log_prior_variance)
     grad_x, grad_mean_weight, grad_var_weight = products_backward(grad_h, noise, x_aug, x2_aug, sd, mean_weight,
                                                                   var_weight, input_grad)
-    grads = parameter_gradients(grad_mean_weight, grad_var_weight, grad_kl, mu, logit, alpha, sigma, sigmoid_rho,
-                                slab_offset, inverse_prior_variance)
+    grads = parameter_gradients(grad_mean_weight, grad_var_weight, grad_kl, mu, logit, mean_weight, alpha, sigma,
+                                sigmoid_rho, second_moment, slab_offset, inverse_prior_variance)
     return (grad_x, *grads)
 
 
@@ -138,9 +143,8 @@ class LBBNNLinear(torch.autograd.Function):
         h, saved = forward_kernel(x, mu, rho, logit, noise)
         if kl_value:
             inverse_prior_variance, slab_offset = prior_constants(prior_logit, log_prior_variance)
-            alpha, sigma = saved[5], saved[6]
-            t = torch.addcmul(mu * mu, sigma, sigma)
-            slab_plus = slab_plus_term(logit, t, sigma, slab_offset, inverse_prior_variance)
+            alpha, sigma, second_moment = saved[5], saved[6], saved[8]
+            slab_plus = slab_plus_term(logit, second_moment, sigma, slab_offset, inverse_prior_variance)
             # -log(1 - psi) = softplus(prior logit), once per weight
             kl = (torch.dot(alpha.reshape(-1), slab_plus.reshape(-1)) + F.logsigmoid(-logit).sum()
                   + F.softplus(prior_logit) * logit.numel())
