@@ -117,13 +117,20 @@ def _make_optimizer(model: BayesianMLP, rates: dict[str, float]) -> torch.optim.
     return _adam(groups)
 
 
+# Device types whose Adam has the fused kernel (several times faster than the
+# per-tensor loop on CPU and on CUDA). torch checks this only at the first step.
+FUSED_ADAM_DEVICES = ("cpu", "cuda", "mps", "xpu")
+
+
 def _adam(params) -> torch.optim.Optimizer:
-    # The fused kernel is several times faster than the per-tensor loop on CPU
-    # and on CUDA; fall back where a build or device lacks it.
-    try:
-        return torch.optim.Adam(params, fused=True)
-    except (RuntimeError, TypeError, ValueError):
-        return torch.optim.Adam(params, foreach=True)
+    groups = list(params)
+    device_types = {p.device.type for group in groups for p in group["params"]}
+    if device_types <= set(FUSED_ADAM_DEVICES):
+        try:
+            return torch.optim.Adam(groups, fused=True)
+        except (RuntimeError, TypeError, ValueError):  # a build without the fused kernel
+            pass
+    return torch.optim.Adam(groups, foreach=True)
 
 
 def _is_cancelled(cancel: Any) -> bool:
@@ -222,19 +229,8 @@ def _run_epoch(model, optimizer, x_train, y_train, config, kl_weight, batch_gene
         if _is_cancelled(cancel):
             raise TrainingCancelled(f"training cancelled during epoch {epoch + 1}")
         index = order[start:start + config.batch_size]
-        x, y = x_train[index], y_train[index]
-        # The KL's value is read once, after the epoch; a step needs only its gradient.
-        output, kl = model.forward_with_kl(x, kl_value=False)
-        nll = -model.likelihood.log_prob(output, y).mean()
-        for _ in range(config.mc_samples - 1):
-            nll = nll - model.likelihood.log_prob(model(x), y).mean()
-        nll = nll / config.mc_samples
-        loss = nll + kl_weight * kl / n
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        model.update_auxiliaries()
-        data_sum += nll.detach()
+        data_sum += _training_step(model, optimizer, x_train[index], y_train[index], config.mc_samples,
+                                   kl_weight / n)
         n_batches += 1
     data_term = (data_sum / n_batches).item()  # one device sync per epoch
     with torch.no_grad():
@@ -258,6 +254,27 @@ def _run_epoch(model, optimizer, x_train, y_train, config, kl_weight, batch_gene
         "density": density,
         "seconds": time.perf_counter() - epoch_start,
     }
+
+
+def _training_step(model, optimizer, x: Tensor, y: Tensor, mc_samples: int, kl_scale: float) -> Tensor:
+    """One optimiser step on a minibatch; returns the data term, still on the device.
+
+    Nothing here reads a value back to the host, so on a GPU the steps of an
+    epoch queue up without waiting (tests/test_device_placement.py runs it on
+    the meta device, where any such read raises).
+    """
+    # The KL's value is read once, after the epoch; a step needs only its gradient.
+    output, kl = model.forward_with_kl(x, kl_value=False)
+    nll = -model.likelihood.log_prob(output, y).mean()
+    for _ in range(mc_samples - 1):
+        nll = nll - model.likelihood.log_prob(model(x), y).mean()
+    nll = nll / mc_samples
+    loss = nll + kl_scale * kl
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    model.update_auxiliaries()
+    return nll.detach()
 
 
 def _warm_start(model, x_train, y_train, config, batch_generator, cancel, history, progress, started) -> None:

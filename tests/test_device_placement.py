@@ -1,11 +1,14 @@
-"""Nothing in a training step or a model verb creates tensors on a fixed device.
+"""Nothing in a training step or a model verb creates tensors on a fixed device,
+and a training step never reads a value back to the host.
 
 No GPU is needed: every tensor of the model and the data lives on PyTorch's
 "meta" device, where operations compute shapes only, and an operation that
 mixes a meta tensor with a (non-scalar) CPU tensor raises, just as one that
 mixes CUDA and CPU tensors does. A CPU tensor created without device= inside
 a step, a prior constant left out of the registered buffers, or a noise draw
-on the default device would fail here before it fails on a GPU.
+on the default device would fail here before it fails on a GPU. A meta tensor
+has no values, so a step that reads one back (.item(), a Python if on a tensor)
+raises too: the steps of an epoch can queue up on a GPU without waiting.
 """
 
 from __future__ import annotations
@@ -15,16 +18,19 @@ import torch
 
 from core.models.likelihoods import LIKELIHOODS
 from core.models.network import ModelConfig, build_model
+from core.train import DEFAULT_LEARNING_RATES, _make_optimizer, _training_step
 
 from tests.test_families import VARIANT_IDS, VARIANTS
 
 META = torch.device("meta")
 
 
-def test_mixing_meta_and_cpu_tensors_raises():
-    """The premise of this file: the check can fail."""
+def test_mixing_meta_and_cpu_tensors_or_reading_values_raises():
+    """The premises of this file: the checks can fail."""
     with pytest.raises(RuntimeError):
         torch.ones(3) + torch.empty(3, device=META)
+    with pytest.raises(RuntimeError):
+        torch.empty((), device=META).item()
 
 
 def meta_model(family: str, options: dict, likelihood: str = "categorical", out_classes: int | None = 3):
@@ -34,12 +40,11 @@ def meta_model(family: str, options: dict, likelihood: str = "categorical", out_
 
 
 def training_step(model, x: torch.Tensor, y: torch.Tensor) -> None:
+    """train()'s own step, optimiser included, with two Monte Carlo samples."""
     model.train()
-    output, kl = model.forward_with_kl(x, kl_value=False)
-    loss = -model.likelihood.log_prob(output, y).mean() + kl / 100
-    loss.backward()
-    model.update_auxiliaries()
-    assert output.device == META and kl.device == META
+    optimizer = _make_optimizer(model, DEFAULT_LEARNING_RATES)
+    data_term = _training_step(model, optimizer, x, y, mc_samples=2, kl_scale=0.01)
+    assert data_term.device == META
 
 
 @pytest.mark.parametrize("family,options", VARIANTS, ids=VARIANT_IDS)
