@@ -84,6 +84,19 @@ def persistent_widget(widget: Any, run_id: str, name: str, default: Any, label: 
     return value
 
 
+def prediction_mode_select(run_id: str) -> str:
+    """The prediction mode, shared by every page of a run."""
+    return persistent_widget(st.selectbox, run_id, "mode", "bma", "Prediction mode",
+                             options=list(backend.PREDICTION_MODES),
+                             format_func=lambda m: f"{m} ({backend.MODE_HELP[m].split(':')[0]})")
+
+
+def samples_slider(run_id: str, max_samples: int) -> int:
+    """The number of posterior draws R, shared by every page of a run."""
+    return persistent_widget(st.slider, run_id, "samples", 10, "Posterior samples R", min_value=1,
+                             max_value=max_samples)
+
+
 def threshold_slider(run_id: str, spec: backend.ThresholdRange, label: str | None = None) -> float:
     direction = "keep above" if spec.keep_above else "keep below"
     step = (spec.high - spec.low) / 200 or 0.01

@@ -19,12 +19,9 @@ with guard("Reading the statistic"):
     with left:
         threshold = state.threshold_slider(run_id, spec)
     with middle:
-        mode = state.persistent_widget(st.selectbox, run_id, "mode", "bma", "Prediction mode",
-                                       options=list(backend.PREDICTION_MODES),
-                                       format_func=lambda m: f"{m} ({backend.MODE_HELP[m].split(':')[0]})")
+        mode = state.prediction_mode_select(run_id)
     with right:
-        samples = state.persistent_widget(st.slider, run_id, "samples", 10, "Posterior samples R",
-                                          min_value=1, max_value=MAX_SAMPLES)
+        samples = state.samples_slider(run_id, MAX_SAMPLES)
     st.caption(backend.MODE_HELP[mode])
     weights = None
     if mode == "prune":

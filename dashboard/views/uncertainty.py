@@ -21,11 +21,9 @@ with guard("Reading the settings"):
     spec = cache.threshold_range(run_id)
     left, middle, right = st.columns([1, 1, 2])
     with left:
-        mode = state.persistent_widget(st.selectbox, run_id, "mode", "bma", "Prediction mode",
-                                       options=list(backend.PREDICTION_MODES))
+        mode = state.prediction_mode_select(run_id)
     with middle:
-        samples = state.persistent_widget(st.slider, run_id, "samples", 10, "Posterior samples R",
-                                          min_value=1, max_value=MAX_SAMPLES)
+        samples = state.samples_slider(run_id, MAX_SAMPLES)
     with right:
         threshold = state.threshold_slider(run_id, spec)
     effective = backend.effective_threshold(mode, threshold)
