@@ -81,7 +81,7 @@ def test_defaults_are_filled_in():
     assert explicit.run_id(FINGERPRINT) == tiny().run_id(FINGERPRINT)
     assert tiny().likelihood == "categorical"
     assert RunConfig(dataset="toy-sine-gaps", hidden=(8,)).likelihood == "gaussian"
-    assert set(tiny().train.learning_rates) == {"weights", "scales", "inclusion", "prior", "likelihood"}
+    assert set(tiny().train.learning_rates) == {"weights", "scales", "inclusion", "prior", "slab_prior", "likelihood"}
 
 
 def test_paper_alias_is_the_same_method():
@@ -153,19 +153,48 @@ def test_toml_and_json_files_give_the_same_run(tmp_path):
 
 
 def test_paper_presets_follow_seed_000():
-    paper = PRESETS["paper-mnist"]
-    assert paper.dataset == "mnist" and paper.hidden == (400, 600) and paper.method == "lbbnn"
-    schedule = paper.train
-    assert schedule.pretrain_epochs + schedule.epochs == 250 and schedule.pretrain_epochs == 20
-    assert schedule.posttrain_epochs == 50 and schedule.batch_size == 100 and schedule.empirical_bayes
-    assert schedule.compile and not PRESETS["quick-mnist"].train.compile  # long runs only
-    assert schedule.pretrain_learning_rates["inclusion"] == 1e-1
-    assert schedule.learning_rates["weights"] == schedule.learning_rates["scales"] == 1e-4
-    assert schedule.learning_rates["inclusion"] == 1e-4
-    assert PRESETS["paper-fmnist"].dataset == "fashion-mnist"
+    """Section 4 and Table 1 of seed 000, restated here from the paper (not from presets.py)."""
+    for name, dataset in (("paper-mnist", "mnist"), ("paper-fmnist", "fashion-mnist")):
+        paper = PRESETS[name]
+        assert paper.dataset == dataset and paper.hidden == (400, 600) and paper.method == "lbbnn"
+        schedule = paper.train
+        assert schedule.pretrain_epochs == 20 and schedule.pretrain_epochs + schedule.epochs == 250
+        assert schedule.posttrain_epochs == 0  # Tables 2-3: "No post-training is used"
+        assert schedule.batch_size == 100 and schedule.mc_samples == 1 and schedule.empirical_bayes
+        assert schedule.kl_weight == 1.0  # the ELBO, not a tempered objective
+        pre, main = schedule.pretrain_learning_rates, schedule.learning_rates
+        assert pre["weights"] == pre["scales"] == main["weights"] == main["scales"] == 1e-4
+        assert pre["inclusion"] == 1e-1 and main["inclusion"] == 1e-4
+        assert pre["prior"] == 1e-3 and pre["slab_prior"] == 1e-5  # a_psi, b_psi and a_beta, b_beta
+        options = paper.family_options
+        assert options["inclusion_prior"] == "beta-bernoulli" and options["slab"] == "student-t"
+        assert options["estimator"] == "relaxed-bernoulli"
+    post = PRESETS["paper-mnist-posttrain"]
+    assert post.train.posttrain_epochs == 50 and post.train.posttrain_structure == "mpm"
+    assert post.replace(train={"posttrain_epochs": 0}) == PRESETS["paper-mnist"]
     assert PRESETS["quick-mnist"].dataset == "mnist-small" and PRESETS["quick-mnist"].hidden == (400, 600)
     assert PRESETS["lenet-300-100"].hidden == (300, 100)
     assert PRESETS["regression-1-64-1"].hidden == (64,)
+
+
+def test_fast_presets_are_tempered_and_say_so():
+    from core.runs.presets import describe_preset
+
+    for name, dataset in (("fast-mnist", "mnist"), ("fast-fmnist", "fashion-mnist")):
+        fast = PRESETS[name]
+        assert fast.dataset == dataset and fast.method == "lbbnn" and fast.hidden == (400, 600)
+        assert fast.train.kl_weight < 1 and fast.train.warm_start_epochs > 0
+        assert "tempered" in describe_preset(name)
+
+
+def test_default_widths_and_epochs_follow_the_dataset():
+    assert RunConfig(dataset="mnist-small").hidden == (100, 100)
+    assert RunConfig(dataset="two-moons").hidden == (16, 16)
+    assert RunConfig(dataset="toy-sine-gaps").hidden == (16, 16)
+    assert RunConfig(dataset="mnist-small").train.epochs == 30
+    assert RunConfig(dataset="toy-sine-gaps").train.epochs == 3000
+    assert RunConfig(dataset="toy-cubic", dataset_params={"n": 400}).train.epochs == 750
+    assert RunConfig(dataset="mnist-small", train={"epochs": 2}).train.epochs == 2
 
 
 def test_grid_presets_expand_to_distinct_runs():

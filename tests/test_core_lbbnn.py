@@ -212,7 +212,7 @@ def test_lbbnn_inclusion_probabilities_match_exact_enumeration_on_a_linear_model
     model.likelihood.log_noise_std.requires_grad_(False)
     rates = {"weights": 0.02, "scales": 0.02, "inclusion": 0.02}
     train(model, torch.tensor(X), torch.tensor(y),
-          TrainConfig(epochs=3000, batch_size=n, mc_samples=4, learning_rates=rates), seed=0)
+          TrainConfig(epochs=3000, batch_size=n, mc_samples=4, learning_rates=rates, kl_weight=1.0), seed=0)
     with torch.no_grad():
         approx = model.layers[0].inclusion_probability.flatten().numpy()
     assert np.all(np.abs(approx - exact) < 0.15), (approx, exact)
@@ -313,7 +313,7 @@ def test_compiled_kernels_train_to_the_same_model_as_the_eager_ones(family):
         torch.manual_seed(0)
         model = BayesianMLP(ModelConfig(in_features=2, out_classes=2, hidden=(8,), family=family))
         with _no_compile_fallback_warning():
-            train(model, x, y, TrainConfig(epochs=2, batch_size=50, compile=compiled), seed=0)
+            train(model, x, y, TrainConfig(epochs=2, batch_size=50, compile=compiled, kl_weight=1.0), seed=0)
         assert all(layer.compiled_kernels == compiled for layer in model.layers)
         states.append(model.state_dict())
     for key in states[0]:

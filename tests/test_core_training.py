@@ -8,7 +8,7 @@ import torch
 from core.data import load_dataset
 from core.errors import ConfigError, TrainingCancelled, TrainingDivergedError
 from core.models.network import BayesianMLP, ModelConfig
-from core.train import TrainConfig, train
+from core.train import DEFAULT_KL_WEIGHT, TrainConfig, default_epochs, train
 
 
 def moons(n=256):
@@ -47,7 +47,9 @@ def test_progress_reports_data_term_kl_density_and_time_per_epoch():
     result = train(small_model(), x, y, TrainConfig(epochs=3, batch_size=64), progress=records.append)
     assert [r["epoch"] for r in records] == [1, 2, 3]
     for record in records:
-        assert record["loss"] == pytest.approx(record["data_term"] + record["kl"] / len(x), rel=1e-5)
+        assert record["loss"] == pytest.approx(record["data_term"] + record["kl_weight"] * record["kl"] / len(x),
+                                               rel=1e-5)
+        assert record["kl_weight"] == DEFAULT_KL_WEIGHT
         assert len(record["kl_per_layer"]) == 2 and all(k >= 0 for k in record["kl_per_layer"])
         assert 0 <= record["density"] <= 1 and record["elapsed"] >= record["seconds"] > 0
     assert result.seconds_per_epoch > 0
@@ -67,8 +69,14 @@ def test_the_reported_kl_is_the_exact_kl_at_the_end_of_the_epoch():
 def test_kl_annealing_ramps_the_kl_weight_linearly():
     _, x, y = moons()
     records = []
-    train(small_model(), x, y, TrainConfig(epochs=4, kl_anneal_epochs=4, batch_size=128), progress=records.append)
+    train(small_model(), x, y, TrainConfig(epochs=4, kl_anneal_epochs=4, batch_size=128, kl_weight=1.0),
+          progress=records.append)
     assert [r["kl_weight"] for r in records] == [0.25, 0.5, 0.75, 1.0]
+    records.clear()
+    # A tempered objective anneals up to its own weight, not to 1.
+    train(small_model(), x, y, TrainConfig(epochs=3, kl_anneal_epochs=2, batch_size=128, kl_weight=0.2),
+          progress=records.append)
+    assert [r["kl_weight"] for r in records] == pytest.approx([0.1, 0.2, 0.2])
 
 
 def test_cancel_flag_is_honoured_within_an_epoch():
@@ -176,3 +184,21 @@ def test_each_family_learns_mnist_small(family):
                       == ds.y_test).mean()
     assert mean_acc > 0.8, mean_acc
     assert sparse_acc > 0.7, sparse_acc
+
+
+def test_default_epochs_give_about_the_default_number_of_steps():
+    assert default_epochs(60_000, 100) == 5  # full MNIST: 600 steps an epoch, the floor of 5 epochs
+    assert default_epochs(10_000, 100) == 30  # 100 steps an epoch -> 3000 steps
+    assert default_epochs(500, 100) == 600  # 5 steps an epoch
+    assert default_epochs(40, 100) == 3000  # one step an epoch, capped at 3000 epochs
+
+
+def test_train_fills_in_the_default_epochs_from_the_training_set():
+    x, y = torch.randn(250, 4), torch.randint(0, 3, (250,))
+    config = TrainConfig(batch_size=100)
+    assert config.epochs is None
+    records = []
+    torch.manual_seed(0)
+    model = BayesianMLP(ModelConfig(in_features=4, out_classes=3, hidden=(3,), family="bnn"))
+    train(model, x, y, config, progress=records.append)
+    assert len(records) == default_epochs(250, 100) == 1000

@@ -211,7 +211,8 @@ class SparseLayer(nn.Module, ABC):
 
     def set_empirical_bayes(self, enabled: bool) -> None:
         """Let the prior hyperparameters be learned (pre-training) or freeze them."""
-        for param in self.parameter_groups().get("prior", []):
+        groups = self.parameter_groups()
+        for param in groups.get("prior", []) + groups.get("slab_prior", []):
             param.requires_grad_(enabled)
 
     def fix_structure(self, mask: Tensor | None) -> None:

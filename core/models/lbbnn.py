@@ -42,6 +42,7 @@ from core.models.base import (
 )
 
 ESTIMATORS = ("local-reparameterisation", "relaxed-bernoulli")
+INCLUSION_PRIORS = ("bernoulli", "beta-bernoulli", "beta-binomial")
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,10 @@ class LBBNNOptions(LayerOptions):
     slab_variance: float = 1.0  # sigma_beta^2 of the Gaussian slab (seed 002)
     slab_a: float = 1.0  # a_beta: Student-t with 2 a_beta degrees of freedom
     slab_b: float = 1.0  # b_beta: Student-t scale^2 = b_beta / a_beta
-    inclusion_prior: Literal["bernoulli", "beta-binomial"] = "bernoulli"
+    # "bernoulli": fixed psi. "beta-bernoulli": seed 000 equation (3), gamma ~ BetaBinomial(1, a_psi, b_psi)
+    # per weight, i.e. Bernoulli(a_psi / (a_psi + b_psi)) with a_psi, b_psi learnable by empirical Bayes.
+    # "beta-binomial": psi ~ Beta(a_psi, b_psi) shared by the layer and integrated out (count prior).
+    inclusion_prior: Literal["bernoulli", "beta-bernoulli", "beta-binomial"] = "bernoulli"
     prior_inclusion: float = math.exp(-2.0)  # psi, seed 002's choice
     beta_a: float = 1.0  # a_psi
     beta_b: float = 1.0  # b_psi
@@ -64,8 +68,8 @@ class LBBNNOptions(LayerOptions):
         require(self.slab in ("gaussian", "student-t"), "slab", f"must be gaussian or student-t, got {self.slab!r}")
         require(self.slab_variance > 0, "slab_variance", f"must be > 0, got {self.slab_variance}")
         require(self.slab_a > 0 and self.slab_b > 0, "slab_a/slab_b", "must both be > 0")
-        require(self.inclusion_prior in ("bernoulli", "beta-binomial"), "inclusion_prior",
-                f"must be bernoulli or beta-binomial, got {self.inclusion_prior!r}")
+        require(self.inclusion_prior in INCLUSION_PRIORS, "inclusion_prior",
+                f"must be one of {', '.join(INCLUSION_PRIORS)}, got {self.inclusion_prior!r}")
         require(0 < self.prior_inclusion < 1, "prior_inclusion", f"must lie in (0, 1), got {self.prior_inclusion}")
         require(self.beta_a > 0 and self.beta_b > 0, "beta_a/beta_b", "must both be > 0")
         require(self.estimator in ESTIMATORS, "estimator", f"must be one of {', '.join(ESTIMATORS)}, got {self.estimator!r}")
@@ -146,6 +150,10 @@ class LBBNNLayer(SparseLayer):
             values["slab_b"] = self.log_slab_b.exp().item()
         if opts.inclusion_prior == "bernoulli":
             values["prior_inclusion"] = torch.sigmoid(self.prior_inclusion_logit).item()
+        elif opts.inclusion_prior == "beta-bernoulli":
+            values["beta_a"] = self.log_beta_a.exp().item()
+            values["beta_b"] = self.log_beta_b.exp().item()
+            values["prior_inclusion"] = torch.sigmoid(self.log_beta_a - self.log_beta_b).item()
         else:
             values["beta_a"] = self.log_beta_a.exp().item()
             values["beta_b"] = self.log_beta_b.exp().item()
@@ -237,6 +245,8 @@ class LBBNNLayer(SparseLayer):
         logit = self._effective_logit()
         if opts.inclusion_prior == "bernoulli":
             return kl + bernoulli_kl_from_logits(logit, self.prior_inclusion_logit).sum()
+        if opts.inclusion_prior == "beta-bernoulli":  # BetaBinomial(1, a, b) is Bernoulli(a / (a + b))
+            return kl + bernoulli_kl_from_logits(logit, self.log_beta_a - self.log_beta_b).sum()
         # Beta-Binomial: E_q log p(gamma) with the count k = sum gamma replaced by
         # its mean (delta method); k concentrates for layers of many weights.
         a, b = self.log_beta_a.exp(), self.log_beta_b.exp()
@@ -261,8 +271,8 @@ class LBBNNLayer(SparseLayer):
             "weights": [self.weight_mu],
             "scales": [self.weight_rho],
             "inclusion": [self.inclusion_logit],
-            "prior": [self.log_slab_variance, self.log_slab_a, self.log_slab_b, self.prior_inclusion_logit,
-                      self.log_beta_a, self.log_beta_b],
+            "prior": [self.prior_inclusion_logit, self.log_beta_a, self.log_beta_b],
+            "slab_prior": [self.log_slab_variance, self.log_slab_a, self.log_slab_b],
         }
 
     def set_empirical_bayes(self, enabled: bool) -> None:
@@ -270,5 +280,5 @@ class LBBNNLayer(SparseLayer):
         slab = [self.log_slab_variance] if opts.slab == "gaussian" else [self.log_slab_a, self.log_slab_b]
         inclusion = ([self.prior_inclusion_logit] if opts.inclusion_prior == "bernoulli"
                      else [self.log_beta_a, self.log_beta_b])
-        for param in self.parameter_groups()["prior"]:
+        for param in self.parameter_groups()["prior"] + self.parameter_groups()["slab_prior"]:
             param.requires_grad_(enabled and any(param is p for p in slab + inclusion))

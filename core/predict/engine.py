@@ -312,11 +312,26 @@ def disconnected_warning(plan: Plan) -> str:
             "every prediction is the same constant; lower the threshold")
 
 
+def structure_fixed(model: BayesianMLP) -> bool:
+    """True after post-training on a fixed structure (the median probability model)."""
+    return any(layer.is_structure_fixed for layer in model.layers)
+
+
+def fixed_structure_warning(plan: Plan) -> str:
+    # Seed 000 Table A8 labels post-trained results by what they are: bma and mean no longer exist.
+    same = "MED-SIM (mpm)" if plan.mode is PredictionMode.BMA else "MED-MEA (mpm-mean)"
+    return (f"this model was post-trained with its structure fixed to the median probability model, so "
+            f"{plan.mode.value} ({plan.mode.paper_name}) no longer exists: these are the predictions of {same}")
+
+
 def build_prediction(model: BayesianMLP, plan: Plan, outputs: Tensor, density: float, per_layer: list[float],
                      draw_density: float, disconnected: bool) -> Prediction:
+    warnings = [disconnected_warning(plan)] if disconnected else []
+    if plan.mode in (PredictionMode.BMA, PredictionMode.MEAN) and structure_fixed(model):
+        warnings.append(fixed_structure_warning(plan))
     common = dict(mode=plan.mode, task=task_of(model), samples=plan.samples, threshold=plan.threshold,
                   weights=plan.weights, density=density, layer_density=per_layer, draw_density=draw_density,
-                  disconnected=disconnected, warnings=[disconnected_warning(plan)] if disconnected else [])
+                  disconnected=disconnected, warnings=warnings)
     if task_of(model) == "classification":
         probs_per_draw = model.likelihood.probabilities(outputs).float().cpu().numpy()
         return Prediction(**common, probs_per_draw=probs_per_draw, probs=probs_per_draw.mean(axis=0))

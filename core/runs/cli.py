@@ -19,6 +19,11 @@ CACHE_HELP = "run store folder (default: $BNN_CACHE_DIR, else the user cache dir
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     _register_train(subparsers)
+    presets = subparsers.add_parser("presets", help="list the presets and what each one is",
+                                    description="List every preset (single runs and grids) with its description.")
+    presets.add_argument("--json", action="store_true", help="print JSON")
+    presets.set_defaults(handler=run_presets)
+
     runs = subparsers.add_parser("runs", help="list cached runs", description="List the runs in the store.")
     runs.add_argument("--json", action="store_true", help="print JSON")
     runs.add_argument("--cache-dir", default=None, help=CACHE_HELP)
@@ -96,6 +101,9 @@ def _register_train(subparsers: argparse._SubParsersAction) -> None:
     schedule.add_argument("--mc-samples", type=int, default=None)
     schedule.add_argument("--kl-anneal-epochs", type=int, default=None)
     schedule.add_argument("--warm-start-epochs", type=int, default=None)
+    schedule.add_argument("--kl-weight", type=float, default=None,
+                          help="weight of the KL after annealing, in (0, 1]: 1 is the ELBO, below 1 a tempered "
+                               "objective (see docs/why-lbbnn-over-prunes.md)")
     schedule.add_argument("--empirical-bayes", action=argparse.BooleanOptionalAction, default=None)
     schedule.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                           help="torch.compile LBBNN's training kernels (~20 s once, then faster epochs)")
@@ -163,7 +171,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                 "posttrain_epochs": args.posttrain_epochs, "posttrain_structure": args.posttrain_structure,
                 "batch_size": args.batch_size, "mc_samples": args.mc_samples,
                 "kl_anneal_epochs": args.kl_anneal_epochs, "warm_start_epochs": args.warm_start_epochs,
-                "empirical_bayes": args.empirical_bayes, "compile": args.compile}
+                "kl_weight": args.kl_weight, "empirical_bayes": args.empirical_bayes, "compile": args.compile}
     train.update({k: v for k, v in schedule.items() if v is not None})
     if args.lr:
         train["learning_rates"] = {**train.get("learning_rates", {}), **_rates(args.lr, "--lr")}
@@ -172,6 +180,20 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                                             **_rates(args.pretrain_lr, "--pretrain-lr")}
     values["train"] = train
     return RunConfig.from_dict(values)
+
+
+def run_presets(args: argparse.Namespace) -> int:
+    from core.runs.presets import describe_preset
+
+    rows = [{"name": name, "kind": "grid" if isinstance(p, GridSpec) else "run", "description": describe_preset(name)}
+            for name, p in PRESETS.items()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        print(f"{r['name']:<{width}}  [{r['kind']}] {r['description']}")
+    return 0
 
 
 def _json_safe(value: Any) -> Any:

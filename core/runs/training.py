@@ -164,7 +164,15 @@ def final_metrics(model: BayesianMLP, dataset) -> dict[str, Any]:
     """Seed 000's evaluation grid: every prediction mode at its R, keyed "MODE R=n metric"."""
     with torch.no_grad():
         metrics: dict[str, Any] = {"density": model.density(model.keep_masks())}
-    for mode, samples in FINAL_EVALUATIONS:
+    from core.predict.engine import structure_fixed
+
+    evaluations = FINAL_EVALUATIONS
+    if structure_fixed(model):
+        # Post-trained on the median probability model: SIM-SIM and ALL-MEA would be the MPM's own
+        # predictions under other names (seed 000 Table A8 reports MED rows only), so they are not stored.
+        evaluations = tuple((mode, r) for mode, r in FINAL_EVALUATIONS if mode.startswith("MED")) + (("MED-SIM", 1),)
+        metrics["structure_fixed"] = 1.0
+    for mode, samples in evaluations:
         result = evaluate(model, dataset, mode, samples)
         for key, value in result.items():
             if key in NOT_METRICS or isinstance(value, bool):

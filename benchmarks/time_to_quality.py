@@ -1,0 +1,219 @@
+"""Time to quality: training seconds until a preset's median probability model is good and sparse.
+
+    python benchmarks/time_to_quality.py [--preset fast-mnist] [--seeds 0,1,2]
+        [--target-accuracy 0.975] [--target-density 0.10] [--budget-minutes 15] [--no-stop]
+
+Trains the preset on its dataset (full MNIST needs $BNN_DATA_DIR or --data-dir) and, after every
+epoch, measures on the test set the MED-MEA accuracy (`mpm-mean`: the median probability model with
+the weights' means, one sparse network) and the density. Only training counts towards the seconds:
+the evaluation after each epoch is not timed. A seed stops at the first epoch that reaches both
+targets (unless --no-stop), or when the training budget is spent.
+
+Results are appended to benchmarks/results/time_to_quality.json (one entry per preset, seed and
+config id: a rerun skips what is there, so the command resumes), and the table
+benchmarks/results/time_to_quality.md and the learning curves time_to_quality.png are rewritten
+from all entries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+RESULTS = ROOT / "benchmarks" / "results"
+JSON_PATH = RESULTS / "time_to_quality.json"
+
+
+class _Stop(Exception):
+    pass
+
+
+def run_seed(preset: str, seed: int, target_accuracy: float, target_density: float, budget_seconds: float,
+             stop_at_target: bool, data_dir: str | None, echo=print) -> dict[str, Any]:
+    import numpy as np
+    import torch
+
+    from core.errors import TrainingCancelled
+    from core.models.network import build_model
+    from core.predict import evaluate
+    from core.runs.presets import get_preset
+    from core.train import train
+
+    config = get_preset(preset).replace(seed=seed)
+    dataset = config.load_dataset(data_dir)
+    run_id = config.run_id(dataset.fingerprint)
+    torch.manual_seed(config.seed)
+    model = build_model(config.model_config(dataset), "cpu")
+    x = torch.from_numpy(np.ascontiguousarray(dataset.x_train))
+    y = torch.from_numpy(np.ascontiguousarray(dataset.y_train))
+    rows: list[dict[str, Any]] = []
+    state = {"seconds": 0.0, "reached": None, "stop": False}
+
+    def after_epoch(record: dict[str, Any]) -> None:
+        state["seconds"] += record["seconds"]
+        with torch.no_grad():
+            result = evaluate(model, dataset, "mpm-mean", 1)
+        row = {"epoch": len(rows) + 1, "phase": record["phase"], "train_seconds": round(state["seconds"], 2),
+               "mpm_mean_accuracy": result["accuracy"], "density": result["density"],
+               "layer_density": result.get("layer_density"), "kl_weight": record.get("kl_weight")}
+        rows.append(row)
+        echo(f"  seed {seed} epoch {row['epoch']:>3} [{row['phase']}] {row['train_seconds']:8.1f} s  "
+             f"MED-MEA {row['mpm_mean_accuracy']:.4f}  density {row['density']:.4f}")
+        good = row["mpm_mean_accuracy"] >= target_accuracy and row["density"] <= target_density
+        if good and state["reached"] is None and record["phase"] != "warm-start":
+            state["reached"] = dict(row)
+            if stop_at_target:
+                state["stop"] = True
+        if state["seconds"] >= budget_seconds:
+            state["stop"] = True
+
+    started = time.time()
+    try:
+        train(model, x, y, config.train, seed=config.seed, progress=after_epoch, cancel=lambda: state["stop"])
+    except TrainingCancelled:
+        pass
+    return {"preset": preset, "seed": seed, "run_id": run_id, "config": config.to_dict(),
+            "target_accuracy": target_accuracy, "target_density": target_density,
+            "budget_seconds": budget_seconds, "reached": state["reached"], "rows": rows,
+            "wall_seconds": round(time.time() - started, 1), "machine": machine(),
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def machine() -> dict[str, Any]:
+    import torch
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {"cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "python": platform.python_version(), "platform": platform.platform(), "load_at_end": load}
+
+
+def load_entries(path: Path = JSON_PATH) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return json.loads(path.read_text())
+
+
+def save_entries(entries: list[dict[str, Any]], path: Path = JSON_PATH) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(entries, indent=1))
+    tmp.replace(path)
+
+
+def render_markdown(entries: list[dict[str, Any]]) -> str:
+    """The results section: one line per (preset, seed), then the median time to target per preset."""
+    if not entries:
+        return "No time-to-quality runs recorded yet: run `python benchmarks/time_to_quality.py`.\n"
+    lines = ["| preset | seed | target | reached at epoch | training seconds | MED-MEA accuracy | density | "
+             "best MED-MEA at density <= target | machine, date |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for e in entries:
+        target = f">= {e['target_accuracy']:.3f} at <= {e['target_density']:.2f}"
+        eligible = [r for r in e["rows"] if r["density"] <= e["target_density"] and r["phase"] != "warm-start"]
+        best = max(eligible, key=lambda r: r["mpm_mean_accuracy"]) if eligible else None
+        best_text = (f"{best['mpm_mean_accuracy']:.4f} (density {best['density']:.3f}, {best['train_seconds']:.0f} s)"
+                     if best else "-")
+        where = f"{e['machine']['cpu_count']} cores, {e['date']}"
+        if e["reached"]:
+            r = e["reached"]
+            lines.append(f"| {e['preset']} | {e['seed']} | {target} | {r['epoch']} | {r['train_seconds']:.0f} | "
+                         f"{r['mpm_mean_accuracy']:.4f} | {r['density']:.4f} | {best_text} | {where} |")
+        else:
+            last = e["rows"][-1] if e["rows"] else None
+            tail = (f"not reached ({last['epoch']} epochs) | {last['train_seconds']:.0f} | "
+                    f"{last['mpm_mean_accuracy']:.4f} | {last['density']:.4f}") if last else "no epochs | - | - | -"
+            lines.append(f"| {e['preset']} | {e['seed']} | {target} | {tail} | {best_text} | {where} |")
+    by_preset: dict[str, list[dict]] = {}
+    for e in entries:
+        by_preset.setdefault(e["preset"], []).append(e)
+    lines.append("")
+    for preset, group in by_preset.items():
+        times = sorted(e["reached"]["train_seconds"] for e in group if e["reached"])
+        if times:
+            median = times[len(times) // 2] if len(times) % 2 else 0.5 * (times[len(times) // 2 - 1] + times[len(times) // 2])
+            lines.append(f"- `{preset}`: target reached by {len(times)} of {len(group)} seeds; median "
+                         f"{median / 60:.1f} min of training (range {times[0] / 60:.1f}-{times[-1] / 60:.1f}).")
+        else:
+            lines.append(f"- `{preset}`: target not reached by any of {len(group)} seeds.")
+    return "\n".join(lines) + "\n"
+
+
+def plot(entries: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_acc, ax_den) = plt.subplots(1, 2, figsize=(10, 4))
+    for e in entries:
+        rows = [r for r in e["rows"] if r["phase"] != "warm-start"]
+        if not rows:
+            continue
+        t = [r["train_seconds"] / 60 for r in rows]
+        label = f"{e['preset']} seed {e['seed']}"
+        ax_acc.plot(t, [r["mpm_mean_accuracy"] for r in rows], marker=".", label=label)
+        ax_den.plot(t, [r["density"] for r in rows], marker=".", label=label)
+    if entries:
+        ax_acc.axhline(entries[0]["target_accuracy"], color="grey", ls="--", lw=1)
+        ax_den.axhline(entries[0]["target_density"], color="grey", ls="--", lw=1)
+    ax_acc.set(xlabel="training minutes", ylabel="MED-MEA test accuracy", title="accuracy of the MPM")
+    ax_acc.set_ylim(0.95, 0.99)
+    ax_den.set(xlabel="training minutes", ylabel="density of the MPM", title="density", yscale="log")
+    ax_acc.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="fast-mnist")
+    parser.add_argument("--seeds", default="0")
+    parser.add_argument("--target-accuracy", type=float, default=0.975)
+    parser.add_argument("--target-density", type=float, default=0.10)
+    parser.add_argument("--budget-minutes", type=float, default=15.0, help="training time per seed at most")
+    parser.add_argument("--no-stop", action="store_true", help="train every epoch of the preset")
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--force", action="store_true", help="rerun seeds already recorded")
+    parser.add_argument("--render-only", action="store_true", help="rewrite the table and plot, train nothing")
+    args = parser.parse_args(argv)
+
+    entries = load_entries()
+    if not args.render_only:
+        from core.runs.presets import get_preset
+
+        for seed in (int(s) for s in args.seeds.split(",") if s.strip()):
+            config = get_preset(args.preset).replace(seed=seed)
+            run_id = config.run_id(config.load_dataset(args.data_dir).fingerprint)
+            done = [e for e in entries if e["run_id"] == run_id and e["target_accuracy"] == args.target_accuracy
+                    and e["target_density"] == args.target_density]
+            if done and not args.force:
+                print(f"{args.preset} seed {seed}: recorded already (run id {run_id}); --force reruns it")
+                continue
+            print(f"{args.preset} seed {seed} (run id {run_id})", flush=True)
+            entry = run_seed(args.preset, seed, args.target_accuracy, args.target_density,
+                             args.budget_minutes * 60, not args.no_stop, args.data_dir)
+            entries = [e for e in entries if e not in done] + [entry]
+            save_entries(entries)
+    table = render_markdown(entries)
+    header = ("# Time to quality\n\nGenerated by `python benchmarks/time_to_quality.py` from "
+              "`time_to_quality.json`. Training seconds only (evaluation after each epoch excluded).\n\n")
+    (RESULTS / "time_to_quality.md").write_text(header + table)
+    if entries:
+        plot(entries, RESULTS / "time_to_quality.png")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
