@@ -60,8 +60,16 @@ def make_config(values: dict[str, Any]) -> Any:
 
 
 def total_epochs(config: Any) -> int:
-    train = config.train
-    return int(train.epochs + train.pretrain_epochs + train.posttrain_epochs + train.warm_start_epochs)
+    return config.train.total_epochs()
+
+
+def default_settings(dataset: str, batch_size: int = 100) -> dict[str, Any]:
+    """What a run on `dataset` gets when the form leaves hidden widths and epochs to core."""
+    from core.runs.config import RunConfig
+    from core.train import DEFAULT_KL_WEIGHT
+
+    config = RunConfig(dataset=dataset, train={"batch_size": int(batch_size)})
+    return {"hidden": config.hidden, "epochs": config.train.epochs, "kl_weight": DEFAULT_KL_WEIGHT}
 
 
 def parse_hidden(text: str) -> tuple[int, ...]:

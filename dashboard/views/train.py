@@ -67,15 +67,26 @@ def config_form() -> dict[str, Any] | None:
     method_names = list(methods)
     method = st.selectbox("Method (family)", method_names, key="train_method",
                           index=method_names.index("lbbnn") if "lbbnn" in method_names else 0)
+    batch_size = int(st.session_state.get("train_batch", 100) or 100)
+    defaults = backend.default_settings(dataset, batch_size)
+    default_hidden = ", ".join(map(str, defaults["hidden"]))
     left, right = st.columns(2)
-    hidden_text = left.text_input("Hidden widths", "100, 100", key="train_hidden",
-                                  help="comma-separated layer widths; the paper uses 400, 600")
+    hidden_text = left.text_input("Hidden widths", "", key="train_hidden", placeholder=f"default: {default_hidden}",
+                                  help=f"comma-separated layer widths; empty: {default_hidden} for this dataset "
+                                       f"(the paper uses 400, 600 on MNIST)")
     seed = right.number_input("Seed", min_value=0, value=0, step=1, key="train_seed")
     left, middle, right = st.columns(3)
-    epochs = left.number_input("Epochs", min_value=0, value=5, step=1, key="train_epochs")
+    epochs = left.number_input(f"Epochs (0: {defaults['epochs']}, about 3000 steps)", min_value=0, value=0, step=1,
+                               key="train_epochs",
+                               help="0 trains the default for this dataset's size and the batch size")
     batch_size = middle.number_input("Batch size", min_value=1, value=100, step=10, key="train_batch")
     posttrain = right.number_input("Post-training epochs (structure fixed)", min_value=0, value=0, step=1,
                                    key="train_posttrain")
+    kl_weight = st.number_input(
+        "KL weight (1 = the ELBO; below 1 tempers the prior)", min_value=0.001, max_value=1.0,
+        value=float(defaults["kl_weight"]), step=0.05, format="%.3f", key="train_kl_weight",
+        help="The ELBO itself prunes almost every weight of an LBBNN and fits small regression sets with a flat "
+             "line; the default 0.1 keeps a readable picture (docs/why-lbbnn-over-prunes.md).")
     rate_columns = st.columns(3)
     rates_text = {group: column.text_input(f"Learning rate: {group}", f"{DEFAULT_LEARNING_RATES[group]:g}",
                                            key=f"train_lr_{group}")
@@ -99,9 +110,10 @@ def config_form() -> dict[str, Any] | None:
             "dataset": dataset,
             "dataset_params": backend.parse_options(params_text) if params_text.strip() else {},
             "method": method,
-            "hidden": list(backend.parse_hidden(hidden_text)),
+            "hidden": list(backend.parse_hidden(hidden_text)) if hidden_text.strip() else None,
             "family_options": family_options,
-            "train": {"epochs": int(epochs), "batch_size": int(batch_size), "posttrain_epochs": int(posttrain),
+            "train": {"epochs": int(epochs) or None, "batch_size": int(batch_size), "posttrain_epochs": int(posttrain),
+                      "kl_weight": float(kl_weight),
                       "learning_rates": {g: parse_rate(t, f"learning rate ({g})") for g, t in rates_text.items()}},
             "seed": int(seed),
             "device": device,
