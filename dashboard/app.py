@@ -48,8 +48,10 @@ def run_picker() -> None:
         st.sidebar.selectbox("Current run", ids, format_func=labels.get, key=SIDEBAR_RUN_KEY,
                              on_change=lambda: state.select_run(st.session_state[SIDEBAR_RUN_KEY]))
     worker = state.worker()
-    if worker is not None and worker.snapshot().is_active:
-        snapshot = worker.snapshot()
+    snapshot = worker.snapshot() if worker is not None else None
+    if snapshot is not None and snapshot.position is not None:
+        st.sidebar.caption(f"Training queued: place {snapshot.position} in the queue")
+    elif snapshot is not None and snapshot.is_active:
         st.sidebar.caption(f"Training in the background: epoch {snapshot.finished_epochs}/{snapshot.total_epochs}")
 
 
