@@ -56,6 +56,25 @@ def generation(run_id: str) -> int:
         return _generations.get(run_id, 0)
 
 
+# Streamlit's caches do not make concurrent callers of one missing entry wait for each
+# other: 30 sessions opening a page at once would all compute (or load) the same thing.
+# One lock per entry being computed lets the first compute it and the rest read it.
+_inflight_lock = threading.Lock()
+_inflight: dict[tuple, threading.Lock] = {}
+
+
+def once_at_a_time(key: tuple, compute: Callable[[], Any]) -> Any:
+    with _inflight_lock:
+        lock = _inflight.setdefault(key, threading.Lock())
+    try:
+        with lock:
+            return compute()
+    finally:
+        with _inflight_lock:
+            if _inflight.get(key) is lock and not lock.locked():
+                del _inflight[key]
+
+
 def per_run(**cache_options: Any) -> Callable:
     """st.cache_data for a function whose first argument is a run id, keyed by the run's
     generation too, so that forget_run(run_id) drops that run's entries and no other."""
@@ -69,7 +88,9 @@ def per_run(**cache_options: Any) -> Callable:
         cached = st.cache_data(**cache_options)(entry)
 
         def lookup(run_id: str, *args: Any, **kwargs: Any) -> Any:
-            return cached(run_id, generation(run_id), *args, **kwargs)
+            run_generation = generation(run_id)
+            key = (entry.__qualname__, run_id, run_generation, args, tuple(sorted(kwargs.items())))
+            return once_at_a_time(key, lambda: cached(run_id, run_generation, *args, **kwargs))
 
         lookup.__name__, lookup.__doc__, lookup.__wrapped__ = compute.__name__, compute.__doc__, compute
         lookup.clear = cached.clear
@@ -92,8 +113,13 @@ def dataset_key(config: Any) -> str:
                        if k in values}, sort_keys=True)
 
 
-@st.cache_resource(max_entries=MAX_CACHED_RUNS, show_spinner="Loading run ...")
 def cached_run(run_id: str) -> Any:
+    """The loaded run, read from disk once however many sessions ask at the same time."""
+    return once_at_a_time(("cached_run", run_id), lambda: _cached_run(run_id))
+
+
+@st.cache_resource(max_entries=MAX_CACHED_RUNS, show_spinner="Loading run ...")
+def _cached_run(run_id: str) -> Any:
     run = backend.load_run(run_id)
     try:
         run._dataset = cached_dataset(dataset_key(run.config))
@@ -106,7 +132,7 @@ def forget_run(run_id: str) -> None:
     """Drop a deleted or retrained run from every cache, and nothing else."""
     with _generation_lock:
         _generations[run_id] = _generations.get(run_id, 0) + 1
-    cached_run.clear(run_id)
+    _cached_run.clear(run_id)
     cached_run_list.clear()
 
 
@@ -114,15 +140,15 @@ def clear_all() -> None:
     """Empty the run and result caches of every session (the teacher's button); the training
     queue is kept."""
     st.cache_data.clear()
-    cached_run.clear()
+    _cached_run.clear()
     cached_dataset.clear()
 
 
 @st.cache_resource
 def training_queue() -> Any:
     """The one training queue of this server process."""
-    from dashboard.worker import TrainingQueue, default_slots
-    return TrainingQueue(backend.train_run, default_slots())
+    from dashboard.worker import TrainingQueue, default_slots, train_in_subprocess
+    return TrainingQueue(train_in_subprocess, default_slots())
 
 
 @st.cache_data(ttl=30, show_spinner=False)
@@ -214,3 +240,27 @@ def prediction_arrays(prediction: Any) -> dict[str, np.ndarray]:
         if value is not None:
             arrays[name] = np.asarray(value)
     return arrays
+
+
+# --- charts: the Vega-Lite spec, built once per setting -----------------------------------------------
+# Building an Altair chart and converting it (with schema validation) cost about half of a
+# Pruning page rerun; a class moving sliders over the same positions reuses the specs.
+
+@per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
+def density_chart(run_id: str, threshold: float) -> dict[str, Any]:
+    """The Pruning page's metric-vs-density curve with the current threshold's point."""
+    from dashboard import figures
+    curve = sweep(run_id)
+    here = test_metrics(run_id, backend.SWEEP_MODE, 1, threshold, 0)
+    return figures.metric_vs_density(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
+                                     current=(here["density"], here[curve["metric"]])).to_dict()
+
+
+@per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
+def accuracy_by_samples_chart(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
+                              weights: str | None = None) -> dict[str, Any]:
+    """Accuracy vs R on the test set for R = 1 .. samples."""
+    from dashboard import figures
+    arrays = test_prediction(run_id, mode, samples, threshold, seed, weights)
+    ladder = backend.accuracy_by_samples(arrays["probs_per_draw"], cached_run(run_id).dataset().y_test, samples)
+    return figures.metric_vs_samples(ladder["samples"], ladder["accuracy"], "accuracy").to_dict()

@@ -151,6 +151,102 @@ class TrainingWorker:
             self._finish(WorkerStatus.DONE, run_id=getattr(result, "run_id", None))
 
 
+# --- training in a child process ----------------------------------------------------------------
+
+def train_in_subprocess(config: Any, progress: Callable[[dict], None] | None = None, cancel: Any = None) -> Any:
+    """core.runs.train_run(config) in a child process; the same contract as a TrainFunction.
+
+    The server's threads share one interpreter lock with anything training in a thread, and
+    a training's Python loop takes it thousands of times a second: a class of sessions
+    rerunning their pages beside two trainings waited seconds for it. In a child process
+    the training competes for cores only. Progress records and the outcome come back over
+    a queue; cancelling sets an Event the child's training loop checks every minibatch; a
+    BNNError in the child is raised here with its message. The child writes the run to
+    the same store ($BNN_CACHE_DIR is inherited), so the result is the run's id. The child
+    runs at a lower scheduling priority (TRAINING_NICENESS) so that page reruns come first.
+    """
+    import multiprocessing
+    import queue as queue_module
+    from types import SimpleNamespace
+
+    context = multiprocessing.get_context("spawn")  # never fork a process with threads running
+    messages = context.Queue()
+    stop = context.Event()
+    config_fields = config.to_dict()
+    child = context.Process(target=_train_child, args=(config_fields, messages, stop), name="bnn-training",
+                            daemon=True)
+    child.start()
+    try:
+        while True:
+            if cancel is not None and _cancelled(cancel):
+                stop.set()
+            try:
+                message = messages.get(timeout=0.2)
+            except queue_module.Empty:
+                if child.is_alive():
+                    continue
+                try:  # it may have put its last message just before ending
+                    message = messages.get(timeout=1.0)
+                except queue_module.Empty:
+                    raise BNNError(f"the training process ended without a result (exit code {child.exitcode}); "
+                                   "the server log may say why") from None
+            kind = message[0]
+            if kind == "progress":
+                if progress is not None:
+                    progress(message[1])
+            elif kind == "done":
+                return SimpleNamespace(run_id=message[1])
+            else:
+                raise _error_from_child(kind, message[1], message[2])
+    finally:
+        if child.is_alive():
+            stop.set()
+            child.join(timeout=30)
+            if child.is_alive():
+                child.terminate()
+                child.join(timeout=5)
+
+
+TRAINING_NICENESS = 10  # added to the child's scheduling niceness (Unix)
+
+
+def _cancelled(cancel: Any) -> bool:
+    return cancel.is_set() if hasattr(cancel, "is_set") else bool(cancel())
+
+
+def _train_child(config_fields: dict, messages: Any, stop: Any) -> None:
+    """The child's side of train_in_subprocess."""
+    import traceback
+
+    try:
+        # Trainings yield the cores to the sessions' page runs, which somebody is waiting for.
+        if hasattr(os, "nice"):
+            os.nice(TRAINING_NICENESS)
+        from core.runs import RunConfig, train_run
+        run = train_run(RunConfig.from_dict(config_fields), progress=lambda record: messages.put(("progress", record)),
+                        cancel=stop)
+        messages.put(("done", run.run_id))
+    except BNNError as exc:
+        messages.put(("bnn-error", type(exc).__name__, str(exc)))
+    except BaseException as exc:  # a bug: the traceback goes to the server's log
+        traceback.print_exc()
+        messages.put(("crash", type(exc).__name__, str(exc)))
+    finally:
+        messages.close()
+        messages.join_thread()
+
+
+def _error_from_child(kind: str, name: str, text: str) -> Exception:
+    import core.errors as errors
+
+    if kind == "bnn-error":
+        error_type = getattr(errors, name, None)
+        if isinstance(error_type, type) and issubclass(error_type, BNNError):
+            return error_type(text)
+        return BNNError(text)
+    return RuntimeError(f"{name}: {text}")
+
+
 # --- the process-wide queue ----------------------------------------------------------------------
 
 SLOTS_VARIABLE = "BNN_MAX_TRAININGS"

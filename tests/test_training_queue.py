@@ -160,3 +160,39 @@ def test_slots_come_from_the_environment(monkeypatch):
     monkeypatch.delenv("BNN_MAX_TRAININGS")
     import torch
     assert default_slots() == (2 if torch.cuda.is_available() else 1)
+
+
+# --- the dashboard's train function: a child process ------------------------------------------------
+
+def test_a_training_in_a_child_process_stores_the_run_this_process_would_train(tmp_path, monkeypatch):
+    import torch
+
+    from core.runs import RunConfig, list_runs, load_run, train_run
+    from dashboard.worker import train_in_subprocess
+
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path / "child"))
+    config = RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 3})
+    records = []
+    result = train_in_subprocess(config, progress=records.append, cancel=threading.Event())
+    assert [r["epoch"] for r in records] == [1, 2, 3]
+    assert [info.run_id for info in list_runs()] == [result.run_id]
+    from_child = load_run(result.run_id).model.state_dict()
+    here = train_run(config, cache_dir=tmp_path / "here").model.state_dict()
+    assert all(torch.equal(from_child[k], here[k]) for k in here)
+
+
+def test_cancel_and_errors_come_back_from_the_child(tmp_path, monkeypatch):
+    from core.errors import DataError
+    from core.runs import RunConfig, list_runs
+    from dashboard.worker import train_in_subprocess
+
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(TrainingCancelled, match="cancelled"):
+        train_in_subprocess(RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 500}), cancel=cancel)
+    assert list_runs() == []
+    monkeypatch.setenv("BNN_DATA_DIR", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("BNN_OFFLINE", "1")
+    with pytest.raises(DataError, match="uci-boston|boston"):
+        train_in_subprocess(RunConfig(dataset="uci-boston", split=0, hidden=(8,), train={"epochs": 1}))
