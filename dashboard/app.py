@@ -17,7 +17,7 @@ if str(PROJECT_ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-from dashboard import cache, state  # noqa: E402
+from dashboard import cache, settings, state  # noqa: E402
 from dashboard.ui import guard  # noqa: E402
 
 APP_TITLE = "Sparse BNN Explorer"
@@ -89,6 +89,7 @@ def main() -> None:
         st.Page(PAGES_DIR / "pruning.py", title="Pruning", icon=":material/content_cut:"),
         st.Page(PAGES_DIR / "uncertainty.py", title="Uncertainty", icon=":material/ssid_chart:"),
     ]
+    settings.refuse_streamlit_cache_clearing()
     navigation = st.navigation(pages)
     st.sidebar.title(APP_TITLE)
     run_picker()

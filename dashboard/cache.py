@@ -264,3 +264,27 @@ def accuracy_by_samples_chart(run_id: str, mode: str, samples: int, threshold: f
     arrays = test_prediction(run_id, mode, samples, threshold, seed, weights)
     ladder = backend.accuracy_by_samples(arrays["probs_per_draw"], cached_run(run_id).dataset().y_test, samples)
     return figures.metric_vs_samples(ladder["samples"], ladder["accuracy"], "accuracy").to_dict()
+
+
+@per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
+def inclusion_charts(run_id: str, threshold: float, log_counts: bool, masked_weights: bool) -> dict[str, Any]:
+    """The Inclusion page's charts at `threshold`: the histograms, one mask (or masked mean
+    weights) heatmap per layer, and for image inputs the kept inputs as an image."""
+    import numpy as np
+    from dashboard import figures
+    spec = threshold_range(run_id)
+    stats = statistics(run_id)
+    labels = [figures.layer_label(i, s.shape) for i, s in enumerate(stats)]
+    layer_masks = masks(run_id, threshold)
+    weights = conditional_mean_weights(run_id) if masked_weights else None
+    heatmaps = [figures.mask_heatmap(mask, labels[index]) if weights is None else
+                figures.weight_heatmap(np.where(mask, weights[index], 0.0), labels[index])
+                for index, mask in enumerate(layer_masks)]
+    input_shape = tuple(cached_run(run_id).dataset().input_shape)
+    return {
+        "histogram": figures.statistic_histogram(stats, threshold, spec.name, log_counts=log_counts, labels=labels,
+                                                 value_range=(spec.low, spec.high)).to_dict(),
+        "masks": [chart.to_dict() for chart in heatmaps],
+        "pixels": (figures.kept_per_input_image(layer_masks[0], input_shape).to_dict()
+                   if len(input_shape) == 2 else None),
+    }

@@ -60,3 +60,31 @@ def max_trainings_setting() -> str | None:
         return text
     value = _secret("max_trainings")
     return None if value is None else str(value)
+
+
+def refuse_streamlit_cache_clearing() -> bool:
+    """In classroom mode, ignore Streamlit's own "clear cache" request (a developer-menu
+    command that toolbarMode="minimal" hides, but any client can send): it would empty every
+    session's caches, forget the training queue and reset the sender's session. The
+    teacher's button on the Train page clears the caches instead. Returns True when the
+    guard is in place (it is installed once per process)."""
+    if not classroom_mode():
+        return False
+    try:
+        from streamlit.runtime.app_session import AppSession
+    except ImportError:  # a Streamlit without this module: nothing to guard
+        return False
+    handler = getattr(AppSession, "_handle_clear_cache_request", None)
+    if handler is None:
+        return False
+    if getattr(handler, "classroom_guard", False):
+        return True
+
+    def guarded(session, *args, **kwargs):
+        if classroom_mode():
+            return None
+        return handler(session, *args, **kwargs)
+
+    guarded.classroom_guard = True
+    AppSession._handle_clear_cache_request = guarded
+    return True

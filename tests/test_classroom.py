@@ -129,3 +129,31 @@ def test_two_sessions_asking_for_one_config_share_one_training(tmp_path, monkeyp
     from core.runs import list_runs
     assert len(list_runs()) == 1
     st.cache_resource.clear()
+
+
+def test_streamlit_own_clear_cache_request_is_refused_in_classroom_mode(store, monkeypatch):
+    from streamlit.runtime.app_session import AppSession
+
+    from dashboard import cache, settings
+    original = AppSession._handle_clear_cache_request
+    monkeypatch.setattr(AppSession, "_handle_clear_cache_request", original)  # restored afterwards
+    fake_session = type("FakeSession", (), {"_session_state": {}})()
+    monkeypatch.setenv("BNN_CLASSROOM", "1")
+    assert settings.refuse_streamlit_cache_clearing()
+    loaded = cache.cached_run(store[0])
+    AppSession._handle_clear_cache_request(fake_session)
+    assert cache.cached_run(store[0]) is loaded  # nothing was cleared
+    monkeypatch.setenv("BNN_CLASSROOM", "0")
+    fake_session._session_state = type("State", (), {"clear": lambda self: None})()
+    AppSession._handle_clear_cache_request(fake_session)
+    assert cache.cached_run(store[0]) is not loaded  # outside classroom mode Streamlit's request works
+
+
+def test_a_shared_link_opens_its_run(store):
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.query_params["run"] = store[0][:10]
+    at.run()
+    assert not at.exception
+    assert at.session_state["selected_run_id"] == store[0]
+    at.switch_page("views/pruning.py").run()
+    assert any(store[0] in c.value for c in at.caption)
