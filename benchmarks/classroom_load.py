@@ -388,7 +388,9 @@ def check_result(session: Session, result: RunResult, report: Report, kind: str,
     if kind in ("threshold", "samples") and ok:
         charts = [c for c in result.of_type("vega_lite_chart") if len(c.datasets) > 0 or c.HasField("data")]
         if len(result.of_type("metric")) < 4 or not charts:
-            report.errors.append(f"{where}: the cards or charts are missing after the slider moved")
+            report.errors.append(f"{where}: the cards or charts are missing after the slider moved (page "
+                                 f"{session.page!r}: {len(result.of_type('metric'))} cards, {len(charts)} charts, "
+                                 f"elements {[name for name, _ in result.elements][:40]})")
             ok = False
     return ok
 

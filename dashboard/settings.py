@@ -13,8 +13,10 @@ The token is a secret, so it belongs in the environment or in secrets.toml
 
 from __future__ import annotations
 
+import functools
 import hmac
 import os
+from pathlib import Path
 from typing import Any
 
 CLASSROOM_VARIABLE = "BNN_CLASSROOM"
@@ -24,11 +26,23 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 
 def _secret(name: str) -> Any:
     """A key of .streamlit/secrets.toml, or None (also when there is no such file)."""
+    return _secrets().get(name)
+
+
+@functools.lru_cache(maxsize=1)
+def _secrets() -> dict[str, Any]:
+    """The secrets, read once per process (restart the server after editing them).
+
+    Streamlit is asked only when a secrets file exists: reading st.secrets starts a
+    watcher polling the secrets files, which cost a busy server measurable time."""
+    candidates = [Path.cwd() / ".streamlit" / "secrets.toml", Path.home() / ".streamlit" / "secrets.toml"]
+    if not any(path.is_file() for path in candidates):
+        return {}
     try:
         import streamlit as st
-        return st.secrets.get(name)
-    except Exception:  # no secrets file, or not under a Streamlit runtime
-        return None
+        return dict(st.secrets)
+    except Exception:  # unreadable secrets, or not under a Streamlit runtime
+        return {}
 
 
 def classroom_mode() -> bool:
