@@ -87,6 +87,8 @@ class Report:
     training_epochs_seen: dict[int, int] = field(default_factory=dict)
     trainers_saw_own_progress: dict[int, bool] = field(default_factory=dict)
     load_average: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    server_cpu_seconds: float = float("nan")  # the server process's CPU time during the class
+    client_cpu_seconds: float = float("nan")  # this process's (the sessions') CPU time during the class
 
     def latencies(self, kinds: tuple[str, ...] | None = None) -> list[float]:
         return [i.seconds for i in self.interactions if kinds is None or i.kind in kinds]
@@ -169,6 +171,14 @@ class Server:
         except OSError:
             pass
         return values.get("VmRSS", float("nan")), values.get("VmHWM", float("nan"))
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the server process so far (not of its training children)."""
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return float("nan")
 
     def stop(self) -> None:
         self.process.terminate()
@@ -521,6 +531,7 @@ async def run_class(url: str, runs: list[str], scenario: Scenario, report: Repor
     await teacher.rerun()
     await teacher.close()
     report.memory_mb.append(server.memory_mb()[0])
+    server_cpu, client_cpu = server.cpu_seconds(), time.process_time()
     memory = asyncio.create_task(sample_memory())
     training = [asyncio.create_task(train(s, report, scenario, deadline, trainer_labels, stop))
                 for s in sessions[:trainers]]
@@ -534,6 +545,8 @@ async def run_class(url: str, runs: list[str], scenario: Scenario, report: Repor
     stop.set()
     await asyncio.gather(*training)
     await memory
+    report.server_cpu_seconds = server.cpu_seconds() - server_cpu
+    report.client_cpu_seconds = time.process_time() - client_cpu
 
 
 def run_load_test(scenario: Scenario, cache_dir: Path | None = None, work_dir: Path | None = None) -> Report:
@@ -587,6 +600,9 @@ def table(report: Report) -> str:
         f"{max(rss) if rss else float('nan'):.0f} MB at most while sampled, peak (VmHWM) {report.peak_memory_mb:.0f} MB",
         f"- trainings: epochs seen by the two training sessions {sorted(report.training_epochs_seen.values())} "
         f"(BNN_MAX_TRAININGS=2, {s.training_hidden.replace(', ', '-')} on {s.dataset}, both cancelled at the end)",
+        f"- CPU time during the class: server {report.server_cpu_seconds:.0f} s "
+        f"({report.server_cpu_seconds / max(len(report.interactions), 1):.3f} s per interaction, all kinds), "
+        f"load-test client {report.client_cpu_seconds:.0f} s",
         f"- wall time {report.wall_seconds:.0f} s; load average at the end {report.load_average[0]:.1f} / "
         f"{report.load_average[1]:.1f} / {report.load_average[2]:.1f} (1/5/15 min) on {os.cpu_count()} cores",
     ]
