@@ -27,9 +27,13 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from core.cpu_settings import flush_denormals
+from core.cpu_settings import enable_flush_denormals
 from core.errors import ConfigError, TrainingCancelled, TrainingDivergedError
 from core.models.network import BayesianMLP
+
+# Flushing subnormals is on for the whole process from the moment training code is loaded
+# (every thread started afterwards inherits it) and is never switched off.
+enable_flush_denormals()
 
 # Defaults tuned for short runs (a few epochs on 10k images of mnist-small):
 # with the inclusion logits at the weights' step size (1e-2) nearly every alpha is
@@ -199,9 +203,11 @@ def train(
     config = config.resolved(n)
     history: list[dict[str, Any]] = []
     started = time.perf_counter()
-    devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices), flush_denormals():
-        torch.manual_seed(seed)
+    enable_flush_denormals()  # for this thread; never turned off (core/cpu_settings.py)
+    # Every draw comes from this run's own generators, never torch's global one,
+    # which concurrent trainings in one process (dashboard sessions) would share.
+    noise_generator = run_generator(device, seed)
+    with model.noise_from(noise_generator):
         batch_generator = torch.Generator(device="cpu").manual_seed(seed)
 
         def run_phase(phase: str, epochs: int, rates: dict[str, float], epoch_offset: int) -> None:
@@ -220,7 +226,8 @@ def train(
         for layer in model.layers:
             layer.use_compiled_kernels(config.compile)
         if config.warm_start_epochs:
-            _warm_start(model, x_train, y_train, config, batch_generator, cancel, history, progress, started)
+            _warm_start(model, x_train, y_train, config, seed, batch_generator, noise_generator, cancel, history,
+                        progress, started)
         offset = 0
         if config.pretrain_epochs:
             _set_empirical_bayes(model, config.empirical_bayes)
@@ -241,6 +248,15 @@ def train(
                         param.requires_grad_(False)
             run_phase("posttrain", config.posttrain_epochs, config.learning_rates, offset)
     return TrainResult(history=history, seconds=time.perf_counter() - started)
+
+
+def run_generator(device: torch.device, seed: int) -> torch.Generator | None:
+    """A generator on `device` seeded with `seed`: the same stream torch.manual_seed(seed) gave
+    the global generator of that device. None on devices without generators (meta), whose
+    draws have no values."""
+    if device.type == "meta":
+        return None
+    return torch.Generator(device=device).manual_seed(int(seed))
 
 
 def _set_empirical_bayes(model: BayesianMLP, enabled: bool) -> None:
@@ -308,14 +324,19 @@ def _training_step(model, optimizer, x: Tensor, y: Tensor, mc_samples: int, kl_s
     return nll.detach()
 
 
-def _warm_start(model, x_train, y_train, config, batch_generator, cancel, history, progress, started) -> None:
+def _warm_start(model, x_train, y_train, config, seed, batch_generator, noise_generator, cancel, history,
+                progress, started) -> None:
     """Train a deterministic net of the same shape; copy its weights into the means."""
     from core.models.network import BayesianMLP, ModelConfig
 
     point_config = ModelConfig(in_features=model.config.in_features, out_classes=model.config.out_classes,
                                hidden=model.config.hidden, family="fnn", activation=model.config.activation,
                                likelihood=model.config.likelihood)
-    point = BayesianMLP(point_config).to(model.device)
+    # On a CPU the point net's initial values continue the noise stream, as they did
+    # when both came from the global generator; elsewhere they come from the CPU stream.
+    on_cpu = model.device.type == "cpu"
+    init = noise_generator if on_cpu else torch.Generator(device="cpu").manual_seed(int(seed))
+    point = BayesianMLP(point_config, init).to(model.device)
     optimizer = _adam([{"params": list(point.parameters()), "lr": 1e-3}])
     no_anneal = TrainConfig(epochs=1, batch_size=config.batch_size)
     for epoch in range(config.warm_start_epochs):

@@ -17,7 +17,7 @@ if str(PROJECT_ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-from dashboard import cache, state  # noqa: E402
+from dashboard import cache, settings, state  # noqa: E402
 from dashboard.ui import guard  # noqa: E402
 
 APP_TITLE = "Sparse BNN Explorer"
@@ -25,6 +25,8 @@ APP_TITLE = "Sparse BNN Explorer"
 # into its legacy multipage mode, where a deep link runs a page without app.py.
 PAGES_DIR = Path(__file__).resolve().parent / "views"
 SIDEBAR_RUN_KEY = "sidebar_run"
+RUN_PARAM = "run"  # ?run=<run id>: a link to a run
+LINKED_RUN_KEY = "linked_run"  # the last link followed
 
 
 def run_picker() -> None:
@@ -38,6 +40,7 @@ def run_picker() -> None:
             return
         labels = {r["run_id"]: run_label(r) for r in reversed(rows)}  # newest first
         ids = list(labels)
+        follow_link(ids)
         current = state.selected_run_id()
         if current not in ids:
             current = ids[0]
@@ -47,10 +50,30 @@ def run_picker() -> None:
             st.session_state[SIDEBAR_RUN_KEY] = current
         st.sidebar.selectbox("Current run", ids, format_func=labels.get, key=SIDEBAR_RUN_KEY,
                              on_change=lambda: state.select_run(st.session_state[SIDEBAR_RUN_KEY]))
+        # The address names the current run, so a link to this page opens the same run.
+        if st.query_params.get(RUN_PARAM) != state.selected_run_id():
+            st.query_params[RUN_PARAM] = state.selected_run_id()
+            st.session_state[LINKED_RUN_KEY] = state.selected_run_id()
     worker = state.worker()
-    if worker is not None and worker.snapshot().is_active:
-        snapshot = worker.snapshot()
+    snapshot = worker.snapshot() if worker is not None else None
+    if snapshot is not None and snapshot.position is not None:
+        st.sidebar.caption(f"Training queued: place {snapshot.position} in the queue")
+    elif snapshot is not None and snapshot.is_active:
         st.sidebar.caption(f"Training in the background: epoch {snapshot.finished_epochs}/{snapshot.total_epochs}")
+
+
+def follow_link(ids: list[str]) -> None:
+    """A shared link (?run=<id or unique prefix>) selects its run, once per new link."""
+    requested = st.query_params.get(RUN_PARAM)
+    if not requested or requested == st.session_state.get(LINKED_RUN_KEY):
+        return
+    st.session_state[LINKED_RUN_KEY] = requested
+    matches = [run_id for run_id in ids if run_id.startswith(requested)]
+    if len(matches) == 1:
+        state.select_run(matches[0])
+    else:
+        st.sidebar.warning(f"The link names run {requested!r}, which is {'ambiguous' if matches else 'not cached'}; "
+                           f"showing another run.")
 
 
 def run_label(row: dict) -> str:
@@ -66,6 +89,7 @@ def main() -> None:
         st.Page(PAGES_DIR / "pruning.py", title="Pruning", icon=":material/content_cut:"),
         st.Page(PAGES_DIR / "uncertainty.py", title="Uncertainty", icon=":material/ssid_chart:"),
     ]
+    settings.refuse_streamlit_cache_clearing()
     navigation = st.navigation(pages)
     st.sidebar.title(APP_TITLE)
     run_picker()

@@ -1,37 +1,156 @@
-"""Streamlit caches around dashboard.backend.
+"""Streamlit caches around dashboard.backend, shared by every session of the server.
 
 - `cached_run(run_id)`: st.cache_resource, the loaded run (model + dataset).
   Shared by every session, so nothing may mutate it: predictions never do.
+  Runs of one dataset share one loaded copy of it (`cached_dataset`).
 - everything derived (statistics, masks, sweeps, evaluations, predictions) is
   st.cache_data keyed by run id + parameters and returns plain numpy/dicts.
+- `training_queue()`: the process-wide training queue (dashboard/worker.py).
 
 Cached functions take the run id, never the run object, so keys stay small
-and hashable.
+and hashable. Deleting a run forgets only that run's entries (`forget_run`):
+every per-run entry is also keyed by the run's generation, which forgetting
+bumps, so the other sessions' entries for other runs stay.
+
+Sizes are for a class on one machine (about 30 sessions on a handful of
+runs). A loaded MNIST 784-400-600-10 LBBNN run holds 8.6 MB of weights and
+grows the process by about 11 MB (measured: resident size over five loads);
+its dataset (36 MB for mnist-small) is loaded once and shared by every run of
+it. So `MAX_CACHED_RUNS` = 32 runs cost about 0.36 GB plus their datasets, and
+no session reloads weights from disk on a rerun; $BNN_CACHED_RUNS changes it.
+The largest derived entries (R=100 predictions on 2k test images) are about
+16 MB; their caches are bounded by entries and a time to live.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import os
+import threading
+from typing import Any, Callable
 
 import numpy as np
 import streamlit as st
 
 from dashboard import backend
 
-MAX_CACHED_RUNS = 4
+CACHED_RUNS_VARIABLE = "BNN_CACHED_RUNS"
+
+
+def _cached_runs_setting() -> int:
+    text = os.environ.get(CACHED_RUNS_VARIABLE, "").strip()
+    try:
+        return max(1, int(text)) if text else 32
+    except ValueError:
+        return 32
+
+
+MAX_CACHED_RUNS = _cached_runs_setting()
+# Derived entries live at most this long unused-or-not (seconds): a class moves on.
+DERIVED_TTL = 3600
+
+_generation_lock = threading.Lock()
+_generations: dict[str, int] = {}  # run id -> times it was forgotten
+
+
+def generation(run_id: str) -> int:
+    with _generation_lock:
+        return _generations.get(run_id, 0)
+
+
+# Streamlit's caches do not make concurrent callers of one missing entry wait for each
+# other: 30 sessions opening a page at once would all compute (or load) the same thing.
+# One lock per entry being computed lets the first compute it and the rest read it.
+_inflight_lock = threading.Lock()
+_inflight: dict[tuple, threading.Lock] = {}
+
+
+def once_at_a_time(key: tuple, compute: Callable[[], Any]) -> Any:
+    with _inflight_lock:
+        lock = _inflight.setdefault(key, threading.Lock())
+    try:
+        with lock:
+            return compute()
+    finally:
+        with _inflight_lock:
+            if _inflight.get(key) is lock and not lock.locked():
+                del _inflight[key]
+
+
+def per_run(**cache_options: Any) -> Callable:
+    """st.cache_data for a function whose first argument is a run id, keyed by the run's
+    generation too, so that forget_run(run_id) drops that run's entries and no other."""
+    def decorate(compute: Callable) -> Callable:
+        def entry(run_id: str, run_generation: int, *args: Any, **kwargs: Any) -> Any:
+            return compute(run_id, *args, **kwargs)
+        # st.cache_data tells functions apart by module and qualified name (the source is the same here).
+        entry.__name__ = compute.__name__
+        entry.__qualname__ = f"{compute.__qualname__}.per_run"
+        entry.__module__ = compute.__module__
+        cached = st.cache_data(**cache_options)(entry)
+
+        def lookup(run_id: str, *args: Any, **kwargs: Any) -> Any:
+            run_generation = generation(run_id)
+            key = (entry.__qualname__, run_id, run_generation, args, tuple(sorted(kwargs.items())))
+            return once_at_a_time(key, lambda: cached(run_id, run_generation, *args, **kwargs))
+
+        lookup.__name__, lookup.__doc__, lookup.__wrapped__ = compute.__name__, compute.__doc__, compute
+        lookup.clear = cached.clear
+        return lookup
+    return decorate
+
+
+@st.cache_resource(max_entries=8, show_spinner="Loading the dataset ...")
+def cached_dataset(key: str) -> Any:
+    """A dataset by its RunConfig fields (JSON), loaded once for every run that uses it."""
+    from core.runs.config import RunConfig
+    fields = json.loads(key)
+    return RunConfig.from_dict(fields).load_dataset()
+
+
+def dataset_key(config: Any) -> str:
+    """The RunConfig fields that decide which dataset a run loads."""
+    values = config.to_dict()
+    return json.dumps({k: values.get(k) for k in ("dataset", "split", "data_seed", "dataset_params")
+                       if k in values}, sort_keys=True)
+
+
+def cached_run(run_id: str) -> Any:
+    """The loaded run, read from disk once however many sessions ask at the same time."""
+    return once_at_a_time(("cached_run", run_id), lambda: _cached_run(run_id))
 
 
 @st.cache_resource(max_entries=MAX_CACHED_RUNS, show_spinner="Loading run ...")
-def cached_run(run_id: str) -> Any:
+def _cached_run(run_id: str) -> Any:
     run = backend.load_run(run_id)
-    run.dataset()  # load the data once here, not on every page
+    try:
+        run._dataset = cached_dataset(dataset_key(run.config))
+    except Exception:  # an odd config: the run loads its own copy
+        run.dataset()
     return run
 
 
 def forget_run(run_id: str) -> None:
-    """Drop a deleted or retrained run from every cache."""
-    cached_run.clear(run_id)
+    """Drop a deleted or retrained run from every cache, and nothing else."""
+    with _generation_lock:
+        _generations[run_id] = _generations.get(run_id, 0) + 1
+    _cached_run.clear(run_id)
+    cached_run_list.clear()
+
+
+def clear_all() -> None:
+    """Empty the run and result caches of every session (the teacher's button); the training
+    queue is kept."""
     st.cache_data.clear()
+    _cached_run.clear()
+    cached_dataset.clear()
+
+
+@st.cache_resource
+def training_queue() -> Any:
+    """The one training queue of this server process."""
+    from dashboard.worker import TrainingQueue, default_slots, train_in_subprocess
+    return TrainingQueue(train_in_subprocess, default_slots())
 
 
 @st.cache_data(ttl=30, show_spinner=False)
@@ -46,28 +165,28 @@ def cached_run_list() -> list[dict[str, Any]]:
     return rows
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
+@per_run(max_entries=64, show_spinner=False)
 def statistics(run_id: str) -> list[np.ndarray]:
     return backend.native_statistics(cached_run(run_id).model)
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
+@per_run(max_entries=64, show_spinner=False)
 def threshold_range(run_id: str) -> backend.ThresholdRange:
     return backend.threshold_range(cached_run(run_id).model.spec, statistics(run_id))
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
+@per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
 def masks(run_id: str, threshold: float) -> list[np.ndarray]:
     spec = threshold_range(run_id)
     return backend.masks_at(statistics(run_id), threshold, spec.keep_above)
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
+@per_run(max_entries=64, show_spinner=False)
 def conditional_mean_weights(run_id: str) -> list[np.ndarray]:
     return backend.conditional_mean_weights(cached_run(run_id).model)
 
 
-@st.cache_data(max_entries=32, show_spinner="Predicting the test set ...")
+@per_run(max_entries=64, ttl=DERIVED_TTL, show_spinner="Predicting the test set ...")
 def test_prediction(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
                     weights: str | None = None) -> dict[str, np.ndarray]:
     """Arrays of a prediction on the whole test set. Pass `backend.effective_threshold` so that
@@ -76,28 +195,28 @@ def test_prediction(run_id: str, mode: str, samples: int, threshold: float | Non
     return prediction_arrays(backend.predict(run, run.dataset().x_test, mode, samples, threshold, seed, weights))
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
+@per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
 def test_metrics(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
                  weights: str | None = None) -> dict[str, Any]:
     arrays = test_prediction(run_id, mode, samples, threshold, seed, weights)
     return backend.test_metrics(arrays, cached_run(run_id).dataset())
 
 
-@st.cache_data(max_entries=16, show_spinner="Sweeping thresholds ...")
+@per_run(max_entries=64, show_spinner="Sweeping thresholds ...")
 def sweep(run_id: str) -> dict[str, Any]:
     curve = backend.sweep(cached_run(run_id))
     return {"thresholds": curve.thresholds, "density": curve.density, "values": curve.values,
             "metric": curve.metric}
 
 
-@st.cache_data(max_entries=16, show_spinner="Predicting on the grid ...")
+@per_run(max_entries=64, ttl=DERIVED_TTL, show_spinner="Predicting on the grid ...")
 def grid_prediction(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
                     weights: str | None = None) -> dict[str, np.ndarray]:
     run = cached_run(run_id)
     return prediction_arrays(backend.predict(run, run.dataset().x_grid, mode, samples, threshold, seed, weights))
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
+@per_run(max_entries=128, ttl=DERIVED_TTL, show_spinner=False)
 def selected_prediction(run_id: str, indices: tuple[int, ...], mode: str, samples: int, threshold: float | None,
                         seed: int, weights: str | None = None) -> dict[str, np.ndarray]:
     run = cached_run(run_id)
@@ -105,7 +224,7 @@ def selected_prediction(run_id: str, indices: tuple[int, ...], mode: str, sample
     return prediction_arrays(backend.predict(run, x, mode, samples, threshold, seed, weights))
 
 
-@st.cache_data(max_entries=32, show_spinner="Predicting OOD inputs ...")
+@per_run(max_entries=64, ttl=DERIVED_TTL, show_spinner="Predicting OOD inputs ...")
 def ood_entropy(run_id: str, name: str, mode: str, samples: int, threshold: float | None, seed: int,
                 n: int, weights: str | None = None) -> np.ndarray:
     from core.predict.metrics.ood import predictive_entropy
@@ -123,3 +242,51 @@ def prediction_arrays(prediction: Any) -> dict[str, np.ndarray]:
         if value is not None:
             arrays[name] = np.asarray(value)
     return arrays
+
+
+# --- charts: the Vega-Lite spec, built once per setting -----------------------------------------------
+# Building an Altair chart and converting it (with schema validation) cost about half of a
+# Pruning page rerun; a class moving sliders over the same positions reuses the specs.
+
+@per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
+def density_chart(run_id: str, threshold: float) -> dict[str, Any]:
+    """The Pruning page's metric-vs-density curve with the current threshold's point."""
+    from dashboard import figures
+    curve = sweep(run_id)
+    here = test_metrics(run_id, backend.SWEEP_MODE, 1, threshold, 0)
+    return figures.metric_vs_density(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
+                                     current=(here["density"], here[curve["metric"]])).to_dict()
+
+
+@per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
+def accuracy_by_samples_chart(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
+                              weights: str | None = None) -> dict[str, Any]:
+    """Accuracy vs R on the test set for R = 1 .. samples."""
+    from dashboard import figures
+    arrays = test_prediction(run_id, mode, samples, threshold, seed, weights)
+    ladder = backend.accuracy_by_samples(arrays["probs_per_draw"], cached_run(run_id).dataset().y_test, samples)
+    return figures.metric_vs_samples(ladder["samples"], ladder["accuracy"], "accuracy").to_dict()
+
+
+@per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
+def inclusion_charts(run_id: str, threshold: float, log_counts: bool, masked_weights: bool) -> dict[str, Any]:
+    """The Inclusion page's charts at `threshold`: the histograms, one mask (or masked mean
+    weights) heatmap per layer, and for image inputs the kept inputs as an image."""
+    import numpy as np
+    from dashboard import figures
+    spec = threshold_range(run_id)
+    stats = statistics(run_id)
+    labels = [figures.layer_label(i, s.shape) for i, s in enumerate(stats)]
+    layer_masks = masks(run_id, threshold)
+    weights = conditional_mean_weights(run_id) if masked_weights else None
+    heatmaps = [figures.mask_heatmap(mask, labels[index]) if weights is None else
+                figures.weight_heatmap(np.where(mask, weights[index], 0.0), labels[index])
+                for index, mask in enumerate(layer_masks)]
+    input_shape = tuple(cached_run(run_id).dataset().input_shape)
+    return {
+        "histogram": figures.statistic_histogram(stats, threshold, spec.name, log_counts=log_counts, labels=labels,
+                                                 value_range=(spec.low, spec.high)).to_dict(),
+        "masks": [chart.to_dict() for chart in heatmaps],
+        "pixels": (figures.kept_per_input_image(layer_masks[0], input_shape).to_dict()
+                   if len(input_shape) == 2 else None),
+    }

@@ -1,5 +1,7 @@
-"""Session state shared across pages: the selected run, the training worker,
-and per-run settings (threshold, mode, samples) that must survive page switches.
+"""Session state shared across pages: the selected run, the training request
+(a place in the server's training queue), whether this session is the
+teacher's (classroom mode), and per-run settings (threshold, mode, samples)
+that must survive page switches.
 
 Streamlit drops a widget's state when its page is not shown, so settings are
 kept under our own keys and copied into/out of the widget keys.
@@ -17,6 +19,7 @@ RUN_KEY = "selected_run_id"
 WORKER_KEY = "training_worker"
 SETTINGS_KEY = "run_settings"  # {run_id: {"threshold": ..., "mode": ..., "samples": ...}}
 HANDLED_KEY = "handled_worker"  # the finished worker whose run was already selected
+TEACHER_KEY = "is_teacher"
 
 
 def selected_run_id() -> str | None:
@@ -33,6 +36,21 @@ def worker() -> Any:
 
 def set_worker(value: Any) -> None:
     st.session_state[WORKER_KEY] = value
+
+
+def may_manage_runs() -> bool:
+    """Deleting runs and clearing caches: anyone outside classroom mode, the teacher inside it."""
+    from dashboard.settings import classroom_mode
+    return not classroom_mode() or bool(st.session_state.get(TEACHER_KEY))
+
+
+def unlock_teacher(token: str) -> bool:
+    """Make this session the teacher's when `token` is the configured teacher token."""
+    from dashboard.settings import is_teacher_token
+    ok = is_teacher_token(token)
+    if ok:
+        st.session_state[TEACHER_KEY] = True
+    return ok
 
 
 def collect_finished_worker() -> None:

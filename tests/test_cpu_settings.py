@@ -1,15 +1,49 @@
 """The process settings CPU training runs under (core/cpu_settings.py)."""
 
+import threading
+
 import pytest
 import torch
 
-from core.cpu_settings import flush_denormals
+from core.cpu_settings import enable_flush_denormals, flush_denormals
 
 
-def test_flush_denormals_flushes_inside_and_restores_after():
-    tiny = torch.tensor([1e-40])  # subnormal in float32
-    if not torch.set_flush_denormal(False):
+def subnormal() -> torch.Tensor:
+    """A float32 subnormal (about 1e-40), made from its bits: converting 1e-40 from a double
+    would itself be flushed to 0 in a thread that flushes."""
+    return torch.tensor([71362], dtype=torch.int32).view(torch.float32)
+
+
+def test_flushing_stays_on_and_threads_started_afterwards_inherit_it():
+    tiny = subnormal()
+    if not enable_flush_denormals():
         pytest.skip("this CPU cannot flush denormals")
+    assert float(tiny * 1.0) == 0.0
     with flush_denormals():
         assert float(tiny * 1.0) == 0.0
-    assert float(tiny * 1.0) > 0.0
+    assert float(tiny * 1.0) == 0.0  # never switched off, not even by the context manager
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(float(tiny * 1.0)))
+    thread.start()
+    thread.join()
+    assert seen == [0.0]
+
+
+def test_the_flag_belongs_to_each_thread():
+    """Why train() sets it itself: a thread that never had it (a Streamlit session's) does not flush."""
+    tiny = subnormal()
+    if not enable_flush_denormals():
+        pytest.skip("this CPU cannot flush denormals")
+    seen = []
+
+    def without_then_with():
+        torch.set_flush_denormal(False)
+        seen.append(float(tiny * 1.0))
+        enable_flush_denormals()
+        seen.append(float(tiny * 1.0))
+
+    thread = threading.Thread(target=without_then_with)
+    thread.start()
+    thread.join()
+    assert seen[0] > 0.0 and seen[1] == 0.0
+    assert float(tiny * 1.0) == 0.0  # switching it off there did not touch this thread

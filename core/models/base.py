@@ -27,7 +27,9 @@ Conventions shared by all families
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import Enum
@@ -115,7 +117,8 @@ def augmented_linear(x: Tensor, weight: Tensor) -> Tensor:
     return torch.baddbmm(weight[:, :, -1].unsqueeze(1), x, weight[:, :, :-1].transpose(1, 2))
 
 
-def local_reparameterisation(x: Tensor, mean_weight: Tensor, var_weight: Tensor) -> Tensor:
+def local_reparameterisation(x: Tensor, mean_weight: Tensor, var_weight: Tensor,
+                             generator: torch.Generator | None = None) -> Tensor:
     """Sample pre-activations from their exact Gaussian marginal given x.
 
     For independent weights with means m and variances v, the pre-activation
@@ -124,7 +127,29 @@ def local_reparameterisation(x: Tensor, mean_weight: Tensor, var_weight: Tensor)
     """
     mean = augmented_linear(x, mean_weight)
     var = augmented_linear(x * x, var_weight)
-    return mean + var.clamp_min(1e-16).sqrt() * torch.randn_like(mean)
+    noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+    return mean + var.clamp_min(1e-16).sqrt() * noise
+
+
+# Initial values are drawn from the generator of the model being built in this
+# thread (BayesianMLP(config, generator=...)); None means torch's global one.
+_initialising = threading.local()
+
+
+@contextlib.contextmanager
+def initial_draws_from(generator: torch.Generator | None):
+    """Layers built inside draw their initial values from `generator` (this thread only)."""
+    previous = getattr(_initialising, "generator", None)
+    _initialising.generator = generator
+    try:
+        yield
+    finally:
+        _initialising.generator = previous
+
+
+def init_generator() -> torch.Generator | None:
+    """The generator for initial values of layers built now (see initial_draws_from)."""
+    return getattr(_initialising, "generator", None)
 
 
 def inverse_softplus(value: float) -> float:
@@ -154,6 +179,9 @@ class SparseLayer(nn.Module, ABC):
         # Host-side copy of the flag so hot paths never sync with the device.
         self.is_structure_fixed = False
         self.compiled_kernels = False  # set by training (TrainConfig.compile); not part of the state
+        # The training run's own generator for the estimators' noise, set by train() for
+        # its duration (not part of the state); None draws from torch's global generator.
+        self.noise_generator: torch.Generator | None = None
         self.register_load_state_dict_post_hook(_refresh_structure_flag)
 
     @property
@@ -163,7 +191,16 @@ class SparseLayer(nn.Module, ABC):
     def initial_weights(self) -> nn.Parameter:
         """nn.Linear's default initialisation, U(-1/sqrt(in), 1/sqrt(in)), for the augmented matrix."""
         bound = 1.0 / math.sqrt(self.in_features)
-        return nn.Parameter(torch.empty(self.shape).uniform_(-bound, bound))
+        return nn.Parameter(torch.empty(self.shape).uniform_(-bound, bound, generator=init_generator()))
+
+    # --- the estimators' noise (from the training run's generator) ----------------------
+    def normal_noise(self, shape: tuple[int, ...] | torch.Size, like: Tensor) -> Tensor:
+        """Standard normal noise of `shape` on like's device and dtype."""
+        return torch.randn(shape, generator=self.noise_generator, device=like.device, dtype=like.dtype)
+
+    def uniform_noise(self, shape: tuple[int, ...] | torch.Size, like: Tensor) -> Tensor:
+        """U(0, 1) noise of `shape` on like's device and dtype."""
+        return torch.rand(shape, generator=self.noise_generator, device=like.device, dtype=like.dtype)
 
     # --- the variational distribution -------------------------------------------------
     @abstractmethod

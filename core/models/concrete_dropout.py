@@ -73,7 +73,7 @@ class ConcreteDropoutLayer(SparseLayer):
 
     def forward(self, x: Tensor) -> Tensor:
         # Relaxed Bernoulli "drop" indicator per example and input (Gal's concrete mask).
-        u = torch.rand_like(x).clamp(1e-7, 1 - 1e-7)
+        u = self.uniform_noise(x.shape, x).clamp(1e-7, 1 - 1e-7)
         drop = torch.sigmoid((self.dropout_logit + torch.logit(u)) / self.options.temperature)
         x = x * (1 - drop) / (1 - self.dropout_rate)
         return augmented_linear(x, self.weight * self.fixed_mask)

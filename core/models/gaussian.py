@@ -77,14 +77,14 @@ class GaussianLayer(SparseLayer):
     def forward(self, x: Tensor) -> Tensor:
         mu, sigma = self.weight_mu * self.fixed_mask, self.weight_sigma * self.fixed_mask
         if self.options.estimator == "local-reparameterisation":
-            return local_reparameterisation(x, mu, sigma * sigma)
-        return augmented_linear(x, mu + sigma * torch.randn_like(mu))
+            return local_reparameterisation(x, mu, sigma * sigma, self.noise_generator)
+        return augmented_linear(x, mu + sigma * self.normal_noise(mu.shape, mu))
 
     def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:
         if (x.dim() != 2 or not self.closed_form_kl or self.is_structure_fixed
                 or self.options.estimator != "local-reparameterisation"):
             return self(x), self.kl()
-        noise = torch.randn((x.shape[0], self.out_features), device=x.device, dtype=x.dtype)
+        noise = self.normal_noise((x.shape[0], self.out_features), x)
         return apply_fused(self, GaussianLinear, x, self.weight_mu, self.weight_rho, noise,
                            self.prior_variance.log(), kl_value)
 
@@ -143,6 +143,6 @@ class MixtureGaussianLayer(GaussianLayer):
 
     def kl(self) -> Tensor:
         sigma = self.weight_sigma
-        w = self.weight_mu + sigma * torch.randn_like(sigma)
+        w = self.weight_mu + sigma * self.normal_noise(sigma.shape, sigma)
         neg_entropy = -0.5 * torch.log(2 * math.pi * math.e * sigma * sigma)
         return ((neg_entropy - self.prior_log_density(w)) * self.fixed_mask).sum()

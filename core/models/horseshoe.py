@@ -71,6 +71,7 @@ from core.models.base import (
     SparseLayer,
     StatisticSpec,
     augmented_linear,
+    init_generator,
     inverse_softplus,
     local_reparameterisation,
     require,
@@ -168,7 +169,7 @@ class HorseshoeLayer(SparseLayer):
         opts: HorseshoeOptions = self.options
         self.regularised = opts.prior == "regularised-horseshoe" and not is_output
         scale_rho = inverse_softplus(opts.init_log_scale_std)
-        self.weight_mu = nn.Parameter(torch.empty(self.shape).uniform_(-1.0, 1.0))
+        self.weight_mu = nn.Parameter(torch.empty(self.shape).uniform_(-1.0, 1.0, generator=init_generator()))
         self._init_spread(opts)
         # Start at s_k ~ 1/sqrt(fan-in): w = s beta then matches the usual uniform initialisation.
         self.log_layer_scale_mu = nn.Parameter(torch.tensor(-0.5 * math.log(in_features)))
@@ -269,9 +270,9 @@ class HorseshoeLayer(SparseLayer):
     def forward(self, x: Tensor) -> Tensor:
         # One draw of the scales per minibatch; given them, the pre-activation of
         # unit k is s_k x.beta_k, Gaussian: local reparameterisation over beta (seed 001 eq. 9).
-        scale = torch.exp(self._draw_log_scale(None))
+        scale = torch.exp(self._draw_log_scale(None, self.noise_generator))
         mu, sigma = self.weight_mu * self.fixed_mask, self.weight_sigma * self.fixed_mask
-        return scale * local_reparameterisation(x, mu, sigma * sigma)
+        return scale * local_reparameterisation(x, mu, sigma * sigma, self.noise_generator)
 
     def mean_weights(self) -> Tensor:
         return self.expected_node_scale()[:, None] * self.weight_mu * self.fixed_mask
@@ -358,7 +359,7 @@ class StructuredHorseshoeLayer(HorseshoeLayer):
         # Marginal stds at the start: init_sigma for each beta, init_log_scale_std for log tau.
         target = torch.full((self.in_features + 2,), float(opts.init_sigma))
         target[-1] = opts.init_log_scale_std
-        factor = ROW_FACTOR_INIT * target * torch.randn(target.shape)
+        factor = ROW_FACTOR_INIT * target * torch.randn(target.shape, generator=init_generator())
         diagonal = (target.square() - factor.square()).clamp_min(0.01 * target.square())
         self.row_factor = nn.Parameter(factor)
         self.row_std_rho = nn.Parameter(inverse_softplus_tensor(diagonal.sqrt()))
@@ -414,12 +415,12 @@ class StructuredHorseshoeLayer(HorseshoeLayer):
         # One draw of the scales per minibatch (log tau_k from its marginal), then
         # x.beta_k | log tau_k by local reparameterisation.
         ref = self.weight_mu
-        log_tau_noise = torch.randn(self.out_features, device=ref.device, dtype=ref.dtype)
-        eps_layer = torch.randn(1, device=ref.device, dtype=ref.dtype)
-        eps_slab = torch.randn(1, device=ref.device, dtype=ref.dtype) if self.regularised else None
+        log_tau_noise = self.normal_noise((self.out_features,), ref)
+        eps_layer = self.normal_noise((1,), ref)
+        eps_slab = self.normal_noise((1,), ref) if self.regularised else None
         scale = torch.exp(self._log_scale(log_tau_noise, eps_layer, eps_slab))
         mean, var = self.conditional_pre_activation_moments(x, log_tau_noise)
-        return scale * (mean + var.clamp_min(1e-16).sqrt() * torch.randn_like(mean))
+        return scale * (mean + var.clamp_min(1e-16).sqrt() * self.normal_noise(mean.shape, mean))
 
     def sample_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         ref = self.weight_mu

@@ -36,6 +36,7 @@ from core.models.base import (
     SparseLayer,
     StatisticSpec,
     augmented_linear,
+    init_generator,
     inverse_softplus,
     local_reparameterisation,
     require,
@@ -120,7 +121,7 @@ class LBBNNLayer(SparseLayer):
         self.weight_mu = self.initial_weights()
         self.weight_rho = nn.Parameter(torch.full(self.shape, inverse_softplus(opts.init_sigma)))
         low, high = (math.log(p / (1 - p)) for p in (opts.init_inclusion_low, opts.init_inclusion_high))
-        self.inclusion_logit = nn.Parameter(torch.empty(self.shape).uniform_(low, high))
+        self.inclusion_logit = nn.Parameter(torch.empty(self.shape).uniform_(low, high, generator=init_generator()))
         # Prior hyperparameters in unconstrained form: learnable only during
         # empirical-Bayes pre-training (requires_grad off otherwise).
         self.log_slab_variance = nn.Parameter(torch.tensor(math.log(opts.slab_variance)), requires_grad=False)
@@ -182,15 +183,15 @@ class LBBNNLayer(SparseLayer):
         if self.options.estimator == "local-reparameterisation":
             mean = alpha * mu
             var = alpha * (sigma * sigma + mu * mu) - mean * mean
-            return local_reparameterisation(x, mean, var)
+            return local_reparameterisation(x, mean, var, self.noise_generator)
         gamma = self._relaxed_inclusion(alpha) * self.fixed_mask
-        weight = gamma * (mu + sigma * torch.randn_like(mu))
+        weight = gamma * (mu + sigma * self.normal_noise(mu.shape, mu))
         return augmented_linear(x, weight)
 
     def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:
         if x.dim() != 2 or not self._fused_path_applies():
             return self(x), self.kl()
-        noise = torch.randn((*x.shape[:-1], self.out_features), device=x.device, dtype=x.dtype)
+        noise = self.normal_noise((*x.shape[:-1], self.out_features), x)
         args = (x, self.weight_mu, self.weight_rho, self.inclusion_logit, noise,
                 self.prior_inclusion_logit.detach(), self.log_slab_variance.detach(), kl_value)
         return apply_fused(self, LBBNNLinear, *args)
@@ -202,7 +203,7 @@ class LBBNNLayer(SparseLayer):
                 and not self.prior_inclusion_logit.requires_grad and not self.log_slab_variance.requires_grad)
 
     def _relaxed_inclusion(self, alpha: Tensor) -> Tensor:
-        u = torch.rand_like(alpha).clamp(1e-6, 1 - 1e-6)
+        u = self.uniform_noise(alpha.shape, alpha).clamp(1e-6, 1 - 1e-6)
         logit_alpha = torch.logit(alpha.clamp(1e-6, 1 - 1e-6))
         return torch.sigmoid((logit_alpha - torch.logit(u)) / self.options.temperature)
 
@@ -234,7 +235,7 @@ class LBBNNLayer(SparseLayer):
             return gaussian_kl(mu, var, self.log_slab_variance.exp())
         # No closed form against a Student-t slab: exact Gaussian entropy plus a
         # one-draw reparameterised estimate of the cross-entropy.
-        w = mu + sigma * torch.randn_like(mu)
+        w = mu + sigma * self.normal_noise(mu.shape, mu)
         neg_entropy = -0.5 * torch.log(2 * math.pi * math.e * var)
         return neg_entropy - student_t_log_density(w, self.log_slab_a.exp(), self.log_slab_b.exp())
 

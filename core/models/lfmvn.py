@@ -34,7 +34,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from core.models.base import inverse_softplus, require
+from core.models.base import init_generator, inverse_softplus, require
 from core.models.lbbnn import LBBNNLayer, LBBNNOptions
 
 
@@ -80,7 +80,8 @@ class LowRankLBBNNLayer(LBBNNLayer):
         super().__init__(in_features, out_features, options, is_output)
         opts: LowRankLBBNNOptions = self.options
         # self.inclusion_logit (LBBNN's omega) is the mean xi of the logits.
-        self.logit_factor = nn.Parameter(torch.randn(*self.shape, opts.rank) * opts.init_factor_std)
+        self.logit_factor = nn.Parameter(torch.randn(*self.shape, opts.rank, generator=init_generator())
+                                        * opts.init_factor_std)
         self.logit_diag_rho = nn.Parameter(torch.full(self.shape, inverse_softplus(opts.init_logit_std)))
         self.register_buffer("logit_prior_variance", torch.tensor(float(opts.logit_prior_variance)))
 
@@ -118,7 +119,7 @@ class LowRankLBBNNLayer(LBBNNLayer):
 
     # --- estimators -----------------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
-        logit = self._effective_logit() if self.is_structure_fixed else self.sample_logits()
+        logit = self._effective_logit() if self.is_structure_fixed else self.sample_logits(None, self.noise_generator)
         return self._estimate(x, torch.sigmoid(logit))
 
     def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:

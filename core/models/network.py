@@ -6,6 +6,7 @@ Nothing here branches on the family: every family answers the same calls
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -13,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from core.errors import ConfigError
-from core.models.base import LayerOptions, StatisticSpec, augmented_linear, new_generator
+from core.models.base import LayerOptions, StatisticSpec, augmented_linear, initial_draws_from, new_generator
 from core.models.likelihoods import Likelihood, make_likelihood
 from core.models.registry import canonical_family, family_class
 
@@ -58,17 +59,19 @@ class ModelConfig:
 
 
 class BayesianMLP(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, generator: torch.Generator | None = None):
+        """Initial values come from `generator` (a CPU generator), or torch's global one when None."""
         super().__init__()
         self.config = config
         self.likelihood: Likelihood = make_likelihood(config.likelihood)
         layer_cls = family_class(config.family)
         options = config.layer_options()
         widths = [config.in_features, *config.hidden, self.likelihood.n_outputs(config.out_classes)]
-        self.layers = nn.ModuleList(
-            layer_cls(w_in, w_out, options, is_output=(i == len(widths) - 2))
-            for i, (w_in, w_out) in enumerate(zip(widths[:-1], widths[1:]))
-        )
+        with initial_draws_from(generator):
+            self.layers = nn.ModuleList(
+                layer_cls(w_in, w_out, options, is_output=(i == len(widths) - 2))
+                for i, (w_in, w_out) in enumerate(zip(widths[:-1], widths[1:]))
+            )
         self.activation = ACTIVATIONS[config.activation]()
 
     @property
@@ -111,6 +114,18 @@ class BayesianMLP(nn.Module):
     def update_auxiliaries(self) -> None:
         for layer in self.layers:
             layer.update_auxiliaries()
+
+    @contextlib.contextmanager
+    def noise_from(self, generator: torch.Generator | None):
+        """Training forwards inside draw their noise from `generator` (on the model's device)."""
+        previous = [layer.noise_generator for layer in self.layers]
+        for layer in self.layers:
+            layer.noise_generator = generator
+        try:
+            yield
+        finally:
+            for layer, before in zip(self.layers, previous):
+                layer.noise_generator = before
 
     # --- forward with explicit weights (prediction) ---------------------------------------
     def forward_with_weights(self, x: Tensor, weights: Sequence[Tensor]) -> Tensor:
@@ -174,5 +189,6 @@ class BayesianMLP(nn.Module):
         return groups
 
 
-def build_model(config: ModelConfig, device: torch.device | str = "cpu") -> BayesianMLP:
-    return BayesianMLP(config).to(device)
+def build_model(config: ModelConfig, device: torch.device | str = "cpu",
+                generator: torch.Generator | None = None) -> BayesianMLP:
+    return BayesianMLP(config, generator).to(device)

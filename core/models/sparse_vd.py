@@ -74,8 +74,8 @@ class SparseVDLayer(SparseLayer):
         mean = self.theta * self.fixed_mask
         var = torch.exp(self.log_sigma2) * self.fixed_mask
         if self.options.estimator == "local-reparameterisation":
-            return local_reparameterisation(x, mean, var)
-        return augmented_linear(x, mean + var.sqrt() * torch.randn_like(mean))
+            return local_reparameterisation(x, mean, var, self.noise_generator)
+        return augmented_linear(x, mean + var.sqrt() * self.normal_noise(mean.shape, mean))
 
     def mean_weights(self) -> Tensor:
         return self.theta * self.fixed_mask

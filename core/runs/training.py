@@ -116,10 +116,9 @@ def _train(config: RunConfig, dataset, run_id: str, device: torch.device, progre
     from core.train import train
 
     model_config = config.model_config(dataset)
-    # Initial weights depend on the seed only, never on what ran before in this process.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
-        model = build_model(model_config, "cpu")
+    # Initial weights depend on the seed only, never on what ran before or runs beside in this
+    # process: they come from the run's own generator (the stream torch.manual_seed(seed) gave).
+    model = build_model(model_config, "cpu", torch.Generator(device="cpu").manual_seed(config.seed))
     model = model.to(device)
     x_train = torch.from_numpy(np.ascontiguousarray(dataset.x_train)).to(device)
     y_train = torch.from_numpy(np.ascontiguousarray(dataset.y_train)).to(device)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import streamlit as st
 
 from dashboard import cache, figures, state
@@ -18,8 +17,8 @@ with guard("Computing the statistics"):
     labels = [figures.layer_label(i, s.shape) for i, s in enumerate(statistics)]
 
     log_counts = st.toggle("log-scale counts", value=True, key="hist_log")
-    st.altair_chart(figures.statistic_histogram(statistics, threshold, spec.name, log_counts=log_counts,
-                                                labels=labels, value_range=(spec.low, spec.high)))
+    # Placeholder until the mask view is chosen below; the charts come built from the cache.
+    histogram = st.empty()
 
     masks = cache.masks(run_id, threshold)
     table = figures.density_frame(masks)
@@ -30,20 +29,15 @@ with guard("Computing the statistics"):
 
     st.subheader("Masks")
     view = st.radio("Show", ["mask (kept weights)", "masked mean weights"], horizontal=True, key="mask_view")
-    weights = cache.conditional_mean_weights(run_id) if view.startswith("masked") else None
+    charts = cache.inclusion_charts(run_id, threshold, log_counts, view.startswith("masked"))
+    histogram.vega_lite_chart(charts["histogram"])
     columns = st.columns(min(3, len(masks)))
-    for index, mask in enumerate(masks):
-        column = columns[index % len(columns)]
-        if weights is None:
-            chart = figures.mask_heatmap(mask, labels[index])
-        else:
-            chart = figures.weight_heatmap(np.where(mask, weights[index], 0.0), labels[index])
-        column.altair_chart(chart)
+    for index, chart in enumerate(charts["masks"]):
+        columns[index % len(columns)].vega_lite_chart(chart)
     if any(max(m.shape) > figures.MAX_HEATMAP_CELLS for m in masks):
         st.caption(f"Large matrices are drawn as blocks of up to {figures.MAX_HEATMAP_CELLS} per side; "
                    "the colour is the block's kept fraction (or mean weight). Last column: bias.")
 
-    input_shape = tuple(run.dataset().input_shape)
-    if len(input_shape) == 2:
+    if charts["pixels"] is not None:
         st.subheader("Input pixels the first layer still reads")
-        st.altair_chart(figures.kept_per_input_image(masks[0], input_shape), width="content")
+        st.vega_lite_chart(charts["pixels"], width="content")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import backend, cache, figures, state
+from dashboard import backend, cache, state
 from dashboard.ui import guard
 
 MAX_SAMPLES = 100
@@ -53,17 +53,11 @@ with guard("Evaluating the test set"):
         cards[3].metric("density", f"{metrics['density']:.4f}")
 
 with guard("Sweeping thresholds"):
-    curve = cache.sweep(run_id)
     # The current point: the pruned mean-weight network at this threshold (what the sweep traces).
-    here = cache.test_metrics(run_id, backend.SWEEP_MODE, 1, threshold, 0)
-    value = here[curve["metric"]]
-    st.altair_chart(figures.metric_vs_density(curve["thresholds"], curve["density"], curve["values"],
-                                              curve["metric"], current=(here["density"], value)))
+    st.vega_lite_chart(cache.density_chart(run_id, threshold))
     st.caption("Each point prunes at one threshold and predicts with the mean weights of the kept connections; "
                "the red diamond is the current threshold.")
 
 if dataset.task == "classification" and mode in ("bma", "mpm", "prune") and weights != "mean":
     with guard("Accuracy vs R"):
-        arrays = cache.test_prediction(run_id, mode, samples, effective, 0, weights)
-        ladder = backend.accuracy_by_samples(arrays["probs_per_draw"], dataset.y_test, samples)
-        st.altair_chart(figures.metric_vs_samples(ladder["samples"], ladder["accuracy"], "accuracy"))
+        st.vega_lite_chart(cache.accuracy_by_samples_chart(run_id, mode, samples, effective, 0, weights))

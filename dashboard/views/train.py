@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 from typing import Any
 
 import pandas as pd
@@ -12,7 +13,7 @@ import streamlit as st
 from core.train import DEFAULT_LEARNING_RATES
 from dashboard import backend, cache, figures, state
 from dashboard.ui import guard
-from dashboard.worker import TrainingWorker, WorkerStatus
+from dashboard.worker import WorkerStatus
 
 POLL_SECONDS = 1.0
 
@@ -122,10 +123,12 @@ def config_form() -> dict[str, Any] | None:
 
 
 def start_training(values: dict[str, Any]) -> None:
+    """Queue the config in the server's training queue (or join the same config's job)."""
     with guard("Cannot start training"):
         config = backend.make_config(values)
-        worker = TrainingWorker(backend.train_run, config, backend.total_epochs(config), label=config.label())
-        state.set_worker(worker.start())
+        key = json.dumps(config.to_dict(), sort_keys=True)
+        request = cache.training_queue().submit(key, config, backend.total_epochs(config), label=config.label())
+        state.set_worker(request)
 
 
 @st.fragment(run_every=POLL_SECONDS)
@@ -137,7 +140,18 @@ def training_progress() -> None:
     snapshot = worker.snapshot()
     if not snapshot.is_active:
         st.rerun()
-    st.markdown(f"**Training** {worker.label}")
+    if snapshot.status is WorkerStatus.QUEUED:
+        running, waiting = cache.training_queue().counts()
+        st.markdown(f"**Queued** {worker.label}")
+        st.info(f"Waiting for a free training slot: place {snapshot.position} of {waiting} in the queue "
+                f"({running} training now, at most {cache.training_queue().slots} at once).")
+        if st.button("Cancel my request", key="cancel_training", type="secondary"):
+            worker.cancel()
+            st.rerun()
+        return
+    shared = f" (shared with {snapshot.sharers - 1} other session(s) that asked for the same config)" \
+        if snapshot.sharers > 1 else ""
+    st.markdown(f"**Training** {worker.label}{shared}")
     last = snapshot.history[-1] if snapshot.history else None
     text = (f"epoch {snapshot.finished_epochs}/{snapshot.total_epochs}: loss {last['loss']:.4f}, "
             f"density {last['density']:.4f}" if last else "starting ... (the first epoch is on its way)")
@@ -146,8 +160,10 @@ def training_progress() -> None:
         st.altair_chart(figures.training_curves(snapshot.history))
     if worker.cancel_requested:
         st.caption("Cancelling after the current minibatch ...")
-    elif st.button("Cancel", key="cancel_training", type="secondary"):
+    elif st.button("Cancel", key="cancel_training", type="secondary",
+                   help="withdraws your request; a training other sessions share goes on for them"):
         worker.cancel()
+        st.rerun()
 
 
 def finished_training() -> None:
@@ -164,7 +180,7 @@ def finished_training() -> None:
         if snapshot.history:
             st.altair_chart(figures.training_curves(snapshot.history))
     elif snapshot.status == WorkerStatus.CANCELLED:
-        st.warning(f"Training cancelled: {snapshot.error}. Nothing was stored.")
+        st.warning(f"Training cancelled: {snapshot.error}.")
     elif snapshot.status == WorkerStatus.FAILED:
         st.error(f"Training failed: {snapshot.error}")
 
@@ -192,12 +208,34 @@ def cached_runs_section() -> None:
     if middle.button("Use this run", key="use_run"):
         state.select_run(chosen)
         st.rerun()
-    if right.button("Delete", key="delete_run"):
+    if not state.may_manage_runs():
+        right.caption("Classroom mode: the teacher deletes runs.")
+    elif right.button("Delete", key="delete_run"):
         with guard(f"Deleting run {chosen}"):
             backend.delete_run(chosen)
             cache.forget_run(chosen)
             if state.selected_run_id() == chosen:
                 state.select_run(None)
+            st.rerun()
+
+
+def teacher_section() -> None:
+    """Classroom mode only: the teacher unlocks deleting runs and clearing caches with a token."""
+    from dashboard.settings import classroom_mode
+    if not classroom_mode():
+        return
+    with st.expander("Teacher"):
+        if not state.may_manage_runs():
+            token = st.text_input("Teacher token", type="password", key="teacher_token_input")
+            if token and not state.unlock_teacher(token):
+                st.error("That is not the teacher token.")
+            elif token:
+                st.rerun()
+            return
+        st.caption("Unlocked: this session can delete runs and clear caches.")
+        if st.button("Clear every cache", key="clear_caches",
+                     help="every session reloads runs and recomputes results; trainings go on"):
+            cache.clear_all()
             st.rerun()
 
 
@@ -211,7 +249,8 @@ def headline_metric(metrics: dict[str, Any]) -> str:
 
 
 st.header("Train a sparse Bayesian network")
-st.caption("Training runs in the background; the other pages keep working on the selected run meanwhile.")
+st.caption("Training runs in the background, one config at a time per free slot of this server's queue; "
+           "the other pages keep working on the selected run meanwhile.")
 running = state.worker() is not None and state.worker().snapshot().is_active
 form_values = config_form()
 if st.button("Train", type="primary", disabled=running or form_values is None, key="train_button"):
@@ -223,3 +262,4 @@ else:
     finished_training()
 with guard("Listing cached runs"):
     cached_runs_section()
+teacher_section()

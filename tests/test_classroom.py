@@ -1,0 +1,159 @@
+"""Classroom mode and the shared caches: students cannot delete, the teacher can, and deleting
+a run drops that run's cache entries only; sessions asking for one config share one training."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+import streamlit as st  # noqa: E402
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
+TOKEN = "s3cret-teacher"
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    from core.runs import RunConfig, train_run
+    ids = [train_run(RunConfig(dataset="two-moons", hidden=(4,), seed=seed, train={"epochs": 1})).run_id
+           for seed in (0, 1)]
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    yield ids
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+def open_app(run_id: str) -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.session_state["selected_run_id"] = run_id
+    return at.run()
+
+
+def delete_buttons(at: AppTest) -> list:
+    return [b for b in at.button if b.key == "delete_run"]
+
+
+def test_students_cannot_delete_but_the_teacher_can(store, monkeypatch):
+    monkeypatch.setenv("BNN_CLASSROOM", "1")
+    monkeypatch.setenv("BNN_TEACHER_TOKEN", TOKEN)
+    student = open_app(store[0])
+    assert not student.exception
+    assert delete_buttons(student) == []
+    assert any("teacher deletes runs" in c.value for c in student.caption)
+    assert not [b for b in student.button if b.key == "clear_caches"]
+    student.text_input(key="teacher_token_input").input("guess").run()
+    assert any("not the teacher token" in e.value for e in student.error)
+    assert delete_buttons(student) == []
+
+    teacher = open_app(store[0])
+    teacher.text_input(key="teacher_token_input").input(TOKEN).run()
+    assert not teacher.exception and not teacher.error
+    assert len(delete_buttons(teacher)) == 1
+    assert [b for b in teacher.button if b.key == "clear_caches"]
+    teacher.selectbox(key="cached_run_choice").set_value(store[1]).run()
+    teacher.button(key="delete_run").click().run()
+    assert not teacher.exception and not teacher.error
+    from core.runs import list_runs
+    assert [info.run_id for info in list_runs()] == [store[0]]
+    # the student's session is still a student's
+    student.run()
+    assert delete_buttons(student) == []
+
+
+def test_without_classroom_mode_everyone_can_delete(store, monkeypatch):
+    monkeypatch.delenv("BNN_CLASSROOM", raising=False)
+    at = open_app(store[0])
+    assert len(delete_buttons(at)) == 1
+    assert not [e for e in at.expander if e.label == "Teacher"]
+
+
+def test_forgetting_a_run_drops_only_its_cache_entries(store, monkeypatch):
+    from dashboard import backend, cache
+    computed = []
+    original = backend.native_statistics
+
+    def counting(model):
+        computed.append(model)
+        return original(model)
+
+    monkeypatch.setattr(backend, "native_statistics", counting)
+    first, second = store
+    run_first, run_second = cache.cached_run(first), cache.cached_run(second)
+    cache.statistics(first)
+    cache.statistics(second)
+    assert len(computed) == 2
+    cache.statistics(first)
+    cache.statistics(second)
+    assert len(computed) == 2  # cached
+    cache.forget_run(first)
+    cache.statistics(second)
+    assert len(computed) == 2  # the other run's entry survived
+    assert cache.cached_run(second) is run_second  # and so did its loaded model
+    cache.statistics(first)
+    assert len(computed) == 3  # the forgotten run's entry did not
+    assert cache.cached_run(first) is not run_first
+
+
+def test_runs_of_one_dataset_share_one_loaded_copy(store):
+    from dashboard import cache
+    first, second = (cache.cached_run(run_id) for run_id in store)
+    assert first.dataset() is second.dataset()
+
+
+def test_two_sessions_asking_for_one_config_share_one_training(tmp_path, monkeypatch):
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    sessions = []
+    for _ in range(2):
+        at = AppTest.from_file(str(APP), default_timeout=120).run()
+        at.selectbox(key="train_dataset").set_value("two-moons").run()
+        at.text_input(key="train_hidden").input("4").run()
+        at.number_input(key="train_epochs").set_value(100).run()
+        sessions.append(at)
+    for at in sessions:
+        at.button(key="train_button").click().run()
+        assert not at.exception and not at.error
+        assert at.session_state["training_worker"].snapshot().is_active
+    first, second = (at.session_state["training_worker"] for at in sessions)
+    assert not first.joined and second.joined
+    assert first.snapshot().sharers == 2
+    snapshots = [request.join(timeout=180) for request in (first, second)]
+    assert [s.status.value for s in snapshots] == ["done", "done"]
+    assert snapshots[0].run_id == snapshots[1].run_id
+    from core.runs import list_runs
+    assert len(list_runs()) == 1
+    st.cache_resource.clear()
+
+
+def test_streamlit_own_clear_cache_request_is_refused_in_classroom_mode(store, monkeypatch):
+    from streamlit.runtime.app_session import AppSession
+
+    from dashboard import cache, settings
+    original = AppSession._handle_clear_cache_request
+    monkeypatch.setattr(AppSession, "_handle_clear_cache_request", original)  # restored afterwards
+    fake_session = type("FakeSession", (), {"_session_state": {}})()
+    monkeypatch.setenv("BNN_CLASSROOM", "1")
+    assert settings.refuse_streamlit_cache_clearing()
+    loaded = cache.cached_run(store[0])
+    AppSession._handle_clear_cache_request(fake_session)
+    assert cache.cached_run(store[0]) is loaded  # nothing was cleared
+    monkeypatch.setenv("BNN_CLASSROOM", "0")
+    fake_session._session_state = type("State", (), {"clear": lambda self: None})()
+    AppSession._handle_clear_cache_request(fake_session)
+    assert cache.cached_run(store[0]) is not loaded  # outside classroom mode Streamlit's request works
+
+
+def test_a_shared_link_opens_its_run(store):
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.query_params["run"] = store[0][:10]
+    at.run()
+    assert not at.exception
+    assert at.session_state["selected_run_id"] == store[0]
+    at.switch_page("views/pruning.py").run()
+    assert any(store[0] in c.value for c in at.caption)
