@@ -25,7 +25,8 @@ def _int(text: str) -> int:
 def reference_command(args: argparse.Namespace, out=None) -> dict[str, Any]:
     out = out or sys.stdout
     config = default_config(args.dataset, samples=args.samples, warmup=args.warmup, chains=args.chains,
-                            hidden=args.hidden, prior=args.prior, seed=args.seed, data_seed=args.data_seed)
+                            hidden=args.hidden, prior=args.prior, seed=args.seed, data_seed=args.data_seed,
+                            max_tree_depth=args.max_tree_depth)
     progress = None if args.quiet else stderr_progress
     posterior, from_cache = compute_reference(config, cache_dir=args.cache_dir, force=args.force,
                                               data_dir=args.data_dir, progress=progress)
@@ -62,6 +63,7 @@ def register(subparsers) -> None:
     parser.add_argument("--hidden", default=None, help="hidden widths, e.g. 64 (default: 64 for the toy sets)")
     parser.add_argument("--prior", default=None, choices=PRIORS,
                         help="gaussian (the bnn family's) or spike-slab-relaxed (lbbnn's, concrete relaxation)")
+    parser.add_argument("--max-tree-depth", type=_int, default=None, help="NUTS tree depth limit (default 8)")
     parser.add_argument("--seed", type=_int, default=None)
     parser.add_argument("--data-seed", type=_int, default=None, help="seed of the generated dataset (default 0)")
     parser.add_argument("--force", action="store_true", help="recompute even when cached")

@@ -40,6 +40,7 @@ REQUIREMENTS_FILE = "requirements-reference.txt"
 DIAGNOSTIC_POINTS = 25
 RHAT_LIMIT = 1.1
 ESS_LIMIT = 100.0
+JIT_MIN_WEIGHTS = 100
 
 # Reference networks per dataset: the sizes the benchmark's families use (toy-sine-gaps is seed 004's
 # 1-64-1 setup). Seed 003's cubic uses a 2x1000 net; 1-64-1 keeps NUTS at a few minutes on one CPU core.
@@ -85,6 +86,7 @@ class ReferenceConfig:
     temperature: float = 0.5
     noise_loc: float = -1.0  # prior of log sigma
     noise_scale: float = 2.0
+    noise_std: float | None = None  # a fixed noise std instead of the prior (e.g. for a closed-form check)
     samples: int = 300
     warmup: int = 300
     chains: int = 2
@@ -114,6 +116,8 @@ class ReferenceConfig:
             put(name, _positive_float(name, getattr(self, name)))
         if not 0 < self.prior_inclusion < 1:
             raise ConfigError(f"prior_inclusion: must lie in (0, 1), got {self.prior_inclusion!r}")
+        if self.noise_std is not None:
+            put("noise_std", _positive_float("noise_std", self.noise_std))
         if not math.isfinite(self.noise_loc):
             raise ConfigError(f"noise_loc: must be finite, got {self.noise_loc!r}")
         put("samples", _positive_int("samples", self.samples, 10))
@@ -182,8 +186,11 @@ def _pyro_model(config: ReferenceConfig, shapes: list[tuple[int, int]], activati
                 u = pyro.sample(f"u{index}", dist.Logistic(zeros, 1.0).to_event(2))
                 w = w * torch.sigmoid((logit_psi + u) / config.temperature)
             weights.append(w)
-        log_noise = pyro.sample("log_noise", dist.Normal(torch.tensor(config.noise_loc, dtype=x.dtype),
-                                                         config.noise_scale))
+        if config.noise_std is None:
+            log_noise = pyro.sample("log_noise", dist.Normal(torch.tensor(config.noise_loc, dtype=x.dtype),
+                                                             config.noise_scale))
+        else:
+            log_noise = torch.tensor(math.log(config.noise_std), dtype=x.dtype)
         f = network_outputs([w.unsqueeze(0) for w in weights], x, activation)[0]
         pyro.sample("y", dist.Normal(f, log_noise.exp()).to_event(1), obs=y)
 
@@ -259,6 +266,8 @@ def run_nuts(config: ReferenceConfig, dataset, progress: ProgressCallback | None
     y = torch.as_tensor(dataset.y_train, dtype=torch.float64)
     shapes = layer_shapes(config, dataset.in_features)
     model = _pyro_model(config, shapes, activation)
+    # Tracing costs seconds per chain; it pays off for the 1-64-1 nets, not for tiny ones.
+    jit = sum(a * b for a, b in shapes) >= JIT_MIN_WEIGHTS
     per_chain: list[dict[str, torch.Tensor]] = []
     start = time.perf_counter()
     for chain in range(config.chains):
@@ -271,7 +280,7 @@ def run_nuts(config: ReferenceConfig, dataset, progress: ProgressCallback | None
                 progress(f"reference {config.dataset}: chain {chain + 1}/{config.chains} {stage.lower()} "
                          f"{i + 1}/{total} ({time.perf_counter() - start:.0f} s)")
 
-        kernel = NUTS(model, jit_compile=True, ignore_jit_warnings=True, max_tree_depth=config.max_tree_depth)
+        kernel = NUTS(model, jit_compile=jit, ignore_jit_warnings=True, max_tree_depth=config.max_tree_depth)
         mcmc = MCMC(kernel, num_samples=config.samples, warmup_steps=config.warmup, num_chains=1,
                     disable_progbar=True, hook_fn=hook)
         with torch.random.fork_rng(devices=[]):
@@ -286,7 +295,10 @@ def run_nuts(config: ReferenceConfig, dataset, progress: ProgressCallback | None
             u = torch.cat([c[f"u{index}"] for c in per_chain])
             w = w * torch.sigmoid((logit_psi + u) / config.temperature)
         weights.append(w.numpy())
-    log_noise = torch.cat([c["log_noise"] for c in per_chain]).numpy()
+    if config.noise_std is None:
+        log_noise = torch.cat([c["log_noise"] for c in per_chain]).numpy()
+    else:
+        log_noise = np.full(config.chains * config.samples, math.log(config.noise_std))
     posterior = ReferencePosterior(config=config, weights=weights, log_noise=log_noise, diagnostics={},
                                    dataset_fingerprint=dataset.fingerprint, target_mean=float(dataset.target_mean),
                                    target_std=float(dataset.target_std), seconds=seconds)
@@ -314,15 +326,18 @@ def diagnose(posterior: ReferencePosterior, dataset) -> dict[str, Any]:
     config = posterior.config
     chains, per_chain = config.chains, config.samples
     f = posterior.function_samples(diagnostic_inputs(dataset)).reshape(chains, per_chain, -1)
-    noise = posterior.log_noise.reshape(chains, per_chain, 1)
     f_rhat, f_ess = split_rhat_and_ess(f)
-    n_rhat, n_ess = split_rhat_and_ess(noise)
+    if config.noise_std is None:
+        n_rhat, n_ess = split_rhat_and_ess(posterior.log_noise.reshape(chains, per_chain, 1))
+    else:  # fixed: nothing to diagnose
+        n_rhat, n_ess = [None], [None]
     w_rhat, _ = split_rhat_and_ess(np.concatenate(
         [w.reshape(chains, per_chain, -1) for w in posterior.weights], axis=2))
     result = {
         "function_rhat_max": float(np.nanmax(f_rhat)), "function_ess_min": float(np.nanmin(f_ess)),
         "function_ess_median": float(np.nanmedian(f_ess)),
-        "noise_rhat": float(n_rhat[0]), "noise_ess": float(n_ess[0]),
+        "noise_rhat": None if n_rhat[0] is None else float(n_rhat[0]),
+        "noise_ess": None if n_ess[0] is None else float(n_ess[0]),
         "noise_std_mean": float(np.exp(posterior.log_noise).mean() * posterior.target_std),
         "weight_rhat_median": float(np.nanmedian(w_rhat)),
         "draws": int(chains * per_chain), "chains": int(chains),
@@ -333,8 +348,8 @@ def diagnose(posterior: ReferencePosterior, dataset) -> dict[str, Any]:
 
 def diagnostic_warnings(d: Mapping[str, Any]) -> list[str]:
     warnings = []
-    rhat = max(d["function_rhat_max"], d["noise_rhat"])
-    ess = min(d["function_ess_min"], d["noise_ess"])
+    rhat = max(v for v in (d["function_rhat_max"], d.get("noise_rhat")) if v is not None)
+    ess = min(v for v in (d["function_ess_min"], d.get("noise_ess")) if v is not None)
     if not math.isfinite(rhat) or rhat > RHAT_LIMIT:
         warnings.append(f"poor convergence: R-hat {rhat:.3f} > {RHAT_LIMIT} (function values or noise); "
                         "raise --warmup/--samples or --chains")
