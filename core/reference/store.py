@@ -40,7 +40,9 @@ class ReferenceStoreError(RunStoreError):
 
 
 def reference_id(config: ReferenceConfig, dataset_fingerprint: str) -> str:
-    text = json.dumps(normalise(config.to_dict()), sort_keys=True, separators=(",", ":"))
+    # Optional fields left unset (None) stay out, so adding one keeps the ids of earlier references.
+    values = {k: v for k, v in config.to_dict().items() if v is not None}
+    text = json.dumps(normalise(values), sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(f"bnn-reference\nschema={SCHEMA_VERSION}\ndata={dataset_fingerprint}\n{text}".encode())
     return digest.hexdigest()[:16]
 
