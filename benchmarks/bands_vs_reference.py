@@ -144,7 +144,9 @@ def render_section(results: dict[str, Any]) -> str:
              "prior, sampled noise scale; `python -m core reference DATASET`). MAE of the predictive mean and of the "
              "5% / 95% quantiles over the grid, in the data's units; coverage: share of the 200 held-out points in "
              f"the central 90% interval. collapsed-box integrates the {results['box_terms']} widest last-layer terms "
-             "out under a box q (seed 003). Plot: `bands_vs_reference.png`.", ""]
+             "out under a box q (seed 003). `bnn` and `variational-dense` are the same model and q (same rows); "
+             "fnn and concrete-dropout have point-mass last layers, so their collapsed rows equal bma up to the "
+             "box's triangular noise. Plot: `bands_vs_reference.png`; printed output: `bands_vs_reference.log`.", ""]
     for name, entry in results["datasets"].items():
         ref = entry["reference"]
         d = ref["diagnostics"]
@@ -152,7 +154,8 @@ def render_section(results: dict[str, Any]) -> str:
                   f"Reference `{ref['id']}`: 1-{'-'.join(map(str, ref['hidden']))}-1, {ref['chains']} chains x "
                   f"{ref['samples']} draws after {ref['warmup']} warm-up, {ref['seconds']:.0f} s; function R-hat max "
                   f"{d['function_rhat_max']:.3f}, ESS min {d['function_ess_min']:.0f}, noise std "
-                  f"{d['noise_std_mean']:.3g}; its own 90% coverage {ref['coverage_90']:.3f}.", "",
+                  f"{d['noise_std_mean']:.3g}; its own 90% coverage {ref['coverage_90']:.3f}."
+                  + "".join(f" Warning: {w}." for w in d.get("warnings", [])), "",
                   "| family | prediction | MAE mean | MAE q05 | MAE q95 | coverage 90% |",
                   "|---|---|---:|---:|---:|---:|"]
         for row in entry["rows"]:
@@ -160,6 +163,12 @@ def render_section(results: dict[str, Any]) -> str:
                          f"{row['mae_q95']:.4g} | {row['coverage_90']:.3f} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def without_curves(results: dict[str, Any]) -> dict[str, Any]:
+    """The numbers only: the grid curves go into the plot, not the committed JSON."""
+    return {**results, "datasets": {name: {k: v for k, v in entry.items() if k != "curves"}
+                                    for name, entry in results["datasets"].items()}}
 
 
 def results_section(path: Path = JSON_PATH) -> str:
@@ -216,7 +225,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     results = run_benchmark(args.datasets.split(","), args.families.split(","), args.predictions.split(","))
     RESULTS.mkdir(parents=True, exist_ok=True)
-    JSON_PATH.write_text(json.dumps(results), encoding="utf-8")
+    JSON_PATH.write_text(json.dumps(without_curves(results), indent=1), encoding="utf-8")
     MD_PATH.write_text(render_section(results) + "\n", encoding="utf-8")
     plot(results, PNG_PATH)
     print(f"wrote {MD_PATH}, {JSON_PATH.name}, {PNG_PATH.name}")
