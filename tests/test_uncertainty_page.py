@@ -3,7 +3,6 @@ when one is cached for the run's dataset (a stored reference written directly: n
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
