@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "core.data.cli",
     "core.runs.cli",
     "core.predict.cli",
+    "core.reference.cli",
 ]
 
 

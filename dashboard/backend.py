@@ -259,3 +259,40 @@ def load_ood_inputs(dataset: Any, name: str, n: int | None = None, seed: int = 0
     if n is not None:
         n = min(n, len(dataset.x_test))
     return load_ood(dataset, name, seed=seed, n=n)
+
+
+# --- collapsed predictive and the NUTS reference (issue 15) -----------------------------------------
+
+REGRESSION_PREDICTIVES = {
+    "mode": "the prediction mode above (mean, epistemic and total 95% bands)",
+    "collapsed": "collapsed: body sampled, last layer's Gaussian q integrated out exactly",
+    "collapsed-box": "collapsed, box q on the widest last-layer terms and triangular noise (seed 003)",
+}
+BAND_LEVELS = (0.05, 0.95)
+
+
+def collapsed_bands(run: Any, x: np.ndarray, variant: str, samples: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Mean and 5% / 95% quantiles of the collapsed predictive on x, original units."""
+    from core.predict.collapsed import collapsed_predict
+    dataset = run.dataset()
+    predictive = collapsed_predict(run, x, samples=int(samples), seed=int(seed), variant=variant)
+    predictive = predictive.unstandardised(dataset.target_mean, dataset.target_std)
+    low, high = predictive.quantiles(BAND_LEVELS)
+    return {"mean": np.asarray(predictive.mean), "low": low, "high": high,
+            "ensemble_mean": predictive.ensemble_mean_per_draw.mean(axis=0)}
+
+
+def reference_bands(run: Any, x: np.ndarray) -> dict[str, Any] | None:
+    """The cached NUTS reference on the run's exact data (same widths preferred): its mean and 5% / 95%
+    quantiles on x, id and diagnostics; None when no reference is cached for this dataset."""
+    from core.reference import ReferenceStore
+    store = ReferenceStore()
+    dataset = run.dataset()
+    ref_id = store.find_for_dataset(dataset.fingerprint, hidden=tuple(run.config.hidden))
+    if ref_id is None:
+        return None
+    posterior = store.read(ref_id)
+    bands = posterior.bands(x, BAND_LEVELS)
+    return {"mean": bands["mean"], "low": bands[f"q{BAND_LEVELS[0]:g}"], "high": bands[f"q{BAND_LEVELS[1]:g}"],
+            "reference_id": ref_id, "hidden": list(posterior.config.hidden), "draws": posterior.n_samples,
+            "diagnostics": dict(posterior.diagnostics)}

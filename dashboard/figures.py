@@ -10,7 +10,7 @@ drawn as block aggregates, histograms are binned here, not in the browser.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import altair as alt
 import numpy as np
@@ -244,9 +244,51 @@ def regression_frame(x_grid: np.ndarray, mean: np.ndarray, epistemic_std: np.nda
                          "total_low": mean - z * total, "total_high": mean + z * total})
 
 
+def reference_layers(x_grid: np.ndarray, reference: dict | None) -> list:
+    """The NUTS reference's 5-95% band (orange outline) and mean (orange dashes), when given."""
+    if reference is None:
+        return []
+    frame = pd.DataFrame({"x": np.asarray(x_grid, dtype=np.float64).ravel(),
+                          "ref_low": np.asarray(reference["low"], dtype=np.float64).ravel(),
+                          "ref_high": np.asarray(reference["high"], dtype=np.float64).ravel(),
+                          "ref_mean": np.asarray(reference["mean"], dtype=np.float64).ravel()})
+    base = alt.Chart(frame).encode(x="x:Q")
+    return [base.mark_line(color="#f58518", strokeWidth=1.5).encode(y="ref_low:Q"),
+            base.mark_line(color="#f58518", strokeWidth=1.5).encode(y="ref_high:Q"),
+            base.mark_line(color="#f58518", strokeDash=[2, 2]).encode(y="ref_mean:Q")]
+
+
+def quantile_bands(x_grid: np.ndarray, mean: np.ndarray, low: np.ndarray, high: np.ndarray, x_train: np.ndarray,
+                   y_train: np.ndarray, true_mean: np.ndarray | None = None, reference: dict | None = None,
+                   title: str = "predictive mean and 5-95% band") -> alt.LayerChart:
+    """Predictive mean with a quantile band (e.g. the collapsed predictive's), optionally the reference's."""
+    frame = pd.DataFrame({"x": np.asarray(x_grid, dtype=np.float64).ravel(),
+                          "mean": np.asarray(mean, dtype=np.float64).ravel(),
+                          "low": np.asarray(low, dtype=np.float64).ravel(),
+                          "high": np.asarray(high, dtype=np.float64).ravel()})
+    base = alt.Chart(frame).encode(x=alt.X("x:Q", title="x"))
+    layers = [base.mark_area(opacity=0.3, color="#4c78a8").encode(y=alt.Y("low:Q", title="y"), y2="high:Q"),
+              base.mark_line(color="#1f3b73").encode(y="mean:Q")]
+    return _finish_bands(layers, frame["x"], x_train, y_train, true_mean, reference, title)
+
+
+def _finish_bands(layers: list, x: Any, x_train: np.ndarray, y_train: np.ndarray, true_mean: np.ndarray | None,
+                  reference: dict | None, title: str) -> alt.LayerChart:
+    layers = layers + reference_layers(x, reference)
+    if true_mean is not None:
+        truth = pd.DataFrame({"x": x, "truth": np.asarray(true_mean, dtype=np.float64).ravel()})
+        layers.append(alt.Chart(truth).mark_line(color="black", strokeDash=[5, 4]).encode(x="x:Q", y="truth:Q"))
+    points = pd.DataFrame({"x": np.asarray(x_train, dtype=np.float64).ravel(),
+                           "y": np.asarray(y_train, dtype=np.float64).ravel()})
+    layers.append(alt.Chart(points).mark_circle(color="#e45756", size=18, opacity=0.8).encode(x="x:Q", y="y:Q"))
+    if reference is not None:
+        title += "; orange: NUTS reference 5-95% and mean"
+    return alt.layer(*layers).properties(title=title, width=640, height=340)
+
+
 def regression_bands(x_grid: np.ndarray, mean: np.ndarray, epistemic_std: np.ndarray, total_std: np.ndarray,
                      x_train: np.ndarray, y_train: np.ndarray, true_mean: np.ndarray | None = None,
-                     z: float = 1.96) -> alt.LayerChart:
+                     z: float = 1.96, reference: dict | None = None) -> alt.LayerChart:
     """Predictive mean with 95% total (light) and epistemic (dark) bands and the training points."""
     frame = regression_frame(x_grid, mean, epistemic_std, total_std, z)
     base = alt.Chart(frame).encode(x=alt.X("x:Q", title="x"))
@@ -256,6 +298,9 @@ def regression_bands(x_grid: np.ndarray, mean: np.ndarray, epistemic_std: np.nda
         base.mark_area(opacity=0.45, color="#4c78a8").encode(y="epistemic_low:Q", y2="epistemic_high:Q"),
         base.mark_line(color="#1f3b73").encode(y="mean:Q"),
     ]
+    if reference is not None:
+        return _finish_bands(layers, frame["x"], x_train, y_train, true_mean, reference,
+                             "predictive mean, epistemic (dark) and total (light) 95% bands")
     if true_mean is not None:
         truth = pd.DataFrame({"x": frame["x"], "truth": np.asarray(true_mean, dtype=np.float64).ravel()})
         layers.append(alt.Chart(truth).mark_line(color="black", strokeDash=[5, 4]).encode(x="x:Q", y="truth:Q"))

@@ -14,10 +14,11 @@ from typing import Any
 from core.errors import PredictionError
 from core.predict.evaluate import evaluate
 from core.predict.export import export_pruned
-from core.predict.modes import PredictionMode, parse_mode
+from core.predict.modes import PredictionMode, collapsed_variant, parse_mode
 from core.predict.sweep import parse_threshold_grid, sweep
 
-MODE_HELP = "bma, mean, mpm, mpm-mean or prune (paper names SIM-SIM, ALL-MEA, MED-SIM, MED-MEA, PRN)"
+MODE_HELP = ("bma, mean, mpm, mpm-mean or prune (paper names SIM-SIM, ALL-MEA, MED-SIM, MED-MEA, PRN); "
+             "regression also collapsed (Gaussian last layer integrated out) or collapsed-box (seed 003's box)")
 
 
 def _load(args: argparse.Namespace):
@@ -76,9 +77,21 @@ def _flatten(prefix: str, value: Any, rows: list[dict[str, Any]]) -> None:
 
 def evaluate_command(model, dataset, args: argparse.Namespace, out=None) -> dict[str, Any]:
     out = out or sys.stdout
+    variant = collapsed_variant(args.mode)
+    if variant is not None:
+        from core.predict.collapsed import evaluate_collapsed
+        if args.threshold is not None or args.ood:
+            raise PredictionError(f"mode {args.mode!r}: takes no --threshold or --ood")
+        result = evaluate_collapsed(model, dataset, variant, samples=_positive_int(str(args.samples)),
+                                    seed=args.seed)
+        return _print_result(result, args, out)
     result = evaluate(model, dataset, mode=parse_mode(args.mode), samples=_positive_int(str(args.samples)),
                       threshold=_float("threshold", args.threshold), seed=args.seed, ood=args.ood or None,
                       data_dir=getattr(args, "data_dir", None))
+    return _print_result(result, args, out)
+
+
+def _print_result(result: dict[str, Any], args: argparse.Namespace, out) -> dict[str, Any]:
     if args.json:
         print(json.dumps(result), file=out)
     else:

@@ -52,6 +52,15 @@ PAPER_NAMES = {
 }
 MODE_ALIASES = {name.lower(): mode for mode, name in PAPER_NAMES.items()}
 
+# Regression only, outside PredictionMode (they integrate the last layer out instead of choosing
+# a structure): the collapsed predictive of core.predict.collapsed, by variant.
+COLLAPSED_MODES = {"collapsed": "gaussian", "collapsed-box": "box"}
+
+
+def collapsed_variant(value: str | PredictionMode) -> str | None:
+    """The collapsed-predictive variant a mode name asks for, or None for the modes of PredictionMode."""
+    return COLLAPSED_MODES.get(str(getattr(value, "value", value)).strip().lower())
+
 
 def parse_mode(value: str | PredictionMode) -> PredictionMode:
     """A mode from its name or paper alias, case-insensitive."""

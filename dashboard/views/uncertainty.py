@@ -30,18 +30,55 @@ with guard("Reading the settings"):
     st.caption(backend.MODE_HELP[mode] + ("" if effective is not None else " (the threshold is not used)"))
 
 
+@st.cache_data(max_entries=16, show_spinner="Collapsed predictive on the grid ...")
+def collapsed_grid(run_id: str, variant: str, samples: int, seed: int) -> dict[str, np.ndarray]:
+    run = cache.cached_run(run_id)
+    return backend.collapsed_bands(run, run.dataset().x_grid, variant, samples, seed)
+
+
+@st.cache_data(max_entries=8, show_spinner="Reading the NUTS reference ...", ttl=60)
+def reference_grid(run_id: str) -> dict | None:
+    run = cache.cached_run(run_id)
+    return backend.reference_bands(run, run.dataset().x_grid)
+
+
 def regression_section() -> None:
     if dataset.x_grid is None or dataset.in_features != 1:
         st.info(f"{dataset.name} has {dataset.in_features} inputs: bands over x need a 1-D toy set "
                 "(toy-sine-gaps, toy-cubic, toy-hetero).")
         return
-    arrays = cache.grid_prediction(run_id, mode, samples, effective, 0)
+    predictive = st.radio("Predictive", list(backend.REGRESSION_PREDICTIVES), horizontal=True, key="predictive",
+                          format_func=lambda p: p if p != "mode" else f"mode ({mode})")
+    st.caption(backend.REGRESSION_PREDICTIVES[predictive])
+    reference = None
+    with guard("Reading the NUTS reference"):
+        reference = reference_grid(run_id)
     true_mean = None if dataset.y_grid_mean is None else dataset.unstandardise(dataset.y_grid_mean)
-    st.altair_chart(figures.regression_bands(
-        dataset.x_grid, arrays["mean"], np.sqrt(arrays["epistemic_variance"]), np.sqrt(arrays["total_variance"]),
-        dataset.x_train, dataset.unstandardise(dataset.y_train), true_mean))
-    st.caption("Epistemic: variance of the R draws' means; total adds the mean aleatoric variance. "
-               "With R = 1 or a mean mode the epistemic band is empty.")
+    y_train = dataset.unstandardise(dataset.y_train)
+    if predictive == "mode":
+        arrays = cache.grid_prediction(run_id, mode, samples, effective, 0)
+        st.altair_chart(figures.regression_bands(
+            dataset.x_grid, arrays["mean"], np.sqrt(arrays["epistemic_variance"]), np.sqrt(arrays["total_variance"]),
+            dataset.x_train, y_train, true_mean, reference=reference))
+        st.caption("Epistemic: variance of the R draws' means; total adds the mean aleatoric variance. "
+                   "With R = 1 or a mean mode the epistemic band is empty.")
+    else:
+        variant = "box" if predictive == "collapsed-box" else "gaussian"
+        arrays = collapsed_grid(run_id, variant, samples, 0)
+        st.altair_chart(figures.quantile_bands(
+            dataset.x_grid, arrays["mean"], arrays["low"], arrays["high"], dataset.x_train, y_train, true_mean,
+            reference=reference, title=f"collapsed ({variant}) predictive: mean and 5-95% band, R = {samples}"))
+        st.caption("The R bodies are those of bma with the same seed; the threshold is not used.")
+    if reference is None:
+        st.caption(f"No NUTS reference is cached for this dataset: `python -m core reference {dataset.name}` "
+                   "(needs requirements-reference.txt) adds one to this chart.")
+    else:
+        d = reference["diagnostics"]
+        st.caption(f"NUTS reference {reference['reference_id']} (1-{'-'.join(map(str, reference['hidden']))}-1, "
+                   f"{reference['draws']} draws; function R-hat max {d.get('function_rhat_max', float('nan')):.3f}, "
+                   f"ESS min {d.get('function_ess_min', float('nan')):.0f}).")
+        for warning in d.get("warnings", []):
+            st.warning(f"NUTS reference: {warning}")
 
 
 def image_of(x: np.ndarray) -> np.ndarray | None:
