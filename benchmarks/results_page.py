@@ -352,7 +352,7 @@ def build_page(cache_dir=None, data_dir=None, figures: bool = True) -> str:
             ("Regression bands against the NUTS reference", "bands_vs_reference",
              "python benchmarks/bands_vs_reference.py")):
         out.append(f"## {title}\n")
-        render = _optional_renderer(module)
+        render = _optional_renderer(module, "results_section" if module == "bands_vs_reference" else "render_markdown")
         out.append(render() if render else f"Not run yet: `{command}`.\n")
 
     out.append("## Epoch time (`python benchmarks/epoch_time.py --repeats 3`)\n")
