@@ -138,14 +138,11 @@ def render_markdown(result: dict[str, Any]) -> str:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from figures import save, subplots
 
     t = result["trajectory"]
     epochs = [0] + [r["epoch"] for r in t]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    fig, axes = subplots(3, (12, 3.6))
     series = [("MED-MEA test accuracy", [result["recipe"]["accuracy"]] + [r["accuracy"] for r in t], "linear"),
               ("density", [result["recipe"]["density"]] + [r["density"] for r in t], "log"),
               ("-ELBO / N (training average)", [None] + [r["minus_elbo_per_example"] for r in t], "linear")]
@@ -153,9 +150,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
         xs = [e for e, v in zip(epochs, values) if v is not None]
         ax.plot(xs, [v for v in values if v is not None], marker=".")
         ax.set(xlabel="epochs of the ELBO after the recipe", title=label, yscale=scale)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 if __name__ == "__main__":

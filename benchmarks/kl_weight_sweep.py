@@ -71,12 +71,9 @@ def render_markdown(entries: list[dict[str, Any]]) -> str:
 
 
 def plot(entries: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
+    from figures import save, subplots
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_density, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, (ax_density, ax_acc) = subplots(2, (10, 3.8))
     for e in sorted(entries, key=lambda e: -e["kl_weight"]):
         epochs = [r["epoch"] for r in e["rows"]]
         label = f"KL x {e['kl_weight']:g}" + (" (ELBO)" if e["kl_weight"] == 1 else "")
@@ -88,9 +85,7 @@ def plot(entries: list[dict[str, Any]], path: Path) -> None:
     ax_acc.set(xlabel="epoch after the warm start", ylabel="MED-MEA test accuracy", ylim=(0.9, 0.99))
     ax_density.legend(fontsize=7)
     ax_acc.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -217,28 +217,20 @@ def ood_section(store, setups_by_dataset, data_dir, figure: Path | None) -> str:
 
 
 def _plot_lines(curves: dict[str, tuple[list, list]], path: Path, xlabel: str, ylabel: str, logx=False) -> None:
-    import matplotlib
+    from figures import save, subplots
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = subplots(1, (6, 4))
     for label, (x, y) in curves.items():
         ax.plot(x, y, label=label)
     ax.set(xlabel=xlabel, ylabel=ylabel, xscale="log" if logx else "linear")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def _plot_ecdfs(ecdfs: dict[str, dict], path: Path) -> None:
-    import matplotlib
+    from figures import save, subplots
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = subplots(2, (11, 4))
     for label, ood in ecdfs.items():
         ax = axes[0] if label.startswith("mnist->") else axes[1]
         x = ood.get("ecdf_grid")
@@ -248,9 +240,7 @@ def _plot_ecdfs(ecdfs: dict[str, dict], path: Path) -> None:
     for ax, title in zip(axes, ("MNIST -> Fashion-MNIST", "Fashion-MNIST -> MNIST")):
         ax.set(xlabel="predictive entropy", ylabel="ECDF out of domain", title=title)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def _file_section(name: str, render: Callable[[Any], str] | None, command: str) -> str:

@@ -149,12 +149,9 @@ def render_markdown(entries: list[dict[str, Any]]) -> str:
 
 
 def plot(entries: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
+    from figures import save, subplots
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_acc, ax_den) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (ax_acc, ax_den) = subplots(2, (10, 4))
     for e in entries:
         rows = [r for r in e["rows"] if r["phase"] != "warm-start"]
         if not rows:
@@ -170,9 +167,7 @@ def plot(entries: list[dict[str, Any]], path: Path) -> None:
     ax_acc.set_ylim(0.95, 0.99)
     ax_den.set(xlabel="training minutes", ylabel="density of the MPM", title="density", yscale="log")
     ax_acc.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
