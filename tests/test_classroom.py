@@ -123,7 +123,7 @@ def test_two_sessions_asking_for_one_config_share_one_training(tmp_path, monkeyp
     first, second = (at.session_state["training_worker"] for at in sessions)
     assert not first.joined and second.joined
     assert first.snapshot().sharers == 2
-    snapshots = [request.join(timeout=180) for request in (first, second)]
+    snapshots = [request.join(timeout=600) for request in (first, second)]
     assert [s.status.value for s in snapshots] == ["done", "done"]
     assert snapshots[0].run_id == snapshots[1].run_id
     from core.runs import list_runs
