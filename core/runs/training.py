@@ -205,7 +205,8 @@ def load_run(run: str, cache_dir: str | Path | RunStore | None = None, device: s
         model_config = ModelConfig(in_features=int(shape["in_features"]), out_classes=shape["out_classes"],
                                    hidden=config.hidden, family=config.method,
                                    family_options=dict(config.family_options), activation=config.activation,
-                                   likelihood=config.likelihood)
+                                   likelihood=config.likelihood,
+                                   likelihood_options=dict(config.likelihood_options))
         model = build_model(model_config, "cpu")
         model.load_state_dict(stored.state_dict)
     except (BNNError, KeyError, TypeError, ValueError, RuntimeError) as exc:
