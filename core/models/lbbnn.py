@@ -43,6 +43,12 @@ from core.models.base import (
 
 ESTIMATORS = ("local-reparameterisation", "relaxed-bernoulli")
 BIAS_PRIORS = ("spike-and-slab", "gaussian")
+PRIOR_SCALINGS = ("none", "fan-in")
+
+
+def scaled_prior_variance(variance: float, scaling: str, in_features: int) -> float:
+    """The prior (slab) variance of a layer: as given, or divided by the layer's fan-in."""
+    return float(variance) / (int(in_features) if scaling == "fan-in" else 1)
 
 
 @dataclass(frozen=True)
@@ -63,8 +69,12 @@ class LBBNNOptions(LayerOptions):
     # "spike-and-slab": the bias has an inclusion indicator like any weight (seed 000's intercept);
     # "gaussian": a plain slab prior on the bias, always included, no indicator.
     bias_prior: Literal["spike-and-slab", "gaussian"] = "spike-and-slab"
+    # "fan-in": the Gaussian slab's variance is slab_variance / in_features in each layer.
+    prior_scaling: Literal["none", "fan-in"] = "none"
 
     def validate(self) -> None:
+        require(self.prior_scaling in PRIOR_SCALINGS, "prior_scaling",
+                f"must be one of {', '.join(PRIOR_SCALINGS)}, got {self.prior_scaling!r}")
         require(self.bias_prior in BIAS_PRIORS, "bias_prior",
                 f"must be one of {', '.join(BIAS_PRIORS)}, got {self.bias_prior!r}")
         require(self.slab in ("gaussian", "student-t"), "slab", f"must be gaussian or student-t, got {self.slab!r}")
@@ -125,7 +135,8 @@ class LBBNNLayer(SparseLayer):
         self.inclusion_logit = nn.Parameter(torch.empty(self.shape).uniform_(low, high))
         # Prior hyperparameters in unconstrained form: learnable only during
         # empirical-Bayes pre-training (requires_grad off otherwise).
-        self.log_slab_variance = nn.Parameter(torch.tensor(math.log(opts.slab_variance)), requires_grad=False)
+        slab_variance = scaled_prior_variance(opts.slab_variance, opts.prior_scaling, in_features)
+        self.log_slab_variance = nn.Parameter(torch.tensor(math.log(slab_variance)), requires_grad=False)
         self.log_slab_a = nn.Parameter(torch.tensor(math.log(opts.slab_a)), requires_grad=False)
         self.log_slab_b = nn.Parameter(torch.tensor(math.log(opts.slab_b)), requires_grad=False)
         self.prior_inclusion_logit = nn.Parameter(

@@ -216,14 +216,19 @@ class Gaussian(Likelihood):
         return None
 
     def initialise_from_data(self, x: Tensor, y: Tensor) -> None:
-        if self.options.noise_init != "data":
-            return
-        log_std = math.log(least_squares_residual_std(x, y))
+        """noise_init="data": start at the least-squares residual sd. For q(tau), start its shape at
+        the conjugate value a0 + N/2 (the shape's optimum once the residuals are fixed), which Adam
+        would otherwise need hundreds of steps to reach on large sets."""
+        if self.options.noise_init == "data":
+            std = least_squares_residual_std(x, y)
+        else:
+            std = self.options.noise_std
         with torch.no_grad():
             if self.options.noise == "variational":
-                self.log_q_rate.copy_(self.log_q_shape + 2 * log_std)
-            else:
-                self.log_noise_std.fill_(log_std)
+                self.log_q_shape.fill_(math.log(self.options.precision_a + 0.5 * len(y)))
+                self.log_q_rate.copy_(self.log_q_shape + 2 * math.log(std))
+            elif self.options.noise_init == "data":
+                self.log_noise_std.fill_(math.log(std))
 
     def set_noise_std(self, std: float) -> None:
         """Set the (predictive) noise sd, e.g. from a warm start or an export."""
