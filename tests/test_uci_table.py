@@ -71,6 +71,6 @@ def test_uci_grid_covers_nine_sets_five_families_and_all_splits():
     restricted = uci_table.uci_grid(("bnn",), ("uci-protein", "uci-yacht"), (3, 4, 5))
     assert {(c[0], c[3]) for c in restricted.cells()} == {("uci-protein", 3), ("uci-protein", 4),
                                                          ("uci-yacht", 3), ("uci-yacht", 4), ("uci-yacht", 5)}
-    # The single-run presets keep their names and are split 0 of the grid's setups.
+    # The single-run presets keep their names and are the grid's lbbnn runs on split 0.
     for name in ("uci-boston", "uci-yacht", "uci-protein"):
-        assert PRESETS[name] == grid.setups[name]
+        assert PRESETS[name] == next(c[-1] for c in cells if c[0] == name and c[1] == "lbbnn" and c[3] == 0)
