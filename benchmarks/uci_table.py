@@ -141,7 +141,7 @@ def evaluate_run(run_id: str, cache_dir: str | Path | None, data_dir: str | Path
                                                             dataset.y_test, dataset.target_std),
                 "rmse": regression.rmse(collapsed.mean, dataset.y_test, dataset.target_std),
                 "density": modes["bma"]["density"]}
-    noise = float(run.model.likelihood.log_noise_std.exp()) * dataset.target_std
+    noise = float(run.model.likelihood.log_noise_std.detach().exp()) * dataset.target_std
     return {"modes": modes, "density": float(run.metrics.get("density", 1.0)), "noise_std": noise,
             "train_seconds": float(run.metrics.get("train_seconds", math.nan)),
             "epochs": int(run.info.get("epochs", 0)), "samples": samples, "evaluation": EVALUATION_VERSION}

@@ -184,3 +184,22 @@ def test_old_state_dicts_load_into_the_new_layers():
     fresh = LBBNNLayer(3, 2, LBBNNOptions(bias_prior="gaussian"))
     fresh.load_state_dict(state)
     assert float(fresh.kl()) == pytest.approx(float(layer.kl()))
+
+
+def test_cli_flags_set_the_noise_model_and_the_bias_prior():
+    from core.cli import build_parser
+    from core.runs.cli import config_from_args
+
+    def config(*argv):
+        return config_from_args(build_parser().parse_args(["train", *argv]))
+
+    c = config("--dataset", "toy-sine-gaps", "--method", "lbbnn", "--noise", "variational",
+               "--precision-prior", "6,6", "--noise-init", "data", "--bias-prior", "gaussian")
+    assert c.likelihood_options == {"noise": "variational", "precision_prior": "gamma", "noise_init": "data"}
+    assert c.family_options["bias_prior"] == "gaussian"
+    c = config("--dataset", "toy-sine-gaps", "--method", "bnn", "--noise", "fixed", "--noise-std", "0.2")
+    assert c.likelihood_options == {"noise": "fixed", "noise_std": 0.2}
+    with pytest.raises(ConfigError, match="precision-prior"):
+        config("--dataset", "toy-sine-gaps", "--precision-prior", "6")
+    # The uci presets ship the variational noise model.
+    assert config("--preset", "uci-yacht").likelihood_options["noise"] == "variational"
