@@ -28,30 +28,34 @@ def record(family, split, ll, rmse, mode="bma", density=1.0, dataset="uci-yacht"
             "noise_std": 0.5, "train_seconds": 3.0, "epochs": 10, "samples": 100, "evaluation": 1}
 
 
-def test_summary_uses_shared_splits_and_the_reference_on_the_same_splits(tmp_path):
+def test_summary_compares_each_row_with_mc_dropout_on_its_own_splits(tmp_path):
     write_reference(tmp_path, "yacht", [-1.0, -2.0, -3.0, -4.0], [1.0, 2.0, 3.0, 4.0])
-    records = [record("bnn", 0, -1.5, 1.0), record("bnn", 1, -1.5, 3.0), record("bnn", 2, -1.4, 2.0),
+    records = [record("bnn", 0, -1.5, 1.0), record("bnn", 1, -1.5, 3.0), record("bnn", 2, -2.5, 2.0),
                record("lbbnn", 0, -0.5, 1.0, mode="mpm", density=0.2),
                record("lbbnn", 1, -2.5, 1.0, mode="mpm", density=0.4)]
     summary = uci_table.summarise(records, tmp_path)
     entry = summary["sets"]["uci-yacht"]
-    assert entry["splits"] == [0, 1]  # split 2 has no lbbnn run
-    ref_mean, ref_se = entry["reference"]["log_likelihood"]
-    assert ref_mean == pytest.approx(-1.5) and ref_se == pytest.approx(np.std([-1, -2], ddof=1) / math.sqrt(2))
+    assert entry["splits"] == [0, 1, 2]
+    assert entry["reference"]["log_likelihood"][0] == pytest.approx(-2.0)
     rows = {(r["family"], r["mode"]): r for r in entry["rows"]}
-    assert rows[("bnn", "bma")]["rmse"][0] == pytest.approx(2.0)
-    assert rows[("bnn", "bma")]["rmse"][1] == pytest.approx(1.0)  # sd sqrt(2), n 2
-    assert rows[("lbbnn", "mpm")]["density"] == pytest.approx(0.3)
-    # -1.5 vs -1.5 is not a win; lbbnn's mean -1.5 ties too: nobody wins
-    assert summary["family_wins"] == {} and summary["sets_won_by_best"] == 0
-    records[3]["modes"]["mpm"]["log_likelihood"] = -0.4
+    bnn, lbbnn = rows[("bnn", "bma")], rows[("lbbnn", "mpm")]
+    assert bnn["splits"] == [0, 1, 2] and lbbnn["splits"] == [0, 1]
+    assert bnn["rmse"][0] == pytest.approx(2.0) and bnn["rmse"][1] == pytest.approx(1 / math.sqrt(3))
+    ref_mean, ref_se = lbbnn["reference_log_likelihood"]  # MC dropout on splits 0 and 1 only
+    assert ref_mean == pytest.approx(-1.5) and ref_se == pytest.approx(np.std([-1, -2], ddof=1) / math.sqrt(2))
+    assert lbbnn["density"] == pytest.approx(0.3)
+    # bnn: -1.833 vs -2.0 wins; lbbnn: -1.5 vs -1.5 is a tie, not a win
+    assert bnn["beats_reference"] and not lbbnn["beats_reference"]
+    assert summary["family_wins"] == {"bnn": 1} and summary["sets_won_by_best"] == 1
+    assert entry["best"] == "bnn bma"
+    records[3]["modes"]["mpm"]["log_likelihood"] = -0.1  # lbbnn mean -1.3 vs -1.5: a bigger margin
     summary = uci_table.summarise(records, tmp_path)
-    assert summary["family_wins"] == {"lbbnn": 1} and summary["sets_won_by_lbbnn"] == 1
+    assert summary["family_wins"] == {"bnn": 1, "lbbnn": 1} and summary["sets_won_by_lbbnn"] == 1
     assert summary["sets"]["uci-yacht"]["best"] == "lbbnn mpm"
     text = uci_table.render_markdown(summary)
-    assert "| yacht | MC dropout | - | -1.50 ± 0.50 |" in text
-    assert "**-1.45 ± 1.05**" in text  # lbbnn mpm: mean of -0.4 and -2.5
-    assert "yacht 2 of 20 (0-1)" in text
+    assert "| yacht | MC dropout | - | 3 | -2.00 ± 0.58 | - |" in text
+    assert "| yacht | lbbnn | mpm | 2 | **-1.30 ± 1.20** | -1.50 ± 0.50 |" in text
+    assert "yacht 3 of 20 (0-2)" in text
 
 
 def test_split_ranges_and_parsing():
