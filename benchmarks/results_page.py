@@ -85,16 +85,17 @@ def _config_key(config: dict[str, Any]) -> str:
 
 def find_runs(store, config) -> list:
     """Stored runs whose config equals `config` up to the seed (whatever schema they were trained under)."""
-    from core.runs.config import normalise
+    from core.errors import BNNError
+    from core.runs.config import normalise, stored_config
 
     wanted = _config_key(normalise(config.to_dict()))
     found = []
     for info in store.list():
         if info.status != "ok" or not info.config:
             continue
-        try:
-            key = _config_key(normalise(info.config))
-        except (TypeError, ValueError):
+        try:  # through RunConfig: options added since the run was stored get their defaults
+            key = _config_key(normalise(stored_config(info.config).to_dict()))
+        except (BNNError, TypeError, ValueError):
             continue
         if key == wanted:
             found.append(info)

@@ -225,6 +225,7 @@ def train(
 
         for layer in model.layers:
             layer.use_compiled_kernels(config.compile)
+        model.likelihood.initialise_from_data(x_train, y_train)  # noise_init="data"; a no-op otherwise
         if config.warm_start_epochs:
             _warm_start(model, x_train, y_train, config, seed, batch_generator, noise_generator, cancel, history,
                         progress, started)
@@ -282,7 +283,8 @@ def _run_epoch(model, optimizer, x_train, y_train, config, kl_weight, batch_gene
     data_term = (data_sum / n_batches).item()  # one device sync per epoch
     with torch.no_grad():
         kl_per_layer = [float(layer.kl()) for layer in model.layers]
-    kl_value = sum(kl_per_layer)  # at the end of the epoch
+        noise_kl = model.likelihood.kl()
+    kl_value = sum(kl_per_layer) + (0.0 if noise_kl is None else float(noise_kl))  # at the end of the epoch
     if not (math.isfinite(data_term) and math.isfinite(kl_value)):
         raise TrainingDivergedError(
             f"the loss became {'NaN' if math.isnan(data_term + kl_value) else 'infinite'} in epoch {epoch + 1} "
@@ -348,5 +350,5 @@ def _warm_start(model, x_train, y_train, config, seed, batch_generator, noise_ge
     with torch.no_grad():
         for layer, point_layer in zip(model.layers, point.layers):
             layer.load_point_estimate(point_layer.mean_weights())
-        if hasattr(model.likelihood, "log_noise_std") and hasattr(point.likelihood, "log_noise_std"):
-            model.likelihood.log_noise_std.copy_(point.likelihood.log_noise_std)
+        if getattr(getattr(model.likelihood, "options", None), "noise", None) in ("point", "variational"):
+            model.likelihood.set_noise_std(float(point.likelihood.log_noise_std.exp()))

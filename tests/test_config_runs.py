@@ -209,3 +209,14 @@ def test_grid_presets_expand_to_distinct_runs():
         splits.setdefault(label, set()).add(split)
         assert config.hidden in ((50,), (100,))
     assert splits["uci-boston"] == set(range(20)) and splits["uci-protein"] == set(range(5))
+
+
+def test_a_stored_config_from_before_kl_weight_means_the_elbo():
+    from core.runs.config import stored_config
+
+    old = tiny().to_dict()
+    del old["train"]["kl_weight"]
+    assert stored_config(old).train.kl_weight == 1.0
+    new = tiny(train={"kl_weight": 0.3}).to_dict()
+    assert stored_config(new).train.kl_weight == 0.3
+    assert RunConfig.from_dict(old).train.kl_weight == 0.1  # a user's config without it gets the default

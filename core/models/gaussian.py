@@ -26,7 +26,7 @@ from core.models.base import (
 )
 from core.models.fused import apply_fused
 from core.models.gaussian_fused import GaussianLinear
-from core.models.lbbnn import gaussian_kl
+from core.models.lbbnn import PRIOR_SCALINGS, gaussian_kl, scaled_prior_variance
 
 ESTIMATORS = ("local-reparameterisation", "weight-sampling")
 
@@ -36,9 +36,14 @@ class GaussianOptions(LayerOptions):
     prior_variance: float = 1.0
     estimator: str = "local-reparameterisation"
     init_sigma: float = 0.01
+    # "fan-in": the prior variance of a layer is prior_variance / in_features, so the prior's
+    # pre-activations keep the same scale in every layer whatever its width.
+    prior_scaling: str = "none"
 
     def validate(self) -> None:
         require(self.prior_variance > 0, "prior_variance", f"must be > 0, got {self.prior_variance}")
+        require(self.prior_scaling in PRIOR_SCALINGS, "prior_scaling",
+                f"must be one of {', '.join(PRIOR_SCALINGS)}, got {self.prior_scaling!r}")
         require(self.estimator in ESTIMATORS, "estimator", f"must be one of {', '.join(ESTIMATORS)}, got {self.estimator!r}")
         require(self.init_sigma > 0, "init_sigma", f"must be > 0, got {self.init_sigma}")
 
@@ -65,7 +70,8 @@ class GaussianLayer(SparseLayer):
         super().__init__(in_features, out_features, options, is_output)
         self.weight_mu = self.initial_weights()
         self.weight_rho = nn.Parameter(torch.full(self.shape, inverse_softplus(self.options.init_sigma)))
-        self.register_buffer("prior_variance", torch.tensor(float(self.options.prior_variance)))
+        self.register_buffer("prior_variance", torch.tensor(
+            scaled_prior_variance(self.options.prior_variance, self.options.prior_scaling, in_features)))
 
     # Whether kl() is the closed-form Gaussian KL that the fused layer differentiates.
     closed_form_kl = True

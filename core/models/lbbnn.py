@@ -44,6 +44,13 @@ from core.models.base import (
 
 ESTIMATORS = ("local-reparameterisation", "relaxed-bernoulli")
 INCLUSION_PRIORS = ("bernoulli", "beta-bernoulli", "beta-binomial")
+BIAS_PRIORS = ("spike-and-slab", "gaussian")
+PRIOR_SCALINGS = ("none", "fan-in")
+
+
+def scaled_prior_variance(variance: float, scaling: str, in_features: int) -> float:
+    """The prior (slab) variance of a layer: as given, or divided by the layer's fan-in."""
+    return float(variance) / (int(in_features) if scaling == "fan-in" else 1)
 
 
 @dataclass(frozen=True)
@@ -64,8 +71,17 @@ class LBBNNOptions(LayerOptions):
     init_inclusion_low: float = 0.1  # initial alpha spread uniformly in logit space
     init_inclusion_high: float = 0.9
     init_sigma: float = 0.01
+    # "spike-and-slab": the bias has an inclusion indicator like any weight (seed 000's intercept);
+    # "gaussian": a plain slab prior on the bias, always included, no indicator.
+    bias_prior: Literal["spike-and-slab", "gaussian"] = "spike-and-slab"
+    # "fan-in": the Gaussian slab's variance is slab_variance / in_features in each layer.
+    prior_scaling: Literal["none", "fan-in"] = "none"
 
     def validate(self) -> None:
+        require(self.prior_scaling in PRIOR_SCALINGS, "prior_scaling",
+                f"must be one of {', '.join(PRIOR_SCALINGS)}, got {self.prior_scaling!r}")
+        require(self.bias_prior in BIAS_PRIORS, "bias_prior",
+                f"must be one of {', '.join(BIAS_PRIORS)}, got {self.bias_prior!r}")
         require(self.slab in ("gaussian", "student-t"), "slab", f"must be gaussian or student-t, got {self.slab!r}")
         require(self.slab_variance > 0, "slab_variance", f"must be > 0, got {self.slab_variance}")
         require(self.slab_a > 0 and self.slab_b > 0, "slab_a/slab_b", "must both be > 0")
@@ -124,18 +140,28 @@ class LBBNNLayer(SparseLayer):
         self.inclusion_logit = nn.Parameter(torch.empty(self.shape).uniform_(low, high, generator=init_generator()))
         # Prior hyperparameters in unconstrained form: learnable only during
         # empirical-Bayes pre-training (requires_grad off otherwise).
-        self.log_slab_variance = nn.Parameter(torch.tensor(math.log(opts.slab_variance)), requires_grad=False)
+        slab_variance = scaled_prior_variance(opts.slab_variance, opts.prior_scaling, in_features)
+        self.log_slab_variance = nn.Parameter(torch.tensor(math.log(slab_variance)), requires_grad=False)
         self.log_slab_a = nn.Parameter(torch.tensor(math.log(opts.slab_a)), requires_grad=False)
         self.log_slab_b = nn.Parameter(torch.tensor(math.log(opts.slab_b)), requires_grad=False)
         self.prior_inclusion_logit = nn.Parameter(
             torch.tensor(math.log(opts.prior_inclusion / (1 - opts.prior_inclusion))), requires_grad=False)
         self.log_beta_a = nn.Parameter(torch.tensor(math.log(opts.beta_a)), requires_grad=False)
         self.log_beta_b = nn.Parameter(torch.tensor(math.log(opts.beta_b)), requires_grad=False)
+        # 1 where a weight has an inclusion indicator; the bias column is 0 under bias_prior="gaussian".
+        indicators = torch.ones(self.shape)
+        if opts.bias_prior == "gaussian":
+            indicators[:, -1] = 0.0
+        self.register_buffer("has_indicator", indicators, persistent=False)  # derived from the options
+        self.all_have_indicators = opts.bias_prior == "spike-and-slab"  # host-side copy for the hot path
 
     # --- parameters in natural form ---------------------------------------------------
     @property
     def inclusion_probability(self) -> Tensor:
-        return torch.sigmoid(self.inclusion_logit)
+        alpha = torch.sigmoid(self.inclusion_logit)
+        if self.all_have_indicators:
+            return alpha
+        return self.has_indicator * alpha + (1 - self.has_indicator)
 
     @property
     def weight_sigma(self) -> Tensor:
@@ -200,6 +226,7 @@ class LBBNNLayer(SparseLayer):
         opts: LBBNNOptions = self.options
         return (opts.estimator == "local-reparameterisation" and opts.slab == "gaussian"
                 and opts.inclusion_prior == "bernoulli" and not self.is_structure_fixed
+                and self.all_have_indicators
                 and not self.prior_inclusion_logit.requires_grad and not self.log_slab_variance.requires_grad)
 
     def _relaxed_inclusion(self, alpha: Tensor) -> Tensor:
@@ -244,18 +271,19 @@ class LBBNNLayer(SparseLayer):
         alpha = self._effective_inclusion()
         kl = (alpha * self.slab_kl()).sum()
         logit = self._effective_logit()
+        indicators = self.has_indicator  # weights without an indicator have no inclusion term
         if opts.inclusion_prior == "bernoulli":
-            return kl + bernoulli_kl_from_logits(logit, self.prior_inclusion_logit).sum()
+            return kl + (indicators * bernoulli_kl_from_logits(logit, self.prior_inclusion_logit)).sum()
         if opts.inclusion_prior == "beta-bernoulli":  # BetaBinomial(1, a, b) is Bernoulli(a / (a + b))
-            return kl + bernoulli_kl_from_logits(logit, self.log_beta_a - self.log_beta_b).sum()
+            return kl + (indicators * bernoulli_kl_from_logits(logit, self.log_beta_a - self.log_beta_b)).sum()
         # Beta-Binomial: E_q log p(gamma) with the count k = sum gamma replaced by
         # its mean (delta method); k concentrates for layers of many weights.
         a, b = self.log_beta_a.exp(), self.log_beta_b.exp()
-        total = torch.tensor(float(alpha.numel()), device=alpha.device)
-        k = alpha.sum()
+        total = indicators.sum()
+        k = (indicators * alpha).sum()
         log_prior = (torch.lgamma(a + k) + torch.lgamma(b + total - k) - torch.lgamma(a + b + total)
                      - (torch.lgamma(a) + torch.lgamma(b) - torch.lgamma(a + b)))
-        neg_entropy = bernoulli_neg_entropy_from_logits(logit).sum()
+        neg_entropy = (indicators * bernoulli_neg_entropy_from_logits(logit)).sum()
         return kl + neg_entropy - log_prior
 
     # --- sparsity -------------------------------------------------------------------------

@@ -51,6 +51,8 @@ class LowRankLBBNNOptions(LBBNNOptions):
         require(self.inclusion_prior == "bernoulli", "inclusion_prior",
                 "lbbnn-lfmvn puts a Gaussian prior on the inclusion logits (mean logit(prior_inclusion)); "
                 f"only 'bernoulli' is supported, got {self.inclusion_prior!r}")
+        require(self.bias_prior == "spike-and-slab", "bias_prior",
+                f"lbbnn-lfmvn gives every weight and bias an indicator; got {self.bias_prior!r}")
         require(self.logit_prior_variance > 0, "logit_prior_variance", f"must be > 0, got {self.logit_prior_variance}")
         require(self.init_logit_std > 0, "init_logit_std", f"must be > 0, got {self.init_logit_std}")
         require(self.init_factor_std >= 0, "init_factor_std", f"must be >= 0, got {self.init_factor_std}")

@@ -8,7 +8,8 @@ metrics undo that with the dataset's target_mean / target_std.
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Mapping
 
 import torch
 from torch import Tensor, nn
@@ -33,6 +34,13 @@ class Likelihood(nn.Module):
     def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
         params = [p for p in self.parameters() if p.requires_grad]
         return {"likelihood": params} if params else {}
+
+    def kl(self) -> Tensor | None:
+        """The likelihood's own KL / negative log prior term of the ELBO; None when it has none."""
+        return None
+
+    def initialise_from_data(self, x: Tensor, y: Tensor) -> None:
+        """Data-dependent initialisation before training (none by default)."""
 
 
 class Categorical(Likelihood):
@@ -71,17 +79,114 @@ class Bernoulli(Likelihood):
         return torch.cat([1 - p1, p1], dim=-1)
 
 
+NOISE_MODES = ("point", "fixed", "variational")
+NOISE_INITS = ("value", "data")
+PRECISION_PRIORS = ("none", "gamma")
+
+
+@dataclass(frozen=True)
+class GaussianOptions:
+    """The noise model of the homoscedastic Gaussian likelihood (noise sd in standardised target units).
+
+    noise: "point" learns one noise sd by maximising the ELBO (with precision_prior="gamma" the
+    Gamma prior on the precision tau = 1/sd^2 is added: a MAP / empirical-Bayes update);
+    "fixed" keeps it at its initial value; "variational" gives tau a Gamma prior and a Gamma
+    posterior q(tau) learned with the network (seed 001: Gamma(6, 6)).
+    noise_init: "value" starts at noise_std; "data" at the residual sd of a least-squares linear
+    fit to the training set (computed when training starts).
+    """
+
+    noise: str = "point"
+    noise_std: float = 0.5
+    noise_init: str = "value"
+    precision_prior: str = "none"
+    precision_a: float = 6.0
+    precision_b: float = 6.0
+
+    def __post_init__(self) -> None:
+        def check(ok: bool, name: str, message: str) -> None:
+            if not ok:
+                raise ConfigError(f"likelihood_options.{name}: {message}")
+
+        check(self.noise in NOISE_MODES, "noise", f"must be one of {', '.join(NOISE_MODES)}, got {self.noise!r}")
+        check(self.noise_init in NOISE_INITS, "noise_init",
+              f"must be one of {', '.join(NOISE_INITS)}, got {self.noise_init!r}")
+        check(self.precision_prior in PRECISION_PRIORS, "precision_prior",
+              f"must be one of {', '.join(PRECISION_PRIORS)}, got {self.precision_prior!r}")
+        for name in ("noise_std", "precision_a", "precision_b"):
+            value = getattr(self, name)
+            check(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                  and value > 0, name, f"must be a positive number, got {value!r}")
+        check(self.noise != "variational" or self.precision_prior == "gamma", "noise",
+              "variational noise needs precision_prior=gamma (a prior to update against)")
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any] | None) -> "GaussianOptions":
+        values = dict(values or {})
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ConfigError(f"likelihood_options: unknown option(s) {', '.join(unknown)}; "
+                              f"known: {', '.join(known)}")
+        return cls(**values)
+
+    def non_defaults(self) -> dict[str, Any]:
+        default = type(self)()
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != getattr(default, f.name)}
+
+
+def gamma_kl(a: Tensor, b: Tensor, a0: Tensor, b0: Tensor) -> Tensor:
+    """KL(Gamma(a, b) || Gamma(a0, b0)), shape a / rate b."""
+    return ((a - a0) * torch.digamma(a) - torch.lgamma(a) + torch.lgamma(a0)
+            + a0 * (torch.log(b) - torch.log(b0)) + a * (b0 - b) / b)
+
+
+def least_squares_residual_std(x: Tensor, y: Tensor) -> float:
+    """sd of the residuals of a (slightly ridge-regularised) linear fit of y on [x, 1]."""
+    design = torch.cat([x.double(), torch.ones_like(x[:, :1], dtype=torch.float64)], dim=1)
+    target = y.double().reshape(-1, 1)
+    gram = design.T @ design + 1e-6 * len(design) * torch.eye(design.shape[1], dtype=torch.float64,
+                                                              device=design.device)
+    coef = torch.linalg.solve(gram, design.T @ target)
+    residual = target - design @ coef
+    return max(float(residual.pow(2).mean().sqrt()), 1e-3)
+
+
 class Gaussian(Likelihood):
-    """Homoscedastic Gaussian noise with a learned (point-estimated) scale."""
+    """Homoscedastic Gaussian noise; its scale is point-estimated, fixed or has a Gamma posterior.
+
+    With noise="variational" the data term is E_q[log N(y; f, 1/tau)] under q(tau) = Gamma(a, b),
+    which is closed form (E[log tau] = digamma(a) - log b, E[tau] = a / b), and kl() is
+    KL(q(tau) || Gamma(a0, b0)). The predictive integrates tau out to a Student-t with 2a degrees of
+    freedom and scale^2 b / a; prediction uses the Gaussian with that scale, whose log density
+    differs from the t's by O(1/a) (a > a0 + N/2 after training, N the training set size).
+    """
 
     name = "gaussian"
     task = "regression"
+    Options = GaussianOptions
 
-    def __init__(self, init_noise_std: float = 0.5):
+    def __init__(self, options: GaussianOptions | None = None):
         super().__init__()
-        if not init_noise_std > 0:
-            raise ConfigError(f"likelihood: initial noise std must be > 0, got {init_noise_std}")
-        self.log_noise_std = nn.Parameter(torch.tensor(math.log(init_noise_std)))
+        self.options = options if options is not None else GaussianOptions()
+        opts = self.options
+        log_std = torch.tensor(math.log(opts.noise_std))
+        if opts.noise == "variational":
+            # q(tau) = Gamma(a, b) starting at mean precision 1 / noise_std^2 with shape a0.
+            self.log_q_shape = nn.Parameter(torch.tensor(math.log(opts.precision_a)))
+            self.log_q_rate = nn.Parameter(torch.tensor(math.log(opts.precision_a)) + 2 * log_std)
+        elif opts.noise == "fixed":
+            self.register_buffer("log_noise_std", log_std)
+        else:
+            self.log_noise_std = nn.Parameter(log_std)  # the state-dict name of runs stored before options
+        self.register_buffer("precision_prior_shape", torch.tensor(float(opts.precision_a)))
+        self.register_buffer("precision_prior_rate", torch.tensor(float(opts.precision_b)))
+
+    def __getattr__(self, name: str) -> Any:
+        # For q(tau), log_noise_std is the log of the predictive scale sqrt(b / a).
+        if name == "log_noise_std" and "log_q_shape" in self._parameters:
+            return 0.5 * (self._parameters["log_q_rate"] - self._parameters["log_q_shape"])
+        return super().__getattr__(name)
 
     def n_outputs(self, n_classes: int | None) -> int:
         return 1
@@ -91,8 +196,47 @@ class Gaussian(Likelihood):
         return mean, self.log_noise_std.exp().expand_as(mean)
 
     def log_prob(self, output: Tensor, y: Tensor) -> Tensor:
+        if self.options.noise == "variational" and self.training:
+            mean = output.squeeze(-1)
+            shape, rate = self.log_q_shape.exp(), self.log_q_rate.exp()
+            expected_log_tau = torch.digamma(shape) - torch.log(rate)
+            return 0.5 * (expected_log_tau - LOG_2PI) - 0.5 * (shape / rate) * (y - mean) ** 2
         mean, std = self.mean_and_std(output)
         return -0.5 * (LOG_2PI + 2 * torch.log(std) + ((y - mean) / std) ** 2)
+
+    def kl(self) -> Tensor | None:
+        """KL(q(tau) || p(tau)) for variational noise; -log p(tau) for a point tau under a Gamma prior."""
+        a0, b0 = self.precision_prior_shape, self.precision_prior_rate
+        if self.options.noise == "variational":
+            return gamma_kl(self.log_q_shape.exp(), self.log_q_rate.exp(), a0, b0)
+        if self.options.precision_prior == "gamma" and self.options.noise == "point":
+            log_tau = -2 * self.log_noise_std
+            log_prior = a0 * torch.log(b0) - torch.lgamma(a0) + (a0 - 1) * log_tau - b0 * log_tau.exp()
+            return -log_prior
+        return None
+
+    def initialise_from_data(self, x: Tensor, y: Tensor) -> None:
+        """noise_init="data": start at the least-squares residual sd. For q(tau), start its shape at
+        the conjugate value a0 + N/2 (the shape's optimum once the residuals are fixed), which Adam
+        would otherwise need hundreds of steps to reach on large sets."""
+        if self.options.noise_init == "data":
+            std = least_squares_residual_std(x, y)
+        else:
+            std = self.options.noise_std
+        with torch.no_grad():
+            if self.options.noise == "variational":
+                self.log_q_shape.fill_(math.log(self.options.precision_a + 0.5 * len(y)))
+                self.log_q_rate.copy_(self.log_q_shape + 2 * math.log(std))
+            elif self.options.noise_init == "data":
+                self.log_noise_std.fill_(math.log(std))
+
+    def set_noise_std(self, std: float) -> None:
+        """Set the (predictive) noise sd, e.g. from a warm start or an export."""
+        with torch.no_grad():
+            if self.options.noise == "variational":
+                self.log_q_rate.copy_(self.log_q_shape + 2 * math.log(std))
+            else:
+                self.log_noise_std.fill_(math.log(std))
 
 
 class HeteroscedasticGaussian(Gaussian):
@@ -101,7 +245,9 @@ class HeteroscedasticGaussian(Gaussian):
     name = "heteroscedastic"
     std_floor = 1e-3
 
-    def __init__(self):
+    Options = None
+
+    def __init__(self, options=None):
         nn.Module.__init__(self)
 
     def n_outputs(self, n_classes: int | None) -> int:
@@ -110,17 +256,40 @@ class HeteroscedasticGaussian(Gaussian):
     def mean_and_std(self, output: Tensor) -> tuple[Tensor, Tensor]:
         return output[..., 0], F.softplus(output[..., 1]) + self.std_floor
 
+    def log_prob(self, output: Tensor, y: Tensor) -> Tensor:
+        mean, std = self.mean_and_std(output)
+        return -0.5 * (LOG_2PI + 2 * torch.log(std) + ((y - mean) / std) ** 2)
+
+    def kl(self) -> Tensor | None:
+        return None
+
+    def initialise_from_data(self, x: Tensor, y: Tensor) -> None:
+        return None
+
+    def set_noise_std(self, std: float) -> None:
+        raise TypeError("the heteroscedastic likelihood's noise comes from the network")
+
 
 LIKELIHOODS: dict[str, type[Likelihood]] = {
     cls.name: cls for cls in (Categorical, Bernoulli, Gaussian, HeteroscedasticGaussian)
 }
 
 
-def make_likelihood(name: str) -> Likelihood:
-    try:
-        return LIKELIHOODS[name]()
-    except KeyError:
-        raise ConfigError(f"likelihood: unknown {name!r}; choose one of {', '.join(LIKELIHOODS)}") from None
+def likelihood_options(name: str, values: Mapping[str, Any] | None) -> Any:
+    """The validated options of likelihood `name` (None for a likelihood without options)."""
+    if name not in LIKELIHOODS:
+        raise ConfigError(f"likelihood: unknown {name!r}; choose one of {', '.join(LIKELIHOODS)}")
+    options_class = getattr(LIKELIHOODS[name], "Options", None)
+    if options_class is None:
+        if values:
+            raise ConfigError(f"likelihood_options: the {name} likelihood takes no options, got {dict(values)}")
+        return None
+    return options_class.from_dict(values)
+
+
+def make_likelihood(name: str, options: Mapping[str, Any] | None = None) -> Likelihood:
+    parsed = likelihood_options(name, options)
+    return LIKELIHOODS[name]() if parsed is None else LIKELIHOODS[name](parsed)
 
 
 def default_likelihood(task: str, n_classes: int | None) -> str:

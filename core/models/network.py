@@ -39,6 +39,7 @@ class ModelConfig:
     family_options: dict[str, Any] = field(default_factory=dict)
     activation: str = "relu"
     likelihood: str = "categorical"
+    likelihood_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "family", canonical_family(self.family))
@@ -52,7 +53,7 @@ class ModelConfig:
             raise ConfigError(f"activation: unknown {self.activation!r}; choose one of {', '.join(ACTIVATIONS)}")
         # Parse once so a bad option fails here, before any training.
         self.layer_options()
-        make_likelihood(self.likelihood).n_outputs(self.out_classes)
+        make_likelihood(self.likelihood, self.likelihood_options).n_outputs(self.out_classes)
 
     def layer_options(self) -> LayerOptions:
         return family_class(self.family).Options.from_dict(self.family_options)
@@ -63,7 +64,7 @@ class BayesianMLP(nn.Module):
         """Initial values come from `generator` (a CPU generator), or torch's global one when None."""
         super().__init__()
         self.config = config
-        self.likelihood: Likelihood = make_likelihood(config.likelihood)
+        self.likelihood: Likelihood = make_likelihood(config.likelihood, config.likelihood_options)
         layer_cls = family_class(config.family)
         options = config.layer_options()
         widths = [config.in_features, *config.hidden, self.likelihood.n_outputs(config.out_classes)]
@@ -106,10 +107,13 @@ class BayesianMLP(nn.Module):
             kl = kl + layer_kl
             if i < len(self.layers) - 1:
                 x = self.activation(x)
-        return x, kl
+        noise_kl = self.likelihood.kl()  # the noise model's own term (a Gamma prior on the precision)
+        return x, kl if noise_kl is None else kl + noise_kl
 
     def kl(self) -> Tensor:
-        return sum(layer.kl() for layer in self.layers)
+        noise_kl = self.likelihood.kl()
+        layers = sum(layer.kl() for layer in self.layers)
+        return layers if noise_kl is None else layers + noise_kl
 
     def update_auxiliaries(self) -> None:
         for layer in self.layers:

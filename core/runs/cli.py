@@ -88,6 +88,16 @@ def _register_train(subparsers: argparse._SubParsersAction) -> None:
     model.add_argument("--likelihood", default=None)
     model.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                        help="family option, e.g. prior_inclusion=0.1 (repeatable)")
+    model.add_argument("--bias-prior", default=None, choices=("spike-and-slab", "gaussian"),
+                       help="lbbnn: the bias gets an inclusion indicator (spike-and-slab) or a plain Gaussian prior")
+    noise = parser.add_argument_group("noise model (gaussian likelihood)")
+    noise.add_argument("--noise", default=None, choices=("point", "fixed", "variational"),
+                       help="point estimate of the noise sd, fixed, or a Gamma posterior on the precision")
+    noise.add_argument("--noise-std", type=float, default=None, help="initial (or fixed) noise sd, standardised units")
+    noise.add_argument("--noise-init", default=None, choices=("value", "data"),
+                       help="start at --noise-std, or at the residual sd of a least-squares fit")
+    noise.add_argument("--precision-prior", default=None, metavar="none|gamma|A,B",
+                       help="Gamma(A, B) prior on the noise precision ('gamma' = Gamma(6, 6), seed 001)")
     schedule = parser.add_argument_group("training")
     schedule.add_argument("--epochs", type=int, default=None)
     schedule.add_argument("--pretrain-epochs", type=int, default=None)
@@ -139,6 +149,23 @@ def _rates(text: str, flag: str) -> dict[str, Any]:
     return _pairs([part for part in text.split(",") if part.strip()], flag)
 
 
+def _noise_options(args: argparse.Namespace) -> dict[str, Any]:
+    options = {"noise": args.noise, "noise_std": args.noise_std, "noise_init": args.noise_init}
+    options = {k: v for k, v in options.items() if v is not None}
+    prior = args.precision_prior
+    if prior is not None:
+        if prior in ("none", "gamma"):
+            options["precision_prior"] = prior
+        else:
+            parts = prior.split(",")
+            try:
+                a, b = (float(p) for p in parts)
+            except ValueError:
+                raise ConfigError(f"--precision-prior: expected none, gamma or A,B (e.g. 6,6), got {prior!r}") from None
+            options.update(precision_prior="gamma", precision_a=a, precision_b=b)
+    return options
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """The preset or file, then every given flag on top."""
     if args.preset:
@@ -166,6 +193,11 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         values["dataset_params"] = {**values.get("dataset_params", {}), **_pairs(args.param, "--param")}
     if args.option:
         values["family_options"] = {**values.get("family_options", {}), **_pairs(args.option, "--option")}
+    if args.bias_prior is not None:
+        values["family_options"] = {**values.get("family_options", {}), "bias_prior": args.bias_prior}
+    noise = _noise_options(args)
+    if noise:
+        values["likelihood_options"] = {**values.get("likelihood_options", {}), **noise}
     train = dict(values.get("train", {}))
     schedule = {"epochs": args.epochs, "pretrain_epochs": args.pretrain_epochs,
                 "posttrain_epochs": args.posttrain_epochs, "posttrain_structure": args.posttrain_structure,

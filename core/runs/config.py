@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from core.errors import BNNError, ConfigError
-from core.models.likelihoods import LIKELIHOODS
+from core.models.likelihoods import LIKELIHOODS, likelihood_options
 from core.models.network import ACTIVATIONS, ModelConfig
 from core.models.registry import canonical_family, family_class
 from core.train import DEFAULT_LEARNING_RATES, DEFAULT_PRETRAIN_LEARNING_RATES, TrainConfig
@@ -147,6 +147,9 @@ class RunConfig:
     hidden: tuple[int, ...] | None = None  # None: default_hidden(dataset)
     activation: str = "relu"
     likelihood: str | None = None  # None: categorical for classification, gaussian for regression
+    # The likelihood's noise model (core.models.likelihoods.GaussianOptions); only non-default
+    # values are kept, so configs that leave it out keep their run ids.
+    likelihood_options: dict[str, Any] = field(default_factory=dict)
     family_options: dict[str, Any] = field(default_factory=dict)
     train: TrainConfig = field(default_factory=TrainConfig)
     seed: int = 0
@@ -189,6 +192,10 @@ class RunConfig:
             raise ConfigError(f"likelihood: {likelihood!r} does not fit the {task} dataset {self.dataset!r}; "
                               f"use one of {', '.join(fitting)}")
         put("likelihood", likelihood)
+        if not isinstance(self.likelihood_options, Mapping):
+            raise ConfigError(f"likelihood_options: must be a table of options, got {self.likelihood_options!r}")
+        parsed = likelihood_options(likelihood, dict(self.likelihood_options))
+        put("likelihood_options", _plain(parsed.non_defaults() if parsed is not None else {}, "likelihood_options"))
         if not isinstance(self.family_options, Mapping):
             raise ConfigError(f"family_options: must be a table of options, got {self.family_options!r}")
         try:
@@ -223,6 +230,7 @@ class RunConfig:
             "hidden": list(self.hidden),
             "activation": self.activation,
             "likelihood": self.likelihood,
+            **({"likelihood_options": dict(self.likelihood_options)} if self.likelihood_options else {}),
             "family_options": dict(self.family_options),
             "train": dataclasses.asdict(self.train),
             "seed": self.seed,
@@ -270,7 +278,8 @@ class RunConfig:
     def model_config(self, dataset: "Dataset") -> ModelConfig:
         return ModelConfig(in_features=dataset.in_features, out_classes=dataset.n_classes, hidden=self.hidden,
                            family=self.method, family_options=dict(self.family_options),
-                           activation=self.activation, likelihood=self.likelihood)
+                           activation=self.activation, likelihood=self.likelihood,
+                           likelihood_options=dict(self.likelihood_options))
 
     def label(self) -> str:
         """Short human description, e.g. 'lbbnn 784-400-600-10 on mnist-small, seed 0'."""
@@ -305,6 +314,19 @@ def normalise(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [normalise(v) for v in value]
     return value
+
+
+def stored_config(values: Mapping[str, Any]) -> RunConfig:
+    """The RunConfig of a stored run, including runs written by earlier versions.
+
+    A stored config has every field filled in, so a field it lacks did not exist yet when it was
+    written: `train.kl_weight` (before it, the objective was always the ELBO, weight 1).
+    """
+    values = dict(values)
+    train = values.get("train")
+    if isinstance(train, Mapping) and "kl_weight" not in train:
+        values["train"] = {**train, "kl_weight": 1.0}
+    return RunConfig.from_dict(values)
 
 
 def load_config(path: str | Path) -> RunConfig:

@@ -20,7 +20,7 @@ import torch
 from core.errors import BNNError, ConfigError, RunStoreError
 from core.models.network import BayesianMLP, ModelConfig, build_model
 from core.predict import default_summaries, evaluate
-from core.runs.config import SCHEMA_VERSION, RunConfig
+from core.runs.config import SCHEMA_VERSION, RunConfig, stored_config
 from core.runs.store import RunContents, RunInfo, RunStore
 
 ProgressCallback = Callable[[dict[str, Any]], None]
@@ -207,12 +207,13 @@ def load_run(run: str, cache_dir: str | Path | RunStore | None = None, device: s
     run_id = store.resolve(run)
     stored = store.read(run_id)
     try:
-        config = RunConfig.from_dict(stored.config)
+        config = stored_config(stored.config)
         shape = stored.info["model"]
         model_config = ModelConfig(in_features=int(shape["in_features"]), out_classes=shape["out_classes"],
                                    hidden=config.hidden, family=config.method,
                                    family_options=dict(config.family_options), activation=config.activation,
-                                   likelihood=config.likelihood)
+                                   likelihood=config.likelihood,
+                                   likelihood_options=dict(config.likelihood_options))
         model = build_model(model_config, "cpu")
         model.load_state_dict(stored.state_dict)
     except (BNNError, KeyError, TypeError, ValueError, RuntimeError) as exc:

@@ -98,6 +98,7 @@ def config_form() -> dict[str, Any] | None:
         columns = st.columns(3)
         for index, (name, default) in enumerate(defaults.items()):
             options_text[name] = columns[index % 3].text_input(name, str(default), key=f"train_opt_{method}_{name}")
+    noise_options = noise_model_controls() if info["task"] == "regression" else {}
     params_text = ""
     if info["task"] == "regression" or dataset.startswith(("toy-", "two-")):
         params_text = st.text_input("Generator parameters (toy sets: name=value, ...)", "", key="train_params")
@@ -113,6 +114,7 @@ def config_form() -> dict[str, Any] | None:
             "method": method,
             "hidden": list(backend.parse_hidden(hidden_text)) if hidden_text.strip() else None,
             "family_options": family_options,
+            "likelihood_options": noise_options,
             "train": {"epochs": int(epochs) or None, "batch_size": int(batch_size), "posttrain_epochs": int(posttrain),
                       "kl_weight": float(kl_weight),
                       "learning_rates": {g: parse_rate(t, f"learning rate ({g})") for g, t in rates_text.items()}},
@@ -120,6 +122,23 @@ def config_form() -> dict[str, Any] | None:
             "device": device,
         }
     return values
+
+
+def noise_model_controls() -> dict[str, Any]:
+    """The Gaussian likelihood's noise model (core.models.likelihoods.GaussianOptions)."""
+    with st.expander("Noise model (Gaussian likelihood)"):
+        left, middle, right = st.columns(3)
+        noise = left.selectbox("Noise", ["point", "fixed", "variational"], key="train_noise",
+                               help="point: learned sd; fixed; variational: Gamma posterior on the precision")
+        init = middle.selectbox("Initial noise", ["value", "data"], key="train_noise_init",
+                                help="data: the residual sd of a least-squares fit to the training set")
+        std = right.number_input("Noise sd (standardised)", min_value=1e-4, value=0.5, key="train_noise_std")
+        prior = left.selectbox("Precision prior", ["none", "gamma"], index=1 if noise == "variational" else 0,
+                               key="train_precision_prior", help="Gamma(a, b) on 1/sd^2; seed 001 uses (6, 6)")
+        a = middle.number_input("Gamma a", min_value=1e-3, value=6.0, key="train_precision_a")
+        b = right.number_input("Gamma b", min_value=1e-3, value=6.0, key="train_precision_b")
+    return {"noise": noise, "noise_init": init, "noise_std": float(std), "precision_prior": prior,
+            "precision_a": float(a), "precision_b": float(b)}
 
 
 def start_training(values: dict[str, Any]) -> None:

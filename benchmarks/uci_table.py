@@ -1,0 +1,384 @@
+"""The UCI regression table: our families beside MC dropout on identical splits.
+
+    python benchmarks/uci_table.py run [--methods lbbnn,bnn,...] [--workers 2] [--sets boston,yacht]
+                                       [--splits 0-19] [--chunk 5]
+    python benchmarks/uci_table.py render [--methods ...] [--samples 100]
+
+`run` trains every (set, family, split) of the `uci` grid preset that is not in the run store yet
+(`python -m core grid uci` trains the same runs; this command orders them split-major, in chunks of
+`--chunk` splits, so that an interrupted grid covers every set and family on its first splits),
+then renders. It prints progress to stderr and resumes from the cache: start it again after an
+interruption. `render` reads only stored runs (it trains nothing) and writes
+
+- benchmarks/results/uci.md: the markdown section (`render_markdown()` returns the same text),
+- benchmarks/results/uci.json: per-run numbers (run id, set, family, split, mode, test LL, RMSE,
+  density, training time) and the MC-dropout reference per split.
+
+Evaluation: test log-likelihood per test point in original units, averaged over the test split,
+as the reference computes it; `bma` averages R posterior draws (structure and weights), `mpm` uses
+the median probability model (the family's default threshold) with R weight draws, `collapsed`
+integrates the last layer out (core/predict/collapsed.py; lbbnn, bnn, sparse-vd). The reference
+is MC dropout from ../shared/data/uci-regression/<set>/results/ (4000 epochs, dropout rate and
+noise precision tuned on a validation split, 10,000 MC samples): test_ll_* and test_MC_rmse_*.
+Means and standard errors are over each row's splits; MC dropout is averaged over the same splits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from core.data.locations import resolve_data_dir  # noqa: E402
+from core.data.uci import UCI_REGRESSION  # noqa: E402
+from core.errors import BNNError  # noqa: E402
+from core.runs.presets import PRESETS, UCI_DATASETS, GridSpec  # noqa: E402
+
+FAMILIES = ("lbbnn", "bnn", "horseshoe", "concrete-dropout", "sparse-vd")
+SPARSE_FAMILIES = ("lbbnn", "horseshoe", "sparse-vd")
+COLLAPSED_FAMILIES = ("lbbnn", "bnn", "sparse-vd")
+RESULTS_DIR = ROOT / "benchmarks" / "results"
+REFERENCE_SUFFIX = "100_xepochs_1_hidden_layers.txt"
+DEFAULT_SAMPLES = 100
+EVALUATION_VERSION = 1  # bump when the evaluation below changes: cached per-run numbers are redone
+
+
+def short_name(dataset: str) -> str:
+    return dataset.removeprefix("uci-")
+
+
+def parse_splits(text: str | None) -> tuple[int, ...] | None:
+    """'0-4' or '0,3,7' or None (all)."""
+    if not text:
+        return None
+    splits: list[int] = []
+    for part in text.split(","):
+        if "-" in part:
+            low, high = part.split("-", 1)
+            splits.extend(range(int(low), int(high) + 1))
+        elif part.strip():
+            splits.append(int(part))
+    return tuple(splits)
+
+
+def _names(text: str | None, known: Iterable[str], prefix: str = "") -> tuple[str, ...]:
+    known = tuple(known)
+    if not text:
+        return known
+    names = tuple(prefix + n.strip() if not n.strip().startswith(prefix) else n.strip()
+                  for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"unknown name(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    return names
+
+
+def uci_grid(methods: Iterable[str] = FAMILIES, sets: Iterable[str] = UCI_DATASETS,
+             splits: Iterable[int] | None = None) -> GridSpec:
+    """The `uci` grid preset restricted to some families, sets and splits."""
+    base: GridSpec = PRESETS["uci"]
+    sets = tuple(sets)
+    chosen = None if splits is None else tuple(splits)
+    split_map = {}
+    for name in sets:
+        available = base.splits.get(name, (0,))
+        split_map[name] = available if chosen is None else tuple(s for s in chosen if s in available)
+    setups = {name: base.setups[name] for name in sets if split_map[name]}
+    return GridSpec(name="uci", setups=setups, methods=tuple(methods), seeds=base.seeds,
+                    method_overrides=base.method_overrides,
+                    splits={name: split_map[name] for name in setups}, description=base.description)
+
+
+# --- the MC-dropout reference -----------------------------------------------------------------------
+def reference(dataset: str, data_dir: str | Path | None = None) -> dict[str, list[float]] | None:
+    """Per-split test LL and MC RMSE of MC dropout, or None when the results folder is absent."""
+    root = resolve_data_dir(data_dir)
+    if root is None:
+        return None
+    folder = root / "uci-regression" / UCI_REGRESSION[dataset].folder / "results"
+    ll_path, rmse_path = folder / f"test_ll_{REFERENCE_SUFFIX}", folder / f"test_MC_rmse_{REFERENCE_SUFFIX}"
+    if not ll_path.is_file() or not rmse_path.is_file():
+        return None
+    return {"log_likelihood": [float(v) for v in np.loadtxt(ll_path, ndmin=1)],
+            "rmse": [float(v) for v in np.loadtxt(rmse_path, ndmin=1)]}
+
+
+# --- evaluating stored runs -------------------------------------------------------------------------
+def evaluate_run(run_id: str, cache_dir: str | Path | None, data_dir: str | Path | None,
+                 samples: int = DEFAULT_SAMPLES) -> dict[str, Any]:
+    """Test LL and RMSE (original units) of a stored run in each mode that applies to its family."""
+    import torch
+
+    from core.predict import evaluate
+    from core.predict.collapsed import collapsed_predict
+    from core.predict.metrics import regression
+    from core.runs.training import load_run
+
+    run = load_run(run_id, cache_dir=cache_dir, data_dir=data_dir)
+    dataset = run.dataset()
+    family = run.config.method
+    modes = {}
+    with torch.no_grad():
+        for mode in ("bma", "mpm") if family in SPARSE_FAMILIES else ("bma",):
+            result = evaluate(run.model, dataset, mode, samples, seed=0)
+            modes[mode] = {"log_likelihood": float(result["log_likelihood"]), "rmse": float(result["rmse"]),
+                           "density": float(result.get("density", 1.0))}
+        if family in COLLAPSED_FAMILIES:
+            collapsed = collapsed_predict(run.model, dataset.x_test, samples=samples, seed=0)
+            modes["collapsed"] = {
+                "log_likelihood": regression.log_likelihood(collapsed.mean_per_draw, collapsed.std_per_draw,
+                                                            dataset.y_test, dataset.target_std),
+                "rmse": regression.rmse(collapsed.mean, dataset.y_test, dataset.target_std),
+                "density": modes["bma"]["density"]}
+    noise = float(run.model.likelihood.log_noise_std.detach().exp()) * dataset.target_std
+    return {"modes": modes, "density": float(run.metrics.get("density", 1.0)), "noise_std": noise,
+            "train_seconds": float(run.metrics.get("train_seconds", math.nan)),
+            "epochs": int(run.info.get("epochs", 0)), "samples": samples, "evaluation": EVALUATION_VERSION}
+
+
+def collect(grid: GridSpec, cache_dir: str | Path | None = None, data_dir: str | Path | None = None,
+            samples: int = DEFAULT_SAMPLES, previous: dict[str, Any] | None = None,
+            report=lambda line: None) -> list[dict[str, Any]]:
+    """One record per stored run of the grid (runs not trained yet are left out)."""
+    from core.runs.store import RunStore
+
+    store = RunStore(cache_dir)
+    known = {record["run_id"]: record for record in (previous or {}).get("runs", [])}
+    fingerprints: dict[tuple[str, int | None], str] = {}
+    records = []
+    for label, method, seed, split, config in grid.cells():
+        key = (config.dataset, split)
+        try:
+            if key not in fingerprints:
+                fingerprints[key] = config.load_dataset(data_dir).fingerprint
+        except BNNError as exc:
+            report(f"{label} split {split}: {exc}")
+            continue
+        run_id = config.run_id(fingerprints[key])
+        if not store.exists(run_id):
+            continue
+        cached = known.get(run_id)
+        if cached and cached.get("samples") == samples and cached.get("evaluation") == EVALUATION_VERSION:
+            records.append(cached)
+            continue
+        try:
+            numbers = evaluate_run(run_id, store, data_dir, samples)
+        except BNNError as exc:
+            report(f"{run_id}: cannot evaluate ({exc})")
+            continue
+        records.append({"run_id": run_id, "set": short_name(config.dataset), "dataset": config.dataset,
+                        "family": method, "split": split, "seed": seed, **numbers})
+    return records
+
+
+# --- the table --------------------------------------------------------------------------------------
+def _mean_se(values: list[float]) -> tuple[float, float]:
+    array = np.asarray(values, dtype=float)
+    if array.size == 0:
+        return math.nan, math.nan
+    se = float(array.std(ddof=1) / math.sqrt(array.size)) if array.size > 1 else math.nan
+    return float(array.mean()), se
+
+
+def _cell(mean: float, se: float, digits: int = 2) -> str:
+    if not math.isfinite(mean):
+        return "-"
+    if abs(mean) < 0.1 and mean != 0:
+        return f"{mean:.2e}" + ("" if not math.isfinite(se) else f" ± {se:.1e}")
+    return f"{mean:.{digits}f}" + ("" if not math.isfinite(se) else f" ± {se:.{digits}f}")
+
+
+def summarise(records: list[dict[str, Any]], data_dir: str | Path | None = None) -> dict[str, Any]:
+    """Per set and (family, mode) row: mean and standard error over the row's splits, and MC
+    dropout's mean test LL on exactly those splits (the comparison that counts as a win); per
+    family: the sets on which any of its modes wins; the best row of each set."""
+    by_set: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        by_set.setdefault(record["dataset"], []).append(record)
+    sets = {}
+    wins: dict[str, int] = {}
+    family_wins: dict[str, int] = {}
+    order = {f: i for i, f in enumerate(FAMILIES)}
+    for dataset in UCI_DATASETS:
+        runs = by_set.get(dataset)
+        if not runs:
+            continue
+        ref = reference(dataset, data_dir)
+        families = sorted({r["family"] for r in runs}, key=lambda f: order.get(f, 99))
+        rows = []
+        for family in families:
+            family_runs = {r["split"]: r for r in runs if r["family"] == family}
+            modes = list(dict.fromkeys(m for r in family_runs.values() for m in r["modes"]))
+            for mode in modes:
+                splits = sorted(s for s, r in family_runs.items() if mode in r["modes"])
+                numbers = [family_runs[s]["modes"][mode] for s in splits]
+                row = {"family": family, "mode": mode, "splits": splits, "n": len(splits),
+                       "log_likelihood": _mean_se([n["log_likelihood"] for n in numbers]),
+                       "rmse": _mean_se([n["rmse"] for n in numbers]),
+                       "density": float(np.mean([n["density"] for n in numbers])),
+                       "noise_std": float(np.mean([family_runs[s]["noise_std"] for s in splits])),
+                       "train_seconds": float(np.mean([family_runs[s]["train_seconds"] for s in splits]))}
+                if ref is not None and splits and max(splits) < len(ref["log_likelihood"]):
+                    row["reference_log_likelihood"] = _mean_se([ref["log_likelihood"][s] for s in splits])
+                    row["beats_reference"] = row["log_likelihood"][0] > row["reference_log_likelihood"][0]
+                rows.append(row)
+        all_splits = sorted({r["split"] for r in runs})
+        entry: dict[str, Any] = {"splits": all_splits, "rows": rows, "n_splits": UCI_REGRESSION[dataset].n_splits}
+        if ref is not None and all_splits and max(all_splits) < len(ref["log_likelihood"]):
+            entry["reference"] = {"log_likelihood": _mean_se([ref["log_likelihood"][s] for s in all_splits]),
+                                  "rmse": _mean_se([ref["rmse"][s] for s in all_splits])}
+        won_families = set()
+        for row in rows:
+            if row.get("beats_reference"):
+                key = f"{row['family']} {row['mode']}"
+                wins[key] = wins.get(key, 0) + 1
+                won_families.add(row["family"])
+        for family in won_families:
+            family_wins[family] = family_wins.get(family, 0) + 1
+        compared = [r for r in rows if "reference_log_likelihood" in r]
+        if compared:
+            best = max(compared, key=lambda r: r["log_likelihood"][0] - r["reference_log_likelihood"][0])
+            entry["best"] = f"{best['family']} {best['mode']}"
+            entry["best_beats_reference"] = bool(best["beats_reference"])
+        sets[dataset] = entry
+    return {"sets": sets, "wins": wins, "family_wins": family_wins,
+            "sets_won_by_best": sum(1 for e in sets.values() if e.get("best_beats_reference")),
+            "sets_won_by_lbbnn": family_wins.get("lbbnn", 0)}
+
+
+def render_markdown(summary: dict[str, Any] | None = None, *, records: list[dict[str, Any]] | None = None,
+                    data_dir: str | Path | None = None, results_json: str | Path | None = None) -> str:
+    """The markdown section: from a summary, from per-run records, or from benchmarks/results/uci.json."""
+    if summary is None:
+        if records is None:
+            path = Path(results_json) if results_json else RESULTS_DIR / "uci.json"
+            records = json.loads(path.read_text(encoding="utf-8"))["runs"] if path.is_file() else []
+        summary = summarise(records, data_dir)
+    lines = ["## UCI regression: test log-likelihood and RMSE against MC dropout", "",
+             "One hidden layer of 50 ReLU units (100 for protein), the `uci-*` presets as shipped, the standard "
+             "train/test splits. Test LL per test point in original units; mean ± standard error over the "
+             "row's splits (MC dropout's numbers are the per-split files of the reference: 4000 epochs, dropout rate and noise precision tuned on a "
+             "validation split, 10,000 samples). Modes: `bma` averages posterior draws of structure and weights, "
+             "`mpm` is the median probability model (sparse families), `collapsed` integrates the last layer "
+             "out. **Bold**: better mean test LL than MC dropout on the row's own splits (next column). Density: fraction of weights used "
+             "in that mode.", ""]
+    if not summary["sets"]:
+        return "\n".join(lines + ["No UCI runs are stored yet: `python benchmarks/uci_table.py run`.", ""])
+    coverage = []
+    for dataset, entry in summary["sets"].items():
+        splits = entry["splits"]
+        label = f"{len(splits)} of {entry['n_splits']}" + (f" ({_ranges(splits)})" if splits else "")
+        coverage.append(f"{short_name(dataset)} {label}")
+    lines += ["Splits covered: " + "; ".join(coverage) + ".", ""]
+    lines += ["| set | family | mode | splits | test LL | MC dropout LL, same splits | RMSE | density | noise sd "
+              "| s/run |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for dataset, entry in summary["sets"].items():
+        ref = entry.get("reference")
+        if ref:
+            lines.append(f"| {short_name(dataset)} | MC dropout | - | {len(entry['splits'])} | "
+                         f"{_cell(*ref['log_likelihood'])} | - | {_cell(*ref['rmse'])} | 1 | - | - |")
+        for row in entry["rows"]:
+            ll = _cell(*row["log_likelihood"])
+            if row.get("beats_reference"):
+                ll = f"**{ll}**"
+            same = _cell(*row["reference_log_likelihood"]) if "reference_log_likelihood" in row else "-"
+            lines.append(f"| {short_name(dataset)} | {row['family']} | {row['mode']} | {row['n']} | {ll} | {same} | "
+                         f"{_cell(*row['rmse'])} | {row['density']:.3f} | {row['noise_std']:.3g} | "
+                         f"{row['train_seconds']:.0f} |")
+    lines += ["", "Sets on which each family (any of its modes) beats MC dropout's mean test LL: "
+              + ", ".join(f"{f} {summary['family_wins'].get(f, 0)}" for f in FAMILIES
+                          if any(r["family"] == f for e in summary["sets"].values() for r in e["rows"]))
+              + f" (of {len(summary['sets'])} sets covered); best of our families: "
+              + f"{summary['sets_won_by_best']}. Per mode: "
+              + ", ".join(f"{k} {v}" for k, v in sorted(summary["wins"].items())) + ".", ""]
+    return "\n".join(lines)
+
+
+def _ranges(splits: list[int]) -> str:
+    parts, start = [], None
+    for i, s in enumerate(splits):
+        if start is None:
+            start = s
+        if i + 1 == len(splits) or splits[i + 1] != s + 1:
+            parts.append(f"{start}" if start == s else f"{start}-{s}")
+            start = None
+    return ",".join(parts)
+
+
+def write_results(records: list[dict[str, Any]], data_dir: str | Path | None = None,
+                  out_dir: str | Path = RESULTS_DIR) -> tuple[Path, Path]:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = summarise(records, data_dir)
+    refs = {d: reference(d, data_dir) for d in UCI_DATASETS}
+    json_path, md_path = out_dir / "uci.json", out_dir / "uci.md"
+    json_path.write_text(json.dumps({"runs": records, "reference_mc_dropout": refs,
+                                     "summary": _json_summary(summary)}, indent=1), encoding="utf-8")
+    md_path.write_text(render_markdown(summary), encoding="utf-8")
+    return md_path, json_path
+
+
+def _json_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    def clean(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(v) for v in value]
+        return value
+    return clean(summary)
+
+
+# --- command line -----------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=("run", "render"))
+    parser.add_argument("--methods", default=None, help=f"families (default {','.join(FAMILIES)})")
+    parser.add_argument("--sets", default=None, help="sets, e.g. boston,yacht (default: all 9)")
+    parser.add_argument("--splits", default=None, help="e.g. 0-4 (default: all; protein has 5)")
+    parser.add_argument("--chunk", type=int, default=5, help="splits per round of `run` (split-major order)")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="posterior draws R per evaluation")
+    parser.add_argument("--cache-dir", default=None, help="run store (default: $BNN_CACHE_DIR)")
+    parser.add_argument("--data-dir", default=None, help="data (default: $BNN_DATA_DIR)")
+    parser.add_argument("--out", default=str(RESULTS_DIR), help="folder for uci.md and uci.json")
+    args = parser.parse_args(argv)
+    methods = _names(args.methods, FAMILIES)
+    sets = _names(args.sets, UCI_DATASETS, prefix="uci-")
+    splits = parse_splits(args.splits)
+    report = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    if args.command == "run":
+        from core.runs.grid import run_grid
+
+        all_splits = sorted({s for d in sets for s in range(UCI_REGRESSION[d].n_splits)})
+        wanted = [s for s in all_splits if splits is None or s in splits]
+        started = time.perf_counter()
+        for start in range(0, len(wanted), max(1, args.chunk)):
+            chunk = wanted[start:start + max(1, args.chunk)]
+            report(f"uci: splits {_ranges(chunk)} ({time.perf_counter() - started:.0f} s so far)")
+            run_grid(uci_grid(methods, sets, chunk), cache_dir=args.cache_dir, workers=args.workers,
+                     data_dir=args.data_dir, report=report)
+    out = Path(args.out)
+    previous_path = out / "uci.json"
+    previous = json.loads(previous_path.read_text(encoding="utf-8")) if previous_path.is_file() else None
+    records = collect(uci_grid(methods, sets, splits), args.cache_dir, args.data_dir, args.samples, previous, report)
+    md_path, json_path = write_results(records, args.data_dir, out)
+    report(f"uci: {len(records)} stored runs -> {md_path}, {json_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    raise SystemExit(main())

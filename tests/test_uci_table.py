@@ -1,0 +1,80 @@
+"""The UCI table generator (benchmarks/uci_table.py): means, standard errors, shared splits, the
+MC-dropout reference on the same splits and the win counts, on synthetic per-run records; and the
+`uci` grid preset's shape."""
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import uci_table  # noqa: E402
+
+from core.runs.presets import PRESETS  # noqa: E402
+
+
+def write_reference(root: Path, folder: str, lls, rmses) -> None:
+    results = root / "uci-regression" / folder / "results"
+    results.mkdir(parents=True)
+    np.savetxt(results / f"test_ll_{uci_table.REFERENCE_SUFFIX}", lls)
+    np.savetxt(results / f"test_MC_rmse_{uci_table.REFERENCE_SUFFIX}", rmses)
+
+
+def record(family, split, ll, rmse, mode="bma", density=1.0, dataset="uci-yacht"):
+    return {"run_id": f"{family}-{split}", "set": dataset[4:], "dataset": dataset, "family": family, "split": split,
+            "seed": 0, "modes": {mode: {"log_likelihood": ll, "rmse": rmse, "density": density}}, "density": density,
+            "noise_std": 0.5, "train_seconds": 3.0, "epochs": 10, "samples": 100, "evaluation": 1}
+
+
+def test_summary_compares_each_row_with_mc_dropout_on_its_own_splits(tmp_path):
+    write_reference(tmp_path, "yacht", [-1.0, -2.0, -3.0, -4.0], [1.0, 2.0, 3.0, 4.0])
+    records = [record("bnn", 0, -1.5, 1.0), record("bnn", 1, -1.5, 3.0), record("bnn", 2, -2.5, 2.0),
+               record("lbbnn", 0, -0.5, 1.0, mode="mpm", density=0.2),
+               record("lbbnn", 1, -2.5, 1.0, mode="mpm", density=0.4)]
+    summary = uci_table.summarise(records, tmp_path)
+    entry = summary["sets"]["uci-yacht"]
+    assert entry["splits"] == [0, 1, 2]
+    assert entry["reference"]["log_likelihood"][0] == pytest.approx(-2.0)
+    rows = {(r["family"], r["mode"]): r for r in entry["rows"]}
+    bnn, lbbnn = rows[("bnn", "bma")], rows[("lbbnn", "mpm")]
+    assert bnn["splits"] == [0, 1, 2] and lbbnn["splits"] == [0, 1]
+    assert bnn["rmse"][0] == pytest.approx(2.0) and bnn["rmse"][1] == pytest.approx(1 / math.sqrt(3))
+    ref_mean, ref_se = lbbnn["reference_log_likelihood"]  # MC dropout on splits 0 and 1 only
+    assert ref_mean == pytest.approx(-1.5) and ref_se == pytest.approx(np.std([-1, -2], ddof=1) / math.sqrt(2))
+    assert lbbnn["density"] == pytest.approx(0.3)
+    # bnn: -1.833 vs -2.0 wins; lbbnn: -1.5 vs -1.5 is a tie, not a win
+    assert bnn["beats_reference"] and not lbbnn["beats_reference"]
+    assert summary["family_wins"] == {"bnn": 1} and summary["sets_won_by_best"] == 1
+    assert entry["best"] == "bnn bma"
+    records[3]["modes"]["mpm"]["log_likelihood"] = -0.1  # lbbnn mean -1.3 vs -1.5: a bigger margin
+    summary = uci_table.summarise(records, tmp_path)
+    assert summary["family_wins"] == {"bnn": 1, "lbbnn": 1} and summary["sets_won_by_lbbnn"] == 1
+    assert summary["sets"]["uci-yacht"]["best"] == "lbbnn mpm"
+    text = uci_table.render_markdown(summary)
+    assert "| yacht | MC dropout | - | 3 | -2.00 ± 0.58 | - |" in text
+    assert "| yacht | lbbnn | mpm | 2 | **-1.30 ± 1.20** | -1.50 ± 0.50 |" in text
+    assert "yacht 3 of 20 (0-2)" in text
+
+
+def test_split_ranges_and_parsing():
+    assert uci_table.parse_splits("0-3,7") == (0, 1, 2, 3, 7)
+    assert uci_table.parse_splits(None) is None
+    assert uci_table._ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+
+
+def test_uci_grid_covers_nine_sets_five_families_and_all_splits():
+    grid = PRESETS["uci"]
+    cells = grid.cells()
+    assert len(cells) == (8 * 20 + 5) * 5
+    assert {c[1] for c in cells} == set(uci_table.FAMILIES)
+    lbbnn = next(c[-1] for c in cells if c[1] == "lbbnn")
+    assert lbbnn.family_options["bias_prior"] == "gaussian"
+    assert lbbnn.likelihood_options["noise"] == "variational"
+    restricted = uci_table.uci_grid(("bnn",), ("uci-protein", "uci-yacht"), (3, 4, 5))
+    assert {(c[0], c[3]) for c in restricted.cells()} == {("uci-protein", 3), ("uci-protein", 4),
+                                                         ("uci-yacht", 3), ("uci-yacht", 4), ("uci-yacht", 5)}
+    # The single-run presets keep their names and are the grid's lbbnn runs on split 0.
+    for name in ("uci-boston", "uci-yacht", "uci-protein"):
+        assert PRESETS[name] == next(c[-1] for c in cells if c[0] == name and c[1] == "lbbnn" and c[3] == 0)
