@@ -476,7 +476,8 @@ async def train(session: Session, report: Report, scenario: Scenario, deadline: 
     if first is None:
         return
     fields = {e.label: e for e in first.of_type("text_input") + first.of_type("number_input")}
-    seed, epochs, hidden = fields.get("Seed"), fields.get("Epochs"), fields.get("Hidden widths")
+    epochs_label = next((label for label in fields if label.startswith("Epochs")), None)
+    seed, epochs, hidden = fields.get("Seed"), fields.get(epochs_label), fields.get("Hidden widths")
     button = next((b for b in first.of_type("button") if b.label == "Train"), None)
     if not (seed and epochs and hidden and button):
         report.errors.append(f"session {session.index}: the Train form is incomplete")

@@ -133,18 +133,20 @@ def render_markdown(entries: list[dict[str, Any]]) -> str:
             tail = (f"not reached ({last['epoch']} epochs) | {last['train_seconds']:.0f} | "
                     f"{last['mpm_mean_accuracy']:.4f} | {last['density']:.4f}") if last else "no epochs | - | - | -"
             lines.append(f"| {e['preset']} | {e['seed']} | {target} | {tail} | {best_text} | {where} |")
-    by_preset: dict[str, list[dict]] = {}
+    by_preset: dict[tuple, list[dict]] = {}
     for e in entries:
-        by_preset.setdefault(e["preset"], []).append(e)
+        by_preset.setdefault((e["preset"], e["target_accuracy"], e["target_density"]), []).append(e)
     lines.append("")
-    for preset, group in by_preset.items():
+    for (preset, accuracy, density), group in by_preset.items():
         times = sorted(e["reached"]["train_seconds"] for e in group if e["reached"])
         if times:
             median = times[len(times) // 2] if len(times) % 2 else 0.5 * (times[len(times) // 2 - 1] + times[len(times) // 2])
-            lines.append(f"- `{preset}`: target reached by {len(times)} of {len(group)} seeds; median "
+            lines.append(f"- `{preset}`, MED-MEA >= {accuracy:.3f} at density <= {density:.2f}: reached by "
+                         f"{len(times)} of {len(group)} seeds; median "
                          f"{median / 60:.1f} min of training (range {times[0] / 60:.1f}-{times[-1] / 60:.1f}).")
         else:
-            lines.append(f"- `{preset}`: target not reached by any of {len(group)} seeds.")
+            lines.append(f"- `{preset}`, MED-MEA >= {accuracy:.3f} at density <= {density:.2f}: not reached by "
+                         f"any of {len(group)} seeds.")
     return "\n".join(lines) + "\n"
 
 

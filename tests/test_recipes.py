@@ -151,6 +151,6 @@ def test_time_to_quality_table_reports_the_first_epoch_at_target_and_the_median(
 
     text = render_markdown([entry(0, 60.0), entry(1, 120.0), entry(2, 300.0)])
     assert "| fast-mnist | 0 | >= 0.975 at <= 0.10 | 2 | 60 | 0.9800 | 0.0900 |" in text
-    assert "target reached by 3 of 3 seeds; median 2.0 min" in text
+    assert "MED-MEA >= 0.975 at density <= 0.10: reached by 3 of 3 seeds; median 2.0 min" in text
     text = render_markdown([entry(0, 50.0, reached=False)])
-    assert "not reached" in text and "target not reached by any of 1 seeds" in text
+    assert "not reached" in text and "not reached by any of 1 seeds" in text
