@@ -622,11 +622,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="run store for the server (default: a temporary one; the browsed runs are "
                              "trained into it when missing)")
     parser.add_argument("--out", type=Path, default=RESULTS / "classroom_load.md")
+    parser.add_argument("--dataset", default="mnist-small",
+                        help="dataset of the browsed runs: mnist-small (bundled) or mnist (needs $BNN_DATA_DIR)")
     parser.add_argument("--note", default="", help="a line about the machine's load, written under the table")
     args = parser.parse_args(argv)
     if args.sessions < 3:
         parser.error("--sessions: at least 3 (two of them train)")
-    scenario = Scenario(sessions=args.sessions, interactions=args.interactions, max_seconds=args.max_seconds,
+    scenario = Scenario(dataset=args.dataset, sessions=args.sessions, interactions=args.interactions, max_seconds=args.max_seconds,
                         think_seconds=args.think_seconds)
     report = run_load_test(scenario, cache_dir=args.cache_dir)
     text = table(report)
