@@ -43,6 +43,42 @@ def train_run(config: Any, progress: Callable[[dict], None] | None = None, cance
     return core_train_run(config, progress=progress, cancel=cancel)
 
 
+def dataset_table() -> list[dict[str, Any]]:
+    """Every registered dataset as a dict (name, task, shapes, availability)."""
+    from core.data import list_datasets
+    return [info.to_dict() for info in list_datasets()]
+
+
+def family_option_fields() -> dict[str, list[Any]]:
+    """Each family's Options dataclass fields, by family name."""
+    import dataclasses
+
+    from core.models.registry import FAMILY_PATHS, family_class
+    return {name: list(dataclasses.fields(family_class(name).Options)) for name in FAMILY_PATHS}
+
+
+def default_learning_rates() -> dict[str, float]:
+    from core.train import DEFAULT_LEARNING_RATES
+    return dict(DEFAULT_LEARNING_RATES)
+
+
+def config_from_fields(fields: dict[str, Any]) -> Any:
+    """A RunConfig from its serialised fields (a stored or posted config)."""
+    from core.runs.config import RunConfig
+    return RunConfig.from_dict(fields)
+
+
+def predictive_entropy(probs: np.ndarray) -> np.ndarray:
+    from core.predict.metrics.ood import predictive_entropy as entropy
+    return entropy(probs)
+
+
+def entropy_auroc(in_domain: np.ndarray, out_of_domain: np.ndarray) -> float:
+    """AUROC of telling out-of-domain inputs by their higher entropy."""
+    from core.predict.metrics.ood import auroc
+    return auroc(in_domain, out_of_domain)
+
+
 def load_run(run_id: str) -> Any:
     from core.runs import load_run as core_load_run
     return core_load_run(run_id)

@@ -103,9 +103,7 @@ def per_run(**cache_options: Any) -> Callable:
 @st.cache_resource(max_entries=8, show_spinner="Loading the dataset ...")
 def cached_dataset(key: str) -> Any:
     """A dataset by its RunConfig fields (JSON), loaded once for every run that uses it."""
-    from core.runs.config import RunConfig
-    fields = json.loads(key)
-    return RunConfig.from_dict(fields).load_dataset()
+    return backend.config_from_fields(json.loads(key)).load_dataset()
 
 
 def dataset_key(config: Any) -> str:
@@ -227,10 +225,9 @@ def selected_prediction(run_id: str, indices: tuple[int, ...], mode: str, sample
 @per_run(max_entries=64, ttl=DERIVED_TTL, show_spinner="Predicting OOD inputs ...")
 def ood_entropy(run_id: str, name: str, mode: str, samples: int, threshold: float | None, seed: int,
                 n: int, weights: str | None = None) -> np.ndarray:
-    from core.predict.metrics.ood import predictive_entropy
     run = cached_run(run_id)
     x = backend.load_ood_inputs(run.dataset(), name, n=n, seed=seed)
-    return predictive_entropy(backend.predict(run, x, mode, samples, threshold, seed, weights).probs)
+    return backend.predictive_entropy(backend.predict(run, x, mode, samples, threshold, seed, weights).probs)
 
 
 def prediction_arrays(prediction: Any) -> dict[str, np.ndarray]:

@@ -222,8 +222,8 @@ def _train_child(config_fields: dict, messages: Any, stop: Any) -> None:
         # Trainings yield the cores to the sessions' page runs, which somebody is waiting for.
         if hasattr(os, "nice"):
             os.nice(TRAINING_NICENESS)
-        from core.runs import RunConfig, train_run
-        run = train_run(RunConfig.from_dict(config_fields), progress=lambda record: messages.put(("progress", record)),
+        from dashboard import backend
+        run = backend.train_run(backend.config_from_fields(config_fields), progress=lambda record: messages.put(("progress", record)),
                         cancel=stop)
         messages.put(("done", run.run_id))
     except BNNError as exc:

@@ -10,7 +10,6 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from core.train import DEFAULT_LEARNING_RATES
 from dashboard import backend, cache, figures, state
 from dashboard.ui import guard
 from dashboard.worker import WorkerStatus
@@ -20,19 +19,13 @@ POLL_SECONDS = 1.0
 
 @st.cache_data(ttl=60, show_spinner=False)
 def dataset_table() -> list[dict[str, Any]]:
-    from core.data import list_datasets
-    return [info.to_dict() for info in list_datasets()]
+    return backend.dataset_table()
 
 
 @st.cache_data(ttl=600, show_spinner=False)
 def method_options() -> dict[str, dict[str, Any]]:
     """Available families and their option defaults (from each family's Options dataclass)."""
-    from core.models.registry import FAMILY_PATHS, family_class
-    methods = {}
-    for name in FAMILY_PATHS:
-        options = family_class(name).Options
-        methods[name] = {f.name: _default(f) for f in dataclasses.fields(options)}
-    return methods
+    return {name: {f.name: _default(f) for f in fields} for name, fields in backend.family_option_fields().items()}
 
 
 def _default(field: dataclasses.Field) -> Any:
@@ -89,7 +82,7 @@ def config_form() -> dict[str, Any] | None:
         help="The ELBO itself prunes almost every weight of an LBBNN and fits small regression sets with a flat "
              "line; the default 0.1 keeps a readable picture (docs/why-lbbnn-over-prunes.md).")
     rate_columns = st.columns(3)
-    rates_text = {group: column.text_input(f"Learning rate: {group}", f"{DEFAULT_LEARNING_RATES[group]:g}",
+    rates_text = {group: column.text_input(f"Learning rate: {group}", f"{backend.default_learning_rates()[group]:g}",
                                            key=f"train_lr_{group}")
                   for column, group in zip(rate_columns, ("weights", "scales", "inclusion"))}
     options_text = {}

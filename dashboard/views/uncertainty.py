@@ -117,8 +117,7 @@ def ood_section() -> None:
     choices = backend.ood_set_names(dataset)
     chosen = st.multiselect("OOD sets", choices, default=choices, key="ood_sets")
     arrays = cache.test_prediction(run_id, mode, samples, effective, 0)
-    from core.predict.metrics.ood import auroc, predictive_entropy
-    in_entropy = predictive_entropy(arrays["probs"])
+    in_entropy = backend.predictive_entropy(arrays["probs"])
     entropies = {f"{dataset.name} (in-domain)": in_entropy}
     rows = []
     for name in chosen:
@@ -126,7 +125,7 @@ def ood_section() -> None:
             values = cache.ood_entropy(run_id, name, mode, samples, effective, 0, OOD_INPUTS)
             entropies[name] = values
             rows.append({"OOD set": name, "inputs": len(values), "mean entropy": float(values.mean()),
-                         "AUROC (entropy)": auroc(in_entropy, values)})
+                         "AUROC (entropy)": backend.entropy_auroc(in_entropy, values)})
     max_entropy = float(np.log(dataset.n_classes)) if dataset.n_classes else None
     st.altair_chart(figures.entropy_ecdf(entropies, max_entropy=max_entropy))
     if rows:

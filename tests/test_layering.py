@@ -1,0 +1,37 @@
+"""The dashboard reaches core only through dashboard/backend.py (core.errors aside), and core
+never imports the dashboard."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def imported_modules(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_dashboard_reaches_core_only_through_backend():
+    leaks = {}
+    for path in sorted((ROOT / "dashboard").rglob("*.py")):
+        if path.name == "backend.py":
+            continue
+        core = {m for m in imported_modules(path) if m == "core" or m.startswith("core.")}
+        core -= {"core.errors"}
+        if core:
+            leaks[str(path.relative_to(ROOT))] = sorted(core)
+    assert not leaks, f"import core through dashboard/backend.py instead: {leaks}"
+
+
+def test_core_never_imports_the_dashboard():
+    offenders = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "core").rglob("*.py"))
+                 if any(m == "dashboard" or m.startswith("dashboard.") for m in imported_modules(p))]
+    assert not offenders
