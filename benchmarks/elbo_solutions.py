@@ -52,6 +52,8 @@ def elbo_terms(model, x, y, draws: int, batch: int = 2000) -> dict[str, float]:
                 inclusion_kl += float(bernoulli_kl_from_logits(layer.inclusion_logit, layer.prior_inclusion_logit).sum())
                 slab_kl += float((alpha * layer.slab_kl()).sum())
                 kept += int((alpha > 0.5).sum())
+    # Both KL parts are summed over every weight (the excluded ones cost little) and divided by the
+    # number kept in the table: the cost of the network per weight it keeps.
     return {"expected_log_likelihood": expected_log_lik, "kl": kl, "elbo": expected_log_lik - kl,
             "inclusion_kl": inclusion_kl, "slab_kl": slab_kl, "kept_weights": kept}
 
@@ -122,7 +124,7 @@ def render_markdown(result: dict[str, Any]) -> str:
     rows = [("recipe (`%s`, KL x 0.05)" % result["preset"], result["recipe"]),
             (f"the same, then {result['epochs']} epochs of the ELBO", result["elbo_converged"])]
     lines = ["| network | MED-MEA accuracy | density | E log-lik (nats) | KL (nats) | ELBO (nats) | ELBO / N | "
-             "inclusion KL per kept weight | slab KL per kept weight |",
+             "inclusion KL / kept weights | slab KL / kept weights |",
              "|---|---|---|---|---|---|---|---|---|"]
     for label, r in rows:
         kept = max(r["kept_weights"], 1)
