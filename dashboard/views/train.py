@@ -82,7 +82,8 @@ def config_form() -> dict[str, Any] | None:
         help="The ELBO itself prunes almost every weight of an LBBNN and fits small regression sets with a flat "
              "line; the default 0.1 keeps a readable picture (docs/why-lbbnn-over-prunes.md).")
     rate_columns = st.columns(3)
-    rates_text = {group: column.text_input(f"Learning rate: {group}", f"{backend.default_learning_rates()[group]:g}",
+    default_rates = backend.default_learning_rates()
+    rates_text = {group: column.text_input(f"Learning rate: {group}", f"{default_rates[group]:g}",
                                            key=f"train_lr_{group}")
                   for column, group in zip(rate_columns, ("weights", "scales", "inclusion"))}
     options_text = {}
