@@ -81,7 +81,8 @@ class TrainConfig:
         default_factory=lambda: dict(DEFAULT_PRETRAIN_LEARNING_RATES))
     empirical_bayes: bool = False
     mc_samples: int = 1
-    kl_anneal_epochs: int = 0
+    # None: 0, except where RunConfig resolves a dataset-dependent default (small regression sets).
+    kl_anneal_epochs: int | None = None
     # A tempered objective: the KL's weight after annealing (1 is the ELBO).
     kl_weight: float = DEFAULT_KL_WEIGHT
     warm_start_epochs: int = 0
@@ -102,7 +103,7 @@ class TrainConfig:
               f"must be one of {', '.join(POSTTRAIN_STRUCTURES)}, got {self.posttrain_structure!r}")
         check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
         check(self.mc_samples >= 1, "mc_samples", f"must be >= 1, got {self.mc_samples}")
-        check(self.kl_anneal_epochs >= 0, "kl_anneal_epochs", f"must be >= 0, got {self.kl_anneal_epochs}")
+        check(self.kl_anneal_epochs is None or self.kl_anneal_epochs >= 0, "kl_anneal_epochs", f"must be >= 0, got {self.kl_anneal_epochs}")
         check(isinstance(self.kl_weight, (int, float)) and math.isfinite(self.kl_weight) and 0 < self.kl_weight <= 1,
               "kl_weight", f"must lie in (0, 1] (1 is the ELBO; below 1 tempers the KL), got {self.kl_weight!r}")
         check(self.warm_start_epochs >= 0, "warm_start_epochs", f"must be >= 0, got {self.warm_start_epochs}")
@@ -117,11 +118,15 @@ class TrainConfig:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def resolved(self, n_train: int) -> "TrainConfig":
-        """This config with a default number of epochs filled in for a training set of n_train examples."""
-        if self.epochs is not None:
-            return self
-        return replace(self, epochs=default_epochs(n_train, self.batch_size))
+    def resolved(self, n_train: int, kl_anneal_fraction: float = 0.0) -> "TrainConfig":
+        """This config with the defaults filled in for a training set of n_train examples: the number of
+        epochs, and a KL annealed in over `kl_anneal_fraction` of them where none was given."""
+        config = self
+        if config.epochs is None:
+            config = replace(config, epochs=default_epochs(n_train, config.batch_size))
+        if config.kl_anneal_epochs is None:
+            config = replace(config, kl_anneal_epochs=int(round(config.epochs * kl_anneal_fraction)))
+        return config
 
     def total_epochs(self) -> int:
         """Every epoch of every phase (warm start included); the epochs must be resolved."""

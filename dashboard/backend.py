@@ -57,6 +57,12 @@ def family_option_fields() -> dict[str, list[Any]]:
     return {name: list(dataclasses.fields(family_class(name).Options)) for name in FAMILY_PATHS}
 
 
+def family_option_defaults(method: str, dataset: str) -> dict[str, Any]:
+    """A family's option defaults on a dataset (the small regression sets change some)."""
+    from core.runs.config import family_option_defaults as defaults
+    return defaults(method, dataset)
+
+
 def default_learning_rates() -> dict[str, float]:
     from core.train import DEFAULT_LEARNING_RATES
     return dict(DEFAULT_LEARNING_RATES)

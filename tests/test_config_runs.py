@@ -190,11 +190,28 @@ def test_fast_presets_are_tempered_and_say_so():
 def test_default_widths_and_epochs_follow_the_dataset():
     assert RunConfig(dataset="mnist-small").hidden == (100, 100)
     assert RunConfig(dataset="two-moons").hidden == (16, 16)
-    assert RunConfig(dataset="toy-sine-gaps").hidden == (16, 16)
+    assert RunConfig(dataset="toy-sine-gaps").hidden == (64, 64)
     assert RunConfig(dataset="mnist-small").train.epochs == 30
     assert RunConfig(dataset="toy-sine-gaps").train.epochs == 3000
     assert RunConfig(dataset="toy-cubic", dataset_params={"n": 400}).train.epochs == 750
     assert RunConfig(dataset="mnist-small", train={"epochs": 2}).train.epochs == 2
+
+
+def test_small_regression_defaults_fill_only_what_was_left_out():
+    toy = RunConfig(dataset="toy-sine-gaps", method="lbbnn")
+    assert toy.train.kl_anneal_epochs == toy.train.epochs // 2
+    assert toy.family_options["bias_prior"] == "gaussian" and toy.family_options["init_inclusion_low"] == 0.95
+    chosen = RunConfig(dataset="toy-sine-gaps", method="lbbnn", family_options={"bias_prior": "spike-and-slab"},
+                       train={"kl_anneal_epochs": 0})
+    assert chosen.family_options["bias_prior"] == "spike-and-slab" and chosen.train.kl_anneal_epochs == 0
+    # A stored config names every option, so reading it back never applies a default again.
+    assert RunConfig.from_dict(chosen.to_dict()) == chosen
+    for other in ("mnist-small", "two-moons", "uci-boston"):
+        config = RunConfig(dataset=other, method="lbbnn")
+        assert config.train.kl_anneal_epochs == 0 and config.family_options["bias_prior"] == "spike-and-slab"
+    # Families without those options are untouched; every family gets the anneal.
+    bnn = RunConfig(dataset="toy-cubic", method="bnn")
+    assert "bias_prior" not in bnn.family_options and bnn.train.kl_anneal_epochs == bnn.train.epochs // 2
 
 
 def test_grid_presets_expand_to_distinct_runs():

@@ -28,6 +28,12 @@ def method_options() -> dict[str, dict[str, Any]]:
     return {name: {f.name: _default(f) for f in fields} for name, fields in backend.family_option_fields().items()}
 
 
+@st.cache_data(ttl=600, show_spinner=False)
+def dataset_option_defaults(method: str, dataset: str) -> dict[str, Any]:
+    """The family's option defaults on this dataset (small regression sets have their own)."""
+    return backend.family_option_defaults(method, dataset)
+
+
 def _default(field: dataclasses.Field) -> Any:
     if field.default is not dataclasses.MISSING:
         return field.default
@@ -88,7 +94,7 @@ def config_form() -> dict[str, Any] | None:
                   for column, group in zip(rate_columns, ("weights", "scales", "inclusion"))}
     options_text = {}
     with st.expander(f"Family options / priors ({method})", expanded=method == "lbbnn"):
-        defaults = methods[method]
+        defaults = dataset_option_defaults(method, dataset)
         columns = st.columns(3)
         for index, (name, default) in enumerate(defaults.items()):
             options_text[name] = columns[index % 3].text_input(name, str(default), key=f"train_opt_{method}_{name}")
@@ -101,7 +107,7 @@ def config_form() -> dict[str, Any] | None:
     values = None
     with guard("Invalid setting"):
         family_options = {name: backend.parse_scalar(text.strip()) for name, text in options_text.items()
-                          if text.strip() != str(methods[method][name])}
+                          if text.strip() != str(defaults[name])}
         values = {
             "dataset": dataset,
             "dataset_params": backend.parse_options(params_text) if params_text.strip() else {},

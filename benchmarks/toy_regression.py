@@ -1,0 +1,162 @@
+"""Why the 1-D toy fits were straight lines, and what the small-regression defaults change (issue 10, item 3).
+
+Trains `lbbnn` and `bnn` on toy-sine-gaps and toy-cubic with the shipped defaults, with the
+defaults before them (16-16, no KL annealing, LBBNN biases with inclusion indicators and initial
+alpha in [0.1, 0.9]) and with one ingredient of the new defaults taken away at a time, plus a
+deterministic net of both widths. For each: bma test RMSE (original units), the learned noise sd,
+density, and the epistemic band (R = 100) inside the gaps and outside the data, each over its width
+near the training points. The NUTS reference's gap ratio is added when a cached reference of the
+set exists (`python -m core reference toy-sine-gaps`, found in --reference-cache).
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/toy_regression.py [--seeds 0,1] [--reference-cache DIR]
+
+Writes benchmarks/results/toy_regression.{md,json}; runs are cached in $BNN_CACHE_DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+RESULTS = ROOT / "benchmarks" / "results"
+OLD_LBBNN = {"bias_prior": "spike-and-slab", "init_inclusion_low": 0.1, "init_inclusion_high": 0.9}
+
+# name -> (methods, config changes); every config starts from {"dataset": ..., "method": ...}.
+VARIANTS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
+    "defaults": (("lbbnn", "bnn"), {}),
+    "before (16-16, no annealing, old LBBNN options)": (
+        ("lbbnn", "bnn"), {"hidden": [16, 16], "train": {"kl_anneal_epochs": 0}, "lbbnn_options": OLD_LBBNN}),
+    "defaults without KL annealing": (("lbbnn", "bnn"), {"train": {"kl_anneal_epochs": 0}}),
+    "defaults with 16-16": (("lbbnn", "bnn"), {"hidden": [16, 16]}),
+    "defaults, bias with inclusion indicator": (("lbbnn",), {"lbbnn_options": {"bias_prior": "spike-and-slab"}}),
+    "defaults, initial alpha in [0.1, 0.9]": (
+        ("lbbnn",), {"lbbnn_options": {"init_inclusion_low": 0.1, "init_inclusion_high": 0.9}}),
+    "deterministic 16-16": (("fnn",), {"hidden": [16, 16]}),
+    "deterministic 64-64": (("fnn",), {}),
+}
+DATASETS = ("toy-sine-gaps", "toy-cubic")
+
+
+def config_for(dataset: str, method: str, changes: dict[str, Any], seed: int):
+    from core.runs import RunConfig
+
+    values: dict[str, Any] = {"dataset": dataset, "method": method, "seed": seed}
+    for key, value in changes.items():
+        if key == "lbbnn_options":
+            if method.startswith("lbbnn"):
+                values["family_options"] = dict(value)
+        else:
+            values[key] = value
+    return RunConfig.from_dict(values)
+
+
+def band_ratios(x_grid: np.ndarray, x_train: np.ndarray, band: np.ndarray) -> dict[str, float]:
+    """Mean band width in the gaps (inside the data's range, > 10% of the span from any training
+    point) and outside the range (same distance), each over the mean width within 5% of the data."""
+    x, xt = x_grid[:, 0], x_train[:, 0]
+    span = xt.max() - xt.min()
+    distance = np.abs(x[:, None] - xt[None, :]).min(axis=1)
+    near = band[distance < 0.05 * span].mean()
+    inside = (x > xt.min()) & (x < xt.max())
+    gap, outside = inside & (distance > 0.1 * span), ~inside & (distance > 0.1 * span)
+    return {"gap_ratio": float(band[gap].mean() / near) if gap.any() else float("nan"),
+            "outside_ratio": float(band[outside].mean() / near) if outside.any() else float("nan")}
+
+
+def measure(config, cache_dir) -> dict[str, Any]:
+    from core.predict import evaluate, predict
+    from core.runs.training import train_run
+
+    started = time.perf_counter()
+    run = train_run(config, cache_dir=cache_dir)
+    dataset = run.dataset()
+    rmse = evaluate(run.model, dataset, "bma", 100)["rmse"]
+    band = np.sqrt(predict(run.model, dataset.x_grid, "bma", 100).epistemic_variance)
+    noise = None
+    likelihood = run.model.likelihood
+    if hasattr(likelihood, "log_noise_std"):
+        noise = float(likelihood.log_noise_std.detach().exp()) * float(dataset.target_std)
+    return {"rmse": float(rmse), "noise_sd": noise, "density": float(run.metrics.get("density", float("nan"))),
+            **band_ratios(dataset.x_grid, dataset.x_train, band), "seconds": time.perf_counter() - started}
+
+
+def reference_gap_ratio(dataset_name: str, cache_dir: str | None) -> dict[str, float] | None:
+    if not cache_dir:
+        return None
+    from core.reference.store import ReferenceStore, load_reference
+
+    entries = [e for e in ReferenceStore(cache_dir).list()
+               if e.get("status") == "ok" and e.get("config", {}).get("dataset") == dataset_name]
+    # The longest chain of the set's references: the best estimate of the posterior.
+    for entry in sorted(entries, key=lambda e: -e["config"].get("samples", 0) * e["config"].get("chains", 1))[:1]:
+        reference = load_reference(entry["reference_id"], cache_dir=cache_dir)
+        dataset = reference.config.load_dataset()
+        band = reference.function_samples(dataset.x_grid).std(axis=0).reshape(-1)
+        return {"hidden": list(reference.config.hidden), **band_ratios(dataset.x_grid, dataset.x_train, band)}
+    return None
+
+
+def render(result: dict[str, Any]) -> str:
+    lines = ["## Toy regression: the small-regression defaults (issue 10, item 3)", "",
+             f"Command: `{result['command']}` ({result['date']}, {result['machine']}). bma with R = 100; "
+             "RMSE and noise sd in the data's units; band ratios: mean epistemic sd in the gaps / outside "
+             "the data over its mean within 5% of the training points. Each cell: one run per seed.", ""]
+    for dataset in result["datasets"]:
+        lines += [f"### {dataset}", "", "| setting | method | seed | RMSE | noise sd | density | gap ratio | "
+                  "outside ratio |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for row in (r for r in result["rows"] if r["dataset"] == dataset):
+            noise = "" if row["noise_sd"] is None else f"{row['noise_sd']:.3g}"
+            lines.append(f"| {row['variant']} | {row['method']} | {row['seed']} | {row['rmse']:.3f} | {noise} | "
+                         f"{row['density']:.3f} | {row['gap_ratio']:.2f} | {row['outside_ratio']:.2f} |")
+        ref = result["references"].get(dataset)
+        if ref:
+            lines += ["", f"NUTS reference (1-{'-'.join(map(str, ref['hidden']))}-1, N(0, 1) prior): gap ratio "
+                      f"{ref['gap_ratio']:.2f}, outside ratio {ref['outside_ratio']:.2f}."]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import datetime
+    import os
+    import platform
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--datasets", default=",".join(DATASETS))
+    parser.add_argument("--reference-cache", default=None, help="run store with cached NUTS references")
+    parser.add_argument("--cache-dir", default=os.environ.get("BNN_CACHE_DIR"))
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    datasets = [d for d in args.datasets.split(",") if d]
+    rows = []
+    for dataset in datasets:
+        for variant, (methods, changes) in VARIANTS.items():
+            for method in methods:
+                for seed in seeds:
+                    row = {"dataset": dataset, "variant": variant, "method": method, "seed": seed,
+                           **measure(config_for(dataset, method, changes, seed), args.cache_dir)}
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+    result = {"command": "python benchmarks/toy_regression.py " + " ".join(argv or sys.argv[1:]),
+              "date": datetime.date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+              "datasets": datasets, "rows": rows,
+              "references": {d: reference_gap_ratio(d, args.reference_cache) for d in datasets}}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "toy_regression.json").write_text(json.dumps(result, indent=1))
+    (RESULTS / "toy_regression.md").write_text(render(result))
+    print(render(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
