@@ -167,7 +167,7 @@ def test_backend_bands_and_reference_lookup(tiny_runs, monkeypatch):
     bands = backend.collapsed_bands(regression, x, "gaussian", samples=6)
     assert bands["mean"].shape == (len(x),) and np.all(bands["low"] < bands["high"])
     assert backend.reference_bands(regression, x) is None  # nothing cached yet
-    from tests.test_uncertainty_page import write_fake_reference
+    from tests.support import write_fake_reference
     ref_id = write_fake_reference(cache, regression.dataset(), hidden=(6,))
     found = backend.reference_bands(regression, x)
     assert found["reference_id"] == ref_id and found["low"].shape == (len(x),)

@@ -13,26 +13,8 @@ import torch
 from core.models.network import BayesianMLP, ModelConfig, build_model
 from core.models.registry import FAMILY_PATHS
 
-# (family, options): every family with its defaults plus the option variants
-# that change the code path of the parameters, KL or estimator.
-VARIANTS = [
-    ("lbbnn", {}),
-    ("lbbnn", {"slab": "student-t", "inclusion_prior": "beta-binomial", "estimator": "relaxed-bernoulli"}),
-    ("lbbnn-lfmvn", {}),
-    ("lbbnn-lfmvn", {"rank": 1, "estimator": "relaxed-bernoulli", "slab": "student-t"}),
-    ("bnn", {}),
-    ("bnn", {"estimator": "weight-sampling"}),
-    ("bnn-mixture", {}),
-    ("variational-dense", {}),
-    ("concrete-dropout", {}),
-    ("horseshoe", {}),
-    ("horseshoe", {"prior": "horseshoe"}),
-    ("horseshoe", {"variational_family": "structured"}),
-    ("sparse-vd", {}),
-    ("sparse-vd", {"estimator": "weight-sampling"}),
-    ("fnn", {}),
-]
-VARIANT_IDS = [f"{family}-{'-'.join(str(v) for v in options.values()) or 'default'}" for family, options in VARIANTS]
+from tests.support import VARIANT_IDS, VARIANTS
+
 # Families whose kl() is an exact KL (or a sum of exact KL terms), hence >= 0.
 # bnn-mixture and the Student-t slab use a one-draw Monte Carlo KL; concrete
 # dropout drops an infinite constant (see its module docstring).
