@@ -2,8 +2,34 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
+import pytest
 import torch
+
+
+def running_in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() == "true"
+
+
+def unavailable(reason: str) -> None:
+    """Skip a test whose data or dependency is missing; under CI=true fail it instead."""
+    if running_in_ci():
+        pytest.fail(f"{reason} (CI=true: a missing data folder or dependency is a failure, not a skip)")
+    pytest.skip(reason)
+
+
+def full_data_dir() -> Path:
+    """The folder with the full datasets ($BNN_DATA_DIR), or a skip (a failure under CI=true)."""
+    value = os.environ.get("BNN_DATA_DIR", "").strip()
+    if not value:
+        unavailable("BNN_DATA_DIR not set: full datasets absent")
+    path = Path(value)
+    if not path.is_dir():
+        unavailable(f"BNN_DATA_DIR={value} is not a directory: full datasets absent")
+    return path
 
 # (family, options): every family with its defaults plus the option variants
 # that change the code path of the parameters, KL or estimator.

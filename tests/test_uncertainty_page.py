@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import streamlit as st
 
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from streamlit.testing.v1 import AppTest
 
 from tests.support import write_fake_reference
 
