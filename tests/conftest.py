@@ -1,6 +1,8 @@
 """Shared pytest fixtures.
 
 Tests never touch the network: BNN_OFFLINE=1 is forced for the whole session.
+A test that needs the full datasets requests the `data_dir` fixture or carries the `fulldata`
+marker (either implies the other); without $BNN_DATA_DIR it skips, and under CI=true it fails.
 """
 
 from __future__ import annotations
@@ -10,21 +12,27 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import full_data_dir
+
 os.environ["BNN_OFFLINE"] = "1"
 
-FULL_DATA_SKIP_REASON = "BNN_DATA_DIR not set: full datasets absent"
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "data_dir" in getattr(item, "fixturenames", ()) and item.get_closest_marker("fulldata") is None:
+            item.add_marker(pytest.mark.fulldata)
+
+
+def pytest_runtest_setup(item):
+    # A fulldata test that reads $BNN_DATA_DIR itself (not through the fixture) gets the same rule.
+    if item.get_closest_marker("fulldata") is not None:
+        full_data_dir()
 
 
 @pytest.fixture
 def data_dir() -> Path:
-    """The folder with the full datasets ($BNN_DATA_DIR); skips the test when unset."""
-    value = os.environ.get("BNN_DATA_DIR", "").strip()
-    if not value:
-        pytest.skip(FULL_DATA_SKIP_REASON)
-    path = Path(value)
-    if not path.is_dir():
-        pytest.skip(f"BNN_DATA_DIR={value} is not a directory: full datasets absent")
-    return path
+    """The folder with the full datasets ($BNN_DATA_DIR); skips when absent, fails under CI=true."""
+    return full_data_dir()
 
 
 @pytest.fixture

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("streamlit")
-import streamlit as st  # noqa: E402
-from streamlit.testing.v1 import AppTest  # noqa: E402
+import streamlit as st
+from streamlit.testing.v1 import AppTest
 
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
 TOKEN = "s3cret-teacher"

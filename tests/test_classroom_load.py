@@ -8,16 +8,12 @@ or training progress.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 pytestmark = pytest.mark.load
 
 
 def test_ten_sessions_two_trainings_no_errors_and_no_leaks(tmp_path):
-    if os.environ.get("CI", "").strip().lower() != "true":
-        pytest.importorskip("websockets")
     from benchmarks.classroom_load import Scenario, run_load_test, table
 
     scenario = Scenario(sessions=10, interactions=4, hidden=(32,), training_hidden="16", training_epochs=300,

@@ -152,6 +152,25 @@ def test_evaluate_cli_offers_both_collapsed_variants(tiny_runs, capsys):
     for result in results.values():
         assert set(result["coverage"]) == {"0.5", "0.9", "0.95"}
         assert 0 <= result["coverage"]["0.5"] <= result["coverage"]["0.9"] <= result["coverage"]["0.95"] <= 1
+    # Coverage against a hand count: the share of test targets inside each central interval.
+    # Gaussian variant: the predictive is the equal-weight mixture of N(mean_r, var_r) over the R draws,
+    # so a target's PIT is the mean of the normal CDFs. Box variant: inside its own quantiles.
+    from scipy.stats import norm
+
+    dataset = regression.dataset()
+    y = dataset.unstandardise(dataset.y_test).astype(np.float64)
+    gaussian = collapsed_predict(regression, dataset.x_test, samples=8, variant="gaussian").unstandardised(
+        dataset.target_mean, dataset.target_std)
+    pit = norm.cdf((y[None, :] - gaussian.mean_per_draw) / np.sqrt(gaussian.var_per_draw)).mean(0)
+    box = collapsed_predict(regression, dataset.x_test, samples=8, variant="box").unstandardised(
+        dataset.target_mean, dataset.target_std)
+    for level in (0.5, 0.9, 0.95):
+        inside = np.abs(pit - 0.5) <= level / 2
+        assert results["collapsed"]["coverage"][f"{level:g}"] == pytest.approx(inside.mean(), abs=1e-12)
+        low, high = box.quantiles(((1 - level) / 2, (1 + level) / 2))
+        count = np.mean((y >= low) & (y <= high))
+        assert results["collapsed-box"]["coverage"][f"{level:g}"] == pytest.approx(count, abs=1.01 / len(y))
+    assert 0 < results["collapsed"]["coverage"]["0.5"] < 1  # a case where the count is not trivial
     assert results["collapsed-box"]["variant"] == "box" and results["collapsed-box"]["mean_collapsed_terms"] > 0
     assert main(["evaluate", classification.run_id, "--mode", "collapsed", "--cache-dir", str(cache)]) == 2
     assert "regression" in capsys.readouterr().err
@@ -167,7 +186,7 @@ def test_backend_bands_and_reference_lookup(tiny_runs, monkeypatch):
     bands = backend.collapsed_bands(regression, x, "gaussian", samples=6)
     assert bands["mean"].shape == (len(x),) and np.all(bands["low"] < bands["high"])
     assert backend.reference_bands(regression, x) is None  # nothing cached yet
-    from tests.test_uncertainty_page import write_fake_reference
+    from tests.support import write_fake_reference
     ref_id = write_fake_reference(cache, regression.dataset(), hidden=(6,))
     found = backend.reference_bands(regression, x)
     assert found["reference_id"] == ref_id and found["low"].shape == (len(x),)

@@ -19,8 +19,7 @@ from core.runs.config import RunConfig
 from core.runs.training import train_run
 from core.train import DEFAULT_LEARNING_RATES, TrainConfig, _make_optimizer, _training_step, run_generator, train
 
-from tests.test_cpu_settings import subnormal
-from tests.test_families import VARIANT_IDS, VARIANTS
+from tests.support import VARIANT_IDS, VARIANTS, subnormal
 
 # Pairs trained side by side: LBBNN's and the Gaussian family's fused layers, and
 # families whose training forwards draw uniforms, several normals per layer, or logits.

@@ -177,6 +177,89 @@ def test_paper_presets_follow_seed_000():
     assert PRESETS["regression-1-64-1"].hidden == (64,)
 
 
+def test_paper_grid_baselines_follow_seed_000_section_4():
+    """Seed 000 section 4: 10 repeats; BNN-GP-MF, BNN-MGP-MF (mixture 0.5 N(0, 1) + 0.5 N(0, 2.479e-3)),
+    BNN-GP-CMF, BNN-HP-MF and FNN beside the LBBNN; 400-600 hidden units; baselines 250 epochs of Adam
+    at 1e-4 for every parameter, batch 100, no pre- or post-training. (Restated from the paper.)"""
+    from core.models.network import build_model
+
+    grid = PRESETS["paper"]
+    cells = grid.cells()
+    assert {c[0] for c in cells} == {"paper-mnist", "paper-fmnist"}
+    assert set(grid.seeds) == set(range(10))
+    assert set(grid.methods) == {"lbbnn", "lbbnn-lfmvn", "bnn", "bnn-mixture", "concrete-dropout", "horseshoe", "fnn"}
+    for label, method, seed, _, config in cells:
+        assert config.hidden == (400, 600) and config.train.batch_size == 100, (label, method)
+        assert config.dataset == {"paper-mnist": "mnist", "paper-fmnist": "fashion-mnist"}[label]
+        schedule = config.train
+        assert schedule.pretrain_epochs + schedule.epochs == 250 and schedule.posttrain_epochs == 0
+        assert schedule.kl_weight == 1.0 and schedule.mc_samples == 1
+        if not method.startswith("lbbnn"):
+            assert schedule.pretrain_epochs == 0 and schedule.warm_start_epochs == 0
+            assert set(schedule.learning_rates.values()) == {1e-4}, (label, method)
+    mixture = next(c[-1] for c in cells if c[1] == "bnn-mixture")
+    layer = build_model(_model_config(mixture, 784, 10)).layers[0]
+    assert float(layer.mixture_weight) == 0.5
+    assert float(layer.prior_variance) == 1.0 and float(layer.prior_variance_2) == pytest.approx(2.479e-3)
+
+
+def _model_config(config: RunConfig, in_features: int, classes: int):
+    from core.models.network import ModelConfig
+
+    return ModelConfig(in_features=in_features, out_classes=classes, hidden=config.hidden, family=config.method,
+                       family_options=dict(config.family_options))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "found by this test, not yet fixed: GridSpec.cells() resets family_options for every method, so the "
+    "paper grid's LBBNN cells train with the default prior (Bernoulli inclusion, Gaussian slab, local "
+    "reparameterisation) instead of seed 000's prior (3) that the paper-mnist preset carries"))
+def test_paper_grid_lbbnn_cells_use_the_prior_of_seed_000_section_4():
+    """Seed 000 section 4: "Priors for the parameters and model indicators were chosen according to (3)"."""
+    for label, method, seed, _, config in PRESETS["paper"].cells():
+        if method == "lbbnn":
+            options = config.family_options
+            assert options["inclusion_prior"] == "beta-bernoulli" and options["slab"] == "student-t", (label, seed)
+            assert options["estimator"] == "relaxed-bernoulli"
+
+
+def test_seed_004_presets_follow_the_thesis():
+    """Seed 004: LeNet-300-100 (784-300-100-10) with variational dropout, frequentist pre-training at
+    learning rate 1e-3 then the KL annealed in (section 4.2); a 1-64-1 MLP on the gapped sine toy with
+    150 warm-up epochs without KL, then the KL annealed over the remaining 250 at learning rate 0.01
+    (section 4.3). Both use the standard ELBO (METHODS.md: the thesis's 1/N^2 KL scale is a bug)."""
+    for name, dataset in (("lenet-300-100", "mnist"), ("lenet-300-100-mnist", "mnist"),
+                          ("lenet-300-100-fmnist", "fashion-mnist")):
+        lenet = PRESETS[name]
+        assert lenet.dataset == dataset and lenet.hidden == (300, 100) and lenet.method == "sparse-vd"
+        assert lenet.train.warm_start_epochs > 0 and lenet.train.kl_anneal_epochs > 0
+        assert lenet.train.learning_rates["weights"] == 1e-3 and lenet.train.kl_weight == 1.0
+    toy = PRESETS["regression-1-64-1"]
+    assert toy.dataset == "toy-sine-gaps" and toy.hidden == (64,) and toy.method == "sparse-vd"
+    assert toy.train.warm_start_epochs == 150
+    assert toy.train.epochs == 250 and toy.train.kl_anneal_epochs == 250
+    assert toy.train.learning_rates["weights"] == toy.train.learning_rates["scales"] == 1e-2
+    assert toy.train.kl_weight == 1.0
+
+
+def test_family_defaults_follow_the_papers():
+    """METHODS.md, restated: sparse VD prunes at log alpha > 3 and clips log alpha to [-8, 8] (seed 004);
+    variational dense prunes at |mu|/sigma < 0.83 (seed 004); the horseshoe drops a unit when
+    P(tau v < 1e-3) > 0.9 (seed 001); LBBNN's median probability model cuts alpha at 0.5 (seed 000)."""
+    from core.models.base import Keep
+    from core.models.horseshoe import HorseshoeOptions
+    from core.models.registry import family_class
+
+    spec = family_class("sparse-vd").spec
+    assert (spec.keep, spec.default_threshold, spec.low, spec.high) == (Keep.BELOW, 3.0, -8.0, 8.0)
+    spec = family_class("variational-dense").spec
+    assert (spec.keep, spec.default_threshold) == (Keep.ABOVE, 0.83)
+    spec = family_class("horseshoe").spec
+    assert (spec.keep, spec.default_threshold) == (Keep.BELOW, 0.9) and HorseshoeOptions().prune_delta == 1e-3
+    spec = family_class("lbbnn").spec
+    assert (spec.keep, spec.default_threshold) == (Keep.ABOVE, 0.5)
+
+
 def test_fast_presets_are_tempered_and_say_so():
     from core.runs.presets import describe_preset
 

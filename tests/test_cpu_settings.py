@@ -7,11 +7,7 @@ import torch
 
 from core.cpu_settings import enable_flush_denormals, flush_denormals
 
-
-def subnormal() -> torch.Tensor:
-    """A float32 subnormal (about 1e-40), made from its bits: converting 1e-40 from a double
-    would itself be flushed to 0 in a thread that flushes."""
-    return torch.tensor([71362], dtype=torch.int32).view(torch.float32)
+from tests.support import subnormal
 
 
 def test_flushing_stays_on_and_threads_started_afterwards_inherit_it():

@@ -142,8 +142,12 @@ def test_metric_vs_density_marks_the_current_point():
     assert [row["density"] for row in curve] == sorted(density)
     points = [rows for rows in _rows_with(spec, "value") if "threshold" not in rows[0]]
     assert points == [[{"density": 0.2, "value": 0.95}]]
-    scales = _find(spec, lambda d: d.get("type") == "log")
-    assert scales  # density spans decades: log x-axis
+    x_encodings = _find(spec, lambda d: d.get("field") == "density" and d.get("title"))
+    assert x_encodings and all(d["scale"] == {"type": "log"} for d in x_encodings)  # densities span decades
+    linear = figures.metric_vs_density(np.append(thresholds, 1.1), np.append(density, 0.0), np.append(accuracy, 0.1),
+                                       "accuracy")
+    # a zero density has no place on a log axis: the axis falls back to linear
+    assert all("type" not in d.get("scale", {}) for d in _find(linear.to_dict(), lambda d: d.get("field") == "density"))
 
 
 def test_metric_vs_samples_frame():
@@ -196,6 +200,10 @@ def test_entropy_ecdf_chart_is_thinned_but_keeps_the_end_point():
     (rows,) = _rows_with(spec, "ecdf")
     assert len(rows) <= 200
     assert rows[-1]["ecdf"] == 1.0 and rows[-1]["entropy"] == pytest.approx(values.max())
+    (x_scale,) = [d["scale"] for d in _find(spec, lambda d: d.get("field") == "entropy" and "scale" in d)]
+    assert x_scale == {"domain": [0, pytest.approx(np.log(10))]}  # 0 to the largest possible entropy
+    (y_scale,) = [d["scale"] for d in _find(spec, lambda d: d.get("field") == "ecdf" and "scale" in d)]
+    assert y_scale == {"domain": [0, 1]}
     assert all(b["ecdf"] >= a["ecdf"] for a, b in zip(rows, rows[1:]))
 
 
@@ -205,5 +213,30 @@ def test_history_frame_has_loss_and_density_per_epoch():
     frame = figures.history_frame(history)
     assert frame[frame["quantity"] == "loss"]["value"].tolist() == [2.0, 1.5]
     assert frame[frame["quantity"] == "density"]["step"].tolist() == [1, 2]
-    assert isinstance(figures.training_curves(history).to_dict(), dict)
     assert figures.history_frame([]).empty and isinstance(figures.history_frame([]), pd.DataFrame)
+
+
+def test_training_curves_plot_loss_and_density_per_epoch_coloured_by_phase():
+    history = [{"epoch": 1, "phase": "pretrain", "loss": 3.0, "density": 1.0},
+               {"epoch": 2, "phase": "train", "loss": 2.0},  # no density recorded this epoch
+               {"epoch": 3, "phase": "train", "loss": 1.5, "density": 0.4}]
+    spec = figures.training_curves(history).to_dict()
+    left, right = spec["hconcat"]
+    expected = {
+        "loss (-ELBO / N)": [(1, "pretrain", 3.0), (2, "train", 2.0), (3, "train", 1.5)],
+        "density at the default threshold": [(1, "pretrain", 1.0), (3, "train", 0.4)],
+    }
+    for panel in (left, right):
+        rows = spec["datasets"][panel["data"]["name"]]
+        marks = sorted(layer["mark"]["type"] for layer in panel["layer"])
+        assert marks == ["circle", "line"]  # a line through the epochs with a dot at each
+        for layer in panel["layer"]:
+            encoding = layer["encoding"]
+            assert (encoding["x"]["field"], encoding["x"]["type"], encoding["x"]["title"]) == ("step", "quantitative",
+                                                                                               "epoch")
+            assert (encoding["y"]["field"], encoding["y"]["type"]) == ("value", "quantitative")
+            assert encoding["y"]["scale"] == {"zero": False}
+            assert (encoding["color"]["field"], encoding["color"]["type"]) == ("phase", "nominal")
+        title = panel["layer"][0]["encoding"]["y"]["title"]
+        assert [(r["step"], r["phase"], r["value"]) for r in rows] == expected.pop(title)
+    assert not expected  # one panel for each quantity

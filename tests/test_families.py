@@ -6,33 +6,17 @@ added in issue 3."""
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import pytest
 import torch
+from torch.distributions import Bernoulli, Gamma, MultivariateNormal, Normal, StudentT
 
 from core.models.network import BayesianMLP, ModelConfig, build_model
 from core.models.registry import FAMILY_PATHS
 
-# (family, options): every family with its defaults plus the option variants
-# that change the code path of the parameters, KL or estimator.
-VARIANTS = [
-    ("lbbnn", {}),
-    ("lbbnn", {"slab": "student-t", "inclusion_prior": "beta-binomial", "estimator": "relaxed-bernoulli"}),
-    ("lbbnn-lfmvn", {}),
-    ("lbbnn-lfmvn", {"rank": 1, "estimator": "relaxed-bernoulli", "slab": "student-t"}),
-    ("bnn", {}),
-    ("bnn", {"estimator": "weight-sampling"}),
-    ("bnn-mixture", {}),
-    ("variational-dense", {}),
-    ("concrete-dropout", {}),
-    ("horseshoe", {}),
-    ("horseshoe", {"prior": "horseshoe"}),
-    ("horseshoe", {"variational_family": "structured"}),
-    ("sparse-vd", {}),
-    ("sparse-vd", {"estimator": "weight-sampling"}),
-    ("fnn", {}),
-]
-VARIANT_IDS = [f"{family}-{'-'.join(str(v) for v in options.values()) or 'default'}" for family, options in VARIANTS]
+from tests.support import VARIANT_IDS, VARIANTS
+
 # Families whose kl() is an exact KL (or a sum of exact KL terms), hence >= 0.
 # bnn-mixture and the Student-t slab use a one-draw Monte Carlo KL; concrete
 # dropout drops an infinite constant (see its module docstring).
@@ -237,17 +221,25 @@ def test_two_epochs_on_mnist_small_beat_a_loose_accuracy_floor(family, mnist):
     assert accuracy > 0.8, f"{family}: posterior-mean accuracy {accuracy:.3f}"
 
 
-@pytest.mark.parametrize("family,options", VARIANTS, ids=VARIANT_IDS)
-def test_forward_with_kl_equals_forward_then_kl_in_values_and_gradients(family, options):
-    """The training path (fused where a family has one) against forward + kl() under autograd.
+# The variants whose forward_with_kl runs a fused kernel (a custom autograd Function) instead of
+# forward() + kl(); the others are compared with an independent computation below.
+FUSED_PATH_VARIANTS = [("lbbnn", {}), ("bnn", {}), ("variational-dense", {})]
 
-    Also guards subclasses against inheriting a parent's fused path. With kl_value=False
-    the KL may be a surrogate, but the gradients must not change.
+
+@pytest.mark.parametrize("family,options", FUSED_PATH_VARIANTS,
+                         ids=[f"{family}-default" for family, _ in FUSED_PATH_VARIANTS])
+def test_forward_with_kl_equals_forward_then_kl_in_values_and_gradients(family, options):
+    """The fused training path against forward + kl() under autograd.
+
+    With kl_value=False the KL may be a surrogate, but the gradients must not change.
     """
     model = make_model(family, options)
     perturb(model, seed=6)
     x = torch.randn(8, 5)
     for layer in model.layers:
+        with mock.patch.object(layer, "forward", wraps=layer.forward) as forward_spy:
+            layer.forward_with_kl(x)
+        assert forward_spy.call_count == 0  # the fused path is another code path than forward() + kl()
         results = []
         for path in ("fused", "surrogate", "reference"):
             x_in = x.clone().requires_grad_(True)
@@ -270,6 +262,246 @@ def test_forward_with_kl_equals_forward_then_kl_in_values_and_gradients(family, 
         for name in grads_r:
             torch.testing.assert_close(grads_f[name], grads_r[name], rtol=1e-4, atol=1e-5, msg=name)
             torch.testing.assert_close(grads_s[name], grads_r[name], rtol=1e-4, atol=1e-5, msg=name)
+        x = torch.relu(out_r)
+
+
+# --- the training path against an independent computation ------------------------------------------
+# Most variants train through SparseLayer's forward() + kl() (or fall back to it), so comparing their
+# forward_with_kl with forward() + kl() would compare the code with itself. Here the reference is worked
+# out from the layer's parameters and the papers' formulas (torch.distributions where it has the KL),
+# drawing the same noise in the same order from a fixed seed.
+
+
+def _softplus(value: torch.Tensor) -> torch.Tensor:
+    return torch.log1p(torch.exp(value))
+
+
+def _affine(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x (B, in) times an augmented (out, in + 1) weight, bias in the last column."""
+    return x @ weight[:, :-1].T + weight[:, -1]
+
+
+def _gaussian_kl_to(mu: torch.Tensor, sigma: torch.Tensor, prior_std: float | torch.Tensor) -> torch.Tensor:
+    prior_std = torch.as_tensor(prior_std, dtype=mu.dtype)
+    return torch.distributions.kl_divergence(Normal(mu, sigma), Normal(torch.zeros_like(mu), prior_std)).sum()
+
+
+def _half_cauchy_kl(mean: torch.Tensor, std: torch.Tensor, rate: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """KL(N(mean, std^2) on u = log a^2, IG(1, rate) on lam || a^2 | lam ~ IG(1/2, 1/lam), lam ~ IG(1/2, 1/scale^2)).
+
+    log p(u | lam) = -1/2 log lam - lgamma(1/2) - u/2 - exp(-u) / lam (the IG density times the Jacobian e^u);
+    under q, E[1/lam] = 1/rate and E[log lam] = log rate + Euler's gamma (1/lam ~ Gamma(1, rate)).
+    """
+    expected_neg_log_prior = (0.5 * (torch.log(rate) + 0.5772156649015329) + math.lgamma(0.5) + 0.5 * mean
+                              + torch.exp(-mean + 0.5 * std ** 2) / rate)
+    auxiliary = torch.distributions.kl_divergence(Gamma(torch.ones_like(rate), rate),
+                                                  Gamma(torch.full_like(rate, 0.5), 1 / scale ** 2))
+    return -Normal(mean, std).entropy() + expected_neg_log_prior + auxiliary
+
+
+def _horseshoe_reference(layer, x: torch.Tensor, structured: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seed 001: w_k = s_k beta_k with s_k = tau_k v (regularised: 1 / sqrt(1 / (tau_k v)^2 + 1 / c^2))."""
+    out_features = layer.out_features
+    log_v_mean, log_v_std = layer.log_layer_scale_mu, _softplus(layer.log_layer_scale_rho)
+    hidden, regularised = not layer.is_output, layer.regularised
+    if structured:  # draws: log tau noise, layer scale, slab (then the pre-activation noise)
+        noise_tau, noise_v = torch.randn(out_features, dtype=x.dtype), torch.randn(1, dtype=x.dtype)
+        noise_c = torch.randn(1, dtype=x.dtype)
+    else:  # draws: node scales, slab, layer scale (then the pre-activation noise)
+        noise_tau = torch.randn(out_features, dtype=x.dtype) if hidden else None
+        noise_c = torch.randn(1, dtype=x.dtype) if regularised else None
+        noise_v = torch.randn(1, dtype=x.dtype)
+    x_aug = torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], dim=1)
+    if structured:
+        # z_k = [beta_k; log tau_k] ~ N(m_k, v_k U), U = diag(psi) + h h^T: condition beta_k on log tau_k.
+        psi, h = _softplus(layer.row_std_rho) ** 2, layer.row_factor
+        column_var = _softplus(layer.column_std_rho) ** 2
+        row_cov = torch.diag(psi) + torch.outer(h, h)
+        covs = column_var[:, None, None] * row_cov  # (out, in + 2, in + 2)
+        means = torch.cat([layer.weight_mu, layer.log_node_scale_mu[:, None]], dim=1)
+        log_tau = means[:, -1] + covs[:, -1, -1].sqrt() * noise_tau
+        beta_mean = means[:, :-1] + covs[:, :-1, -1] / covs[:, -1:, -1] * (log_tau - means[:, -1])[:, None]
+        beta_cov = covs[:, :-1, :-1] - covs[:, :-1, -1:] @ covs[:, -1:, :-1] / covs[:, -1:, -1:]
+        pre_mean = x_aug @ beta_mean.T
+        pre_var = torch.einsum("bi,kij,bj->bk", x_aug, beta_cov, x_aug)
+        log_tau_v = log_tau + log_v_mean + log_v_std * noise_v
+    else:
+        sigma = _softplus(layer.weight_rho)
+        pre_mean, pre_var = x_aug @ layer.weight_mu.T, (x_aug ** 2) @ (sigma ** 2).T
+        log_tau_v = log_v_mean + log_v_std * noise_v
+        if hidden:
+            log_tau_v = log_tau_v + layer.log_node_scale_mu + _softplus(layer.log_node_scale_rho) * noise_tau
+    scale = torch.exp(log_tau_v)
+    if regularised:
+        c2 = torch.exp(layer.log_slab_mu + _softplus(layer.log_slab_rho) * noise_c)
+        scale = 1 / torch.sqrt(1 / scale ** 2 + 1 / c2)
+    output = scale * (pre_mean + pre_var.sqrt() * torch.randn(pre_mean.shape, dtype=x.dtype))
+    # KL: beta against N(0, I), each half-Cauchy scale with its auxiliary, the slab c^2 ~ IG(c_a, c_b).
+    kl = _half_cauchy_kl(2 * log_v_mean, 2 * log_v_std, layer.layer_aux_rate, layer.layer_prior_scale)
+    if structured:
+        joint_entropy = sum(MultivariateNormal(torch.zeros(len(c), dtype=x.dtype), c).entropy() for c in covs)
+        beta_second_moment = means[:, :-1] ** 2 + torch.diagonal(covs, dim1=1, dim2=2)[:, :-1]
+        beta_cross_entropy = 0.5 * (math.log(2 * math.pi) + beta_second_moment).sum()
+        tau_std = covs[:, -1, -1].sqrt()
+        # E_q[log q(beta, log tau)] - E_q[log p(beta)] - E_q[log p(log tau | lam)] + KL(lam), the entropy of
+        # the joint (beta, log tau) of each unit from its dense covariance.
+        # In log tau (not log tau^2) the half-Cauchy term's -log p gains -log 2 and its entropy term
+        # -H[q(log tau^2)] = -H[q(log tau)] - log 2: adding H[q(log tau)] back leaves -E log p + KL(lam).
+        kl = kl + beta_cross_entropy - joint_entropy + sum(
+            _half_cauchy_kl(2 * means[k, -1], 2 * tau_std[k], layer.node_aux_rate[k], layer.node_prior_scale)
+            + Normal(means[k, -1], tau_std[k]).entropy() for k in range(out_features))
+    else:
+        kl = kl + _gaussian_kl_to(layer.weight_mu, _softplus(layer.weight_rho), 1.0)
+        if hidden:
+            kl = kl + _half_cauchy_kl(2 * layer.log_node_scale_mu, 2 * _softplus(layer.log_node_scale_rho),
+                                      layer.node_aux_rate, layer.node_prior_scale).sum()
+    if regularised:
+        mean, std = layer.log_slab_mu, _softplus(layer.log_slab_rho)
+        a, b = layer.slab_shape, layer.slab_scale
+        # log density of u = log c^2 for c^2 ~ IG(a, b): a log b - lgamma(a) - a u - b exp(-u)
+        expected_log_prior = a * torch.log(b) - torch.lgamma(a) - a * mean - b * torch.exp(-mean + 0.5 * std ** 2)
+        kl = kl - Normal(mean, std).entropy() - expected_log_prior
+    return output, kl
+
+
+def _lbbnn_reference(layer, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seed 000: q(w, gamma) = alpha N(mu, sigma^2) [gamma = 1] + (1 - alpha) delta_0 [gamma = 0]; for LFMVN
+    alpha = sigmoid(l) with the logits l ~ N(xi, F F^T + D) drawn once per forward (section 2.3)."""
+    options = layer.options
+    mu, sigma, xi = layer.weight_mu, _softplus(layer.weight_rho), layer.inclusion_logit
+    low_rank = layer.family == "lbbnn-lfmvn"
+    if low_rank:  # draws: z (rank), then eps (the weight shape)
+        factor, diag = layer.logit_factor, _softplus(layer.logit_diag_rho) ** 2
+        z, eps = torch.randn(options.rank, dtype=x.dtype), torch.randn(layer.shape, dtype=x.dtype)
+        alpha = torch.sigmoid(xi + factor @ z + diag.sqrt() * eps)
+    else:
+        alpha = torch.sigmoid(xi)
+    if options.estimator == "local-reparameterisation":
+        # the spike-and-slab weight has mean alpha mu and variance alpha (sigma^2 + mu^2) - (alpha mu)^2
+        mean, var = alpha * mu, alpha * (sigma ** 2 + mu ** 2) - (alpha * mu) ** 2
+        output = _affine(x, mean) + torch.sqrt(_affine(x ** 2, var)) * torch.randn(len(x), layer.out_features,
+                                                                                  dtype=x.dtype)
+    else:  # a relaxed Bernoulli indicator per weight (uniform draws), then the slab draw
+        u = torch.rand(layer.shape, dtype=x.dtype).clamp(1e-6, 1 - 1e-6)
+        a = alpha.clamp(1e-6, 1 - 1e-6)
+        gamma = torch.sigmoid((torch.log(a / (1 - a)) - torch.log(u / (1 - u))) / options.temperature)
+        output = _affine(x, gamma * (mu + sigma * torch.randn(layer.shape, dtype=x.dtype)))
+    # KL: the slab term weighted by the inclusion probability, plus the inclusion term.
+    if low_rank:  # E_q[sigmoid(l)] by the probit approximation (MacKay 1992)
+        inclusion = torch.sigmoid(xi / torch.sqrt(1 + math.pi * (diag + (factor ** 2).sum(-1)) / 8))
+    else:
+        inclusion = alpha
+    if options.slab == "gaussian":
+        slab = torch.distributions.kl_divergence(Normal(mu, sigma), Normal(0.0, layer.log_slab_variance.exp().sqrt()))
+    else:  # one reparameterised draw against t_{2 a}(0, b / a), the Gaussian entropy exact
+        a, b = layer.log_slab_a.exp(), layer.log_slab_b.exp()
+        w = mu + sigma * torch.randn(layer.shape, dtype=x.dtype)
+        slab = -Normal(mu, sigma).entropy() - StudentT(2 * a, 0.0, torch.sqrt(b / a)).log_prob(w)
+    kl = (inclusion * slab).sum()
+    if low_rank:  # KL(N(xi, F F^T + D) || N(logit(psi), v I)) over the flattened logits
+        d = xi.numel()
+        flat_factor = factor.reshape(d, -1)
+        q = MultivariateNormal(xi.reshape(-1), flat_factor @ flat_factor.T + torch.diag(diag.reshape(-1)))
+        p = MultivariateNormal(layer.prior_inclusion_logit.expand(d),
+                               layer.logit_prior_variance * torch.eye(d, dtype=x.dtype))
+        return output, kl + torch.distributions.kl_divergence(q, p)
+    if options.inclusion_prior == "bernoulli":
+        psi = torch.sigmoid(layer.prior_inclusion_logit)
+        return output, kl + torch.distributions.kl_divergence(Bernoulli(alpha), Bernoulli(psi.expand_as(alpha))).sum()
+    if options.inclusion_prior == "beta-bernoulli":  # BetaBinomial(1, a, b) = Bernoulli(a / (a + b))
+        a, b = layer.log_beta_a.exp(), layer.log_beta_b.exp()
+        return output, kl + torch.distributions.kl_divergence(Bernoulli(alpha),
+                                                              Bernoulli((a / (a + b)).expand_as(alpha))).sum()
+    # beta-binomial: -H[q(gamma)] - log p(k) at k = E_q[sum gamma], p(k) = B(a + k, b + n - k) / B(a, b)
+    a, b = layer.log_beta_a.exp(), layer.log_beta_b.exp()
+    n, k = alpha.numel(), alpha.sum()
+
+    def log_beta(p, q):
+        return torch.lgamma(p) + torch.lgamma(q) - torch.lgamma(p + q)
+
+    return output, kl - Bernoulli(alpha).entropy().sum() - (log_beta(a + k, b + n - k) - log_beta(a, b))
+
+
+def independent_forward_and_kl(layer, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training pre-activation and KL(q || p) of `layer` from its parameters, drawing the noise in
+    the order the family's estimator does (global RNG, seeded by the caller)."""
+    family, options = layer.family, layer.options
+    if family == "fnn":  # maximum likelihood: no prior, no KL
+        return _affine(x, layer.weight), torch.zeros((), dtype=x.dtype)
+    if family == "concrete-dropout":
+        # Gal et al. 2017: relaxed Bernoulli drop of each input, inverted scaling; KL up to a constant.
+        p = torch.sigmoid(layer.dropout_logit)
+        u = torch.rand(x.shape, dtype=x.dtype).clamp(1e-7, 1 - 1e-7)
+        drop = torch.sigmoid((torch.log(p) - torch.log1p(-p) + torch.log(u) - torch.log1p(-u)) / options.temperature)
+        output = _affine(x * (1 - drop) / (1 - p), layer.weight)
+        w, b = layer.weight[:, :-1], layer.weight[:, -1]
+        kl = ((w ** 2).sum() / (1 - p) + (b ** 2).sum()) / (2 * layer.prior_variance) \
+            + layer.in_features * (p * torch.log(p) + (1 - p) * torch.log(1 - p))
+        return output, kl
+    if family == "sparse-vd":
+        # Molchanov et al. 2017: q = N(theta, sigma^2), KL against the log-uniform prior by their fit.
+        theta, var = layer.theta, torch.exp(layer.log_sigma2)
+        if options.estimator == "local-reparameterisation":
+            noise = torch.randn(len(x), layer.out_features, dtype=x.dtype)
+            output = _affine(x, theta) + torch.sqrt(_affine(x ** 2, var)) * noise
+        else:
+            output = _affine(x, theta + var.sqrt() * torch.randn(layer.shape, dtype=x.dtype))
+        log_alpha = (layer.log_sigma2 - torch.log(theta ** 2)).clamp(-8, 8)
+        k1, k2, k3 = 0.63576, 1.87320, 1.48695
+        kl = -(k1 * torch.sigmoid(k2 + k3 * log_alpha) - 0.5 * torch.log1p(torch.exp(-log_alpha)) - k1).sum()
+        return output, kl
+    if family in ("bnn", "variational-dense", "bnn-mixture"):
+        mu, sigma = layer.weight_mu, _softplus(layer.weight_rho)
+        if options.estimator == "local-reparameterisation":  # Kingma et al. 2015
+            noise = torch.randn(len(x), layer.out_features, dtype=x.dtype)
+            output = _affine(x, mu) + torch.sqrt(_affine(x ** 2, sigma ** 2)) * noise
+        else:
+            output = _affine(x, mu + sigma * torch.randn(layer.shape, dtype=x.dtype))
+        if family != "bnn-mixture":
+            return output, _gaussian_kl_to(mu, sigma, layer.prior_variance.sqrt())
+        # Blundell et al. 2015: one reparameterised draw of log q(w) - log p(w), with q's entropy exact.
+        w = mu + sigma * torch.randn(layer.shape, dtype=x.dtype)
+        pi = layer.mixture_weight
+        log_prior = torch.logaddexp(torch.log(pi) + Normal(0.0, layer.prior_variance.sqrt()).log_prob(w),
+                                    torch.log(1 - pi) + Normal(0.0, layer.prior_variance_2.sqrt()).log_prob(w))
+        return output, (-Normal(mu, sigma).entropy() - log_prior).sum()
+    if family == "horseshoe":
+        return _horseshoe_reference(layer, x, structured=hasattr(layer, "row_factor"))
+    if family in ("lbbnn", "lbbnn-lfmvn"):
+        return _lbbnn_reference(layer, x)
+    raise AssertionError(f"no independent reference for {family}")  # pragma: no cover - a new family adds one
+
+
+@pytest.mark.parametrize("family,options", VARIANTS, ids=VARIANT_IDS)
+def test_training_forward_and_kl_match_an_independent_computation(family, options):
+    """forward_with_kl (both kl_value settings) against independent_forward_and_kl, in values and gradients."""
+    model = make_model(family, options).double()
+    perturb(model, seed=6)
+    x = torch.randn(8, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    for layer in model.layers:
+        results = {}
+        for path in ("kl-value", "surrogate", "independent"):
+            x_in = x.clone().requires_grad_(True)
+            layer.zero_grad()
+            torch.manual_seed(0)
+            if path == "independent":
+                output, kl = independent_forward_and_kl(layer, x_in)
+            else:
+                output, kl = layer.forward_with_kl(x_in, kl_value=path == "kl-value")
+            (output.pow(2).sum() * 0.3 + output.sum() + 0.7 * kl).backward()
+            grads = {name: p.grad.clone() for name, p in layer.named_parameters() if p.grad is not None}
+            results[path] = (output.detach(), kl.detach(), x_in.grad.clone(), grads)
+        out_r, kl_r, gx_r, grads_r = results["independent"]
+        assert grads_r
+        for path in ("kl-value", "surrogate"):
+            out, kl, g_x, grads = results[path]
+            torch.testing.assert_close(out, out_r, rtol=1e-9, atol=1e-9)
+            if path == "kl-value":
+                torch.testing.assert_close(kl, kl_r, rtol=1e-9, atol=1e-9)
+            torch.testing.assert_close(g_x, gx_r, rtol=1e-8, atol=1e-9)
+            assert grads.keys() == grads_r.keys()
+            for name in grads_r:
+                torch.testing.assert_close(grads[name], grads_r[name], rtol=1e-8, atol=1e-9, msg=name)
         x = torch.relu(out_r)
 
 
@@ -353,8 +585,6 @@ def test_fused_gaussian_layer_passes_gradcheck_in_double_precision():
 
 
 def test_bnn_trains_through_the_fused_layer_and_the_mixture_does_not():
-    from unittest import mock
-
     from core.models.gaussian_fused import GaussianLinear
 
     calls = {}

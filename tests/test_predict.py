@@ -204,7 +204,22 @@ def test_evaluate_is_json_ready_and_checks_ood_shape():
     json.dumps(result)
     assert set(result) >= {"accuracy", "nll", "brier", "ece", "doubt", "density", "mean_inclusion", "ood"}
     assert len(result["accuracy_vs_samples"]["accuracy"]) == 4
-    assert 0 <= result["ood"]["uniform-noise"]["auroc"] <= 1
+    # The OOD summary against a hand computation: entropies of the same bma prediction on the test
+    # inputs and on the OOD inputs, AUROC as the fraction of (in, out) pairs the entropy orders right.
+    from core.data import load_ood
+
+    def entropy(probs):
+        return np.array([-sum(p * np.log(p) for p in row if p > 0) for row in np.asarray(probs, dtype=np.float64)])
+
+    scores_in = entropy(predict(model, x, "bma", samples=4, seed=0).probs)
+    scores_out = entropy(predict(model, load_ood(dataset, "uniform-noise"), "bma", samples=4, seed=0).probs)
+    pairs = [1.0 if o > i else 0.5 if o == i else 0.0 for i in scores_in for o in scores_out]
+    summary = result["ood"]["uniform-noise"]
+    assert summary["auroc"] == pytest.approx(sum(pairs) / len(pairs), abs=1e-12)
+    assert 0.05 < summary["auroc"] < 0.95  # a case where the pairs are not all on one side
+    assert summary["entropy_in_mean"] == pytest.approx(scores_in.mean())
+    assert summary["entropy_out_mean"] == pytest.approx(scores_out.mean())
+    assert summary["n_out"] == len(scores_out)
     alpha_means = [float(l.inclusion_probability.detach().mean()) for l in model.layers]
     assert result["mean_inclusion"] == pytest.approx(alpha_means)
     with pytest.raises(BNNError, match="shape|features"):

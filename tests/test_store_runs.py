@@ -220,8 +220,69 @@ def test_cache_dir_from_environment(tmp_path, monkeypatch):
     assert store.max_bytes == int(1.5 * 1024 * 1024)
 
 
-def test_the_store_never_unpickles():
-    sources = Path(store_module.__file__).parent.glob("*.py")
-    for source in sources:
-        text = source.read_text()
-        assert "torch.load(" not in text and "import pickle" not in text, source
+class _Payload:
+    """Unpickling this creates `marker`: the proof that something unpickled a file of the store."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _forbid_unpickling(monkeypatch) -> None:
+    """Every unpickling entry point (pickle, _pickle, torch.load, numpy.load) raises when called."""
+    import _pickle
+    import pickle
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the store unpickled something")
+
+    for module in (pickle, _pickle):
+        for name in ("load", "loads", "Unpickler"):
+            monkeypatch.setattr(module, name, forbidden)
+    monkeypatch.setattr(pickle, "_load", forbidden)
+    monkeypatch.setattr(pickle, "_loads", forbidden)
+    monkeypatch.setattr(pickle, "_Unpickler", forbidden)
+    monkeypatch.setattr(torch, "load", forbidden)
+    monkeypatch.setattr(torch.serialization, "load", forbidden)
+    monkeypatch.setattr(np, "load", forbidden)
+
+
+def test_loading_and_listing_runs_call_no_unpickler(store_copy, monkeypatch):
+    cache, run_id = store_copy
+    expected = RunStore(cache).read(run_id, touch=False).state_dict
+    _forbid_unpickling(monkeypatch)
+    loaded = load_run(run_id, cache_dir=cache)
+    assert [info.run_id for info in list_runs(cache)] == [run_id]
+    state = loaded.model.state_dict()
+    assert state.keys() == expected.keys() and all(torch.equal(state[k], expected[k]) for k in expected)
+    RunStore(cache).verify(run_id)
+
+
+def test_a_pickle_planted_in_a_run_folder_is_never_executed(store_copy, tmp_path):
+    """A pickle payload in place of each stored file, checksums updated so the manifest vouches for it:
+    loading reports the file as unreadable and the payload never runs."""
+    import pickle
+
+    cache, run_id = store_copy
+    folder = RunStore(cache).path(run_id)
+    names = ["weights.safetensors", "summaries.safetensors", "config.json", "info.json", "metrics.json",
+             "history.json", "summaries.json"]
+    for name in names:
+        original = {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()}
+        marker = tmp_path / f"executed-{name}"
+        (folder / name).write_bytes(pickle.dumps(_Payload(marker)))
+        manifest = json.loads(original["manifest.json"])
+        manifest["files"][name]["sha256"] = sha256_file(folder / name)
+        manifest["files"][name]["size"] = (folder / name).stat().st_size
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        with pytest.raises(RunStoreError, match=name.replace(".", r"\.")):
+            load_run(run_id, cache_dir=cache)
+        list_runs(cache)
+        assert not marker.exists(), f"a pickle in {name} was executed"
+        for file_name, data in original.items():
+            (folder / file_name).write_bytes(data)
+    assert load_run(run_id, cache_dir=cache).run_id == run_id  # the restored run still loads
+    pickle.loads(pickle.dumps(_Payload(tmp_path / "self-check"))).close()
+    assert (tmp_path / "self-check").exists()  # the payload does run when something unpickles it

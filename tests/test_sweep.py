@@ -65,10 +65,7 @@ def test_density_is_monotone_in_the_threshold():
     magnitude = sweep(make_model("fnn"), data)  # unbounded statistic: quantile grid spreads densities
     assert magnitude.density[0] == 1.0 and np.all(np.diff(magnitude.density) <= 0)
     assert np.all(np.abs(np.diff(magnitude.density)) < 0.1)
-    try:
-        below_model = make_model("sparse-vd")
-    except ImportError:
-        pytest.skip("sparse-vd family not present")
+    below_model = make_model("sparse-vd")
     with torch.no_grad():
         for layer in below_model.layers:
             layer.log_sigma2.uniform_(-8, 2)

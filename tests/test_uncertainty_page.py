@@ -5,30 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import streamlit as st
 
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from streamlit.testing.v1 import AppTest
+
+from tests.support import write_fake_reference
 
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
 TIMEOUT = 180
-
-
-def write_fake_reference(cache_dir, dataset, hidden=(8,)) -> str:
-    """A stored reference with prior draws of the weights (what the store and the page read)."""
-    from core.reference import ReferenceConfig, ReferencePosterior, ReferenceStore, reference_id
-    from core.reference.posterior import layer_shapes
-    config = ReferenceConfig(dataset=dataset.name, hidden=hidden, samples=50, chains=1)
-    rng = np.random.default_rng(0)
-    weights = [rng.normal(size=(50, *shape)) for shape in layer_shapes(config, dataset.in_features)]
-    posterior = ReferencePosterior(config=config, weights=weights, log_noise=np.full(50, np.log(0.1)),
-                                   diagnostics={"function_rhat_max": 1.01, "function_ess_min": 40.0,
-                                                "warnings": ["few effective samples: ESS 40 < 100"]},
-                                   dataset_fingerprint=dataset.fingerprint,
-                                   reference_id=reference_id(config, dataset.fingerprint))
-    ReferenceStore(cache_dir).write(posterior)
-    return posterior.reference_id
 
 
 @pytest.fixture
