@@ -49,11 +49,6 @@ class Keep(str, Enum):
     BELOW = "below"
 
 
-class Granularity(str, Enum):
-    WEIGHT = "weight"
-    NODE = "node"
-
-
 @dataclass(frozen=True)
 class StatisticSpec:
     name: str
@@ -61,7 +56,6 @@ class StatisticSpec:
     default_threshold: float
     low: float  # the statistic's range, used to validate thresholds and build sweeps
     high: float
-    granularity: Granularity = Granularity.WEIGHT
 
     def check_threshold(self, threshold: float) -> float:
         threshold = float(threshold)

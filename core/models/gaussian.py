@@ -26,7 +26,7 @@ from core.models.base import (
 )
 from core.models.fused import apply_fused
 from core.models.gaussian_fused import GaussianLinear
-from core.models.lbbnn import PRIOR_SCALINGS, gaussian_kl, scaled_prior_variance
+from core.models.distributions import PRIOR_SCALINGS, gaussian_kl, scaled_prior_variance
 
 ESTIMATORS = ("local-reparameterisation", "weight-sampling")
 

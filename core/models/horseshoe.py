@@ -64,8 +64,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from core.errors import ConfigError
 from core.models.base import (
-    Granularity,
     Keep,
     LayerOptions,
     SparseLayer,
@@ -76,7 +76,7 @@ from core.models.base import (
     local_reparameterisation,
     require,
 )
-from core.models.lbbnn import gaussian_kl
+from core.models.distributions import gaussian_kl, normal_entropy
 
 PRIORS = ("regularised-horseshoe", "horseshoe")
 VARIATIONAL_FAMILIES = ("factorised", "structured")
@@ -113,10 +113,6 @@ class HorseshoeOptions(LayerOptions):
             require(value > 0 and math.isfinite(value), name, f"must be a positive number, got {value!r}")
 
 
-def normal_entropy(std: Tensor) -> Tensor:
-    return 0.5 * torch.log(2 * math.pi * math.e * std * std)
-
-
 def inverse_gamma_kl(shape_q: Tensor | float, rate_q: Tensor, shape_p: Tensor | float, rate_p: Tensor) -> Tensor:
     """KL(IG(shape_q, rate_q) || IG(shape_p, rate_p)) (= the KL of the Gamma laws of 1/x)."""
     shape_q = torch.as_tensor(shape_q, dtype=rate_q.dtype, device=rate_q.device)
@@ -151,22 +147,17 @@ def inverse_softplus_tensor(value: Tensor) -> Tensor:
 
 class HorseshoeLayer(SparseLayer):
     family = "horseshoe"
-    spec = StatisticSpec("node_shrinkage_probability", Keep.BELOW, 0.9, 0.0, 1.0, Granularity.NODE)
+    spec = StatisticSpec("node_shrinkage_probability", Keep.BELOW, 0.9, 0.0, 1.0)
     Options = HorseshoeOptions
-
-    def __new__(cls, in_features: int | None = None, out_features: int | None = None,
-                options: HorseshoeOptions | None = None, is_output: bool = False):
-        # The option picks the class of a hidden layer, so the registry, the model
-        # builder and saved runs keep naming one family. (Defaults: copy/pickle call __new__(cls).)
-        structured = getattr(options, "variational_family", "factorised") == "structured"
-        if cls is HorseshoeLayer and structured and not is_output:
-            cls = StructuredHorseshoeLayer
-        return super().__new__(cls)
 
     def __init__(self, in_features: int, out_features: int, options: HorseshoeOptions | None = None,
                  is_output: bool = False):
         super().__init__(in_features, out_features, options, is_output)
         opts: HorseshoeOptions = self.options
+        if opts.variational_family == "structured" and not is_output \
+                and not isinstance(self, StructuredHorseshoeLayer):
+            raise ConfigError("variational_family: a structured hidden layer is a StructuredHorseshoeLayer; "
+                              "build layers with core.models.registry.layer_class")
         self.regularised = opts.prior == "regularised-horseshoe" and not is_output
         scale_rho = inverse_softplus(opts.init_log_scale_std)
         self.weight_mu = nn.Parameter(torch.empty(self.shape).uniform_(-1.0, 1.0, generator=init_generator()))
@@ -352,7 +343,7 @@ class StructuredHorseshoeLayer(HorseshoeLayer):
 
     M is (weight_mu, log_node_scale_mu); U = diag(psi) + h h^T with sqrt(psi) = softplus(row_std_rho) and
     h = row_factor (length in + 2, the log tau row last); sqrt(v_k) = softplus(column_std_rho).
-    HorseshoeLayer(..., HorseshoeOptions(variational_family="structured")) builds this class.
+    core.models.registry.layer_class picks it for hidden layers when variational_family="structured".
     """
 
     def _init_spread(self, opts: HorseshoeOptions) -> None:

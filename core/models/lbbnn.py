@@ -28,6 +28,14 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from core.models.distributions import (  # noqa: F401 - re-exported: older code imports them from here
+    PRIOR_SCALINGS,
+    bernoulli_kl_from_logits,
+    bernoulli_neg_entropy_from_logits,
+    gaussian_kl,
+    scaled_prior_variance,
+    student_t_log_density,
+)
 from core.models.fused import apply_fused
 from core.models.lbbnn_fused import LBBNNLinear
 from core.models.base import (
@@ -45,12 +53,6 @@ from core.models.base import (
 ESTIMATORS = ("local-reparameterisation", "relaxed-bernoulli")
 INCLUSION_PRIORS = ("bernoulli", "beta-bernoulli", "beta-binomial")
 BIAS_PRIORS = ("spike-and-slab", "gaussian")
-PRIOR_SCALINGS = ("none", "fan-in")
-
-
-def scaled_prior_variance(variance: float, scaling: str, in_features: int) -> float:
-    """The prior (slab) variance of a layer: as given, or divided by the layer's fan-in."""
-    return float(variance) / (int(in_features) if scaling == "fan-in" else 1)
 
 
 @dataclass(frozen=True)
@@ -94,34 +96,6 @@ class LBBNNOptions(LayerOptions):
         require(0 < self.init_inclusion_low <= self.init_inclusion_high < 1, "init_inclusion_low/high",
                 "must satisfy 0 < low <= high < 1")
         require(self.init_sigma > 0, "init_sigma", f"must be > 0, got {self.init_sigma}")
-
-
-def gaussian_kl(mu: Tensor, var: Tensor, prior_var: Tensor) -> Tensor:
-    """Elementwise KL(N(mu, var) || N(0, prior_var))."""
-    return 0.5 * ((var + mu * mu) / prior_var - 1.0 - torch.log(var / prior_var))
-
-
-def bernoulli_kl_from_logits(logit: Tensor, prior_logit: Tensor) -> Tensor:
-    """Elementwise KL(Bernoulli(sigmoid(logit)) || Bernoulli(sigmoid(prior_logit))).
-
-    Written in logits, log(1 - alpha) - log(1 - psi) + alpha (logit - logit psi),
-    which is stable at alpha near 0 or 1 and several times cheaper than xlogy.
-    """
-    return (F.logsigmoid(-logit) - F.logsigmoid(-prior_logit)
-            + torch.sigmoid(logit) * (logit - prior_logit))
-
-
-def bernoulli_neg_entropy_from_logits(logit: Tensor) -> Tensor:
-    """alpha log alpha + (1 - alpha) log(1 - alpha) for alpha = sigmoid(logit)."""
-    return F.logsigmoid(-logit) + torch.sigmoid(logit) * logit
-
-
-def student_t_log_density(w: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    """log t_{2a}(w; 0, scale^2 = b / a)."""
-    nu = 2 * a
-    scale2 = b / a
-    return (torch.lgamma((nu + 1) / 2) - torch.lgamma(nu / 2) - 0.5 * torch.log(nu * math.pi * scale2)
-            - (nu + 1) / 2 * torch.log1p(w * w / (nu * scale2)))
 
 
 class LBBNNLayer(SparseLayer):

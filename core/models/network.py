@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from core.errors import ConfigError
 from core.models.base import LayerOptions, StatisticSpec, augmented_linear, initial_draws_from, new_generator
 from core.models.likelihoods import Likelihood, make_likelihood
-from core.models.registry import canonical_family, family_class
+from core.models.registry import canonical_family, family_class, layer_class
 
 ACTIVATIONS = {
     "relu": nn.ReLU,
@@ -65,12 +65,12 @@ class BayesianMLP(nn.Module):
         super().__init__()
         self.config = config
         self.likelihood: Likelihood = make_likelihood(config.likelihood, config.likelihood_options)
-        layer_cls = family_class(config.family)
         options = config.layer_options()
         widths = [config.in_features, *config.hidden, self.likelihood.n_outputs(config.out_classes)]
         with initial_draws_from(generator):
+            last = len(widths) - 2
             self.layers = nn.ModuleList(
-                layer_cls(w_in, w_out, options, is_output=(i == len(widths) - 2))
+                layer_class(config.family, options, i == last)(w_in, w_out, options, is_output=(i == last))
                 for i, (w_in, w_out) in enumerate(zip(widths[:-1], widths[1:]))
             )
         self.activation = ACTIVATIONS[config.activation]()
