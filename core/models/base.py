@@ -51,11 +51,25 @@ class Keep(str, Enum):
 
 @dataclass(frozen=True)
 class StatisticSpec:
+    """A family's sparsity statistic: its name, keep direction, default threshold and range.
+
+    The one home of the keep rule: `keep_mask` (tensors or numpy arrays), and for code that
+    cuts many thresholds at once (sweeps) the same rule as `keep_key(statistic) > cut(threshold)`.
+    """
+
     name: str
     keep: Keep
     default_threshold: float
     low: float  # the statistic's range, used to validate thresholds and build sweeps
     high: float
+
+    @property
+    def keep_above(self) -> bool:
+        return Keep(self.keep) is Keep.ABOVE
+
+    @property
+    def default(self) -> float:
+        return self.default_threshold
 
     def check_threshold(self, threshold: float) -> float:
         threshold = float(threshold)
@@ -65,10 +79,20 @@ class StatisticSpec:
             )
         return threshold
 
-    def keep_mask(self, statistic: Tensor, threshold: float) -> Tensor:
-        if self.keep is Keep.ABOVE:
-            return statistic > threshold
-        return statistic < threshold
+    def clip(self, value: float) -> float:
+        """value moved into [low, high]."""
+        return float(min(self.high, max(self.low, value)))
+
+    def keep_key(self, statistic):
+        """A key that is kept where it exceeds `cut(threshold)`: the statistic, negated when kept below."""
+        return statistic if self.keep_above else -statistic
+
+    def cut(self, threshold: float) -> float:
+        return threshold if self.keep_above else -threshold
+
+    def keep_mask(self, statistic, threshold: float):
+        """Where `statistic` (a tensor or an array) is kept at `threshold` (negation is exact: same rule)."""
+        return self.keep_key(statistic) > self.cut(threshold)
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,8 @@ Work shared across thresholds:
   every threshold reuses them (and runs them through its compact network).
 The model is never rebuilt.
 
-Thresholds are compared through a key that is kept when key > cut:
-key = statistic, cut = threshold for statistics kept above the threshold,
-key = -statistic, cut = -threshold for those kept below.
+Thresholds are compared through the keep rule's key (StatisticSpec.keep_key
+and cut: kept where key > cut), so one sort serves every threshold.
 """
 
 from __future__ import annotations
@@ -32,12 +31,11 @@ import torch
 from torch import Tensor
 
 from core.errors import PredictionError
-from core.models.base import Keep
 from core.models.network import BayesianMLP
 from core.predict.compact import LayerFormat, activate_, choose_format, compact_network, sparse_csr
 from core.predict.engine import (MEMORY_BUDGET_BYTES, as_inputs, check_samples, check_threshold, forward_masked,
                                  resolve_model)
-from core.predict.evaluate import jsonable
+from core.jsonable import jsonable
 from core.predict.metrics import classification as cls_metrics
 from core.predict.metrics import regression as reg_metrics
 from core.predict.modes import PredictionMode, WeightChoice, parse_mode, parse_weight_choice
@@ -86,15 +84,14 @@ class SortedStatistics:
 
     def __init__(self, model: BayesianMLP):
         self.spec = model.spec
-        self.sign = 1.0 if self.spec.keep is Keep.ABOVE else -1.0
         with torch.no_grad():
-            self.keys = [(self.sign * stat).reshape(-1) for stat in model.native_statistics()]
+            self.keys = [self.spec.keep_key(stat).reshape(-1) for stat in model.native_statistics()]
         self.shapes = [layer.shape for layer in model.layers]
         self.descending = [torch.argsort(key, descending=True, stable=True) for key in self.keys]
         self.ascending_np = [np.sort(key.double().cpu().numpy()) for key in self.keys]
 
     def cut(self, threshold: float) -> float:
-        return self.sign * threshold
+        return self.spec.cut(threshold)
 
     def kept_counts(self, threshold: float) -> list[int]:
         cut = self.cut(threshold)
@@ -124,9 +121,9 @@ def default_thresholds(model: BayesianMLP, n_points: int = DEFAULT_POINTS) -> np
     with torch.no_grad():
         pooled = torch.cat([s.reshape(-1) for s in model.native_statistics()]).double().cpu().numpy()
     grid = np.quantile(pooled, np.linspace(0.0, 1.0, n_points))
-    if spec.keep is Keep.ABOVE and np.isfinite(spec.low):
+    if spec.keep_above and np.isfinite(spec.low):
         grid[0] = spec.low  # density 1 at the first point
-    if spec.keep is Keep.BELOW and np.isfinite(spec.high):
+    if not spec.keep_above and np.isfinite(spec.high):
         grid[-1] = spec.high
     return np.clip(grid, spec.low, spec.high)
 
@@ -290,7 +287,7 @@ def thresholds_for_densities(model: BayesianMLP, densities: Sequence[float]) -> 
             cut = pooled[-1] - max(1e-6, abs(pooled[-1]) * 1e-6)
         else:
             cut = 0.5 * (pooled[k - 1] + pooled[k])
-        result.append(float(np.clip(stats.sign * cut, spec.low, spec.high)))
+        result.append(float(np.clip(spec.cut(cut), spec.low, spec.high)))  # cut() is its own inverse
     return np.array(result)
 
 

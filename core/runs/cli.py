@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from datetime import datetime
 from typing import Any
 
 from core.errors import ConfigError, RunStoreError
+from core.jsonable import jsonable
 from core.runs.config import RunConfig, read_config_file
 from core.runs.presets import PRESETS, GridSpec
 
@@ -228,17 +228,6 @@ def run_presets(args: argparse.Namespace) -> int:
     return 0
 
 
-def _json_safe(value: Any) -> Any:
-    """NaN/inf become null so the output is strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def _epoch_printer(config: RunConfig):
     total = (config.train.warm_start_epochs + config.train.pretrain_epochs + config.train.epochs
              + config.train.posttrain_epochs)
@@ -263,7 +252,7 @@ def run_train(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - started
     print(f"{'cached' if run.from_cache else 'trained'} run {run.run_id} in {seconds:.2f} s", file=sys.stderr)
     if args.json:
-        print(json.dumps(_json_safe({"run_id": run.run_id, "from_cache": run.from_cache,
+        print(json.dumps(jsonable({"run_id": run.run_id, "from_cache": run.from_cache,
                                      "seconds_per_epoch": run.seconds_per_epoch, "metrics": run.metrics,
                                      "path": str(run.path)}), indent=1))
     else:
@@ -298,7 +287,7 @@ def run_runs(args: argparse.Namespace) -> int:
 
     runs = RunStore(args.cache_dir).list()
     if args.json:
-        print(json.dumps(_json_safe([run.to_dict() for run in runs]), indent=1))
+        print(json.dumps(jsonable([run.to_dict() for run in runs]), indent=1))
         return 0
     if not runs:
         print(f"no runs in {RunStore(args.cache_dir).root}", file=sys.stderr)
@@ -322,7 +311,7 @@ def run_show(args: argparse.Namespace) -> int:
     run_id = store.resolve(args.run)
     stored = store.read(run_id)
     if args.json:
-        print(json.dumps(_json_safe({"run_id": run_id, "path": str(stored.path), "config": stored.config,
+        print(json.dumps(jsonable({"run_id": run_id, "path": str(stored.path), "config": stored.config,
                                      "metrics": stored.metrics, "info": stored.info,
                                      "epochs": len(stored.history)}), indent=1))
         return 0
@@ -374,7 +363,7 @@ def run_grid_command(args: argparse.Namespace) -> int:
                       out_dir=args.out, data_dir=args.data_dir, ray_address=args.ray_address,
                       num_gpus=args.gpus_per_run)
     if args.json:
-        print(json.dumps(_json_safe([cell.__dict__ for cell in result.cells]), indent=1, default=str))
+        print(json.dumps(jsonable([cell.__dict__ for cell in result.cells], fallback=str), indent=1))
     else:
         print(result.markdown_path.read_text(encoding="utf-8") if result.markdown_path else "")
     return 1 if result.failed else 0
