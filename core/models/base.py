@@ -245,6 +245,15 @@ class SparseLayer(nn.Module, ABC):
     def sample_conditional_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         return self.sample_weights(n, generator)
 
+    def conditional_normal(self) -> tuple[Tensor, Tensor] | None:
+        """Mean and standard deviation of q(w | kept) per weight where that law is Gaussian (a point
+        weight has std 0); None where it is not (then draws of `sample_conditional_weights` describe it)."""
+        return None
+
+    def prior_hyperparameters(self) -> dict[str, float]:
+        """The prior's hyperparameters as they are now (learned ones included); none by default."""
+        return {}
+
     @abstractmethod
     def kl(self) -> Tensor: ...
 

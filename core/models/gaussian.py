@@ -97,6 +97,9 @@ class GaussianLayer(SparseLayer):
     def mean_weights(self) -> Tensor:
         return self.weight_mu * self.fixed_mask
 
+    def conditional_normal(self) -> tuple[Tensor, Tensor]:
+        return self.weight_mu * self.fixed_mask, self.weight_sigma * self.fixed_mask
+
     def sample_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         mu = self.weight_mu
         eps = torch.randn((n, *self.shape), generator=generator, device=mu.device, dtype=mu.dtype)

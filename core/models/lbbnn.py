@@ -222,6 +222,9 @@ class LBBNNLayer(SparseLayer):
         u = torch.rand((n, *self.shape), generator=generator, device=alpha.device, dtype=alpha.dtype)
         return (u < alpha).to(alpha.dtype) * weights
 
+    def conditional_normal(self) -> tuple[Tensor, Tensor]:
+        return self.weight_mu * self.fixed_mask, self.weight_sigma * self.fixed_mask
+
     def sample_conditional_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         mu = self.weight_mu
         eps = torch.randn((n, *self.shape), generator=generator, device=mu.device, dtype=mu.dtype)

@@ -80,6 +80,9 @@ class SparseVDLayer(SparseLayer):
     def mean_weights(self) -> Tensor:
         return self.theta * self.fixed_mask
 
+    def conditional_normal(self) -> tuple[Tensor, Tensor]:
+        return self.theta * self.fixed_mask, torch.exp(0.5 * self.log_sigma2) * self.fixed_mask
+
     def sample_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         theta = self.theta
         eps = torch.randn((n, *self.shape), generator=generator, device=theta.device, dtype=theta.dtype)

@@ -8,7 +8,7 @@
 
 from core.predict.collapsed import CollapsedPredictive, collapsed_predict
 from core.predict.engine import Prediction, predict
-from core.predict.evaluate import evaluate, mean_inclusion
+from core.predict.evaluate import evaluate, mean_inclusion, mean_statistic
 from core.predict.export import ExportedMLP, export_pruned, load_exported
 from core.predict.modes import PredictionMode, WeightChoice, parse_mode
 from core.predict.summaries import default_summaries
@@ -29,6 +29,7 @@ __all__ = [
     "export_pruned",
     "load_exported",
     "mean_inclusion",
+    "mean_statistic",
     "parse_mode",
     "parse_threshold_grid",
     "predict",

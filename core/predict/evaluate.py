@@ -19,10 +19,15 @@ from core.predict.metrics.headline import prediction_metrics
 ECDF_POINTS = 101
 
 
-def mean_inclusion(model) -> list[float]:
-    """Mean of the native statistic per layer (for LBBNN: seed 000 Table 5's mean inclusion probability)."""
+def mean_statistic(model) -> list[float]:
+    """Mean of the native statistic per layer (for LBBNN: seed 000 Table 5's mean inclusion probability;
+    for other families their own statistic, |mu|/sigma, log alpha ...)."""
     with torch.no_grad():
         return [float(torch.mean(stat, dtype=torch.float64)) for stat in model.native_statistics()]
+
+
+mean_inclusion = mean_statistic  # the older name, kept for callers
+INCLUSION_STATISTIC = "inclusion_probability"
 
 
 def classification_metrics(prediction: Prediction, y: np.ndarray, ece_bins: int,
@@ -80,7 +85,8 @@ def evaluate(model_or_run: Any, dataset, mode: str = "bma", samples: int = 10, t
 
     Classification: accuracy, nll, brier, ece, doubt decision, accuracy vs R.
     Regression (original units): rmse, log_likelihood, coverage, crps, variance split.
-    Both: density, per-layer density, mean inclusion per layer, disconnected flag,
+    Both: density, per-layer density, mean statistic per layer (also as mean_inclusion where the
+    statistic is an inclusion probability), disconnected flag,
     and per OOD set the AUROC of entropy and its ECDFs in and out of domain.
     """
     model = resolve_model(model_or_run)
@@ -104,11 +110,13 @@ def evaluate(model_or_run: Any, dataset, mode: str = "bma", samples: int = 10, t
         "density": prediction.density,
         "layer_density": prediction.layer_density,
         "draw_density": prediction.draw_density,
-        "mean_inclusion": mean_inclusion(model),
+        "mean_statistic": mean_statistic(model),
         "statistic": model.spec.name,
         "disconnected": prediction.disconnected,
         "warnings": list(prediction.warnings),
     }
+    if model.spec.name == INCLUSION_STATISTIC:  # the paper's name, where the statistic is what it says
+        result["mean_inclusion"] = result["mean_statistic"]
     if prediction.task == "classification":
         result.update(classification_metrics(prediction, dataset.y_test, ece_bins, doubt_threshold))
     else:
