@@ -250,9 +250,11 @@ def density_chart(run_id: str, threshold: float) -> dict[str, Any]:
     """The Pruning page's metric-vs-density curve with the current threshold's point."""
     from dashboard import figures
     curve = sweep(run_id)
-    here = test_metrics(run_id, backend.SWEEP_MODE, 1, threshold, 0)
+    # The marker is read off the sweep (no second prediction of the test set).
+    here = backend.curve_point(backend.SweepCurve(curve["thresholds"], curve["density"], curve["values"],
+                                                  curve["metric"]), threshold)
     return figures.metric_vs_density(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
-                                     current=(here["density"], here[curve["metric"]])).to_dict()
+                                     current=here).to_dict()
 
 
 @per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)

@@ -11,7 +11,9 @@ from typing import Any
 
 from core.errors import ConfigError, RunStoreError
 from core.jsonable import jsonable
+from core.predict.metrics.headline import HEADLINE_METRIC
 from core.runs.config import RunConfig, read_config_file
+from core.runs.parsing import parse_hidden, parse_pair_list, parse_pairs
 from core.runs.presets import PRESETS, GridSpec
 
 CACHE_HELP = "run store folder (default: $BNN_CACHE_DIR, else the user cache dir); runs live in <dir>/runs"
@@ -127,28 +129,6 @@ def _register_train(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run_train)
 
 
-def _parse_value(text: str) -> Any:
-    """JSON where it parses (numbers, true/false, lists), else the plain string."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def _pairs(items: list[str], flag: str) -> dict[str, Any]:
-    values = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"{flag}: expected KEY=VALUE, got {item!r}")
-        values[key.strip()] = _parse_value(value.strip())
-    return values
-
-
-def _rates(text: str, flag: str) -> dict[str, Any]:
-    return _pairs([part for part in text.split(",") if part.strip()], flag)
-
-
 def _noise_options(args: argparse.Namespace) -> dict[str, Any]:
     options = {"noise": args.noise, "noise_std": args.noise_std, "noise_init": args.noise_init}
     options = {k: v for k, v in options.items() if v is not None}
@@ -185,14 +165,11 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
               "device": args.device}
     values.update({k: v for k, v in fields.items() if v is not None})
     if args.hidden is not None:
-        try:
-            values["hidden"] = [int(h) for h in args.hidden.replace(" ", "").split(",") if h]
-        except ValueError:
-            raise ConfigError(f"hidden: expected widths like 400,600, got {args.hidden!r}") from None
+        values["hidden"] = list(parse_hidden(args.hidden))
     if args.param:
-        values["dataset_params"] = {**values.get("dataset_params", {}), **_pairs(args.param, "--param")}
+        values["dataset_params"] = {**values.get("dataset_params", {}), **parse_pairs(args.param, "--param")}
     if args.option:
-        values["family_options"] = {**values.get("family_options", {}), **_pairs(args.option, "--option")}
+        values["family_options"] = {**values.get("family_options", {}), **parse_pairs(args.option, "--option")}
     if args.bias_prior is not None:
         values["family_options"] = {**values.get("family_options", {}), "bias_prior": args.bias_prior}
     noise = _noise_options(args)
@@ -206,10 +183,10 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                 "kl_weight": args.kl_weight, "empirical_bayes": args.empirical_bayes, "compile": args.compile}
     train.update({k: v for k, v in schedule.items() if v is not None})
     if args.lr:
-        train["learning_rates"] = {**train.get("learning_rates", {}), **_rates(args.lr, "--lr")}
+        train["learning_rates"] = {**train.get("learning_rates", {}), **parse_pair_list(args.lr, "--lr")}
     if args.pretrain_lr:
         train["pretrain_learning_rates"] = {**train.get("pretrain_learning_rates", {}),
-                                            **_rates(args.pretrain_lr, "--pretrain-lr")}
+                                            **parse_pair_list(args.pretrain_lr, "--pretrain-lr")}
     values["train"] = train
     return RunConfig.from_dict(values)
 
@@ -229,8 +206,7 @@ def run_presets(args: argparse.Namespace) -> int:
 
 
 def _epoch_printer(config: RunConfig):
-    total = (config.train.warm_start_epochs + config.train.pretrain_epochs + config.train.epochs
-             + config.train.posttrain_epochs)
+    total = config.train.total_epochs()
     count = [0]
 
     def show(record: dict[str, Any]) -> None:
@@ -278,7 +254,10 @@ def _size(n: int) -> str:
 
 
 def _headline(metrics: dict[str, Any]) -> str:
-    keys = [k for k in metrics if k.endswith(("accuracy", "rmse"))][:1] + [k for k in ("density",) if k in metrics]
+    """The first stored headline metric (accuracy or RMSE) and the density."""
+    names = tuple(HEADLINE_METRIC.values())
+    keys = [k for k in metrics if k.endswith(names) and not k.endswith(f"doubt_{names[0]}")][:1]
+    keys += [k for k in ("density",) if k in metrics]
     return ", ".join(f"{k} {_short(metrics[k])}" for k in keys)
 
 

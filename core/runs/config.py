@@ -23,6 +23,7 @@ from core.errors import BNNError, ConfigError
 from core.models.likelihoods import LIKELIHOODS, likelihood_options
 from core.models.network import ACTIVATIONS, ModelConfig
 from core.models.registry import canonical_family, family_class
+from core.runs.parsing import parse_hidden
 from core.train import DEFAULT_LEARNING_RATES, DEFAULT_PRETRAIN_LEARNING_RATES, TrainConfig
 
 if TYPE_CHECKING:
@@ -176,7 +177,7 @@ class RunConfig:
         put("method", canonical_family(self.method))
         hidden = self.hidden if self.hidden is not None else default_hidden(self.dataset)
         if isinstance(hidden, str):
-            hidden = [part for part in hidden.replace(" ", "").split(",") if part]
+            hidden = parse_hidden(hidden)
         try:
             hidden = tuple(_as_int(int(h) if isinstance(h, str) else h, "hidden", minimum=1) for h in hidden)
         except (TypeError, ValueError):
