@@ -8,6 +8,7 @@ question it (in the spirit of the R package LBBNN's predict / summary / coef).
     run.masks(threshold)                        # the keep masks at a threshold (default: the family's)
     run.sweep()                                 # the metric against density over thresholds
     run.evaluate(mode="bma", samples=10)        # test-set metrics of one mode (JSON-ready)
+    run.export(threshold, "pruned/")            # the pruned mean network, safetensors + JSON
 
 Every verb leaves the model as it found it: no parameter, buffer, train/eval flag or global
 random state changes (predictions draw from their own generators).
@@ -26,7 +27,7 @@ from torch import Tensor
 
 from core.errors import PredictionError
 from core.models.network import BayesianMLP
-from core.predict import Prediction, SweepResult, evaluate, mean_statistic, predict, sweep
+from core.predict import Prediction, SweepResult, evaluate, export_pruned, mean_statistic, predict, sweep
 from core.predict.engine import check_samples, check_threshold
 from core.predict.metrics import headline_metric
 from core.predict.metrics.classification import DOUBT_LEVEL
@@ -36,6 +37,7 @@ from core.predict.sweep import DEFAULT_POINTS, SortedStatistics
 # Credible level of the intervals `coef` reports by default: the level the doubt decision uses.
 INTERVAL_LEVEL = DOUBT_LEVEL
 COEF_SAMPLES = 1000  # draws for families whose q(w | kept) has no closed-form quantiles
+EXPORTED_METRICS = ("accuracy", "nll", "ece", "rmse", "log_likelihood", "density")  # written beside an export
 # Stored final evaluations whose headline metric `summary` lists, in this order.
 SUMMARY_MODES = ("SIM-SIM R=10", "MED-SIM R=10", "MED-MEA R=1", "ALL-MEA R=1")
 
@@ -159,6 +161,13 @@ class Run:
                                metric=metric, values=np.asarray(stored[f"sweep_{metric}"], dtype=np.float64),
                                disconnected=disconnected, samples=1, seed=0)
         return self.sweep(n_points=n_points)
+
+    def export(self, threshold: float | None, folder: str | Path) -> tuple[Path, dict[str, Any]]:
+        """Write the pruned mean network at `threshold` (prune, mean weights) to `folder`
+        (safetensors + JSON, with its test metrics); returns the folder and those metrics."""
+        metrics = self.evaluate(mode="prune", samples=1, threshold=threshold, weights="mean")
+        keep = {k: metrics[k] for k in EXPORTED_METRICS if k in metrics}
+        return export_pruned(self.model, threshold, folder, metrics=keep), metrics
 
     # --- structure -------------------------------------------------------------------------------
     def masks(self, threshold: float | None = None) -> list[Tensor]:
