@@ -28,8 +28,11 @@ Conventions shared by all families
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import math
 import threading
+import typing
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import Enum
@@ -39,6 +42,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from core.enums import OptionEnum
 from core.errors import ConfigError
 
 
@@ -97,7 +101,15 @@ class StatisticSpec:
 
 @dataclass(frozen=True)
 class LayerOptions:
-    """Base class of a family's hyperparameters. Subclasses add fields and checks."""
+    """Base class of a family's hyperparameters. Subclasses add fields and checks.
+
+    A field annotated with an OptionEnum (core.enums) accepts the member or its string and holds
+    the member (equal to, and serialised as, the string).
+    """
+
+    def __post_init__(self) -> None:
+        for name, kind in _enum_fields(type(self)).items():
+            object.__setattr__(self, name, kind.parse(getattr(self, name), name))
 
     def validate(self) -> None:  # pragma: no cover - overridden where there is something to check
         return None
@@ -114,6 +126,13 @@ class LayerOptions:
         options = cls(**values)
         options.validate()
         return options
+
+
+@functools.cache
+def _enum_fields(cls: type) -> dict[str, type[OptionEnum]]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)
+            if isinstance(hints.get(f.name), type) and issubclass(hints[f.name], OptionEnum)}
 
 
 def require(condition: bool, field: str, message: str) -> None:

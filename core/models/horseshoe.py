@@ -64,6 +64,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from core.enums import VariationalFamily
 from core.errors import ConfigError
 from core.models.base import (
     Keep,
@@ -79,7 +80,7 @@ from core.models.base import (
 from core.models.distributions import gaussian_kl, normal_entropy
 
 PRIORS = ("regularised-horseshoe", "horseshoe")
-VARIATIONAL_FAMILIES = ("factorised", "structured")
+VARIATIONAL_FAMILIES = tuple(VariationalFamily)
 EULER_GAMMA = 0.5772156649015329
 LGAMMA_HALF = math.lgamma(0.5)
 QUADRATURE_NODES = 24  # Gauss-Hermite nodes per dimension for E_q[s_k] of the regularised scale
@@ -101,12 +102,10 @@ class HorseshoeOptions(LayerOptions):
     init_log_scale_std: float = 0.05  # initial std of q(log tau), q(log v), q(log c^2)
     # q over each hidden unit's [beta_k; log tau_k]: "factorised" (independent) or
     # "structured" (matrix normal with diagonal-plus-rank-one row covariance).
-    variational_family: str = "factorised"
+    variational_family: VariationalFamily = VariationalFamily.FACTORISED
 
     def validate(self) -> None:
         require(self.prior in PRIORS, "prior", f"must be one of {', '.join(PRIORS)}, got {self.prior!r}")
-        require(self.variational_family in VARIATIONAL_FAMILIES, "variational_family",
-                f"must be one of {', '.join(VARIATIONAL_FAMILIES)}, got {self.variational_family!r}")
         for name in ("node_scale", "global_scale", "slab_shape", "slab_scale", "output_scale", "prune_delta",
                      "init_sigma", "init_log_scale_std"):
             value = getattr(self, name)

@@ -7,6 +7,7 @@ Nothing here branches on the family: every family answers the same calls
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -157,7 +158,7 @@ class BayesianMLP(nn.Module):
         for index, layer in enumerate(self.layers):
             draws = None
             for offset, draw in enumerate(range(start, start + n)):
-                generator = new_generator(self.device, (seed * 1_000_003 + draw) * 101 + index)
+                generator = new_generator(self.device, draw_seed(seed, draw, index))
                 if masks is None:
                     value = layer.sample_weights(1, generator)[0]
                 else:
@@ -191,6 +192,22 @@ class BayesianMLP(nn.Module):
             for name, params in part.parameter_groups().items():
                 groups.setdefault(name, []).extend(params)
         return groups
+
+
+LAYER_STRIDE = 101  # the seeds of layers 0..100 of one draw sit between those of neighbouring draws
+
+
+def draw_seed(seed: int, draw: int, layer: int) -> int:
+    """The generator seed of layer `layer` of draw `draw`: (seed * 1_000_003 + draw) * 101 + layer.
+
+    That formula repeats itself from layer 101 on (layer 101 of draw r is layer 0 of draw r + 1), so
+    deeper layers take a hash of (seed, draw, layer) with the top bit of 64 set, which the formula
+    reaches only for seeds above 2^36: every network of up to 101 layers keeps its draws.
+    """
+    if layer < LAYER_STRIDE:
+        return (seed * 1_000_003 + draw) * LAYER_STRIDE + layer
+    digest = hashlib.sha256(f"{seed}/{draw}/{layer}".encode()).digest()
+    return (1 << 63) | (int.from_bytes(digest[:8], "little") >> 1)
 
 
 def build_model(config: ModelConfig, device: torch.device | str = "cpu",

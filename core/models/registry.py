@@ -17,6 +17,8 @@ FAMILY_PATHS: dict[str, str] = {
     "lbbnn-lfmvn": "core.models.lfmvn:LowRankLBBNNLayer",
     "bnn": "core.models.gaussian:GaussianLayer",
     "bnn-mixture": "core.models.gaussian:MixtureGaussianLayer",
+    # `bnn` under seed 004's name: the same q, prior, training and pruning rule. A name of its own
+    # (not an alias) because stored configs and run ids name it; new work should say `bnn`.
     "variational-dense": "core.models.gaussian:VariationalDenseLayer",
     "concrete-dropout": "core.models.concrete_dropout:ConcreteDropoutLayer",
     "horseshoe": "core.models.horseshoe:HorseshoeLayer",

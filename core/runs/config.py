@@ -16,6 +16,7 @@ import math
 import re
 import tomllib
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -233,7 +234,7 @@ class RunConfig:
             "likelihood": self.likelihood,
             **({"likelihood_options": dict(self.likelihood_options)} if self.likelihood_options else {}),
             "family_options": dict(self.family_options),
-            "train": dataclasses.asdict(self.train),
+            "train": _plain(dataclasses.asdict(self.train), "train"),
             "seed": self.seed,
             "device": self.device,
         }
@@ -289,7 +290,10 @@ class RunConfig:
 
 
 def _plain(value: Any, name: str) -> Any:
-    """Check a value is JSON-like (numbers, strings, bools, None, lists, tables) and copy it."""
+    """Check a value is JSON-like (numbers, strings, bools, None, lists, tables) and copy it
+    (option enums become their strings: stored configs and run ids hold strings)."""
+    if isinstance(value, Enum):
+        return _plain(value.value, name)
     if isinstance(value, Mapping):
         return {str(k): _plain(v, f"{name}.{k}") for k, v in value.items()}
     if isinstance(value, (list, tuple)):
