@@ -41,6 +41,18 @@ def train_run(config: Any, progress: Callable[[dict], None] | None = None, cance
     return core_train_run(config, progress=progress, cancel=cancel)
 
 
+def run_handover(run: Any) -> dict[str, Any]:
+    """A trained run as plain data for the process that asked for it (see core.runs.run_handover)."""
+    from core.runs import run_handover as core_handover
+    return core_handover(run)
+
+
+def run_from_handover(payload: dict[str, Any]) -> Any:
+    """The trained run a child process handed over, rebuilt without reading the store."""
+    from core.runs import run_from_handover as core_from_handover
+    return core_from_handover(payload)
+
+
 def dataset_table() -> list[dict[str, Any]]:
     """Every registered dataset as a dict (name, task, shapes, availability)."""
     from core.data import list_datasets

@@ -52,12 +52,12 @@ class ModelConfig:
                 raise ConfigError(f"hidden: every width must be positive, got {list(self.hidden)}")
         if self.activation not in ACTIVATIONS:
             raise ConfigError(f"activation: unknown {self.activation!r}; choose one of {', '.join(ACTIVATIONS)}")
-        # Parse once so a bad option fails here, before any training.
-        self.layer_options()
+        # Parsed once, here, so a bad option fails before any training; the model reads this copy.
+        object.__setattr__(self, "_layer_options", family_class(self.family).Options.from_dict(self.family_options))
         make_likelihood(self.likelihood, self.likelihood_options).n_outputs(self.out_classes)
 
     def layer_options(self) -> LayerOptions:
-        return family_class(self.family).Options.from_dict(self.family_options)
+        return self._layer_options
 
 
 class BayesianMLP(nn.Module):

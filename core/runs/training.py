@@ -21,7 +21,7 @@ from core.models.network import BayesianMLP, ModelConfig, build_model
 from core.predict import default_summaries, evaluate
 from core.runs.config import SCHEMA_VERSION, RunConfig, stored_config
 from core.runs.run import Run
-from core.runs.store import RunContents, RunInfo, RunStore
+from core.runs.store import RunContents, RunInfo, RunStore, state_dict_for_saving
 
 ProgressCallback = Callable[[dict[str, Any]], None]
 
@@ -184,22 +184,51 @@ def load_run(run: str, cache_dir: str | Path | RunStore | None = None, device: s
     run_id = store.resolve(run)
     stored = store.read(run_id)
     try:
-        config = stored_config(stored.config)
-        shape = stored.info["model"]
-        model_config = ModelConfig(in_features=int(shape["in_features"]), out_classes=shape["out_classes"],
-                                   hidden=config.hidden, family=config.method,
-                                   family_options=dict(config.family_options), activation=config.activation,
-                                   likelihood=config.likelihood,
-                                   likelihood_options=dict(config.likelihood_options))
-        model = build_model(model_config, "cpu")
-        model.load_state_dict(stored.state_dict)
+        config, model = _model_from_state(stored.config, stored.info, stored.state_dict)
     except (BNNError, KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise RunStoreError(f"run {run_id}: the stored files do not describe a loadable model ({exc}); "
                             f"delete it with `python -m core rm {run_id}` and train again") from None
     model = model.to(resolve_device(device)).eval()
     return Run(run_id=run_id, config=config, model=model, metrics=stored.metrics, history=stored.history,
-                     summaries=stored.summaries, path=stored.path, from_cache=True,
-                     created=float(stored.info.get("created", 0.0)), info=stored.info, data_dir=data_dir)
+               summaries=stored.summaries, path=stored.path, from_cache=True,
+               created=float(stored.info.get("created", 0.0)), info=stored.info, data_dir=data_dir)
+
+
+def _model_from_state(config_fields: dict[str, Any], info: dict[str, Any],
+                      state_dict: dict[str, torch.Tensor]) -> tuple[RunConfig, BayesianMLP]:
+    """The config and the model (CPU, eval mode) of a run written by this or an earlier version."""
+    config = stored_config(config_fields)
+    shape = info["model"]
+    model_config = ModelConfig(in_features=int(shape["in_features"]), out_classes=shape["out_classes"],
+                               hidden=config.hidden, family=config.method,
+                               family_options=dict(config.family_options), activation=config.activation,
+                               likelihood=config.likelihood, likelihood_options=dict(config.likelihood_options))
+    model = build_model(model_config, "cpu")
+    model.load_state_dict(state_dict)
+    return config, model.eval()
+
+
+# --- handing a trained run to another process ------------------------------------------------------
+def run_handover(run: Run) -> dict[str, Any]:
+    """A trained run as plain data (the weights as safetensors bytes) for the process that asked for it
+    (the dashboard trains in a child process): `run_from_handover` rebuilds it without reading the store."""
+    from safetensors.torch import save
+
+    return {"run_id": run.run_id, "config": run.config.to_dict(), "info": dict(run.info),
+            "weights": save(state_dict_for_saving(run.model.state_dict())), "metrics": dict(run.metrics),
+            "history": list(run.history), "summaries": dict(run.summaries),
+            "path": None if run.path is None else str(run.path), "created": float(run.created)}
+
+
+def run_from_handover(payload: dict[str, Any], data_dir: str | Path | None = None) -> Run:
+    """The Run of a `run_handover` payload (CPU, eval mode)."""
+    from safetensors.torch import load
+
+    config, model = _model_from_state(payload["config"], payload["info"], load(payload["weights"]))
+    return Run(run_id=payload["run_id"], config=config, model=model, metrics=payload["metrics"],
+               history=payload["history"], summaries=payload["summaries"],
+               path=None if payload["path"] is None else Path(payload["path"]), from_cache=False,
+               created=payload["created"], info=payload["info"], data_dir=data_dir)
 
 
 def list_runs(cache_dir: str | Path | RunStore | None = None) -> list[RunInfo]:
