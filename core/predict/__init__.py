@@ -1,7 +1,7 @@
 """Prediction modes, metrics, OOD detection, accuracy-vs-density sweeps and export.
 
     from core.predict import predict, evaluate, sweep
-    p = predict(run, x, mode="mpm", samples=10)      # run: a BayesianMLP or a LoadedRun
+    p = predict(run, x, mode="mpm", samples=10)      # run: a BayesianMLP or a core.runs.Run
     metrics = evaluate(run, dataset, mode="bma", samples=10, ood=["fashion-mnist-small"])
     curve = sweep(run, dataset, mode="mpm-mean")     # accuracy (or RMSE) vs density
 """

@@ -222,6 +222,11 @@ class RunConfig:
         put("device", device)
 
     # --- serialisation ---------------------------------------------------------------------
+    @property
+    def family(self) -> str:
+        """The family of the run: `method` is its name in stored configs and on the CLI (--method)."""
+        return self.method
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "dataset": self.dataset,
