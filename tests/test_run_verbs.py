@@ -69,6 +69,14 @@ def test_summary_densities_are_the_mask_counts_and_priors_are_the_learned_values
     assert summary["metrics"]["density"] == run.metrics["density"]
 
 
+def test_summary_of_a_regression_run_gives_the_noise_sd_in_original_units(runs):
+    _, _, run = runs
+    summary = run.summary()
+    expected = float(run.model.likelihood.log_noise_std.detach().exp()) * run.dataset().target_std
+    assert summary["task"] == "regression" and summary["noise_std"] == pytest.approx(expected)
+    assert summary["metrics"]["MED-MEA R=1 rmse"] == run.metrics["MED-MEA R=1 rmse"]
+
+
 def test_coef_intervals_are_the_closed_form_quantiles_of_q(runs):
     _, run, _ = runs
     coefficients = run.coef(threshold=0.3, level=0.9)

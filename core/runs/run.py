@@ -232,7 +232,8 @@ class Run:
     def summary(self, threshold: float | None = None) -> dict[str, Any]:
         """Per layer: shape, kept weights and density at `threshold` (default: the family's), the
         mean of the native statistic and the prior's hyperparameters as learned; the overall
-        density; and the headline metric of the stored final evaluations."""
+        density; for regression the noise sd (original units); and the headline metric of the
+        stored final evaluations."""
         spec = self.model.spec
         masks = self.masks(threshold)
         means = mean_statistic(self.model)
@@ -244,6 +245,12 @@ class Run:
                            "prior": layer.prior_hyperparameters()})
         kept = sum(layer["kept"] for layer in layers)
         total = sum(layer["weights"] for layer in layers)
+        noise = {}
+        if self.task == "regression":  # the learned (or fixed) noise sd, in the targets' units
+            with torch.no_grad():
+                std = float(self.model.likelihood.log_noise_std.exp())
+            scale = float(self.dataset().target_std) if self._has_dataset() else 1.0
+            noise = {"noise_std": std * scale}
         return {
             "run_id": self.run_id,
             "family": self.model.family,
@@ -253,6 +260,7 @@ class Run:
             "threshold": spec.default_threshold if threshold is None else float(threshold),
             "density": kept / total,
             "layers": layers,
+            **noise,
             "metrics": self.headline_metrics(),
         }
 
