@@ -105,6 +105,13 @@ def make_config(values: dict[str, Any]) -> Any:
     return RunConfig.from_dict(values)
 
 
+def headline_text(metrics: dict[str, Any]) -> str:
+    """'<key>: <value>' of a run's first stored headline metric (as `python -m core runs` picks it), or ''."""
+    from core.predict.metrics.headline import stored_headline
+    headline = stored_headline(metrics)
+    return "" if headline is None else f"{headline[0]}: {headline[1]:.4f}"
+
+
 def total_epochs(config: Any) -> int:
     return config.train.total_epochs()
 

@@ -61,3 +61,14 @@ def test_the_marker_is_read_off_the_sweep(runs):
     density, _ = backend.curve_point(curve, middle)
     low, high = sorted((curve.density[10], curve.density[11]))
     assert low <= density <= high
+
+
+def test_run_lists_show_the_same_headline_in_the_cli_and_the_dashboard(runs):
+    from core.cli.runs import _headline
+
+    metrics = {"density": 0.25, "SIM-SIM R=10 doubt_accuracy": 0.99, "SIM-SIM R=10 accuracy": 0.875,
+               "MED-MEA R=1 accuracy": 0.5}
+    assert backend.headline_text(metrics) == "SIM-SIM R=10 accuracy: 0.8750"
+    assert _headline(metrics) == "SIM-SIM R=10 accuracy 0.875, density 0.25"
+    regression = runs[1].metrics
+    assert backend.headline_text(regression).split(":")[0].endswith("rmse")

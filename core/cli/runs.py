@@ -12,7 +12,7 @@ from typing import Any
 
 from core.errors import ConfigError, RunStoreError
 from core.jsonable import jsonable
-from core.predict.metrics.headline import HEADLINE_METRIC
+from core.predict.metrics.headline import stored_headline
 from core.runs.config import RunConfig, read_config_file
 from core.runs.parsing import parse_hidden, parse_pair_list, parse_pairs
 from core.runs.presets import PRESETS, GridSpec
@@ -256,9 +256,8 @@ def _size(n: int) -> str:
 
 def _headline(metrics: dict[str, Any]) -> str:
     """The first stored headline metric (accuracy or RMSE) and the density."""
-    names = tuple(HEADLINE_METRIC.values())
-    keys = [k for k in metrics if k.endswith(names) and not k.endswith(f"doubt_{names[0]}")][:1]
-    keys += [k for k in ("density",) if k in metrics]
+    headline = stored_headline(metrics)
+    keys = ([headline[0]] if headline else []) + [k for k in ("density",) if k in metrics]
     return ", ".join(f"{k} {_short(metrics[k])}" for k in keys)
 
 

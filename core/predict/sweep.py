@@ -38,6 +38,7 @@ from core.predict.engine import (MEMORY_BUDGET_BYTES, as_inputs, check_samples, 
 from core.jsonable import jsonable
 from core.predict.metrics import classification as cls_metrics
 from core.predict.metrics import regression as reg_metrics
+from core.predict.metrics.headline import headline_metric
 from core.predict.modes import PredictionMode, WeightChoice, parse_mode, parse_weight_choice
 from core.predict.structure import is_disconnected
 
@@ -263,7 +264,7 @@ def sweep(model_or_run: Any, dataset, thresholds: Sequence[float] | str | None =
                 # The compact network reads only the kept entries of the unmasked draws.
                 values.append(_task_metric(model, forward_masked(model, x, draws, stats.masks(t)), dataset.y_test,
                                            dataset.target_std))
-    metric = "accuracy" if model.likelihood.task == "classification" else "rmse"
+    metric = headline_metric(model.likelihood.task)
     return SweepResult(mode=parse_mode(mode).value, weights=choice.value, statistic=model.spec.name,
                        keep=model.spec.keep.value, thresholds=grid, density=counts.sum(1) / sizes.sum(),
                        layer_density=counts / sizes, metric=metric, values=np.array(values),

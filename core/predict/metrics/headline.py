@@ -25,6 +25,16 @@ def headline_metric(task: str) -> str:
     return HEADLINE_METRIC[str(getattr(task, "value", task))]
 
 
+def stored_headline(metrics: Mapping[str, Any]) -> tuple[str, float] | None:
+    """The first headline metric (accuracy or RMSE, not a doubt accuracy) among a run's stored
+    metrics ("SIM-SIM R=1 accuracy", ...), or None: what run lists show for a run."""
+    names = tuple(HEADLINE_METRIC.values())
+    for key, value in metrics.items():
+        if key.endswith(names) and not key.endswith("doubt_accuracy") and isinstance(value, (int, float)):
+            return key, float(value)
+    return None
+
+
 def _get(prediction: Any, name: str) -> np.ndarray:
     value = prediction[name] if isinstance(prediction, Mapping) else getattr(prediction, name)
     return np.asarray(value)
