@@ -194,10 +194,11 @@ def load_run(run: str, cache_dir: str | Path | RunStore | None = None, device: s
                created=float(stored.info.get("created", 0.0)), info=stored.info, data_dir=data_dir)
 
 
-def _model_from_state(config_fields: dict[str, Any], info: dict[str, Any],
+def _model_from_state(config_fields: dict[str, Any] | RunConfig, info: dict[str, Any],
                       state_dict: dict[str, torch.Tensor]) -> tuple[RunConfig, BayesianMLP]:
-    """The config and the model (CPU, eval mode) of a run written by this or an earlier version."""
-    config = stored_config(config_fields)
+    """The config and the model (CPU, eval mode) of a run written by this or an earlier version
+    (a RunConfig already validated is taken as it is)."""
+    config = config_fields if isinstance(config_fields, RunConfig) else stored_config(config_fields)
     shape = info["model"]
     model_config = ModelConfig(in_features=int(shape["in_features"]), out_classes=shape["out_classes"],
                                hidden=config.hidden, family=config.method,
@@ -210,11 +211,13 @@ def _model_from_state(config_fields: dict[str, Any], info: dict[str, Any],
 
 # --- handing a trained run to another process ------------------------------------------------------
 def run_handover(run: Run) -> dict[str, Any]:
-    """A trained run as plain data (the weights as safetensors bytes) for the process that asked for it
-    (the dashboard trains in a child process): `run_from_handover` rebuilds it without reading the store."""
+    """A trained run as data a process queue carries (the weights as safetensors bytes, the config as
+    the validated object) for the process that asked for it (the dashboard trains in a child
+    process): `run_from_handover` rebuilds it without reading the store."""
     from safetensors.torch import save
 
-    return {"run_id": run.run_id, "config": run.config.to_dict(), "info": dict(run.info),
+    # The validated config object itself (pickled by the process queue): not validated again.
+    return {"run_id": run.run_id, "config": run.config, "info": dict(run.info),
             "weights": save(state_dict_for_saving(run.model.state_dict())), "metrics": dict(run.metrics),
             "history": list(run.history), "summaries": dict(run.summaries),
             "path": None if run.path is None else str(run.path), "created": float(run.created)}
