@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -134,6 +136,11 @@ def test_evaluate_and_sweep_match_the_stored_numbers(runs):
     np.testing.assert_allclose(stored.values, computed.values)
     np.testing.assert_array_equal(stored.disconnected, computed.disconnected)
     np.testing.assert_allclose(stored.density, computed.density)
+    assert computed.disconnected.any() and not computed.disconnected.all()
+    # A run stored before summaries held the flag: it comes from the masks.
+    older = dataclasses.replace(again, summaries={k: v for k, v in again.summaries.items()
+                                                  if k != "sweep_disconnected"})
+    np.testing.assert_array_equal(older.default_sweep().disconnected, computed.disconnected)
 
 
 def test_run_of_a_bare_model(runs):

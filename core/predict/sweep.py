@@ -114,6 +114,13 @@ class SortedStatistics:
         return result
 
 
+def disconnected_at(stats: SortedStatistics, grid: np.ndarray) -> np.ndarray:
+    """(T,) whether the network cut at each threshold has no path from an input to an output."""
+    with torch.no_grad():
+        return np.concatenate([is_disconnected(stats.stacked_masks(grid[i:i + MASK_BLOCK])).cpu().numpy()
+                               for i in range(0, len(grid), MASK_BLOCK)])
+
+
 def default_thresholds(model: BayesianMLP, n_points: int = DEFAULT_POINTS) -> np.ndarray:
     """A grid over the statistic's range; quantiles of the pooled statistic where the range is unbounded."""
     spec = model.spec
@@ -251,8 +258,7 @@ def sweep(model_or_run: Any, dataset, thresholds: Sequence[float] | str | None =
     counts = np.array([stats.kept_counts(t) for t in grid], dtype=np.float64)  # (T, L)
     with torch.no_grad():
         x = as_inputs(model, dataset.x_test)
-        disconnected = np.concatenate([is_disconnected(stats.stacked_masks(grid[i:i + MASK_BLOCK])).cpu().numpy()
-                                       for i in range(0, len(grid), MASK_BLOCK)])
+        disconnected = disconnected_at(stats, grid)
         if choice is WeightChoice.MEAN:
             outputs = _incremental_mean_outputs(model, x, stats, grid)
             values = _single_network_metrics(model, outputs, dataset.y_test, dataset.target_std)

@@ -31,8 +31,7 @@ from core.predict import Prediction, SweepResult, evaluate, export_pruned, mean_
 from core.predict.engine import check_samples, check_threshold
 from core.predict.metrics import headline_metric
 from core.predict.metrics.classification import DOUBT_LEVEL
-from core.predict.structure import is_disconnected
-from core.predict.sweep import DEFAULT_POINTS, SortedStatistics
+from core.predict.sweep import DEFAULT_POINTS, SortedStatistics, disconnected_at
 
 # Credible level of the intervals `coef` reports by default: the level the doubt decision uses.
 INTERVAL_LEVEL = DOUBT_LEVEL
@@ -150,9 +149,7 @@ class Run:
             if "sweep_disconnected" in stored:
                 disconnected = np.asarray(stored["sweep_disconnected"], dtype=bool)
             else:  # runs stored before the flag was: the masks alone decide it
-                stats = SortedStatistics(self.model)
-                with torch.no_grad():
-                    disconnected = np.array([bool(is_disconnected(stats.masks(t))) for t in grid])
+                disconnected = disconnected_at(SortedStatistics(self.model), grid)
             return SweepResult(mode="mpm-mean", weights="mean", statistic=self.model.spec.name,
                                keep=self.model.spec.keep.value, thresholds=grid,
                                density=np.asarray(stored["sweep_density"], dtype=np.float64),
