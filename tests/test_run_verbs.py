@@ -105,6 +105,17 @@ def test_coef_from_draws_agrees_with_the_closed_form(runs):
         assert np.all(np.abs(b.upper - a.upper) <= 0.055 * width + 1e-9)
 
 
+def test_summary_of_a_gaussian_family_gives_its_prior(tmp_path):
+    run = train_run(RunConfig(dataset="two-moons", method="bnn", hidden=(4,), family_options={"prior_variance": 0.5},
+                              train={"epochs": 1}, device="cpu"), cache_dir=tmp_path)
+    summary = run.summary()
+    assert [layer["prior"] for layer in summary["layers"]] == [{"prior_variance": 0.5}] * 2
+    assert summary["statistic"] == "signal_to_noise"
+    means = [float((l.weight_mu.abs() / torch.nn.functional.softplus(l.weight_rho)).detach().double().mean())
+             for l in run.model.layers]
+    assert [layer["mean_statistic"] for layer in summary["layers"]] == pytest.approx(means)
+
+
 def test_coef_of_a_non_gaussian_family_uses_draws(tmp_path):
     run = train_run(RunConfig(dataset="two-moons", method="horseshoe", hidden=(4,), train={"epochs": 1},
                               device="cpu"), cache_dir=tmp_path)

@@ -101,6 +101,9 @@ class GaussianLayer(SparseLayer):
     def conditional_normal(self) -> tuple[Tensor, Tensor]:
         return self.weight_mu * self.fixed_mask, self.weight_sigma * self.fixed_mask
 
+    def prior_hyperparameters(self) -> dict[str, float]:
+        return {"prior_variance": float(self.prior_variance)}
+
     def sample_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         mu = self.weight_mu
         eps = torch.randn((n, *self.shape), generator=generator, device=mu.device, dtype=mu.dtype)
@@ -144,6 +147,10 @@ class MixtureGaussianLayer(GaussianLayer):
         super().__init__(in_features, out_features, options, is_output)
         self.register_buffer("mixture_weight", torch.tensor(float(self.options.mixture_weight)))
         self.register_buffer("prior_variance_2", torch.tensor(float(self.options.prior_variance_2)))
+
+    def prior_hyperparameters(self) -> dict[str, float]:
+        return {"prior_variance": float(self.prior_variance), "mixture_weight": float(self.mixture_weight),
+                "prior_variance_2": float(self.prior_variance_2)}
 
     def prior_log_density(self, w: Tensor) -> Tensor:
         def log_normal(var: Tensor) -> Tensor:
