@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from core.cpu_settings import enable_flush_denormals
+from core.enums import PosttrainStructure
 from core.errors import ConfigError, TrainingCancelled, TrainingDivergedError
 from core.models.network import BayesianMLP
 
@@ -51,7 +52,7 @@ DEFAULT_LEARNING_RATES = {
 }
 # Seed 000 Table 1 raises the inclusion step size during pre-training.
 DEFAULT_PRETRAIN_LEARNING_RATES = {**DEFAULT_LEARNING_RATES, "inclusion": 1e-2}
-POSTTRAIN_STRUCTURES = ("mpm", "alpha")
+POSTTRAIN_STRUCTURES = tuple(PosttrainStructure)
 
 # The default objective is tempered: the KL enters with weight 0.1. With the ELBO itself (kl_weight=1)
 # the mean-field optimum of an LBBNN keeps almost nothing (full MNIST after a warm start: density
@@ -74,7 +75,7 @@ class TrainConfig:
     epochs: int | None = None  # None: default_epochs(training-set size, batch_size), filled in before training
     pretrain_epochs: int = 0
     posttrain_epochs: int = 0
-    posttrain_structure: str = "mpm"
+    posttrain_structure: PosttrainStructure = PosttrainStructure.MPM
     batch_size: int = 100
     learning_rates: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_LEARNING_RATES))
     pretrain_learning_rates: dict[str, float] = field(
@@ -99,8 +100,8 @@ class TrainConfig:
         check(self.posttrain_epochs >= 0, "posttrain_epochs", f"must be >= 0, got {self.posttrain_epochs}")
         check(self.epochs is None or self.epochs + self.pretrain_epochs + self.posttrain_epochs > 0, "epochs",
               "at least one epoch of training is needed")
-        check(self.posttrain_structure in POSTTRAIN_STRUCTURES, "posttrain_structure",
-              f"must be one of {', '.join(POSTTRAIN_STRUCTURES)}, got {self.posttrain_structure!r}")
+        object.__setattr__(self, "posttrain_structure",
+                           PosttrainStructure.parse(self.posttrain_structure, "posttrain_structure"))
         check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
         check(self.mc_samples >= 1, "mc_samples", f"must be >= 1, got {self.mc_samples}")
         check(self.kl_anneal_epochs is None or self.kl_anneal_epochs >= 0, "kl_anneal_epochs", f"must be >= 0, got {self.kl_anneal_epochs}")
@@ -247,7 +248,7 @@ def train(
             with torch.no_grad():
                 masks = model.keep_masks()
             for layer, mask in zip(model.layers, masks):
-                if config.posttrain_structure == "mpm":
+                if config.posttrain_structure is PosttrainStructure.MPM:
                     layer.fix_structure(mask)
                 else:
                     for param in layer.parameter_groups().get("inclusion", []):

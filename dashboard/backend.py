@@ -14,17 +14,15 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from core.errors import ConfigError
-from core.models.base import Keep
+from core.models.base import Keep, StatisticSpec
+from core.predict.metrics.classification import DOUBT_LEVEL
+from core.predict.modes import PredictionMode
+from core.runs import parsing
 
-PREDICTION_MODES: tuple[str, ...] = ("bma", "mean", "mpm", "mpm-mean", "prune")
-MODE_HELP = {
-    "bma": "SIM-SIM: average over R sampled networks (structure and weights)",
-    "mean": "ALL-MEA: one dense network with the posterior-mean weights",
-    "mpm": "MED-SIM: structure cut at the threshold, R sampled weight sets",
-    "mpm-mean": "MED-MEA: structure cut at the threshold, mean weights (no sampling)",
-    "prune": "PRN: structure cut at the threshold, sampled or mean weights",
-}
+# The vocabulary and its help live on PredictionMode; these are the dashboard's views of it.
+PREDICTION_MODES: tuple[str, ...] = tuple(mode.value for mode in PredictionMode)
+MODE_HELP = {mode.value: mode.description for mode in PredictionMode}
+DOUBT_LEVEL = DOUBT_LEVEL  # the doubt decision's level (figures and captions show it)
 DEFAULT_DATASET = "mnist-small"
 OOD_PARTNER = {"mnist-small": "fashion-mnist-small", "fashion-mnist-small": "mnist-small",
                "mnist": "fashion-mnist", "fashion-mnist": "mnist"}
@@ -41,6 +39,18 @@ def list_runs() -> list[Any]:
 def train_run(config: Any, progress: Callable[[dict], None] | None = None, cancel: Any = None) -> Any:
     from core.runs import train_run as core_train_run
     return core_train_run(config, progress=progress, cancel=cancel)
+
+
+def run_handover(run: Any) -> dict[str, Any]:
+    """A trained run as plain data for the process that asked for it (see core.runs.run_handover)."""
+    from core.runs import run_handover as core_handover
+    return core_handover(run)
+
+
+def run_from_handover(payload: dict[str, Any]) -> Any:
+    """The trained run a child process handed over, rebuilt without reading the store."""
+    from core.runs import run_from_handover as core_from_handover
+    return core_from_handover(payload)
 
 
 def dataset_table() -> list[dict[str, Any]]:
@@ -101,6 +111,13 @@ def make_config(values: dict[str, Any]) -> Any:
     return RunConfig.from_dict(values)
 
 
+def headline_text(metrics: dict[str, Any]) -> str:
+    """'<key>: <value>' of a run's first stored headline metric (as `python -m core runs` picks it), or ''."""
+    from core.predict.metrics.headline import stored_headline
+    headline = stored_headline(metrics)
+    return "" if headline is None else f"{headline[0]}: {headline[1]:.4f}"
+
+
 def total_epochs(config: Any) -> int:
     return config.train.total_epochs()
 
@@ -115,60 +132,29 @@ def default_settings(dataset: str, batch_size: int = 100) -> dict[str, Any]:
 
 
 def parse_hidden(text: str) -> tuple[int, ...]:
-    """'400, 600' -> (400, 600); ConfigError on anything else."""
-    parts = [p for p in str(text).replace(" ", "").split(",") if p]
-    try:
-        widths = tuple(int(p) for p in parts)
-    except ValueError:
-        raise ConfigError(f"hidden: give comma-separated positive integers such as '400, 600', got {text!r}") from None
-    if not widths or any(w < 1 for w in widths):
-        raise ConfigError(f"hidden: give at least one positive width such as '400, 600', got {text!r}")
-    return widths
+    """'400, 600' -> (400, 600); ConfigError on anything else (the CLI's --hidden rule)."""
+    return parsing.parse_hidden(text)
 
 
 def parse_options(text: str) -> dict[str, Any]:
-    """'prior_inclusion=0.1, slab=student-t' -> {'prior_inclusion': 0.1, 'slab': 'student-t'}."""
-    options: dict[str, Any] = {}
-    for item in (p.strip() for p in str(text).split(",")):
-        if not item:
-            continue
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"family options: write name=value pairs separated by commas, got {item!r}")
-        options[key.strip()] = parse_scalar(raw.strip())
-    return options
+    """'prior_inclusion=0.1, slab=student-t' -> {'prior_inclusion': 0.1, 'slab': 'student-t'} (the CLI's rule)."""
+    return parsing.parse_pair_list(text, "family options")
 
 
 def parse_scalar(raw: str) -> Any:
-    lowered = raw.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    for convert in (int, float):
-        try:
-            return convert(raw)
-        except ValueError:
-            continue
-    return raw
+    """One option value, parsed as the CLI's --option values are."""
+    return parsing.parse_value(raw)
 
 
 # --- the statistic and its threshold range ---------------------------------------------------------
 
-@dataclass(frozen=True)
-class ThresholdRange:
-    """Finite slider range for a family's statistic, its default and the keep direction."""
-
-    name: str
-    low: float
-    high: float
-    default: float
-    keep_above: bool
-
-    def clip(self, value: float) -> float:
-        return float(min(self.high, max(self.low, value)))
+# The slider's range is the family's StatisticSpec with finite ends (name, keep, default, low, high,
+# keep_above, clip): one type for a statistic and its range.
+ThresholdRange = StatisticSpec
 
 
 def threshold_range(spec: Any, statistics: Sequence[np.ndarray]) -> ThresholdRange:
-    """The spec's range, with an infinite end replaced by the largest observed statistic."""
+    """The spec with an infinite end replaced by (a little above) the largest observed statistic."""
     finite = [s[np.isfinite(s)] for s in (np.asarray(x, dtype=np.float64).ravel() for x in statistics)]
     values = np.concatenate(finite) if finite else np.empty(0)
     observed_high = float(values.max()) if values.size else 1.0
@@ -179,7 +165,7 @@ def threshold_range(spec: Any, statistics: Sequence[np.ndarray]) -> ThresholdRan
     if not math.isfinite(spec.high):
         high = _round_up(high * 1.05)
     default = float(min(high, max(low, spec.default_threshold)))
-    return ThresholdRange(str(spec.name), low, high, default, Keep(spec.keep) is Keep.ABOVE)
+    return StatisticSpec(str(spec.name), Keep(spec.keep), default, low, high)
 
 
 def _round_up(value: float) -> float:
@@ -195,8 +181,9 @@ def native_statistics(model: Any) -> list[np.ndarray]:
 
 
 def masks_at(statistics: Sequence[np.ndarray], threshold: float, keep_above: bool) -> list[np.ndarray]:
-    """Keep masks from precomputed statistics (the same rule as StatisticSpec.keep_mask)."""
-    return [(s > threshold) if keep_above else (s < threshold) for s in statistics]
+    """Keep masks from precomputed statistics, by StatisticSpec.keep_mask."""
+    rule = StatisticSpec("statistic", Keep.ABOVE if keep_above else Keep.BELOW, threshold, -math.inf, math.inf)
+    return [np.asarray(rule.keep_mask(np.asarray(s), threshold)) for s in statistics]
 
 
 def conditional_mean_weights(model: Any) -> list[np.ndarray]:
@@ -226,32 +213,18 @@ def effective_threshold(mode: str, threshold: float | None) -> float | None:
 
 def predict(run: Any, x: np.ndarray, mode: str, samples: int, threshold: float | None, seed: int = 0,
             weights: str | None = None) -> Any:
-    """core.predict.predict with the threshold dropped for modes that take none; regression in original units."""
-    from core.predict import predict as core_predict
-    prediction = core_predict(run, x, mode=mode, samples=int(samples), threshold=effective_threshold(mode, threshold),
-                              seed=int(seed), weights=weights if mode == "prune" else None)
-    dataset = run.dataset()
-    if prediction.task == "regression":
-        prediction = prediction.unstandardised(dataset.target_mean, dataset.target_std)
-    return prediction
+    """Run.predict with the threshold dropped for modes that take none; regression in original units."""
+    return run.predict(x, mode=mode, samples=int(samples), threshold=effective_threshold(mode, threshold),
+                       seed=int(seed), weights=weights if mode == "prune" else None)
 
 
-def test_metrics(arrays: dict[str, np.ndarray], dataset: Any, doubt_level: float = 0.95) -> dict[str, Any]:
-    """Headline metrics of a test-set prediction (arrays from a Prediction), via core's metric functions."""
-    from core.predict.metrics import classification, regression
+def test_metrics(arrays: dict[str, np.ndarray], dataset: Any, doubt_level: float = DOUBT_LEVEL) -> dict[str, Any]:
+    """The metric cards of a test-set prediction (arrays of a Prediction in original units): core's one
+    metrics function, flattened (doubt_accuracy, doubt_count, doubt_fraction, coverage_95)."""
+    from core.predict.metrics import card_metrics, prediction_metrics
+    y = dataset.y_test if dataset.task == "classification" else dataset.unstandardise(dataset.y_test)
     result: dict[str, Any] = {"density": float(arrays["density"]), "disconnected": bool(arrays["disconnected"])}
-    if dataset.task == "classification":
-        probs, per_draw, y = arrays["probs"], arrays["probs_per_draw"], dataset.y_test
-        doubt = classification.doubt_decision(probs, y, doubt_level)
-        result.update(accuracy=classification.accuracy(probs, y), nll=classification.nll(per_draw, y),
-                      ece=classification.ece(probs, y), doubt_accuracy=doubt["accuracy"],
-                      doubt_count=doubt["count"], doubt_fraction=doubt["fraction"])
-    else:
-        y = dataset.unstandardise(dataset.y_test)
-        means, stds = arrays["mean_per_draw"], arrays["std_per_draw"]
-        result.update(rmse=regression.rmse(arrays["mean"], y),
-                      log_likelihood=regression.log_likelihood(means, stds, y),
-                      coverage_95=regression.coverage(means, stds, y, levels=(0.95,))["0.95"])
+    result.update(card_metrics(prediction_metrics(arrays, y, dataset.task, doubt_level=doubt_level)))
     return result
 
 
@@ -268,21 +241,20 @@ SWEEP_MODE = "mpm-mean"  # the curve: cut at each threshold, mean weights of the
 
 
 def sweep(run: Any, n_points: int = 30) -> SweepCurve:
-    """Test metric (accuracy, or RMSE in original units) against density over thresholds.
-
-    The run's stored summaries hold this curve (computed once after training);
-    runs without them get it from core.predict.sweep.
-    """
-    summaries = getattr(run, "summaries", None) or {}
-    metric = next((m for m in ("accuracy", "rmse") if f"sweep_{m}" in summaries), None)
-    if metric is not None and "sweep_thresholds" in summaries and "sweep_density" in summaries:
-        return SweepCurve(np.asarray(summaries["sweep_thresholds"], dtype=np.float64),
-                          np.asarray(summaries["sweep_density"], dtype=np.float64),
-                          np.asarray(summaries[f"sweep_{metric}"], dtype=np.float64), metric)
-    from core.predict import sweep as core_sweep
-    result = core_sweep(run, run.dataset(), mode=SWEEP_MODE, n_points=n_points)
+    """Test metric (accuracy, or RMSE in original units) against density over thresholds:
+    Run.default_sweep (the curve stored with the run, else computed over n_points thresholds)."""
+    result = run.default_sweep(n_points=n_points)
     return SweepCurve(np.asarray(result.thresholds, dtype=np.float64), np.asarray(result.density, dtype=np.float64),
                       np.asarray(result.values, dtype=np.float64), str(result.metric))
+
+
+def curve_point(curve: SweepCurve, threshold: float) -> tuple[float, float]:
+    """(density, metric) of the curve at `threshold`, interpolated between its neighbouring points:
+    the marker of the current threshold, read off the sweep instead of predicting the test set again."""
+    order = np.argsort(curve.thresholds, kind="stable")
+    grid = curve.thresholds[order]
+    return (float(np.interp(threshold, grid, curve.density[order])),
+            float(np.interp(threshold, grid, curve.values[order])))
 
 
 def ood_set_names(dataset: Any) -> list[str]:

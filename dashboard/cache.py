@@ -118,9 +118,26 @@ def cached_run(run_id: str) -> Any:
     return once_at_a_time(("cached_run", run_id), lambda: _cached_run(run_id))
 
 
+# Runs a training handed over (worker), waiting to become cached runs without a read from disk.
+_adopted_lock = threading.Lock()
+_adopted: dict[str, Any] = {}
+MAX_ADOPTED = 4
+
+
+def adopt_run(run: Any) -> None:
+    """Make a just-trained run (handed over by the training worker) the cached copy of its id."""
+    with _adopted_lock:
+        _adopted[run.run_id] = run
+        while len(_adopted) > MAX_ADOPTED:
+            _adopted.pop(next(iter(_adopted)))
+
+
 @st.cache_resource(max_entries=MAX_CACHED_RUNS, show_spinner="Loading run ...")
 def _cached_run(run_id: str) -> Any:
-    run = backend.load_run(run_id)
+    with _adopted_lock:
+        run = _adopted.pop(run_id, None)
+    if run is None:
+        run = backend.load_run(run_id)
     try:
         run._dataset = cached_dataset(dataset_key(run.config))
     except Exception:  # an odd config: the run loads its own copy
@@ -250,9 +267,11 @@ def density_chart(run_id: str, threshold: float) -> dict[str, Any]:
     """The Pruning page's metric-vs-density curve with the current threshold's point."""
     from dashboard import figures
     curve = sweep(run_id)
-    here = test_metrics(run_id, backend.SWEEP_MODE, 1, threshold, 0)
+    # The marker is read off the sweep (no second prediction of the test set).
+    here = backend.curve_point(backend.SweepCurve(curve["thresholds"], curve["density"], curve["values"],
+                                                  curve["metric"]), threshold)
     return figures.metric_vs_density(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
-                                     current=(here["density"], here[curve["metric"]])).to_dict()
+                                     current=here).to_dict()
 
 
 @per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)

@@ -16,7 +16,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-DOUBT_LEVEL = 0.95
+DOUBT_LEVEL = 0.95  # default only: pages pass backend.DOUBT_LEVEL (core's constant); figures stay free of torch
 MAX_HEATMAP_CELLS = 64  # blocks per side of a drawn weight matrix
 CHART_WIDTH = 320
 

@@ -65,6 +65,8 @@ def collect_finished_worker() -> None:
         return
     st.session_state[HANDLED_KEY] = current
     if snapshot.status == WorkerStatus.DONE and snapshot.run_id:
+        if snapshot.run is not None:  # the trained run itself: browsing it reads nothing from disk
+            cache.adopt_run(snapshot.run)
         cache.cached_run_list.clear()
         select_run(snapshot.run_id)
 

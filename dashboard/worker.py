@@ -58,6 +58,9 @@ class WorkerSnapshot:
     # how many sessions share the job.
     position: int | None = None
     sharers: int = 1
+    # The trained run itself when the training function handed it over (DONE only): the page
+    # adopts it instead of reading it back from the store.
+    run: Any = field(default=None, repr=False, compare=False)
 
     @property
     def finished_epochs(self) -> int:
@@ -91,6 +94,7 @@ class TrainingWorker:
         self._history: list[dict[str, Any]] = []
         self._status = WorkerStatus.IDLE
         self._run_id: str | None = None
+        self._trained: Any = None  # the trained run, when the training function handed it over
         self._error: str | None = None
         self._started: float | None = None
         self._finished: float | None = None
@@ -121,17 +125,19 @@ class TrainingWorker:
         with self._lock:
             return WorkerSnapshot(status=self._status, history=list(self._history),
                                   total_epochs=self._total_epochs, run_id=self._run_id, error=self._error,
-                                  started=self._started, finished=self._finished)
+                                  started=self._started, finished=self._finished, run=self._trained)
 
     # --- the thread ---------------------------------------------------------------------------------
     def _progress(self, record: dict[str, Any]) -> None:
         with self._lock:
             self._history.append(dict(record))
 
-    def _finish(self, status: WorkerStatus, run_id: str | None = None, error: str | None = None) -> None:
+    def _finish(self, status: WorkerStatus, run_id: str | None = None, error: str | None = None,
+                run: Any = None) -> None:
         with self._lock:
             self._status = status
             self._run_id = run_id
+            self._trained = run if hasattr(run, "model") else None
             self._error = error
             self._finished = time.time()
         if self._on_finish is not None:
@@ -148,7 +154,7 @@ class TrainingWorker:
             log.exception("training worker crashed")
             self._finish(WorkerStatus.FAILED, error=f"unexpected error ({type(exc).__name__}): {exc}")
         else:
-            self._finish(WorkerStatus.DONE, run_id=getattr(result, "run_id", None))
+            self._finish(WorkerStatus.DONE, run_id=getattr(result, "run_id", None), run=result)
 
 
 # --- training in a child process ----------------------------------------------------------------
@@ -162,7 +168,8 @@ def train_in_subprocess(config: Any, progress: Callable[[dict], None] | None = N
     the training competes for cores only. Progress records and the outcome come back over
     a queue; cancelling sets an Event the child's training loop checks every minibatch; a
     BNNError in the child is raised here with its message. The child writes the run to
-    the same store ($BNN_CACHE_DIR is inherited), so the result is the run's id. The child
+    the same store ($BNN_CACHE_DIR is inherited) and hands the trained run back (weights as
+    safetensors bytes), so the result is the run itself and nobody reads it back. The child
     runs at a lower scheduling priority (TRAINING_NICENESS) so that page reruns come first.
     """
     import multiprocessing
@@ -172,8 +179,9 @@ def train_in_subprocess(config: Any, progress: Callable[[dict], None] | None = N
     context = multiprocessing.get_context("spawn")  # never fork a process with threads running
     messages = context.Queue()
     stop = context.Event()
-    config_fields = config.to_dict()
-    child = context.Process(target=_train_child, args=(config_fields, messages, stop), name="bnn-training",
+    # The validated config itself goes to the child (pickled by multiprocessing), not its fields:
+    # it is not validated again there.
+    child = context.Process(target=_train_child, args=(config, messages, stop), name="bnn-training",
                             daemon=True)
     child.start()
     try:
@@ -195,6 +203,9 @@ def train_in_subprocess(config: Any, progress: Callable[[dict], None] | None = N
                 if progress is not None:
                     progress(message[1])
             elif kind == "done":
+                if len(message) > 2 and message[2] is not None:  # the trained run itself
+                    from dashboard import backend
+                    return backend.run_from_handover(message[2])
                 return SimpleNamespace(run_id=message[1])
             else:
                 raise _error_from_child(kind, message[1], message[2])
@@ -214,7 +225,7 @@ def _cancelled(cancel: Any) -> bool:
     return cancel.is_set() if hasattr(cancel, "is_set") else bool(cancel())
 
 
-def _train_child(config_fields: dict, messages: Any, stop: Any) -> None:
+def _train_child(config: Any, messages: Any, stop: Any) -> None:
     """The child's side of train_in_subprocess."""
     import traceback
 
@@ -223,9 +234,8 @@ def _train_child(config_fields: dict, messages: Any, stop: Any) -> None:
         if hasattr(os, "nice"):
             os.nice(TRAINING_NICENESS)
         from dashboard import backend
-        run = backend.train_run(backend.config_from_fields(config_fields), progress=lambda record: messages.put(("progress", record)),
-                        cancel=stop)
-        messages.put(("done", run.run_id))
+        run = backend.train_run(config, progress=lambda record: messages.put(("progress", record)), cancel=stop)
+        messages.put(("done", run.run_id, backend.run_handover(run)))
     except BNNError as exc:
         messages.put(("bnn-error", type(exc).__name__, str(exc)))
     except BaseException as exc:  # a bug: the traceback goes to the server's log

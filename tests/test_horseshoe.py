@@ -21,6 +21,7 @@ from core.models.horseshoe import (
     inverse_softplus_tensor,
 )
 from core.models.network import ModelConfig, build_model
+from core.models.registry import layer_class
 
 N_MC = 200_000
 PRIORS_UNDER_TEST = ("regularised-horseshoe", "horseshoe")
@@ -182,7 +183,7 @@ def structured_layer(in_features: int = 3, out_features: int = 2, options: Horse
                      seed: int = 0) -> StructuredHorseshoeLayer:
     """A float64 structured layer with every parameter moved off its start, a strong rank-one term included."""
     torch.manual_seed(seed)
-    layer = HorseshoeLayer(in_features, out_features, options).double()
+    layer = layer_class("horseshoe", options, is_output=False)(in_features, out_features, options).double()
     generator = torch.Generator().manual_seed(seed + 100)
 
     def normal(*shape: int) -> Tensor:
@@ -234,7 +235,7 @@ def test_structured_option_builds_structured_hidden_layers_and_a_factorised_outp
 def test_structured_initial_marginal_stds_match_the_factorised_initialisation():
     options = HorseshoeOptions(variational_family="structured", init_sigma=0.02, init_log_scale_std=0.07)
     torch.manual_seed(0)
-    layer = HorseshoeLayer(5, 4, options)
+    layer = StructuredHorseshoeLayer(5, 4, options)
     with torch.no_grad():
         torch.testing.assert_close(layer.weight_sigma, torch.full(layer.shape, 0.02), rtol=1e-5, atol=0)
         torch.testing.assert_close(layer.log_node_scale_std(), torch.full((4,), 0.07), rtol=1e-5, atol=0)

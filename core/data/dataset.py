@@ -9,7 +9,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-Task = Literal["classification", "regression"]
+from core.enums import Task
+
 Source = Literal["bundled", "data-dir", "download", "generated"]
 Availability = Literal["bundled", "data-dir", "download", "generated", "unavailable"]
 
@@ -41,6 +42,9 @@ class Dataset:
     x_std: np.ndarray | None = None
     split: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "task", Task.parse(self.task, "task"))
 
     @property
     def in_features(self) -> int:
@@ -84,10 +88,13 @@ class DatasetInfo:
     availability: Availability
     detail: str
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "task", Task.parse(self.task, "task"))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "task": self.task,
+            "task": self.task.value,
             "input_shape": None if self.input_shape is None else list(self.input_shape),
             "n_classes": self.n_classes,
             "n_train": self.n_train,

@@ -28,8 +28,11 @@ Conventions shared by all families
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import math
 import threading
+import typing
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import Enum
@@ -39,6 +42,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from core.enums import OptionEnum
 from core.errors import ConfigError
 
 
@@ -49,19 +53,27 @@ class Keep(str, Enum):
     BELOW = "below"
 
 
-class Granularity(str, Enum):
-    WEIGHT = "weight"
-    NODE = "node"
-
-
 @dataclass(frozen=True)
 class StatisticSpec:
+    """A family's sparsity statistic: its name, keep direction, default threshold and range.
+
+    The one home of the keep rule: `keep_mask` (tensors or numpy arrays), and for code that
+    cuts many thresholds at once (sweeps) the same rule as `keep_key(statistic) > cut(threshold)`.
+    """
+
     name: str
     keep: Keep
     default_threshold: float
     low: float  # the statistic's range, used to validate thresholds and build sweeps
     high: float
-    granularity: Granularity = Granularity.WEIGHT
+
+    @property
+    def keep_above(self) -> bool:
+        return Keep(self.keep) is Keep.ABOVE
+
+    @property
+    def default(self) -> float:
+        return self.default_threshold
 
     def check_threshold(self, threshold: float) -> float:
         threshold = float(threshold)
@@ -71,15 +83,33 @@ class StatisticSpec:
             )
         return threshold
 
-    def keep_mask(self, statistic: Tensor, threshold: float) -> Tensor:
-        if self.keep is Keep.ABOVE:
-            return statistic > threshold
-        return statistic < threshold
+    def clip(self, value: float) -> float:
+        """value moved into [low, high]."""
+        return float(min(self.high, max(self.low, value)))
+
+    def keep_key(self, statistic):
+        """A key that is kept where it exceeds `cut(threshold)`: the statistic, negated when kept below."""
+        return statistic if self.keep_above else -statistic
+
+    def cut(self, threshold: float) -> float:
+        return threshold if self.keep_above else -threshold
+
+    def keep_mask(self, statistic, threshold: float):
+        """Where `statistic` (a tensor or an array) is kept at `threshold` (negation is exact: same rule)."""
+        return self.keep_key(statistic) > self.cut(threshold)
 
 
 @dataclass(frozen=True)
 class LayerOptions:
-    """Base class of a family's hyperparameters. Subclasses add fields and checks."""
+    """Base class of a family's hyperparameters. Subclasses add fields and checks.
+
+    A field annotated with an OptionEnum (core.enums) accepts the member or its string and holds
+    the member (equal to, and serialised as, the string).
+    """
+
+    def __post_init__(self) -> None:
+        for name, kind in _enum_fields(type(self)).items():
+            object.__setattr__(self, name, kind.parse(getattr(self, name), name))
 
     def validate(self) -> None:  # pragma: no cover - overridden where there is something to check
         return None
@@ -96,6 +126,13 @@ class LayerOptions:
         options = cls(**values)
         options.validate()
         return options
+
+
+@functools.cache
+def _enum_fields(cls: type) -> dict[str, type[OptionEnum]]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)
+            if isinstance(hints.get(f.name), type) and issubclass(hints[f.name], OptionEnum)}
 
 
 def require(condition: bool, field: str, message: str) -> None:
@@ -226,6 +263,15 @@ class SparseLayer(nn.Module, ABC):
 
     def sample_conditional_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         return self.sample_weights(n, generator)
+
+    def conditional_normal(self) -> tuple[Tensor, Tensor] | None:
+        """Mean and standard deviation of q(w | kept) per weight where that law is Gaussian (a point
+        weight has std 0); None where it is not (then draws of `sample_conditional_weights` describe it)."""
+        return None
+
+    def prior_hyperparameters(self) -> dict[str, float]:
+        """The prior's hyperparameters as they are now (learned ones included); none by default."""
+        return {}
 
     @abstractmethod
     def kl(self) -> Tensor: ...

@@ -28,6 +28,10 @@ class DeterministicLayer(SparseLayer):
     def mean_weights(self) -> Tensor:
         return self.weight * self.fixed_mask
 
+    def conditional_normal(self) -> tuple[Tensor, Tensor]:
+        mean = self.mean_weights()
+        return mean, torch.zeros_like(mean)
+
     def sample_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         return self.mean_weights().unsqueeze(0).expand(n, *self.shape)
 

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from core.enums import Estimator
 from core.models.base import (
     Keep,
     LayerOptions,
@@ -26,15 +27,15 @@ from core.models.base import (
 )
 from core.models.fused import apply_fused
 from core.models.gaussian_fused import GaussianLinear
-from core.models.lbbnn import PRIOR_SCALINGS, gaussian_kl, scaled_prior_variance
+from core.models.distributions import PRIOR_SCALINGS, gaussian_kl, scaled_prior_variance
 
-ESTIMATORS = ("local-reparameterisation", "weight-sampling")
+ESTIMATORS = (Estimator.LOCAL_REPARAMETERISATION, Estimator.WEIGHT_SAMPLING)
 
 
 @dataclass(frozen=True)
 class GaussianOptions(LayerOptions):
     prior_variance: float = 1.0
-    estimator: str = "local-reparameterisation"
+    estimator: Estimator = Estimator.LOCAL_REPARAMETERISATION
     init_sigma: float = 0.01
     # "fan-in": the prior variance of a layer is prior_variance / in_features, so the prior's
     # pre-activations keep the same scale in every layer whatever its width.
@@ -44,7 +45,7 @@ class GaussianOptions(LayerOptions):
         require(self.prior_variance > 0, "prior_variance", f"must be > 0, got {self.prior_variance}")
         require(self.prior_scaling in PRIOR_SCALINGS, "prior_scaling",
                 f"must be one of {', '.join(PRIOR_SCALINGS)}, got {self.prior_scaling!r}")
-        require(self.estimator in ESTIMATORS, "estimator", f"must be one of {', '.join(ESTIMATORS)}, got {self.estimator!r}")
+        require(self.estimator in ESTIMATORS, "estimator", f"must be one of {', '.join(ESTIMATORS)}, got '{self.estimator}'")
         require(self.init_sigma > 0, "init_sigma", f"must be > 0, got {self.init_sigma}")
 
 
@@ -82,13 +83,13 @@ class GaussianLayer(SparseLayer):
 
     def forward(self, x: Tensor) -> Tensor:
         mu, sigma = self.weight_mu * self.fixed_mask, self.weight_sigma * self.fixed_mask
-        if self.options.estimator == "local-reparameterisation":
+        if self.options.estimator is Estimator.LOCAL_REPARAMETERISATION:
             return local_reparameterisation(x, mu, sigma * sigma, self.noise_generator)
         return augmented_linear(x, mu + sigma * self.normal_noise(mu.shape, mu))
 
     def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:
         if (x.dim() != 2 or not self.closed_form_kl or self.is_structure_fixed
-                or self.options.estimator != "local-reparameterisation"):
+                or self.options.estimator is not Estimator.LOCAL_REPARAMETERISATION):
             return self(x), self.kl()
         noise = self.normal_noise((x.shape[0], self.out_features), x)
         return apply_fused(self, GaussianLinear, x, self.weight_mu, self.weight_rho, noise,
@@ -96,6 +97,12 @@ class GaussianLayer(SparseLayer):
 
     def mean_weights(self) -> Tensor:
         return self.weight_mu * self.fixed_mask
+
+    def conditional_normal(self) -> tuple[Tensor, Tensor]:
+        return self.weight_mu * self.fixed_mask, self.weight_sigma * self.fixed_mask
+
+    def prior_hyperparameters(self) -> dict[str, float]:
+        return {"prior_variance": float(self.prior_variance)}
 
     def sample_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         mu = self.weight_mu
@@ -117,7 +124,8 @@ class GaussianLayer(SparseLayer):
 
 
 class VariationalDenseLayer(GaussianLayer):
-    """Seed 004's variational dense layer: the same q, pruned at |mu|/sigma < 0.83."""
+    """Seed 004's variational dense layer: `bnn` under another name (the same q, prior and pruning
+    rule, |mu|/sigma kept above 0.83); its runs have their own ids because their configs name it."""
 
     family = "variational-dense"
 
@@ -139,6 +147,10 @@ class MixtureGaussianLayer(GaussianLayer):
         super().__init__(in_features, out_features, options, is_output)
         self.register_buffer("mixture_weight", torch.tensor(float(self.options.mixture_weight)))
         self.register_buffer("prior_variance_2", torch.tensor(float(self.options.prior_variance_2)))
+
+    def prior_hyperparameters(self) -> dict[str, float]:
+        return {"prior_variance": float(self.prior_variance), "mixture_weight": float(self.mixture_weight),
+                "prior_variance_2": float(self.prior_variance_2)}
 
     def prior_log_density(self, w: Tensor) -> Tensor:
         def log_normal(var: Tensor) -> Tensor:

@@ -64,8 +64,9 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from core.enums import VariationalFamily
+from core.errors import ConfigError
 from core.models.base import (
-    Granularity,
     Keep,
     LayerOptions,
     SparseLayer,
@@ -76,10 +77,10 @@ from core.models.base import (
     local_reparameterisation,
     require,
 )
-from core.models.lbbnn import gaussian_kl
+from core.models.distributions import gaussian_kl, normal_entropy
 
 PRIORS = ("regularised-horseshoe", "horseshoe")
-VARIATIONAL_FAMILIES = ("factorised", "structured")
+VARIATIONAL_FAMILIES = tuple(VariationalFamily)
 EULER_GAMMA = 0.5772156649015329
 LGAMMA_HALF = math.lgamma(0.5)
 QUADRATURE_NODES = 24  # Gauss-Hermite nodes per dimension for E_q[s_k] of the regularised scale
@@ -101,20 +102,14 @@ class HorseshoeOptions(LayerOptions):
     init_log_scale_std: float = 0.05  # initial std of q(log tau), q(log v), q(log c^2)
     # q over each hidden unit's [beta_k; log tau_k]: "factorised" (independent) or
     # "structured" (matrix normal with diagonal-plus-rank-one row covariance).
-    variational_family: str = "factorised"
+    variational_family: VariationalFamily = VariationalFamily.FACTORISED
 
     def validate(self) -> None:
         require(self.prior in PRIORS, "prior", f"must be one of {', '.join(PRIORS)}, got {self.prior!r}")
-        require(self.variational_family in VARIATIONAL_FAMILIES, "variational_family",
-                f"must be one of {', '.join(VARIATIONAL_FAMILIES)}, got {self.variational_family!r}")
         for name in ("node_scale", "global_scale", "slab_shape", "slab_scale", "output_scale", "prune_delta",
                      "init_sigma", "init_log_scale_std"):
             value = getattr(self, name)
             require(value > 0 and math.isfinite(value), name, f"must be a positive number, got {value!r}")
-
-
-def normal_entropy(std: Tensor) -> Tensor:
-    return 0.5 * torch.log(2 * math.pi * math.e * std * std)
 
 
 def inverse_gamma_kl(shape_q: Tensor | float, rate_q: Tensor, shape_p: Tensor | float, rate_p: Tensor) -> Tensor:
@@ -151,22 +146,17 @@ def inverse_softplus_tensor(value: Tensor) -> Tensor:
 
 class HorseshoeLayer(SparseLayer):
     family = "horseshoe"
-    spec = StatisticSpec("node_shrinkage_probability", Keep.BELOW, 0.9, 0.0, 1.0, Granularity.NODE)
+    spec = StatisticSpec("node_shrinkage_probability", Keep.BELOW, 0.9, 0.0, 1.0)
     Options = HorseshoeOptions
-
-    def __new__(cls, in_features: int | None = None, out_features: int | None = None,
-                options: HorseshoeOptions | None = None, is_output: bool = False):
-        # The option picks the class of a hidden layer, so the registry, the model
-        # builder and saved runs keep naming one family. (Defaults: copy/pickle call __new__(cls).)
-        structured = getattr(options, "variational_family", "factorised") == "structured"
-        if cls is HorseshoeLayer and structured and not is_output:
-            cls = StructuredHorseshoeLayer
-        return super().__new__(cls)
 
     def __init__(self, in_features: int, out_features: int, options: HorseshoeOptions | None = None,
                  is_output: bool = False):
         super().__init__(in_features, out_features, options, is_output)
         opts: HorseshoeOptions = self.options
+        if opts.variational_family == "structured" and not is_output \
+                and not isinstance(self, StructuredHorseshoeLayer):
+            raise ConfigError("variational_family: a structured hidden layer is a StructuredHorseshoeLayer; "
+                              "build layers with core.models.registry.layer_class")
         self.regularised = opts.prior == "regularised-horseshoe" and not is_output
         scale_rho = inverse_softplus(opts.init_log_scale_std)
         self.weight_mu = nn.Parameter(torch.empty(self.shape).uniform_(-1.0, 1.0, generator=init_generator()))
@@ -352,7 +342,7 @@ class StructuredHorseshoeLayer(HorseshoeLayer):
 
     M is (weight_mu, log_node_scale_mu); U = diag(psi) + h h^T with sqrt(psi) = softplus(row_std_rho) and
     h = row_factor (length in + 2, the log tau row last); sqrt(v_k) = softplus(column_std_rho).
-    HorseshoeLayer(..., HorseshoeOptions(variational_family="structured")) builds this class.
+    core.models.registry.layer_class picks it for hidden layers when variational_family="structured".
     """
 
     def _init_spread(self, opts: HorseshoeOptions) -> None:

@@ -28,6 +28,15 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from core.enums import Estimator, InclusionPrior, Slab
+from core.models.distributions import (  # noqa: F401 - re-exported: older code imports them from here
+    PRIOR_SCALINGS,
+    bernoulli_kl_from_logits,
+    bernoulli_neg_entropy_from_logits,
+    gaussian_kl,
+    scaled_prior_variance,
+    student_t_log_density,
+)
 from core.models.fused import apply_fused
 from core.models.lbbnn_fused import LBBNNLinear
 from core.models.base import (
@@ -42,31 +51,27 @@ from core.models.base import (
     require,
 )
 
-ESTIMATORS = ("local-reparameterisation", "relaxed-bernoulli")
-INCLUSION_PRIORS = ("bernoulli", "beta-bernoulli", "beta-binomial")
+ESTIMATORS = (Estimator.LOCAL_REPARAMETERISATION, Estimator.RELAXED_BERNOULLI)
+INCLUSION_PRIORS = tuple(InclusionPrior)
 BIAS_PRIORS = ("spike-and-slab", "gaussian")
-PRIOR_SCALINGS = ("none", "fan-in")
-
-
-def scaled_prior_variance(variance: float, scaling: str, in_features: int) -> float:
-    """The prior (slab) variance of a layer: as given, or divided by the layer's fan-in."""
-    return float(variance) / (int(in_features) if scaling == "fan-in" else 1)
 
 
 @dataclass(frozen=True)
 class LBBNNOptions(LayerOptions):
-    slab: Literal["gaussian", "student-t"] = "gaussian"
+    slab: Slab = Slab.GAUSSIAN
     slab_variance: float = 1.0  # sigma_beta^2 of the Gaussian slab (seed 002)
     slab_a: float = 1.0  # a_beta: Student-t with 2 a_beta degrees of freedom
     slab_b: float = 1.0  # b_beta: Student-t scale^2 = b_beta / a_beta
     # "bernoulli": fixed psi. "beta-bernoulli": seed 000 equation (3), gamma ~ BetaBinomial(1, a_psi, b_psi)
     # per weight, i.e. Bernoulli(a_psi / (a_psi + b_psi)) with a_psi, b_psi learnable by empirical Bayes.
     # "beta-binomial": psi ~ Beta(a_psi, b_psi) shared by the layer and integrated out (count prior).
-    inclusion_prior: Literal["bernoulli", "beta-bernoulli", "beta-binomial"] = "bernoulli"
+    # The prior's form (inclusion_prior) and its inclusion probability psi (prior_inclusion; under
+    # beta-bernoulli psi = beta_a / (beta_a + beta_b) instead). Stored configs name both: kept as is.
+    inclusion_prior: InclusionPrior = InclusionPrior.BERNOULLI
     prior_inclusion: float = math.exp(-2.0)  # psi, seed 002's choice
     beta_a: float = 1.0  # a_psi
     beta_b: float = 1.0  # b_psi
-    estimator: str = "local-reparameterisation"
+    estimator: Estimator = Estimator.LOCAL_REPARAMETERISATION
     temperature: float = 0.5  # relaxed Bernoulli; seed 000's 1e-3 nearly stops gradients to omega
     init_inclusion_low: float = 0.1  # initial alpha spread uniformly in logit space
     init_inclusion_high: float = 0.9
@@ -82,46 +87,15 @@ class LBBNNOptions(LayerOptions):
                 f"must be one of {', '.join(PRIOR_SCALINGS)}, got {self.prior_scaling!r}")
         require(self.bias_prior in BIAS_PRIORS, "bias_prior",
                 f"must be one of {', '.join(BIAS_PRIORS)}, got {self.bias_prior!r}")
-        require(self.slab in ("gaussian", "student-t"), "slab", f"must be gaussian or student-t, got {self.slab!r}")
         require(self.slab_variance > 0, "slab_variance", f"must be > 0, got {self.slab_variance}")
         require(self.slab_a > 0 and self.slab_b > 0, "slab_a/slab_b", "must both be > 0")
-        require(self.inclusion_prior in INCLUSION_PRIORS, "inclusion_prior",
-                f"must be one of {', '.join(INCLUSION_PRIORS)}, got {self.inclusion_prior!r}")
         require(0 < self.prior_inclusion < 1, "prior_inclusion", f"must lie in (0, 1), got {self.prior_inclusion}")
         require(self.beta_a > 0 and self.beta_b > 0, "beta_a/beta_b", "must both be > 0")
-        require(self.estimator in ESTIMATORS, "estimator", f"must be one of {', '.join(ESTIMATORS)}, got {self.estimator!r}")
+        require(self.estimator in ESTIMATORS, "estimator", f"must be one of {', '.join(ESTIMATORS)}, got '{self.estimator}'")
         require(self.temperature > 0, "temperature", f"must be > 0, got {self.temperature}")
         require(0 < self.init_inclusion_low <= self.init_inclusion_high < 1, "init_inclusion_low/high",
                 "must satisfy 0 < low <= high < 1")
         require(self.init_sigma > 0, "init_sigma", f"must be > 0, got {self.init_sigma}")
-
-
-def gaussian_kl(mu: Tensor, var: Tensor, prior_var: Tensor) -> Tensor:
-    """Elementwise KL(N(mu, var) || N(0, prior_var))."""
-    return 0.5 * ((var + mu * mu) / prior_var - 1.0 - torch.log(var / prior_var))
-
-
-def bernoulli_kl_from_logits(logit: Tensor, prior_logit: Tensor) -> Tensor:
-    """Elementwise KL(Bernoulli(sigmoid(logit)) || Bernoulli(sigmoid(prior_logit))).
-
-    Written in logits, log(1 - alpha) - log(1 - psi) + alpha (logit - logit psi),
-    which is stable at alpha near 0 or 1 and several times cheaper than xlogy.
-    """
-    return (F.logsigmoid(-logit) - F.logsigmoid(-prior_logit)
-            + torch.sigmoid(logit) * (logit - prior_logit))
-
-
-def bernoulli_neg_entropy_from_logits(logit: Tensor) -> Tensor:
-    """alpha log alpha + (1 - alpha) log(1 - alpha) for alpha = sigmoid(logit)."""
-    return F.logsigmoid(-logit) + torch.sigmoid(logit) * logit
-
-
-def student_t_log_density(w: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    """log t_{2a}(w; 0, scale^2 = b / a)."""
-    nu = 2 * a
-    scale2 = b / a
-    return (torch.lgamma((nu + 1) / 2) - torch.lgamma(nu / 2) - 0.5 * torch.log(nu * math.pi * scale2)
-            - (nu + 1) / 2 * torch.log1p(w * w / (nu * scale2)))
 
 
 class LBBNNLayer(SparseLayer):
@@ -170,7 +144,7 @@ class LBBNNLayer(SparseLayer):
     def prior_hyperparameters(self) -> dict[str, float]:
         opts: LBBNNOptions = self.options
         values = {}
-        if opts.slab == "gaussian":
+        if opts.slab is Slab.GAUSSIAN:
             values["slab_variance"] = self.log_slab_variance.exp().item()
         else:
             values["slab_a"] = self.log_slab_a.exp().item()
@@ -206,7 +180,7 @@ class LBBNNLayer(SparseLayer):
     def _estimate(self, x: Tensor, alpha: Tensor) -> Tensor:
         """The training estimator of the pre-activation given inclusion probabilities alpha."""
         mu, sigma = self.weight_mu, self.weight_sigma
-        if self.options.estimator == "local-reparameterisation":
+        if self.options.estimator is Estimator.LOCAL_REPARAMETERISATION:
             mean = alpha * mu
             var = alpha * (sigma * sigma + mu * mu) - mean * mean
             return local_reparameterisation(x, mean, var, self.noise_generator)
@@ -224,7 +198,7 @@ class LBBNNLayer(SparseLayer):
 
     def _fused_path_applies(self) -> bool:
         opts: LBBNNOptions = self.options
-        return (opts.estimator == "local-reparameterisation" and opts.slab == "gaussian"
+        return (opts.estimator is Estimator.LOCAL_REPARAMETERISATION and opts.slab is Slab.GAUSSIAN
                 and opts.inclusion_prior == "bernoulli" and not self.is_structure_fixed
                 and self.all_have_indicators
                 and not self.prior_inclusion_logit.requires_grad and not self.log_slab_variance.requires_grad)
@@ -247,6 +221,9 @@ class LBBNNLayer(SparseLayer):
         alpha = self._effective_inclusion()
         u = torch.rand((n, *self.shape), generator=generator, device=alpha.device, dtype=alpha.dtype)
         return (u < alpha).to(alpha.dtype) * weights
+
+    def conditional_normal(self) -> tuple[Tensor, Tensor]:
+        return self.weight_mu * self.fixed_mask, self.weight_sigma * self.fixed_mask
 
     def sample_conditional_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         mu = self.weight_mu
@@ -306,7 +283,7 @@ class LBBNNLayer(SparseLayer):
 
     def set_empirical_bayes(self, enabled: bool) -> None:
         opts: LBBNNOptions = self.options
-        slab = [self.log_slab_variance] if opts.slab == "gaussian" else [self.log_slab_a, self.log_slab_b]
+        slab = [self.log_slab_variance] if opts.slab is Slab.GAUSSIAN else [self.log_slab_a, self.log_slab_b]
         inclusion = ([self.prior_inclusion_logit] if opts.inclusion_prior == "bernoulli"
                      else [self.log_beta_a, self.log_beta_b])
         for param in self.parameter_groups()["prior"] + self.parameter_groups()["slab_prior"]:

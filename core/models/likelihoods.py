@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from core.enums import Task
 from core.errors import ConfigError
 
 LOG_2PI = math.log(2 * math.pi)
@@ -22,7 +23,7 @@ LOG_2PI = math.log(2 * math.pi)
 
 class Likelihood(nn.Module):
     name: ClassVar[str]
-    task: ClassVar[str]
+    task: ClassVar[Task]
 
     def n_outputs(self, n_classes: int | None) -> int:
         raise NotImplementedError
@@ -45,7 +46,7 @@ class Likelihood(nn.Module):
 
 class Categorical(Likelihood):
     name = "categorical"
-    task = "classification"
+    task = Task.CLASSIFICATION
 
     def n_outputs(self, n_classes: int | None) -> int:
         if not n_classes or n_classes < 2:
@@ -63,7 +64,7 @@ class Categorical(Likelihood):
 
 class Bernoulli(Likelihood):
     name = "bernoulli"
-    task = "classification"
+    task = Task.CLASSIFICATION
 
     def n_outputs(self, n_classes: int | None) -> int:
         if n_classes not in (None, 2):
@@ -163,7 +164,7 @@ class Gaussian(Likelihood):
     """
 
     name = "gaussian"
-    task = "regression"
+    task = Task.REGRESSION
     Options = GaussianOptions
 
     def __init__(self, options: GaussianOptions | None = None):

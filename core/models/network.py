@@ -7,6 +7,7 @@ Nothing here branches on the family: every family answers the same calls
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -16,7 +17,7 @@ from torch import Tensor, nn
 from core.errors import ConfigError
 from core.models.base import LayerOptions, StatisticSpec, augmented_linear, initial_draws_from, new_generator
 from core.models.likelihoods import Likelihood, make_likelihood
-from core.models.registry import canonical_family, family_class
+from core.models.registry import canonical_family, family_class, layer_class
 
 ACTIVATIONS = {
     "relu": nn.ReLU,
@@ -51,12 +52,12 @@ class ModelConfig:
                 raise ConfigError(f"hidden: every width must be positive, got {list(self.hidden)}")
         if self.activation not in ACTIVATIONS:
             raise ConfigError(f"activation: unknown {self.activation!r}; choose one of {', '.join(ACTIVATIONS)}")
-        # Parse once so a bad option fails here, before any training.
-        self.layer_options()
+        # Parsed once, here, so a bad option fails before any training; the model reads this copy.
+        object.__setattr__(self, "_layer_options", family_class(self.family).Options.from_dict(self.family_options))
         make_likelihood(self.likelihood, self.likelihood_options).n_outputs(self.out_classes)
 
     def layer_options(self) -> LayerOptions:
-        return family_class(self.family).Options.from_dict(self.family_options)
+        return self._layer_options
 
 
 class BayesianMLP(nn.Module):
@@ -65,12 +66,12 @@ class BayesianMLP(nn.Module):
         super().__init__()
         self.config = config
         self.likelihood: Likelihood = make_likelihood(config.likelihood, config.likelihood_options)
-        layer_cls = family_class(config.family)
         options = config.layer_options()
         widths = [config.in_features, *config.hidden, self.likelihood.n_outputs(config.out_classes)]
         with initial_draws_from(generator):
+            last = len(widths) - 2
             self.layers = nn.ModuleList(
-                layer_cls(w_in, w_out, options, is_output=(i == len(widths) - 2))
+                layer_class(config.family, options, i == last)(w_in, w_out, options, is_output=(i == last))
                 for i, (w_in, w_out) in enumerate(zip(widths[:-1], widths[1:]))
             )
         self.activation = ACTIVATIONS[config.activation]()
@@ -157,7 +158,7 @@ class BayesianMLP(nn.Module):
         for index, layer in enumerate(self.layers):
             draws = None
             for offset, draw in enumerate(range(start, start + n)):
-                generator = new_generator(self.device, (seed * 1_000_003 + draw) * 101 + index)
+                generator = new_generator(self.device, draw_seed(seed, draw, index))
                 if masks is None:
                     value = layer.sample_weights(1, generator)[0]
                 else:
@@ -191,6 +192,22 @@ class BayesianMLP(nn.Module):
             for name, params in part.parameter_groups().items():
                 groups.setdefault(name, []).extend(params)
         return groups
+
+
+LAYER_STRIDE = 101  # the seeds of layers 0..100 of one draw sit between those of neighbouring draws
+
+
+def draw_seed(seed: int, draw: int, layer: int) -> int:
+    """The generator seed of layer `layer` of draw `draw`: (seed * 1_000_003 + draw) * 101 + layer.
+
+    That formula repeats itself from layer 101 on (layer 101 of draw r is layer 0 of draw r + 1), so
+    deeper layers take a hash of (seed, draw, layer) with the top bit of 64 set, which the formula
+    reaches only for seeds above 2^36: every network of up to 101 layers keeps its draws.
+    """
+    if layer < LAYER_STRIDE:
+        return (seed * 1_000_003 + draw) * LAYER_STRIDE + layer
+    digest = hashlib.sha256(f"{seed}/{draw}/{layer}".encode()).digest()
+    return (1 << 63) | (int.from_bytes(digest[:8], "little") >> 1)
 
 
 def build_model(config: ModelConfig, device: torch.device | str = "cpu",

@@ -17,6 +17,8 @@ FAMILY_PATHS: dict[str, str] = {
     "lbbnn-lfmvn": "core.models.lfmvn:LowRankLBBNNLayer",
     "bnn": "core.models.gaussian:GaussianLayer",
     "bnn-mixture": "core.models.gaussian:MixtureGaussianLayer",
+    # `bnn` under seed 004's name: the same q, prior, training and pruning rule. A name of its own
+    # (not an alias) because stored configs and run ids name it; new work should say `bnn`.
     "variational-dense": "core.models.gaussian:VariationalDenseLayer",
     "concrete-dropout": "core.models.concrete_dropout:ConcreteDropoutLayer",
     "horseshoe": "core.models.horseshoe:HorseshoeLayer",
@@ -49,6 +51,28 @@ def canonical_family(name: str) -> str:
     return key
 
 
-def family_class(name: str) -> type[SparseLayer]:
-    module_name, _, attribute = FAMILY_PATHS[canonical_family(name)].partition(":")
+# A family whose option picks another class for its hidden layers: family -> (option, {value: path}).
+# The output layer keeps the family's class (seed 004: the output layer's scale is not structured).
+HIDDEN_LAYER_VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
+    "horseshoe": ("variational_family", {"structured": "core.models.horseshoe:StructuredHorseshoeLayer"}),
+}
+
+
+def _import(path: str) -> type[SparseLayer]:
+    module_name, _, attribute = path.partition(":")
     return getattr(importlib.import_module(module_name), attribute)
+
+
+def family_class(name: str) -> type[SparseLayer]:
+    """The family's class: its Options, its statistic spec, and its layers unless a variant applies."""
+    return _import(FAMILY_PATHS[canonical_family(name)])
+
+
+def layer_class(name: str, options: object, is_output: bool) -> type[SparseLayer]:
+    """The class of one layer of family `name` with these options (see HIDDEN_LAYER_VARIANTS)."""
+    family = canonical_family(name)
+    option, variants = HIDDEN_LAYER_VARIANTS.get(family, ("", {}))
+    value = getattr(getattr(options, option, None), "value", getattr(options, option, None)) if option else None
+    if not is_output and value in variants:
+        return _import(variants[value])
+    return family_class(family)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from core.enums import Estimator
 from core.models.base import (
     Keep,
     LayerOptions,
@@ -33,18 +34,18 @@ from core.models.base import (
     require,
 )
 
-ESTIMATORS = ("local-reparameterisation", "weight-sampling")
+ESTIMATORS = (Estimator.LOCAL_REPARAMETERISATION, Estimator.WEIGHT_SAMPLING)
 LOG_ALPHA_MIN, LOG_ALPHA_MAX = -8.0, 8.0
 K1, K2, K3 = 0.63576, 1.87320, 1.48695
 
 
 @dataclass(frozen=True)
 class SparseVDOptions(LayerOptions):
-    estimator: str = "local-reparameterisation"
+    estimator: Estimator = Estimator.LOCAL_REPARAMETERISATION
     init_log_sigma2: float = -10.0  # Molchanov et al.'s initialisation: start nearly deterministic
 
     def validate(self) -> None:
-        require(self.estimator in ESTIMATORS, "estimator", f"must be one of {', '.join(ESTIMATORS)}, got {self.estimator!r}")
+        require(self.estimator in ESTIMATORS, "estimator", f"must be one of {', '.join(ESTIMATORS)}, got '{self.estimator}'")
         require(math.isfinite(self.init_log_sigma2), "init_log_sigma2", f"must be finite, got {self.init_log_sigma2}")
 
 
@@ -73,12 +74,15 @@ class SparseVDLayer(SparseLayer):
     def forward(self, x: Tensor) -> Tensor:
         mean = self.theta * self.fixed_mask
         var = torch.exp(self.log_sigma2) * self.fixed_mask
-        if self.options.estimator == "local-reparameterisation":
+        if self.options.estimator is Estimator.LOCAL_REPARAMETERISATION:
             return local_reparameterisation(x, mean, var, self.noise_generator)
         return augmented_linear(x, mean + var.sqrt() * self.normal_noise(mean.shape, mean))
 
     def mean_weights(self) -> Tensor:
         return self.theta * self.fixed_mask
+
+    def conditional_normal(self) -> tuple[Tensor, Tensor]:
+        return self.theta * self.fixed_mask, torch.exp(0.5 * self.log_sigma2) * self.fixed_mask
 
     def sample_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         theta = self.theta

@@ -1,14 +1,14 @@
 """Prediction modes, metrics, OOD detection, accuracy-vs-density sweeps and export.
 
     from core.predict import predict, evaluate, sweep
-    p = predict(run, x, mode="mpm", samples=10)      # run: a BayesianMLP or a LoadedRun
+    p = predict(run, x, mode="mpm", samples=10)      # run: a BayesianMLP or a core.runs.Run
     metrics = evaluate(run, dataset, mode="bma", samples=10, ood=["fashion-mnist-small"])
     curve = sweep(run, dataset, mode="mpm-mean")     # accuracy (or RMSE) vs density
 """
 
 from core.predict.collapsed import CollapsedPredictive, collapsed_predict
 from core.predict.engine import Prediction, predict
-from core.predict.evaluate import evaluate, mean_inclusion
+from core.predict.evaluate import evaluate, mean_inclusion, mean_statistic
 from core.predict.export import ExportedMLP, export_pruned, load_exported
 from core.predict.modes import PredictionMode, WeightChoice, parse_mode
 from core.predict.summaries import default_summaries
@@ -29,6 +29,7 @@ __all__ = [
     "export_pruned",
     "load_exported",
     "mean_inclusion",
+    "mean_statistic",
     "parse_mode",
     "parse_threshold_grid",
     "predict",

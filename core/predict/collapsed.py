@@ -41,6 +41,7 @@ from core.errors import PredictionError
 from core.models.base import SparseLayer, new_generator
 from core.models.likelihoods import Gaussian
 from core.predict.engine import as_inputs, check_samples, forward_draws, resolve_model
+from core.predict.metrics.regression import COVERAGE_LEVELS
 
 LOG_2PI = np.log(2 * np.pi)
 VARIANTS = ("gaussian", "box")
@@ -405,7 +406,7 @@ def _box_predictive(parts: CollapsedParts, ensemble: np.ndarray, box_terms: int)
 # --- metrics ----------------------------------------------------------------------------------
 
 def evaluate_collapsed(model_or_run: Any, dataset, variant: str = "gaussian", samples: int = 10, seed: int = 0,
-                       levels: Sequence[float] = (0.5, 0.9, 0.95)) -> dict[str, Any]:
+                       levels: Sequence[float] = COVERAGE_LEVELS) -> dict[str, Any]:
     """Test-set RMSE, log-likelihood and interval coverage of the collapsed predictive, original units."""
     from core.predict.metrics.regression import rmse
 

@@ -45,7 +45,7 @@ MEMORY_BUDGET_BYTES = 256 * 2**20
 
 
 def resolve_model(model_or_run: Any) -> BayesianMLP:
-    """A BayesianMLP, or the `.model` of a run (LoadedRun)."""
+    """A BayesianMLP, or the `.model` of a run (core.runs.Run)."""
     model = model_or_run if isinstance(model_or_run, BayesianMLP) else getattr(model_or_run, "model", None)
     if not isinstance(model, BayesianMLP):
         raise PredictionError(

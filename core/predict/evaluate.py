@@ -9,51 +9,30 @@ import numpy as np
 import torch
 
 from core.errors import PredictionError
+from core.jsonable import jsonable  # noqa: F401 - re-exported: older code imports it from here
 from core.predict.engine import Prediction, predict, resolve_model
 from core.predict.metrics import classification as cls_metrics
 from core.predict.metrics import ood as ood_metrics
 from core.predict.metrics import regression as reg_metrics
+from core.predict.metrics.headline import prediction_metrics
 
 ECDF_POINTS = 101
 
 
-def jsonable(value: Any) -> Any:
-    """Floats, ints, lists, dicts and None only (NaN and inf become None)."""
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return jsonable(value.tolist())
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        value = float(value)
-        return value if math.isfinite(value) else None
-    if hasattr(value, "value") and isinstance(value.value, str):  # string enums
-        return value.value
-    return value
-
-
-def mean_inclusion(model) -> list[float]:
-    """Mean of the native statistic per layer (for LBBNN: seed 000 Table 5's mean inclusion probability)."""
+def mean_statistic(model) -> list[float]:
+    """Mean of the native statistic per layer (for LBBNN: seed 000 Table 5's mean inclusion probability;
+    for other families their own statistic, |mu|/sigma, log alpha ...)."""
     with torch.no_grad():
         return [float(torch.mean(stat, dtype=torch.float64)) for stat in model.native_statistics()]
 
 
+mean_inclusion = mean_statistic  # the older name, kept for callers
+INCLUSION_STATISTIC = "inclusion_probability"
+
+
 def classification_metrics(prediction: Prediction, y: np.ndarray, ece_bins: int,
                            doubt_threshold: float) -> dict[str, Any]:
-    probs = prediction.probs
-    result = {
-        "accuracy": cls_metrics.accuracy(probs, y),
-        "nll": cls_metrics.nll(prediction.probs_per_draw, y),
-        "brier": cls_metrics.brier(probs, y),
-        "ece": cls_metrics.ece(probs, y, ece_bins),
-        "ece_bins": int(ece_bins),
-        "doubt": cls_metrics.doubt_decision(probs, y, doubt_threshold),
-    }
+    result = prediction_metrics(prediction, y, "classification", ece_bins=ece_bins, doubt_level=doubt_threshold)
     if prediction.samples > 1:
         result["accuracy_vs_samples"] = cls_metrics.accuracy_vs_samples(prediction.probs_per_draw, y)
     return result
@@ -61,17 +40,7 @@ def classification_metrics(prediction: Prediction, y: np.ndarray, ece_bins: int,
 
 def regression_metrics(prediction: Prediction, y: np.ndarray, target_std: float,
                        coverage_levels: Sequence[float]) -> dict[str, Any]:
-    means, stds = prediction.mean_per_draw, prediction.std_per_draw
-    split = reg_metrics.variance_split(means, stds, target_std)
-    return {
-        "rmse": reg_metrics.rmse(prediction.mean, y, target_std),
-        "log_likelihood": reg_metrics.log_likelihood(means, stds, y, target_std),
-        "coverage": reg_metrics.coverage(means, stds, y, coverage_levels),
-        "crps": reg_metrics.crps(means, stds, y, target_std),
-        "epistemic_variance": float(split["epistemic"].mean()),
-        "aleatoric_variance": float(split["aleatoric"].mean()),
-        "total_variance": float(split["total"].mean()),
-    }
+    return prediction_metrics(prediction, y, "regression", target_std=target_std, coverage_levels=coverage_levels)
 
 
 def uncertainty_scores(prediction: Prediction) -> np.ndarray:
@@ -110,13 +79,14 @@ def load_ood_inputs(dataset, name: str, data_dir=None) -> np.ndarray:
 
 def evaluate(model_or_run: Any, dataset, mode: str = "bma", samples: int = 10, threshold: float | None = None,
              seed: int = 0, ood: str | Sequence[str] | None = None, ece_bins: int = 15,
-             doubt_threshold: float = 0.95, weights: str | None = None,
-             coverage_levels: Sequence[float] = (0.5, 0.9, 0.95), data_dir=None) -> dict[str, Any]:
+             doubt_threshold: float = cls_metrics.DOUBT_LEVEL, weights: str | None = None,
+             coverage_levels: Sequence[float] = reg_metrics.COVERAGE_LEVELS, data_dir=None) -> dict[str, Any]:
     """Test-set metrics of one prediction mode (JSON-serialisable).
 
     Classification: accuracy, nll, brier, ece, doubt decision, accuracy vs R.
     Regression (original units): rmse, log_likelihood, coverage, crps, variance split.
-    Both: density, per-layer density, mean inclusion per layer, disconnected flag,
+    Both: density, per-layer density, mean statistic per layer (also as mean_inclusion where the
+    statistic is an inclusion probability), disconnected flag,
     and per OOD set the AUROC of entropy and its ECDFs in and out of domain.
     """
     model = resolve_model(model_or_run)
@@ -140,11 +110,13 @@ def evaluate(model_or_run: Any, dataset, mode: str = "bma", samples: int = 10, t
         "density": prediction.density,
         "layer_density": prediction.layer_density,
         "draw_density": prediction.draw_density,
-        "mean_inclusion": mean_inclusion(model),
+        "mean_statistic": mean_statistic(model),
         "statistic": model.spec.name,
         "disconnected": prediction.disconnected,
         "warnings": list(prediction.warnings),
     }
+    if model.spec.name == INCLUSION_STATISTIC:  # the paper's name, where the statistic is what it says
+        result["mean_inclusion"] = result["mean_statistic"]
     if prediction.task == "classification":
         result.update(classification_metrics(prediction, dataset.y_test, ece_bins, doubt_threshold))
     else:

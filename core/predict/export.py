@@ -30,7 +30,7 @@ from core.models.likelihoods import HeteroscedasticGaussian, make_likelihood
 from core.models.network import ACTIVATIONS, BayesianMLP
 from core.predict.compact import CompactLayer, CompactNetwork, choose_format, compact_network, to_format
 from core.predict.engine import check_threshold, resolve_model
-from core.predict.evaluate import jsonable
+from core.jsonable import jsonable
 from core.predict.structure import layer_densities, overall_density
 
 FORMAT_VERSION = 1

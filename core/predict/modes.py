@@ -35,6 +35,11 @@ class PredictionMode(str, Enum):
     def uses_threshold(self) -> bool:
         return self in (PredictionMode.MPM, PredictionMode.MPM_MEAN, PredictionMode.PRUNE)
 
+    @property
+    def description(self) -> str:
+        """One line for help texts and the dashboard: the paper name, then what the mode does."""
+        return f"{self.paper_name}: {DESCRIPTIONS[self]}"
+
 
 class WeightChoice(str, Enum):
     """How a pruned network's kept weights are set: R posterior draws or their means."""
@@ -50,11 +55,26 @@ PAPER_NAMES = {
     PredictionMode.MPM_MEAN: "MED-MEA",
     PredictionMode.PRUNE: "PRN",
 }
+DESCRIPTIONS = {
+    PredictionMode.BMA: "average over R sampled networks (structure and weights)",
+    PredictionMode.MEAN: "one dense network with the posterior-mean weights",
+    PredictionMode.MPM: "structure cut at the threshold, R sampled weight sets",
+    PredictionMode.MPM_MEAN: "structure cut at the threshold, mean weights (no sampling)",
+    PredictionMode.PRUNE: "structure cut at the threshold, sampled or mean weights",
+}
 MODE_ALIASES = {name.lower(): mode for mode, name in PAPER_NAMES.items()}
 
 # Regression only, outside PredictionMode (they integrate the last layer out instead of choosing
 # a structure): the collapsed predictive of core.predict.collapsed, by variant.
 COLLAPSED_MODES = {"collapsed": "gaussian", "collapsed-box": "box"}
+
+
+def modes_help() -> str:
+    """The modes and their paper names in one line (CLI help)."""
+    names = ", ".join(m.value for m in PredictionMode)
+    papers = ", ".join(m.paper_name for m in PredictionMode)
+    return (f"{names} (paper names {papers}); regression also collapsed (Gaussian last layer integrated out) "
+            "or collapsed-box (seed 003's box)")
 
 
 def collapsed_variant(value: str | PredictionMode) -> str | None:

@@ -17,9 +17,8 @@ Work shared across thresholds:
   every threshold reuses them (and runs them through its compact network).
 The model is never rebuilt.
 
-Thresholds are compared through a key that is kept when key > cut:
-key = statistic, cut = threshold for statistics kept above the threshold,
-key = -statistic, cut = -threshold for those kept below.
+Thresholds are compared through the keep rule's key (StatisticSpec.keep_key
+and cut: kept where key > cut), so one sort serves every threshold.
 """
 
 from __future__ import annotations
@@ -32,14 +31,14 @@ import torch
 from torch import Tensor
 
 from core.errors import PredictionError
-from core.models.base import Keep
 from core.models.network import BayesianMLP
 from core.predict.compact import LayerFormat, activate_, choose_format, compact_network, sparse_csr
 from core.predict.engine import (MEMORY_BUDGET_BYTES, as_inputs, check_samples, check_threshold, forward_masked,
                                  resolve_model)
-from core.predict.evaluate import jsonable
+from core.jsonable import jsonable
 from core.predict.metrics import classification as cls_metrics
 from core.predict.metrics import regression as reg_metrics
+from core.predict.metrics.headline import headline_metric
 from core.predict.modes import PredictionMode, WeightChoice, parse_mode, parse_weight_choice
 from core.predict.structure import is_disconnected
 
@@ -86,15 +85,14 @@ class SortedStatistics:
 
     def __init__(self, model: BayesianMLP):
         self.spec = model.spec
-        self.sign = 1.0 if self.spec.keep is Keep.ABOVE else -1.0
         with torch.no_grad():
-            self.keys = [(self.sign * stat).reshape(-1) for stat in model.native_statistics()]
+            self.keys = [self.spec.keep_key(stat).reshape(-1) for stat in model.native_statistics()]
         self.shapes = [layer.shape for layer in model.layers]
         self.descending = [torch.argsort(key, descending=True, stable=True) for key in self.keys]
         self.ascending_np = [np.sort(key.double().cpu().numpy()) for key in self.keys]
 
     def cut(self, threshold: float) -> float:
-        return self.sign * threshold
+        return self.spec.cut(threshold)
 
     def kept_counts(self, threshold: float) -> list[int]:
         cut = self.cut(threshold)
@@ -116,6 +114,13 @@ class SortedStatistics:
         return result
 
 
+def disconnected_at(stats: SortedStatistics, grid: np.ndarray) -> np.ndarray:
+    """(T,) whether the network cut at each threshold has no path from an input to an output."""
+    with torch.no_grad():
+        return np.concatenate([is_disconnected(stats.stacked_masks(grid[i:i + MASK_BLOCK])).cpu().numpy()
+                               for i in range(0, len(grid), MASK_BLOCK)])
+
+
 def default_thresholds(model: BayesianMLP, n_points: int = DEFAULT_POINTS) -> np.ndarray:
     """A grid over the statistic's range; quantiles of the pooled statistic where the range is unbounded."""
     spec = model.spec
@@ -124,9 +129,9 @@ def default_thresholds(model: BayesianMLP, n_points: int = DEFAULT_POINTS) -> np
     with torch.no_grad():
         pooled = torch.cat([s.reshape(-1) for s in model.native_statistics()]).double().cpu().numpy()
     grid = np.quantile(pooled, np.linspace(0.0, 1.0, n_points))
-    if spec.keep is Keep.ABOVE and np.isfinite(spec.low):
+    if spec.keep_above and np.isfinite(spec.low):
         grid[0] = spec.low  # density 1 at the first point
-    if spec.keep is Keep.BELOW and np.isfinite(spec.high):
+    if not spec.keep_above and np.isfinite(spec.high):
         grid[-1] = spec.high
     return np.clip(grid, spec.low, spec.high)
 
@@ -253,8 +258,7 @@ def sweep(model_or_run: Any, dataset, thresholds: Sequence[float] | str | None =
     counts = np.array([stats.kept_counts(t) for t in grid], dtype=np.float64)  # (T, L)
     with torch.no_grad():
         x = as_inputs(model, dataset.x_test)
-        disconnected = np.concatenate([is_disconnected(stats.stacked_masks(grid[i:i + MASK_BLOCK])).cpu().numpy()
-                                       for i in range(0, len(grid), MASK_BLOCK)])
+        disconnected = disconnected_at(stats, grid)
         if choice is WeightChoice.MEAN:
             outputs = _incremental_mean_outputs(model, x, stats, grid)
             values = _single_network_metrics(model, outputs, dataset.y_test, dataset.target_std)
@@ -266,7 +270,7 @@ def sweep(model_or_run: Any, dataset, thresholds: Sequence[float] | str | None =
                 # The compact network reads only the kept entries of the unmasked draws.
                 values.append(_task_metric(model, forward_masked(model, x, draws, stats.masks(t)), dataset.y_test,
                                            dataset.target_std))
-    metric = "accuracy" if model.likelihood.task == "classification" else "rmse"
+    metric = headline_metric(model.likelihood.task)
     return SweepResult(mode=parse_mode(mode).value, weights=choice.value, statistic=model.spec.name,
                        keep=model.spec.keep.value, thresholds=grid, density=counts.sum(1) / sizes.sum(),
                        layer_density=counts / sizes, metric=metric, values=np.array(values),
@@ -290,7 +294,7 @@ def thresholds_for_densities(model: BayesianMLP, densities: Sequence[float]) -> 
             cut = pooled[-1] - max(1e-6, abs(pooled[-1]) * 1e-6)
         else:
             cut = 0.5 * (pooled[k - 1] + pooled[k])
-        result.append(float(np.clip(stats.sign * cut, spec.low, spec.high)))
+        result.append(float(np.clip(spec.cut(cut), spec.low, spec.high)))  # cut() is its own inverse
     return np.array(result)
 
 

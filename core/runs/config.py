@@ -16,6 +16,7 @@ import math
 import re
 import tomllib
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -23,6 +24,7 @@ from core.errors import BNNError, ConfigError
 from core.models.likelihoods import LIKELIHOODS, likelihood_options
 from core.models.network import ACTIVATIONS, ModelConfig
 from core.models.registry import canonical_family, family_class
+from core.runs.parsing import parse_hidden
 from core.train import DEFAULT_LEARNING_RATES, DEFAULT_PRETRAIN_LEARNING_RATES, TrainConfig
 
 if TYPE_CHECKING:
@@ -209,7 +211,7 @@ class RunConfig:
         put("method", canonical_family(self.method))
         hidden = self.hidden if self.hidden is not None else default_hidden(self.dataset)
         if isinstance(hidden, str):
-            hidden = [part for part in hidden.replace(" ", "").split(",") if part]
+            hidden = parse_hidden(hidden)
         try:
             hidden = tuple(_as_int(int(h) if isinstance(h, str) else h, "hidden", minimum=1) for h in hidden)
         except (TypeError, ValueError):
@@ -259,6 +261,11 @@ class RunConfig:
         put("device", device)
 
     # --- serialisation ---------------------------------------------------------------------
+    @property
+    def family(self) -> str:
+        """The family of the run: `method` is its name in stored configs and on the CLI (--method)."""
+        return self.method
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "dataset": self.dataset,
@@ -271,7 +278,7 @@ class RunConfig:
             "likelihood": self.likelihood,
             **({"likelihood_options": dict(self.likelihood_options)} if self.likelihood_options else {}),
             "family_options": dict(self.family_options),
-            "train": dataclasses.asdict(self.train),
+            "train": _plain(dataclasses.asdict(self.train), "train"),
             "seed": self.seed,
             "device": self.device,
         }
@@ -327,7 +334,10 @@ class RunConfig:
 
 
 def _plain(value: Any, name: str) -> Any:
-    """Check a value is JSON-like (numbers, strings, bools, None, lists, tables) and copy it."""
+    """Check a value is JSON-like (numbers, strings, bools, None, lists, tables) and copy it
+    (option enums become their strings: stored configs and run ids hold strings)."""
+    if isinstance(value, Enum):
+        return _plain(value.value, name)
     if isinstance(value, Mapping):
         return {str(k): _plain(v, f"{name}.{k}") for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from core.errors import BNNError, ConfigError
+from core.jsonable import jsonable
 from core.runs.config import RunConfig, read_config_file
 from core.runs.presets import PRESETS, GridSpec
 from core.runs.store import RunStore
@@ -363,6 +364,6 @@ def write_summary(result: GridResult, out_dir: Path) -> tuple[Path, Path]:
     runs_path = out_dir / f"{result.spec.name}.runs.json"
     markdown_path.write_text(summary_markdown(result), encoding="utf-8")
     csv_path.write_text(summary_csv(result), encoding="utf-8")
-    runs_path.write_text(json.dumps([cell.__dict__ for cell in result.cells], indent=1, default=str),
-                         encoding="utf-8")
+    runs_path.write_text(json.dumps(jsonable([cell.__dict__ for cell in result.cells], keep_nonfinite=True,
+                                             fallback=str), indent=1), encoding="utf-8")
     return markdown_path, csv_path

@@ -34,6 +34,7 @@ import torch
 from filelock import FileLock, Timeout
 
 from core.errors import RunStoreError
+from core.jsonable import jsonable
 
 CACHE_DIR_ENV = "BNN_CACHE_DIR"
 CACHE_MAX_MB_ENV = "BNN_CACHE_MAX_MB"
@@ -70,19 +71,8 @@ def sha256_file(path: Path) -> str:
 
 
 def _write_json(path: Path, value: Any) -> None:
-    path.write_text(json.dumps(value, indent=1, sort_keys=True, default=_json_default), encoding="utf-8")
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return value.item()
-    if isinstance(value, (set, tuple)):
-        return list(value)
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"cannot store {type(value).__name__} as JSON")
+    # Non-finite numbers are kept (written as NaN / Infinity): stored metrics read back as written.
+    path.write_text(json.dumps(jsonable(value, keep_nonfinite=True), indent=1, sort_keys=True), encoding="utf-8")
 
 
 # --- summaries: arrays to safetensors, the rest to JSON -------------------------------------------

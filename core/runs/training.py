@@ -1,7 +1,7 @@
 """train_run / load_run: train a config once, then re-open it from the store.
 
     run = train_run(RunConfig(dataset="two-moons", hidden=(16,), train={"epochs": 2}))
-    run.model, run.metrics, run.history, run.summaries
+    run.model, run.metrics, run.history, run.summaries; run.predict(x), run.summary(), ... (core.runs.run)
     again = train_run(same_config)   # from the store: again.from_cache is True
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import platform
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,7 +20,8 @@ from core.errors import BNNError, ConfigError, RunStoreError
 from core.models.network import BayesianMLP, ModelConfig, build_model
 from core.predict import default_summaries, evaluate
 from core.runs.config import SCHEMA_VERSION, RunConfig, stored_config
-from core.runs.store import RunContents, RunInfo, RunStore
+from core.runs.run import Run
+from core.runs.store import RunContents, RunInfo, RunStore, state_dict_for_saving
 
 ProgressCallback = Callable[[dict[str, Any]], None]
 
@@ -31,30 +31,7 @@ FINAL_EVALUATIONS: tuple[tuple[str, int], ...] = (
 )
 
 
-@dataclass
-class LoadedRun:
-    run_id: str
-    config: RunConfig
-    model: BayesianMLP
-    metrics: dict[str, Any]
-    history: list[dict[str, Any]]
-    summaries: dict[str, Any]
-    path: Path
-    from_cache: bool
-    created: float
-    info: dict[str, Any] = field(default_factory=dict)
-    data_dir: str | Path | None = None
-    _dataset: Any = field(default=None, repr=False)
-
-    def dataset(self):
-        """The run's Dataset, loaded on first use and kept."""
-        if self._dataset is None:
-            self._dataset = self.config.load_dataset(self.data_dir)
-        return self._dataset
-
-    @property
-    def seconds_per_epoch(self) -> float:
-        return float(self.info.get("seconds_per_epoch", float("nan")))
+LoadedRun = Run  # the older name of a run object
 
 
 def _store(cache_dir: str | Path | RunStore | None) -> RunStore:
@@ -68,7 +45,7 @@ def run_id_for(config: RunConfig, data_dir: str | Path | None = None) -> str:
 
 def train_run(config: RunConfig, cache_dir: str | Path | RunStore | None = None,
               progress: ProgressCallback | None = None, cancel: Any = None, force: bool = False,
-              data_dir: str | Path | None = None, device: str | torch.device | None = None) -> LoadedRun:
+              data_dir: str | Path | None = None, device: str | torch.device | None = None) -> Run:
     """Train `config` and store it, or return the stored run (from_cache=True) without training.
 
     `force` retrains and replaces a stored run. A second process asking for the
@@ -95,13 +72,13 @@ def train_run(config: RunConfig, cache_dir: str | Path | RunStore | None = None,
         contents, model = _train(config, dataset, run_id, target, progress, cancel)
         path = store.write(run_id, contents, replace=True)
     model.eval()
-    return LoadedRun(run_id=run_id, config=config, model=model, metrics=contents.metrics,
+    return Run(run_id=run_id, config=config, model=model, metrics=contents.metrics,
                      history=contents.history, summaries=contents.summaries, path=path, from_cache=False,
                      created=contents.info["created"], info=dict(contents.info, run_id=run_id),
                      data_dir=data_dir, _dataset=dataset)
 
 
-def _try_cached(store: RunStore, run_id: str, device: torch.device, data_dir, dataset) -> LoadedRun | None:
+def _try_cached(store: RunStore, run_id: str, device: torch.device, data_dir, dataset) -> Run | None:
     """The stored run, or None when it is corrupt (then it is retrained and replaced)."""
     try:
         run = load_run(run_id, cache_dir=store, device=device, data_dir=data_dir)
@@ -184,7 +161,7 @@ def final_metrics(model: BayesianMLP, dataset) -> dict[str, Any]:
             if doubt.get("accuracy") is not None:  # None when no case clears the threshold
                 metrics[f"{mode} R={samples} doubt_accuracy"] = float(doubt["accuracy"])
         # Seed 000 Table 5's "mean inclusion per layer"; other families' own statistic.
-        for layer, mean_statistic in enumerate(result.get("mean_inclusion") or [], start=1):
+        for layer, mean_statistic in enumerate(result.get("mean_statistic") or [], start=1):
             metrics[f"mean_{result.get('statistic', 'statistic')}_layer_{layer}"] = float(mean_statistic)
     return metrics
 
@@ -195,11 +172,11 @@ def final_summaries(model: BayesianMLP, dataset, seed: int) -> dict[str, Any]:
 
 # --- re-opening, listing, deleting ---------------------------------------------------------------
 def load_run(run: str, cache_dir: str | Path | RunStore | None = None, device: str | torch.device = "cpu",
-             data_dir: str | Path | None = None) -> LoadedRun:
+             data_dir: str | Path | None = None) -> Run:
     """A stored run by id or unique prefix, every checksum verified first.
 
     Never unpickles: weights come from safetensors, the rest from JSON. The
-    dataset is not loaded until `LoadedRun.dataset()` is called.
+    dataset is not loaded until `Run.dataset()` is called.
     """
     from core.device import resolve_device
 
@@ -207,22 +184,54 @@ def load_run(run: str, cache_dir: str | Path | RunStore | None = None, device: s
     run_id = store.resolve(run)
     stored = store.read(run_id)
     try:
-        config = stored_config(stored.config)
-        shape = stored.info["model"]
-        model_config = ModelConfig(in_features=int(shape["in_features"]), out_classes=shape["out_classes"],
-                                   hidden=config.hidden, family=config.method,
-                                   family_options=dict(config.family_options), activation=config.activation,
-                                   likelihood=config.likelihood,
-                                   likelihood_options=dict(config.likelihood_options))
-        model = build_model(model_config, "cpu")
-        model.load_state_dict(stored.state_dict)
+        config, model = _model_from_state(stored.config, stored.info, stored.state_dict)
     except (BNNError, KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise RunStoreError(f"run {run_id}: the stored files do not describe a loadable model ({exc}); "
                             f"delete it with `python -m core rm {run_id}` and train again") from None
     model = model.to(resolve_device(device)).eval()
-    return LoadedRun(run_id=run_id, config=config, model=model, metrics=stored.metrics, history=stored.history,
-                     summaries=stored.summaries, path=stored.path, from_cache=True,
-                     created=float(stored.info.get("created", 0.0)), info=stored.info, data_dir=data_dir)
+    return Run(run_id=run_id, config=config, model=model, metrics=stored.metrics, history=stored.history,
+               summaries=stored.summaries, path=stored.path, from_cache=True,
+               created=float(stored.info.get("created", 0.0)), info=stored.info, data_dir=data_dir)
+
+
+def _model_from_state(config_fields: dict[str, Any] | RunConfig, info: dict[str, Any],
+                      state_dict: dict[str, torch.Tensor]) -> tuple[RunConfig, BayesianMLP]:
+    """The config and the model (CPU, eval mode) of a run written by this or an earlier version
+    (a RunConfig already validated is taken as it is)."""
+    config = config_fields if isinstance(config_fields, RunConfig) else stored_config(config_fields)
+    shape = info["model"]
+    model_config = ModelConfig(in_features=int(shape["in_features"]), out_classes=shape["out_classes"],
+                               hidden=config.hidden, family=config.method,
+                               family_options=dict(config.family_options), activation=config.activation,
+                               likelihood=config.likelihood, likelihood_options=dict(config.likelihood_options))
+    model = build_model(model_config, "cpu")
+    model.load_state_dict(state_dict)
+    return config, model.eval()
+
+
+# --- handing a trained run to another process ------------------------------------------------------
+def run_handover(run: Run) -> dict[str, Any]:
+    """A trained run as data a process queue carries (the weights as safetensors bytes, the config as
+    the validated object) for the process that asked for it (the dashboard trains in a child
+    process): `run_from_handover` rebuilds it without reading the store."""
+    from safetensors.torch import save
+
+    # The validated config object itself (pickled by the process queue): not validated again.
+    return {"run_id": run.run_id, "config": run.config, "info": dict(run.info),
+            "weights": save(state_dict_for_saving(run.model.state_dict())), "metrics": dict(run.metrics),
+            "history": list(run.history), "summaries": dict(run.summaries),
+            "path": None if run.path is None else str(run.path), "created": float(run.created)}
+
+
+def run_from_handover(payload: dict[str, Any], data_dir: str | Path | None = None) -> Run:
+    """The Run of a `run_handover` payload (CPU, eval mode)."""
+    from safetensors.torch import load
+
+    config, model = _model_from_state(payload["config"], payload["info"], load(payload["weights"]))
+    return Run(run_id=payload["run_id"], config=config, model=model, metrics=payload["metrics"],
+               history=payload["history"], summaries=payload["summaries"],
+               path=None if payload["path"] is None else Path(payload["path"]), from_cache=False,
+               created=payload["created"], info=payload["info"], data_dir=data_dir)
 
 
 def list_runs(cache_dir: str | Path | RunStore | None = None) -> list[RunInfo]:

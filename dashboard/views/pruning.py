@@ -43,8 +43,9 @@ with guard("Evaluating the test set"):
         cards[2].metric("ECE", f"{metrics['ece']:.4f}")
         cards[3].metric("density", f"{metrics['density']:.4f}")
         doubt = metrics["doubt_accuracy"]
-        cards[4].metric("doubt@0.95 accuracy", "n/a" if doubt is None else f"{doubt:.4f}",
-                        help="accuracy on the test inputs whose model-averaged max probability exceeds 0.95",
+        cards[4].metric(f"doubt@{backend.DOUBT_LEVEL:g} accuracy", "n/a" if doubt is None else f"{doubt:.4f}",
+                        help="accuracy on the test inputs whose model-averaged max probability exceeds "
+                             f"{backend.DOUBT_LEVEL:g}",
                         delta=f"{metrics['doubt_count']} of {dataset.n_test} decided", delta_color="off")
     else:
         cards[0].metric("RMSE", f"{metrics['rmse']:.4f}")

@@ -260,11 +260,7 @@ def teacher_section() -> None:
 
 def headline_metric(metrics: dict[str, Any]) -> str:
     """The first accuracy (or RMSE) among the stored metrics, as text."""
-    for word in ("accuracy", "rmse"):
-        for key, value in metrics.items():
-            if word in key and isinstance(value, (int, float)):
-                return f"{key}: {value:.4f}"
-    return ""
+    return backend.headline_text(metrics)
 
 
 st.header("Train a sparse Bayesian network")

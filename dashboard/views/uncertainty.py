@@ -108,8 +108,9 @@ def per_image_section() -> None:
                 st.image(image, width=84, clamp=True)
             else:
                 st.caption("x = " + ", ".join(f"{v:.2f}" for v in dataset.x_test[index]))
-            st.altair_chart(figures.class_probability_bars(probs, names, title=title))
-    st.caption("Bars: model-averaged probability; ticks: the R individual draws; red line: the 0.95 doubt level.")
+            st.altair_chart(figures.class_probability_bars(probs, names, title=title, doubt_level=backend.DOUBT_LEVEL))
+    st.caption("Bars: model-averaged probability; ticks: the R individual draws; "
+               f"red line: the {backend.DOUBT_LEVEL:g} doubt level.")
 
 
 def ood_section() -> None:

@@ -10,6 +10,9 @@ from typing import Sequence
 
 import numpy as np
 
+# Seed 000's "doubt" column: a case is decided when its max class probability exceeds this.
+DOUBT_LEVEL = 0.95
+
 # Softmax probabilities can underflow to 0 in float32; the log-likelihood of a
 # draw is floored at log(TINY) instead of -inf.
 TINY = float(np.finfo(np.float32).tiny)
@@ -73,8 +76,8 @@ def ece(probs: np.ndarray, y: np.ndarray, n_bins: int = 15) -> float:
     return float((table["count"][filled] * gaps).sum() / table["count"].sum())
 
 
-def doubt_decision(probs: np.ndarray, y: np.ndarray, threshold: float = 0.95) -> dict[str, float | int | None]:
-    """Classify only where the max class probability exceeds `threshold` (seed 000's 0.95 column).
+def doubt_decision(probs: np.ndarray, y: np.ndarray, threshold: float = DOUBT_LEVEL) -> dict[str, float | int | None]:
+    """Classify only where the max class probability exceeds `threshold` (seed 000's DOUBT_LEVEL column).
 
     accuracy is over the decided cases (None when none is decided).
     """

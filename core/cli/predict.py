@@ -1,7 +1,7 @@
-"""`python -m core evaluate | sweep | export`: thin shells over core.predict.
+"""`python -m core evaluate | sweep | export`: thin calls to the verbs of core.runs.Run.
 
-RUN is a run id (or unique prefix) of the run store. The `*_command`
-functions take a model and a dataset, so they can be used without a store.
+RUN is a run id (or unique prefix) of the run store. The `*_command` functions take a Run, or a
+model and its dataset (wrapped as `Run.of(model, dataset)`), so they work without a store.
 """
 
 from __future__ import annotations
@@ -12,20 +12,17 @@ import sys
 from typing import Any
 
 from core.errors import PredictionError
-from core.predict.evaluate import evaluate
-from core.predict.export import export_pruned
-from core.predict.modes import PredictionMode, collapsed_variant, parse_mode
-from core.predict.sweep import parse_threshold_grid, sweep
-
-MODE_HELP = ("bma, mean, mpm, mpm-mean or prune (paper names SIM-SIM, ALL-MEA, MED-SIM, MED-MEA, PRN); "
-             "regression also collapsed (Gaussian last layer integrated out) or collapsed-box (seed 003's box)")
+from core.predict.modes import PredictionMode, collapsed_variant, modes_help, parse_mode
+from core.predict.sweep import parse_threshold_grid
+from core.runs import Run, load_run
 
 
-def _load(args: argparse.Namespace):
-    from core.runs import load_run  # lazy: the store is only needed when a run id is given
+def _load(args: argparse.Namespace) -> Run:
+    return load_run(args.run, cache_dir=getattr(args, "cache_dir", None), data_dir=getattr(args, "data_dir", None))
 
-    run = load_run(args.run, cache_dir=getattr(args, "cache_dir", None), data_dir=getattr(args, "data_dir", None))
-    return run.model, run.dataset()
+
+def _as_run(model_or_run: Any, dataset: Any) -> Run:
+    return model_or_run if isinstance(model_or_run, Run) else Run.of(model_or_run, dataset)
 
 
 def _positive_int(text: str) -> int:
@@ -75,19 +72,19 @@ def _flatten(prefix: str, value: Any, rows: list[dict[str, Any]]) -> None:
                      ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in value)})
 
 
-def evaluate_command(model, dataset, args: argparse.Namespace, out=None) -> dict[str, Any]:
+def evaluate_command(model_or_run, dataset, args: argparse.Namespace, out=None) -> dict[str, Any]:
     out = out or sys.stdout
+    run = _as_run(model_or_run, dataset)
     variant = collapsed_variant(args.mode)
     if variant is not None:
         from core.predict.collapsed import evaluate_collapsed
         if args.threshold is not None or args.ood:
             raise PredictionError(f"mode {args.mode!r}: takes no --threshold or --ood")
-        result = evaluate_collapsed(model, dataset, variant, samples=_positive_int(str(args.samples)),
+        result = evaluate_collapsed(run.model, run.dataset(), variant, samples=_positive_int(str(args.samples)),
                                     seed=args.seed)
         return _print_result(result, args, out)
-    result = evaluate(model, dataset, mode=parse_mode(args.mode), samples=_positive_int(str(args.samples)),
-                      threshold=_float("threshold", args.threshold), seed=args.seed, ood=args.ood or None,
-                      data_dir=getattr(args, "data_dir", None))
+    result = run.evaluate(mode=parse_mode(args.mode), samples=_positive_int(str(args.samples)),
+                          threshold=_float("threshold", args.threshold), seed=args.seed, ood=args.ood or None)
     return _print_result(result, args, out)
 
 
@@ -103,11 +100,11 @@ def _print_result(result: dict[str, Any], args: argparse.Namespace, out) -> dict
     return result
 
 
-def sweep_command(model, dataset, args: argparse.Namespace, out=None):
+def sweep_command(model_or_run, dataset, args: argparse.Namespace, out=None):
     out = out or sys.stdout
     thresholds = parse_threshold_grid(args.thresholds) if args.thresholds else None
-    result = sweep(model, dataset, thresholds=thresholds, mode=parse_mode(args.mode),
-                   samples=_positive_int(str(args.samples)), seed=args.seed)
+    result = _as_run(model_or_run, dataset).sweep(thresholds=thresholds, mode=parse_mode(args.mode),
+                                                  samples=_positive_int(str(args.samples)), seed=args.seed)
     if args.json:
         print(json.dumps(result.to_dict()), file=out)
     else:
@@ -115,24 +112,23 @@ def sweep_command(model, dataset, args: argparse.Namespace, out=None):
     return result
 
 
-def export_command(model, dataset, args: argparse.Namespace, out=None):
+def export_command(model_or_run, dataset, args: argparse.Namespace, out=None):
     out = out or sys.stdout
+    run = _as_run(model_or_run, dataset)
     threshold = _float("threshold", args.threshold)
-    metrics = evaluate(model, dataset, mode=PredictionMode.PRUNE, threshold=threshold, weights="mean")
-    keep = ("accuracy", "nll", "ece", "rmse", "log_likelihood", "density")
-    path = export_pruned(model, threshold, args.out, metrics={k: metrics[k] for k in keep if k in metrics})
-    print(f"exported {model.family} at threshold {threshold:g} (density {metrics['density']:.4f}) to {path}",
+    path, metrics = run.export(threshold, args.out)
+    print(f"exported {run.model.family} at threshold {threshold:g} (density {metrics['density']:.4f}) to {path}",
           file=out)
     return path
 
 
 def _handler(command):
-    def run(args: argparse.Namespace) -> int:
-        model, dataset = _load(args)
-        command(model, dataset, args)
+    def handle(args: argparse.Namespace) -> int:
+        run = _load(args)
+        command(run, None, args)
         return 0
 
-    return run
+    return handle
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -144,7 +140,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def register(subparsers) -> None:
     evaluate_parser = subparsers.add_parser("evaluate", help="test-set metrics of a run for one prediction mode")
     _common(evaluate_parser)
-    evaluate_parser.add_argument("--mode", default="bma", help=MODE_HELP)
+    evaluate_parser.add_argument("--mode", default=PredictionMode.BMA.value, help=modes_help())
     evaluate_parser.add_argument("--threshold", default=None, help="cut of the native statistic (mpm, mpm-mean, prune)")
     evaluate_parser.add_argument("--samples", default="10", help="posterior draws R (>= 1)")
     evaluate_parser.add_argument("--ood", action="append", default=[], metavar="DATASET",
@@ -156,7 +152,8 @@ def register(subparsers) -> None:
     sweep_parser = subparsers.add_parser("sweep", help="accuracy (or RMSE) vs density over thresholds")
     _common(sweep_parser)
     sweep_parser.add_argument("--thresholds", default=None, help="start:stop:step (e.g. 0:1:0.02) or a list a,b,c")
-    sweep_parser.add_argument("--mode", default="mpm-mean", help="mpm-mean (mean weights) or mpm/prune (sampled)")
+    sweep_parser.add_argument("--mode", default=PredictionMode.MPM_MEAN.value,
+                              help="mpm-mean (mean weights) or mpm/prune (sampled)")
     sweep_parser.add_argument("--samples", default="1", help="posterior draws R for the sampled modes")
     sweep_parser.add_argument("--seed", type=int, default=0)
     sweep_parser.add_argument("--json", action="store_true")

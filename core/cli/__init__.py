@@ -1,6 +1,8 @@
-"""`python -m core`: the command-line entry point.
+"""`python -m core`: the command-line entry point. The whole CLI lives in this package.
 
-Each subcommand lives in its own module that exposes `register(subparsers)`;
+Each group of subcommands lives in its own module of core/cli/ that exposes `register(subparsers)`
+(data: datasets; runs: train, presets, runs, show, rm, grid; predict: evaluate, sweep, export, thin
+calls to the run verbs of core.runs.Run; reference: reference);
 the registered handler takes the parsed args and returns an exit code.
 Progress goes to stderr, results to stdout. A `BNNError` becomes one line on
 stderr and exit code 2, never a traceback.
@@ -16,10 +18,10 @@ from core.errors import BNNError
 
 # Modules that add subcommands, in the order `--help` lists them.
 COMMAND_MODULES = [
-    "core.data.cli",
-    "core.runs.cli",
-    "core.predict.cli",
-    "core.reference.cli",
+    "core.cli.data",
+    "core.cli.runs",
+    "core.cli.predict",
+    "core.cli.reference",
 ]
 
 
