@@ -108,7 +108,7 @@ def test_defaults_fit_toy_sine_gaps(method, toy_cache):
     "measured, not fixed: the mean-field posteriors' band inside the gaps is 0.75 (bnn) and 0.84 (lbbnn) "
     "times its width over the data with the defaults (seed 0; 2.7 for bnn with seed 1), while the NUTS "
     "posterior of a 1-64-1 net gives 2.2: the known lack of in-between uncertainty of factorised "
-    "Gaussian VI (Foong et al. 2019); see docs/why-lbbnn-over-prunes.md, "Small regression sets""))
+    "Gaussian VI (Foong et al. 2019); see docs/why-lbbnn-over-prunes.md, 'Small regression sets'"))
 @pytest.mark.parametrize("method", ("lbbnn", "bnn"))
 def test_defaults_widen_the_band_in_the_gaps_of_toy_sine_gaps(method, toy_cache):
     bands = _bands(train_run(RunConfig(dataset="toy-sine-gaps", method=method), cache_dir=toy_cache))
