@@ -255,6 +255,13 @@ def _file_section(name: str, render: Callable[[Any], str] | None, command: str) 
     return render(json.loads(path.read_text()))
 
 
+def _toy_regression_render(result: dict[str, Any]) -> str:
+    import toy_regression
+
+    # the page has its own section title
+    return "\n".join(line for line in toy_regression.render(result).splitlines() if not line.startswith("## ")) + "\n"
+
+
 def _optional_renderer(module: str, function: str = "render_markdown") -> Callable[[], str] | None:
     try:
         mod = __import__(module)
@@ -345,6 +352,10 @@ def build_page(cache_dir=None, data_dir=None, figures: bool = True) -> str:
         out.append(f"## {title}\n")
         render = _optional_renderer(module, "results_section" if module == "bands_vs_reference" else "render_markdown")
         out.append(render() if render else f"Not run yet: `{command}`.\n")
+
+    out.append("## Toy regression with the shipped defaults (`python benchmarks/toy_regression.py --seeds 0,1 "
+               "--reference-cache DIR`)\n")
+    out.append(_file_section("toy_regression.json", _toy_regression_render, "python benchmarks/toy_regression.py"))
 
     out.append("## Epoch time (`python benchmarks/epoch_time.py --repeats 3`)\n")
     out.append(_file_section("epoch_time.md", None, "python benchmarks/epoch_time.py"))
