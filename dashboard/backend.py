@@ -169,10 +169,16 @@ def threshold_range(spec: Any, statistics: Sequence[np.ndarray]) -> ThresholdRan
     observed_low = float(values.min()) if values.size else 0.0
     low = float(spec.low) if math.isfinite(spec.low) else observed_low
     high = float(spec.high) if math.isfinite(spec.high) else max(observed_high, low + 1e-6)
-    # A little headroom so "keep nothing" is reachable on the slider.
+    # The family's default cut is always on the slider (bnn's 0.83 lies above a short training's
+    # largest signal-to-noise ratio), and so is "keep nothing" (a little headroom).
+    default = float(spec.default_threshold)
+    if math.isfinite(default):
+        low = min(low, default)
+        if not math.isfinite(spec.high):
+            high = max(high, default)
     if not math.isfinite(spec.high):
         high = _round_up(high * 1.05)
-    default = float(min(high, max(low, spec.default_threshold)))
+    default = float(min(high, max(low, default)))
     return ThresholdRange(str(spec.name), low, high, default, Keep(spec.keep) is Keep.ABOVE)
 
 

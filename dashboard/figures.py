@@ -19,6 +19,9 @@ import pandas as pd
 DOUBT_LEVEL = 0.95
 MAX_HEATMAP_CELLS = 64  # blocks per side of a drawn weight matrix
 CHART_WIDTH = 320
+HISTOGRAMS_PER_ROW = 2
+# End labels of a colour gradient stay inside the chart when the legend sits below it.
+GRADIENT_LEGEND = {"orient": "bottom", "direction": "horizontal", "gradientLength": 200, "labelOverlap": False}
 
 # Long lists of labels read better with a name: "layer 1 (784 -> 400)".
 
@@ -65,7 +68,7 @@ def histogram_frame(statistics: Sequence[np.ndarray], bins: int = 40,
 
 def statistic_histogram(statistics: Sequence[np.ndarray], threshold: float | None, statistic_name: str,
                         bins: int = 40, log_counts: bool = True, labels: Sequence[str] | None = None,
-                        value_range: tuple[float, float] | None = None) -> alt.HConcatChart | alt.VConcatChart:
+                        value_range: tuple[float, float] | None = None) -> alt.ConcatChart:
     """One histogram per layer of the family's native statistic, threshold as a red rule.
 
     value_range: the x range (e.g. [0, 1] for inclusion probabilities); default: the data and threshold.
@@ -86,7 +89,8 @@ def statistic_histogram(statistics: Sequence[np.ndarray], threshold: float | Non
         if threshold is not None and np.isfinite(threshold):
             layers.append(threshold_rule(threshold))
         charts.append(alt.layer(*layers).properties(title=str(label), width=CHART_WIDTH, height=180))
-    return alt.hconcat(*charts) if len(charts) <= 3 else alt.vconcat(*charts)
+    # At most HISTOGRAMS_PER_ROW side by side: three 320-px charts overflow a 1400-px window's main area.
+    return alt.concat(*charts, columns=HISTOGRAMS_PER_ROW)
 
 
 def threshold_rule(threshold: float, axis: str = "x") -> alt.Chart:
@@ -138,7 +142,8 @@ def mask_heatmap(mask: np.ndarray, title: str, max_cells: int = MAX_HEATMAP_CELL
     return alt.Chart(frame).mark_rect().encode(
         x=alt.X("col:O", title="input (last column: bias)", axis=None),
         y=alt.Y("row:O", title="output unit", axis=None),
-        color=alt.Color("mean:Q", title=colour_title, scale=alt.Scale(domain=[0, 1], scheme="greys")),
+        color=alt.Color("mean:Q", title=colour_title, scale=alt.Scale(domain=[0, 1], scheme="greys"),
+                        legend=alt.Legend(**GRADIENT_LEGEND)),
         tooltip=["row_start:Q", "col_start:Q", alt.Tooltip("total:Q", title="kept"), "size:Q"],
     ).properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6)
 
@@ -150,7 +155,8 @@ def weight_heatmap(weights: np.ndarray, title: str, max_cells: int = MAX_HEATMAP
     return alt.Chart(frame).mark_rect().encode(
         x=alt.X("col:O", axis=None),
         y=alt.Y("row:O", axis=None),
-        color=alt.Color("mean:Q", title="weight", scale=alt.Scale(scheme="redblue", domain=[-bound, bound])),
+        color=alt.Color("mean:Q", title="weight", scale=alt.Scale(scheme="redblue", domain=[-bound, bound]),
+                        legend=alt.Legend(**GRADIENT_LEGEND)),
         tooltip=["row_start:Q", "col_start:Q", alt.Tooltip("mean:Q", format=".3f")],
     ).properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6)
 
@@ -166,14 +172,23 @@ def kept_per_input_frame(first_layer_mask: np.ndarray, input_shape: Sequence[int
     return pd.DataFrame({"row": rows, "col": cols, "kept": per_input})
 
 
-def kept_per_input_image(first_layer_mask: np.ndarray, input_shape: Sequence[int]) -> alt.Chart:
+def kept_per_input_image(first_layer_mask: np.ndarray, input_shape: Sequence[int], side: int = 240) -> alt.Chart:
+    """The image grid with one square cell per pixel: quantitative cell edges on scales whose
+    pixels-per-cell are equal in x and y (ordinal bands stretch with the legend and title)."""
     frame = kept_per_input_frame(first_layer_mask, input_shape)
+    frame["col_end"] = frame["col"] + 1
+    frame["row_end"] = frame["row"] + 1
+    height, width = int(input_shape[0]), int(input_shape[1])
+    cell = side / max(height, width)
     return alt.Chart(frame).mark_rect().encode(
-        x=alt.X("col:O", axis=None),
-        y=alt.Y("row:O", axis=None),
-        color=alt.Color("kept:Q", title="kept weights", scale=alt.Scale(scheme="viridis")),
+        x=alt.X("col:Q", axis=None, scale=alt.Scale(domain=[0, width], nice=False, zero=False)),
+        x2="col_end:Q",
+        y=alt.Y("row:Q", axis=None, scale=alt.Scale(domain=[0, height], nice=False, zero=False, reverse=True)),
+        y2="row_end:Q",
+        color=alt.Color("kept:Q", title="kept weights", scale=alt.Scale(scheme="viridis"),
+                        legend=alt.Legend(**GRADIENT_LEGEND)),
         tooltip=["row:Q", "col:Q", "kept:Q"],
-    ).properties(title="kept weights per input pixel", width=240, height=240)
+    ).properties(title="kept weights per input pixel", width=cell * width, height=cell * height)
 
 
 def density_frame(masks: Sequence[np.ndarray]) -> pd.DataFrame:
@@ -332,13 +347,18 @@ def class_probability_bars(probs_per_draw: np.ndarray, class_names: Sequence[str
     order = list(dict.fromkeys(frame["class"]))
     mean = frame.groupby("class", sort=False, as_index=False)["probability"].mean()
     x = alt.X("class:N", sort=order, title="class")
+    # Every layer on the same fixed [0, 1] scale (no "nice" padding): the doubt line sits below
+    # the 1.0 gridline and bars start at 0.
+    y_scale = alt.Scale(domain=[0, 1], nice=False, zero=True, clamp=True)
     bars = alt.Chart(mean).mark_bar(opacity=0.5).encode(
-        x=x, y=alt.Y("probability:Q", scale=alt.Scale(domain=[0, 1]), title="p(class)"),
+        x=x, y=alt.Y("probability:Q", scale=y_scale, title="p(class)"),
         tooltip=["class:N", alt.Tooltip("probability:Q", format=".3f")])
     ticks = alt.Chart(frame).mark_tick(color="black", thickness=1, opacity=0.6).encode(
-        x=x, y="probability:Q")
-    rule = threshold_rule(doubt_level, axis="y")
-    return alt.layer(bars, ticks, rule).properties(title=title, width=260, height=180)
+        x=x, y=alt.Y("probability:Q", scale=y_scale))
+    rule = alt.Chart(pd.DataFrame({"probability": [float(doubt_level)]})).mark_rule(
+        color="red", strokeDash=[4, 3], size=2).encode(y=alt.Y("probability:Q", scale=y_scale),
+                                                      tooltip=[alt.Tooltip("probability:Q", title="doubt level")])
+    return alt.layer(bars, ticks, rule).resolve_scale(y="shared").properties(title=title, width=260, height=180)
 
 
 # --- out-of-distribution entropy ---------------------------------------------------------------------
@@ -351,7 +371,11 @@ def ecdf_frame(samples: Mapping[str, np.ndarray]) -> pd.DataFrame:
         n = values.size
         if n == 0:
             continue
-        frames.append(pd.DataFrame({"set": name, "entropy": values, "ecdf": np.arange(1, n + 1) / n}))
+        # The step function starts at (0, 0): entropy is never negative, so the curves start where the
+        # axis's 0 is drawn, not at each set's smallest value.
+        start = min(0.0, float(values[0]))
+        frames.append(pd.DataFrame({"set": name, "entropy": np.concatenate([[start], values]),
+                                    "ecdf": np.concatenate([[0.0], np.arange(1, n + 1) / n])}))
     if not frames:
         return pd.DataFrame({"set": [], "entropy": [], "ecdf": []})
     return pd.concat(frames, ignore_index=True)
@@ -361,7 +385,7 @@ def entropy_ecdf(samples: Mapping[str, np.ndarray], max_entropy: float | None = 
                  max_points: int = 1000) -> alt.Chart:
     """ECDFs of predictive entropy: in-domain rises early, OOD late (seed 002 fig 2)."""
     frame = _thin_ecdf(ecdf_frame(samples), max_points)
-    x_scale = alt.Scale(domain=[0, max_entropy]) if max_entropy else alt.Scale()
+    x_scale = alt.Scale(domain=[0, max_entropy], nice=False) if max_entropy else alt.Scale(nice=False)
     return alt.Chart(frame).mark_line(interpolate="step-after").encode(
         x=alt.X("entropy:Q", title="predictive entropy (nats)", scale=x_scale),
         y=alt.Y("ecdf:Q", title="fraction of inputs with entropy <= x", scale=alt.Scale(domain=[0, 1])),
