@@ -214,9 +214,34 @@ def sweep_frame(thresholds: np.ndarray, density: np.ndarray, values: np.ndarray)
     return frame.sort_values("density", kind="stable").reset_index(drop=True)
 
 
+PICK = "pick"  # the curve's click selection: {"pick": [{"threshold": t}]} in Streamlit's chart state
+
+
+def picked_threshold(selection: Any) -> float | None:
+    """The threshold of the point clicked on the metric-vs-density curve, from Streamlit's chart
+    state (event.selection or the widget's session-state value), or None."""
+    if selection is None:
+        return None
+    if hasattr(selection, "get") and "selection" in selection:
+        selection = selection["selection"]
+    points = selection.get(PICK) if hasattr(selection, "get") else None
+    if isinstance(points, dict):  # some versions wrap the values: {"threshold": [t]} or {"vlPoint": ...}
+        values = points.get("threshold")
+        if isinstance(values, list) and values:
+            return float(values[0])
+        return float(values) if isinstance(values, (int, float)) else None
+    if points:
+        first = points[0]
+        if isinstance(first, dict) and first.get("threshold") is not None:
+            return float(first["threshold"])
+    return None
+
+
 def metric_vs_density(thresholds: np.ndarray, density: np.ndarray, values: np.ndarray, metric: str,
-                      current: tuple[float, float] | None = None) -> alt.LayerChart:
-    """The precomputed sweep as a line over density (log axis), the current setting as a red point."""
+                      current: tuple[float, float] | None = None, suggested: Mapping[str, float] | None = None,
+                      selectable: bool = False, title: str | None = None) -> alt.LayerChart:
+    """The precomputed sweep as a line over density (log axis), the current setting as a red point,
+    the suggested threshold as a star; with `selectable`, a click on a point selects its threshold."""
     frame = sweep_frame(thresholds, density, values)
     positive = frame["density"] > 0
     scale = alt.Scale(type="log") if positive.all() else alt.Scale()
@@ -226,12 +251,23 @@ def metric_vs_density(thresholds: np.ndarray, density: np.ndarray, values: np.nd
         tooltip=[alt.Tooltip("threshold:Q", format=".4g"), alt.Tooltip("density:Q", format=".4f"),
                  alt.Tooltip("value:Q", format=".4f")],
     )
-    layers = [base.mark_line(), base.mark_circle(size=30)]
+    points = base.mark_circle(size=60 if selectable else 30)
+    if selectable:
+        points = points.add_params(alt.selection_point(name=PICK, fields=["threshold"], on="click", nearest=True))
+    layers = [base.mark_line(), points]
+    if suggested is not None:
+        star = pd.DataFrame({"density": [float(suggested["density"])], "value": [float(suggested["value"])],
+                             "threshold": [float(suggested["threshold"])]})
+        layers.append(alt.Chart(star).mark_point(shape="M0,-1L0.3,-0.3L1,-0.3L0.45,0.15L0.6,0.9L0,0.45L-0.6,0.9"
+                                                       "L-0.45,0.15L-1,-0.3L-0.3,-0.3Z", size=260, filled=True,
+                                                 color="#009e73").encode(
+            x="density:Q", y="value:Q",
+            tooltip=[alt.Tooltip("threshold:Q", title="suggested threshold", format=".4g"), "density:Q", "value:Q"]))
     if current is not None:
         point = pd.DataFrame({"density": [float(current[0])], "value": [float(current[1])]})
         layers.append(alt.Chart(point).mark_point(color="red", size=160, filled=True, shape="diamond").encode(
             x="density:Q", y="value:Q", tooltip=["density:Q", "value:Q"]))
-    return alt.layer(*layers).properties(title=f"{metric} vs density", width=520, height=300)
+    return alt.layer(*layers).properties(title=title or f"{metric} vs density", width=520, height=300)
 
 
 def metric_vs_samples(samples: Sequence[int], values: Sequence[float], metric: str) -> alt.LayerChart:
@@ -435,3 +471,93 @@ def training_curves(history: Sequence[Mapping[str, object]]) -> alt.HConcatChart
         )
         charts.append(alt.layer(base.mark_line(), base.mark_circle(size=35)).properties(width=300, height=180))
     return alt.hconcat(*charts)
+
+
+# --- a fixed colour per family, colour-blind safe (Okabe-Ito), the same on every page ----------------
+
+FAMILY_COLOURS = {
+    "lbbnn": "#0072B2", "lbbnn-lfmvn": "#56B4E9", "bnn": "#E69F00", "bnn-mixture": "#F0E442",
+    "variational-dense": "#999999", "concrete-dropout": "#CC79A7", "horseshoe": "#009E73",
+    "sparse-vd": "#D55E00", "fnn": "#000000",
+}
+CLASS_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000",
+                 "#999999", "#882255"]
+
+
+# --- the decision surface of a 2-D classifier ------------------------------------------------------
+
+def surface_frame(xs: np.ndarray, ys: np.ndarray, arrays: Mapping[str, np.ndarray],
+                  class_names: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per grid cell (grid points in row-major order over ys, then xs) with its edges."""
+    xs, ys = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+    dx = (xs[1] - xs[0]) if xs.size > 1 else 1.0
+    dy = (ys[1] - ys[0]) if ys.size > 1 else 1.0
+    gx, gy = np.meshgrid(xs, ys)
+    predicted = np.asarray(arrays["predicted"]).astype(np.int64)
+    names = list(class_names) if class_names else None
+    return pd.DataFrame({
+        "x": gx.ravel() - dx / 2, "x_end": gx.ravel() + dx / 2,
+        "y": gy.ravel() - dy / 2, "y_end": gy.ravel() + dy / 2,
+        "class": [names[k] if names else str(k) for k in predicted],
+        "confidence": np.asarray(arrays["confidence"], dtype=np.float64),
+        "entropy": np.asarray(arrays["entropy"], dtype=np.float64),
+        "spread": np.asarray(arrays["spread"], dtype=np.float64),
+    })
+
+
+def decision_surface(xs: np.ndarray, ys: np.ndarray, arrays: Mapping[str, np.ndarray], x_train: np.ndarray,
+                     y_train: np.ndarray, class_names: Sequence[str] | None = None, samples: int = 1,
+                     size: int = 260) -> alt.HConcatChart:
+    """Predicted class (faded by confidence), predictive entropy and the R draws' spread over the
+    input plane, each with the training points."""
+    frame = surface_frame(xs, ys, arrays, class_names)
+    n_classes = int(max(np.asarray(arrays["predicted"]).max(), np.asarray(y_train).max())) + 1
+    names = list(class_names) if class_names else [str(k) for k in range(n_classes)]
+    x_train = np.asarray(x_train, dtype=np.float64)
+    points = pd.DataFrame({"x1": x_train[:, 0], "x2": x_train[:, 1],
+                           "class": [names[int(k)] for k in np.asarray(y_train)]})
+    x_scale = alt.Scale(domain=[float(frame["x"].min()), float(frame["x_end"].max())], nice=False, zero=False)
+    y_scale = alt.Scale(domain=[float(frame["y"].min()), float(frame["y_end"].max())], nice=False, zero=False)
+    class_scale = alt.Scale(domain=names, range=CLASS_COLOURS[:len(names)])
+
+    def cells(colour: alt.Color, title: str, opacity: Any = alt.value(1.0)) -> alt.LayerChart:
+        rect = alt.Chart(frame).mark_rect().encode(
+            x=alt.X("x:Q", title="x1", scale=x_scale), x2="x_end:Q",
+            y=alt.Y("y:Q", title="x2", scale=y_scale), y2="y_end:Q",
+            color=colour, opacity=opacity,
+            tooltip=["class:N", alt.Tooltip("confidence:Q", format=".3f"), alt.Tooltip("entropy:Q", format=".3f"),
+                     alt.Tooltip("spread:Q", format=".3f")])
+        dots = alt.Chart(points).mark_circle(size=14, stroke="white", strokeWidth=0.5, opacity=0.9).encode(
+            x="x1:Q", y="x2:Q", color=alt.Color("class:N", scale=class_scale, legend=None))
+        return alt.layer(rect, dots).properties(title=title, width=size, height=size)
+
+    predicted = cells(alt.Color("class:N", title="predicted class", scale=class_scale,
+                                legend=alt.Legend(orient="bottom")),
+                      "predicted class", alt.Opacity("confidence:Q", scale=alt.Scale(domain=[1 / n_classes, 1]),
+                                                     legend=None))
+    entropy = cells(alt.Color("entropy:Q", title="entropy (nats)",
+                              scale=alt.Scale(scheme="viridis", domain=[0, float(np.log(n_classes))]),
+                              legend=alt.Legend(**GRADIENT_LEGEND)), "predictive entropy")
+    spread = cells(alt.Color("spread:Q", title="sd over draws", scale=alt.Scale(scheme="magma", reverse=True),
+                             legend=alt.Legend(**GRADIENT_LEGEND)),
+                   f"spread of the {samples} draws" if samples > 1 else "spread (one draw: none)")
+    return alt.hconcat(predicted, entropy, spread).resolve_scale(color="independent", opacity="independent")
+
+
+# --- the prior beside the posterior -------------------------------------------------------------------
+
+def prior_chart(prior: Mapping[str, Any], statistic_name: str, width: int = 260) -> alt.Chart:
+    """The prior of the statistic: a density curve, or a rule at the prior's single value."""
+    if prior["kind"] == "density":
+        frame = pd.DataFrame({statistic_name: np.asarray(prior["x"], dtype=np.float64),
+                              "density": np.asarray(prior["density"], dtype=np.float64)})
+        cap = float(np.quantile(frame["density"], 0.98)) * 1.2 or 1.0
+        frame["density"] = frame["density"].clip(upper=cap)  # Beta densities with a < 1 diverge at the ends
+        chart = alt.Chart(frame).mark_area(color="#009E73", opacity=0.4, line={"color": "#009E73"}).encode(
+            x=alt.X(f"{statistic_name}:Q", scale=alt.Scale(domain=[0, 1], nice=False)),
+            y=alt.Y("density:Q", title="prior density"))
+    else:
+        frame = pd.DataFrame({statistic_name: [float(prior["value"])], "label": [prior["label"]]})
+        chart = alt.Chart(frame).mark_rule(color="#009E73", size=3).encode(
+            x=alt.X(f"{statistic_name}:Q", scale=alt.Scale(domain=[0, 1], nice=False)), tooltip=["label:N"])
+    return chart.properties(title={"text": "prior", "subtitle": str(prior["label"])}, width=width, height=180)

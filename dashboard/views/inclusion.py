@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import cache, figures, state
+from dashboard import backend, cache, explain, figures, state
 from dashboard.ui import guard
 
 run = state.run_page("Inclusion statistics and masks")
 run_id = run.run_id
+st.markdown(explain.PAGE_INTROS["inclusion"])
 
 with guard("Computing the statistics"):
     spec = cache.threshold_range(run_id)
@@ -18,7 +19,17 @@ with guard("Computing the statistics"):
 
     log_counts = st.toggle("log-scale counts", value=True, key="hist_log")
     # Placeholder until the mask view is chosen below; the charts come built from the cache.
-    histogram = st.empty()
+    prior = backend.prior_of_statistic(run.config.method, dict(run.config.family_options or {}))
+    if prior is not None:
+        posterior_column, prior_column = st.columns([3, 1])
+        histogram = posterior_column.empty()
+        prior_column.vega_lite_chart(figures.prior_chart(prior, spec.name).to_dict())
+        prior_column.caption("What the prior believed about the inclusion probability before any data: compare "
+                             "it with the posterior's histograms on the left.")
+    else:
+        histogram = st.empty()
+        st.caption(f"The {run.config.method} prior says nothing directly about its statistic ({spec.name}); "
+                   "only the posterior is drawn.")
 
     masks = cache.masks(run_id, threshold)
     table = figures.density_frame(masks)
