@@ -575,3 +575,13 @@ def export_zip(run: Any, threshold: float) -> bytes:
 def load_exported(path: Any) -> Any:
     from core.predict.export import load_exported as core_load_exported
     return core_load_exported(path)
+
+
+def device_problem(device: str) -> str | None:
+    """Why the Train form's device cannot be used here (in the form's words), or None."""
+    from core.device import resolve_device
+    try:
+        resolve_device(device)
+    except ConfigError as exc:
+        return device_message(str(exc))
+    return None

@@ -201,6 +201,9 @@ def config_form() -> dict[str, Any] | None:
     if info["task"] == "regression" or dataset.startswith(("toy-", "two-")):
         params_text = st.text_input("Generator parameters (toy sets: name=value, ...)", "", key="train_params")
     device = st.selectbox("Device", ["auto", "cpu", "cuda"], key="train_device")
+    problem = backend.device_problem(device)
+    if problem:
+        errors.append(problem)
 
     values = None
     with guard("Invalid setting"):

@@ -1,0 +1,320 @@
+"""Issue 13 under AppTest: the defects a new user found, and the controls added for them."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from tests.test_dashboard_app import APP, TIMEOUT, assert_clean, fresh_caches, metric_value  # noqa: E402,F401
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """Tiny runs: two-moons (lbbnn, two seeds; bnn), mnist-small and a 1-D regression toy."""
+    cache = tmp_path_factory.mktemp("bnn-cache")
+    previous = os.environ.get("BNN_CACHE_DIR")
+    os.environ["BNN_CACHE_DIR"] = str(cache)
+    from core.runs import RunConfig, train_run
+    runs = {
+        "moons": train_run(RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 2})).run_id,
+        "moons_seed1": train_run(RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 2}, seed=1)).run_id,
+        "moons_bnn": train_run(RunConfig(dataset="two-moons", method="bnn", hidden=(8,), train={"epochs": 2})).run_id,
+        "mnist": train_run(RunConfig(dataset="mnist-small", hidden=(8,),
+                                     train={"epochs": 1, "batch_size": 500})).run_id,
+        "sine": train_run(RunConfig(dataset="toy-sine-gaps", hidden=(8,), train={"epochs": 2})).run_id,
+    }
+    yield runs
+    if previous is None:
+        os.environ.pop("BNN_CACHE_DIR", None)
+    else:
+        os.environ["BNN_CACHE_DIR"] = previous
+
+
+def open_app(run_id: str | None = None, params: dict | None = None) -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    if run_id is not None:
+        at.session_state["selected_run_id"] = run_id
+    for key, value in (params or {}).items():
+        at.query_params[key] = value
+    return at.run()
+
+
+def chart_specs(at: AppTest) -> list[dict]:
+    """Every Vega-Lite spec on the page (selectable charts are 'vega_lite_chart' elements)."""
+    return [json.loads(c.proto.spec) for kind in ("arrow_vega_lite_chart", "vega_lite_chart") for c in at.get(kind)]
+
+
+def chart_rows(chart, name: str) -> list[dict]:
+    """The rows of a named dataset of a chart element (Streamlit ships them as Arrow, beside the spec)."""
+    import pyarrow as pa
+    for dataset in chart.proto.datasets:
+        if dataset.name == name:
+            return pa.ipc.open_stream(dataset.data.data).read_all().to_pandas().to_dict("records")
+    spec = json.loads(chart.proto.spec)
+    return spec.get("datasets", {}).get(name, [])
+
+
+def texts(elements) -> list[str]:
+    return [e.value for e in elements]
+
+
+# --- defect 2: out-of-range numbers are reported, never replaced ---------------------------------------
+
+def test_out_of_range_numbers_disable_train_with_a_message(tmp_path, monkeypatch):
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    at = open_app()
+    assert not at.button(key="train_button").disabled
+    at.number_input(key="train_epochs").set_value(-5).run()
+    assert not at.exception
+    assert any("Epochs" in e and "-5" in e for e in texts(at.error)), texts(at.error)
+    assert at.button(key="train_button").disabled
+    at.number_input(key="train_epochs").set_value(2).run()
+    at.text_input(key="train_seed").input("99999999999999999999").run()
+    assert any("Seed" in e and "99999999999999999999" in e for e in texts(at.error)), texts(at.error)
+    assert at.button(key="train_button").disabled
+    at.text_input(key="train_seed").input("7").run()
+    assert not at.error and not at.button(key="train_button").disabled
+    at.number_input(key="train_batch").set_value(0).run()
+    assert any("Batch size" in e for e in texts(at.error)) and at.button(key="train_button").disabled
+
+
+# --- defect 5: memory and time estimate before training ------------------------------------------------
+
+def test_a_network_too_large_for_memory_is_refused_before_training(tmp_path, monkeypatch):
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    at = open_app()
+    at.text_input(key="train_hidden").input("8").run()
+    assert any("Estimate" in c and "weights" in c for c in texts(at.caption)), texts(at.caption)
+    at.text_input(key="train_hidden").input("100000, 100000").run()
+    assert not at.exception
+    assert any("Too large" in e and "GB" in e for e in texts(at.error)), texts(at.error)
+    assert at.button(key="train_button").disabled
+    assert "training_worker" not in at.session_state
+
+
+def test_training_estimate_counts_weights_exactly():
+    from dashboard import backend
+    config = backend.make_config({"dataset": "two-moons", "hidden": [8, 4], "train": {"epochs": 3}})
+    estimate = backend.training_estimate(config, n_train=500, in_features=2, n_outputs=2)
+    assert estimate["weights"] == (2 + 1) * 8 + (8 + 1) * 4 + (4 + 1) * 2
+    assert estimate["seconds"] == pytest.approx(backend.SECONDS_PER_WEIGHT_EXAMPLE * estimate["weights"] * 500 * 3)
+    assert not estimate["refused"]
+
+
+# --- defect 17: device message in the form's words; bundled page icon ------------------------------------
+
+def test_device_problem_names_the_form_control_not_a_cli_flag():
+    import torch
+    from dashboard import backend
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is present: the cuda device is fine here")
+    problem = backend.device_problem("cuda")
+    assert problem is not None and "--device" not in problem and "Device: auto" in problem
+    assert backend.device_problem("auto") is None
+
+
+def test_page_icon_is_a_bundled_file():
+    source = APP.read_text()
+    assert 'page_icon=str(PAGE_ICON)' in source and ':material/hub:' not in source
+    icon = APP.parent.parent / "assets" / "icon.png"
+    assert icon.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --- defect 3: delete asks first, and the other sessions are told -------------------------------------------
+
+def test_delete_asks_for_confirmation_and_other_sessions_are_told(tmp_path, monkeypatch):
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    from core.runs import RunConfig, list_runs, train_run
+    keep = train_run(RunConfig(dataset="two-moons", hidden=(4,), train={"epochs": 1})).run_id
+    doomed = train_run(RunConfig(dataset="two-moons", hidden=(4,), train={"epochs": 1}, seed=3)).run_id
+    watcher = open_app(doomed)  # another browser looking at the run
+    at = open_app(keep)
+    at.selectbox(key="cached_run_choice").set_value(doomed).run()
+    at.button(key="delete_run").click().run()
+    assert any("cannot be undone" in w for w in texts(at.warning))
+    assert doomed in [info.run_id for info in list_runs()]  # nothing deleted yet
+    at.button(key="cancel_delete").click().run()
+    assert doomed in [info.run_id for info in list_runs()]
+    at.button(key="delete_run").click().run()
+    at.button(key="confirm_delete").click().run()
+    assert_clean(at)
+    assert [info.run_id for info in list_runs()] == [keep]
+    from dashboard import cache
+    cache.cached_run_list.clear()
+    watcher.run()
+    assert not watcher.exception
+    assert watcher.session_state["selected_run_id"] == keep
+    assert any(doomed[:8] in i and "no longer" in i for i in texts(watcher.sidebar.info)), texts(watcher.sidebar.info)
+
+
+# --- defects 1, 7, 15: training status survives reloads and page switches, and its end is announced ----------
+
+@pytest.fixture
+def held_training(monkeypatch, store):
+    """The queue's training function replaced by one that waits for `release` (and obeys cancel)."""
+    from core.errors import TrainingCancelled
+    from dashboard import worker as worker_module
+    release = threading.Event()
+
+    def train(config, progress=None, cancel=None):
+        progress({"epoch": 1, "phase": "train", "loss": 1.0, "density": 0.5})
+        while not release.wait(0.02):
+            if cancel is not None and cancel.is_set():
+                raise TrainingCancelled("cancelled")
+        return SimpleNamespace(run_id=store["moons_seed1"])
+
+    monkeypatch.setattr(worker_module, "train_in_subprocess", train)
+    yield release
+    release.set()
+
+
+def test_train_page_status_right_after_clicking_and_after_a_reload(held_training, store):
+    at = open_app(store["moons"])
+    at.selectbox(key="train_dataset").set_value("two-moons").run()
+    at.text_input(key="train_hidden").input("3").run()
+    at.number_input(key="train_epochs").set_value(2).run()
+    at.button(key="train_button").click().run()
+    assert_clean(at)
+    # the page drawn right after the click shows the training: Train off, Cancel on, the sidebar's line
+    assert at.button(key="train_button").disabled
+    assert at.button(key="cancel_training")
+    assert any("Training in the background" in c for c in texts(at.sidebar.caption)), texts(at.sidebar.caption)
+    token = at.query_params["train"]
+    token = token[0] if isinstance(token, list) else token
+
+    # a reload is a new session with the same address: progress, Cancel and the disabled Train come back
+    again = open_app(params={"train": token})
+    assert_clean(again)
+    assert again.button(key="train_button").disabled
+    assert again.button(key="cancel_training")
+    assert any("epoch 1/2" in (p.proto.text or "") for p in again.get("progress"))
+
+    held_training.set()
+    again.session_state["training_worker"].join(timeout=30)
+    again.run()
+    assert_clean(again)
+    assert again.session_state["selected_run_id"] == store["moons_seed1"]
+    assert not again.button(key="train_button").disabled
+    assert "train" not in again.query_params
+
+
+def test_a_training_that_ends_on_another_page_is_announced(store):
+    from dashboard.worker import TrainingQueue
+    queue = TrainingQueue(lambda config, progress=None, cancel=None: SimpleNamespace(run_id=store["moons_seed1"]))
+    request = queue.submit("k", SimpleNamespace(), 1, label="lbbnn [8] on two-moons, seed 1")
+    request.join(timeout=10)
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.session_state["selected_run_id"] = store["moons"]
+    at.session_state["training_worker"] = request
+    at.switch_page("views/pruning.py").run()
+    assert_clean(at)
+    assert at.session_state["selected_run_id"] == store["moons_seed1"]
+    notices = texts(at.sidebar.info)
+    assert any("Training finished" in n and store["moons_seed1"][:8] in n and store["moons"][:8] in n
+               for n in notices), notices
+
+
+def test_finished_jobs_refresh_the_run_list_at_once():
+    from dashboard.worker import TrainingQueue
+    calls = []
+    queue = TrainingQueue(lambda config, progress=None, cancel=None: SimpleNamespace(run_id="r"))
+    queue.on_job_finished = lambda: calls.append("cleared")
+    queue.submit("k", SimpleNamespace(), 1).join(timeout=10)
+    assert calls == ["cleared"]
+
+
+# --- defect 9: labels say what differs ----------------------------------------------------------------------
+
+def test_run_labels_name_the_fields_that_differ():
+    from dashboard import backend
+    base = {"dataset": "mnist-small", "method": "lbbnn", "hidden": [100, 100], "seed": 0,
+            "train": {"epochs": 5, "kl_weight": 0.1}, "family_options": {}}
+    rows = [
+        {"run_id": "a" * 16, "dataset": "mnist-small", "method": "lbbnn", "config": base},
+        {"run_id": "b" * 16, "dataset": "mnist-small", "method": "lbbnn",
+         "config": {**base, "family_options": {"prior_inclusion": 0.1}}},
+        {"run_id": "c" * 16, "dataset": "mnist-small", "method": "lbbnn",
+         "config": {**base, "train": {"epochs": 25, "kl_weight": 0.1}}},
+        {"run_id": "d" * 16, "dataset": "two-moons", "method": "lbbnn", "config": {**base, "hidden": [8]}},
+    ]
+    labels = backend.run_labels(rows)
+    assert len(set(labels.values())) == 4
+    assert "epochs=25" in labels["c" * 16] and "epochs=5" in labels["a" * 16]
+    assert "prior_inclusion=0.1" in labels["b" * 16]
+    assert "kl_weight" not in labels["a" * 16]  # the same everywhere: not named
+    assert labels["d" * 16] == f"lbbnn [8] on two-moons ({'d' * 8})"  # alone in its kind
+
+
+def test_sidebar_labels_tell_two_seeds_apart(store):
+    at = open_app(store["moons"])
+    options = at.selectbox(key="sidebar_run").options
+    moons = [o for o in options if "two-moons" in o and o.startswith("lbbnn")]
+    assert len(moons) == 2 and any("seed=1" in o for o in moons) and any("seed=0" in o for o in moons)
+
+
+# --- defects 8, 13, 14: modes and units on the Pruning page ---------------------------------------------------
+
+def test_bma_density_card_is_the_expected_density_of_a_sampled_network(store):
+    from core.runs import load_run
+    from dashboard import backend
+    at = open_app(store["mnist"])
+    at.switch_page("views/pruning.py").run()
+    at.selectbox(key=f"widget:mode:{store['mnist']}").set_value("bma").run()
+    assert_clean(at)
+    model = load_run(store["mnist"]).model
+    alphas = np.concatenate([s.ravel() for s in backend.native_statistics(model)])
+    assert metric_value(at, "expected density") == f"{alphas.mean():.4f}"
+    assert float(metric_value(at, "expected density")) < 0.99
+    assert at.slider(key=f"widget:threshold:{store['mnist']}").disabled
+
+
+def test_regression_card_and_curve_point_agree_in_original_units(store):
+    at = open_app(store["sine"])
+    at.switch_page("views/pruning.py").run()
+    assert_clean(at)
+    at.slider(key=f"widget:threshold:{store['sine']}").set_value(0.3).run()
+    assert_clean(at)
+    card = float(metric_value(at, "RMSE"))
+    (chart,) = [c for c in at.get("vega_lite_chart") if "density" in c.proto.spec]
+    spec = json.loads(chart.proto.spec)
+    diamonds = [layer for layer in spec["layer"] if isinstance(layer.get("mark"), dict)
+                and layer["mark"].get("shape") == "diamond"]
+    (diamond,) = diamonds
+    (point,) = chart_rows(chart, diamond["data"]["name"])
+    assert point["value"] == pytest.approx(card, abs=1e-4)
+    assert 0 < point["density"] < 1
+
+
+# --- defect 10: the decision surface of 2-D classifiers ---------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["moons", "moons_bnn"])
+def test_two_d_classifiers_draw_their_decision_surface(store, name):
+    at = open_app(store[name])
+    at.switch_page("views/uncertainty.py").run()
+    assert_clean(at)
+    assert any("Decision surface" in h.value for h in at.subheader)
+    titles = json.dumps(chart_specs(at))
+    assert "predictive entropy" in titles and "spread of the 10 draws" in titles
+
+
+def test_surface_arrays_against_direct_computation():
+    from dashboard import backend
+    probs = np.array([[[0.9, 0.1], [0.5, 0.5]], [[0.7, 0.3], [0.3, 0.7]]])  # R=2, N=2, K=2
+    arrays = backend.surface_arrays(probs)
+    # averaged probabilities (0.8, 0.2) and (0.4, 0.6)
+    assert list(arrays["predicted"]) == [0, 1]
+    assert arrays["confidence"] == pytest.approx([0.8, 0.6])
+    assert arrays["entropy"] == pytest.approx([-(0.8 * np.log(0.8) + 0.2 * np.log(0.2)),
+                                               -(0.4 * np.log(0.4) + 0.6 * np.log(0.6))])
+    assert arrays["spread"] == pytest.approx([0.1, 0.1])  # sd of (0.9, 0.7) and of (0.5, 0.7)
