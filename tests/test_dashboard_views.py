@@ -318,3 +318,168 @@ def test_surface_arrays_against_direct_computation():
     assert arrays["entropy"] == pytest.approx([-(0.8 * np.log(0.8) + 0.2 * np.log(0.2)),
                                                -(0.4 * np.log(0.4) + 0.6 * np.log(0.6))])
     assert arrays["spread"] == pytest.approx([0.1, 0.1])  # sd of (0.9, 0.7) and of (0.5, 0.7)
+
+
+# --- build item 2: priors you can see ------------------------------------------------------------------------
+
+def test_prior_widgets_have_ranges_help_and_fold_advanced_options(tmp_path, monkeypatch):
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    at = open_app()
+    psi = at.number_input(key="train_opt_lbbnn_prior_inclusion")
+    assert psi.label.startswith("Prior inclusion probability") and "(0, 1)" in psi.help
+    assert at.selectbox(key="train_opt_lbbnn_inclusion_prior").options == ["bernoulli", "beta-bernoulli",
+                                                                           "beta-binomial"]
+    advanced = [e for e in at.expander if "Advanced" in e.label]
+    assert advanced and advanced[0].number_input(key="train_opt_lbbnn_init_sigma")
+    assert not [n for n in at.main.number_input if n.key == "train_opt_lbbnn_init_sigma"
+                and n not in advanced[0].number_input]
+    at.number_input(key="train_opt_lbbnn_beta_a").set_value(-1.0).run()
+    assert any("Beta a" in e and "-1" in e for e in texts(at.error)) and at.button(key="train_button").disabled
+    at.number_input(key="train_opt_lbbnn_beta_a").set_value(2.0).run()
+    assert not at.error
+    at.selectbox(key="train_method").set_value("horseshoe").run()
+    assert at.number_input(key="train_opt_horseshoe_global_scale").value == pytest.approx(1e-5)
+
+
+def test_prior_of_the_statistic_is_the_beta_density_or_the_point_psi():
+    from scipy import stats
+    from dashboard import backend
+    prior = backend.prior_of_statistic("lbbnn", {"inclusion_prior": "beta-bernoulli", "beta_a": 2.0, "beta_b": 5.0})
+    assert prior["kind"] == "density"
+    assert prior["density"] == pytest.approx(stats.beta(2, 5).pdf(prior["x"]), rel=1e-9)
+    assert np.trapezoid(prior["density"], prior["x"]) == pytest.approx(1.0, abs=1e-3)
+    point = backend.prior_of_statistic("lbbnn", {"prior_inclusion": 0.2})
+    assert point == {"kind": "point", "value": 0.2, "label": "prior inclusion probability psi = 0.2"}
+    assert backend.prior_of_statistic("bnn", {}) is None
+
+
+def test_inclusion_page_draws_the_prior_beside_the_posterior(store):
+    at = open_app(store["mnist"])
+    at.switch_page("views/inclusion.py").run()
+    assert_clean(at)
+    charts = [c for kind in ("arrow_vega_lite_chart", "vega_lite_chart") for c in at.get(kind)]
+    priors = [c for c in charts if '"prior"' in c.proto.spec]
+    assert len(priors) == 1
+    spec = json.loads(priors[0].proto.spec)
+    assert spec["mark"]["type"] == "rule"
+    (row,) = chart_rows(priors[0], spec["data"]["name"])
+    assert row["inclusion_probability"] == pytest.approx(np.exp(-2.0))  # the default psi
+    at.switch_page("views/inclusion.py")
+    bnn = open_app(store["moons_bnn"])
+    bnn.switch_page("views/inclusion.py").run()
+    assert any("says nothing directly" in c for c in texts(bnn.caption))
+
+
+# --- build item 6: tune and take away ---------------------------------------------------------------------------
+
+def test_suggested_threshold_is_the_sparsest_within_the_loss():
+    from dashboard import backend
+    thresholds = np.array([0.1, 0.3, 0.5, 0.7, 0.9])
+    density = np.array([0.9, 0.6, 0.3, 0.1, 0.02])
+    accuracy = np.array([0.950, 0.952, 0.948, 0.940, 0.5])
+    best = backend.suggested_threshold(thresholds, density, accuracy, "accuracy", 0.005)
+    assert (best["threshold"], best["density"], best["best"]) == (0.5, 0.3, 0.952)
+    wider = backend.suggested_threshold(thresholds, density, accuracy, "accuracy", 0.02)
+    assert wider["threshold"] == 0.7
+    rmse = backend.suggested_threshold(thresholds, density, np.array([1.0, 1.0, 1.004, 1.2, 3.0]), "rmse", 0.005)
+    assert rmse["threshold"] == 0.5
+
+
+def test_curve_click_and_suggestion_set_the_threshold(store):
+    from dashboard import figures
+    run_id = store["mnist"]
+    at = open_app(run_id)
+    at.switch_page("views/pruning.py").run()
+    assert_clean(at)
+    spec = json.loads([c for c in at.get("vega_lite_chart") if "density" in c.proto.spec][0].proto.spec)
+    params = spec.get("params", []) + [p for layer in spec["layer"] for p in layer.get("params", [])]
+    assert any(p.get("name") == figures.PICK and p["select"]["on"] == "click" for p in params)
+    assert "green star" in " ".join(texts(at.markdown))
+    at.button(key="apply_suggestion").click().run()
+    assert_clean(at)
+    suggested = at.session_state["run_settings"][run_id]["threshold"]
+    assert at.slider(key=f"widget:threshold:{run_id}").value == pytest.approx(suggested)
+    assert f"{suggested:.4g}" in " ".join(texts(at.markdown))
+    # a click on the curve arrives as the chart's selection state
+    assert figures.picked_threshold({"selection": {figures.PICK: [{"threshold": 0.42}]}}) == 0.42
+    assert figures.picked_threshold({"selection": {figures.PICK: []}}) is None
+
+
+def test_downloads_are_the_export_and_the_curve(store, tmp_path):
+    from dashboard import backend, cache
+    run = backend.load_run(store["mnist"])
+    data = backend.export_zip(run, 0.5)
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        archive.extractall(tmp_path / "pruned")
+    exported = backend.load_exported(tmp_path / "pruned")
+    import torch
+    x = torch.as_tensor(run.dataset().x_test[:50])
+    direct = backend.predict(run, run.dataset().x_test[:50], "prune", 1, 0.5, weights="mean").probs
+    assert np.asarray(exported.predict(x)) == pytest.approx(np.asarray(direct), abs=1e-5)
+    assert exported.meta["threshold"] == 0.5
+    curve = backend.sweep(run)
+    text = backend.curve_csv(curve.thresholds, curve.density, curve.values, curve.metric)
+    import pandas as pd
+    frame = pd.read_csv(io.StringIO(text))
+    assert list(frame.columns) == ["threshold", "density", "accuracy"]
+    assert frame["density"].to_numpy() == pytest.approx(curve.density, rel=1e-5)
+    at = open_app(store["mnist"])
+    at.switch_page("views/pruning.py").run()
+    labels = [b.label for b in at.get("download_button")]
+    assert any("curve" in label for label in labels) and any("pruned model" in label for label in labels)
+
+
+# --- build item 7: shareable views ------------------------------------------------------------------------------
+
+def test_a_copied_link_reproduces_the_view(store):
+    run_id = store["mnist"]
+    at = open_app(run_id)
+    at.switch_page("views/uncertainty.py").run()
+    at.selectbox(key=f"widget:mode:{run_id}").set_value("prune").run()
+    at.slider(key=f"widget:threshold:{run_id}").set_value(0.7).run()
+    at.slider(key=f"widget:samples:{run_id}").set_value(4).run()
+    at.multiselect(key="ood_sets").set_value(["uniform-noise"]).run()
+    assert_clean(at)
+    link = {k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+    assert link["run"] == run_id and link["mode"] == "prune" and link["R"] == "4"
+    assert float(link["threshold"]) == pytest.approx(0.7) and link["ood"] == "uniform-noise"
+
+    # a new browser opens the link: nothing in its session, everything from the address
+    fresh = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    for key, value in link.items():
+        fresh.query_params[key] = value
+    fresh.run()
+    fresh.switch_page("views/uncertainty.py").run()
+    assert_clean(fresh)
+    assert fresh.session_state["selected_run_id"] == run_id
+    assert fresh.selectbox(key=f"widget:mode:{run_id}").value == "prune"
+    assert fresh.slider(key=f"widget:threshold:{run_id}").value == pytest.approx(0.7)
+    assert fresh.slider(key=f"widget:samples:{run_id}").value == 4
+    assert fresh.multiselect(key="ood_sets").value == ["uniform-noise"]
+
+
+def test_a_link_with_a_page_opens_that_page(store):
+    at = open_app(params={"run": store["moons"], "page": "pruning"})
+    assert_clean(at)
+    assert any("Pruning" in h.value for h in at.header)
+
+
+# --- build item 8: explain --------------------------------------------------------------------------------------
+
+def test_every_page_opens_with_its_explanation_and_the_glossary_names_the_modes(store):
+    from dashboard import explain
+    at = open_app(store["moons"])
+    for page, key in (("views/train.py", "train"), ("views/inclusion.py", "inclusion"),
+                      ("views/pruning.py", "pruning"), ("views/uncertainty.py", "uncertainty")):
+        at.switch_page(page).run()
+        assert_clean(at)
+        assert explain.PAGE_INTROS[key] in texts(at.markdown), page
+    at.switch_page("views/glossary.py").run()
+    assert_clean(at)
+    body = " ".join(texts(at.markdown))
+    for name in ("SIM-SIM", "ALL-MEA", "MED-SIM", "MED-MEA", "PRN", "doubt@0.95", "AUROC"):
+        assert f"**{name}" in body, name
+    # the modes' help on every page uses the glossary's names
+    from dashboard import backend
+    for mode, help_text in backend.MODE_HELP.items():
+        assert help_text.split(":")[0] in body
