@@ -234,6 +234,12 @@ def ood_entropy(run_id: str, name: str, mode: str, samples: int, threshold: floa
     return backend.predictive_entropy(backend.predict(run, x, mode, samples, threshold, seed, weights).probs)
 
 
+def prior_of_statistic(run_id: str) -> dict[str, Any] | None:
+    """What the run's prior says about its statistic (None when nothing)."""
+    config = cached_run(run_id).config
+    return backend.prior_of_statistic(config.method, dict(config.family_options or {}))
+
+
 def prediction_arrays(prediction: Any) -> dict[str, np.ndarray]:
     """The array fields of a Prediction (cache_data stores these, not the object)."""
     arrays = {}
@@ -318,7 +324,8 @@ def inclusion_charts(run_id: str, threshold: float, log_counts: bool, masked_wei
     input_shape = tuple(cached_run(run_id).dataset().input_shape)
     return {
         "histogram": figures.statistic_histogram(stats, threshold, spec.name, log_counts=log_counts, labels=labels,
-                                                 value_range=(spec.low, spec.high)).to_dict(),
+                                                 value_range=(spec.low, spec.high),
+                                                 prior=prior_of_statistic(run_id)).to_dict(),
         "masks": [chart.to_dict() for chart in heatmaps],
         "pixels": (figures.kept_per_input_image(layer_masks[0], input_shape).to_dict()
                    if len(input_shape) == 2 else None),

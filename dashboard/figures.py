@@ -68,7 +68,8 @@ def histogram_frame(statistics: Sequence[np.ndarray], bins: int = 40,
 
 def statistic_histogram(statistics: Sequence[np.ndarray], threshold: float | None, statistic_name: str,
                         bins: int = 40, log_counts: bool = True, labels: Sequence[str] | None = None,
-                        value_range: tuple[float, float] | None = None) -> alt.ConcatChart:
+                        value_range: tuple[float, float] | None = None,
+                        prior: Mapping[str, Any] | None = None) -> alt.ConcatChart:
     """One histogram per layer of the family's native statistic, threshold as a red rule.
 
     value_range: the x range (e.g. [0, 1] for inclusion probabilities); default: the data and threshold.
@@ -89,6 +90,8 @@ def statistic_histogram(statistics: Sequence[np.ndarray], threshold: float | Non
         if threshold is not None and np.isfinite(threshold):
             layers.append(threshold_rule(threshold))
         charts.append(alt.layer(*layers).properties(title=str(label), width=CHART_WIDTH, height=180))
+    if prior is not None:  # the prior of the statistic beside the posterior's histograms
+        charts.append(prior_chart(prior, statistic_name, width=CHART_WIDTH, value_range=value_range))
     # At most HISTOGRAMS_PER_ROW side by side: three 320-px charts overflow a 1400-px window's main area.
     return alt.concat(*charts, columns=HISTOGRAMS_PER_ROW)
 
@@ -386,8 +389,10 @@ def class_probability_bars(probs_per_draw: np.ndarray, class_names: Sequence[str
     # Every layer on the same fixed [0, 1] scale (no "nice" padding): the doubt line sits below
     # the 1.0 gridline and bars start at 0.
     y_scale = alt.Scale(domain=[0, 1], nice=False, zero=True, clamp=True)
+    # labelFlush off: Streamlit's theme pulls the end labels inwards, which drew "1.0" below the 0.95 line.
+    y_axis = alt.Axis(labelFlush=False, grid=True, values=[0, 0.25, 0.5, 0.75, 1.0], format=".2f")
     bars = alt.Chart(mean).mark_bar(opacity=0.5).encode(
-        x=x, y=alt.Y("probability:Q", scale=y_scale, title="p(class)"),
+        x=x, y=alt.Y("probability:Q", scale=y_scale, title="p(class)", axis=y_axis),
         tooltip=["class:N", alt.Tooltip("probability:Q", format=".3f")])
     ticks = alt.Chart(frame).mark_tick(color="black", thickness=1, opacity=0.6).encode(
         x=x, y=alt.Y("probability:Q", scale=y_scale))
@@ -423,7 +428,7 @@ def entropy_ecdf(samples: Mapping[str, np.ndarray], max_entropy: float | None = 
     frame = _thin_ecdf(ecdf_frame(samples), max_points)
     x_scale = alt.Scale(domain=[0, max_entropy], nice=False) if max_entropy else alt.Scale(nice=False)
     return alt.Chart(frame).mark_line(interpolate="step-after").encode(
-        x=alt.X("entropy:Q", title="predictive entropy (nats)", scale=x_scale),
+        x=alt.X("entropy:Q", title="predictive entropy (nats)", scale=x_scale, axis=alt.Axis(labelFlush=False)),
         y=alt.Y("ecdf:Q", title="fraction of inputs with entropy <= x", scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("set:N", title="test set"),
         tooltip=["set:N", alt.Tooltip("entropy:Q", format=".3f"), alt.Tooltip("ecdf:Q", format=".3f")],
@@ -507,7 +512,7 @@ def surface_frame(xs: np.ndarray, ys: np.ndarray, arrays: Mapping[str, np.ndarra
 
 def decision_surface(xs: np.ndarray, ys: np.ndarray, arrays: Mapping[str, np.ndarray], x_train: np.ndarray,
                      y_train: np.ndarray, class_names: Sequence[str] | None = None, samples: int = 1,
-                     size: int = 260) -> alt.HConcatChart:
+                     size: int = 210) -> alt.HConcatChart:
     """Predicted class (faded by confidence), predictive entropy and the R draws' spread over the
     input plane, each with the training points."""
     frame = surface_frame(xs, ys, arrays, class_names)
@@ -546,7 +551,8 @@ def decision_surface(xs: np.ndarray, ys: np.ndarray, arrays: Mapping[str, np.nda
 
 # --- the prior beside the posterior -------------------------------------------------------------------
 
-def prior_chart(prior: Mapping[str, Any], statistic_name: str, width: int = 260) -> alt.Chart:
+def prior_chart(prior: Mapping[str, Any], statistic_name: str, width: int = 260,
+                value_range: tuple[float, float] = (0.0, 1.0)) -> alt.Chart:
     """The prior of the statistic: a density curve, or a rule at the prior's single value."""
     if prior["kind"] == "density":
         frame = pd.DataFrame({statistic_name: np.asarray(prior["x"], dtype=np.float64),
@@ -554,10 +560,11 @@ def prior_chart(prior: Mapping[str, Any], statistic_name: str, width: int = 260)
         cap = float(np.quantile(frame["density"], 0.98)) * 1.2 or 1.0
         frame["density"] = frame["density"].clip(upper=cap)  # Beta densities with a < 1 diverge at the ends
         chart = alt.Chart(frame).mark_area(color="#009E73", opacity=0.4, line={"color": "#009E73"}).encode(
-            x=alt.X(f"{statistic_name}:Q", scale=alt.Scale(domain=[0, 1], nice=False)),
+            x=alt.X(f"{statistic_name}:Q", scale=alt.Scale(domain=list(value_range), nice=False)),
             y=alt.Y("density:Q", title="prior density"))
     else:
         frame = pd.DataFrame({statistic_name: [float(prior["value"])], "label": [prior["label"]]})
         chart = alt.Chart(frame).mark_rule(color="#009E73", size=3).encode(
-            x=alt.X(f"{statistic_name}:Q", scale=alt.Scale(domain=[0, 1], nice=False)), tooltip=["label:N"])
+            x=alt.X(f"{statistic_name}:Q", scale=alt.Scale(domain=list(value_range), nice=False)),
+            tooltip=["label:N"])
     return chart.properties(title={"text": "prior", "subtitle": str(prior["label"])}, width=width, height=180)

@@ -46,6 +46,7 @@ def test_class_probability_layers_share_one_unpadded_unit_scale():
     assert len(y_encodings) == 3
     for y in y_encodings:
         assert y["scale"]["domain"] == [0, 1] and y["scale"]["nice"] is False
+    assert y_encodings[0]["axis"]["labelFlush"] is False  # end labels where their values are
     (rule,) = [layer for layer in spec["layer"] if layer["mark"]["type"] == "rule"]
     assert spec["datasets"][rule["data"]["name"]] == [{"probability": 0.95}]
 
@@ -56,6 +57,7 @@ def test_ecdf_starts_at_zero_entropy_with_zero_mass():
     assert list(frame["ecdf"]) == pytest.approx([0, 1 / 3, 2 / 3, 1])
     spec = figures.entropy_ecdf({"a": np.array([0.3, 0.1])}, max_entropy=math.log(10)).to_dict()
     assert spec["encoding"]["x"]["scale"]["nice"] is False
+    assert spec["encoding"]["x"]["axis"]["labelFlush"] is False  # the 0 label sits where the curves start
 
 
 def test_threshold_range_covers_the_family_default_above_the_data():

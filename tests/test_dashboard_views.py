@@ -358,11 +358,13 @@ def test_inclusion_page_draws_the_prior_beside_the_posterior(store):
     at.switch_page("views/inclusion.py").run()
     assert_clean(at)
     charts = [c for kind in ("arrow_vega_lite_chart", "vega_lite_chart") for c in at.get(kind)]
-    priors = [c for c in charts if '"prior"' in c.proto.spec]
-    assert len(priors) == 1
-    spec = json.loads(priors[0].proto.spec)
-    assert spec["mark"]["type"] == "rule"
-    (row,) = chart_rows(priors[0], spec["data"]["name"])
+    (histograms,) = [c for c in charts if '"prior"' in c.proto.spec]
+    spec = json.loads(histograms.proto.spec)
+    panels = spec["concat"]
+    assert len(panels) == 3  # the two layers' histograms, then the prior beside them
+    prior = panels[-1]
+    assert prior["title"]["text"] == "prior" and prior["mark"]["type"] == "rule"
+    (row,) = chart_rows(histograms, prior["data"]["name"])
     assert row["inclusion_probability"] == pytest.approx(np.exp(-2.0))  # the default psi
     at.switch_page("views/inclusion.py")
     bnn = open_app(store["moons_bnn"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import backend, cache, explain, figures, state
+from dashboard import cache, explain, figures, state
 from dashboard.ui import guard
 
 run = state.run_page("Inclusion statistics and masks")
@@ -19,15 +19,11 @@ with guard("Computing the statistics"):
 
     log_counts = st.toggle("log-scale counts", value=True, key="hist_log")
     # Placeholder until the mask view is chosen below; the charts come built from the cache.
-    prior = backend.prior_of_statistic(run.config.method, dict(run.config.family_options or {}))
-    if prior is not None:
-        posterior_column, prior_column = st.columns([3, 1])
-        histogram = posterior_column.empty()
-        prior_column.vega_lite_chart(figures.prior_chart(prior, spec.name).to_dict())
-        prior_column.caption("What the prior believed about the inclusion probability before any data: compare "
-                             "it with the posterior's histograms on the left.")
+    histogram = st.empty()
+    if cache.prior_of_statistic(run_id) is not None:
+        st.caption("Green, beside the histograms: what the prior believed about the inclusion probability before "
+                   "any data. Compare it with where the posterior put the weights.")
     else:
-        histogram = st.empty()
         st.caption(f"The {run.config.method} prior says nothing directly about its statistic ({spec.name}); "
                    "only the posterior is drawn.")
 
