@@ -136,3 +136,34 @@ KNOWN_CHOICES = {
     "variational_family": ["factorised", "structured"],
     "prior": ["regularised-horseshoe", "horseshoe"],
 }
+
+
+# Options that matter only for some values of another option: shown only then (the controlling
+# option's widget comes first).
+BETA_PRIORS = ("beta-bernoulli", "beta-binomial")
+RELEVANT_WHEN: dict[str, tuple[str, tuple[str, ...]]] = {
+    "slab_variance": ("slab", ("gaussian",)),
+    "slab_a": ("slab", ("student-t",)),
+    "slab_b": ("slab", ("student-t",)),
+    "prior_inclusion": ("inclusion_prior", ("bernoulli",)),
+    "beta_a": ("inclusion_prior", BETA_PRIORS),
+    "beta_b": ("inclusion_prior", BETA_PRIORS),
+    "slab_shape": ("prior", ("regularised-horseshoe",)),
+    "slab_scale": ("prior", ("regularised-horseshoe",)),
+}
+CONTROLLING = {controller for controller, _ in RELEVANT_WHEN.values()}
+
+
+def ordered(names: list[str]) -> list[str]:
+    """Controlling options first, then the rest in their dataclass order."""
+    return [n for n in names if n in CONTROLLING] + [n for n in names if n not in CONTROLLING]
+
+
+def relevant(name: str, chosen: dict[str, Any], defaults: dict[str, Any]) -> bool:
+    """Whether option `name` matters given the options chosen so far."""
+    if name not in RELEVANT_WHEN:
+        return True
+    controller, values = RELEVANT_WHEN[name]
+    if controller not in defaults:  # a family without that switch (lfmvn's psi is always used)
+        return True
+    return str(chosen.get(controller, defaults[controller])) in values

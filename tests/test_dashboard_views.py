@@ -333,10 +333,20 @@ def test_prior_widgets_have_ranges_help_and_fold_advanced_options(tmp_path, monk
     assert advanced and advanced[0].number_input(key="train_opt_lbbnn_init_sigma")
     assert not [n for n in at.main.number_input if n.key == "train_opt_lbbnn_init_sigma"
                 and n not in advanced[0].number_input]
+    keys = {n.key for n in at.number_input}
+    # options shown only where they matter: Beta a, b for the beta priors, Student-t a, b for that slab
+    assert "train_opt_lbbnn_beta_a" not in keys and "train_opt_lbbnn_slab_a" not in keys
+    assert "train_opt_lbbnn_slab_variance" in keys
+    at.selectbox(key="train_opt_lbbnn_inclusion_prior").set_value("beta-bernoulli").run()
+    keys = {n.key for n in at.number_input}
+    assert "train_opt_lbbnn_beta_a" in keys and "train_opt_lbbnn_prior_inclusion" not in keys
+    assert at.checkbox(key="train_empirical_bayes").value is False
     at.number_input(key="train_opt_lbbnn_beta_a").set_value(-1.0).run()
     assert any("Beta a" in e and "-1" in e for e in texts(at.error)) and at.button(key="train_button").disabled
     at.number_input(key="train_opt_lbbnn_beta_a").set_value(2.0).run()
     assert not at.error
+    at.checkbox(key="train_empirical_bayes").check().run()
+    assert not at.error and not at.button(key="train_button").disabled
     at.selectbox(key="train_method").set_value("horseshoe").run()
     assert at.number_input(key="train_opt_horseshoe_global_scale").value == pytest.approx(1e-5)
 

@@ -92,14 +92,23 @@ def family_option_widgets(method: str, errors: FormErrors) -> dict[str, Any]:
     that differ from the family's defaults. Advanced options are folded away."""
     defaults = method_options()[method]
     annotations = method_option_types()[method]
-    main = [n for n in defaults if not priors.widget_for(n).advanced]
+    main = priors.ordered([n for n in defaults if not priors.widget_for(n).advanced])
     advanced = [n for n in defaults if priors.widget_for(n).advanced]
     chosen: dict[str, Any] = {}
     st.markdown(f"**Prior and family options ({method})**")
     columns = st.columns(3)
-    for index, name in enumerate(main):
-        with columns[index % 3]:
+    shown = 0
+    for name in main:
+        if not priors.relevant(name, chosen, defaults):  # e.g. Beta a, b only for the beta priors
+            continue
+        with columns[shown % 3]:
             chosen[name] = option_widget(method, name, defaults[name], annotations.get(name, ""), errors)
+        shown += 1
+    if str(chosen.get("inclusion_prior")) in priors.BETA_PRIORS:
+        st.checkbox("Empirical Bayes: learn the Beta prior's a and b from the data", value=False,
+                    key="train_empirical_bayes",
+                    help="on: a_psi and b_psi are fitted (type-II maximum likelihood) during training; "
+                         "off: they stay as set above")
     if advanced:
         with st.expander("Advanced options (initialisation, estimator)"):
             columns = st.columns(3)
@@ -186,16 +195,14 @@ def config_form() -> dict[str, Any] | None:
     errors.check(0.001 <= float(kl_weight) <= 1.0, f"KL weight: must lie between 0.001 and 1, got {kl_weight:g}")
     seed = parse_seed(errors, seed_text)
     family_options = family_option_widgets(method, errors)
-    with st.expander("Learning rates and empirical Bayes"):
+    empirical_bayes = bool(st.session_state.get("train_empirical_bayes")) and \
+        str(family_options.get("inclusion_prior")) in priors.BETA_PRIORS
+    with st.expander("Learning rates"):
         rate_columns = st.columns(3)
         default_rates = backend.default_learning_rates()
         rates_text = {group: column.text_input(f"Learning rate: {group}", f"{default_rates[group]:g}",
                                                key=f"train_lr_{group}")
                       for column, group in zip(rate_columns, ("weights", "scales", "inclusion"))}
-        empirical_bayes = st.checkbox("Empirical Bayes (learn the Beta prior's a and b)", value=False,
-                                      key="train_empirical_bayes",
-                                      help="with inclusion_prior beta-bernoulli: a_psi and b_psi are fitted "
-                                           "to the data instead of fixed")
     noise_options = noise_model_controls(errors) if info["task"] == "regression" else {}
     params_text = ""
     if info["task"] == "regression" or dataset.startswith(("toy-", "two-")):
