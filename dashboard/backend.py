@@ -585,3 +585,15 @@ def device_problem(device: str) -> str | None:
     except ConfigError as exc:
         return device_message(str(exc))
     return None
+
+
+def setting_key(config_fields: dict[str, Any]) -> str:
+    """Runs that differ only by their training seed share this key (the Compare page's medians)."""
+    import json
+    fields = {k: v for k, v in (config_fields or {}).items() if k not in ("seed", "device")}
+    return json.dumps(fields, sort_keys=True, default=str)
+
+
+# The seed-000 table: (column, mode, R) for the Compare page.
+COMPARE_MODES = (("SIM-SIM R=1", "bma", 1), ("SIM-SIM R=10", "bma", 10), ("MED-SIM R=1", "mpm", 1),
+                 ("MED-SIM R=10", "mpm", 10), ("MED-MEA", "mpm-mean", 1), ("ALL-MEA", "mean", 1))

@@ -26,6 +26,11 @@ PAGE_INTROS = {
         "classification the bars show each class's probability, averaged over R sampled networks (the ticks are "
         "the single draws). Inputs unlike the training data (out of distribution) should get a higher entropy: "
         "their curve lies to the right, and an AUROC near 1 means they are told apart."),
+    "compare": (
+        "Put several runs of one data set side by side. The first chart asks which method keeps its accuracy "
+        "when pruned hardest; the second whether it knows what it does not know (out-of-distribution inputs "
+        "should get higher entropy); the table gives every prediction mode's score, as in the paper's tables. "
+        "Each family keeps its colour on every chart."),
     "glossary": "The names the papers (and this app's prediction modes) use, in one place.",
 }
 

@@ -568,3 +568,81 @@ def prior_chart(prior: Mapping[str, Any], statistic_name: str, width: int = 260,
             x=alt.X(f"{statistic_name}:Q", scale=alt.Scale(domain=list(value_range), nice=False)),
             tooltip=["label:N"])
     return chart.properties(title={"text": "prior", "subtitle": str(prior["label"])}, width=width, height=180)
+
+
+# --- comparing runs (the Compare page) -----------------------------------------------------------------
+
+def family_colour_scale(labels: Sequence[str], families: Sequence[str]) -> alt.Scale:
+    """Each run's line in its family's fixed colour (runs of one family differ by dash)."""
+    return alt.Scale(domain=list(labels), range=[FAMILY_COLOURS.get(f, "#666666") for f in families])
+
+
+def compare_curves(curves: Sequence[Mapping[str, Any]], metric: str) -> alt.LayerChart:
+    """Metric vs density for several runs on one chart; each curve dict has label, family,
+    density, values (and thresholds)."""
+    frames = [pd.DataFrame({"run": c["label"], "family": c["family"],
+                            "density": np.asarray(c["density"], dtype=np.float64),
+                            "value": np.asarray(c["values"], dtype=np.float64),
+                            "threshold": np.asarray(c["thresholds"], dtype=np.float64)}) for c in curves]
+    frame = pd.concat(frames, ignore_index=True).sort_values(["run", "density"], kind="stable")
+    labels = [c["label"] for c in curves]
+    colour = alt.Color("run:N", title="run", scale=family_colour_scale(labels, [c["family"] for c in curves]),
+                       legend=alt.Legend(orient="bottom", columns=1, labelLimit=600))
+    scale = alt.Scale(type="log") if (frame["density"] > 0).all() else alt.Scale()
+    base = alt.Chart(frame).encode(
+        x=alt.X("density:Q", title="density (fraction of weights kept)", scale=scale),
+        y=alt.Y("value:Q", title=metric, scale=alt.Scale(zero=False)),
+        color=colour, strokeDash=alt.StrokeDash("run:N", legend=None),
+        tooltip=["run:N", alt.Tooltip("threshold:Q", format=".4g"), alt.Tooltip("density:Q", format=".4f"),
+                 alt.Tooltip("value:Q", format=".4f")])
+    return alt.layer(base.mark_line(), base.mark_circle(size=25)).properties(
+        title=f"{metric} vs density, each family pruned on its own statistic (mean weights)", width=620, height=320)
+
+
+def compare_ecdf(entropies: Sequence[Mapping[str, Any]], max_entropy: float | None = None) -> alt.Chart:
+    """Entropy ECDFs of several runs: colour = run (family colour), solid = in-domain, dashed = OOD."""
+    frames = []
+    for item in entropies:
+        part = ecdf_frame({item["set"]: item["values"]})
+        part["run"] = item["label"]
+        part["domain"] = item["domain"]
+        frames.append(_thin_ecdf(part, 400))
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        {"set": [], "entropy": [], "ecdf": [], "run": [], "domain": []})
+    labels = list(dict.fromkeys(item["label"] for item in entropies))
+    families = [next(i["family"] for i in entropies if i["label"] == label) for label in labels]
+    x_scale = alt.Scale(domain=[0, max_entropy], nice=False) if max_entropy else alt.Scale(nice=False)
+    return alt.Chart(frame).mark_line(interpolate="step-after").encode(
+        x=alt.X("entropy:Q", title="predictive entropy (nats)", scale=x_scale, axis=alt.Axis(labelFlush=False)),
+        y=alt.Y("ecdf:Q", title="fraction of inputs with entropy <= x", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("run:N", scale=family_colour_scale(labels, families),
+                        legend=alt.Legend(orient="bottom", columns=1, labelLimit=600)),
+        strokeDash=alt.StrokeDash("domain:N", title="inputs",
+                                  scale=alt.Scale(domain=["in-domain", "out-of-domain"], range=[[1, 0], [5, 3]])),
+        detail="set:N",
+        tooltip=["run:N", "set:N", alt.Tooltip("entropy:Q", format=".3f"), alt.Tooltip("ecdf:Q", format=".3f")],
+    ).properties(title="entropy ECDFs: solid in-domain, dashed out-of-domain", width=620, height=320)
+
+
+def summary_over_seeds(records: Sequence[Mapping[str, Any]], group: str = "setting",
+                       columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per setting (runs that differ only by seed): 'median (min, max)' of each numeric
+    column over its seeds, the plain value where there is one seed, and the number of seeds."""
+    frame = pd.DataFrame(list(records))
+    if frame.empty:
+        return frame
+    columns = list(columns) if columns is not None else [c for c in frame.columns
+                                                         if c != group and pd.api.types.is_numeric_dtype(frame[c])]
+    rows = []
+    for setting, part in frame.groupby(group, sort=False):
+        row: dict[str, Any] = {group: setting, "seeds": len(part)}
+        for column in columns:
+            values = pd.to_numeric(part[column], errors="coerce").dropna()
+            if values.empty:
+                row[column] = ""
+            elif len(values) == 1:
+                row[column] = f"{values.iloc[0]:.4g}"
+            else:
+                row[column] = f"{values.median():.4g} ({values.min():.4g}, {values.max():.4g})"
+        rows.append(row)
+    return pd.DataFrame(rows)

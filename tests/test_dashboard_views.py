@@ -495,3 +495,46 @@ def test_every_page_opens_with_its_explanation_and_the_glossary_names_the_modes(
     from dashboard import backend
     for mode, help_text in backend.MODE_HELP.items():
         assert help_text.split(":")[0] in body
+
+
+# --- build item 1: compare runs ------------------------------------------------------------------------------
+
+def test_summary_over_seeds_gives_median_min_max():
+    from dashboard import figures
+    records = [{"setting": "a", "acc": 0.9}, {"setting": "a", "acc": 0.8}, {"setting": "a", "acc": 0.95},
+               {"setting": "b", "acc": 0.7}]
+    table = figures.summary_over_seeds(records).set_index("setting")
+    assert table.loc["a", "acc"] == "0.9 (0.8, 0.95)" and table.loc["a", "seeds"] == 3
+    assert table.loc["b", "acc"] == "0.7" and table.loc["b", "seeds"] == 1
+
+
+def test_family_colours_are_fixed_and_distinct():
+    from dashboard import figures
+    colours = list(figures.FAMILY_COLOURS.values())
+    assert len(set(colours)) == len(colours)
+    scale = figures.family_colour_scale(["x", "y"], ["bnn", "lbbnn"]).to_dict()
+    assert scale["range"] == [figures.FAMILY_COLOURS["bnn"], figures.FAMILY_COLOURS["lbbnn"]]
+
+
+def test_compare_page_overlays_runs_and_tables_modes_over_seeds(store):
+    from dashboard import figures
+    at = open_app(store["moons"])
+    at.switch_page("views/compare.py").run()
+    assert_clean(at)
+    at.selectbox(key="compare_dataset").set_value("two-moons").run()
+    at.multiselect(key="compare_runs").set_value([store["moons"], store["moons_seed1"], store["moons_bnn"]]).run()
+    assert_clean(at)
+    specs = chart_specs(at)
+    (curves,) = [s for s in specs if "each family pruned" in json.dumps(s.get("title", ""))]
+    colour = curves["layer"][0]["encoding"]["color"]["scale"] if "encoding" in curves["layer"][0] else \
+        curves["encoding"]["color"]["scale"]
+    assert colour["range"].count(figures.FAMILY_COLOURS["lbbnn"]) == 2
+    assert colour["range"].count(figures.FAMILY_COLOURS["bnn"]) == 1
+    assert any("entropy ECDFs" in json.dumps(s.get("title", "")) for s in specs)
+    tables = [getattr(d.value, "data", d.value) for d in at.dataframe]
+    (aurocs,) = [t for t in tables if any(str(c).startswith("AUROC") for c in t.columns)]
+    assert len(aurocs) == 3 and aurocs.iloc[:, 1].between(0, 1).all()
+    (modes,) = [t for t in tables if "SIM-SIM R=10" in t.columns]
+    assert sorted(modes["seeds"]) == [1, 2]
+    lbbnn = modes[modes["seeds"] == 2].iloc[0]
+    assert "(" in lbbnn["SIM-SIM R=10"] and lbbnn["runs"].startswith("lbbnn [8] on two-moons")
