@@ -20,6 +20,9 @@ DOUBT_LEVEL = 0.95
 MAX_HEATMAP_CELLS = 64  # blocks per side of a drawn weight matrix
 CHART_WIDTH = 320
 HISTOGRAMS_PER_ROW = 2
+# Charts with a legend below keep their own size: Streamlit's default "fit" autosize squeezed the plot
+# to make room for the legend (a 28x28 image drawn 240 x 90 px).
+FIXED_SIZE = {"type": "pad", "contains": "padding"}
 # End labels of a colour gradient stay inside the chart when the legend sits below it.
 GRADIENT_LEGEND = {"orient": "bottom", "direction": "horizontal", "gradientLength": 200, "labelOverlap": False}
 
@@ -148,7 +151,7 @@ def mask_heatmap(mask: np.ndarray, title: str, max_cells: int = MAX_HEATMAP_CELL
         color=alt.Color("mean:Q", title=colour_title, scale=alt.Scale(domain=[0, 1], scheme="greys"),
                         legend=alt.Legend(**GRADIENT_LEGEND)),
         tooltip=["row_start:Q", "col_start:Q", alt.Tooltip("total:Q", title="kept"), "size:Q"],
-    ).properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6)
+    ).properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6, autosize=FIXED_SIZE)
 
 
 def weight_heatmap(weights: np.ndarray, title: str, max_cells: int = MAX_HEATMAP_CELLS) -> alt.Chart:
@@ -161,7 +164,7 @@ def weight_heatmap(weights: np.ndarray, title: str, max_cells: int = MAX_HEATMAP
         color=alt.Color("mean:Q", title="weight", scale=alt.Scale(scheme="redblue", domain=[-bound, bound]),
                         legend=alt.Legend(**GRADIENT_LEGEND)),
         tooltip=["row_start:Q", "col_start:Q", alt.Tooltip("mean:Q", format=".3f")],
-    ).properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6)
+    ).properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6, autosize=FIXED_SIZE)
 
 
 def kept_per_input_frame(first_layer_mask: np.ndarray, input_shape: Sequence[int]) -> pd.DataFrame:
@@ -191,7 +194,8 @@ def kept_per_input_image(first_layer_mask: np.ndarray, input_shape: Sequence[int
         color=alt.Color("kept:Q", title="kept weights", scale=alt.Scale(scheme="viridis"),
                         legend=alt.Legend(**GRADIENT_LEGEND)),
         tooltip=["row:Q", "col:Q", "kept:Q"],
-    ).properties(title="kept weights per input pixel", width=cell * width, height=cell * height)
+    ).properties(title="kept weights per input pixel", width=cell * width, height=cell * height,
+                 autosize=FIXED_SIZE)
 
 
 def density_frame(masks: Sequence[np.ndarray]) -> pd.DataFrame:
@@ -546,7 +550,8 @@ def decision_surface(xs: np.ndarray, ys: np.ndarray, arrays: Mapping[str, np.nda
     spread = cells(alt.Color("spread:Q", title="sd over draws", scale=alt.Scale(scheme="magma", reverse=True),
                              legend=alt.Legend(**GRADIENT_LEGEND)),
                    f"spread of the {samples} draws" if samples > 1 else "spread (one draw: none)")
-    return alt.hconcat(predicted, entropy, spread).resolve_scale(color="independent", opacity="independent")
+    return alt.hconcat(predicted, entropy, spread).resolve_scale(
+        color="independent", opacity="independent").properties(autosize=FIXED_SIZE)
 
 
 # --- the prior beside the posterior -------------------------------------------------------------------
@@ -596,7 +601,8 @@ def compare_curves(curves: Sequence[Mapping[str, Any]], metric: str) -> alt.Laye
         tooltip=["run:N", alt.Tooltip("threshold:Q", format=".4g"), alt.Tooltip("density:Q", format=".4f"),
                  alt.Tooltip("value:Q", format=".4f")])
     return alt.layer(base.mark_line(), base.mark_circle(size=25)).properties(
-        title=f"{metric} vs density, each family pruned on its own statistic (mean weights)", width=620, height=320)
+        title=f"{metric} vs density, each family pruned on its own statistic (mean weights)", width=620, height=320,
+        autosize=FIXED_SIZE)
 
 
 def compare_ecdf(entropies: Sequence[Mapping[str, Any]], max_entropy: float | None = None) -> alt.Chart:
@@ -621,7 +627,8 @@ def compare_ecdf(entropies: Sequence[Mapping[str, Any]], max_entropy: float | No
                                   scale=alt.Scale(domain=["in-domain", "out-of-domain"], range=[[1, 0], [5, 3]])),
         detail="set:N",
         tooltip=["run:N", "set:N", alt.Tooltip("entropy:Q", format=".3f"), alt.Tooltip("ecdf:Q", format=".3f")],
-    ).properties(title="entropy ECDFs: solid in-domain, dashed out-of-domain", width=620, height=320)
+    ).properties(title="entropy ECDFs: solid in-domain, dashed out-of-domain", width=620, height=320,
+                 autosize=FIXED_SIZE)
 
 
 def summary_over_seeds(records: Sequence[Mapping[str, Any]], group: str = "setting",

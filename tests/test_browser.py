@@ -224,7 +224,7 @@ def test_screenshots_of_every_page(server, browser, tmp_path):
     for path, heading, charts in (("", "Train a sparse Bayesian network", 0),
                                   ("inclusion", "Inclusion statistics and masks", 3),
                                   ("pruning", "Pruning", 1), ("uncertainty", "Uncertainty", 4),
-                                  ("glossary", "Glossary", 0)):
+                                  ("compare", "Compare runs", 2), ("glossary", "Glossary", 0)):
         page.goto(f"{url}/{path}")
         page.get_by_role("heading", name=heading, exact=True).wait_for(timeout=RENDER_TIMEOUT)
         if charts:

@@ -33,6 +33,7 @@ def test_colour_legends_sit_below_their_heatmaps():
 def test_pixel_map_is_square_for_a_square_image():
     spec = figures.kept_per_input_image(np.ones((3, 28 * 28 + 1)), (28, 28)).to_dict()
     assert spec["width"] == spec["height"]
+    assert spec["autosize"]["type"] == "pad"  # Streamlit's "fit" would squeeze it to make room for the legend
     x, y = spec["encoding"]["x"]["scale"]["domain"], spec["encoding"]["y"]["scale"]["domain"]
     assert x == [0, 28] and y == [0, 28]
     (rows,) = _rows_with(spec, "kept")

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboard import backend, cache, explain, figures
+from dashboard import backend, cache, explain, figures, state
 from dashboard.ui import guard
 
 MAX_RUNS = 8
@@ -21,7 +21,9 @@ if not rows:
     st.stop()
 labels = backend.run_labels(rows)
 datasets = list(dict.fromkeys(r.get("dataset") for r in reversed(rows)))
-dataset_name = st.selectbox("Dataset", datasets, key="compare_dataset")
+current = next((r.get("dataset") for r in rows if r["run_id"] == state.selected_run_id()), datasets[0])
+dataset_name = st.selectbox("Dataset", datasets, index=datasets.index(current), key="compare_dataset",
+                            help="opens on the current run's dataset")
 candidates = [r for r in reversed(rows) if r.get("dataset") == dataset_name]
 ids = [r["run_id"] for r in candidates]
 chosen = st.multiselect("Runs", ids, default=ids[:MAX_RUNS // 2], format_func=labels.get, key="compare_runs",
@@ -33,19 +35,24 @@ if not chosen:
     st.stop()
 by_id = {r["run_id"]: r for r in candidates}
 
+first = None
+with guard(f"Loading {dataset_name}"):
+    first = cache.cached_run(chosen[0]).dataset()
+if first is None:
+    st.stop()
+
 with guard("Comparing pruning curves"):
     curves = []
     for run_id in chosen:
         curve = cache.sweep(run_id)
         curves.append({"label": labels[run_id], "family": by_id[run_id].get("method"), **curve})
     metric = curves[0]["metric"]
-    st.altair_chart(figures.compare_curves(curves, metric))
+    st.altair_chart(figures.compare_curves(curves, metric), width="content")
     st.caption("Each family is pruned on its own statistic (inclusion probability, signal-to-noise, magnitude, ...) "
                "and predicts with the mean weights of what it keeps. Add an `fnn` run of this dataset to see "
                "plain magnitude pruning of a deterministic network at the same densities.")
 
 with guard("Comparing uncertainty"):
-    first = cache.cached_run(chosen[0]).dataset()
     if first.task == "classification":
         choices = backend.ood_set_names(first)
         ood = st.selectbox("OOD set", choices, key="compare_ood") if choices else None
@@ -62,7 +69,7 @@ with guard("Comparing uncertainty"):
                                   "domain": "out-of-domain", "values": outside})
                 aurocs.append({"run": labels[run_id], f"AUROC ({ood})": backend.entropy_auroc(inside, outside)})
         max_entropy = float(np.log(first.n_classes)) if first.n_classes else None
-        st.altair_chart(figures.compare_ecdf(entropies, max_entropy))
+        st.altair_chart(figures.compare_ecdf(entropies, max_entropy), width="content")
         if aurocs:
             st.dataframe(pd.DataFrame(aurocs).style.format({f"AUROC ({ood})": "{:.3f}"}), hide_index=True)
         st.caption("bma with R = 10 draws. A run that tells OOD inputs apart has its dashed curve far right of its "

@@ -150,7 +150,7 @@ def surface_section() -> None:
     arrays = cache.surface(run_id, mode, draws, effective, 0)
     names = list(dataset.class_names) if dataset.class_names else None
     st.altair_chart(figures.decision_surface(arrays["xs"], arrays["ys"], arrays, dataset.x_train, dataset.y_train,
-                                             class_names=names, samples=draws))
+                                             class_names=names, samples=draws), width="content")
     st.caption("Left: the predicted class, faded where the averaged top probability is low. Middle: predictive "
                "entropy of the averaged probabilities. Right: the spread (sd over the R draws) of the winning "
                "class's probability, the part of the uncertainty that comes from the posterior. Dots: training "
