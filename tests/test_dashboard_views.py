@@ -538,3 +538,24 @@ def test_compare_page_overlays_runs_and_tables_modes_over_seeds(store):
     assert sorted(modes["seeds"]) == [1, 2]
     lbbnn = modes[modes["seeds"] == 2].iloc[0]
     assert "(" in lbbnn["SIM-SIM R=10"] and lbbnn["runs"].startswith("lbbnn [8] on two-moons")
+
+
+# --- defects 6 and 11 on the pages ----------------------------------------------------------------------------
+
+def test_doubt_card_count_has_no_arrow(store):
+    at = open_app(store["mnist"])
+    at.switch_page("views/pruning.py").run()
+    (card,) = [m for m in at.metric if m.label == "doubt@0.95 accuracy"]
+    assert "decided" in card.proto.delta
+    assert card.proto.direction == card.proto.NONE  # a count, not a change: no up arrow
+
+
+def test_a_set_that_needs_a_download_offline_disables_train_before_training(tmp_path, monkeypatch):
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("BNN_DATA_DIR", str(tmp_path / "no-data"))
+    at = open_app()
+    at.selectbox(key="train_dataset").set_value("kmnist").run()
+    assert not at.exception
+    assert "kmnist  (unavailable)" in at.selectbox(key="train_dataset").options  # said before choosing it
+    assert any("kmnist is not available" in e and "BNN_OFFLINE" in e for e in texts(at.error)), texts(at.error)
+    assert at.button(key="train_button").disabled
