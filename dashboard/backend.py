@@ -597,3 +597,12 @@ def setting_key(config_fields: dict[str, Any]) -> str:
 # The seed-000 table: (column, mode, R) for the Compare page.
 COMPARE_MODES = (("SIM-SIM R=1", "bma", 1), ("SIM-SIM R=10", "bma", 10), ("MED-SIM R=1", "mpm", 1),
                  ("MED-SIM R=10", "mpm", 10), ("MED-MEA", "mpm-mean", 1), ("ALL-MEA", "mean", 1))
+
+
+def sample_structure(statistics: Sequence[np.ndarray], statistic_name: str, seed: int = 0) -> list[np.ndarray] | None:
+    """One structure drawn from the posterior, gamma ~ Bernoulli(alpha) per weight (seed 002's
+    'sampled structure'); None for families whose statistic is not an inclusion probability."""
+    if "inclusion" not in statistic_name:
+        return None
+    rng = np.random.default_rng(int(seed))
+    return [rng.random(np.shape(s)) < np.asarray(s, dtype=np.float64) for s in statistics]

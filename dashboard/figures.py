@@ -653,3 +653,69 @@ def summary_over_seeds(records: Sequence[Mapping[str, Any]], group: str = "setti
                 row[column] = f"{values.median():.4g} ({values.min():.4g}, {values.max():.4g})"
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+# --- masks as in seed 002 (figures 4-5): receptive fields, two masks side by side or as a difference ----------
+
+def receptive_field_frame(first_layer_weights: np.ndarray, first_layer_mask: np.ndarray, units: Sequence[int],
+                          input_shape: Sequence[int]) -> pd.DataFrame:
+    """The kept incoming weights of chosen first-layer units on the image grid (pruned: 0)."""
+    weights = np.asarray(first_layer_weights, dtype=np.float64)[:, :-1]  # bias column dropped
+    mask = np.asarray(first_layer_mask)[:, :-1]
+    height, width = int(input_shape[0]), int(input_shape[1])
+    if weights.shape[1] != height * width:
+        raise ValueError(f"first layer has {weights.shape[1]} inputs, not {height}x{width}")
+    rows, cols = np.divmod(np.arange(height * width), width)
+    frames = [pd.DataFrame({"unit": f"unit {int(u)}", "row": rows, "col": cols, "row_end": rows + 1,
+                            "col_end": cols + 1, "weight": np.where(mask[int(u)], weights[int(u)], 0.0)})
+              for u in units]
+    return pd.concat(frames, ignore_index=True)
+
+
+def receptive_fields(first_layer_weights: np.ndarray, first_layer_mask: np.ndarray, units: Sequence[int],
+                     input_shape: Sequence[int], side: int = 140) -> alt.FacetChart:
+    """One square 28x28 image per chosen unit: its kept weights, diverging colours centred on 0."""
+    frame = receptive_field_frame(first_layer_weights, first_layer_mask, units, input_shape)
+    height, width = int(input_shape[0]), int(input_shape[1])
+    bound = float(np.abs(frame["weight"]).max()) or 1.0
+    cell = side / max(height, width)
+    return alt.Chart(frame).mark_rect().encode(
+        x=alt.X("col:Q", axis=None, scale=alt.Scale(domain=[0, width], nice=False, zero=False)), x2="col_end:Q",
+        y=alt.Y("row:Q", axis=None, scale=alt.Scale(domain=[0, height], nice=False, zero=False, reverse=True)),
+        y2="row_end:Q",
+        color=alt.Color("weight:Q", scale=alt.Scale(scheme="redblue", domain=[-bound, bound]),
+                        legend=alt.Legend(**GRADIENT_LEGEND)),
+        tooltip=["unit:N", "row:Q", "col:Q", alt.Tooltip("weight:Q", format=".3f")],
+    ).properties(width=cell * width, height=cell * height).facet(
+        facet=alt.Facet("unit:N", title=None, sort=[f"unit {int(u)}" for u in units]), columns=5
+    ).properties(title="receptive fields: kept weights into each unit", autosize=FIXED_SIZE)
+
+
+MASK_STATES = ("kept in both", "only in A", "only in B", "in neither")
+MASK_STATE_COLOURS = ("#000000", "#0072B2", "#E69F00", "#eeeeee")
+
+
+def mask_difference_frame(mask_a: np.ndarray, mask_b: np.ndarray, max_cells: int = MAX_HEATMAP_CELLS) -> pd.DataFrame:
+    """Where two masks of one layer agree and differ, per block: the majority state of its entries."""
+    a, b = np.asarray(mask_a, dtype=bool), np.asarray(mask_b, dtype=bool)
+    if a.shape != b.shape:
+        raise ValueError(f"masks differ in shape: {a.shape} and {b.shape}")
+    states = np.select([a & b, a & ~b, ~a & b], [0, 1, 2], default=3)
+    counts = [block_frame((states == k).astype(np.float64), max_cells)["total"].to_numpy() for k in range(4)]
+    frame = block_frame(np.zeros(a.shape), max_cells)[["row", "col", "row_start", "col_start", "size"]]
+    stacked = np.stack(counts, axis=1)
+    frame["state"] = [MASK_STATES[k] for k in stacked.argmax(axis=1)]
+    for name, column in zip(("both", "only_a", "only_b", "neither"), stacked.T):
+        frame[name] = column.astype(np.int64)
+    return frame
+
+
+def mask_difference(mask_a: np.ndarray, mask_b: np.ndarray, title: str, max_cells: int = MAX_HEATMAP_CELLS) -> alt.Chart:
+    frame = mask_difference_frame(mask_a, mask_b, max_cells)
+    return alt.Chart(frame).mark_rect().encode(
+        x=alt.X("col:O", axis=None), y=alt.Y("row:O", axis=None),
+        color=alt.Color("state:N", title="weight", scale=alt.Scale(domain=list(MASK_STATES),
+                                                                    range=list(MASK_STATE_COLOURS)),
+                        legend=alt.Legend(orient="bottom")),
+        tooltip=["row_start:Q", "col_start:Q", "state:N", "both:Q", "only_a:Q", "only_b:Q"],
+    ).properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6, autosize=FIXED_SIZE)

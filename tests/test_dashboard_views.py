@@ -559,3 +559,55 @@ def test_a_set_that_needs_a_download_offline_disables_train_before_training(tmp_
     assert "kmnist  (unavailable)" in at.selectbox(key="train_dataset").options  # said before choosing it
     assert any("kmnist is not available" in e and "BNN_OFFLINE" in e for e in texts(at.error)), texts(at.error)
     assert at.button(key="train_button").disabled
+
+
+# --- build item 5: masks as in seed 002 -----------------------------------------------------------------------
+
+def test_mask_difference_counts_every_weight_in_its_state():
+    from dashboard import figures
+    a = np.array([[1, 1, 0, 0]], dtype=bool)
+    b = np.array([[1, 0, 1, 0]], dtype=bool)
+    frame = figures.mask_difference_frame(a, b)
+    assert list(frame["state"]) == ["kept in both", "only in A", "only in B", "in neither"]
+    big_a = np.random.default_rng(0).random((300, 785)) < 0.3
+    big_b = np.random.default_rng(1).random((300, 785)) < 0.3
+    frame = figures.mask_difference_frame(big_a, big_b)
+    assert frame["both"].sum() == int((big_a & big_b).sum())
+    assert frame["only_a"].sum() == int((big_a & ~big_b).sum())
+    assert frame["only_b"].sum() == int((~big_a & big_b).sum())
+
+
+def test_sampled_structure_keeps_weights_at_their_inclusion_rates():
+    from dashboard import backend
+    alpha = [np.full((200, 101), 0.2), np.full((10, 201), 0.9)]
+    draws = [backend.sample_structure(alpha, "inclusion_probability", seed=s) for s in range(20)]
+    for layer, rate in ((0, 0.2), (1, 0.9)):
+        assert np.mean([d[layer].mean() for d in draws]) == pytest.approx(rate, abs=0.005)
+    assert backend.sample_structure(alpha, "signal_to_noise") is None
+
+
+def test_receptive_fields_are_square_images_of_kept_weights():
+    from dashboard import figures
+    rng = np.random.default_rng(0)
+    weights, mask = rng.normal(size=(5, 785)), rng.random((5, 785)) < 0.5
+    frame = figures.receptive_field_frame(weights, mask, [1, 3], (28, 28))
+    unit3 = frame[frame["unit"] == "unit 3"]
+    assert len(unit3) == 784
+    assert unit3["weight"].to_numpy() == pytest.approx(np.where(mask[3, :-1], weights[3, :-1], 0.0))
+    spec = figures.receptive_fields(weights, mask, [1, 3], (28, 28)).to_dict()
+    assert spec["spec"]["width"] == spec["spec"]["height"]
+
+
+def test_inclusion_page_compares_two_masks_and_shows_receptive_fields(store):
+    at = open_app(store["mnist"])
+    at.switch_page("views/inclusion.py").run()
+    assert_clean(at)
+    assert at.radio(key="mask_b_kind").value == "a sampled structure"
+    assert any("receptive fields" in json.dumps(s.get("title", "")) for s in chart_specs(at))
+    at.radio(key="mask_b_kind").set_value("a second threshold").run()
+    at.slider(key="mask_b_threshold").set_value(0.9).run()
+    assert_clean(at)
+    from core.runs import load_run
+    model = load_run(store["mnist"]).model
+    kept_b = sum(int(m.sum()) for m in model.keep_masks(0.9))
+    assert any(f"B keeps {kept_b}." in c for c in texts(at.caption)), texts(at.caption)
