@@ -716,6 +716,6 @@ def mask_difference(mask_a: np.ndarray, mask_b: np.ndarray, title: str, max_cell
         x=alt.X("col:O", axis=None), y=alt.Y("row:O", axis=None),
         color=alt.Color("state:N", title="weight", scale=alt.Scale(domain=list(MASK_STATES),
                                                                     range=list(MASK_STATE_COLOURS)),
-                        legend=alt.Legend(orient="bottom")),
+                        legend=alt.Legend(orient="bottom", columns=2)),
         tooltip=["row_start:Q", "col_start:Q", "state:N", "both:Q", "only_a:Q", "only_b:Q"],
     ).properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6, autosize=FIXED_SIZE)
