@@ -253,9 +253,12 @@ def estimate_section(config: Any, info: dict[str, Any]) -> bool:
     outputs = int(info.get("n_classes") or 0) or (2 if info["task"] == "regression" else 1)
     estimate = backend.training_estimate(config, info.get("n_train"), in_features, outputs)
     minutes = estimate["seconds"] / 60
-    text = (f"{estimate['weights']:,} weights, about {estimate['memory_bytes'] / 2 ** 20:,.0f} MB of memory; "
-            f"{estimate['epochs']} epochs take roughly "
-            + (f"{estimate['seconds']:.0f} s" if minutes < 2 else f"{minutes:,.0f} min") + " on this CPU")
+    if info.get("n_train"):
+        duration = (f"{estimate['epochs']} epochs take roughly "
+                    + (f"{estimate['seconds']:.0f} s" if minutes < 2 else f"{minutes:,.0f} min") + " on this CPU")
+    else:  # the training-set size is known only once the file is read
+        duration = "the time depends on the training-set size, known once the data is loaded"
+    text = f"{estimate['weights']:,} weights, about {estimate['memory_bytes'] / 2 ** 20:,.0f} MB of memory; {duration}"
     if estimate["refused"]:
         st.error(f"Too large for this machine: {text}, above the "
                  f"{estimate['memory_limit_bytes'] / 2 ** 30:.1f} GB allowed (half its memory). "
