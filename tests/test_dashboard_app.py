@@ -104,7 +104,7 @@ def test_pruning_cards_match_a_direct_prediction(store):
     assert_clean(at)
     # The page opens in prune with mean weights: the mode the threshold acts on.
     assert at.selectbox(key=f"widget:mode:{store['mnist']}").value == "prune"
-    assert at.radio(key="prune_weights").value == "mean"
+    assert at.radio(key=f"widget:weights:{store['mnist']}").value == "mean"
     at.slider(key=f"widget:threshold:{store['mnist']}").set_value(0.7).run()
     assert_clean(at)
     expected = predict(run, dataset.x_test, mode="prune", threshold=0.7, weights="mean")
@@ -124,7 +124,7 @@ def test_pruning_cards_match_a_direct_prediction(store):
 def test_settings_survive_a_page_switch(store):
     at = open_app(store["moons"])
     at.switch_page("views/pruning.py").run()
-    at.radio(key="prune_weights").set_value("sample").run()
+    at.radio(key=f"widget:weights:{store['moons']}").set_value("sample").run()
     at.slider(key=f"widget:samples:{store['moons']}").set_value(7).run()
     at.slider(key=f"widget:threshold:{store['moons']}").set_value(0.3).run()
     at.switch_page("views/uncertainty.py").run()

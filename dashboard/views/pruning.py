@@ -40,10 +40,10 @@ with guard("Reading the statistic"):
         mode = state.prediction_mode_select(run_id, default=PAGE_DEFAULT_MODE)
     weights = None
     if mode == "prune":
-        weights = st.radio("Weights of the kept connections", ["mean", "sample"], horizontal=True,
-                           key="prune_weights",
-                           help="mean: one network, the posterior means of the kept weights (what the curve "
-                                "traces); sample: R draws of the kept weights")
+        weights = state.persistent_widget(
+            st.radio, run_id, "weights", "mean", "Weights of the kept connections", options=["mean", "sample"],
+            horizontal=True, help="mean: one network, the posterior means of the kept weights (what the curve "
+                                  "traces); sample: R draws of the kept weights (the R slider)")
     with left:
         reason = None if backend.mode_uses_slider(mode) else (
             f"Mode {mode} cuts at the family's default {spec.default:.4g} (the median probability model)."

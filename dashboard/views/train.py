@@ -295,9 +295,7 @@ TRAIN_PARAM = "train"  # ?train=<request token>: a reloaded page finds its train
 
 
 def start_training(values: dict[str, Any]) -> None:
-    """Queue the config in the server's training queue (or join the same config's job). Runs as the
-    Train button's callback, so the page that follows already shows the training (button disabled,
-    progress, Cancel, the sidebar's line)."""
+    """Queue the config in the server's training queue (or join the same config's job)."""
     with guard("Cannot start training"):
         config = backend.make_config(values)
         key = json.dumps(config.to_dict(), sort_keys=True)
@@ -451,11 +449,23 @@ st.header("Train a sparse Bayesian network")
 st.markdown(explain.PAGE_INTROS["train"])
 st.caption("Training runs in the background, one config at a time per free slot of this server's queue; "
            "the other pages keep working on the selected run meanwhile.")
+TRAIN_REQUEST_KEY = "train_requested"
+
+
+def request_training() -> None:
+    """The Train button's callback: only a flag. The config is read from the form's widgets in the
+    run that follows (a callback's args were bound one run earlier, before the last edits)."""
+    st.session_state[TRAIN_REQUEST_KEY] = True
+
+
 running = state.worker() is not None and state.worker().snapshot().is_active
 form_values = config_form()
+if st.session_state.pop(TRAIN_REQUEST_KEY, False) and form_values is not None and not running:
+    start_training(form_values)
+    if state.worker() is not None and state.worker().snapshot().is_active:
+        st.rerun()  # the page (and the sidebar) drawn again with the training: Train off, Cancel on
 st.button("Train", type="primary", disabled=running or form_values is None, key="train_button",
-          on_click=start_training, args=(form_values,),
-          help="a training is under way (cancel it first)" if running else None)
+          on_click=request_training, help="a training is under way (cancel it first)" if running else None)
 if running:
     training_progress()
 else:
