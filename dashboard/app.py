@@ -131,6 +131,7 @@ def main() -> None:
         st.Page(PAGES_DIR / "pruning.py", title="Pruning", icon=":material/content_cut:"),
         st.Page(PAGES_DIR / "uncertainty.py", title="Uncertainty", icon=":material/ssid_chart:"),
         st.Page(PAGES_DIR / "compare.py", title="Compare", icon=":material/compare_arrows:"),
+        st.Page(PAGES_DIR / "playground.py", title="Playground", icon=":material/science:"),
         st.Page(PAGES_DIR / "glossary.py", title="Glossary", icon=":material/menu_book:"),
     ]
     settings.refuse_streamlit_cache_clearing()

@@ -606,3 +606,113 @@ def sample_structure(statistics: Sequence[np.ndarray], statistic_name: str, seed
         return None
     rng = np.random.default_rng(int(seed))
     return [rng.random(np.shape(s)) < np.asarray(s, dtype=np.float64) for s in statistics]
+
+
+# --- the live playground: a tiny network trained in this process, drawn while it trains -------------------
+
+PLAYGROUND_SETS = ("toy-sine-gaps", "toy-cubic", "toy-hetero", "two-moons", "two-spirals")
+PLAYGROUND_MAX_WEIGHTS = 5000  # a class's server trains these in its own process: keep them tiny
+
+
+class PlaygroundTraining:
+    """Trains one small config in a thread of this process and keeps the latest picture.
+
+    Every `every` epochs the training thread itself (between epochs, so nothing races the
+    optimiser) predicts on the plotting grid with R posterior draws and reads the statistic: the
+    page draws `snapshot()` while the training goes on. `cancel()` stops it within a minibatch.
+    """
+
+    def __init__(self, values: dict[str, Any], every: int = 20, samples: int = 20):
+        import threading
+
+        self.config = make_config(values)
+        self.every = max(1, int(every))
+        self.samples = int(samples)
+        self._lock = threading.Lock()
+        self._cancel = threading.Event()
+        self._snapshot: dict[str, Any] | None = None
+        self.error: str | None = None
+        self.done = False
+        self.started = None
+        self._thread = threading.Thread(target=self._run, name="bnn-playground", daemon=True)
+
+    def start(self) -> "PlaygroundTraining":
+        import time
+        self.started = time.time()
+        self._thread.start()
+        return self
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def snapshot(self) -> dict[str, Any] | None:
+        with self._lock:
+            return self._snapshot
+
+    def _run(self) -> None:
+        from core.errors import BNNError, TrainingCancelled
+        from core.models.network import build_model
+        from core.train import train
+
+        try:
+            dataset = self.config.load_dataset()
+            model = build_model(self.config.model_config(dataset), "cpu",
+                                torch.Generator(device="cpu").manual_seed(self.config.seed))
+            if model.n_weights() > PLAYGROUND_MAX_WEIGHTS:
+                raise ConfigError(f"playground: {model.n_weights()} weights; keep it under {PLAYGROUND_MAX_WEIGHTS}")
+            if dataset.in_features == 1:
+                x_plot = dataset.x_grid
+            else:
+                x_plot = input_grid_2d(dataset.x_train, 40)[0]
+            self._dataset, self._x_plot, self._model = dataset, x_plot, model
+            total = self.config.train.total_epochs()
+            self._total = total
+            self._take(model, 0)
+            x = torch.from_numpy(np.ascontiguousarray(dataset.x_train))
+            y = torch.from_numpy(np.ascontiguousarray(dataset.y_train))
+
+            def progress(record: dict) -> None:
+                epoch = int(record.get("epoch", 0))
+                if epoch % self.every == 0 or epoch >= total:
+                    self._take(model, epoch, record)
+
+            train(model, x, y, self.config.train, seed=self.config.seed, progress=progress, cancel=self._cancel)
+        except TrainingCancelled:
+            pass
+        except BNNError as exc:
+            self.error = str(exc)
+        except Exception as exc:  # a bug: a message on the page, the traceback in the log
+            import logging
+            logging.getLogger(__name__).exception("playground training failed")
+            self.error = f"unexpected error ({type(exc).__name__}): {exc}"
+        finally:
+            self.done = True
+
+    def _take(self, model: Any, epoch: int, record: dict | None = None) -> None:
+        from core.predict import predict as core_predict
+
+        dataset = self._dataset
+        prediction = core_predict(model, self._x_plot, mode="bma", samples=self.samples, seed=0)
+        statistics = native_statistics(model)
+        spec = model.spec
+        masks = masks_at(statistics, float(spec.default_threshold), Keep(spec.keep) is Keep.ABOVE)
+        picture: dict[str, Any] = {"epoch": epoch, "total_epochs": self._total, "statistics": statistics,
+                                   "statistic": str(spec.name), "default": float(spec.default_threshold),
+                                   "masks": masks, "loss": None if record is None else record.get("loss"),
+                                   "x_plot": self._x_plot}
+        if dataset.task == "regression":
+            prediction = prediction.unstandardised(dataset.target_mean, dataset.target_std)
+            picture.update(mean=np.asarray(prediction.mean), mean_per_draw=np.asarray(prediction.mean_per_draw),
+                           epistemic_std=np.sqrt(np.asarray(prediction.epistemic_variance)),
+                           total_std=np.sqrt(np.asarray(prediction.total_variance)))
+        else:
+            picture.update(surface_arrays(np.asarray(prediction.probs_per_draw)))
+        with self._lock:
+            self._snapshot = picture

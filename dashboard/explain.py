@@ -31,6 +31,11 @@ PAGE_INTROS = {
         "when pruned hardest; the second whether it knows what it does not know (out-of-distribution inputs "
         "should get higher entropy); the table gives every prediction mode's score, as in the paper's tables. "
         "Each family keeps its colour on every chart."),
+    "playground": (
+        "A tiny network (a few hundred weights) trains here in a few seconds and is drawn while it learns: the "
+        "fit with its uncertainty, which connections it keeps, and the inclusion histogram. Change the prior, "
+        "the noise or the data and it starts again: watch a smaller psi prune more, or more noise widen the "
+        "bands."),
     "glossary": "The names the papers (and this app's prediction modes) use, in one place.",
 }
 

@@ -719,3 +719,35 @@ def mask_difference(mask_a: np.ndarray, mask_b: np.ndarray, title: str, max_cell
                         legend=alt.Legend(orient="bottom", columns=2)),
         tooltip=["row_start:Q", "col_start:Q", "state:N", "both:Q", "only_a:Q", "only_b:Q"],
     ).properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6, autosize=FIXED_SIZE)
+
+
+# --- the network as a graph (the playground) ----------------------------------------------------------------
+
+def network_graph_frames(masks: Sequence[np.ndarray]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Nodes (layer, unit, x, y) and kept edges (x, y, x2, y2) of a small network; bias columns dropped."""
+    widths = [np.asarray(masks[0]).shape[1] - 1] + [np.asarray(m).shape[0] for m in masks]
+    nodes = []
+    for layer, width in enumerate(widths):
+        for unit in range(width):
+            nodes.append({"layer": layer, "unit": unit, "x": float(layer),
+                          "y": (unit + 0.5) / width})
+    position = {(n["layer"], n["unit"]): (n["x"], n["y"]) for n in nodes}
+    edges = []
+    for layer, mask in enumerate(masks):
+        outputs, inputs = np.nonzero(np.asarray(mask)[:, :-1])
+        for out_unit, in_unit in zip(outputs, inputs):
+            x, y = position[(layer, int(in_unit))]
+            x2, y2 = position[(layer + 1, int(out_unit))]
+            edges.append({"x": x, "y": y, "x2": x2, "y2": y2})
+    return pd.DataFrame(nodes), pd.DataFrame(edges, columns=["x", "y", "x2", "y2"])
+
+
+def network_graph(masks: Sequence[np.ndarray], title: str = "kept connections", width: int = 300,
+                  height: int = 260) -> alt.LayerChart:
+    nodes, edges = network_graph_frames(masks)
+    axis_x = alt.X("x:Q", axis=None, scale=alt.Scale(domain=[-0.2, len(masks) + 0.2]))
+    axis_y = alt.Y("y:Q", axis=None, scale=alt.Scale(domain=[0, 1]))
+    lines = alt.Chart(edges).mark_rule(color="#0072B2", opacity=0.5).encode(x=axis_x, y=axis_y, x2="x2:Q", y2="y2:Q")
+    dots = alt.Chart(nodes).mark_circle(size=40, color="#D55E00").encode(x=axis_x, y=axis_y,
+                                                                          tooltip=["layer:Q", "unit:Q"])
+    return alt.layer(lines, dots).properties(title=title, width=width, height=height)

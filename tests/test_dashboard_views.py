@@ -611,3 +611,64 @@ def test_inclusion_page_compares_two_masks_and_shows_receptive_fields(store):
     model = load_run(store["mnist"]).model
     kept_b = sum(int(m.sum()) for m in model.keep_masks(0.9))
     assert any(f"B keeps {kept_b}." in c for c in texts(at.caption)), texts(at.caption)
+
+
+# --- build item 3: the live playground -------------------------------------------------------------------------
+
+def test_playground_training_draws_while_it_trains():
+    from dashboard import backend
+    job = backend.PlaygroundTraining({"dataset": "toy-sine-gaps", "hidden": [8], "dataset_params": {"noise": 0.05},
+                                      "train": {"epochs": 200, "batch_size": 500}}, every=20)
+    epochs = []
+    job.start()
+    while job.running:
+        picture = job.snapshot()
+        if picture is not None and (not epochs or epochs[-1] != picture["epoch"]):
+            epochs.append(picture["epoch"])
+    job.join()
+    assert job.error is None and job.done
+    final = job.snapshot()
+    assert final["epoch"] == 200 and len(epochs) >= 2  # pictures came during training, not only at the end
+    assert final["mean"].shape == (len(final["x_plot"]),)
+    assert np.all(final["total_std"] >= final["epistemic_std"] - 1e-9)
+    assert [m.shape for m in final["masks"]] == [(8, 2), (1, 9)]
+
+
+def test_playground_cancel_stops_quickly():
+    import time
+    from dashboard import backend
+    job = backend.PlaygroundTraining({"dataset": "two-moons", "hidden": [8],
+                                      "train": {"epochs": 3000, "batch_size": 500}}, every=50).start()
+    while job.snapshot() is None:
+        time.sleep(0.01)
+    job.cancel()
+    job.join(timeout=10)
+    assert job.done and not job.running and job.error is None
+    assert job.snapshot()["epoch"] < 3000
+
+
+def test_network_graph_draws_each_kept_connection():
+    from dashboard import figures
+    masks = [np.array([[1, 0, 1], [0, 1, 0]], dtype=bool), np.array([[1, 1, 1]], dtype=bool)]
+    nodes, edges = figures.network_graph_frames(masks)
+    assert len(nodes) == 2 + 2 + 1
+    assert len(edges) == 2 + 2  # bias columns are not edges
+
+
+def test_playground_page_restarts_when_the_prior_changes(tmp_path, monkeypatch):
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.run()
+    at.switch_page("views/playground.py").run()
+    assert_clean(at)
+    at.slider(key="play_epochs").set_value(200).run()
+    first = at.session_state["playground_job"][1]
+    first.join(timeout=60)
+    at.run()
+    assert_clean(at)
+    assert any("done: epoch 200/200" in (p.proto.text or "") for p in at.get("progress"))
+    at.slider(key="play_psi").set_value(0.5).run()
+    second = at.session_state["playground_job"][1]
+    assert second is not first and second.config.family_options["prior_inclusion"] == 0.5
+    second.join(timeout=60)
+    assert second.error is None
