@@ -224,7 +224,8 @@ def test_screenshots_of_every_page(server, browser, tmp_path):
     for path, heading, charts in (("", "Train a sparse Bayesian network", 0),
                                   ("inclusion", "Inclusion statistics and masks", 3),
                                   ("pruning", "Pruning", 1), ("uncertainty", "Uncertainty", 4),
-                                  ("compare", "Compare runs", 2), ("glossary", "Glossary", 0)):
+                                  ("compare", "Compare runs", 2), ("playground", "Playground", 3),
+                                  ("glossary", "Glossary", 0)):
         page.goto(f"{url}/{path}")
         page.get_by_role("heading", name=heading, exact=True).wait_for(timeout=RENDER_TIMEOUT)
         if charts:
@@ -234,4 +235,27 @@ def test_screenshots_of_every_page(server, browser, tmp_path):
         target = folder / f"{path or 'train'}.png"
         page.screenshot(path=str(target), full_page=True)
         assert target.stat().st_size > 10_000
+    page.close()
+
+
+def test_the_playground_updates_while_it_trains(server, browser):
+    url, log = server
+    page = browser.new_page(viewport={"width": 1400, "height": 1800})
+    page.goto(f"{url}/playground")
+    page.get_by_role("heading", name="Playground", exact=True).wait_for(timeout=RENDER_TIMEOUT)
+    progress = page.locator("[data-testid='stProgress']")
+    seen: list[str] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        texts = progress.all_inner_texts()
+        if texts and (not seen or seen[-1] != texts[0]):
+            seen.append(texts[0])
+        if texts and texts[0].startswith("done"):
+            break
+        page.wait_for_timeout(100)
+    training = [t for t in seen if t.startswith("training: epoch")]
+    assert len(training) >= 2, seen  # the picture changed while the training ran
+    assert seen[-1].startswith("done: epoch 1000/1000"), seen
+    wait_for_charts(page, 3)
+    assert_no_traceback(page)
     page.close()
