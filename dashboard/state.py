@@ -65,10 +65,20 @@ def reattach_training() -> None:
     if not token:
         return
     request = cache.training_queue().find(token)
-    if request is None:  # the server restarted, or the request is long finished
+    # A copied link carries the token too: only the browser that asked (same address) takes it back,
+    # so a shared link never hands someone else the Cancel button.
+    if request is None or getattr(request, "owner", None) != client_address():
         del st.query_params[TRAIN_PARAM]
         return
     set_worker(request)
+
+
+def client_address() -> str | None:
+    try:
+        address = st.context.ip_address
+    except Exception:  # no runtime, or a Streamlit without it
+        return None
+    return address if isinstance(address, str) else None  # (AppTest has a stand-in object here)
 
 
 def collect_finished_worker() -> None:

@@ -259,3 +259,33 @@ def test_the_playground_updates_while_it_trains(server, browser):
     wait_for_charts(page, 3)
     assert_no_traceback(page)
     page.close()
+
+
+def test_a_reload_during_training_keeps_progress_and_cancel(server, browser):
+    url, log = server
+    page = browser.new_page(viewport={"width": 1400, "height": 1800})
+    page.goto(url)
+    page.get_by_role("heading", name="Train a sparse Bayesian network").wait_for(timeout=RENDER_TIMEOUT)
+    page.get_by_role("combobox", name="Dataset").click()
+    page.get_by_role("option", name="two-moons").first.click()
+    hidden = page.get_by_role("textbox", name="Hidden widths")
+    hidden.fill("6")
+    hidden.press("Enter")
+    epochs = page.get_by_role("spinbutton", name="Epochs (0:")
+    epochs.fill("5000")
+    epochs.press("Enter")
+    page.wait_for_timeout(1500)
+    page.get_by_role("button", name="Train", exact=True).click()
+    page.get_by_role("button", name="Cancel", exact=True).wait_for(timeout=RENDER_TIMEOUT)
+    page.wait_for_function("location.search.includes('train=')", timeout=RENDER_TIMEOUT)
+    page.reload()
+    # the reloaded page finds its training: Cancel, progress, Train disabled, the sidebar's line
+    page.get_by_role("button", name="Cancel", exact=True).wait_for(timeout=RENDER_TIMEOUT)
+    assert page.get_by_role("button", name="Train", exact=True).is_disabled()
+    page.locator("[data-testid='stSidebar']").get_by_text("Training in the background").wait_for(
+        timeout=RENDER_TIMEOUT)
+    page.get_by_role("button", name="Cancel", exact=True).click()
+    page.get_by_text("Training cancelled").wait_for(timeout=RENDER_TIMEOUT)
+    assert not page.get_by_role("button", name="Train", exact=True).is_disabled()
+    assert_no_traceback(page)
+    page.close()

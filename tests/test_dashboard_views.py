@@ -672,3 +672,18 @@ def test_playground_page_restarts_when_the_prior_changes(tmp_path, monkeypatch):
     assert second is not first and second.config.family_options["prior_inclusion"] == 0.5
     second.join(timeout=60)
     assert second.error is None
+
+
+def test_a_shared_link_does_not_hand_over_someone_elses_training(held_training, store, monkeypatch):
+    at = open_app(store["moons"])
+    at.text_input(key="train_hidden").input("5").run()
+    at.button(key="train_button").click().run()
+    token = at.query_params["train"]
+    token = token[0] if isinstance(token, list) else token
+    request = at.session_state["training_worker"]
+    request.owner = "10.0.0.1"  # the browser that asked; the AppTest session has no address
+    other = open_app(params={"train": token})
+    assert_clean(other)
+    assert "training_worker" not in other.session_state
+    assert not [b for b in other.button if b.key == "cancel_training"]
+    assert "train" not in other.query_params

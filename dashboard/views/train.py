@@ -300,6 +300,7 @@ def start_training(values: dict[str, Any]) -> None:
         config = backend.make_config(values)
         key = json.dumps(config.to_dict(), sort_keys=True)
         request = cache.training_queue().submit(key, config, backend.total_epochs(config), label=config.label())
+        request.owner = state.client_address()
         state.set_worker(request)
         st.query_params[TRAIN_PARAM] = request.token
 
