@@ -215,6 +215,15 @@ def test_click_on_the_curve_moves_the_threshold_and_the_link_reproduces_the_view
     assert "Traceback" not in log.read_text()
 
 
+def compact_png(path: Path, colours: int = 128) -> None:
+    """A screenshot in 128 colours, optimised: the README's pictures stay small (assets/ is under 8 MB)."""
+    from PIL import Image
+    with Image.open(path) as image:
+        quantised = image.convert("RGB").quantize(colors=colours, method=Image.Quantize.MEDIANCUT,
+                                                  dither=Image.Dither.NONE)
+    quantised.save(path, "PNG", optimize=True)
+
+
 def test_screenshots_of_every_page(server, browser, tmp_path):
     """The README's first lesson shows these (BNN_SCREENSHOT_DIR=assets/screenshots keeps them)."""
     url, log = server
@@ -234,7 +243,8 @@ def test_screenshots_of_every_page(server, browser, tmp_path):
         assert_no_traceback(page)
         target = folder / f"{path or 'train'}.png"
         page.screenshot(path=str(target), full_page=True)
-        assert target.stat().st_size > 10_000
+        compact_png(target)
+        assert 10_000 < target.stat().st_size < 150_000
     page.close()
 
 
