@@ -219,7 +219,7 @@ def compact_png(path: Path, colours: int = 128) -> None:
     """A screenshot in 128 colours, optimised: the README's pictures stay small (assets/ is under 8 MB)."""
     from PIL import Image
     with Image.open(path) as image:
-        quantised = image.convert("RGB").quantize(colors=colours, method=Image.Quantize.MEDIANCUT,
+        quantised = image.convert("RGB").quantize(colors=colours, method=Image.Quantize.FASTOCTREE,
                                                   dither=Image.Dither.NONE)
     quantised.save(path, "PNG", optimize=True)
 
