@@ -460,6 +460,17 @@ async def browse(session: Session, report: Report, scenario: Scenario, runs: lis
             if slider is None:
                 report.errors.append(f"session {session.index}: no R slider on {session.page}")
                 continue
+            if slider.disabled:  # Pruning opens in prune with mean weights, which draw nothing: sample them
+                weights = session.find("radio", "Weights of the kept connections")
+                if weights is None:
+                    report.errors.append(f"session {session.index}: R is off and there is no weights choice")
+                    continue
+                result = await timed(session, report, "weights", expect, trainer_labels,
+                                     changes={weights.id: text_state(weights.id, "sample")})
+                slider = session.find("slider", "Posterior samples") if result is not None else None
+                if slider is None or slider.disabled:
+                    report.errors.append(f"session {session.index}: R slider still off with sampled weights")
+                    continue
             samples_value = rng.choice(SAMPLES)
             changes = {slider.id: slider_state(slider.id, [float(samples_value)])}
             await timed(session, report, "samples", dict(expect, samples=samples_value), trainer_labels,
@@ -482,7 +493,10 @@ async def train(session: Session, report: Report, scenario: Scenario, deadline: 
     if not (seed and epochs and hidden and button):
         report.errors.append(f"session {session.index}: the Train form is incomplete")
         return
-    changes = {seed.id: number_state(seed.id, 100 + session.index),
+    # The seed is a text field (a number field clamped out-of-range seeds silently, issue 13).
+    seed_state = text_state(seed.id, str(100 + session.index)) if seed in first.of_type("text_input") \
+        else number_state(seed.id, 100 + session.index)
+    changes = {seed.id: seed_state,
                epochs.id: number_state(epochs.id, scenario.training_epochs),
                hidden.id: text_state(hidden.id, scenario.training_hidden)}
     session.widgets.update(changes)

@@ -17,10 +17,10 @@ if str(PROJECT_ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-from dashboard import cache, settings, state  # noqa: E402
-from dashboard.ui import guard  # noqa: E402
-
 APP_TITLE = "Sparse BNN Explorer"
+# A bundled file, not ":material/...": the favicon must not come from a font server (offline classrooms).
+PAGE_ICON = PROJECT_ROOT / "assets" / "icon.png"
+SIDEBAR_POLL_SECONDS = 1.0
 # Not "pages/": a folder of that name beside the entry point switches Streamlit
 # into its legacy multipage mode, where a deep link runs a page without app.py.
 PAGES_DIR = Path(__file__).resolve().parent / "views"
@@ -31,14 +31,28 @@ LINKED_RUN_KEY = "linked_run"  # the last link followed
 
 def run_picker() -> None:
     """Sidebar: choose the current run among the cached ones."""
+    from dashboard import backend, cache, state
+    from dashboard.ui import guard
+
     with guard("Listing cached runs"):
+        state.reattach_training()
         state.collect_finished_worker()
         state.ensure_default_run()
+        notice = state.pop_notice()
+        if notice:
+            st.sidebar.info(notice)
+            st.toast(notice)
         rows = [r for r in cache.cached_run_list() if r.get("status", "ok") == "ok"]
         if not rows:
-            st.sidebar.caption("No cached runs yet: train one on the Train page.")
+            worker = state.worker()
+            if worker is not None and worker.snapshot().is_active:
+                st.sidebar.caption("No cached runs yet: the first one is training.")
+            else:
+                st.sidebar.caption("No cached runs yet: train one on the Train page.")
+            sidebar_training_status()
             return
-        labels = {r["run_id"]: run_label(r) for r in reversed(rows)}  # newest first
+        all_labels = backend.run_labels(rows)
+        labels = {r["run_id"]: all_labels[r["run_id"]] for r in reversed(rows)}  # newest first
         ids = list(labels)
         follow_link(ids)
         current = state.selected_run_id()
@@ -50,16 +64,38 @@ def run_picker() -> None:
             st.session_state[SIDEBAR_RUN_KEY] = current
         st.sidebar.selectbox("Current run", ids, format_func=labels.get, key=SIDEBAR_RUN_KEY,
                              on_change=lambda: state.select_run(st.session_state[SIDEBAR_RUN_KEY]))
+        state.apply_link_view(state.selected_run_id())
         # The address names the current run, so a link to this page opens the same run.
         if st.query_params.get(RUN_PARAM) != state.selected_run_id():
             st.query_params[RUN_PARAM] = state.selected_run_id()
             st.session_state[LINKED_RUN_KEY] = state.selected_run_id()
+    sidebar_training_status()
+
+
+def sidebar_training_status() -> None:
+    """The training line of the sidebar, on every page: polled while a training is under way so
+    that its end shows within a second (then the whole app reruns and says which run is new)."""
+    from dashboard import state
+
+    worker = state.worker()
+    if worker is None or not worker.snapshot().is_active:
+        return
+    with st.sidebar:
+        _training_status_fragment()
+
+
+@st.fragment(run_every=SIDEBAR_POLL_SECONDS)
+def _training_status_fragment() -> None:
+    from dashboard import state
+
     worker = state.worker()
     snapshot = worker.snapshot() if worker is not None else None
-    if snapshot is not None and snapshot.position is not None:
-        st.sidebar.caption(f"Training queued: place {snapshot.position} in the queue")
-    elif snapshot is not None and snapshot.is_active:
-        st.sidebar.caption(f"Training in the background: epoch {snapshot.finished_epochs}/{snapshot.total_epochs}")
+    if snapshot is None or not snapshot.is_active:
+        st.rerun(scope="app")
+    if snapshot.position is not None:
+        st.caption(f"Training queued: place {snapshot.position} in the queue")
+    else:
+        st.caption(f"Training in the background: epoch {snapshot.finished_epochs}/{snapshot.total_epochs}")
 
 
 def follow_link(ids: list[str]) -> None:
@@ -69,6 +105,8 @@ def follow_link(ids: list[str]) -> None:
         return
     st.session_state[LINKED_RUN_KEY] = requested
     matches = [run_id for run_id in ids if run_id.startswith(requested)]
+    from dashboard import state
+
     if len(matches) == 1:
         state.select_run(matches[0])
     else:
@@ -76,23 +114,39 @@ def follow_link(ids: list[str]) -> None:
                            f"showing another run.")
 
 
-def run_label(row: dict) -> str:
-    hidden = "-".join(str(h) for h in (row.get("hidden") or []))
-    return f"{row.get('method')} [{hidden}] on {row.get('dataset')} ({row['run_id'][:8]})"
+PAGE_PARAM = "page"  # ?page=pruning: open that page (the path /pruning does the same)
 
 
 def main() -> None:
-    st.set_page_config(page_title=APP_TITLE, page_icon=":material/hub:", layout="wide")
+    st.set_page_config(page_title=APP_TITLE, page_icon=str(PAGE_ICON), layout="wide")
+    # The first paint of a fresh server waits for torch and the data modules: say so at once.
+    starting = st.empty()
+    if "app_started" not in st.session_state:
+        starting.info("Starting the Sparse BNN Explorer: loading PyTorch and the cached runs ...")
+    from dashboard import settings
+    from dashboard.ui import guard
     pages = [
         st.Page(PAGES_DIR / "train.py", title="Train", icon=":material/model_training:", default=True),
         st.Page(PAGES_DIR / "inclusion.py", title="Inclusion & masks", icon=":material/grid_on:"),
         st.Page(PAGES_DIR / "pruning.py", title="Pruning", icon=":material/content_cut:"),
         st.Page(PAGES_DIR / "uncertainty.py", title="Uncertainty", icon=":material/ssid_chart:"),
+        st.Page(PAGES_DIR / "compare.py", title="Compare", icon=":material/compare_arrows:"),
+        st.Page(PAGES_DIR / "playground.py", title="Playground", icon=":material/science:"),
+        st.Page(PAGES_DIR / "glossary.py", title="Glossary", icon=":material/menu_book:"),
     ]
     settings.refuse_streamlit_cache_clearing()
     navigation = st.navigation(pages)
     st.sidebar.title(APP_TITLE)
-    run_picker()
+    with st.spinner("Loading ..."):
+        run_picker()
+    starting.empty()
+    st.session_state["app_started"] = True
+    requested = st.query_params.get(PAGE_PARAM)
+    if requested and not st.session_state.get("page_link_followed"):
+        st.session_state["page_link_followed"] = True
+        names = {page.url_path: page for page in pages}
+        if requested in names and requested != navigation.url_path:
+            st.switch_page(names[requested])
     with guard():
         navigation.run()
 

@@ -8,6 +8,7 @@ get wrong raises a core BNNError with a message; pages show it with st.error.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -161,10 +162,16 @@ def threshold_range(spec: Any, statistics: Sequence[np.ndarray]) -> ThresholdRan
     observed_low = float(values.min()) if values.size else 0.0
     low = float(spec.low) if math.isfinite(spec.low) else observed_low
     high = float(spec.high) if math.isfinite(spec.high) else max(observed_high, low + 1e-6)
-    # A little headroom so "keep nothing" is reachable on the slider.
+    # The family's default cut is always on the slider (bnn's 0.83 lies above a short training's
+    # largest signal-to-noise ratio), and so is "keep nothing" (a little headroom).
+    default = float(spec.default_threshold)
+    if math.isfinite(default):
+        low = min(low, default)
+        if not math.isfinite(spec.high):
+            high = max(high, default)
     if not math.isfinite(spec.high):
         high = _round_up(high * 1.05)
-    default = float(min(high, max(low, spec.default_threshold)))
+    default = float(min(high, max(low, default)))
     return StatisticSpec(str(spec.name), Keep(spec.keep), default, low, high)
 
 
@@ -310,3 +317,380 @@ def reference_bands(run: Any, x: np.ndarray) -> dict[str, Any] | None:
     return {"mean": bands["mean"], "low": bands[f"q{BAND_LEVELS[0]:g}"], "high": bands[f"q{BAND_LEVELS[1]:g}"],
             "reference_id": ref_id, "hidden": list(posterior.config.hidden), "draws": posterior.n_samples,
             "diagnostics": dict(posterior.diagnostics)}
+
+
+# --- issue 13: what the pages add (labels, estimates, mode semantics, surfaces, priors, take-away) ----------
+
+# Modes that cut at the family's default (the median probability model), whatever the slider says.
+DEFAULT_CUT_MODES = ("mpm", "mpm-mean")
+# Modes that draw R posterior samples (mean and mpm-mean predict with one network).
+SAMPLING_MODES = ("bma", "mpm", "prune")
+
+
+def mode_threshold(mode: str, threshold: float | None, default: float) -> float | None:
+    """The cut a mode predicts with on the pages: mpm / mpm-mean are the median probability model,
+    the statistic cut at the family's default; prune cuts at the slider; bma / mean cut nothing."""
+    if mode in DEFAULT_CUT_MODES:
+        return effective_threshold(mode, default)
+    return effective_threshold(mode, threshold)
+
+
+def mode_uses_slider(mode: str) -> bool:
+    return mode not in DEFAULT_CUT_MODES and uses_threshold(mode)
+
+
+def mode_draws_samples(mode: str, weights: str | None = None) -> bool:
+    return mode in SAMPLING_MODES and not (mode == "prune" and weights == "mean")
+
+
+def expected_density(statistics: Sequence[np.ndarray], statistic_name: str) -> float | None:
+    """Expected fraction of weights in a sampled network, for families that sample the structure
+    (the mean inclusion probability); None when every draw uses every weight."""
+    if "inclusion" not in statistic_name:
+        return None
+    values = np.concatenate([np.asarray(s, dtype=np.float64).ravel() for s in statistics])
+    return float(values.mean()) if values.size else None
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            _flatten(f"{prefix}.{key}" if prefix else str(key), inner, out)
+    else:
+        out[prefix] = value
+
+
+# Fields every label already names, or that say nothing to a reader.
+_LABEL_SKIP = ("dataset", "method", "hidden")
+
+
+def config_differences(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """For runs that share dataset, method and widths: the config fields whose values differ
+    among them, as 'name=value, ...' per run id ('' for a run alone in its group)."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        config = row.get("config") or {}
+        key = (row.get("dataset"), row.get("method"), tuple(config.get("hidden") or row.get("hidden") or ()))
+        groups.setdefault(key, []).append(row)
+    result: dict[str, str] = {}
+    for members in groups.values():
+        flat = []
+        for row in members:
+            fields: dict[str, Any] = {}
+            _flatten("", {k: v for k, v in (row.get("config") or {}).items() if k not in _LABEL_SKIP}, fields)
+            flat.append(fields)
+        keys = sorted(set().union(*flat)) if flat else []
+        differing = [k for k in keys if len({repr(f.get(k)) for f in flat}) > 1]
+        for row, fields in zip(members, flat):
+            parts = [f"{k.split('.')[-1]}={_short(fields.get(k))}" for k in differing]
+            result[row["run_id"]] = ", ".join(parts)
+    return result
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return "-".join(map(str, value))
+    return str(value)
+
+
+def run_labels(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """'lbbnn [100-100] on mnist-small, epochs=5, prior_inclusion=0.1 (ab12cd34)': what tells runs apart."""
+    differences = config_differences(rows)
+    labels = {}
+    for row in rows:
+        hidden = "-".join(str(h) for h in (row.get("hidden") or (row.get("config") or {}).get("hidden") or []))
+        extra = differences.get(row["run_id"], "")
+        labels[row["run_id"]] = (f"{row.get('method')} [{hidden}] on {row.get('dataset')}"
+                                 f"{', ' + extra if extra else ''} ({row['run_id'][:8]})")
+    return labels
+
+
+# A rough cost model of one training, checked before it starts. Parameters per weight with the
+# optimiser's state: LBBNN's mean, scale and inclusion logit, each with a gradient and two Adam moments.
+FLOATS_PER_WEIGHT = 12
+BYTES_PER_FLOAT = 4
+# CPU seconds per weight per training example (forward and backward, local reparameterisation),
+# measured on this project's 2-core machine: 784-100-100-10 on 10k images, 30 epochs in about 6 s.
+SECONDS_PER_WEIGHT_EXAMPLE = 2.5e-10
+MEMORY_FRACTION_REFUSED = 0.5  # of the machine's memory
+
+
+def physical_memory_bytes() -> int | None:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def training_estimate(config: Any, n_train: int | None, in_features: int, n_outputs: int) -> dict[str, Any]:
+    """Weights, memory (bytes) and CPU time (seconds) a training of `config` needs, roughly, and
+    whether it must be refused (memory above half the machine's)."""
+    widths = [int(in_features), *[int(h) for h in config.hidden], int(n_outputs)]
+    n_weights = sum((a + 1) * b for a, b in zip(widths, widths[1:]))
+    batch = int(config.train.batch_size)
+    activations = batch * sum(widths) * 8  # pre-activations, their variances, samples, gradients
+    memory = (n_weights * FLOATS_PER_WEIGHT + activations) * BYTES_PER_FLOAT
+    epochs = total_epochs(config)
+    seconds = SECONDS_PER_WEIGHT_EXAMPLE * n_weights * (n_train or 0) * epochs
+    limit = physical_memory_bytes()
+    refused = limit is not None and memory > MEMORY_FRACTION_REFUSED * limit
+    return {"weights": n_weights, "memory_bytes": memory, "seconds": seconds, "epochs": epochs,
+            "memory_limit_bytes": None if limit is None else MEMORY_FRACTION_REFUSED * limit, "refused": refused}
+
+
+def device_message(text: str) -> str:
+    """core's device errors name the CLI flag; on the Train form the choice is the Device box."""
+    return text.replace("use --device auto or cpu", "choose Device: auto or cpu")
+
+
+# --- the decision surface of a 2-D classifier ---------------------------------------------------------
+
+def input_grid_2d(x: np.ndarray, n: int = 60, margin: float = 0.15) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An n x n grid over the range of 2-D inputs x (plus a margin): (points (n*n, 2), xs, ys)."""
+    x = np.asarray(x, dtype=np.float64)
+    low, high = x.min(axis=0), x.max(axis=0)
+    pad = (high - low) * margin
+    xs = np.linspace(low[0] - pad[0], high[0] + pad[0], n)
+    ys = np.linspace(low[1] - pad[1], high[1] + pad[1], n)
+    gx, gy = np.meshgrid(xs, ys)
+    return np.column_stack([gx.ravel(), gy.ravel()]).astype(np.float32), xs, ys
+
+
+def surface_arrays(probs_per_draw: np.ndarray) -> dict[str, np.ndarray]:
+    """Per grid point: the averaged class probabilities' argmax and max, the predictive entropy and
+    the spread of the R draws (the sd of the winning class's probability over draws)."""
+    per_draw = np.asarray(probs_per_draw, dtype=np.float64)
+    mean = per_draw.mean(axis=0)
+    winner = mean.argmax(axis=1)
+    spread = per_draw[:, np.arange(mean.shape[0]), winner].std(axis=0)
+    return {"predicted": winner, "confidence": mean.max(axis=1), "entropy": predictive_entropy(mean),
+            "spread": spread}
+
+
+# --- priors drawn beside the posterior ---------------------------------------------------------------
+
+def prior_of_statistic(family: str, options: dict[str, Any], n_points: int = 200) -> dict[str, Any] | None:
+    """What the family's prior says about its statistic, to draw beside the posterior histogram.
+
+    lbbnn / lbbnn-lfmvn: the prior inclusion probability psi; a point for the Bernoulli prior,
+    the Beta(a_psi, b_psi) density of psi for the beta priors. None for statistics no prior
+    speaks of (signal-to-noise ratios, magnitudes, log alpha under the log-uniform prior)."""
+    if family not in ("lbbnn", "lbbnn-lfmvn"):
+        return None
+    import dataclasses
+
+    from core.models.registry import family_class
+    defaults = family_class(family).Options()
+    values = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(defaults)}
+    values.update({k: v for k, v in (options or {}).items() if k in values})
+    kind = values["inclusion_prior"]
+    if kind == "bernoulli":
+        return {"kind": "point", "value": float(values["prior_inclusion"]),
+                "label": f"prior inclusion probability psi = {float(values['prior_inclusion']):.3g}"}
+    a, b = float(values["beta_a"]), float(values["beta_b"])
+    grid = np.linspace(0.0, 1.0, n_points + 2)[1:-1]
+    log_density = ((a - 1) * np.log(grid) + (b - 1) * np.log1p(-grid)
+                   - (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)))
+    return {"kind": "density", "x": grid, "density": np.exp(log_density), "mean": a / (a + b),
+            "label": f"Beta({a:.3g}, {b:.3g}) prior on psi ({kind}), mean {a / (a + b):.3g}"}
+
+
+# --- tune and take away -----------------------------------------------------------------------------
+
+def suggested_threshold(thresholds: np.ndarray, density: np.ndarray, values: np.ndarray, metric: str,
+                        tolerance: float = 0.005) -> dict[str, float] | None:
+    """The sparsest point of a sweep whose metric is within `tolerance` of the best: accuracy at
+    least best - tolerance (0.005 = half a point), or RMSE at most best * (1 + tolerance)."""
+    thresholds, density, values = (np.asarray(a, dtype=np.float64) for a in (thresholds, density, values))
+    finite = np.isfinite(values) & np.isfinite(density)
+    if not finite.any():
+        return None
+    if metric == "accuracy":
+        best = float(values[finite].max())
+        good = finite & (values >= best - tolerance)
+    else:
+        best = float(values[finite].min())
+        good = finite & (values <= best * (1 + tolerance))
+    candidates = np.flatnonzero(good)
+    index = candidates[np.lexsort((-values[candidates] if metric == "accuracy" else values[candidates],
+                                   density[candidates]))[0]]
+    return {"threshold": float(thresholds[index]), "density": float(density[index]),
+            "value": float(values[index]), "best": best}
+
+
+def curve_csv(thresholds: np.ndarray, density: np.ndarray, values: np.ndarray, metric: str) -> str:
+    """The sweep as CSV text: threshold, density, metric."""
+    lines = [f"threshold,density,{metric}"]
+    lines += [f"{t:.6g},{d:.6g},{v:.6g}" for t, d, v in zip(thresholds, density, values)]
+    return "\n".join(lines) + "\n"
+
+
+def export_zip(run: Any, threshold: float) -> bytes:
+    """What `python -m core export RUN --threshold T --out DIR` writes, as a zip of DIR's files
+    (unzip it and `core.predict.export.load_exported(DIR)` reads it)."""
+    import io
+    import tempfile
+    import zipfile
+
+    from core.predict import evaluate
+    from core.predict.export import export_pruned
+    from core.predict.modes import PredictionMode
+
+    metrics = evaluate(run.model, run.dataset(), mode=PredictionMode.PRUNE, threshold=float(threshold),
+                       weights="mean")
+    keep = ("accuracy", "nll", "ece", "rmse", "log_likelihood", "density")
+    buffer = io.BytesIO()
+    with tempfile.TemporaryDirectory() as folder:
+        path = export_pruned(run.model, float(threshold), folder, metrics={k: metrics[k] for k in keep if k in metrics})
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+            for file in sorted(path.iterdir()):
+                archive.write(file, arcname=file.name)
+    return buffer.getvalue()
+
+
+def load_exported(path: Any) -> Any:
+    from core.predict.export import load_exported as core_load_exported
+    return core_load_exported(path)
+
+
+def device_problem(device: str) -> str | None:
+    """Why the Train form's device cannot be used here (in the form's words), or None."""
+    from core.device import resolve_device
+    try:
+        resolve_device(device)
+    except ConfigError as exc:
+        return device_message(str(exc))
+    return None
+
+
+def setting_key(config_fields: dict[str, Any]) -> str:
+    """Runs that differ only by their training seed share this key (the Compare page's medians)."""
+    import json
+    fields = {k: v for k, v in (config_fields or {}).items() if k not in ("seed", "device")}
+    return json.dumps(fields, sort_keys=True, default=str)
+
+
+# The seed-000 table: (column, mode, R) for the Compare page.
+COMPARE_MODES = (("SIM-SIM R=1", "bma", 1), ("SIM-SIM R=10", "bma", 10), ("MED-SIM R=1", "mpm", 1),
+                 ("MED-SIM R=10", "mpm", 10), ("MED-MEA", "mpm-mean", 1), ("ALL-MEA", "mean", 1))
+
+
+def sample_structure(statistics: Sequence[np.ndarray], statistic_name: str, seed: int = 0) -> list[np.ndarray] | None:
+    """One structure drawn from the posterior, gamma ~ Bernoulli(alpha) per weight (seed 002's
+    'sampled structure'); None for families whose statistic is not an inclusion probability."""
+    if "inclusion" not in statistic_name:
+        return None
+    rng = np.random.default_rng(int(seed))
+    return [rng.random(np.shape(s)) < np.asarray(s, dtype=np.float64) for s in statistics]
+
+
+# --- the live playground: a tiny network trained in this process, drawn while it trains -------------------
+
+PLAYGROUND_SETS = ("toy-sine-gaps", "toy-cubic", "toy-hetero", "two-moons", "two-spirals")
+PLAYGROUND_MAX_WEIGHTS = 5000  # a class's server trains these in its own process: keep them tiny
+
+
+class PlaygroundTraining:
+    """Trains one small config in a thread of this process and keeps the latest picture.
+
+    Every `every` epochs the training thread itself (between epochs, so nothing races the
+    optimiser) predicts on the plotting grid with R posterior draws and reads the statistic: the
+    page draws `snapshot()` while the training goes on. `cancel()` stops it within a minibatch.
+    """
+
+    def __init__(self, values: dict[str, Any], every: int = 20, samples: int = 20):
+        import threading
+
+        self.config = make_config(values)
+        self.every = max(1, int(every))
+        self.samples = int(samples)
+        self._lock = threading.Lock()
+        self._cancel = threading.Event()
+        self._snapshot: dict[str, Any] | None = None
+        self.error: str | None = None
+        self.done = False
+        self.started = None
+        self._thread = threading.Thread(target=self._run, name="bnn-playground", daemon=True)
+
+    def start(self) -> "PlaygroundTraining":
+        import time
+        self.started = time.time()
+        self._thread.start()
+        return self
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def snapshot(self) -> dict[str, Any] | None:
+        with self._lock:
+            return self._snapshot
+
+    def _run(self) -> None:
+        from core.errors import BNNError, TrainingCancelled
+        from core.models.network import build_model
+        from core.train import train
+
+        try:
+            dataset = self.config.load_dataset()
+            model = build_model(self.config.model_config(dataset), "cpu",
+                                torch.Generator(device="cpu").manual_seed(self.config.seed))
+            if model.n_weights() > PLAYGROUND_MAX_WEIGHTS:
+                raise ConfigError(f"playground: {model.n_weights()} weights; keep it under {PLAYGROUND_MAX_WEIGHTS}")
+            if dataset.in_features == 1:
+                x_plot = dataset.x_grid
+            else:
+                x_plot = input_grid_2d(dataset.x_train, 40)[0]
+            self._dataset, self._x_plot, self._model = dataset, x_plot, model
+            total = self.config.train.total_epochs()
+            self._total = total
+            self._take(model, 0)
+            x = torch.from_numpy(np.ascontiguousarray(dataset.x_train))
+            y = torch.from_numpy(np.ascontiguousarray(dataset.y_train))
+
+            def progress(record: dict) -> None:
+                epoch = int(record.get("epoch", 0))
+                if epoch % self.every == 0 or epoch >= total:
+                    self._take(model, epoch, record)
+
+            train(model, x, y, self.config.train, seed=self.config.seed, progress=progress, cancel=self._cancel)
+        except TrainingCancelled:
+            pass
+        except BNNError as exc:
+            self.error = str(exc)
+        except Exception as exc:  # a bug: a message on the page, the traceback in the log
+            import logging
+            logging.getLogger(__name__).exception("playground training failed")
+            self.error = f"unexpected error ({type(exc).__name__}): {exc}"
+        finally:
+            self.done = True
+
+    def _take(self, model: Any, epoch: int, record: dict | None = None) -> None:
+        from core.predict import predict as core_predict
+
+        dataset = self._dataset
+        prediction = core_predict(model, self._x_plot, mode="bma", samples=self.samples, seed=0)
+        statistics = native_statistics(model)
+        spec = model.spec
+        masks = masks_at(statistics, float(spec.default_threshold), Keep(spec.keep) is Keep.ABOVE)
+        picture: dict[str, Any] = {"epoch": epoch, "total_epochs": self._total, "statistics": statistics,
+                                   "statistic": str(spec.name), "default": float(spec.default_threshold),
+                                   "masks": masks, "loss": None if record is None else record.get("loss"),
+                                   "x_plot": self._x_plot}
+        if dataset.task == "regression":
+            prediction = prediction.unstandardised(dataset.target_mean, dataset.target_std)
+            picture.update(mean=np.asarray(prediction.mean), mean_per_draw=np.asarray(prediction.mean_per_draw),
+                           epistemic_std=np.sqrt(np.asarray(prediction.epistemic_variance)),
+                           total_std=np.sqrt(np.asarray(prediction.total_variance)))
+        else:
+            picture.update(surface_arrays(np.asarray(prediction.probs_per_draw)))
+        with self._lock:
+            self._snapshot = picture

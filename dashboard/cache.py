@@ -165,7 +165,10 @@ def clear_all() -> None:
 def training_queue() -> Any:
     """The one training queue of this server process."""
     from dashboard.worker import TrainingQueue, default_slots, train_in_subprocess
-    return TrainingQueue(train_in_subprocess, default_slots())
+    queue = TrainingQueue(train_in_subprocess, default_slots())
+    # A finished run reaches every session's run list at once, not after the list's time to live.
+    queue.on_job_finished = cached_run_list.clear
+    return queue
 
 
 @st.cache_data(ttl=30, show_spinner=False)
@@ -176,6 +179,7 @@ def cached_run_list() -> list[dict[str, Any]]:
         config = getattr(info, "config", None) or row.get("config") or {}
         row["hidden"] = config.get("hidden")
         row["epochs"] = (config.get("train") or {}).get("epochs")
+        row["config"] = config  # labels name the fields that tell runs of one kind apart
         rows.append(row)
     return rows
 
@@ -247,6 +251,12 @@ def ood_entropy(run_id: str, name: str, mode: str, samples: int, threshold: floa
     return backend.predictive_entropy(backend.predict(run, x, mode, samples, threshold, seed, weights).probs)
 
 
+def prior_of_statistic(run_id: str) -> dict[str, Any] | None:
+    """What the run's prior says about its statistic (None when nothing)."""
+    config = cached_run(run_id).config
+    return backend.prior_of_statistic(config.method, dict(config.family_options or {}))
+
+
 def prediction_arrays(prediction: Any) -> dict[str, np.ndarray]:
     """The array fields of a Prediction (cache_data stores these, not the object)."""
     arrays = {}
@@ -272,6 +282,38 @@ def density_chart(run_id: str, threshold: float) -> dict[str, Any]:
                                                   curve["metric"]), threshold)
     return figures.metric_vs_density(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
                                      current=here).to_dict()
+
+
+@per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
+def tuning_chart(run_id: str, threshold: float, tolerance: float) -> dict[str, Any]:
+    """density_chart plus the suggested threshold (a star) and a click selection of a point."""
+    from dashboard import figures
+    curve = sweep(run_id)
+    here = test_metrics(run_id, backend.SWEEP_MODE, 1, threshold, 0)
+    suggested = backend.suggested_threshold(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
+                                            tolerance)
+    return figures.metric_vs_density(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
+                                     current=(here["density"], here[curve["metric"]]), suggested=suggested,
+                                     selectable=True,
+                                     title=f"{curve['metric']} vs density: prune at each threshold, mean weights "
+                                           "(click a point to prune there)").to_dict()
+
+
+@per_run(max_entries=64, ttl=DERIVED_TTL, show_spinner="Writing the pruned model ...")
+def export_zip(run_id: str, threshold: float) -> bytes:
+    return backend.export_zip(cached_run(run_id), threshold)
+
+
+@per_run(max_entries=64, ttl=DERIVED_TTL, show_spinner="Predicting on the input plane ...")
+def surface(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
+            weights: str | None = None, n: int = 60) -> dict[str, np.ndarray]:
+    """The decision surface of a 2-D classifier: grid axes and per-point class, confidence,
+    predictive entropy and the spread of the R draws."""
+    run = cached_run(run_id)
+    points, xs, ys = backend.input_grid_2d(run.dataset().x_train, n)
+    prediction = backend.predict(run, points, mode, samples, threshold, seed, weights)
+    arrays = backend.surface_arrays(np.asarray(prediction.probs_per_draw))
+    return {"xs": xs, "ys": ys, **arrays}
 
 
 @per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
@@ -301,7 +343,8 @@ def inclusion_charts(run_id: str, threshold: float, log_counts: bool, masked_wei
     input_shape = tuple(cached_run(run_id).dataset().input_shape)
     return {
         "histogram": figures.statistic_histogram(stats, threshold, spec.name, log_counts=log_counts, labels=labels,
-                                                 value_range=(spec.low, spec.high)).to_dict(),
+                                                 value_range=(spec.low, spec.high),
+                                                 prior=prior_of_statistic(run_id)).to_dict(),
         "masks": [chart.to_dict() for chart in heatmaps],
         "pixels": (figures.kept_per_input_image(layer_masks[0], input_shape).to_dict()
                    if len(input_shape) == 2 else None),

@@ -19,6 +19,12 @@ import pandas as pd
 DOUBT_LEVEL = 0.95  # default only: pages pass backend.DOUBT_LEVEL (core's constant); figures stay free of torch
 MAX_HEATMAP_CELLS = 64  # blocks per side of a drawn weight matrix
 CHART_WIDTH = 320
+HISTOGRAMS_PER_ROW = 2
+# Charts with a legend below keep their own size: Streamlit's default "fit" autosize squeezed the plot
+# to make room for the legend (a 28x28 image drawn 240 x 90 px).
+FIXED_SIZE = {"type": "pad", "contains": "padding"}
+# End labels of a colour gradient stay inside the chart when the legend sits below it.
+GRADIENT_LEGEND = {"orient": "bottom", "direction": "horizontal", "gradientLength": 200, "labelOverlap": False}
 
 # Long lists of labels read better with a name: "layer 1 (784 -> 400)".
 
@@ -65,7 +71,8 @@ def histogram_frame(statistics: Sequence[np.ndarray], bins: int = 40,
 
 def statistic_histogram(statistics: Sequence[np.ndarray], threshold: float | None, statistic_name: str,
                         bins: int = 40, log_counts: bool = True, labels: Sequence[str] | None = None,
-                        value_range: tuple[float, float] | None = None) -> alt.HConcatChart | alt.VConcatChart:
+                        value_range: tuple[float, float] | None = None,
+                        prior: Mapping[str, Any] | None = None) -> alt.ConcatChart:
     """One histogram per layer of the family's native statistic, threshold as a red rule.
 
     value_range: the x range (e.g. [0, 1] for inclusion probabilities); default: the data and threshold.
@@ -86,7 +93,10 @@ def statistic_histogram(statistics: Sequence[np.ndarray], threshold: float | Non
         if threshold is not None and np.isfinite(threshold):
             layers.append(threshold_rule(threshold))
         charts.append(alt.layer(*layers).properties(title=str(label), width=CHART_WIDTH, height=180))
-    return alt.hconcat(*charts) if len(charts) <= 3 else alt.vconcat(*charts)
+    if prior is not None:  # the prior of the statistic beside the posterior's histograms
+        charts.append(prior_chart(prior, statistic_name, width=CHART_WIDTH, value_range=value_range))
+    # At most HISTOGRAMS_PER_ROW side by side: three 320-px charts overflow a 1400-px window's main area.
+    return alt.concat(*charts, columns=HISTOGRAMS_PER_ROW)
 
 
 def threshold_rule(threshold: float, axis: str = "x") -> alt.Chart:
@@ -138,9 +148,10 @@ def mask_heatmap(mask: np.ndarray, title: str, max_cells: int = MAX_HEATMAP_CELL
     return alt.Chart(frame).mark_rect().encode(
         x=alt.X("col:O", title="input (last column: bias)", axis=None),
         y=alt.Y("row:O", title="output unit", axis=None),
-        color=alt.Color("mean:Q", title=colour_title, scale=alt.Scale(domain=[0, 1], scheme="greys")),
+        color=alt.Color("mean:Q", title=colour_title, scale=alt.Scale(domain=[0, 1], scheme="greys"),
+                        legend=alt.Legend(**GRADIENT_LEGEND)),
         tooltip=["row_start:Q", "col_start:Q", alt.Tooltip("total:Q", title="kept"), "size:Q"],
-    ).properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6)
+    ).properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6, autosize=FIXED_SIZE)
 
 
 def weight_heatmap(weights: np.ndarray, title: str, max_cells: int = MAX_HEATMAP_CELLS) -> alt.Chart:
@@ -150,9 +161,10 @@ def weight_heatmap(weights: np.ndarray, title: str, max_cells: int = MAX_HEATMAP
     return alt.Chart(frame).mark_rect().encode(
         x=alt.X("col:O", axis=None),
         y=alt.Y("row:O", axis=None),
-        color=alt.Color("mean:Q", title="weight", scale=alt.Scale(scheme="redblue", domain=[-bound, bound])),
+        color=alt.Color("mean:Q", title="weight", scale=alt.Scale(scheme="redblue", domain=[-bound, bound]),
+                        legend=alt.Legend(**GRADIENT_LEGEND)),
         tooltip=["row_start:Q", "col_start:Q", alt.Tooltip("mean:Q", format=".3f")],
-    ).properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6)
+    ).properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6, autosize=FIXED_SIZE)
 
 
 def kept_per_input_frame(first_layer_mask: np.ndarray, input_shape: Sequence[int]) -> pd.DataFrame:
@@ -166,14 +178,24 @@ def kept_per_input_frame(first_layer_mask: np.ndarray, input_shape: Sequence[int
     return pd.DataFrame({"row": rows, "col": cols, "kept": per_input})
 
 
-def kept_per_input_image(first_layer_mask: np.ndarray, input_shape: Sequence[int]) -> alt.Chart:
+def kept_per_input_image(first_layer_mask: np.ndarray, input_shape: Sequence[int], side: int = 240) -> alt.Chart:
+    """The image grid with one square cell per pixel: quantitative cell edges on scales whose
+    pixels-per-cell are equal in x and y (ordinal bands stretch with the legend and title)."""
     frame = kept_per_input_frame(first_layer_mask, input_shape)
+    frame["col_end"] = frame["col"] + 1
+    frame["row_end"] = frame["row"] + 1
+    height, width = int(input_shape[0]), int(input_shape[1])
+    cell = side / max(height, width)
     return alt.Chart(frame).mark_rect().encode(
-        x=alt.X("col:O", axis=None),
-        y=alt.Y("row:O", axis=None),
-        color=alt.Color("kept:Q", title="kept weights", scale=alt.Scale(scheme="viridis")),
+        x=alt.X("col:Q", axis=None, scale=alt.Scale(domain=[0, width], nice=False, zero=False)),
+        x2="col_end:Q",
+        y=alt.Y("row:Q", axis=None, scale=alt.Scale(domain=[0, height], nice=False, zero=False, reverse=True)),
+        y2="row_end:Q",
+        color=alt.Color("kept:Q", title="kept weights", scale=alt.Scale(scheme="viridis"),
+                        legend=alt.Legend(**GRADIENT_LEGEND)),
         tooltip=["row:Q", "col:Q", "kept:Q"],
-    ).properties(title="kept weights per input pixel", width=240, height=240)
+    ).properties(title="kept weights per input pixel", width=cell * width, height=cell * height,
+                 autosize=FIXED_SIZE)
 
 
 def density_frame(masks: Sequence[np.ndarray]) -> pd.DataFrame:
@@ -199,9 +221,34 @@ def sweep_frame(thresholds: np.ndarray, density: np.ndarray, values: np.ndarray)
     return frame.sort_values("density", kind="stable").reset_index(drop=True)
 
 
+PICK = "pick"  # the curve's click selection: {"pick": [{"threshold": t}]} in Streamlit's chart state
+
+
+def picked_threshold(selection: Any) -> float | None:
+    """The threshold of the point clicked on the metric-vs-density curve, from Streamlit's chart
+    state (event.selection or the widget's session-state value), or None."""
+    if selection is None:
+        return None
+    if hasattr(selection, "get") and "selection" in selection:
+        selection = selection["selection"]
+    points = selection.get(PICK) if hasattr(selection, "get") else None
+    if isinstance(points, dict):  # some versions wrap the values: {"threshold": [t]} or {"vlPoint": ...}
+        values = points.get("threshold")
+        if isinstance(values, list) and values:
+            return float(values[0])
+        return float(values) if isinstance(values, (int, float)) else None
+    if points:
+        first = points[0]
+        if isinstance(first, dict) and first.get("threshold") is not None:
+            return float(first["threshold"])
+    return None
+
+
 def metric_vs_density(thresholds: np.ndarray, density: np.ndarray, values: np.ndarray, metric: str,
-                      current: tuple[float, float] | None = None) -> alt.LayerChart:
-    """The precomputed sweep as a line over density (log axis), the current setting as a red point."""
+                      current: tuple[float, float] | None = None, suggested: Mapping[str, float] | None = None,
+                      selectable: bool = False, title: str | None = None) -> alt.LayerChart:
+    """The precomputed sweep as a line over density (log axis), the current setting as a red point,
+    the suggested threshold as a star; with `selectable`, a click on a point selects its threshold."""
     frame = sweep_frame(thresholds, density, values)
     positive = frame["density"] > 0
     scale = alt.Scale(type="log") if positive.all() else alt.Scale()
@@ -211,12 +258,23 @@ def metric_vs_density(thresholds: np.ndarray, density: np.ndarray, values: np.nd
         tooltip=[alt.Tooltip("threshold:Q", format=".4g"), alt.Tooltip("density:Q", format=".4f"),
                  alt.Tooltip("value:Q", format=".4f")],
     )
-    layers = [base.mark_line(), base.mark_circle(size=30)]
+    points = base.mark_circle(size=60 if selectable else 30)
+    if selectable:
+        points = points.add_params(alt.selection_point(name=PICK, fields=["threshold"], on="click", nearest=True))
+    layers = [base.mark_line(), points]
+    if suggested is not None:
+        star = pd.DataFrame({"density": [float(suggested["density"])], "value": [float(suggested["value"])],
+                             "threshold": [float(suggested["threshold"])]})
+        layers.append(alt.Chart(star).mark_point(shape="M0,-1L0.3,-0.3L1,-0.3L0.45,0.15L0.6,0.9L0,0.45L-0.6,0.9"
+                                                       "L-0.45,0.15L-1,-0.3L-0.3,-0.3Z", size=260, filled=True,
+                                                 color="#009e73").encode(
+            x="density:Q", y="value:Q",
+            tooltip=[alt.Tooltip("threshold:Q", title="suggested threshold", format=".4g"), "density:Q", "value:Q"]))
     if current is not None:
         point = pd.DataFrame({"density": [float(current[0])], "value": [float(current[1])]})
         layers.append(alt.Chart(point).mark_point(color="red", size=160, filled=True, shape="diamond").encode(
             x="density:Q", y="value:Q", tooltip=["density:Q", "value:Q"]))
-    return alt.layer(*layers).properties(title=f"{metric} vs density", width=520, height=300)
+    return alt.layer(*layers).properties(title=title or f"{metric} vs density", width=520, height=300)
 
 
 def metric_vs_samples(samples: Sequence[int], values: Sequence[float], metric: str) -> alt.LayerChart:
@@ -332,13 +390,20 @@ def class_probability_bars(probs_per_draw: np.ndarray, class_names: Sequence[str
     order = list(dict.fromkeys(frame["class"]))
     mean = frame.groupby("class", sort=False, as_index=False)["probability"].mean()
     x = alt.X("class:N", sort=order, title="class")
+    # Every layer on the same fixed [0, 1] scale (no "nice" padding): the doubt line sits below
+    # the 1.0 gridline and bars start at 0.
+    y_scale = alt.Scale(domain=[0, 1], nice=False, zero=True, clamp=True)
+    # labelFlush off: Streamlit's theme pulls the end labels inwards, which drew "1.0" below the 0.95 line.
+    y_axis = alt.Axis(labelFlush=False, grid=True, values=[0, 0.25, 0.5, 0.75, 1.0], format=".2f")
     bars = alt.Chart(mean).mark_bar(opacity=0.5).encode(
-        x=x, y=alt.Y("probability:Q", scale=alt.Scale(domain=[0, 1]), title="p(class)"),
+        x=x, y=alt.Y("probability:Q", scale=y_scale, title="p(class)", axis=y_axis),
         tooltip=["class:N", alt.Tooltip("probability:Q", format=".3f")])
     ticks = alt.Chart(frame).mark_tick(color="black", thickness=1, opacity=0.6).encode(
-        x=x, y="probability:Q")
-    rule = threshold_rule(doubt_level, axis="y")
-    return alt.layer(bars, ticks, rule).properties(title=title, width=260, height=180)
+        x=x, y=alt.Y("probability:Q", scale=y_scale))
+    rule = alt.Chart(pd.DataFrame({"probability": [float(doubt_level)]})).mark_rule(
+        color="red", strokeDash=[4, 3], size=2).encode(y=alt.Y("probability:Q", scale=y_scale),
+                                                      tooltip=[alt.Tooltip("probability:Q", title="doubt level")])
+    return alt.layer(bars, ticks, rule).resolve_scale(y="shared").properties(title=title, width=260, height=180)
 
 
 # --- out-of-distribution entropy ---------------------------------------------------------------------
@@ -351,7 +416,11 @@ def ecdf_frame(samples: Mapping[str, np.ndarray]) -> pd.DataFrame:
         n = values.size
         if n == 0:
             continue
-        frames.append(pd.DataFrame({"set": name, "entropy": values, "ecdf": np.arange(1, n + 1) / n}))
+        # The step function starts at (0, 0): entropy is never negative, so the curves start where the
+        # axis's 0 is drawn, not at each set's smallest value.
+        start = min(0.0, float(values[0]))
+        frames.append(pd.DataFrame({"set": name, "entropy": np.concatenate([[start], values]),
+                                    "ecdf": np.concatenate([[0.0], np.arange(1, n + 1) / n])}))
     if not frames:
         return pd.DataFrame({"set": [], "entropy": [], "ecdf": []})
     return pd.concat(frames, ignore_index=True)
@@ -361,9 +430,9 @@ def entropy_ecdf(samples: Mapping[str, np.ndarray], max_entropy: float | None = 
                  max_points: int = 1000) -> alt.Chart:
     """ECDFs of predictive entropy: in-domain rises early, OOD late (seed 002 fig 2)."""
     frame = _thin_ecdf(ecdf_frame(samples), max_points)
-    x_scale = alt.Scale(domain=[0, max_entropy]) if max_entropy else alt.Scale()
+    x_scale = alt.Scale(domain=[0, max_entropy], nice=False) if max_entropy else alt.Scale(nice=False)
     return alt.Chart(frame).mark_line(interpolate="step-after").encode(
-        x=alt.X("entropy:Q", title="predictive entropy (nats)", scale=x_scale),
+        x=alt.X("entropy:Q", title="predictive entropy (nats)", scale=x_scale, axis=alt.Axis(labelFlush=False)),
         y=alt.Y("ecdf:Q", title="fraction of inputs with entropy <= x", scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("set:N", title="test set"),
         tooltip=["set:N", alt.Tooltip("entropy:Q", format=".3f"), alt.Tooltip("ecdf:Q", format=".3f")],
@@ -411,3 +480,274 @@ def training_curves(history: Sequence[Mapping[str, object]]) -> alt.HConcatChart
         )
         charts.append(alt.layer(base.mark_line(), base.mark_circle(size=35)).properties(width=300, height=180))
     return alt.hconcat(*charts)
+
+
+# --- a fixed colour per family, colour-blind safe (Okabe-Ito), the same on every page ----------------
+
+FAMILY_COLOURS = {
+    "lbbnn": "#0072B2", "lbbnn-lfmvn": "#56B4E9", "bnn": "#E69F00", "bnn-mixture": "#F0E442",
+    "variational-dense": "#999999", "concrete-dropout": "#CC79A7", "horseshoe": "#009E73",
+    "sparse-vd": "#D55E00", "fnn": "#000000",
+}
+CLASS_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000",
+                 "#999999", "#882255"]
+
+
+# --- the decision surface of a 2-D classifier ------------------------------------------------------
+
+def surface_frame(xs: np.ndarray, ys: np.ndarray, arrays: Mapping[str, np.ndarray],
+                  class_names: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per grid cell (grid points in row-major order over ys, then xs) with its edges."""
+    xs, ys = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+    dx = (xs[1] - xs[0]) if xs.size > 1 else 1.0
+    dy = (ys[1] - ys[0]) if ys.size > 1 else 1.0
+    gx, gy = np.meshgrid(xs, ys)
+    predicted = np.asarray(arrays["predicted"]).astype(np.int64)
+    names = list(class_names) if class_names else None
+    return pd.DataFrame({
+        "x": gx.ravel() - dx / 2, "x_end": gx.ravel() + dx / 2,
+        "y": gy.ravel() - dy / 2, "y_end": gy.ravel() + dy / 2,
+        "class": [names[k] if names else str(k) for k in predicted],
+        "confidence": np.asarray(arrays["confidence"], dtype=np.float64),
+        "entropy": np.asarray(arrays["entropy"], dtype=np.float64),
+        "spread": np.asarray(arrays["spread"], dtype=np.float64),
+    })
+
+
+def decision_surface(xs: np.ndarray, ys: np.ndarray, arrays: Mapping[str, np.ndarray], x_train: np.ndarray,
+                     y_train: np.ndarray, class_names: Sequence[str] | None = None, samples: int = 1,
+                     size: int = 210) -> alt.HConcatChart:
+    """Predicted class (faded by confidence), predictive entropy and the R draws' spread over the
+    input plane, each with the training points."""
+    frame = surface_frame(xs, ys, arrays, class_names)
+    n_classes = int(max(np.asarray(arrays["predicted"]).max(), np.asarray(y_train).max())) + 1
+    names = list(class_names) if class_names else [str(k) for k in range(n_classes)]
+    x_train = np.asarray(x_train, dtype=np.float64)
+    points = pd.DataFrame({"x1": x_train[:, 0], "x2": x_train[:, 1],
+                           "class": [names[int(k)] for k in np.asarray(y_train)]})
+    x_scale = alt.Scale(domain=[float(frame["x"].min()), float(frame["x_end"].max())], nice=False, zero=False)
+    y_scale = alt.Scale(domain=[float(frame["y"].min()), float(frame["y_end"].max())], nice=False, zero=False)
+    class_scale = alt.Scale(domain=names, range=CLASS_COLOURS[:len(names)])
+
+    def cells(colour: alt.Color, title: str, opacity: Any = alt.value(1.0)) -> alt.LayerChart:
+        rect = alt.Chart(frame).mark_rect().encode(
+            x=alt.X("x:Q", title="x1", scale=x_scale), x2="x_end:Q",
+            y=alt.Y("y:Q", title="x2", scale=y_scale), y2="y_end:Q",
+            color=colour, opacity=opacity,
+            tooltip=["class:N", alt.Tooltip("confidence:Q", format=".3f"), alt.Tooltip("entropy:Q", format=".3f"),
+                     alt.Tooltip("spread:Q", format=".3f")])
+        dots = alt.Chart(points).mark_circle(size=14, stroke="white", strokeWidth=0.5, opacity=0.9).encode(
+            x="x1:Q", y="x2:Q", color=alt.Color("class:N", scale=class_scale, legend=None))
+        return alt.layer(rect, dots).properties(title=title, width=size, height=size)
+
+    predicted = cells(alt.Color("class:N", title="predicted class", scale=class_scale,
+                                legend=alt.Legend(orient="bottom")),
+                      "predicted class", alt.Opacity("confidence:Q", scale=alt.Scale(domain=[1 / n_classes, 1]),
+                                                     legend=None))
+    entropy = cells(alt.Color("entropy:Q", title="entropy (nats)",
+                              scale=alt.Scale(scheme="viridis", domain=[0, float(np.log(n_classes))]),
+                              legend=alt.Legend(**GRADIENT_LEGEND)), "predictive entropy")
+    spread = cells(alt.Color("spread:Q", title="sd over draws", scale=alt.Scale(scheme="magma", reverse=True),
+                             legend=alt.Legend(**GRADIENT_LEGEND)),
+                   f"spread of the {samples} draws" if samples > 1 else "spread (one draw: none)")
+    return alt.hconcat(predicted, entropy, spread).resolve_scale(
+        color="independent", opacity="independent").properties(autosize=FIXED_SIZE)
+
+
+# --- the prior beside the posterior -------------------------------------------------------------------
+
+def prior_chart(prior: Mapping[str, Any], statistic_name: str, width: int = 260,
+                value_range: tuple[float, float] = (0.0, 1.0)) -> alt.Chart:
+    """The prior of the statistic: a density curve, or a rule at the prior's single value."""
+    if prior["kind"] == "density":
+        frame = pd.DataFrame({statistic_name: np.asarray(prior["x"], dtype=np.float64),
+                              "density": np.asarray(prior["density"], dtype=np.float64)})
+        cap = float(np.quantile(frame["density"], 0.98)) * 1.2 or 1.0
+        frame["density"] = frame["density"].clip(upper=cap)  # Beta densities with a < 1 diverge at the ends
+        chart = alt.Chart(frame).mark_area(color="#009E73", opacity=0.4, line={"color": "#009E73"}).encode(
+            x=alt.X(f"{statistic_name}:Q", scale=alt.Scale(domain=list(value_range), nice=False)),
+            y=alt.Y("density:Q", title="prior density"))
+    else:
+        frame = pd.DataFrame({statistic_name: [float(prior["value"])], "label": [prior["label"]]})
+        chart = alt.Chart(frame).mark_rule(color="#009E73", size=3).encode(
+            x=alt.X(f"{statistic_name}:Q", scale=alt.Scale(domain=list(value_range), nice=False)),
+            tooltip=["label:N"])
+    return chart.properties(title={"text": "prior", "subtitle": str(prior["label"])}, width=width, height=180)
+
+
+# --- comparing runs (the Compare page) -----------------------------------------------------------------
+
+def family_colour_scale(labels: Sequence[str], families: Sequence[str]) -> alt.Scale:
+    """Each run's line in its family's fixed colour (runs of one family differ by dash)."""
+    return alt.Scale(domain=list(labels), range=[FAMILY_COLOURS.get(f, "#666666") for f in families])
+
+
+def compare_curves(curves: Sequence[Mapping[str, Any]], metric: str) -> alt.LayerChart:
+    """Metric vs density for several runs on one chart; each curve dict has label, family,
+    density, values (and thresholds)."""
+    frames = [pd.DataFrame({"run": c["label"], "family": c["family"],
+                            "density": np.asarray(c["density"], dtype=np.float64),
+                            "value": np.asarray(c["values"], dtype=np.float64),
+                            "threshold": np.asarray(c["thresholds"], dtype=np.float64)}) for c in curves]
+    frame = pd.concat(frames, ignore_index=True).sort_values(["run", "density"], kind="stable")
+    labels = [c["label"] for c in curves]
+    colour = alt.Color("run:N", title="run", scale=family_colour_scale(labels, [c["family"] for c in curves]),
+                       legend=alt.Legend(orient="bottom", columns=1, labelLimit=600))
+    scale = alt.Scale(type="log") if (frame["density"] > 0).all() else alt.Scale()
+    base = alt.Chart(frame).encode(
+        x=alt.X("density:Q", title="density (fraction of weights kept)", scale=scale),
+        y=alt.Y("value:Q", title=metric, scale=alt.Scale(zero=False)),
+        color=colour, strokeDash=alt.StrokeDash("run:N", legend=None),
+        tooltip=["run:N", alt.Tooltip("threshold:Q", format=".4g"), alt.Tooltip("density:Q", format=".4f"),
+                 alt.Tooltip("value:Q", format=".4f")])
+    return alt.layer(base.mark_line(), base.mark_circle(size=25)).properties(
+        title=f"{metric} vs density, each family pruned on its own statistic (mean weights)", width=620, height=320,
+        autosize=FIXED_SIZE)
+
+
+def compare_ecdf(entropies: Sequence[Mapping[str, Any]], max_entropy: float | None = None) -> alt.Chart:
+    """Entropy ECDFs of several runs: colour = run (family colour), solid = in-domain, dashed = OOD."""
+    frames = []
+    for item in entropies:
+        part = ecdf_frame({item["set"]: item["values"]})
+        part["run"] = item["label"]
+        part["domain"] = item["domain"]
+        frames.append(_thin_ecdf(part, 400))
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        {"set": [], "entropy": [], "ecdf": [], "run": [], "domain": []})
+    labels = list(dict.fromkeys(item["label"] for item in entropies))
+    families = [next(i["family"] for i in entropies if i["label"] == label) for label in labels]
+    x_scale = alt.Scale(domain=[0, max_entropy], nice=False) if max_entropy else alt.Scale(nice=False)
+    return alt.Chart(frame).mark_line(interpolate="step-after").encode(
+        x=alt.X("entropy:Q", title="predictive entropy (nats)", scale=x_scale, axis=alt.Axis(labelFlush=False)),
+        y=alt.Y("ecdf:Q", title="fraction of inputs with entropy <= x", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("run:N", scale=family_colour_scale(labels, families),
+                        legend=alt.Legend(orient="bottom", columns=1, labelLimit=600)),
+        strokeDash=alt.StrokeDash("domain:N", title="inputs",
+                                  scale=alt.Scale(domain=["in-domain", "out-of-domain"], range=[[1, 0], [5, 3]])),
+        detail="set:N",
+        tooltip=["run:N", "set:N", alt.Tooltip("entropy:Q", format=".3f"), alt.Tooltip("ecdf:Q", format=".3f")],
+    ).properties(title="entropy ECDFs: solid in-domain, dashed out-of-domain", width=620, height=320,
+                 autosize=FIXED_SIZE)
+
+
+def summary_over_seeds(records: Sequence[Mapping[str, Any]], group: str = "setting",
+                       columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per setting (runs that differ only by seed): 'median (min, max)' of each numeric
+    column over its seeds, the plain value where there is one seed, and the number of seeds."""
+    frame = pd.DataFrame(list(records))
+    if frame.empty:
+        return frame
+    columns = list(columns) if columns is not None else [c for c in frame.columns
+                                                         if c != group and pd.api.types.is_numeric_dtype(frame[c])]
+    rows = []
+    for setting, part in frame.groupby(group, sort=False):
+        row: dict[str, Any] = {group: setting, "seeds": len(part)}
+        for column in columns:
+            values = pd.to_numeric(part[column], errors="coerce").dropna()
+            if values.empty:
+                row[column] = ""
+            elif len(values) == 1:
+                row[column] = f"{values.iloc[0]:.4g}"
+            else:
+                row[column] = f"{values.median():.4g} ({values.min():.4g}, {values.max():.4g})"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# --- masks as in seed 002 (figures 4-5): receptive fields, two masks side by side or as a difference ----------
+
+def receptive_field_frame(first_layer_weights: np.ndarray, first_layer_mask: np.ndarray, units: Sequence[int],
+                          input_shape: Sequence[int]) -> pd.DataFrame:
+    """The kept incoming weights of chosen first-layer units on the image grid (pruned: 0)."""
+    weights = np.asarray(first_layer_weights, dtype=np.float64)[:, :-1]  # bias column dropped
+    mask = np.asarray(first_layer_mask)[:, :-1]
+    height, width = int(input_shape[0]), int(input_shape[1])
+    if weights.shape[1] != height * width:
+        raise ValueError(f"first layer has {weights.shape[1]} inputs, not {height}x{width}")
+    rows, cols = np.divmod(np.arange(height * width), width)
+    frames = [pd.DataFrame({"unit": f"unit {int(u)}", "row": rows, "col": cols, "row_end": rows + 1,
+                            "col_end": cols + 1, "weight": np.where(mask[int(u)], weights[int(u)], 0.0)})
+              for u in units]
+    return pd.concat(frames, ignore_index=True)
+
+
+def receptive_fields(first_layer_weights: np.ndarray, first_layer_mask: np.ndarray, units: Sequence[int],
+                     input_shape: Sequence[int], side: int = 140) -> alt.FacetChart:
+    """One square 28x28 image per chosen unit: its kept weights, diverging colours centred on 0."""
+    frame = receptive_field_frame(first_layer_weights, first_layer_mask, units, input_shape)
+    height, width = int(input_shape[0]), int(input_shape[1])
+    bound = float(np.abs(frame["weight"]).max()) or 1.0
+    cell = side / max(height, width)
+    return alt.Chart(frame).mark_rect().encode(
+        x=alt.X("col:Q", axis=None, scale=alt.Scale(domain=[0, width], nice=False, zero=False)), x2="col_end:Q",
+        y=alt.Y("row:Q", axis=None, scale=alt.Scale(domain=[0, height], nice=False, zero=False, reverse=True)),
+        y2="row_end:Q",
+        color=alt.Color("weight:Q", scale=alt.Scale(scheme="redblue", domain=[-bound, bound]),
+                        legend=alt.Legend(**GRADIENT_LEGEND)),
+        tooltip=["unit:N", "row:Q", "col:Q", alt.Tooltip("weight:Q", format=".3f")],
+    ).properties(width=cell * width, height=cell * height).facet(
+        facet=alt.Facet("unit:N", title=None, sort=[f"unit {int(u)}" for u in units]), columns=5
+    ).properties(title="receptive fields: kept weights into each unit", autosize=FIXED_SIZE)
+
+
+MASK_STATES = ("kept in both", "only in A", "only in B", "in neither")
+MASK_STATE_COLOURS = ("#000000", "#0072B2", "#E69F00", "#eeeeee")
+
+
+def mask_difference_frame(mask_a: np.ndarray, mask_b: np.ndarray, max_cells: int = MAX_HEATMAP_CELLS) -> pd.DataFrame:
+    """Where two masks of one layer agree and differ, per block: the majority state of its entries."""
+    a, b = np.asarray(mask_a, dtype=bool), np.asarray(mask_b, dtype=bool)
+    if a.shape != b.shape:
+        raise ValueError(f"masks differ in shape: {a.shape} and {b.shape}")
+    states = np.select([a & b, a & ~b, ~a & b], [0, 1, 2], default=3)
+    counts = [block_frame((states == k).astype(np.float64), max_cells)["total"].to_numpy() for k in range(4)]
+    frame = block_frame(np.zeros(a.shape), max_cells)[["row", "col", "row_start", "col_start", "size"]]
+    stacked = np.stack(counts, axis=1)
+    frame["state"] = [MASK_STATES[k] for k in stacked.argmax(axis=1)]
+    for name, column in zip(("both", "only_a", "only_b", "neither"), stacked.T):
+        frame[name] = column.astype(np.int64)
+    return frame
+
+
+def mask_difference(mask_a: np.ndarray, mask_b: np.ndarray, title: str, max_cells: int = MAX_HEATMAP_CELLS) -> alt.Chart:
+    frame = mask_difference_frame(mask_a, mask_b, max_cells)
+    return alt.Chart(frame).mark_rect().encode(
+        x=alt.X("col:O", axis=None), y=alt.Y("row:O", axis=None),
+        color=alt.Color("state:N", title="weight", scale=alt.Scale(domain=list(MASK_STATES),
+                                                                    range=list(MASK_STATE_COLOURS)),
+                        legend=alt.Legend(orient="bottom", columns=2)),
+        tooltip=["row_start:Q", "col_start:Q", "state:N", "both:Q", "only_a:Q", "only_b:Q"],
+    ).properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6, autosize=FIXED_SIZE)
+
+
+# --- the network as a graph (the playground) ----------------------------------------------------------------
+
+def network_graph_frames(masks: Sequence[np.ndarray]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Nodes (layer, unit, x, y) and kept edges (x, y, x2, y2) of a small network; bias columns dropped."""
+    widths = [np.asarray(masks[0]).shape[1] - 1] + [np.asarray(m).shape[0] for m in masks]
+    nodes = []
+    for layer, width in enumerate(widths):
+        for unit in range(width):
+            nodes.append({"layer": layer, "unit": unit, "x": float(layer),
+                          "y": (unit + 0.5) / width})
+    position = {(n["layer"], n["unit"]): (n["x"], n["y"]) for n in nodes}
+    edges = []
+    for layer, mask in enumerate(masks):
+        outputs, inputs = np.nonzero(np.asarray(mask)[:, :-1])
+        for out_unit, in_unit in zip(outputs, inputs):
+            x, y = position[(layer, int(in_unit))]
+            x2, y2 = position[(layer + 1, int(out_unit))]
+            edges.append({"x": x, "y": y, "x2": x2, "y2": y2})
+    return pd.DataFrame(nodes), pd.DataFrame(edges, columns=["x", "y", "x2", "y2"])
+
+
+def network_graph(masks: Sequence[np.ndarray], title: str = "kept connections", width: int = 300,
+                  height: int = 260) -> alt.LayerChart:
+    nodes, edges = network_graph_frames(masks)
+    axis_x = alt.X("x:Q", axis=None, scale=alt.Scale(domain=[-0.2, len(masks) + 0.2]))
+    axis_y = alt.Y("y:Q", axis=None, scale=alt.Scale(domain=[0, 1]))
+    lines = alt.Chart(edges).mark_rule(color="#0072B2", opacity=0.5).encode(x=axis_x, y=axis_y, x2="x2:Q", y2="y2:Q")
+    dots = alt.Chart(nodes).mark_circle(size=40, color="#D55E00").encode(x=axis_x, y=axis_y,
+                                                                          tooltip=["layer:Q", "unit:Q"])
+    return alt.layer(lines, dots).properties(title=title, width=width, height=height)

@@ -53,6 +53,34 @@ def unlock_teacher(token: str) -> bool:
     return ok
 
 
+TRAIN_PARAM = "train"  # ?train=<token>: the training this page started (see views/train.py)
+
+
+def reattach_training() -> None:
+    """A reloaded page is a new session: find its training again through the address, so the
+    progress, the Cancel button and the disabled Train button come back."""
+    if worker() is not None:
+        return
+    token = st.query_params.get(TRAIN_PARAM)
+    if not token:
+        return
+    request = cache.training_queue().find(token)
+    # A copied link carries the token too: only the browser that asked (same address) takes it back,
+    # so a shared link never hands someone else the Cancel button.
+    if request is None or getattr(request, "owner", None) != client_address():
+        del st.query_params[TRAIN_PARAM]
+        return
+    set_worker(request)
+
+
+def client_address() -> str | None:
+    try:
+        address = st.context.ip_address
+    except Exception:  # no runtime, or a Streamlit without it
+        return None
+    return address if isinstance(address, str) else None  # (AppTest has a stand-in object here)
+
+
 def collect_finished_worker() -> None:
     """Once per finished worker: select the run it stored and refresh the run list (on any page)."""
     from dashboard.worker import WorkerStatus
@@ -64,11 +92,18 @@ def collect_finished_worker() -> None:
     if snapshot.is_active:
         return
     st.session_state[HANDLED_KEY] = current
+    if TRAIN_PARAM in st.query_params:
+        del st.query_params[TRAIN_PARAM]
     if snapshot.status == WorkerStatus.DONE and snapshot.run_id:
         if snapshot.run is not None:  # the trained run itself: browsing it reads nothing from disk
             cache.adopt_run(snapshot.run)
         cache.cached_run_list.clear()
+        previous = selected_run_id()
         select_run(snapshot.run_id)
+        if previous and previous != snapshot.run_id:
+            # Never switch runs without a word (the reader may be studying the previous one).
+            notify(f"Training finished: now showing the new run {snapshot.run_id[:8]} ({current.label}); "
+                   f"the run you were looking at, {previous[:8]}, is still in the sidebar's list.")
 
 
 def ensure_default_run() -> None:
@@ -79,6 +114,58 @@ def ensure_default_run() -> None:
     if current in ids:
         return
     select_run(ids[-1] if ids else None)
+    if current is not None and ids:
+        notify(f"Run {current[:8]} is no longer in the store (deleted, here or in another session); "
+               f"now showing run {ids[-1][:8]}.")
+
+
+NOTICE_KEY = "pending_notice"
+
+
+def notify(message: str) -> None:
+    """A message the sidebar shows once on the next render (run switches are never silent)."""
+    st.session_state[NOTICE_KEY] = message
+
+
+def pop_notice() -> str | None:
+    return st.session_state.pop(NOTICE_KEY, None)
+
+
+# The view in the address: ?run=..&threshold=..&mode=..&R=..&ood=..; a copied link reproduces it.
+VIEW_PARAMS = {"threshold": "threshold", "mode": "mode", "samples": "R"}
+OOD_PARAM = "ood"
+VIEW_APPLIED_KEY = "view_link_applied"
+
+
+def apply_link_view(run_id: str | None) -> None:
+    """Once per session (a browser tab opening a link): the address's threshold, mode, R and
+    OOD sets become the settings of the linked run."""
+    if run_id is None or st.session_state.get(VIEW_APPLIED_KEY):
+        return
+    st.session_state[VIEW_APPLIED_KEY] = True
+    params = st.query_params
+    for name, param in VIEW_PARAMS.items():
+        text = params.get(param)
+        if text is None:
+            continue
+        try:
+            value: Any = float(text) if name == "threshold" else int(text) if name == "samples" else str(text)
+        except ValueError:
+            st.sidebar.warning(f"The link's {param}={text!r} is not a number; it was ignored.")
+            continue
+        store_setting(run_id, name, value)
+        if name == "mode":
+            store_setting(run_id, "mode_chosen", True)
+    if params.get(OOD_PARAM) is not None:
+        st.session_state["ood_sets_link"] = [p for p in params.get(OOD_PARAM).split(",") if p]
+
+
+def publish(name: str, value: Any) -> None:
+    """Write a view setting into the address (only when it changed: each write is a message)."""
+    param = VIEW_PARAMS.get(name, name)
+    text = f"{value:.6g}" if isinstance(value, float) else ",".join(value) if isinstance(value, list) else str(value)
+    if st.query_params.get(param) != text:
+        st.query_params[param] = text
 
 
 def setting(run_id: str, name: str, default: Any) -> Any:
@@ -101,33 +188,54 @@ def persistent_widget(widget: Any, run_id: str, name: str, default: Any, label: 
 
     value = widget(label, key=key, on_change=remember, **kwargs)
     store_setting(run_id, name, value)
+    if name in VIEW_PARAMS:
+        publish(name, value)
     return value
 
 
-def prediction_mode_select(run_id: str) -> str:
-    """The prediction mode, shared by every page of a run."""
-    return persistent_widget(st.selectbox, run_id, "mode", "bma", "Prediction mode",
-                             options=list(backend.PREDICTION_MODES),
-                             format_func=lambda m: f"{m} ({backend.MODE_HELP[m].split(':')[0]})")
+def prediction_mode_select(run_id: str, default: str = "bma") -> str:
+    """The prediction mode, shared by every page of a run once the user picks one; until then
+    each page opens in its own default (Pruning in prune, where the threshold acts)."""
+    key = f"widget:mode:{run_id}"
+    chosen = setting(run_id, "mode_chosen", False)
+    current = setting(run_id, "mode", default) if chosen else default
+    if current not in backend.PREDICTION_MODES:
+        current = default
+    st.session_state[key] = current
+
+    def remember() -> None:
+        store_setting(run_id, "mode", st.session_state[key])
+        store_setting(run_id, "mode_chosen", True)
+
+    value = st.selectbox("Prediction mode", list(backend.PREDICTION_MODES), key=key, on_change=remember,
+                         format_func=lambda m: f"{m} ({backend.MODE_HELP[m].split(':')[0]})")
+    publish("mode", value)
+    return value
 
 
-def samples_slider(run_id: str, max_samples: int) -> int:
-    """The number of posterior draws R, shared by every page of a run."""
+def samples_slider(run_id: str, max_samples: int, disabled: bool = False) -> int:
+    """The number of posterior draws R, shared by every page of a run; disabled (with the reason)
+    in modes that draw nothing."""
     return persistent_widget(st.slider, run_id, "samples", 10, "Posterior samples R", min_value=1,
-                             max_value=max_samples)
+                             max_value=max_samples, disabled=disabled,
+                             help="this mode predicts with one network and draws nothing" if disabled else
+                             "posterior draws averaged per prediction")
 
 
-def threshold_slider(run_id: str, spec: backend.ThresholdRange, label: str | None = None) -> float:
+def threshold_slider(run_id: str, spec: backend.ThresholdRange, label: str | None = None,
+                     disabled_reason: str | None = None) -> float:
     direction = "keep above" if spec.keep_above else "keep below"
     step = (spec.high - spec.low) / 200 or 0.01
     current = spec.clip(setting(run_id, "threshold", spec.default))
     store_setting(run_id, "threshold", current)
+    help_text = (f"A weight is kept when its {spec.name} is {'above' if spec.keep_above else 'below'} the threshold. "
+                 f"The family's default is {spec.default:.4g}.")
     return float(persistent_widget(
         st.slider, run_id, "threshold", current,
         label or f"threshold on {spec.name} ({direction})",
         min_value=float(spec.low), max_value=float(spec.high), step=float(step), format="%.4g",
-        help=f"A weight is kept when its {spec.name} is {'above' if spec.keep_above else 'below'} the threshold. "
-             f"The family's default is {spec.default:.4g}."))
+        disabled=disabled_reason is not None,
+        help=help_text if disabled_reason is None else f"{disabled_reason} {help_text}"))
 
 
 def current_run() -> Any:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import secrets
 import threading
 import time
 from collections import OrderedDict
@@ -302,6 +303,8 @@ class TrainingRequest:
         self._queue = queue
         self._job = job
         self.id = request_id
+        # Unguessable: the token in a page's address lets that page (reloaded) cancel this request.
+        self.token = secrets.token_urlsafe(12)
         self.joined = joined  # True when it joined a job that was already queued or training
         self.label = job.worker.label
         self.config = job.worker.config
@@ -338,6 +341,8 @@ class TrainingRequest:
 class TrainingQueue:
     """At most `slots` trainings at once, the others waiting first come, first served."""
 
+    KEEP_FINISHED = 64
+
     def __init__(self, train_fn: TrainFunction, slots: int = 1):
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
@@ -347,6 +352,9 @@ class TrainingQueue:
         self._waiting: OrderedDict[Hashable, _Job] = OrderedDict()
         self._running: list[_Job] = []
         self._ids = itertools.count(1)
+        # Requests by their token, so that a reloaded page (a new session) finds its training again.
+        self._requests: dict[str, TrainingRequest] = {}
+        self.on_job_finished: Callable[[], None] | None = None  # e.g. refresh the cached run list
 
     def submit(self, key: Hashable, config: Any, total_epochs: int, label: str = "") -> TrainingRequest:
         """Queue a training of `config` (identified by `key`), or join the job already queued
@@ -362,8 +370,14 @@ class TrainingQueue:
                 self._waiting[key] = job
             request = TrainingRequest(self, job, next(self._ids), joined)
             job.requests.add(request.id)
+            self._requests[request.token] = request
             self._dispatch()
             return request
+
+    def find(self, token: str | None) -> "TrainingRequest | None":
+        """The request with this token (from the page's address), if it is still known."""
+        with self._lock:
+            return self._requests.get(str(token)) if token else None
 
     def position(self, job: _Job) -> int | None:
         """1-based place of a waiting job (1: next to start), None when it is not waiting."""
@@ -393,7 +407,16 @@ class TrainingQueue:
     def _finished(self, worker: TrainingWorker) -> None:
         with self._lock:
             self._running = [job for job in self._running if job.worker is not worker]
+            # Forget finished requests beyond the most recent few (their pages got the outcome).
+            done = [t for t, r in self._requests.items() if not r._job.worker.snapshot().is_active]
+            for token in done[:-self.KEEP_FINISHED]:
+                del self._requests[token]
             self._dispatch()
+        if self.on_job_finished is not None:
+            try:
+                self.on_job_finished()
+            except Exception:  # a listener's failure must not lose the queue's bookkeeping
+                log.exception("on_job_finished listener failed")
 
     def _dispatch(self) -> None:
         with self._lock:

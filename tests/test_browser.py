@@ -134,7 +134,7 @@ def test_pages_render_in_chromium(server, browser, tmp_path):
     page.screenshot(path=str(tmp_path / "train.png"), full_page=True)
 
     for link, heading, charts in (("Inclusion & masks", "Inclusion statistics and masks", 3),
-                                  ("Pruning", "Pruning", 2),
+                                  ("Pruning", "Pruning", 1),
                                   ("Uncertainty", "Uncertainty", 2)):
         page.locator("[data-testid='stSidebarNav'] a", has_text=link).first.click()
         page.get_by_role("heading", name=heading, exact=True).wait_for(timeout=RENDER_TIMEOUT)
@@ -146,3 +146,156 @@ def test_pages_render_in_chromium(server, browser, tmp_path):
     for name in ("train", "inclusion", "pruning", "uncertainty"):
         assert (tmp_path / f"{name}.png").stat().st_size > 10_000
     assert "Traceback" not in log.read_text()
+
+
+# --- issue 13: click to tune, share the view, take the model away; screenshots for the README ----------------
+
+SCREENSHOT_DIR_VARIABLE = "BNN_SCREENSHOT_DIR"  # set it (e.g. to assets/screenshots) to keep the screenshots
+
+
+def _threshold_in(address: str) -> float:
+    from urllib.parse import parse_qs, urlparse
+    return float(parse_qs(urlparse(address).query)["threshold"][0])
+
+
+def test_click_on_the_curve_moves_the_threshold_and_the_link_reproduces_the_view(server, browser, tmp_path):
+    url, log = server
+    page = browser.new_page(viewport={"width": 1400, "height": 2000}, accept_downloads=True)
+    page.goto(f"{url}/pruning")
+    page.get_by_role("heading", name="Pruning", exact=True).wait_for(timeout=RENDER_TIMEOUT)
+    wait_for_charts(page, 1)
+    page.wait_for_function("location.search.includes('threshold=')", timeout=RENDER_TIMEOUT)
+    before = _threshold_in(page.url)
+    # a click near the curve's sparse end selects the nearest point: its threshold becomes the slider's
+    curve = page.locator(".vega-embed").first
+    box = curve.bounding_box()
+    page.mouse.click(box["x"] + box["width"] * 0.12, box["y"] + box["height"] * 0.5)
+    page.wait_for_function(f"!location.search.includes('threshold={before:g}&') && "
+                           f"!location.search.endsWith('threshold={before:g}')", timeout=RENDER_TIMEOUT)
+    after = _threshold_in(page.url)
+    assert after != before
+    slider = page.get_by_role("slider", name="threshold on inclusion_probability (keep above)")
+    page.wait_for_function(
+        "value => [...document.querySelectorAll('[data-testid=\"stSliderThumbValue\"]')]"
+        ".some(e => Math.abs(parseFloat(e.textContent) - value) < 1e-3)", arg=after, timeout=RENDER_TIMEOUT)
+    assert slider.count() == 1
+    assert_no_traceback(page)
+
+    # the downloads: the curve as CSV and the pruned model that load_exported reads
+    with page.expect_download() as info:
+        page.get_by_role("button", name="Download the curve (CSV)").click()
+    csv_path = tmp_path / "curve.csv"
+    info.value.save_as(csv_path)
+    header, *rows = csv_path.read_text().splitlines()
+    assert header == "threshold,density,accuracy" and len(rows) >= 10
+    with page.expect_download() as info:
+        page.get_by_role("button", name="Download the pruned model").click()
+    zip_path = tmp_path / "model.zip"
+    info.value.save_as(zip_path)
+    import zipfile
+    with zipfile.ZipFile(zip_path) as archive:
+        archive.extractall(tmp_path / "model")
+    from dashboard.backend import load_exported
+    exported = load_exported(tmp_path / "model")
+    assert exported.meta["threshold"] == pytest.approx(after)
+
+    # a copied link, opened in a fresh browser context, shows the same view
+    link = page.url
+    other = browser.new_context(viewport={"width": 1400, "height": 2000}).new_page()
+    other.goto(link)
+    other.get_by_role("heading", name="Pruning", exact=True).wait_for(timeout=RENDER_TIMEOUT)
+    wait_for_charts(other, 1)
+    other.wait_for_function(
+        "value => [...document.querySelectorAll('[data-testid=\"stSliderThumbValue\"]')]"
+        ".some(e => Math.abs(parseFloat(e.textContent) - value) < 1e-3)", arg=after, timeout=RENDER_TIMEOUT)
+    assert _threshold_in(other.url) == pytest.approx(after)
+    assert_no_traceback(other)
+    other.close()
+    page.close()
+    assert "Traceback" not in log.read_text()
+
+
+def compact_png(path: Path, colours: int = 128) -> None:
+    """A screenshot in 128 colours, optimised: the README's pictures stay small (assets/ is under 8 MB)."""
+    from PIL import Image
+    with Image.open(path) as image:
+        quantised = image.convert("RGB").quantize(colors=colours, method=Image.Quantize.FASTOCTREE,
+                                                  dither=Image.Dither.NONE)
+    quantised.save(path, "PNG", optimize=True)
+
+
+def test_screenshots_of_every_page(server, browser, tmp_path):
+    """The README's first lesson shows these (BNN_SCREENSHOT_DIR=assets/screenshots keeps them)."""
+    url, log = server
+    folder = Path(os.environ.get(SCREENSHOT_DIR_VARIABLE) or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 1800})
+    for path, heading, charts in (("", "Train a sparse Bayesian network", 0),
+                                  ("inclusion", "Inclusion statistics and masks", 3),
+                                  ("pruning", "Pruning", 1), ("uncertainty", "Uncertainty", 4),
+                                  ("compare", "Compare runs", 2), ("playground", "Playground", 3),
+                                  ("glossary", "Glossary", 0)):
+        page.goto(f"{url}/{path}")
+        page.get_by_role("heading", name=heading, exact=True).wait_for(timeout=RENDER_TIMEOUT)
+        if charts:
+            wait_for_charts(page, charts)
+        page.wait_for_timeout(1000)
+        assert_no_traceback(page)
+        target = folder / f"{path or 'train'}.png"
+        page.screenshot(path=str(target), full_page=True)
+        compact_png(target)
+        assert 10_000 < target.stat().st_size < 150_000
+    page.close()
+
+
+def test_the_playground_updates_while_it_trains(server, browser):
+    url, log = server
+    page = browser.new_page(viewport={"width": 1400, "height": 1800})
+    page.goto(f"{url}/playground")
+    page.get_by_role("heading", name="Playground", exact=True).wait_for(timeout=RENDER_TIMEOUT)
+    progress = page.locator("[data-testid='stProgress']")
+    seen: list[str] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        texts = progress.all_inner_texts()
+        if texts and (not seen or seen[-1] != texts[0]):
+            seen.append(texts[0])
+        if texts and texts[0].startswith("done"):
+            break
+        page.wait_for_timeout(100)
+    training = [t for t in seen if t.startswith("training: epoch")]
+    assert len(training) >= 2, seen  # the picture changed while the training ran
+    assert seen[-1].startswith("done: epoch 1000/1000"), seen
+    wait_for_charts(page, 3)
+    assert_no_traceback(page)
+    page.close()
+
+
+def test_a_reload_during_training_keeps_progress_and_cancel(server, browser):
+    url, log = server
+    page = browser.new_page(viewport={"width": 1400, "height": 1800})
+    page.goto(url)
+    page.get_by_role("heading", name="Train a sparse Bayesian network").wait_for(timeout=RENDER_TIMEOUT)
+    page.get_by_role("combobox", name="Dataset").click()
+    page.get_by_role("option", name="two-moons").first.click()
+    hidden = page.get_by_role("textbox", name="Hidden widths")
+    hidden.fill("6")
+    hidden.press("Enter")
+    epochs = page.get_by_role("spinbutton", name="Epochs (0:")
+    epochs.fill("5000")
+    epochs.press("Enter")
+    page.wait_for_timeout(1500)
+    page.get_by_role("button", name="Train", exact=True).click()
+    page.get_by_role("button", name="Cancel", exact=True).wait_for(timeout=RENDER_TIMEOUT)
+    page.wait_for_function("location.search.includes('train=')", timeout=RENDER_TIMEOUT)
+    page.reload()
+    # the reloaded page finds its training: Cancel, progress, Train disabled, the sidebar's line
+    page.get_by_role("button", name="Cancel", exact=True).wait_for(timeout=RENDER_TIMEOUT)
+    assert page.get_by_role("button", name="Train", exact=True).is_disabled()
+    page.locator("[data-testid='stSidebar']").get_by_text("Training in the background").wait_for(
+        timeout=RENDER_TIMEOUT)
+    page.get_by_role("button", name="Cancel", exact=True).click()
+    page.get_by_text("Training cancelled").wait_for(timeout=RENDER_TIMEOUT)
+    assert not page.get_by_role("button", name="Train", exact=True).is_disabled()
+    assert_no_traceback(page)
+    page.close()

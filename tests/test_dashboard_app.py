@@ -101,18 +101,29 @@ def test_pruning_cards_match_a_direct_prediction(store):
     at = open_app(store["mnist"])
     at.switch_page("views/pruning.py").run()
     assert_clean(at)
-    at.selectbox(key=f"widget:mode:{store['mnist']}").set_value("mpm-mean").run()
+    # The page opens in prune with mean weights: the mode the threshold acts on.
+    assert at.selectbox(key=f"widget:mode:{store['mnist']}").value == "prune"
+    assert at.radio(key=f"widget:weights:{store['mnist']}").value == "mean"
     at.slider(key=f"widget:threshold:{store['mnist']}").set_value(0.7).run()
     assert_clean(at)
-    expected = predict(run, dataset.x_test, mode="mpm-mean", threshold=0.7)
+    expected = predict(run, dataset.x_test, mode="prune", threshold=0.7, weights="mean")
     accuracy = float(np.mean(expected.probs.argmax(1) == dataset.y_test))
     assert metric_value(at, "accuracy") == f"{accuracy:.4f}"
     assert metric_value(at, "density") == f"{expected.density:.4f}"
+    # mpm-mean is the median probability model: the family's default cut, whatever the slider says
+    at.selectbox(key=f"widget:mode:{store['mnist']}").set_value("mpm-mean").run()
+    assert_clean(at)
+    median = predict(run, dataset.x_test, mode="mpm-mean", threshold=run.model.spec.default_threshold)
+    assert metric_value(at, "accuracy") == f"{float(np.mean(median.probs.argmax(1) == dataset.y_test)):.4f}"
+    assert metric_value(at, "density") == f"{median.density:.4f}"
+    assert at.slider(key=f"widget:threshold:{store['mnist']}").disabled
+    assert at.slider(key=f"widget:samples:{store['mnist']}").disabled  # mpm-mean draws nothing
 
 
 def test_settings_survive_a_page_switch(store):
     at = open_app(store["moons"])
     at.switch_page("views/pruning.py").run()
+    at.radio(key=f"widget:weights:{store['moons']}").set_value("sample").run()
     at.slider(key=f"widget:samples:{store['moons']}").set_value(7).run()
     at.slider(key=f"widget:threshold:{store['moons']}").set_value(0.3).run()
     at.switch_page("views/uncertainty.py").run()
@@ -178,17 +189,18 @@ def test_bad_hyperparameters_show_an_error_message_not_a_traceback(tmp_path, mon
 
     at.text_input(key="train_hidden").input("8").run()
     at.text_input(key="train_lr_weights").input("-1").run()
-    assert not at.error  # parsed; the value itself is core's to judge
-    at.button(key="train_button").click().run()
+    # validated as you type (issue 13, defect 4): the message at once, Train disabled, nothing started
     assert not at.exception
     assert any("learning_rates.weights" in e.value for e in at.error), [e.value for e in at.error]
-    assert "training_worker" not in at.session_state  # nothing started
+    assert at.button(key="train_button").disabled
+    assert "training_worker" not in at.session_state
 
     at.text_input(key="train_lr_weights").input("1e-2").run()
-    at.text_input(key="train_opt_lbbnn_prior_inclusion").input("1.5").run()
-    at.button(key="train_button").click().run()
+    assert not at.error and not at.button(key="train_button").disabled
+    at.number_input(key="train_opt_lbbnn_prior_inclusion").set_value(1.5).run()
     assert not at.exception
-    assert any("prior_inclusion" in e.value for e in at.error), [e.value for e in at.error]
+    assert any("prior_inclusion" in e.value and "1.5" in e.value for e in at.error), [e.value for e in at.error]
+    assert at.button(key="train_button").disabled
 
 
 def test_training_from_the_form_stores_and_selects_the_run(tmp_path, monkeypatch):

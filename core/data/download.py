@@ -66,11 +66,43 @@ def read_md5sums(path: str | Path) -> dict[str, str]:
     return sums
 
 
+# A machine without internet is offline too, not only one with BNN_OFFLINE=1: listings and the
+# dashboard's form must not promise a download that cannot happen. One short connection attempt,
+# remembered for a minute.
+PROBE_HOSTS = (("ossci-datasets.s3.amazonaws.com", 443), ("archive.ics.uci.edu", 443))
+PROBE_TIMEOUT_S = 1.5
+PROBE_TTL_S = 60.0
+_probe_cache: dict[str, tuple[float, str | None]] = {}
+
+
+def network_reason() -> str | None:
+    """Why the dataset hosts cannot be reached (no DNS, no route), or None when one answers."""
+    import socket
+    import time
+
+    now = time.monotonic()
+    cached = _probe_cache.get("probe")
+    if cached is not None and now - cached[0] < PROBE_TTL_S:
+        return cached[1]
+    problems = []
+    for host, port in PROBE_HOSTS:
+        try:
+            with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S):
+                reason = None
+                break
+        except OSError as exc:
+            problems.append(f"{host}: {exc.strerror or exc}")
+    else:
+        reason = f"this machine is offline ({problems[0]})"
+    _probe_cache["probe"] = (now, reason)
+    return reason
+
+
 def offline_reason() -> str | None:
     """Why downloading is impossible right now, or None when it may be tried."""
     if is_offline():
         return f"downloads are disabled ({OFFLINE_ENV}=1)"
-    return None
+    return network_reason()
 
 
 def fetch(remote: RemoteFile, folder: Path, *, what: str) -> Path:

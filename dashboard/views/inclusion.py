@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
-from dashboard import cache, figures, state
+from dashboard import backend, cache, explain, figures, state
 from dashboard.ui import guard
 
 run = state.run_page("Inclusion statistics and masks")
 run_id = run.run_id
+st.markdown(explain.PAGE_INTROS["inclusion"])
 
 with guard("Computing the statistics"):
     spec = cache.threshold_range(run_id)
@@ -19,6 +21,12 @@ with guard("Computing the statistics"):
     log_counts = st.toggle("log-scale counts", value=True, key="hist_log")
     # Placeholder until the mask view is chosen below; the charts come built from the cache.
     histogram = st.empty()
+    if cache.prior_of_statistic(run_id) is not None:
+        st.caption("Green, beside the histograms: what the prior believed about the inclusion probability before "
+                   "any data. Compare it with where the posterior put the weights.")
+    else:
+        st.caption(f"The {run.config.method} prior says nothing directly about its statistic ({spec.name}); "
+                   "only the posterior is drawn.")
 
     masks = cache.masks(run_id, threshold)
     table = figures.density_frame(masks)
@@ -41,3 +49,43 @@ with guard("Computing the statistics"):
     if charts["pixels"] is not None:
         st.subheader("Input pixels the first layer still reads")
         st.vega_lite_chart(charts["pixels"], width="content")
+
+with guard("Masks as in seed 002"):
+    st.subheader("Compare two masks")
+    st.caption("A = the mask at the threshold above. B = a sampled structure (each weight switched on with its "
+               "inclusion probability, seed 002's figure 4) or the mask at a second threshold. Black: kept in both; "
+               "blue: only in A; orange: only in B.")
+    sampled = backend.sample_structure(statistics, spec.name, seed=0)
+    choices = (["a sampled structure"] if sampled is not None else []) + ["a second threshold"]
+    other = st.radio("B is", choices, horizontal=True, key="mask_b_kind")
+    if other == "a second threshold":
+        second = st.slider("second threshold (B)", min_value=float(spec.low), max_value=float(spec.high),
+                           value=float(spec.clip(spec.default if abs(spec.default - threshold) > 1e-9
+                                                 else (spec.low + spec.high) / 2)),
+                           step=float((spec.high - spec.low) / 200 or 0.01), format="%.4g", key="mask_b_threshold")
+        masks_b = cache.masks(run_id, float(second))
+    else:
+        draw = st.number_input("draw", min_value=0, value=0, step=1, key="mask_b_seed",
+                               help="another number draws another structure")
+        masks_b = backend.sample_structure(statistics, spec.name, seed=int(draw))
+    columns = st.columns(min(3, len(masks)))
+    for index, (mask_a, mask_b) in enumerate(zip(masks, masks_b)):
+        columns[index % len(columns)].vega_lite_chart(
+            figures.mask_difference(mask_a, mask_b, labels[index]).to_dict())
+    kept_a, kept_b = sum(int(m.sum()) for m in masks), sum(int(np.sum(m)) for m in masks_b)
+    st.caption(f"A keeps {kept_a} weights, B keeps {kept_b}.")
+
+    input_shape = tuple(run.dataset().input_shape)
+    if len(input_shape) == 2:
+        st.subheader("Receptive fields of first-layer units")
+        units_available = list(range(masks[0].shape[0]))
+        kept_per_unit = masks[0][:, :-1].sum(axis=1)
+        default_units = [int(u) for u in np.argsort(-kept_per_unit)[:5]]
+        units = st.multiselect("Hidden units", units_available, default=default_units, key="receptive_units",
+                               help="default: the five units that keep the most input weights")
+        if units:
+            weights = cache.conditional_mean_weights(run_id)
+            st.vega_lite_chart(figures.receptive_fields(weights[0], masks[0], units, input_shape).to_dict(),
+                               width="content")
+            st.caption("Each square is one unit's kept incoming weights on the 28x28 image (red positive, blue "
+                       "negative, white pruned): the pixels it still reads.")

@@ -1,64 +1,132 @@
-"""Tune the pruning threshold: accuracy vs density, metric cards, accuracy vs R."""
+"""Tune the pruning threshold: accuracy vs density (click to set), suggested threshold, metric
+cards, accuracy vs R, and the pruned model and the curve to take away."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import backend, cache, state
+from dashboard import backend, cache, explain, figures, state
 from dashboard.ui import guard
 
 MAX_SAMPLES = 100
+PAGE_DEFAULT_MODE = "prune"  # the mode the threshold acts on (issue 13, defect 8)
+TOLERANCE_KEY = "suggest_tolerance"
 
 run = state.run_page("Pruning")
 run_id = run.run_id
 dataset = run.dataset()
+st.markdown(explain.PAGE_INTROS["pruning"])
+curve_key = f"curve:{run_id}"
+applied_key = f"curve_pick_applied:{run_id}"
+
+
+def follow_curve_click() -> None:
+    """A click on the curve (the chart's selection state) moves the threshold, once per click."""
+    picked = figures.picked_threshold(st.session_state.get(curve_key))
+    if picked is not None and picked != st.session_state.get(applied_key):
+        st.session_state[applied_key] = picked
+        state.store_setting(run_id, "threshold", picked)
+
+
+def apply_suggestion(value: float) -> None:
+    state.store_setting(run_id, "threshold", float(value))
+
 
 with guard("Reading the statistic"):
     spec = cache.threshold_range(run_id)
+    follow_curve_click()
     left, middle, right = st.columns([2, 1, 1])
-    with left:
-        threshold = state.threshold_slider(run_id, spec)
     with middle:
-        mode = state.prediction_mode_select(run_id)
-    with right:
-        samples = state.samples_slider(run_id, MAX_SAMPLES)
-    st.caption(backend.MODE_HELP[mode])
+        mode = state.prediction_mode_select(run_id, default=PAGE_DEFAULT_MODE)
     weights = None
     if mode == "prune":
-        weights = st.radio("Weights of the kept connections", ["sample", "mean"], horizontal=True,
-                           key="prune_weights")
-    effective = backend.effective_threshold(mode, threshold)
-    if effective is None:
-        st.caption(f"Mode {mode} uses every weight: the threshold only moves the point on the curve.")
+        weights = state.persistent_widget(
+            st.radio, run_id, "weights", "mean", "Weights of the kept connections", options=["mean", "sample"],
+            horizontal=True, help="mean: one network, the posterior means of the kept weights (what the curve "
+                                  "traces); sample: R draws of the kept weights (the R slider)")
+    with left:
+        reason = None if backend.mode_uses_slider(mode) else (
+            f"Mode {mode} cuts at the family's default {spec.default:.4g} (the median probability model)."
+            if mode in backend.DEFAULT_CUT_MODES else f"Mode {mode} uses every weight.")
+        threshold = state.threshold_slider(run_id, spec, disabled_reason=reason)
+    with right:
+        samples = state.samples_slider(run_id, MAX_SAMPLES, disabled=not backend.mode_draws_samples(mode, weights))
+    st.caption(backend.MODE_HELP[mode] + (f". {reason} The slider moves only the point on the curve."
+                                          if reason else ""))
+    effective = backend.mode_threshold(mode, threshold, spec.default)
 
 with guard("Evaluating the test set"):
-    metrics = cache.test_metrics(run_id, mode, samples, effective, 0, weights)
+    draws = samples if backend.mode_draws_samples(mode, weights) else 1
+    metrics = cache.test_metrics(run_id, mode, draws, effective, 0, weights)
     if metrics["disconnected"]:
         st.warning("This network is disconnected: no input reaches an output, every prediction is the same. "
                    "Lower the threshold.")
+    expected = backend.expected_density(cache.statistics(run_id), spec.name) if mode == "bma" else None
+    if mode == "bma":
+        density_label, density_text = (("expected density", f"{expected:.4f}") if expected is not None else
+                                       ("density", "1 (every weight)"))
+        density_help = ("bma samples the structure: the mean inclusion probability is the expected fraction of "
+                        "weights in one sampled network" if expected is not None else
+                        "this family's bma draws weights, never switches them off")
+    else:
+        density_label, density_text, density_help = "density", f"{metrics['density']:.4f}", "fraction of weights kept"
     cards = st.columns(5)
     if dataset.task == "classification":
         cards[0].metric("accuracy", f"{metrics['accuracy']:.4f}")
         cards[1].metric("NLL", f"{metrics['nll']:.4f}")
         cards[2].metric("ECE", f"{metrics['ece']:.4f}")
-        cards[3].metric("density", f"{metrics['density']:.4f}")
+        cards[3].metric(density_label, density_text, help=density_help)
         doubt = metrics["doubt_accuracy"]
         cards[4].metric(f"doubt@{backend.DOUBT_LEVEL:g} accuracy", "n/a" if doubt is None else f"{doubt:.4f}",
                         help="accuracy on the test inputs whose model-averaged max probability exceeds "
                              f"{backend.DOUBT_LEVEL:g}",
-                        delta=f"{metrics['doubt_count']} of {dataset.n_test} decided", delta_color="off")
+                        delta=f"{metrics['doubt_count']} of {dataset.n_test} decided", delta_color="off",
+                        delta_arrow="off")
     else:
-        cards[0].metric("RMSE", f"{metrics['rmse']:.4f}")
+        cards[0].metric("RMSE", f"{metrics['rmse']:.4f}", help="in the target's original units")
         cards[1].metric("test log-likelihood", f"{metrics['log_likelihood']:.4f}")
         cards[2].metric("95% coverage", f"{metrics['coverage_95']:.3f}")
-        cards[3].metric("density", f"{metrics['density']:.4f}")
+        cards[3].metric(density_label, density_text, help=density_help)
 
 with guard("Sweeping thresholds"):
-    # The current point: the pruned mean-weight network at this threshold (what the sweep traces).
-    st.vega_lite_chart(cache.density_chart(run_id, threshold))
-    st.caption("Each point prunes at one threshold and predicts with the mean weights of the kept connections; "
-               "the red diamond is the current threshold.")
+    curve = cache.sweep(run_id)
+    loss_unit = "accuracy points" if curve["metric"] == "accuracy" else "% of the best RMSE"
+    tolerance_points = st.number_input(
+        f"Suggest the sparsest threshold within this loss of the best ({loss_unit})", value=0.5, step=0.1,
+        format="%.2f", key=TOLERANCE_KEY,
+        help="0.5 accuracy points = 0.005; for RMSE the loss is relative to the best RMSE on the curve")
+    if tolerance_points < 0:
+        st.error(f"The allowed loss must be 0 or more, got {tolerance_points:g}.")
+        tolerance_points = 0.0
+        st.stop()
+    tolerance = float(tolerance_points) / 100
+    suggested = backend.suggested_threshold(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
+                                            tolerance)
+    st.vega_lite_chart(cache.tuning_chart(run_id, threshold, tolerance), on_select="rerun", key=curve_key,
+                       selection_mode=figures.PICK)
+    if suggested is not None:
+        left, right = st.columns([3, 1])
+        left.markdown(f"Suggested threshold **{suggested['threshold']:.4g}** (green star): density "
+                      f"{suggested['density']:.4f}, {curve['metric']} {suggested['value']:.4f} "
+                      f"(best {suggested['best']:.4f}).")
+        right.button("Apply the suggestion", key="apply_suggestion", on_click=apply_suggestion,
+                     args=(suggested["threshold"],), disabled=not backend.mode_uses_slider(mode),
+                     help=None if backend.mode_uses_slider(mode) else "choose mode prune to tune the threshold")
+    st.caption(f"Each point prunes at one threshold and predicts with the mean weights of the kept connections "
+               f"(test {curve['metric']}" + (", original units" if curve["metric"] == "rmse" else "")
+               + "); the red diamond is the current threshold. Click a point to prune there.")
+    left, right = st.columns(2)
+    left.download_button("Download the curve (CSV)",
+                         data=backend.curve_csv(curve["thresholds"], curve["density"], curve["values"],
+                                                curve["metric"]),
+                         file_name=f"{run_id}-curve.csv", mime="text/csv", key="download_curve")
+    right.download_button(f"Download the pruned model at {threshold:.4g} (zip)",
+                          data=lambda: cache.export_zip(run_id, float(threshold)),
+                          file_name=f"{run_id}-pruned-{threshold:.4g}.zip", mime="application/zip",
+                          key="download_model",
+                          help="what `python -m core export RUN --threshold T --out DIR` writes (weights.safetensors "
+                               "and meta JSON); unzip and read it with core.predict.export.load_exported(DIR)")
 
-if dataset.task == "classification" and mode in ("bma", "mpm", "prune") and weights != "mean":
+if dataset.task == "classification" and backend.mode_draws_samples(mode, weights):
     with guard("Accuracy vs R"):
         st.vega_lite_chart(cache.accuracy_by_samples_chart(run_id, mode, samples, effective, 0, weights))

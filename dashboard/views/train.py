@@ -5,12 +5,15 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import time
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboard import backend, cache, figures, state
+from core.errors import BNNError
+from dashboard import backend, cache, explain, figures, priors, state
 from dashboard.ui import guard
 from dashboard.worker import WorkerStatus
 
@@ -26,6 +29,12 @@ def dataset_table() -> list[dict[str, Any]]:
 def method_options() -> dict[str, dict[str, Any]]:
     """Available families and their option defaults (from each family's Options dataclass)."""
     return {name: {f.name: _default(f) for f in fields} for name, fields in backend.family_option_fields().items()}
+
+
+@st.cache_data(ttl=600, show_spinner=False)
+def method_option_types() -> dict[str, dict[str, Any]]:
+    """Each family's option annotations (Literal[...] choices become select boxes)."""
+    return {name: {f.name: str(f.type) for f in fields} for name, fields in backend.family_option_fields().items()}
 
 
 @st.cache_data(ttl=600, show_spinner=False)
@@ -51,10 +60,108 @@ def parse_rate(text: str, name: str) -> float:
     return value
 
 
+SEED_MAX = 2 ** 32 - 1
+
+
+class FormErrors(list):
+    """Messages about the form's fields; any of them disables Train (nothing is clamped silently)."""
+
+    def check(self, condition: bool, message: str) -> None:
+        if not condition:
+            self.append(message)
+
+
+def whole_number(errors: FormErrors, value: Any, name: str, low: int, high: int | None = None) -> int:
+    """`value` as an int in [low, high]; a message (never a silent replacement) otherwise."""
+    number = float(value)
+    if number != int(number):
+        errors.append(f"{name}: must be a whole number, got {value}")
+    elif number < low or (high is not None and number > high):
+        errors.append(f"{name}: must lie between {low} and {high if high is not None else 'any size'}, got "
+                      f"{int(number)}")
+    return int(number)
+
+
+def parse_seed(errors: FormErrors, text: str) -> int:
+    text = str(text).strip() or "0"
+    try:
+        seed = int(text)
+    except ValueError:
+        errors.append(f"Seed: must be a whole number between 0 and {SEED_MAX}, got {text!r}")
+        return 0
+    errors.check(0 <= seed <= SEED_MAX, f"Seed: must lie between 0 and {SEED_MAX}, got {seed}")
+    return seed
+
+
+def family_option_widgets(method: str, dataset: str, errors: FormErrors) -> dict[str, Any]:
+    """Each option of the family as a widget with its range, unit and help; returns the options
+    that differ from the family's defaults on this dataset. Advanced options are folded away."""
+    defaults = dataset_option_defaults(method, dataset)
+    # Small regression sets have other defaults: their widgets keep their own state.
+    suffix = "" if defaults == method_options()[method] else "_small_regression"
+    annotations = method_option_types()[method]
+    main = priors.ordered([n for n in defaults if not priors.widget_for(n).advanced])
+    advanced = [n for n in defaults if priors.widget_for(n).advanced]
+    chosen: dict[str, Any] = {}
+    st.markdown(f"**Prior and family options ({method})**")
+    columns = st.columns(3)
+    shown = 0
+    for name in main:
+        if not priors.relevant(name, chosen, defaults):  # e.g. Beta a, b only for the beta priors
+            continue
+        with columns[shown % 3]:
+            chosen[name] = option_widget(method, name, defaults[name], annotations.get(name, ""), errors, suffix)
+        shown += 1
+    if str(chosen.get("inclusion_prior")) in priors.BETA_PRIORS:
+        st.checkbox("Empirical Bayes: learn the Beta prior's a and b from the data", value=False,
+                    key="train_empirical_bayes",
+                    help="on: a_psi and b_psi are fitted (type-II maximum likelihood) during training; "
+                         "off: they stay as set above")
+    if advanced:
+        with st.expander("Advanced options (initialisation, estimator)"):
+            columns = st.columns(3)
+            for index, name in enumerate(advanced):
+                with columns[index % 3]:
+                    chosen[name] = option_widget(method, name, defaults[name], annotations.get(name, ""), errors, suffix)
+    return {name: value for name, value in chosen.items() if value != defaults[name]}
+
+
+def option_widget(method: str, name: str, default: Any, annotation: str, errors: FormErrors,
+                  key_suffix: str = "") -> Any:
+    spec = priors.widget_for(name)
+    key = f"train_opt_{method}_{name}{key_suffix}"
+    range_text = spec.range_text()
+    help_text = " ".join(part for part in (spec.help, f"accepted range {range_text}." if range_text else "",
+                                           f"Option `{name}`, default {default!r}.") if part)
+    options = priors.choices(annotation, default) or priors.KNOWN_CHOICES.get(name)
+    if isinstance(default, bool):
+        return st.checkbox(spec.label, value=default, key=key, help=help_text)
+    if options:
+        return st.selectbox(spec.label, options, index=options.index(str(default)) if str(default) in options else 0,
+                            key=key, help=help_text)
+    if isinstance(default, int):
+        value = st.number_input(spec.label, value=int(default), step=1, key=key, help=help_text)
+        message = spec.check(name, value)
+        if message:
+            errors.append(message)
+        return whole_number(errors, value, spec.label, int(spec.low) if spec.low is not None else -(2 ** 31))
+    if isinstance(default, float):
+        # No min/max on the widget: an out-of-range entry is reported, never clamped.
+        value = st.number_input(spec.label, value=float(default), key=key, help=help_text,
+                                format="%.3e" if spec.log_scale else "%.4g", step=None)
+        message = spec.check(name, value)
+        if message:
+            errors.append(message)
+        return float(value)
+    return st.text_input(spec.label, str(default), key=key, help=help_text).strip()
+
+
 def config_form() -> dict[str, Any] | None:
-    """The training settings as RunConfig fields, or None when a field cannot be parsed."""
+    """The training settings as RunConfig fields, or None when a field is invalid (every problem
+    is shown as a message at once, as you type)."""
     datasets = {row["name"]: row for row in dataset_table()}
     names = list(datasets)
+    errors = FormErrors()
     dataset = st.selectbox(
         "Dataset", names, index=names.index(backend.DEFAULT_DATASET), key="train_dataset",
         format_func=lambda n: f"{n}  ({datasets[n]['availability']})",
@@ -62,52 +169,65 @@ def config_form() -> dict[str, Any] | None:
     info = datasets[dataset]
     st.caption(f"{info['task']}, inputs {info['input_shape']}, {info['n_train'] or '?'} train / "
                f"{info['n_test'] or '?'} test - {info['availability']}: {info['detail']}")
+    errors.check(info["availability"] != "unavailable",
+                 f"Dataset {dataset} is not available on this machine: {info['detail']}")
 
     methods = method_options()
     method_names = list(methods)
     method = st.selectbox("Method (family)", method_names, key="train_method",
                           index=method_names.index("lbbnn") if "lbbnn" in method_names else 0)
     batch_size = int(st.session_state.get("train_batch", 100) or 100)
-    defaults = backend.default_settings(dataset, batch_size)
+    defaults = backend.default_settings(dataset, max(1, batch_size))
     default_hidden = ", ".join(map(str, defaults["hidden"]))
     left, right = st.columns(2)
     hidden_text = left.text_input("Hidden widths", "", key="train_hidden", placeholder=f"default: {default_hidden}",
                                   help=f"comma-separated layer widths; empty: {default_hidden} for this dataset "
                                        f"(the paper uses 400, 600 on MNIST)")
-    seed = right.number_input("Seed", min_value=0, value=0, step=1, key="train_seed")
+    seed_text = right.text_input("Seed", "0", key="train_seed", help=f"a whole number from 0 to {SEED_MAX}")
     left, middle, right = st.columns(3)
-    epochs = left.number_input(f"Epochs (0: {defaults['epochs']}, about 3000 steps)", min_value=0, value=0, step=1,
+    # No min_value on these inputs: a value out of range is reported and disables Train.
+    epochs = left.number_input(f"Epochs (0: {defaults['epochs']}, about 3000 steps)", value=0, step=1,
                                key="train_epochs",
                                help="0 trains the default for this dataset's size and the batch size")
-    batch_size = middle.number_input("Batch size", min_value=1, value=100, step=10, key="train_batch")
-    posttrain = right.number_input("Post-training epochs (structure fixed)", min_value=0, value=0, step=1,
+    batch_size = middle.number_input("Batch size", value=100, step=10, key="train_batch")
+    posttrain = right.number_input("Post-training epochs (structure fixed)", value=0, step=1,
                                    key="train_posttrain")
     kl_weight = st.number_input(
-        "KL weight (1 = the ELBO; below 1 tempers the prior)", min_value=0.001, max_value=1.0,
+        "KL weight (1 = the ELBO; below 1 tempers the prior)",
         value=float(defaults["kl_weight"]), step=0.05, format="%.3f", key="train_kl_weight",
-        help="The ELBO itself prunes almost every weight of an LBBNN and fits small regression sets with a flat "
-             "line; the default 0.1 keeps a readable picture (docs/why-lbbnn-over-prunes.md).")
-    rate_columns = st.columns(3)
-    default_rates = backend.default_learning_rates()
-    rates_text = {group: column.text_input(f"Learning rate: {group}", f"{default_rates[group]:g}",
-                                           key=f"train_lr_{group}")
-                  for column, group in zip(rate_columns, ("weights", "scales", "inclusion"))}
-    options_text = {}
-    with st.expander(f"Family options / priors ({method})", expanded=method == "lbbnn"):
-        defaults = dataset_option_defaults(method, dataset)
-        columns = st.columns(3)
-        for index, (name, default) in enumerate(defaults.items()):
-            options_text[name] = columns[index % 3].text_input(name, str(default), key=f"train_opt_{method}_{name}")
-    noise_options = noise_model_controls() if info["task"] == "regression" else {}
+        help="between 0.001 and 1. The ELBO itself prunes almost every weight of an LBBNN and fits small "
+             "regression sets with a flat line; the default 0.1 keeps a readable picture "
+             "(docs/why-lbbnn-over-prunes.md).")
+    epochs = whole_number(errors, epochs, "Epochs", 0, 100_000)
+    batch_size = whole_number(errors, batch_size, "Batch size", 1, 1_000_000)
+    posttrain = whole_number(errors, posttrain, "Post-training epochs", 0, 100_000)
+    errors.check(0.001 <= float(kl_weight) <= 1.0, f"KL weight: must lie between 0.001 and 1, got {kl_weight:g}")
+    seed = parse_seed(errors, seed_text)
+    family_options = family_option_widgets(method, dataset, errors)
+    empirical_bayes = bool(st.session_state.get("train_empirical_bayes")) and \
+        str(family_options.get("inclusion_prior")) in priors.BETA_PRIORS
+    with st.expander("Learning rates"):
+        rate_columns = st.columns(3)
+        default_rates = backend.default_learning_rates()
+        rates_text = {group: column.text_input(f"Learning rate: {group}", f"{default_rates[group]:g}",
+                                               key=f"train_lr_{group}")
+                      for column, group in zip(rate_columns, ("weights", "scales", "inclusion"))}
+    noise_options = noise_model_controls(errors) if info["task"] == "regression" else {}
     params_text = ""
     if info["task"] == "regression" or dataset.startswith(("toy-", "two-")):
         params_text = st.text_input("Generator parameters (toy sets: name=value, ...)", "", key="train_params")
     device = st.selectbox("Device", ["auto", "cpu", "cuda"], key="train_device")
+    problem = backend.device_problem(device)
+    if problem:
+        errors.append(problem)
 
     values = None
     with guard("Invalid setting"):
-        family_options = {name: backend.parse_scalar(text.strip()) for name, text in options_text.items()
-                          if text.strip() != str(defaults[name])}
+        train = {"epochs": epochs or None, "batch_size": batch_size, "posttrain_epochs": posttrain,
+                 "kl_weight": float(kl_weight),
+                 "learning_rates": {g: parse_rate(t, f"learning rate ({g})") for g, t in rates_text.items()}}
+        if empirical_bayes:
+            train["empirical_bayes"] = True
         values = {
             "dataset": dataset,
             "dataset_params": backend.parse_options(params_text) if params_text.strip() else {},
@@ -115,16 +235,52 @@ def config_form() -> dict[str, Any] | None:
             "hidden": list(backend.parse_hidden(hidden_text)) if hidden_text.strip() else None,
             "family_options": family_options,
             "likelihood_options": noise_options,
-            "train": {"epochs": int(epochs) or None, "batch_size": int(batch_size), "posttrain_epochs": int(posttrain),
-                      "kl_weight": float(kl_weight),
-                      "learning_rates": {g: parse_rate(t, f"learning rate ({g})") for g, t in rates_text.items()}},
-            "seed": int(seed),
+            "train": train,
+            "seed": seed,
             "device": device,
         }
+    for message in errors:
+        st.error(message)
+    if values is None or errors:
+        return None
+    # Validate the whole config now (as you type), not only after Train.
+    try:
+        config = backend.make_config(values)
+    except BNNError as exc:
+        st.error(f"Invalid setting: {backend.device_message(str(exc))}")
+        return None
+    if not estimate_section(config, info):
+        return None
     return values
 
 
-def noise_model_controls() -> dict[str, Any]:
+def estimate_section(config: Any, info: dict[str, Any]) -> bool:
+    """The training's size, memory and time, before it starts; False (Train disabled) when it
+    would not fit in memory."""
+    shape = info.get("input_shape") or ()
+    in_features = int(np.prod(shape)) if shape else 1
+    outputs = int(info.get("n_classes") or 0) or (2 if info["task"] == "regression" else 1)
+    estimate = backend.training_estimate(config, info.get("n_train"), in_features, outputs)
+    minutes = estimate["seconds"] / 60
+    if info.get("n_train"):
+        duration = (f"{estimate['epochs']} epochs take roughly "
+                    + (f"{estimate['seconds']:.0f} s" if minutes < 2 else f"{minutes:,.0f} min") + " on this CPU")
+    else:  # the training-set size is known only once the file is read
+        duration = "the time depends on the training-set size, known once the data is loaded"
+    text = f"{estimate['weights']:,} weights, about {estimate['memory_bytes'] / 2 ** 20:,.0f} MB of memory; {duration}"
+    if estimate["refused"]:
+        st.error(f"Too large for this machine: {text}, above the "
+                 f"{estimate['memory_limit_bytes'] / 2 ** 30:.1f} GB allowed (half its memory). "
+                 "Choose smaller hidden widths.")
+        return False
+    if minutes > 10:
+        st.warning(f"A long training: {text}.")
+    else:
+        st.caption(f"Estimate: {text}.")
+    return True
+
+
+def noise_model_controls(errors: FormErrors) -> dict[str, Any]:
     """The Gaussian likelihood's noise model (core.models.likelihoods.GaussianOptions)."""
     with st.expander("Noise model (Gaussian likelihood)"):
         left, middle, right = st.columns(3)
@@ -132,13 +288,19 @@ def noise_model_controls() -> dict[str, Any]:
                                help="point: learned sd; fixed; variational: Gamma posterior on the precision")
         init = middle.selectbox("Initial noise", ["value", "data"], key="train_noise_init",
                                 help="data: the residual sd of a least-squares fit to the training set")
-        std = right.number_input("Noise sd (standardised)", min_value=1e-4, value=0.5, key="train_noise_std")
+        std = right.number_input("Noise sd (standardised)", value=0.5, key="train_noise_std",
+                                 help="a positive number, in units of the standardised target")
         prior = left.selectbox("Precision prior", ["none", "gamma"], index=1 if noise == "variational" else 0,
                                key="train_precision_prior", help="Gamma(a, b) on 1/sd^2; seed 001 uses (6, 6)")
-        a = middle.number_input("Gamma a", min_value=1e-3, value=6.0, key="train_precision_a")
-        b = right.number_input("Gamma b", min_value=1e-3, value=6.0, key="train_precision_b")
+        a = middle.number_input("Gamma a", value=6.0, key="train_precision_a", help="a positive number")
+        b = right.number_input("Gamma b", value=6.0, key="train_precision_b", help="a positive number")
+    for name, value in (("Noise sd", std), ("Gamma a", a), ("Gamma b", b)):
+        errors.check(value > 0, f"{name}: must be a positive number, got {value:g}")
     return {"noise": noise, "noise_init": init, "noise_std": float(std), "precision_prior": prior,
             "precision_a": float(a), "precision_b": float(b)}
+
+
+TRAIN_PARAM = "train"  # ?train=<request token>: a reloaded page finds its training again
 
 
 def start_training(values: dict[str, Any]) -> None:
@@ -147,7 +309,9 @@ def start_training(values: dict[str, Any]) -> None:
         config = backend.make_config(values)
         key = json.dumps(config.to_dict(), sort_keys=True)
         request = cache.training_queue().submit(key, config, backend.total_epochs(config), label=config.label())
+        request.owner = state.client_address()
         state.set_worker(request)
+        st.query_params[TRAIN_PARAM] = request.token
 
 
 @st.fragment(run_every=POLL_SECONDS)
@@ -172,8 +336,15 @@ def training_progress() -> None:
         if snapshot.sharers > 1 else ""
     st.markdown(f"**Training** {worker.label}{shared}")
     last = snapshot.history[-1] if snapshot.history else None
-    text = (f"epoch {snapshot.finished_epochs}/{snapshot.total_epochs}: loss {last['loss']:.4f}, "
-            f"density {last['density']:.4f}" if last else "starting ... (the first epoch is on its way)")
+    elapsed = time.time() - snapshot.started if snapshot.started else 0.0
+    if last:
+        per_epoch = elapsed / max(1, snapshot.finished_epochs)
+        text = (f"epoch {snapshot.finished_epochs}/{snapshot.total_epochs}: loss {last['loss']:.4f}, "
+                f"density {last['density']:.4f}; {elapsed:.0f} s so far, about "
+                f"{per_epoch * (snapshot.total_epochs - snapshot.finished_epochs):.0f} s to go")
+    else:
+        # Large nets spend long in their first epoch: show that time passes.
+        text = f"epoch 1/{snapshot.total_epochs} under way: {elapsed:.0f} s so far"
     st.progress(snapshot.fraction, text=text)
     if snapshot.history:
         st.altair_chart(figures.training_curves(snapshot.history))
@@ -201,7 +372,7 @@ def finished_training() -> None:
     elif snapshot.status == WorkerStatus.CANCELLED:
         st.warning(f"Training cancelled: {snapshot.error}.")
     elif snapshot.status == WorkerStatus.FAILED:
-        st.error(f"Training failed: {snapshot.error}")
+        st.error(f"Training failed: {backend.device_message(str(snapshot.error))}")
 
 
 def cached_runs_section() -> None:
@@ -210,12 +381,14 @@ def cached_runs_section() -> None:
     if not rows:
         st.caption("The store is empty.")
         return
+    differences = backend.config_differences(rows)
     table = pd.DataFrame([{
         "run id": r["run_id"],
         "dataset": r.get("dataset"),
         "method": r.get("method"),
         "hidden": "-".join(str(h) for h in (r.get("hidden") or [])),
         "epochs": r.get("epochs"),
+        "differs in": differences.get(r["run_id"], ""),
         "created": dt.datetime.fromtimestamp(r["created"]).strftime("%Y-%m-%d %H:%M") if r.get("created") else "",
         "headline": headline_metric(r.get("metrics") or {}),
         "status": r.get("status", "ok") if r.get("status", "ok") == "ok" else f"corrupt: {r.get('error')}",
@@ -230,12 +403,27 @@ def cached_runs_section() -> None:
     if not state.may_manage_runs():
         right.caption("Classroom mode: the teacher deletes runs.")
     elif right.button("Delete", key="delete_run"):
-        with guard(f"Deleting run {chosen}"):
-            backend.delete_run(chosen)
-            cache.forget_run(chosen)
-            if state.selected_run_id() == chosen:
-                state.select_run(None)
+        st.session_state[PENDING_DELETE_KEY] = chosen
+    pending = st.session_state.get(PENDING_DELETE_KEY)
+    if pending is not None and pending in ids:
+        st.warning(f"Delete run {pending}? Its weights and results are removed for every session; "
+                   "this cannot be undone.")
+        yes, no = st.columns([1, 4])
+        if yes.button("Yes, delete it", key="confirm_delete", type="primary"):
+            st.session_state.pop(PENDING_DELETE_KEY, None)
+            with guard(f"Deleting run {pending}"):
+                backend.delete_run(pending)
+                cache.forget_run(pending)
+                if state.selected_run_id() == pending:
+                    state.select_run(None)
+                state.notify(f"Deleted run {pending[:8]}.")
+                st.rerun()
+        if no.button("Keep it", key="cancel_delete"):
+            st.session_state.pop(PENDING_DELETE_KEY, None)
             st.rerun()
+
+
+PENDING_DELETE_KEY = "pending_delete"
 
 
 def teacher_section() -> None:
@@ -264,13 +452,26 @@ def headline_metric(metrics: dict[str, Any]) -> str:
 
 
 st.header("Train a sparse Bayesian network")
+st.markdown(explain.PAGE_INTROS["train"])
 st.caption("Training runs in the background, one config at a time per free slot of this server's queue; "
            "the other pages keep working on the selected run meanwhile.")
+TRAIN_REQUEST_KEY = "train_requested"
+
+
+def request_training() -> None:
+    """The Train button's callback: only a flag. The config is read from the form's widgets in the
+    run that follows (a callback's args were bound one run earlier, before the last edits)."""
+    st.session_state[TRAIN_REQUEST_KEY] = True
+
+
 running = state.worker() is not None and state.worker().snapshot().is_active
 form_values = config_form()
-if st.button("Train", type="primary", disabled=running or form_values is None, key="train_button"):
+if st.session_state.pop(TRAIN_REQUEST_KEY, False) and form_values is not None and not running:
     start_training(form_values)
-    running = state.worker() is not None and state.worker().snapshot().is_active
+    if state.worker() is not None and state.worker().snapshot().is_active:
+        st.rerun()  # the page (and the sidebar) drawn again with the training: Train off, Cancel on
+st.button("Train", type="primary", disabled=running or form_values is None, key="train_button",
+          on_click=request_training, help="a training is under way (cancel it first)" if running else None)
 if running:
     training_progress()
 else:

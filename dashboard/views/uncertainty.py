@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboard import backend, cache, figures, state
+from dashboard import backend, cache, explain, figures, state
 from dashboard.ui import guard
 
 MAX_SAMPLES = 100
@@ -16,6 +16,7 @@ OOD_INPUTS = 1000
 run = state.run_page("Uncertainty")
 run_id = run.run_id
 dataset = run.dataset()
+st.markdown(explain.PAGE_INTROS["uncertainty"])
 
 with guard("Reading the settings"):
     spec = cache.threshold_range(run_id)
@@ -23,11 +24,15 @@ with guard("Reading the settings"):
     with left:
         mode = state.prediction_mode_select(run_id)
     with middle:
-        samples = state.samples_slider(run_id, MAX_SAMPLES)
+        samples = state.samples_slider(run_id, MAX_SAMPLES, disabled=not backend.mode_draws_samples(mode))
     with right:
-        threshold = state.threshold_slider(run_id, spec)
-    effective = backend.effective_threshold(mode, threshold)
-    st.caption(backend.MODE_HELP[mode] + ("" if effective is not None else " (the threshold is not used)"))
+        reason = None if backend.mode_uses_slider(mode) else (
+            f"Mode {mode} cuts at the family's default {spec.default:.4g}."
+            if mode in backend.DEFAULT_CUT_MODES else f"Mode {mode} uses every weight.")
+        threshold = state.threshold_slider(run_id, spec, disabled_reason=reason)
+    effective = backend.mode_threshold(mode, threshold, spec.default)
+    draws = samples if backend.mode_draws_samples(mode) else 1  # mean and mpm-mean draw nothing
+    st.caption(backend.MODE_HELP[mode] + (f" ({reason} The slider is not used.)" if reason else ""))
 
 
 @st.cache_data(max_entries=16, show_spinner="Collapsed predictive on the grid ...")
@@ -56,7 +61,7 @@ def regression_section() -> None:
     true_mean = None if dataset.y_grid_mean is None else dataset.unstandardise(dataset.y_grid_mean)
     y_train = dataset.unstandardise(dataset.y_train)
     if predictive == "mode":
-        arrays = cache.grid_prediction(run_id, mode, samples, effective, 0)
+        arrays = cache.grid_prediction(run_id, mode, draws, effective, 0)
         st.altair_chart(figures.regression_bands(
             dataset.x_grid, arrays["mean"], np.sqrt(arrays["epistemic_variance"]), np.sqrt(arrays["total_variance"]),
             dataset.x_train, y_train, true_mean, reference=reference))
@@ -94,7 +99,7 @@ def per_image_section() -> None:
     start = st.number_input("First test input", min_value=0, max_value=max(0, dataset.n_test - N_IMAGES),
                             value=0, step=N_IMAGES, key="first_image")
     indices = tuple(range(int(start), min(int(start) + N_IMAGES, dataset.n_test)))
-    arrays = cache.selected_prediction(run_id, indices, mode, samples, effective, 0)
+    arrays = cache.selected_prediction(run_id, indices, mode, draws, effective, 0)
     names = list(dataset.class_names) if dataset.class_names else None
     columns = st.columns(3)
     for position, index in enumerate(indices):
@@ -116,14 +121,18 @@ def per_image_section() -> None:
 def ood_section() -> None:
     st.subheader("Out-of-distribution inputs")
     choices = backend.ood_set_names(dataset)
+    linked = st.session_state.pop("ood_sets_link", None)
+    if linked is not None:
+        st.session_state["ood_sets"] = [name for name in linked if name in choices]
     chosen = st.multiselect("OOD sets", choices, default=choices, key="ood_sets")
-    arrays = cache.test_prediction(run_id, mode, samples, effective, 0)
+    state.publish("ood", list(chosen))
+    arrays = cache.test_prediction(run_id, mode, draws, effective, 0)
     in_entropy = backend.predictive_entropy(arrays["probs"])
     entropies = {f"{dataset.name} (in-domain)": in_entropy}
     rows = []
     for name in chosen:
         with guard(f"OOD set {name}"):
-            values = cache.ood_entropy(run_id, name, mode, samples, effective, 0, OOD_INPUTS)
+            values = cache.ood_entropy(run_id, name, mode, draws, effective, 0, OOD_INPUTS)
             entropies[name] = values
             rows.append({"OOD set": name, "inputs": len(values), "mean entropy": float(values.mean()),
                          "AUROC (entropy)": backend.entropy_auroc(in_entropy, values)})
@@ -136,10 +145,26 @@ def ood_section() -> None:
                    "(0.5 = no separation).")
 
 
+def surface_section() -> None:
+    """2-D inputs: the decision surface over the input plane and its uncertainty (issue 13, defect 10)."""
+    st.subheader("Decision surface")
+    arrays = cache.surface(run_id, mode, draws, effective, 0)
+    names = list(dataset.class_names) if dataset.class_names else None
+    st.altair_chart(figures.decision_surface(arrays["xs"], arrays["ys"], arrays, dataset.x_train, dataset.y_train,
+                                             class_names=names, samples=draws), width="content")
+    st.caption("Left: the predicted class, faded where the averaged top probability is low. Middle: predictive "
+               "entropy of the averaged probabilities. Right: the spread (sd over the R draws) of the winning "
+               "class's probability, the part of the uncertainty that comes from the posterior. Dots: training "
+               "points. Look for uncertainty growing away from the data and along the boundary.")
+
+
 if dataset.task == "regression":
     with guard("Predicting the bands"):
         regression_section()
 else:
+    if dataset.in_features == 2:
+        with guard("Predicting the decision surface"):
+            surface_section()
     with guard("Predicting the selected inputs"):
         per_image_section()
     with guard("Predicting the OOD sets"):

@@ -1,0 +1,107 @@
+"""Compare runs of one dataset: pruning curves, entropy ECDFs and the seed-000 table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from dashboard import backend, cache, explain, figures, state
+from dashboard.ui import guard
+
+MAX_RUNS = 8
+OOD_INPUTS = 1000
+
+st.header("Compare runs")
+st.markdown(explain.PAGE_INTROS["compare"])
+
+rows = [r for r in cache.cached_run_list() if r.get("status", "ok") == "ok"]
+if not rows:
+    st.info("No cached runs yet: train some on the **Train** page.")
+    st.stop()
+labels = backend.run_labels(rows)
+datasets = list(dict.fromkeys(r.get("dataset") for r in reversed(rows)))
+current = next((r.get("dataset") for r in rows if r["run_id"] == state.selected_run_id()), datasets[0])
+dataset_name = st.selectbox("Dataset", datasets, index=datasets.index(current), key="compare_dataset",
+                            help="opens on the current run's dataset")
+candidates = [r for r in reversed(rows) if r.get("dataset") == dataset_name]
+ids = [r["run_id"] for r in candidates]
+chosen = st.multiselect("Runs", ids, default=ids[:MAX_RUNS // 2], format_func=labels.get, key="compare_runs",
+                        max_selections=MAX_RUNS,
+                        help="each family has one colour on every chart (colour-blind safe); runs of one family "
+                             "differ by dash")
+if not chosen:
+    st.info("Choose one or more runs.")
+    st.stop()
+by_id = {r["run_id"]: r for r in candidates}
+
+first = None
+with guard(f"Loading {dataset_name}"):
+    first = cache.cached_run(chosen[0]).dataset()
+if first is None:
+    st.stop()
+
+with guard("Comparing pruning curves"):
+    curves = []
+    for run_id in chosen:
+        curve = cache.sweep(run_id)
+        curves.append({"label": labels[run_id], "family": by_id[run_id].get("method"), **curve})
+    metric = curves[0]["metric"]
+    st.altair_chart(figures.compare_curves(curves, metric), width="content")
+    st.caption("Each family is pruned on its own statistic (inclusion probability, signal-to-noise, magnitude, ...) "
+               "and predicts with the mean weights of what it keeps. Add an `fnn` run of this dataset to see "
+               "plain magnitude pruning of a deterministic network at the same densities.")
+
+with guard("Comparing uncertainty"):
+    if first.task == "classification":
+        choices = backend.ood_set_names(first)
+        ood = st.selectbox("OOD set", choices, key="compare_ood") if choices else None
+        entropies, aurocs = [], []
+        for run_id in chosen:
+            family = by_id[run_id].get("method")
+            arrays = cache.test_prediction(run_id, "bma", 10, None, 0)
+            inside = backend.predictive_entropy(arrays["probs"])
+            entropies.append({"label": labels[run_id], "family": family, "set": f"{labels[run_id]} in",
+                              "domain": "in-domain", "values": inside})
+            if ood is not None:
+                outside = cache.ood_entropy(run_id, ood, "bma", 10, None, 0, OOD_INPUTS)
+                entropies.append({"label": labels[run_id], "family": family, "set": f"{labels[run_id]} out",
+                                  "domain": "out-of-domain", "values": outside})
+                aurocs.append({"run": labels[run_id], f"AUROC ({ood})": backend.entropy_auroc(inside, outside)})
+        max_entropy = float(np.log(first.n_classes)) if first.n_classes else None
+        st.altair_chart(figures.compare_ecdf(entropies, max_entropy), width="content")
+        if aurocs:
+            st.dataframe(pd.DataFrame(aurocs).style.format({f"AUROC ({ood})": "{:.3f}"}), hide_index=True)
+        st.caption("bma with R = 10 draws. A run that tells OOD inputs apart has its dashed curve far right of its "
+                   "solid one (AUROC near 1).")
+
+with guard("The table of modes"):
+    records = []
+    score = "accuracy" if first.task == "classification" else "rmse"
+    for run_id in chosen:
+        run = cache.cached_run(run_id)
+        spec = cache.threshold_range(run_id)
+        record = {"setting": backend.setting_key(run.config.to_dict())}
+        for column, mode, samples in backend.COMPARE_MODES:
+            threshold = backend.mode_threshold(mode, spec.default, spec.default)
+            record[column] = cache.test_metrics(run_id, mode, samples, threshold, 0)[score]
+        bma = cache.test_metrics(run_id, "bma", 10, None, 0)
+        if score == "accuracy":
+            record["doubt@0.95 accuracy"] = bma["doubt_accuracy"]
+            record["doubt@0.95 count"] = bma["doubt_count"]
+        record["density (MED)"] = cache.test_metrics(run_id, "mpm-mean", 1, spec.default, 0)["density"]
+        for index, statistic in enumerate(cache.statistics(run_id)):
+            record[f"layer {index + 1} mean {spec.name}"] = float(np.mean(statistic))
+        records.append(record)
+    # A setting's name: what tells it apart from the other settings, the seed left out.
+    seedless = [{**by_id[r], "config": {k: v for k, v in (by_id[r].get("config") or {}).items() if k != "seed"}}
+                for r in chosen]
+    setting_labels = backend.run_labels(seedless)
+    names = {backend.setting_key(cache.cached_run(r).config.to_dict()): setting_labels[r].rsplit(" (", 1)[0]
+             for r in chosen}
+    table = figures.summary_over_seeds(records)
+    table.insert(0, "runs", table.pop("setting").map(lambda key: names.get(key, key)))
+    st.dataframe(table, hide_index=True, width="stretch")
+    st.caption(f"Test {score} per prediction mode (seed 000's table: SIM = sampled, MED = median probability "
+               "model, MEA = mean weights, ALL = every weight). Runs that differ only by seed are one row: "
+               "median (min, max) over the seeds.")

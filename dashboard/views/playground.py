@@ -1,0 +1,104 @@
+"""A live playground for small problems: a tiny network trains in seconds, drawn while it trains."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import streamlit as st
+
+from dashboard import backend, explain, figures
+from dashboard.ui import guard
+
+JOB_KEY = "playground_job"
+POLL_SECONDS = 0.5
+
+st.header("Playground")
+st.markdown(explain.PAGE_INTROS["playground"])
+
+left, middle, right = st.columns(3)
+dataset = left.selectbox("Data", list(backend.PLAYGROUND_SETS), key="play_dataset")
+method = middle.selectbox("Family", ["lbbnn", "bnn", "horseshoe", "sparse-vd"], key="play_method")
+hidden_text = right.text_input("Hidden widths", "16", key="play_hidden", help="a few hundred weights at most")
+left, middle, right = st.columns(3)
+noise = left.number_input("Data noise", value=0.1 if dataset.startswith("two-") else 0.05, step=0.05,
+                          format="%.3f", key=f"play_noise_{dataset}",
+                          help="the noise level of the generated data (its own units)")
+epochs = middle.slider("Epochs", 100, 3000, 1000, step=100, key="play_epochs")
+kl_weight = right.slider("KL weight", 0.01, 1.0, 0.1, key="play_kl", help="1 = the ELBO; smaller tempers the prior")
+options: dict = {}
+if method == "lbbnn":
+    options["prior_inclusion"] = st.slider("Prior inclusion probability psi", 0.01, 0.99, 0.135, step=0.005,
+                                           key="play_psi", help="how likely the prior thinks each weight is needed")
+elif method == "bnn":
+    options["prior_variance"] = st.slider("Prior variance", 0.01, 10.0, 1.0, key="play_prior_variance")
+elif method == "horseshoe":
+    options["global_scale"] = float(10 ** st.slider("log10 global scale", -7.0, 0.0, -5.0, step=0.5, key="play_gs"))
+
+values = None
+with guard("Invalid setting"):
+    if noise < 0:
+        st.error(f"Data noise: must be 0 or more, got {noise:g}")
+        st.stop()
+    values = {"dataset": dataset, "method": method, "hidden": list(backend.parse_hidden(hidden_text)),
+              "dataset_params": {"noise": float(noise)}, "family_options": options,
+              "train": {"epochs": int(epochs), "batch_size": 500, "kl_weight": float(kl_weight)}}
+if values is None:
+    st.stop()
+
+# Any change restarts the training: the class sees a prior act within seconds.
+key = json.dumps(values, sort_keys=True)
+job = st.session_state.get(JOB_KEY)
+if job is None or job[0] != key:
+    if job is not None:
+        job[1].cancel()
+    with guard("Cannot start the playground"):
+        st.session_state[JOB_KEY] = (key, backend.PlaygroundTraining(values, every=max(1, int(epochs) // 40)).start())
+job = st.session_state.get(JOB_KEY)
+if job is not None and job[0] != key:
+    st.stop()
+
+
+def draw(training: backend.PlaygroundTraining) -> None:
+    picture = training.snapshot()
+    if training.error:
+        st.error(f"Training failed: {training.error}")
+    if picture is None:
+        st.info("Starting ...")
+        return
+    status = "done" if training.done else "training"
+    st.progress(min(1.0, picture["epoch"] / max(1, picture["total_epochs"])),
+                text=f"{status}: epoch {picture['epoch']}/{picture['total_epochs']}"
+                     + (f", loss {picture['loss']:.4f}" if picture["loss"] is not None else ""))
+    data = training._dataset
+    if data.task == "regression":
+        true_mean = None if data.y_grid_mean is None else data.unstandardise(data.y_grid_mean)
+        st.altair_chart(figures.regression_bands(
+            picture["x_plot"], picture["mean"], picture["epistemic_std"], picture["total_std"], data.x_train,
+            data.unstandardise(data.y_train), true_mean), width="content")
+    else:
+        xs = np.unique(picture["x_plot"][:, 0])
+        ys = np.unique(picture["x_plot"][:, 1])
+        st.altair_chart(figures.decision_surface(xs, ys, picture, data.x_train, data.y_train, size=200,
+                                                 samples=training.samples), width="content")
+    left, right = st.columns(2)
+    left.altair_chart(figures.network_graph(picture["masks"], title=f"kept at the default cut ({picture['default']:g})"),
+                      width="content")
+    right.vega_lite_chart(figures.statistic_histogram(picture["statistics"], picture["default"], picture["statistic"],
+                                                      log_counts=False, labels=None).to_dict(), width="content")
+
+
+@st.fragment(run_every=POLL_SECONDS)
+def live() -> None:
+    training = st.session_state[JOB_KEY][1]
+    if training.done:
+        st.rerun()  # drawn once more without polling
+    draw(training)
+
+
+training = job[1]
+if training.done:
+    draw(training)
+    st.caption("Change any control to train again.")
+else:
+    live()

@@ -1,0 +1,689 @@
+"""Issue 13 under AppTest: the defects a new user found, and the controls added for them."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from tests.test_dashboard_app import APP, TIMEOUT, assert_clean, fresh_caches, metric_value  # noqa: E402,F401
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """Tiny runs: two-moons (lbbnn, two seeds; bnn), mnist-small and a 1-D regression toy."""
+    cache = tmp_path_factory.mktemp("bnn-cache")
+    previous = os.environ.get("BNN_CACHE_DIR")
+    os.environ["BNN_CACHE_DIR"] = str(cache)
+    from core.runs import RunConfig, train_run
+    runs = {
+        "moons": train_run(RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 2})).run_id,
+        "moons_seed1": train_run(RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 2}, seed=1)).run_id,
+        "moons_bnn": train_run(RunConfig(dataset="two-moons", method="bnn", hidden=(8,), train={"epochs": 2})).run_id,
+        "mnist": train_run(RunConfig(dataset="mnist-small", hidden=(8,),
+                                     train={"epochs": 1, "batch_size": 500})).run_id,
+        "sine": train_run(RunConfig(dataset="toy-sine-gaps", hidden=(8,), train={"epochs": 2})).run_id,
+    }
+    yield runs
+    if previous is None:
+        os.environ.pop("BNN_CACHE_DIR", None)
+    else:
+        os.environ["BNN_CACHE_DIR"] = previous
+
+
+def open_app(run_id: str | None = None, params: dict | None = None) -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    if run_id is not None:
+        at.session_state["selected_run_id"] = run_id
+    for key, value in (params or {}).items():
+        at.query_params[key] = value
+    return at.run()
+
+
+def chart_specs(at: AppTest) -> list[dict]:
+    """Every Vega-Lite spec on the page (selectable charts are 'vega_lite_chart' elements)."""
+    return [json.loads(c.proto.spec) for kind in ("arrow_vega_lite_chart", "vega_lite_chart") for c in at.get(kind)]
+
+
+def chart_rows(chart, name: str) -> list[dict]:
+    """The rows of a named dataset of a chart element (Streamlit ships them as Arrow, beside the spec)."""
+    import pyarrow as pa
+    for dataset in chart.proto.datasets:
+        if dataset.name == name:
+            return pa.ipc.open_stream(dataset.data.data).read_all().to_pandas().to_dict("records")
+    spec = json.loads(chart.proto.spec)
+    return spec.get("datasets", {}).get(name, [])
+
+
+def texts(elements) -> list[str]:
+    return [e.value for e in elements]
+
+
+# --- defect 2: out-of-range numbers are reported, never replaced ---------------------------------------
+
+def test_out_of_range_numbers_disable_train_with_a_message(tmp_path, monkeypatch):
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    at = open_app()
+    assert not at.button(key="train_button").disabled
+    at.number_input(key="train_epochs").set_value(-5).run()
+    assert not at.exception
+    assert any("Epochs" in e and "-5" in e for e in texts(at.error)), texts(at.error)
+    assert at.button(key="train_button").disabled
+    at.number_input(key="train_epochs").set_value(2).run()
+    at.text_input(key="train_seed").input("99999999999999999999").run()
+    assert any("Seed" in e and "99999999999999999999" in e for e in texts(at.error)), texts(at.error)
+    assert at.button(key="train_button").disabled
+    at.text_input(key="train_seed").input("7").run()
+    assert not at.error and not at.button(key="train_button").disabled
+    at.number_input(key="train_batch").set_value(0).run()
+    assert any("Batch size" in e for e in texts(at.error)) and at.button(key="train_button").disabled
+
+
+# --- defect 5: memory and time estimate before training ------------------------------------------------
+
+def test_a_network_too_large_for_memory_is_refused_before_training(tmp_path, monkeypatch):
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    at = open_app()
+    at.text_input(key="train_hidden").input("8").run()
+    assert any("Estimate" in c and "weights" in c for c in texts(at.caption)), texts(at.caption)
+    at.text_input(key="train_hidden").input("100000, 100000").run()
+    assert not at.exception
+    assert any("Too large" in e and "GB" in e for e in texts(at.error)), texts(at.error)
+    assert at.button(key="train_button").disabled
+    assert "training_worker" not in at.session_state
+
+
+def test_training_estimate_counts_weights_exactly():
+    from dashboard import backend
+    config = backend.make_config({"dataset": "two-moons", "hidden": [8, 4], "train": {"epochs": 3}})
+    estimate = backend.training_estimate(config, n_train=500, in_features=2, n_outputs=2)
+    assert estimate["weights"] == (2 + 1) * 8 + (8 + 1) * 4 + (4 + 1) * 2
+    assert estimate["seconds"] == pytest.approx(backend.SECONDS_PER_WEIGHT_EXAMPLE * estimate["weights"] * 500 * 3)
+    assert not estimate["refused"]
+
+
+# --- defect 17: device message in the form's words; bundled page icon ------------------------------------
+
+def test_device_problem_names_the_form_control_not_a_cli_flag():
+    import torch
+    from dashboard import backend
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is present: the cuda device is fine here")
+    problem = backend.device_problem("cuda")
+    assert problem is not None and "--device" not in problem and "Device: auto" in problem
+    assert backend.device_problem("auto") is None
+
+
+def test_page_icon_is_a_bundled_file():
+    source = APP.read_text()
+    assert 'page_icon=str(PAGE_ICON)' in source and ':material/hub:' not in source
+    icon = APP.parent.parent / "assets" / "icon.png"
+    assert icon.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --- defect 3: delete asks first, and the other sessions are told -------------------------------------------
+
+def test_delete_asks_for_confirmation_and_other_sessions_are_told(tmp_path, monkeypatch):
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    from core.runs import RunConfig, list_runs, train_run
+    keep = train_run(RunConfig(dataset="two-moons", hidden=(4,), train={"epochs": 1})).run_id
+    doomed = train_run(RunConfig(dataset="two-moons", hidden=(4,), train={"epochs": 1}, seed=3)).run_id
+    watcher = open_app(doomed)  # another browser looking at the run
+    at = open_app(keep)
+    at.selectbox(key="cached_run_choice").set_value(doomed).run()
+    at.button(key="delete_run").click().run()
+    assert any("cannot be undone" in w for w in texts(at.warning))
+    assert doomed in [info.run_id for info in list_runs()]  # nothing deleted yet
+    at.button(key="cancel_delete").click().run()
+    assert doomed in [info.run_id for info in list_runs()]
+    at.button(key="delete_run").click().run()
+    at.button(key="confirm_delete").click().run()
+    assert_clean(at)
+    assert [info.run_id for info in list_runs()] == [keep]
+    from dashboard import cache
+    cache.cached_run_list.clear()
+    watcher.run()
+    assert not watcher.exception
+    assert watcher.session_state["selected_run_id"] == keep
+    assert any(doomed[:8] in i and "no longer" in i for i in texts(watcher.sidebar.info)), texts(watcher.sidebar.info)
+
+
+# --- defects 1, 7, 15: training status survives reloads and page switches, and its end is announced ----------
+
+@pytest.fixture
+def held_training(monkeypatch, store):
+    """The queue's training function replaced by one that waits for `release` (and obeys cancel)."""
+    from core.errors import TrainingCancelled
+    from dashboard import worker as worker_module
+    release = threading.Event()
+
+    def train(config, progress=None, cancel=None):
+        progress({"epoch": 1, "phase": "train", "loss": 1.0, "density": 0.5})
+        while not release.wait(0.02):
+            if cancel is not None and cancel.is_set():
+                raise TrainingCancelled("cancelled")
+        return SimpleNamespace(run_id=store["moons_seed1"])
+
+    monkeypatch.setattr(worker_module, "train_in_subprocess", train)
+    yield release
+    release.set()
+
+
+def test_train_page_status_right_after_clicking_and_after_a_reload(held_training, store):
+    at = open_app(store["moons"])
+    at.selectbox(key="train_dataset").set_value("two-moons").run()
+    at.text_input(key="train_hidden").input("3").run()
+    at.number_input(key="train_epochs").set_value(2).run()
+    at.button(key="train_button").click().run()
+    assert_clean(at)
+    # the page drawn right after the click shows the training: Train off, Cancel on, the sidebar's line
+    assert at.button(key="train_button").disabled
+    assert at.button(key="cancel_training")
+    assert any("Training in the background" in c for c in texts(at.sidebar.caption)), texts(at.sidebar.caption)
+    token = at.query_params["train"]
+    token = token[0] if isinstance(token, list) else token
+
+    # a reload is a new session with the same address: progress, Cancel and the disabled Train come back
+    again = open_app(params={"train": token})
+    assert_clean(again)
+    assert again.button(key="train_button").disabled
+    assert again.button(key="cancel_training")
+    assert any("epoch 1/2" in (p.proto.text or "") for p in again.get("progress"))
+
+    held_training.set()
+    again.session_state["training_worker"].join(timeout=30)
+    again.run()
+    assert_clean(again)
+    assert again.session_state["selected_run_id"] == store["moons_seed1"]
+    assert not again.button(key="train_button").disabled
+    assert "train" not in again.query_params
+
+
+def test_a_training_that_ends_on_another_page_is_announced(store):
+    from dashboard.worker import TrainingQueue
+    queue = TrainingQueue(lambda config, progress=None, cancel=None: SimpleNamespace(run_id=store["moons_seed1"]))
+    request = queue.submit("k", SimpleNamespace(), 1, label="lbbnn [8] on two-moons, seed 1")
+    request.join(timeout=10)
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.session_state["selected_run_id"] = store["moons"]
+    at.session_state["training_worker"] = request
+    at.switch_page("views/pruning.py").run()
+    assert_clean(at)
+    assert at.session_state["selected_run_id"] == store["moons_seed1"]
+    notices = texts(at.sidebar.info)
+    assert any("Training finished" in n and store["moons_seed1"][:8] in n and store["moons"][:8] in n
+               for n in notices), notices
+
+
+def test_finished_jobs_refresh_the_run_list_at_once():
+    from dashboard.worker import TrainingQueue
+    calls = []
+    queue = TrainingQueue(lambda config, progress=None, cancel=None: SimpleNamespace(run_id="r"))
+    queue.on_job_finished = lambda: calls.append("cleared")
+    queue.submit("k", SimpleNamespace(), 1).join(timeout=10)
+    assert calls == ["cleared"]
+
+
+# --- defect 9: labels say what differs ----------------------------------------------------------------------
+
+def test_run_labels_name_the_fields_that_differ():
+    from dashboard import backend
+    base = {"dataset": "mnist-small", "method": "lbbnn", "hidden": [100, 100], "seed": 0,
+            "train": {"epochs": 5, "kl_weight": 0.1}, "family_options": {}}
+    rows = [
+        {"run_id": "a" * 16, "dataset": "mnist-small", "method": "lbbnn", "config": base},
+        {"run_id": "b" * 16, "dataset": "mnist-small", "method": "lbbnn",
+         "config": {**base, "family_options": {"prior_inclusion": 0.1}}},
+        {"run_id": "c" * 16, "dataset": "mnist-small", "method": "lbbnn",
+         "config": {**base, "train": {"epochs": 25, "kl_weight": 0.1}}},
+        {"run_id": "d" * 16, "dataset": "two-moons", "method": "lbbnn", "config": {**base, "hidden": [8]}},
+    ]
+    labels = backend.run_labels(rows)
+    assert len(set(labels.values())) == 4
+    assert "epochs=25" in labels["c" * 16] and "epochs=5" in labels["a" * 16]
+    assert "prior_inclusion=0.1" in labels["b" * 16]
+    assert "kl_weight" not in labels["a" * 16]  # the same everywhere: not named
+    assert labels["d" * 16] == f"lbbnn [8] on two-moons ({'d' * 8})"  # alone in its kind
+
+
+def test_sidebar_labels_tell_two_seeds_apart(store):
+    at = open_app(store["moons"])
+    options = at.selectbox(key="sidebar_run").options
+    moons = [o for o in options if "two-moons" in o and o.startswith("lbbnn")]
+    assert len(moons) == 2 and any("seed=1" in o for o in moons) and any("seed=0" in o for o in moons)
+
+
+# --- defects 8, 13, 14: modes and units on the Pruning page ---------------------------------------------------
+
+def test_bma_density_card_is_the_expected_density_of_a_sampled_network(store):
+    from core.runs import load_run
+    from dashboard import backend
+    at = open_app(store["mnist"])
+    at.switch_page("views/pruning.py").run()
+    at.selectbox(key=f"widget:mode:{store['mnist']}").set_value("bma").run()
+    assert_clean(at)
+    model = load_run(store["mnist"]).model
+    alphas = np.concatenate([s.ravel() for s in backend.native_statistics(model)])
+    assert metric_value(at, "expected density") == f"{alphas.mean():.4f}"
+    assert float(metric_value(at, "expected density")) < 0.99
+    assert at.slider(key=f"widget:threshold:{store['mnist']}").disabled
+
+
+def test_regression_card_and_curve_point_agree_in_original_units(store):
+    at = open_app(store["sine"])
+    at.switch_page("views/pruning.py").run()
+    assert_clean(at)
+    at.slider(key=f"widget:threshold:{store['sine']}").set_value(0.3).run()
+    assert_clean(at)
+    card = float(metric_value(at, "RMSE"))
+    (chart,) = [c for c in at.get("vega_lite_chart") if "density" in c.proto.spec]
+    spec = json.loads(chart.proto.spec)
+    diamonds = [layer for layer in spec["layer"] if isinstance(layer.get("mark"), dict)
+                and layer["mark"].get("shape") == "diamond"]
+    (diamond,) = diamonds
+    (point,) = chart_rows(chart, diamond["data"]["name"])
+    assert point["value"] == pytest.approx(card, abs=1e-4)
+    assert 0 < point["density"] < 1
+
+
+# --- defect 10: the decision surface of 2-D classifiers ---------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["moons", "moons_bnn"])
+def test_two_d_classifiers_draw_their_decision_surface(store, name):
+    at = open_app(store[name])
+    at.switch_page("views/uncertainty.py").run()
+    assert_clean(at)
+    assert any("Decision surface" in h.value for h in at.subheader)
+    titles = json.dumps(chart_specs(at))
+    assert "predictive entropy" in titles and "spread of the 10 draws" in titles
+
+
+def test_surface_arrays_against_direct_computation():
+    from dashboard import backend
+    probs = np.array([[[0.9, 0.1], [0.5, 0.5]], [[0.7, 0.3], [0.3, 0.7]]])  # R=2, N=2, K=2
+    arrays = backend.surface_arrays(probs)
+    # averaged probabilities (0.8, 0.2) and (0.4, 0.6)
+    assert list(arrays["predicted"]) == [0, 1]
+    assert arrays["confidence"] == pytest.approx([0.8, 0.6])
+    assert arrays["entropy"] == pytest.approx([-(0.8 * np.log(0.8) + 0.2 * np.log(0.2)),
+                                               -(0.4 * np.log(0.4) + 0.6 * np.log(0.6))])
+    assert arrays["spread"] == pytest.approx([0.1, 0.1])  # sd of (0.9, 0.7) and of (0.5, 0.7)
+
+
+# --- build item 2: priors you can see ------------------------------------------------------------------------
+
+def test_prior_widgets_have_ranges_help_and_fold_advanced_options(tmp_path, monkeypatch):
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    at = open_app()
+    psi = at.number_input(key="train_opt_lbbnn_prior_inclusion")
+    assert psi.label.startswith("Prior inclusion probability") and "(0, 1)" in psi.help
+    assert at.selectbox(key="train_opt_lbbnn_inclusion_prior").options == ["bernoulli", "beta-bernoulli",
+                                                                           "beta-binomial"]
+    advanced = [e for e in at.expander if "Advanced" in e.label]
+    assert advanced and advanced[0].number_input(key="train_opt_lbbnn_init_sigma")
+    assert not [n for n in at.main.number_input if n.key == "train_opt_lbbnn_init_sigma"
+                and n not in advanced[0].number_input]
+    keys = {n.key for n in at.number_input}
+    # options shown only where they matter: Beta a, b for the beta priors, Student-t a, b for that slab
+    assert "train_opt_lbbnn_beta_a" not in keys and "train_opt_lbbnn_slab_a" not in keys
+    assert "train_opt_lbbnn_slab_variance" in keys
+    at.selectbox(key="train_opt_lbbnn_inclusion_prior").set_value("beta-bernoulli").run()
+    keys = {n.key for n in at.number_input}
+    assert "train_opt_lbbnn_beta_a" in keys and "train_opt_lbbnn_prior_inclusion" not in keys
+    assert at.checkbox(key="train_empirical_bayes").value is False
+    at.number_input(key="train_opt_lbbnn_beta_a").set_value(-1.0).run()
+    assert any("Beta a" in e and "-1" in e for e in texts(at.error)) and at.button(key="train_button").disabled
+    at.number_input(key="train_opt_lbbnn_beta_a").set_value(2.0).run()
+    assert not at.error
+    at.checkbox(key="train_empirical_bayes").check().run()
+    assert not at.error and not at.button(key="train_button").disabled
+    at.selectbox(key="train_method").set_value("horseshoe").run()
+    assert at.number_input(key="train_opt_horseshoe_global_scale").value == pytest.approx(1e-5)
+
+
+def test_prior_of_the_statistic_is_the_beta_density_or_the_point_psi():
+    from scipy import stats
+    from dashboard import backend
+    prior = backend.prior_of_statistic("lbbnn", {"inclusion_prior": "beta-bernoulli", "beta_a": 2.0, "beta_b": 5.0})
+    assert prior["kind"] == "density"
+    assert prior["density"] == pytest.approx(stats.beta(2, 5).pdf(prior["x"]), rel=1e-9)
+    assert np.trapezoid(prior["density"], prior["x"]) == pytest.approx(1.0, abs=1e-3)
+    point = backend.prior_of_statistic("lbbnn", {"prior_inclusion": 0.2})
+    assert point == {"kind": "point", "value": 0.2, "label": "prior inclusion probability psi = 0.2"}
+    assert backend.prior_of_statistic("bnn", {}) is None
+
+
+def test_inclusion_page_draws_the_prior_beside_the_posterior(store):
+    at = open_app(store["mnist"])
+    at.switch_page("views/inclusion.py").run()
+    assert_clean(at)
+    charts = [c for kind in ("arrow_vega_lite_chart", "vega_lite_chart") for c in at.get(kind)]
+    (histograms,) = [c for c in charts if '"prior"' in c.proto.spec]
+    spec = json.loads(histograms.proto.spec)
+    panels = spec["concat"]
+    assert len(panels) == 3  # the two layers' histograms, then the prior beside them
+    prior = panels[-1]
+    assert prior["title"]["text"] == "prior" and prior["mark"]["type"] == "rule"
+    (row,) = chart_rows(histograms, prior["data"]["name"])
+    assert row["inclusion_probability"] == pytest.approx(np.exp(-2.0))  # the default psi
+    at.switch_page("views/inclusion.py")
+    bnn = open_app(store["moons_bnn"])
+    bnn.switch_page("views/inclusion.py").run()
+    assert any("says nothing directly" in c for c in texts(bnn.caption))
+
+
+# --- build item 6: tune and take away ---------------------------------------------------------------------------
+
+def test_suggested_threshold_is_the_sparsest_within_the_loss():
+    from dashboard import backend
+    thresholds = np.array([0.1, 0.3, 0.5, 0.7, 0.9])
+    density = np.array([0.9, 0.6, 0.3, 0.1, 0.02])
+    accuracy = np.array([0.950, 0.952, 0.948, 0.940, 0.5])
+    best = backend.suggested_threshold(thresholds, density, accuracy, "accuracy", 0.005)
+    assert (best["threshold"], best["density"], best["best"]) == (0.5, 0.3, 0.952)
+    wider = backend.suggested_threshold(thresholds, density, accuracy, "accuracy", 0.02)
+    assert wider["threshold"] == 0.7
+    rmse = backend.suggested_threshold(thresholds, density, np.array([1.0, 1.0, 1.004, 1.2, 3.0]), "rmse", 0.005)
+    assert rmse["threshold"] == 0.5
+
+
+def test_curve_click_and_suggestion_set_the_threshold(store):
+    from dashboard import figures
+    run_id = store["mnist"]
+    at = open_app(run_id)
+    at.switch_page("views/pruning.py").run()
+    assert_clean(at)
+    spec = json.loads([c for c in at.get("vega_lite_chart") if "density" in c.proto.spec][0].proto.spec)
+    params = spec.get("params", []) + [p for layer in spec["layer"] for p in layer.get("params", [])]
+    assert any(p.get("name") == figures.PICK and p["select"]["on"] == "click" for p in params)
+    assert "green star" in " ".join(texts(at.markdown))
+    at.button(key="apply_suggestion").click().run()
+    assert_clean(at)
+    suggested = at.session_state["run_settings"][run_id]["threshold"]
+    assert at.slider(key=f"widget:threshold:{run_id}").value == pytest.approx(suggested)
+    assert f"{suggested:.4g}" in " ".join(texts(at.markdown))
+    # a click on the curve arrives as the chart's selection state
+    assert figures.picked_threshold({"selection": {figures.PICK: [{"threshold": 0.42}]}}) == 0.42
+    assert figures.picked_threshold({"selection": {figures.PICK: []}}) is None
+
+
+def test_downloads_are_the_export_and_the_curve(store, tmp_path):
+    from dashboard import backend, cache
+    run = backend.load_run(store["mnist"])
+    data = backend.export_zip(run, 0.5)
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        archive.extractall(tmp_path / "pruned")
+    exported = backend.load_exported(tmp_path / "pruned")
+    import torch
+    x = torch.as_tensor(run.dataset().x_test[:50])
+    direct = backend.predict(run, run.dataset().x_test[:50], "prune", 1, 0.5, weights="mean").probs
+    assert np.asarray(exported.predict(x)) == pytest.approx(np.asarray(direct), abs=1e-5)
+    assert exported.meta["threshold"] == 0.5
+    curve = backend.sweep(run)
+    text = backend.curve_csv(curve.thresholds, curve.density, curve.values, curve.metric)
+    import pandas as pd
+    frame = pd.read_csv(io.StringIO(text))
+    assert list(frame.columns) == ["threshold", "density", "accuracy"]
+    assert frame["density"].to_numpy() == pytest.approx(curve.density, rel=1e-5)
+    at = open_app(store["mnist"])
+    at.switch_page("views/pruning.py").run()
+    labels = [b.label for b in at.get("download_button")]
+    assert any("curve" in label for label in labels) and any("pruned model" in label for label in labels)
+
+
+# --- build item 7: shareable views ------------------------------------------------------------------------------
+
+def test_a_copied_link_reproduces_the_view(store):
+    run_id = store["mnist"]
+    at = open_app(run_id)
+    at.switch_page("views/uncertainty.py").run()
+    at.selectbox(key=f"widget:mode:{run_id}").set_value("prune").run()
+    at.slider(key=f"widget:threshold:{run_id}").set_value(0.7).run()
+    at.slider(key=f"widget:samples:{run_id}").set_value(4).run()
+    at.multiselect(key="ood_sets").set_value(["uniform-noise"]).run()
+    assert_clean(at)
+    link = {k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+    assert link["run"] == run_id and link["mode"] == "prune" and link["R"] == "4"
+    assert float(link["threshold"]) == pytest.approx(0.7) and link["ood"] == "uniform-noise"
+
+    # a new browser opens the link: nothing in its session, everything from the address
+    fresh = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    for key, value in link.items():
+        fresh.query_params[key] = value
+    fresh.run()
+    fresh.switch_page("views/uncertainty.py").run()
+    assert_clean(fresh)
+    assert fresh.session_state["selected_run_id"] == run_id
+    assert fresh.selectbox(key=f"widget:mode:{run_id}").value == "prune"
+    assert fresh.slider(key=f"widget:threshold:{run_id}").value == pytest.approx(0.7)
+    assert fresh.slider(key=f"widget:samples:{run_id}").value == 4
+    assert fresh.multiselect(key="ood_sets").value == ["uniform-noise"]
+
+
+def test_a_link_with_a_page_opens_that_page(store):
+    at = open_app(params={"run": store["moons"], "page": "pruning"})
+    assert_clean(at)
+    assert any("Pruning" in h.value for h in at.header)
+
+
+# --- build item 8: explain --------------------------------------------------------------------------------------
+
+def test_every_page_opens_with_its_explanation_and_the_glossary_names_the_modes(store):
+    from dashboard import explain
+    at = open_app(store["moons"])
+    for page, key in (("views/train.py", "train"), ("views/inclusion.py", "inclusion"),
+                      ("views/pruning.py", "pruning"), ("views/uncertainty.py", "uncertainty")):
+        at.switch_page(page).run()
+        assert_clean(at)
+        assert explain.PAGE_INTROS[key] in texts(at.markdown), page
+    at.switch_page("views/glossary.py").run()
+    assert_clean(at)
+    body = " ".join(texts(at.markdown))
+    for name in ("SIM-SIM", "ALL-MEA", "MED-SIM", "MED-MEA", "PRN", "doubt@0.95", "AUROC"):
+        assert f"**{name}" in body, name
+    # the modes' help on every page uses the glossary's names
+    from dashboard import backend
+    for mode, help_text in backend.MODE_HELP.items():
+        assert help_text.split(":")[0] in body
+
+
+# --- build item 1: compare runs ------------------------------------------------------------------------------
+
+def test_summary_over_seeds_gives_median_min_max():
+    from dashboard import figures
+    records = [{"setting": "a", "acc": 0.9}, {"setting": "a", "acc": 0.8}, {"setting": "a", "acc": 0.95},
+               {"setting": "b", "acc": 0.7}]
+    table = figures.summary_over_seeds(records).set_index("setting")
+    assert table.loc["a", "acc"] == "0.9 (0.8, 0.95)" and table.loc["a", "seeds"] == 3
+    assert table.loc["b", "acc"] == "0.7" and table.loc["b", "seeds"] == 1
+
+
+def test_family_colours_are_fixed_and_distinct():
+    from dashboard import figures
+    colours = list(figures.FAMILY_COLOURS.values())
+    assert len(set(colours)) == len(colours)
+    scale = figures.family_colour_scale(["x", "y"], ["bnn", "lbbnn"]).to_dict()
+    assert scale["range"] == [figures.FAMILY_COLOURS["bnn"], figures.FAMILY_COLOURS["lbbnn"]]
+
+
+def test_compare_page_overlays_runs_and_tables_modes_over_seeds(store):
+    from dashboard import figures
+    at = open_app(store["moons"])
+    at.switch_page("views/compare.py").run()
+    assert_clean(at)
+    at.selectbox(key="compare_dataset").set_value("two-moons").run()
+    at.multiselect(key="compare_runs").set_value([store["moons"], store["moons_seed1"], store["moons_bnn"]]).run()
+    assert_clean(at)
+    specs = chart_specs(at)
+    (curves,) = [s for s in specs if "each family pruned" in json.dumps(s.get("title", ""))]
+    colour = curves["layer"][0]["encoding"]["color"]["scale"] if "encoding" in curves["layer"][0] else \
+        curves["encoding"]["color"]["scale"]
+    assert colour["range"].count(figures.FAMILY_COLOURS["lbbnn"]) == 2
+    assert colour["range"].count(figures.FAMILY_COLOURS["bnn"]) == 1
+    assert any("entropy ECDFs" in json.dumps(s.get("title", "")) for s in specs)
+    tables = [getattr(d.value, "data", d.value) for d in at.dataframe]
+    (aurocs,) = [t for t in tables if any(str(c).startswith("AUROC") for c in t.columns)]
+    assert len(aurocs) == 3 and aurocs.iloc[:, 1].between(0, 1).all()
+    (modes,) = [t for t in tables if "SIM-SIM R=10" in t.columns]
+    assert sorted(modes["seeds"]) == [1, 2]
+    lbbnn = modes[modes["seeds"] == 2].iloc[0]
+    assert "(" in lbbnn["SIM-SIM R=10"] and lbbnn["runs"].startswith("lbbnn [8] on two-moons")
+
+
+# --- defects 6 and 11 on the pages ----------------------------------------------------------------------------
+
+def test_doubt_card_count_has_no_arrow(store):
+    at = open_app(store["mnist"])
+    at.switch_page("views/pruning.py").run()
+    (card,) = [m for m in at.metric if m.label == "doubt@0.95 accuracy"]
+    assert "decided" in card.proto.delta
+    assert card.proto.direction == card.proto.NONE  # a count, not a change: no up arrow
+
+
+def test_a_set_that_needs_a_download_offline_disables_train_before_training(tmp_path, monkeypatch):
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("BNN_DATA_DIR", str(tmp_path / "no-data"))
+    at = open_app()
+    at.selectbox(key="train_dataset").set_value("kmnist").run()
+    assert not at.exception
+    assert "kmnist  (unavailable)" in at.selectbox(key="train_dataset").options  # said before choosing it
+    assert any("kmnist is not available" in e and "BNN_OFFLINE" in e for e in texts(at.error)), texts(at.error)
+    assert at.button(key="train_button").disabled
+
+
+# --- build item 5: masks as in seed 002 -----------------------------------------------------------------------
+
+def test_mask_difference_counts_every_weight_in_its_state():
+    from dashboard import figures
+    a = np.array([[1, 1, 0, 0]], dtype=bool)
+    b = np.array([[1, 0, 1, 0]], dtype=bool)
+    frame = figures.mask_difference_frame(a, b)
+    assert list(frame["state"]) == ["kept in both", "only in A", "only in B", "in neither"]
+    big_a = np.random.default_rng(0).random((300, 785)) < 0.3
+    big_b = np.random.default_rng(1).random((300, 785)) < 0.3
+    frame = figures.mask_difference_frame(big_a, big_b)
+    assert frame["both"].sum() == int((big_a & big_b).sum())
+    assert frame["only_a"].sum() == int((big_a & ~big_b).sum())
+    assert frame["only_b"].sum() == int((~big_a & big_b).sum())
+
+
+def test_sampled_structure_keeps_weights_at_their_inclusion_rates():
+    from dashboard import backend
+    alpha = [np.full((200, 101), 0.2), np.full((10, 201), 0.9)]
+    draws = [backend.sample_structure(alpha, "inclusion_probability", seed=s) for s in range(20)]
+    for layer, rate in ((0, 0.2), (1, 0.9)):
+        assert np.mean([d[layer].mean() for d in draws]) == pytest.approx(rate, abs=0.005)
+    assert backend.sample_structure(alpha, "signal_to_noise") is None
+
+
+def test_receptive_fields_are_square_images_of_kept_weights():
+    from dashboard import figures
+    rng = np.random.default_rng(0)
+    weights, mask = rng.normal(size=(5, 785)), rng.random((5, 785)) < 0.5
+    frame = figures.receptive_field_frame(weights, mask, [1, 3], (28, 28))
+    unit3 = frame[frame["unit"] == "unit 3"]
+    assert len(unit3) == 784
+    assert unit3["weight"].to_numpy() == pytest.approx(np.where(mask[3, :-1], weights[3, :-1], 0.0))
+    spec = figures.receptive_fields(weights, mask, [1, 3], (28, 28)).to_dict()
+    assert spec["spec"]["width"] == spec["spec"]["height"]
+
+
+def test_inclusion_page_compares_two_masks_and_shows_receptive_fields(store):
+    at = open_app(store["mnist"])
+    at.switch_page("views/inclusion.py").run()
+    assert_clean(at)
+    assert at.radio(key="mask_b_kind").value == "a sampled structure"
+    assert any("receptive fields" in json.dumps(s.get("title", "")) for s in chart_specs(at))
+    at.radio(key="mask_b_kind").set_value("a second threshold").run()
+    at.slider(key="mask_b_threshold").set_value(0.9).run()
+    assert_clean(at)
+    from core.runs import load_run
+    model = load_run(store["mnist"]).model
+    kept_b = sum(int(m.sum()) for m in model.keep_masks(0.9))
+    assert any(f"B keeps {kept_b}." in c for c in texts(at.caption)), texts(at.caption)
+
+
+# --- build item 3: the live playground -------------------------------------------------------------------------
+
+def test_playground_training_draws_while_it_trains():
+    from dashboard import backend
+    job = backend.PlaygroundTraining({"dataset": "toy-sine-gaps", "hidden": [8], "dataset_params": {"noise": 0.05},
+                                      "train": {"epochs": 200, "batch_size": 500}}, every=20)
+    epochs = []
+    job.start()
+    while job.running:
+        picture = job.snapshot()
+        if picture is not None and (not epochs or epochs[-1] != picture["epoch"]):
+            epochs.append(picture["epoch"])
+    job.join()
+    assert job.error is None and job.done
+    final = job.snapshot()
+    assert final["epoch"] == 200 and len(epochs) >= 2  # pictures came during training, not only at the end
+    assert final["mean"].shape == (len(final["x_plot"]),)
+    assert np.all(final["total_std"] >= final["epistemic_std"] - 1e-9)
+    assert [m.shape for m in final["masks"]] == [(8, 2), (1, 9)]
+
+
+def test_playground_cancel_stops_quickly():
+    import time
+    from dashboard import backend
+    job = backend.PlaygroundTraining({"dataset": "two-moons", "hidden": [8],
+                                      "train": {"epochs": 3000, "batch_size": 500}}, every=50).start()
+    while job.snapshot() is None:
+        time.sleep(0.01)
+    job.cancel()
+    job.join(timeout=10)
+    assert job.done and not job.running and job.error is None
+    assert job.snapshot()["epoch"] < 3000
+
+
+def test_network_graph_draws_each_kept_connection():
+    from dashboard import figures
+    masks = [np.array([[1, 0, 1], [0, 1, 0]], dtype=bool), np.array([[1, 1, 1]], dtype=bool)]
+    nodes, edges = figures.network_graph_frames(masks)
+    assert len(nodes) == 2 + 2 + 1
+    assert len(edges) == 2 + 2  # bias columns are not edges
+
+
+def test_playground_page_restarts_when_the_prior_changes(tmp_path, monkeypatch):
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.run()
+    at.switch_page("views/playground.py").run()
+    assert_clean(at)
+    at.slider(key="play_epochs").set_value(200).run()
+    first = at.session_state["playground_job"][1]
+    first.join(timeout=60)
+    at.run()
+    assert_clean(at)
+    assert any("done: epoch 200/200" in (p.proto.text or "") for p in at.get("progress"))
+    at.slider(key="play_psi").set_value(0.5).run()
+    second = at.session_state["playground_job"][1]
+    assert second is not first and second.config.family_options["prior_inclusion"] == 0.5
+    second.join(timeout=60)
+    assert second.error is None
+
+
+def test_a_shared_link_does_not_hand_over_someone_elses_training(held_training, store, monkeypatch):
+    at = open_app(store["moons"])
+    at.text_input(key="train_hidden").input("5").run()
+    at.button(key="train_button").click().run()
+    token = at.query_params["train"]
+    token = token[0] if isinstance(token, list) else token
+    request = at.session_state["training_worker"]
+    request.owner = "10.0.0.1"  # the browser that asked; the AppTest session has no address
+    other = open_app(params={"train": token})
+    assert_clean(other)
+    assert "training_worker" not in other.session_state
+    assert not [b for b in other.button if b.key == "cancel_training"]
+    assert "train" not in other.query_params
