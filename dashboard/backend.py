@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from core.errors import ConfigError
 from core.models.base import Keep, StatisticSpec
 from core.predict.metrics.classification import DOUBT_LEVEL
 from core.predict.modes import PredictionMode

@@ -8,6 +8,7 @@ their field name. Ranges are what the form accepts; core validates again.
 from __future__ import annotations
 
 import math
+import enum
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -119,7 +120,10 @@ _LITERAL = re.compile(r"Literal\[(.*)\]")
 
 
 def choices(annotation: Any, default: Any) -> list[str] | None:
-    """The allowed strings of a Literal[...] annotation (string or typing object), else None."""
+    """The allowed strings of an option whose default is a str-Enum member (core.enums), or of a
+    Literal[...] annotation (string or typing object); else None."""
+    if isinstance(default, enum.Enum):
+        return [str(member.value) for member in type(default)]
     text = annotation if isinstance(annotation, str) else repr(annotation)
     match = _LITERAL.search(text)
     if not match:

@@ -283,7 +283,8 @@ def test_regression_card_and_curve_point_agree_in_original_units(store):
     at = open_app(store["sine"])
     at.switch_page("views/pruning.py").run()
     assert_clean(at)
-    at.slider(key=f"widget:threshold:{store['sine']}").set_value(0.3).run()
+    # Small regression sets start every alpha in [0.95, 0.99]: after 2 epochs a cut at 0.97 prunes some.
+    at.slider(key=f"widget:threshold:{store['sine']}").set_value(0.97).run()
     assert_clean(at)
     card = float(metric_value(at, "RMSE"))
     (chart,) = [c for c in at.get("vega_lite_chart") if "density" in c.proto.spec]
