@@ -147,6 +147,22 @@ def evaluate_run(run_id: str, cache_dir: str | Path | None, data_dir: str | Path
             "epochs": int(run.info.get("epochs", 0)), "samples": samples, "evaluation": EVALUATION_VERSION}
 
 
+def runs_by_config(store) -> dict[str, str]:
+    """Run id by canonical config JSON, for every readable stored run (the newest of equal configs):
+    finds runs stored under an earlier SCHEMA_VERSION, whose ids differ from today's."""
+    from core.runs.config import stored_config
+
+    found: dict[str, str] = {}
+    for info in sorted(store.list(), key=lambda i: i.created or 0.0):
+        if info.status != "ok" or not info.config:
+            continue
+        try:
+            found[stored_config(info.config).canonical_json()] = info.run_id
+        except (BNNError, TypeError, ValueError):
+            continue
+    return found
+
+
 def collect(grid: GridSpec, cache_dir: str | Path | None = None, data_dir: str | Path | None = None,
             samples: int = DEFAULT_SAMPLES, previous: dict[str, Any] | None = None,
             report=lambda line: None) -> list[dict[str, Any]]:
@@ -155,6 +171,7 @@ def collect(grid: GridSpec, cache_dir: str | Path | None = None, data_dir: str |
 
     store = RunStore(cache_dir)
     known = {record["run_id"]: record for record in (previous or {}).get("runs", [])}
+    earlier = runs_by_config(store)
     fingerprints: dict[tuple[str, int | None], str] = {}
     records = []
     for label, method, seed, split, config in grid.cells():
@@ -167,7 +184,10 @@ def collect(grid: GridSpec, cache_dir: str | Path | None = None, data_dir: str |
             continue
         run_id = config.run_id(fingerprints[key])
         if not store.exists(run_id):
-            continue
+            # trained under an earlier schema version (another id), same config
+            run_id = earlier.get(config.canonical_json())
+            if run_id is None:
+                continue
         cached = known.get(run_id)
         if cached and cached.get("samples") == samples and cached.get("evaluation") == EVALUATION_VERSION:
             records.append(cached)
