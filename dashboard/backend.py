@@ -590,6 +590,18 @@ def sample_structure(statistics: Sequence[np.ndarray], statistic_name: str, seed
 # --- the live playground: a tiny network trained in this process, drawn while it trains -------------------
 
 PLAYGROUND_SETS = ("toy-sine-gaps", "toy-cubic", "toy-hetero", "two-moons", "two-spirals")
+
+
+def playground_defaults(dataset: str) -> dict[str, Any]:
+    """What the playground starts from: the generator's own noise, and core's default widths and
+    number of epochs for the set (the small-regression defaults fit the 1-D curves; with fewer
+    units or steps the fit is a line, docs/why-lbbnn-over-prunes.md)."""
+    from core.data.toy import GENERATOR_DEFAULTS
+    from core.runs.config import RunConfig
+
+    config = RunConfig(dataset=dataset, train={"batch_size": 500})
+    return {"noise": float(GENERATOR_DEFAULTS[dataset]["noise"]), "hidden": list(config.hidden),
+            "epochs": int(config.train.epochs)}
 PLAYGROUND_MAX_WEIGHTS = 5000  # a class's server trains these in its own process: keep them tiny
 
 

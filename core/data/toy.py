@@ -200,6 +200,9 @@ GENERATORS = {
     "two-moons": make_two_moons,
     "two-spirals": make_two_spirals,
 }
+# Each generator's default parameters (what a set is when nothing is given).
+GENERATOR_DEFAULTS = {"toy-sine-gaps": SINE_GAPS_DEFAULTS, "toy-cubic": CUBIC_DEFAULTS, "toy-hetero": HETERO_DEFAULTS,
+                      "two-moons": CLASSIFICATION_2D_DEFAULTS, "two-spirals": CLASSIFICATION_2D_DEFAULTS}
 GENERATED_SIZES = {
     "toy-sine-gaps": (SINE_GAPS_DEFAULTS["n"], SINE_GAPS_DEFAULTS["n_test"]),
     "toy-cubic": (CUBIC_DEFAULTS["n"], CUBIC_DEFAULTS["n_test"]),

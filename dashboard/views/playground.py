@@ -19,12 +19,15 @@ st.markdown(explain.PAGE_INTROS["playground"])
 left, middle, right = st.columns(3)
 dataset = left.selectbox("Data", list(backend.PLAYGROUND_SETS), key="play_dataset")
 method = middle.selectbox("Family", ["lbbnn", "bnn", "horseshoe", "sparse-vd"], key="play_method")
-hidden_text = right.text_input("Hidden widths", "16", key="play_hidden", help="a few hundred weights at most")
+start = backend.playground_defaults(dataset)
+hidden_text = right.text_input("Hidden widths", ", ".join(map(str, start["hidden"])), key=f"play_hidden_{dataset}",
+                               help=f"at most {backend.PLAYGROUND_MAX_WEIGHTS} weights")
 left, middle, right = st.columns(3)
-noise = left.number_input("Data noise", value=0.1 if dataset.startswith("two-") else 0.05, step=0.05,
+noise = left.number_input("Data noise", value=start["noise"], step=0.01 if start["noise"] < 1 else 0.5,
                           format="%.3f", key=f"play_noise_{dataset}",
                           help="the noise level of the generated data (its own units)")
-epochs = middle.slider("Epochs", 100, 3000, 1000, step=100, key="play_epochs")
+epochs = middle.slider("Epochs", 100, 3000, start["epochs"], step=100, key="play_epochs",
+                       help="fewer epochs answer sooner; on the 1-D sets under about 3000 the fit stays a line")
 kl_weight = right.slider("KL weight", 0.01, 1.0, 0.1, key="play_kl", help="1 = the ELBO; smaller tempers the prior")
 options: dict = {}
 if method == "lbbnn":
