@@ -324,8 +324,6 @@ def reference_bands(run: Any, x: np.ndarray) -> dict[str, Any] | None:
 
 # Modes that cut at the family's default (the median probability model), whatever the slider says.
 DEFAULT_CUT_MODES = ("mpm", "mpm-mean")
-# Modes that draw R posterior samples (mean and mpm-mean predict with one network).
-SAMPLING_MODES = ("bma", "mpm", "prune")
 
 
 def mode_threshold(mode: str, threshold: float | None, default: float) -> float | None:
@@ -341,7 +339,7 @@ def mode_uses_slider(mode: str) -> bool:
 
 
 def mode_draws_samples(mode: str, weights: str | None = None) -> bool:
-    return mode in SAMPLING_MODES and not (mode == "prune" and weights == "mean")
+    return PredictionMode(mode).draws_samples(weights)
 
 
 def expected_density(statistics: Sequence[np.ndarray], statistic_name: str) -> float | None:

@@ -224,3 +224,24 @@ def test_evaluate_is_json_ready_and_checks_ood_shape():
     assert result["mean_inclusion"] == pytest.approx(alpha_means)
     with pytest.raises(BNNError, match="shape|features"):
         evaluate(model, dataset, mode="bma", samples=2, ood=["mnist-small"])
+
+
+# Every (mode, weights) predict accepts: prune takes either, the others their own or none.
+ACCEPTED = [("bma", None), ("bma", "sample"), ("mean", None), ("mean", "mean"), ("mpm", None), ("mpm", "sample"),
+            ("mpm-mean", None), ("mpm-mean", "mean"), ("prune", None), ("prune", "sample"), ("prune", "mean")]
+
+
+@pytest.mark.parametrize("mode, weights", ACCEPTED)
+def test_draws_samples_says_whether_r_changes_the_prediction(mode, weights):
+    """The mode's own rule (what the dashboard greys R out by) against what predict does: with R
+    draws the predictions for R = 1 and R = 5 differ exactly when the mode draws samples."""
+    from core.predict.engine import make_plan
+
+    mode = PredictionMode(mode)
+    model = make_model("lbbnn")
+    x = torch.randn(16, 5, generator=torch.Generator().manual_seed(1))
+    plan = make_plan(model, mode, 5, None, weights)
+    one = predict(model, x, mode, samples=1, weights=weights)
+    five = predict(model, x, mode, samples=5, weights=weights)
+    differs = not np.allclose(one.probs, five.probs)
+    assert mode.draws_samples(weights) == differs == (plan.samples == 5)

@@ -104,9 +104,9 @@ def make_plan(model: BayesianMLP, mode: Any, samples: Any, threshold: Any, weigh
     samples = check_samples(samples)
     choice = None if weights is None else parse_weight_choice(weights)
     if mode is PredictionMode.PRUNE:
-        choice = choice or WeightChoice.SAMPLE
+        choice = mode.weight_choice(choice)
     else:
-        implied = WeightChoice.MEAN if mode in (PredictionMode.MEAN, PredictionMode.MPM_MEAN) else WeightChoice.SAMPLE
+        implied = mode.weight_choice()
         if choice is not None and choice is not implied:
             raise PredictionError(f"weights={choice.value!r} only applies to mode 'prune'; mode {mode.value!r} "
                                   f"uses {implied.value} weights")

@@ -35,6 +35,17 @@ class PredictionMode(str, Enum):
     def uses_threshold(self) -> bool:
         return self in (PredictionMode.MPM, PredictionMode.MPM_MEAN, PredictionMode.PRUNE)
 
+    def weight_choice(self, weights: "str | WeightChoice | None" = None) -> "WeightChoice":
+        """The weights the mode predicts with: prune takes `weights` (default sample); the others
+        imply theirs (mean and mpm-mean: the means; bma and mpm: R draws)."""
+        if self is PredictionMode.PRUNE:
+            return WeightChoice.SAMPLE if weights is None else parse_weight_choice(weights)
+        return WeightChoice.MEAN if self in (PredictionMode.MEAN, PredictionMode.MPM_MEAN) else WeightChoice.SAMPLE
+
+    def draws_samples(self, weights: "str | WeightChoice | None" = None) -> bool:
+        """Whether the prediction averages R posterior draws (else R does not matter)."""
+        return self.weight_choice(weights) is WeightChoice.SAMPLE
+
     @property
     def description(self) -> str:
         """One line for help texts and the dashboard: the paper name, then what the mode does."""

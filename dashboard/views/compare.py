@@ -87,8 +87,8 @@ with guard("The table of modes"):
             record[column] = cache.test_metrics(run_id, mode, samples, threshold, 0)[score]
         bma = cache.test_metrics(run_id, "bma", 10, None, 0)
         if score == "accuracy":
-            record["doubt@0.95 accuracy"] = bma["doubt_accuracy"]
-            record["doubt@0.95 count"] = bma["doubt_count"]
+            record[f"doubt@{backend.DOUBT_LEVEL:g} accuracy"] = bma["doubt_accuracy"]
+            record[f"doubt@{backend.DOUBT_LEVEL:g} count"] = bma["doubt_count"]
         record["density (MED)"] = cache.test_metrics(run_id, "mpm-mean", 1, spec.default, 0)["density"]
         for index, statistic in enumerate(cache.statistics(run_id)):
             record[f"layer {index + 1} mean {spec.name}"] = float(np.mean(statistic))

@@ -51,15 +51,6 @@ def _default(field: dataclasses.Field) -> Any:
     return None
 
 
-def parse_rate(text: str, name: str) -> float:
-    from core.errors import ConfigError
-    try:
-        value = float(str(text).strip())
-    except ValueError:
-        raise ConfigError(f"{name}: must be a positive number such as 1e-3, got {text!r}") from None
-    return value
-
-
 SEED_MAX = 2 ** 32 - 1
 
 
@@ -225,7 +216,8 @@ def config_form() -> dict[str, Any] | None:
     with guard("Invalid setting"):
         train = {"epochs": epochs or None, "batch_size": batch_size, "posttrain_epochs": posttrain,
                  "kl_weight": float(kl_weight),
-                 "learning_rates": {g: parse_rate(t, f"learning rate ({g})") for g, t in rates_text.items()}}
+                 # core's one parser; RunConfig says what is wrong with a rate
+                 "learning_rates": {g: backend.parse_scalar(t.strip()) for g, t in rates_text.items()}}
         if empirical_bayes:
             train["empirical_bayes"] = True
         values = {
