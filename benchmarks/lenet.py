@@ -188,12 +188,14 @@ def evaluate_run(run, paper_sparsity: Sequence[float] | None, n_random: int) -> 
     sparsity = layer_sparsity(masks)
     kept = sum(int(m.sum()) for m in masks)
     total = sum(m.numel() for m in masks)
-    random_acc = [masked_accuracy(weights, random_masks(masks, RANDOM_MASK_SEED + i), x, y) for i in range(n_random)]
+    act = model.activation
+    random_acc = [masked_accuracy(weights, random_masks(masks, RANDOM_MASK_SEED + i), x, y, act)
+                  for i in range(n_random)]
     result = {
         "layer_sparsity": sparsity,
         "density": kept / total,
-        "unpruned": masked_accuracy(weights, None, x, y),
-        "pruned": masked_accuracy(weights, masks, x, y),
+        "unpruned": masked_accuracy(weights, None, x, y, act),
+        "pruned": masked_accuracy(weights, masks, x, y, act),
         "random": float(np.mean(random_acc)),
         "random_sd": float(np.std(random_acc)),
         "random_all": random_acc,
@@ -203,7 +205,8 @@ def evaluate_run(run, paper_sparsity: Sequence[float] | None, n_random: int) -> 
     if paper_sparsity is not None:
         shapes = [tuple(m.shape) for m in masks]
         at_paper = [masked_accuracy(weights, masks_at_rates(shapes, [s / 100 for s in paper_sparsity],
-                                                            RANDOM_MASK_SEED + i), x, y) for i in range(n_random)]
+                                                            RANDOM_MASK_SEED + i), x, y, act)
+                    for i in range(n_random)]
         result["random_at_paper_rates"] = float(np.mean(at_paper))
         result["random_at_paper_rates_sd"] = float(np.std(at_paper))
     stored = {key: float(run.metrics[key]) for key in ("SIM-SIM R=10 accuracy", "MED-SIM R=10 accuracy",

@@ -4,7 +4,6 @@ sparsity, pruning at published rates, the masked accuracy against the prediction
 configs, and the table's gap detection. Tiny masks and nets only."""
 
 import itertools
-import math
 import sys
 from pathlib import Path
 
