@@ -168,6 +168,9 @@ def test_evaluate_run_agrees_with_the_run_verbs():
     assert result["pruned"] == pytest.approx(run.evaluate(mode="mpm-mean", samples=1)["accuracy"])
     assert len(result["random_all"]) == 3 and result["random"] == pytest.approx(np.mean(result["random_all"]))
     assert 0.0 <= result["random_at_paper_rates"] <= 1.0
+    # the learned ranking cut at the learned sparsity is the family's cut itself
+    same = lenet.evaluate_run(run, [100 * s for s in result["layer_sparsity"]], n_random=1)
+    assert same["pruned_at_paper_rates"] == pytest.approx(result["pruned"])
     assert result == lenet.evaluate_run(run, [50.0, 20.0], n_random=3)  # fixed seeds: the same numbers
 
 
@@ -181,6 +184,19 @@ def test_results_page_section_renders_from_lenet_json(tmp_path, monkeypatch):
     assert missing.startswith("Not run yet") and lenet.COMMAND in missing
     (tmp_path / "lenet.json").write_text(json.dumps({"entries": [entry(0.9825, 0.9790, 0.1000)]}))
     text = results_page._file_section("lenet.json", lenet.results_section, lenet.COMMAND)
-    assert "| 98.25 / 98.28 | 97.90 / 97.94 | 10.00 (1.00) / 10.01 |" in text
+    assert "| 98.25 / 98.28 | 97.90 / 97.94 | - | 10.00 (1.00) / 10.01 |" in text
     assert "90.0-80.0-10.0 / 83.9-82.6-40.0" in text
     assert "Gaps of more than 1 point" not in text  # every accuracy within a point of the paper's
+
+
+def test_top_masks_keep_the_highest_keys_at_the_given_rate():
+    keys = [torch.tensor([[0.1, 0.9, 0.5, 7.0], [0.3, -2.0, 0.7, -7.0]])]  # last column: biases
+    masks = lenet.top_masks(keys, [0.5], [torch.tensor([True, False])])
+    assert masks[0].tolist() == [[False, True, True, True], [False, False, True, False]]  # 0.9, 0.7, 0.5 kept
+    rng = torch.Generator().manual_seed(0)
+    keys = [torch.randn(6, 9, generator=rng), torch.randn(3, 7, generator=rng)]
+    masks = lenet.top_masks(keys, [0.75, 0.2], [torch.ones(6, dtype=torch.bool), torch.ones(3, dtype=torch.bool)])
+    for key, mask, rate in zip(keys, masks, [0.75, 0.2]):
+        block, kept = key[:, :-1].flatten(), mask[:, :-1].flatten()
+        assert int((~kept).sum()) == round(rate * block.numel())
+        assert block[kept].min() > block[~kept].max()  # every kept key beats every pruned one
