@@ -276,6 +276,7 @@ def build_page(cache_dir=None, data_dir=None, figures: bool = True) -> str:
 
     import elbo_solutions
     import kl_weight_sweep
+    import lenet
     import time_to_quality
 
     store = RunStore(cache_dir)
@@ -337,13 +338,8 @@ def build_page(cache_dir=None, data_dir=None, figures: bool = True) -> str:
                              "python benchmarks/kl_weight_sweep.py"))
     out.append("![KL weight sweep](results/kl_weight_sweep.png)\n")
 
-    out.append("## Seed 004: LeNet-300-100 with sparse variational dropout\n")
-    lenet = find_runs(store, get_preset("lenet-300-100"))
-    if lenet:
-        table, _ = seed_table(store, {"sparse-vd (lenet-300-100)": get_preset("lenet-300-100")}, "mnist")
-        out.append(table)
-    else:
-        out.append("Not run yet: `python -m core train --preset lenet-300-100` (and `lenet-300-100-fmnist`).\n")
+    out.append("## Seed 004: LeNet-300-100 with sparse VD and variational dense (`python benchmarks/lenet.py`)\n")
+    out.append(_file_section("lenet.json", lenet.results_section, lenet.COMMAND))
 
     for title, module, command in (
             ("UCI regression against MC dropout", "uci_table", "python benchmarks/uci_table.py"),
