@@ -183,13 +183,13 @@ def test_click_on_the_curve_moves_the_threshold_and_the_link_reproduces_the_view
     assert_no_traceback(page)
 
     # the downloads: the curve as CSV and the pruned model that load_exported reads
-    with page.expect_download() as info:
+    with page.expect_download(timeout=120_000) as info:  # the export runs on a shared 2-core machine
         page.get_by_role("button", name="Download the curve (CSV)").click()
     csv_path = tmp_path / "curve.csv"
     info.value.save_as(csv_path)
     header, *rows = csv_path.read_text().splitlines()
     assert header == "threshold,density,accuracy" and len(rows) >= 10
-    with page.expect_download() as info:
+    with page.expect_download(timeout=120_000) as info:  # the export runs on a shared 2-core machine
         page.get_by_role("button", name="Download the pruned model").click()
     zip_path = tmp_path / "model.zip"
     info.value.save_as(zip_path)
@@ -256,7 +256,7 @@ def test_the_playground_updates_while_it_trains(server, browser):
     page.get_by_role("heading", name="Playground", exact=True).wait_for(timeout=RENDER_TIMEOUT)
     progress = page.locator("[data-testid='stProgress']")
     seen: list[str] = []
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300  # 3000 epochs with 40 pictures: about 20 s quiet, minutes under load
     while time.monotonic() < deadline:
         texts = progress.all_inner_texts()
         if texts and (not seen or seen[-1] != texts[0]):
