@@ -131,10 +131,16 @@ def is_small_regression(dataset: str) -> bool:
 def family_option_defaults(method: str, dataset: str) -> dict[str, Any]:
     """A family's option defaults on a dataset: its Options dataclass, with the small-regression
     defaults where the family has those options."""
-    options = dataclasses.asdict(family_class(canonical_family(method)).Options())
-    if is_small_regression(dataset):
-        options.update({k: v for k, v in SMALL_REGRESSION_FAMILY_DEFAULTS.items() if k in options})
-    return options
+    options_class = family_class(canonical_family(method)).Options
+    return {**dataclasses.asdict(options_class()), **_dataset_option_defaults(options_class, dataset)}
+
+
+def _dataset_option_defaults(options_class: type, dataset: str) -> dict[str, Any]:
+    """The options whose default the dataset changes (the small-regression ones the family has)."""
+    if not is_small_regression(dataset):
+        return {}
+    fields = {f.name for f in dataclasses.fields(options_class)}
+    return {k: v for k, v in SMALL_REGRESSION_FAMILY_DEFAULTS.items() if k in fields}
 
 
 def default_hidden(dataset: str) -> tuple[int, ...]:
@@ -238,11 +244,9 @@ class RunConfig:
         except ImportError as exc:
             raise ConfigError(f"method: the {self.method!r} family is not available in this installation "
                               f"({exc})") from None
-        given = dict(self.family_options)
         small_regression = is_small_regression(self.dataset)
-        if small_regression:  # stored configs name every option, so this fills only what a user left out
-            fields = {f.name for f in dataclasses.fields(options_class)}
-            given = {**{k: v for k, v in SMALL_REGRESSION_FAMILY_DEFAULTS.items() if k in fields}, **given}
+        # stored configs name every option, so this fills only what a user left out
+        given = {**_dataset_option_defaults(options_class, self.dataset), **dict(self.family_options)}
         try:
             options = options_class.from_dict(given)
         except ConfigError as exc:
