@@ -262,14 +262,6 @@ def _toy_regression_render(result: dict[str, Any]) -> str:
     return "\n".join(line for line in toy_regression.render(result).splitlines() if not line.startswith("## ")) + "\n"
 
 
-def _optional_renderer(module: str, function: str = "render_markdown") -> Callable[[], str] | None:
-    try:
-        mod = __import__(module)
-    except ImportError:
-        return None
-    return getattr(mod, function, None)
-
-
 def build_page(cache_dir=None, data_dir=None, figures: bool = True) -> str:
     from core.runs.presets import get_preset
     from core.runs.store import RunStore
@@ -341,13 +333,14 @@ def build_page(cache_dir=None, data_dir=None, figures: bool = True) -> str:
     out.append("## Seed 004: LeNet-300-100 with sparse VD and variational dense (`python benchmarks/lenet.py`)\n")
     out.append(_file_section("lenet.json", lenet.results_section, lenet.COMMAND))
 
-    for title, module, command in (
-            ("UCI regression against MC dropout", "uci_table", "python benchmarks/uci_table.py"),
-            ("Regression bands against the NUTS reference", "bands_vs_reference",
-             "python benchmarks/bands_vs_reference.py")):
-        out.append(f"## {title}\n")
-        render = _optional_renderer(module, "results_section" if module == "bands_vs_reference" else "render_markdown")
-        out.append(render() if render else f"Not run yet: `{command}`.\n")
+    # Both sections write their own "##" heading. The UCI section compares with MC dropout's
+    # per-split files: from the data folder when given, else from the copy stored in uci.json.
+    import bands_vs_reference
+    import uci_table
+    out.append(uci_table.render_markdown(data_dir=data_dir))
+    out.append(bands_vs_reference.results_section() if bands_vs_reference.JSON_PATH.is_file()
+               else "## Regression bands against the NUTS reference\n\nNot run yet: "
+                    "`python benchmarks/bands_vs_reference.py`.\n")
 
     out.append("## Toy regression with the shipped defaults (`python benchmarks/toy_regression.py --seeds 0,1 "
                "--reference-cache DIR`)\n")

@@ -219,10 +219,14 @@ def _cell(mean: float, se: float, digits: int = 2) -> str:
     return f"{mean:.{digits}f}" + ("" if not math.isfinite(se) else f" ± {se:.{digits}f}")
 
 
-def summarise(records: list[dict[str, Any]], data_dir: str | Path | None = None) -> dict[str, Any]:
+def summarise(records: list[dict[str, Any]], data_dir: str | Path | None = None,
+              references: dict[str, dict[str, list[float]] | None] | None = None) -> dict[str, Any]:
     """Per set and (family, mode) row: mean and standard error over the row's splits, and MC
     dropout's mean test LL on exactly those splits (the comparison that counts as a win); per
-    family: the sets on which any of its modes wins; the best row of each set."""
+    family: the sets on which any of its modes wins; the best row of each set.
+
+    MC dropout's per-split numbers come from the data folder; `references` (set -> numbers, as
+    stored in uci.json) fills in the sets the data folder does not have."""
     by_set: dict[str, list[dict[str, Any]]] = {}
     for record in records:
         by_set.setdefault(record["dataset"], []).append(record)
@@ -234,7 +238,7 @@ def summarise(records: list[dict[str, Any]], data_dir: str | Path | None = None)
         runs = by_set.get(dataset)
         if not runs:
             continue
-        ref = reference(dataset, data_dir)
+        ref = reference(dataset, data_dir) or (references or {}).get(dataset)
         families = sorted({r["family"] for r in runs}, key=lambda f: order.get(f, 99))
         rows = []
         for family in families:
@@ -281,10 +285,12 @@ def render_markdown(summary: dict[str, Any] | None = None, *, records: list[dict
                     data_dir: str | Path | None = None, results_json: str | Path | None = None) -> str:
     """The markdown section: from a summary, from per-run records, or from benchmarks/results/uci.json."""
     if summary is None:
+        references = None
         if records is None:
             path = Path(results_json) if results_json else RESULTS_DIR / "uci.json"
-            records = json.loads(path.read_text(encoding="utf-8"))["runs"] if path.is_file() else []
-        summary = summarise(records, data_dir)
+            stored = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+            records, references = stored.get("runs", []), stored.get("reference_mc_dropout")
+        summary = summarise(records, data_dir, references)
     lines = ["## UCI regression: test log-likelihood and RMSE against MC dropout", "",
              "One hidden layer of 50 ReLU units (100 for protein), the `uci-*` presets as shipped, the standard "
              "train/test splits. Test LL per test point in original units; mean ± standard error over the "
@@ -320,8 +326,9 @@ def render_markdown(summary: dict[str, Any] | None = None, *, records: list[dict
               + ", ".join(f"{f} {summary['family_wins'].get(f, 0)}" for f in FAMILIES
                           if any(r["family"] == f for e in summary["sets"].values() for r in e["rows"]))
               + f" (of {len(summary['sets'])} sets covered); best of our families: "
-              + f"{summary['sets_won_by_best']}. Per mode: "
-              + ", ".join(f"{k} {v}" for k, v in sorted(summary["wins"].items())) + ".", ""]
+              + f"{summary['sets_won_by_best']}."
+              + (" Per mode: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["wins"].items())) + "."
+                 if summary["wins"] else ""), ""]
     return "\n".join(lines)
 
 

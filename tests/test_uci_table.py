@@ -2,6 +2,7 @@
 MC-dropout reference on the same splits and the win counts, on synthetic per-run records; and the
 `uci` grid preset's shape."""
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -78,3 +79,22 @@ def test_uci_grid_covers_nine_sets_five_families_and_all_splits():
     # The single-run presets keep their names and are the grid's lbbnn runs on split 0.
     for name in ("uci-boston", "uci-yacht", "uci-protein"):
         assert PRESETS[name] == next(c[-1] for c in cells if c[0] == name and c[1] == "lbbnn" and c[3] == 0)
+
+
+def test_rendering_from_the_results_file_without_a_data_folder_uses_the_stored_reference(tmp_path, monkeypatch):
+    # RESULTS.md is regenerated where the data folder may be absent; the comparison must then come
+    # from the MC-dropout numbers uci.json stored, not vanish (it once rendered "0 wins" that way).
+    monkeypatch.delenv("BNN_DATA_DIR", raising=False)
+    records = [record("bnn", 0, -1.5, 1.0), record("bnn", 1, -1.5, 3.0)]
+    stored = {"runs": records, "reference_mc_dropout": {"uci-yacht": {"log_likelihood": [-1.0, -3.0],
+                                                                    "rmse": [1.0, 2.0]}}}
+    path = tmp_path / "uci.json"
+    path.write_text(json.dumps(stored))
+    text = uci_table.render_markdown(results_json=path)
+    assert "| yacht | MC dropout | - | 2 | -2.00 ± 1.00 | - |" in text
+    assert "| yacht | bnn | bma | 2 | **-1.50 ± 0.00** | -2.00 ± 1.00 |" in text
+    assert "bnn 1 (of 1 sets covered); best of our families: 1. Per mode: bnn bma 1." in text
+    # a data folder, when given, wins over the stored copy
+    write_reference(tmp_path, "yacht", [-1.0, -1.0], [1.0, 1.0])
+    text = uci_table.render_markdown(results_json=path, data_dir=tmp_path)
+    assert "best of our families: 0." in text and "Per mode" not in text
