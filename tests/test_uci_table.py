@@ -98,3 +98,26 @@ def test_rendering_from_the_results_file_without_a_data_folder_uses_the_stored_r
     write_reference(tmp_path, "yacht", [-1.0, -1.0], [1.0, 1.0])
     text = uci_table.render_markdown(results_json=path, data_dir=tmp_path)
     assert "best of our families: 0." in text and "Per mode" not in text
+
+
+def test_gaussian_bound_is_the_best_mean_log_likelihood_of_a_homoscedastic_gaussian():
+    residuals = np.random.default_rng(0).standard_t(df=3, size=2000) * 2.5
+    rmse = float(np.sqrt(np.mean(residuals ** 2)))
+
+    def mean_ll(sd):
+        return float(np.mean(-0.5 * np.log(2 * np.pi * sd ** 2) - residuals ** 2 / (2 * sd ** 2)))
+
+    assert uci_table.gaussian_bound(rmse) == pytest.approx(mean_ll(rmse), abs=1e-12)
+    for sd in (0.5 * rmse, 0.9 * rmse, 1.1 * rmse, 2 * rmse):
+        assert mean_ll(sd) < uci_table.gaussian_bound(rmse)
+
+
+def test_misses_table_lists_only_sets_our_best_row_loses(tmp_path):
+    write_reference(tmp_path, "yacht", [-1.0, -1.0], [1.0, 1.0])
+    write_reference(tmp_path, "wine", [-3.0, -3.0], [1.0, 1.0])
+    records = [record("bnn", 0, -1.5, 2.0), record("bnn", 1, -1.7, 2.0),
+               record("bnn", 0, -1.5, 2.0, dataset="uci-wine"), record("bnn", 1, -1.7, 2.0, dataset="uci-wine")]
+    text = uci_table.render_markdown(uci_table.summarise(records, tmp_path))
+    bound_ours, bound_mc = uci_table.gaussian_bound(2.0), uci_table.gaussian_bound(1.0)
+    assert f"| yacht | bnn bma | 2 | -1.60 | {bound_ours:.2f} | 2.00 | -1.00 | {bound_mc:.2f} | 1.00 |" in text
+    assert "| wine | bnn bma |" not in text  # wine is won (-1.6 against -3.0)
