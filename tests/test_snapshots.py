@@ -122,6 +122,13 @@ def test_a_stored_run_has_its_snapshots_checksummed_and_reads_them_back(tmp_path
         np.testing.assert_array_equal(back.to_arrays()[name], value)
 
 
+def test_a_run_handed_over_by_the_training_process_reads_its_snapshots(tmp_path):
+    from core.runs import run_from_handover, run_handover
+    run = train_run(CONFIG, cache_dir=tmp_path)
+    handed = run_from_handover(run_handover(run))
+    np.testing.assert_array_equal(handed.snapshots().histogram, run.snapshots().histogram)
+
+
 def test_old_runs_without_snapshots_still_load(tmp_path):
     run = train_run(CONFIG, cache_dir=tmp_path)
     # a run folder as written before snapshots were recorded: no file, not in the manifest
