@@ -498,8 +498,9 @@ def history_frame(history: Sequence[Mapping[str, object]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["step", "phase", "quantity", "value"])
 
 
-def training_curves(history: Sequence[Mapping[str, object]]) -> alt.HConcatChart:
-    """Loss and density per epoch side by side (epochs counted over all phases)."""
+def training_curves(history: Sequence[Mapping[str, object]], colour: str | None = None) -> alt.HConcatChart:
+    """Loss and density per epoch side by side (epochs counted over all phases). With `colour` (the
+    family's) every line is drawn in it and the phases differ by dash; else each phase has a colour."""
     frame = history_frame(history)
     charts = []
     for quantity, title in (("loss", "loss (-ELBO / N)"), ("density", "density at the default threshold")):
@@ -507,10 +508,15 @@ def training_curves(history: Sequence[Mapping[str, object]]) -> alt.HConcatChart
         base = alt.Chart(part).encode(
             x=alt.X("step:Q", title="epoch", axis=alt.Axis(tickMinStep=1)),
             y=alt.Y("value:Q", title=title, scale=alt.Scale(zero=False)),
-            color=alt.Color("phase:N", title="phase"),
             tooltip=["step:Q", "phase:N", alt.Tooltip("value:Q", format=".4f")],
         )
-        charts.append(alt.layer(base.mark_line(), base.mark_circle(size=35)).properties(width=300, height=180))
+        if colour is None:
+            base = base.encode(color=alt.Color("phase:N", title="phase"))
+            lines, dots = base.mark_line(), base.mark_circle(size=35)
+        else:
+            lines = base.mark_line(color=colour).encode(strokeDash=alt.StrokeDash("phase:N", title="phase"))
+            dots = base.mark_point(size=35, filled=True, color=colour).encode(shape=alt.Shape("phase:N", title="phase"))
+        charts.append(alt.layer(lines, dots).properties(width=300, height=180))
     return alt.hconcat(*charts)
 
 

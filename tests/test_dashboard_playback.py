@@ -275,3 +275,13 @@ def test_playground_figures_take_the_family_colour():
     assert colour in mark_colours(bands)
     histogram = figures.statistic_histogram([np.linspace(0, 1, 10)], 0.5, "p", colour=colour).to_dict()
     assert colour in mark_colours(histogram)
+
+
+def test_training_curves_take_the_family_colour_and_dash_the_phases():
+    from dashboard import figures
+    colour = figures.FAMILY_COLOURS["bnn"]
+    history = [{"loss": 1.0, "density": 1.0, "phase": "warm-start"}, {"loss": 0.5, "density": 0.4, "phase": "train"}]
+    spec = figures.training_curves(history, colour=colour).to_dict()
+    for panel in spec["hconcat"]:
+        assert mark_colours(panel) == {colour}
+        assert panel["layer"][0]["encoding"]["strokeDash"]["field"] == "phase"
