@@ -19,6 +19,7 @@ from dashboard import figures, state
 PLAY_SECONDS = 0.6  # between frames while playing
 FRAMES = 60  # a playback shows about this many frames, however long the training
 EPOCH_PARAM = "epoch"
+LINK_APPLIED_KEY = "playback_link_applied"  # the address's epoch opens the first run shown, not every later one
 
 
 def epoch_key(run_id: str) -> str:
@@ -46,7 +47,11 @@ def next_epoch(current: int, n_epochs: int, step: int) -> int | None:
 
 
 def link_epoch(n_epochs: int) -> int | None:
-    """The address's epoch when it is a whole number of this run's epochs (else a warning and None)."""
+    """The address's epoch when it is a whole number of this run's epochs (else a warning and None);
+    read once per session (a browser tab opening a link)."""
+    if st.session_state.get(LINK_APPLIED_KEY):
+        return None
+    st.session_state[LINK_APPLIED_KEY] = True
     text = st.query_params.get(EPOCH_PARAM)
     if text is None:
         return None

@@ -136,9 +136,14 @@ def test_epoch_slider_changes_the_histograms_marker_and_address(store):
 
 
 def test_a_link_with_an_epoch_opens_there_and_a_bad_one_is_a_warning(store):
-    at = open_page(store["moons"], "views/inclusion.py", {"epoch": "2"})
+    at = open_page(store["moons"], "views/inclusion.py", {"epoch": "3"})
     assert_clean(at)
-    assert playback_state(at, store["moons"])[0] == 2
+    assert playback_state(at, store["moons"])[0] == 3
+    # the link opened that run at that epoch; the next run opens on its own last epoch, without a word
+    at.session_state["selected_run_id"] = store["moons_bnn"]
+    at.switch_page("views/inclusion.py").run()
+    assert_clean(at)
+    assert playback_state(at, store["moons_bnn"])[0] == 2 and not at.warning
     bad = open_page(store["moons"], "views/inclusion.py", {"epoch": "abc"})
     assert not bad.exception and playback_state(bad, store["moons"])[0] == 4
     assert any("epoch='abc'" in w.value for w in bad.warning)
