@@ -31,6 +31,7 @@ from core.cpu_settings import enable_flush_denormals
 from core.enums import PosttrainStructure
 from core.errors import ConfigError, TrainingCancelled, TrainingDivergedError
 from core.models.network import BayesianMLP
+from core.snapshots import SnapshotRecorder, TrainingSnapshots
 
 # Flushing subnormals is on for the whole process from the moment training code is loaded
 # (every thread started afterwards inherits it) and is never switched off.
@@ -138,6 +139,7 @@ class TrainConfig:
 class TrainResult:
     history: list[dict[str, Any]]
     seconds: float
+    snapshots: TrainingSnapshots | None = None  # one per history record (core/snapshots.py)
 
     @property
     def seconds_per_epoch(self) -> float:
@@ -189,11 +191,13 @@ def train(
     seed: int = 0,
     progress: ProgressCallback | None = None,
     cancel: Any = None,
+    snapshots: bool = True,
 ) -> TrainResult:
     """Train `model` in place. x_train and y_train should already be on the model's device.
 
     `cancel` is a threading.Event or a callable; it is checked every minibatch.
     Raises TrainingDivergedError on a NaN/Inf loss, TrainingCancelled on cancel.
+    `snapshots` records the statistic's histograms and densities after every epoch (TrainResult.snapshots).
     Each epoch's record (history entry and progress argument) has the data term
     averaged over the epoch's minibatches and the KL (total and per layer) at the
     end of the epoch: steps take the KL's gradient, its value is read once.
@@ -209,6 +213,15 @@ def train(
     config = config.resolved(n)
     history: list[dict[str, Any]] = []
     started = time.perf_counter()
+    # (a meta-device model has no values to record)
+    recorder = SnapshotRecorder(model, config.total_epochs()) if snapshots and device.type != "meta" else None
+
+    def finish_epoch(record: dict[str, Any]) -> None:
+        history.append(record)
+        if recorder is not None:
+            recorder.record(model, record)
+        if progress is not None:
+            progress(dict(record, elapsed=time.perf_counter() - started))
     enable_flush_denormals()  # for this thread; never turned off (core/cpu_settings.py)
     # Every draw comes from this run's own generators, never torch's global one,
     # which concurrent trainings in one process (dashboard sessions) would share.
@@ -223,18 +236,15 @@ def train(
                 kl_weight = config.kl_weight
                 if config.kl_anneal_epochs and phase != "posttrain":
                     kl_weight *= min(1.0, (global_epoch + 1) / config.kl_anneal_epochs)
-                record = _run_epoch(model, optimizer, x_train, y_train, config, kl_weight, batch_generator,
-                                    cancel, phase, global_epoch)
-                history.append(record)
-                if progress is not None:
-                    progress(dict(record, elapsed=time.perf_counter() - started))
+                finish_epoch(_run_epoch(model, optimizer, x_train, y_train, config, kl_weight, batch_generator,
+                                        cancel, phase, global_epoch))
 
         for layer in model.layers:
             layer.use_compiled_kernels(config.compile)
         model.likelihood.initialise_from_data(x_train, y_train)  # noise_init="data"; a no-op otherwise
         if config.warm_start_epochs:
-            _warm_start(model, x_train, y_train, config, seed, batch_generator, noise_generator, cancel, history,
-                        progress, started)
+            _warm_start(model, x_train, y_train, config, seed, batch_generator, noise_generator, cancel,
+                        finish_epoch)
         offset = 0
         if config.pretrain_epochs:
             _set_empirical_bayes(model, config.empirical_bayes)
@@ -254,7 +264,8 @@ def train(
                     for param in layer.parameter_groups().get("inclusion", []):
                         param.requires_grad_(False)
             run_phase("posttrain", config.posttrain_epochs, config.learning_rates, offset)
-    return TrainResult(history=history, seconds=time.perf_counter() - started)
+    return TrainResult(history=history, seconds=time.perf_counter() - started,
+                       snapshots=None if recorder is None else recorder.result())
 
 
 def run_generator(device: torch.device, seed: int) -> torch.Generator | None:
@@ -332,9 +343,11 @@ def _training_step(model, optimizer, x: Tensor, y: Tensor, mc_samples: int, kl_s
     return nll.detach()
 
 
-def _warm_start(model, x_train, y_train, config, seed, batch_generator, noise_generator, cancel, history,
-                progress, started) -> None:
-    """Train a deterministic net of the same shape; copy its weights into the means."""
+def _warm_start(model, x_train, y_train, config, seed, batch_generator, noise_generator, cancel,
+                finish_epoch) -> None:
+    """Train a deterministic net of the same shape; copy its weights into the means. Each epoch's
+    record (phase "warm-start") goes to finish_epoch, which snapshots `model` (still at its initial
+    values: the point net is what trains)."""
     from core.models.network import BayesianMLP, ModelConfig
 
     point_config = ModelConfig(in_features=model.config.in_features, out_classes=model.config.out_classes,
@@ -348,11 +361,8 @@ def _warm_start(model, x_train, y_train, config, seed, batch_generator, noise_ge
     optimizer = _adam([{"params": list(point.parameters()), "lr": 1e-3}])
     no_anneal = TrainConfig(epochs=1, batch_size=config.batch_size)
     for epoch in range(config.warm_start_epochs):
-        record = _run_epoch(point, optimizer, x_train, y_train, no_anneal, 0.0, batch_generator, cancel,
-                            "warm-start", epoch)
-        history.append(record)
-        if progress is not None:
-            progress(dict(record, elapsed=time.perf_counter() - started))
+        finish_epoch(_run_epoch(point, optimizer, x_train, y_train, no_anneal, 0.0, batch_generator, cancel,
+                                "warm-start", epoch))
     with torch.no_grad():
         for layer, point_layer in zip(model.layers, point.layers):
             layer.load_point_estimate(point_layer.mean_weights())

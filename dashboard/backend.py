@@ -148,6 +148,13 @@ def parse_scalar(raw: str) -> Any:
     return parsing.parse_value(raw)
 
 
+def training_snapshots(run: Any) -> Any | None:
+    """What training recorded after every epoch (core.snapshots.TrainingSnapshots: histograms of the
+    statistic, per-layer densities, masks of small nets), or None for a run trained before snapshots
+    were recorded."""
+    return run.snapshots()
+
+
 # --- the statistic and its threshold range ---------------------------------------------------------
 
 # The slider's range is the family's StatisticSpec with finite ends (name, keep, default, low, high,
@@ -672,7 +679,9 @@ class PlaygroundTraining:
                 if epoch % self.every == 0 or epoch >= total:
                     self._take(model, epoch, record)
 
-            train(model, x, y, self.config.train, seed=self.config.seed, progress=progress, cancel=self._cancel)
+            # (no per-epoch snapshots: the page draws the picture itself, and its epochs are short)
+            train(model, x, y, self.config.train, seed=self.config.seed, progress=progress, cancel=self._cancel,
+                  snapshots=False)
         except TrainingCancelled:
             pass
         except BNNError as exc:

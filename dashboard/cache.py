@@ -190,6 +190,17 @@ def statistics(run_id: str) -> list[np.ndarray]:
 
 
 @per_run(max_entries=64, show_spinner=False)
+def snapshots(run_id: str) -> Any | None:
+    """The run's per-epoch snapshots (small: histograms, densities, masks of small nets) or None."""
+    return backend.training_snapshots(cached_run(run_id))
+
+
+def family(run_id: str) -> str:
+    """The run's family (its method): what picks its colour on every page."""
+    return str(cached_run(run_id).config.method)
+
+
+@per_run(max_entries=64, show_spinner=False)
 def threshold_range(run_id: str) -> backend.ThresholdRange:
     return backend.threshold_range(cached_run(run_id).model.spec, statistics(run_id))
 
@@ -281,7 +292,7 @@ def density_chart(run_id: str, threshold: float) -> dict[str, Any]:
     here = backend.curve_point(backend.SweepCurve(curve["thresholds"], curve["density"], curve["values"],
                                                   curve["metric"]), threshold)
     return figures.metric_vs_density(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
-                                     current=here).to_dict()
+                                     current=here, colour=figures.family_colour(family(run_id))).to_dict()
 
 
 @per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
@@ -294,7 +305,7 @@ def tuning_chart(run_id: str, threshold: float, tolerance: float) -> dict[str, A
                                             tolerance)
     return figures.metric_vs_density(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
                                      current=(here["density"], here[curve["metric"]]), suggested=suggested,
-                                     selectable=True,
+                                     selectable=True, colour=figures.family_colour(family(run_id)),
                                      title=f"{curve['metric']} vs density: prune at each threshold, mean weights "
                                            "(click a point to prune there)").to_dict()
 
@@ -323,7 +334,8 @@ def accuracy_by_samples_chart(run_id: str, mode: str, samples: int, threshold: f
     from dashboard import figures
     arrays = test_prediction(run_id, mode, samples, threshold, seed, weights)
     ladder = backend.accuracy_by_samples(arrays["probs_per_draw"], cached_run(run_id).dataset().y_test, samples)
-    return figures.metric_vs_samples(ladder["samples"], ladder["accuracy"], "accuracy").to_dict()
+    return figures.metric_vs_samples(ladder["samples"], ladder["accuracy"], "accuracy",
+                                     colour=figures.family_colour(family(run_id))).to_dict()
 
 
 @per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
@@ -344,7 +356,8 @@ def inclusion_charts(run_id: str, threshold: float, log_counts: bool, masked_wei
     return {
         "histogram": figures.statistic_histogram(stats, threshold, spec.name, log_counts=log_counts, labels=labels,
                                                  value_range=(spec.low, spec.high),
-                                                 prior=prior_of_statistic(run_id)).to_dict(),
+                                                 prior=prior_of_statistic(run_id),
+                                                 colour=figures.family_colour(family(run_id))).to_dict(),
         "masks": [chart.to_dict() for chart in heatmaps],
         "pixels": (figures.kept_per_input_image(layer_masks[0], input_shape).to_dict()
                    if len(input_shape) == 2 else None),

@@ -26,6 +26,25 @@ FIXED_SIZE = {"type": "pad", "contains": "padding"}
 # End labels of a colour gradient stay inside the chart when the legend sits below it.
 GRADIENT_LEGEND = {"orient": "bottom", "direction": "horizontal", "gradientLength": 200, "labelOverlap": False}
 
+# --- a fixed colour per family, colour-blind safe (Okabe-Ito), the same on every page ----------------
+
+FAMILY_COLOURS = {
+    "lbbnn": "#0072B2", "lbbnn-lfmvn": "#56B4E9", "bnn": "#E69F00", "bnn-mixture": "#F0E442",
+    "variational-dense": "#999999", "concrete-dropout": "#CC79A7", "horseshoe": "#009E73",
+    "sparse-vd": "#D55E00", "fnn": "#000000",
+}
+OTHER_FAMILY_COLOUR = "#666666"  # a family missing from the table (none should be)
+
+
+def family_colour(family: str | None) -> str:
+    """The one colour of a family's curves, bars and bands on every page."""
+    return FAMILY_COLOURS.get(str(family), OTHER_FAMILY_COLOUR)
+
+
+CLASS_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000",
+                 "#999999", "#882255"]
+
+
 # Long lists of labels read better with a name: "layer 1 (784 -> 400)".
 
 
@@ -72,10 +91,11 @@ def histogram_frame(statistics: Sequence[np.ndarray], bins: int = 40,
 def statistic_histogram(statistics: Sequence[np.ndarray], threshold: float | None, statistic_name: str,
                         bins: int = 40, log_counts: bool = True, labels: Sequence[str] | None = None,
                         value_range: tuple[float, float] | None = None,
-                        prior: Mapping[str, Any] | None = None) -> alt.ConcatChart:
+                        prior: Mapping[str, Any] | None = None, colour: str | None = None) -> alt.ConcatChart:
     """One histogram per layer of the family's native statistic, threshold as a red rule.
 
     value_range: the x range (e.g. [0, 1] for inclusion probabilities); default: the data and threshold.
+    colour: the bars' colour (the family's, `family_colour`); default Vega-Lite's.
     """
     value_range = value_range or histogram_range(statistics, threshold)
     frame = histogram_frame(statistics, bins, value_range, labels)
@@ -83,7 +103,7 @@ def statistic_histogram(statistics: Sequence[np.ndarray], threshold: float | Non
     y_scale = alt.Scale(type="symlog") if log_counts else alt.Scale()
     charts = []
     for label, layer_frame in frame.groupby("layer", sort=False):
-        bars = alt.Chart(layer_frame).mark_bar().encode(
+        bars = alt.Chart(layer_frame).mark_bar(**_colour(colour)).encode(
             x=alt.X("bin_start:Q", title=statistic_name, bin="binned", scale=alt.Scale(domain=list(value_range))),
             x2="bin_end:Q",
             y=alt.Y("count:Q", title="weights", scale=y_scale),
@@ -97,6 +117,10 @@ def statistic_histogram(statistics: Sequence[np.ndarray], threshold: float | Non
         charts.append(prior_chart(prior, statistic_name, width=CHART_WIDTH, value_range=value_range))
     # At most HISTOGRAMS_PER_ROW side by side: three 320-px charts overflow a 1400-px window's main area.
     return alt.concat(*charts, columns=HISTOGRAMS_PER_ROW)
+
+
+def _colour(colour: str | None) -> dict[str, str]:
+    return {} if colour is None else {"color": colour}
 
 
 def threshold_rule(threshold: float, axis: str = "x") -> alt.Chart:
@@ -246,9 +270,11 @@ def picked_threshold(selection: Any) -> float | None:
 
 def metric_vs_density(thresholds: np.ndarray, density: np.ndarray, values: np.ndarray, metric: str,
                       current: tuple[float, float] | None = None, suggested: Mapping[str, float] | None = None,
-                      selectable: bool = False, title: str | None = None) -> alt.LayerChart:
+                      selectable: bool = False, title: str | None = None,
+                      colour: str | None = None) -> alt.LayerChart:
     """The precomputed sweep as a line over density (log axis), the current setting as a red point,
-    the suggested threshold as a star; with `selectable`, a click on a point selects its threshold."""
+    the suggested threshold as a star; with `selectable`, a click on a point selects its threshold.
+    colour: the curve's (the family's)."""
     frame = sweep_frame(thresholds, density, values)
     positive = frame["density"] > 0
     scale = alt.Scale(type="log") if positive.all() else alt.Scale()
@@ -258,10 +284,10 @@ def metric_vs_density(thresholds: np.ndarray, density: np.ndarray, values: np.nd
         tooltip=[alt.Tooltip("threshold:Q", format=".4g"), alt.Tooltip("density:Q", format=".4f"),
                  alt.Tooltip("value:Q", format=".4f")],
     )
-    points = base.mark_circle(size=60 if selectable else 30)
+    points = base.mark_circle(size=60 if selectable else 30, **_colour(colour))
     if selectable:
         points = points.add_params(alt.selection_point(name=PICK, fields=["threshold"], on="click", nearest=True))
-    layers = [base.mark_line(), points]
+    layers = [base.mark_line(**_colour(colour)), points]
     if suggested is not None:
         star = pd.DataFrame({"density": [float(suggested["density"])], "value": [float(suggested["value"])],
                              "threshold": [float(suggested["threshold"])]})
@@ -277,7 +303,8 @@ def metric_vs_density(thresholds: np.ndarray, density: np.ndarray, values: np.nd
     return alt.layer(*layers).properties(title=title or f"{metric} vs density", width=520, height=300)
 
 
-def metric_vs_samples(samples: Sequence[int], values: Sequence[float], metric: str) -> alt.LayerChart:
+def metric_vs_samples(samples: Sequence[int], values: Sequence[float], metric: str,
+                      colour: str | None = None) -> alt.LayerChart:
     frame = pd.DataFrame({"samples": np.asarray(samples, dtype=np.int64),
                           "value": np.asarray(values, dtype=np.float64)})
     base = alt.Chart(frame).encode(
@@ -285,7 +312,7 @@ def metric_vs_samples(samples: Sequence[int], values: Sequence[float], metric: s
         y=alt.Y("value:Q", title=metric, scale=alt.Scale(zero=False)),
         tooltip=["samples:Q", alt.Tooltip("value:Q", format=".4f")],
     )
-    return alt.layer(base.mark_line(), base.mark_circle(size=40)).properties(
+    return alt.layer(base.mark_line(**_colour(colour)), base.mark_circle(size=40, **_colour(colour))).properties(
         title=f"{metric} vs R", width=520, height=260)
 
 
@@ -316,17 +343,21 @@ def reference_layers(x_grid: np.ndarray, reference: dict | None) -> list:
             base.mark_line(color="#f58518", strokeDash=[2, 2]).encode(y="ref_mean:Q")]
 
 
+BAND_COLOUR, MEAN_COLOUR = "#4c78a8", "#1f3b73"  # a model's bands and mean where no family is given
+
+
 def quantile_bands(x_grid: np.ndarray, mean: np.ndarray, low: np.ndarray, high: np.ndarray, x_train: np.ndarray,
                    y_train: np.ndarray, true_mean: np.ndarray | None = None, reference: dict | None = None,
-                   title: str = "predictive mean and 5-95% band") -> alt.LayerChart:
-    """Predictive mean with a quantile band (e.g. the collapsed predictive's), optionally the reference's."""
+                   title: str = "predictive mean and 5-95% band", colour: str | None = None) -> alt.LayerChart:
+    """Predictive mean with a quantile band (e.g. the collapsed predictive's), optionally the reference's;
+    colour: the band's and the mean's (the family's)."""
     frame = pd.DataFrame({"x": np.asarray(x_grid, dtype=np.float64).ravel(),
                           "mean": np.asarray(mean, dtype=np.float64).ravel(),
                           "low": np.asarray(low, dtype=np.float64).ravel(),
                           "high": np.asarray(high, dtype=np.float64).ravel()})
     base = alt.Chart(frame).encode(x=alt.X("x:Q", title="x"))
-    layers = [base.mark_area(opacity=0.3, color="#4c78a8").encode(y=alt.Y("low:Q", title="y"), y2="high:Q"),
-              base.mark_line(color="#1f3b73").encode(y="mean:Q")]
+    layers = [base.mark_area(opacity=0.3, color=colour or BAND_COLOUR).encode(y=alt.Y("low:Q", title="y"), y2="high:Q"),
+              base.mark_line(color=colour or MEAN_COLOUR, strokeWidth=2).encode(y="mean:Q")]
     return _finish_bands(layers, frame["x"], x_train, y_train, true_mean, reference, title)
 
 
@@ -346,15 +377,16 @@ def _finish_bands(layers: list, x: Any, x_train: np.ndarray, y_train: np.ndarray
 
 def regression_bands(x_grid: np.ndarray, mean: np.ndarray, epistemic_std: np.ndarray, total_std: np.ndarray,
                      x_train: np.ndarray, y_train: np.ndarray, true_mean: np.ndarray | None = None,
-                     z: float = 1.96, reference: dict | None = None) -> alt.LayerChart:
-    """Predictive mean with 95% total (light) and epistemic (dark) bands and the training points."""
+                     z: float = 1.96, reference: dict | None = None, colour: str | None = None) -> alt.LayerChart:
+    """Predictive mean with 95% total (light) and epistemic (dark) bands and the training points;
+    colour: the bands' and the mean's (the family's)."""
     frame = regression_frame(x_grid, mean, epistemic_std, total_std, z)
     base = alt.Chart(frame).encode(x=alt.X("x:Q", title="x"))
     layers = [
-        base.mark_area(opacity=0.25, color="#4c78a8").encode(
+        base.mark_area(opacity=0.25, color=colour or BAND_COLOUR).encode(
             y=alt.Y("total_low:Q", title="y"), y2="total_high:Q"),
-        base.mark_area(opacity=0.45, color="#4c78a8").encode(y="epistemic_low:Q", y2="epistemic_high:Q"),
-        base.mark_line(color="#1f3b73").encode(y="mean:Q"),
+        base.mark_area(opacity=0.45, color=colour or BAND_COLOUR).encode(y="epistemic_low:Q", y2="epistemic_high:Q"),
+        base.mark_line(color=colour or MEAN_COLOUR, strokeWidth=2).encode(y="mean:Q"),
     ]
     if reference is not None:
         return _finish_bands(layers, frame["x"], x_train, y_train, true_mean, reference,
@@ -466,8 +498,9 @@ def history_frame(history: Sequence[Mapping[str, object]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["step", "phase", "quantity", "value"])
 
 
-def training_curves(history: Sequence[Mapping[str, object]]) -> alt.HConcatChart:
-    """Loss and density per epoch side by side (epochs counted over all phases)."""
+def training_curves(history: Sequence[Mapping[str, object]], colour: str | None = None) -> alt.HConcatChart:
+    """Loss and density per epoch side by side (epochs counted over all phases). With `colour` (the
+    family's) every line is drawn in it and the phases differ by dash; else each phase has a colour."""
     frame = history_frame(history)
     charts = []
     for quantity, title in (("loss", "loss (-ELBO / N)"), ("density", "density at the default threshold")):
@@ -475,22 +508,16 @@ def training_curves(history: Sequence[Mapping[str, object]]) -> alt.HConcatChart
         base = alt.Chart(part).encode(
             x=alt.X("step:Q", title="epoch", axis=alt.Axis(tickMinStep=1)),
             y=alt.Y("value:Q", title=title, scale=alt.Scale(zero=False)),
-            color=alt.Color("phase:N", title="phase"),
             tooltip=["step:Q", "phase:N", alt.Tooltip("value:Q", format=".4f")],
         )
-        charts.append(alt.layer(base.mark_line(), base.mark_circle(size=35)).properties(width=300, height=180))
+        if colour is None:
+            base = base.encode(color=alt.Color("phase:N", title="phase"))
+            lines, dots = base.mark_line(), base.mark_circle(size=35)
+        else:
+            lines = base.mark_line(color=colour).encode(strokeDash=alt.StrokeDash("phase:N", title="phase"))
+            dots = base.mark_point(size=35, filled=True, color=colour).encode(shape=alt.Shape("phase:N", title="phase"))
+        charts.append(alt.layer(lines, dots).properties(width=300, height=180))
     return alt.hconcat(*charts)
-
-
-# --- a fixed colour per family, colour-blind safe (Okabe-Ito), the same on every page ----------------
-
-FAMILY_COLOURS = {
-    "lbbnn": "#0072B2", "lbbnn-lfmvn": "#56B4E9", "bnn": "#E69F00", "bnn-mixture": "#F0E442",
-    "variational-dense": "#999999", "concrete-dropout": "#CC79A7", "horseshoe": "#009E73",
-    "sparse-vd": "#D55E00", "fnn": "#000000",
-}
-CLASS_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000",
-                 "#999999", "#882255"]
 
 
 # --- the decision surface of a 2-D classifier ------------------------------------------------------
@@ -579,7 +606,7 @@ def prior_chart(prior: Mapping[str, Any], statistic_name: str, width: int = 260,
 
 def family_colour_scale(labels: Sequence[str], families: Sequence[str]) -> alt.Scale:
     """Each run's line in its family's fixed colour (runs of one family differ by dash)."""
-    return alt.Scale(domain=list(labels), range=[FAMILY_COLOURS.get(f, "#666666") for f in families])
+    return alt.Scale(domain=list(labels), range=[family_colour(f) for f in families])
 
 
 def compare_curves(curves: Sequence[Mapping[str, Any]], metric: str) -> alt.LayerChart:
@@ -743,11 +770,111 @@ def network_graph_frames(masks: Sequence[np.ndarray]) -> tuple[pd.DataFrame, pd.
 
 
 def network_graph(masks: Sequence[np.ndarray], title: str = "kept connections", width: int = 300,
-                  height: int = 260) -> alt.LayerChart:
+                  height: int = 260, colour: str | None = None) -> alt.LayerChart:
     nodes, edges = network_graph_frames(masks)
     axis_x = alt.X("x:Q", axis=None, scale=alt.Scale(domain=[-0.2, len(masks) + 0.2]))
     axis_y = alt.Y("y:Q", axis=None, scale=alt.Scale(domain=[0, 1]))
-    lines = alt.Chart(edges).mark_rule(color="#0072B2", opacity=0.5).encode(x=axis_x, y=axis_y, x2="x2:Q", y2="y2:Q")
+    lines = alt.Chart(edges).mark_rule(color=colour or "#0072B2", opacity=0.5).encode(x=axis_x, y=axis_y, x2="x2:Q", y2="y2:Q")
     dots = alt.Chart(nodes).mark_circle(size=40, color="#D55E00").encode(x=axis_x, y=axis_y,
                                                                           tooltip=["layer:Q", "unit:Q"])
     return alt.layer(lines, dots).properties(title=title, width=width, height=height)
+
+
+# --- playback: the statistic over the epochs (per-epoch snapshots recorded in training) ------------------------
+
+MAX_CURVE_EPOCHS = 400  # points per line of the density-over-epochs chart (long toy trainings are thinned)
+
+
+def _log_binned(edges: np.ndarray) -> bool:
+    """Edges that are not equally spaced: the log bins of a statistic unbounded above."""
+    widths = np.diff(np.asarray(edges, dtype=np.float64))
+    return not np.allclose(widths, widths[0], rtol=1e-6)
+
+
+def snapshot_histogram_frame(histogram: np.ndarray, edges: np.ndarray, labels: Sequence[str]) -> pd.DataFrame:
+    """Rows (layer, bin_start, bin_end, count) of one epoch's histograms: histogram has shape (layers, bins)."""
+    histogram = np.asarray(histogram)
+    edges = np.asarray(edges, dtype=np.float64)
+    if histogram.ndim != 2 or histogram.shape[1] != len(edges) - 1:
+        raise ValueError(f"expected (layers, {len(edges) - 1}) counts, got shape {histogram.shape}")
+    return pd.concat([pd.DataFrame({"layer": str(labels[layer]), "bin_start": edges[:-1], "bin_end": edges[1:],
+                                    "count": histogram[layer].astype(np.int64)})
+                      for layer in range(histogram.shape[0])], ignore_index=True)
+
+
+def snapshot_histograms(histogram: np.ndarray, edges: np.ndarray, statistic_name: str, labels: Sequence[str],
+                        threshold: float | None = None, colour: str | None = None, max_count: int | None = None,
+                        log_counts: bool = True, title: str = "") -> alt.ConcatChart:
+    """One epoch's histograms per layer on the fixed snapshot edges. The count axis is fixed by
+    `max_count` (the largest bin over all epochs) so that bars move, not the axis, as epochs play;
+    log-spaced edges (statistics unbounded above) get a symlog x axis."""
+    frame = snapshot_histogram_frame(histogram, edges, labels)
+    edges = np.asarray(edges, dtype=np.float64)
+    if _log_binned(edges):
+        x_scale = alt.Scale(type="symlog", constant=float(edges[1]), domain=[float(edges[0]), float(edges[-1])],
+                            nice=False)
+    else:
+        x_scale = alt.Scale(domain=[float(edges[0]), float(edges[-1])], nice=False)
+    top = int(max_count if max_count is not None else max(1, frame["count"].max()))
+    y_scale = alt.Scale(type="symlog", domain=[0, top]) if log_counts else alt.Scale(domain=[0, top])
+    charts = []
+    for label, part in frame.groupby("layer", sort=False):
+        bars = alt.Chart(part).mark_bar(**_colour(colour)).encode(
+            x=alt.X("bin_start:Q", title=statistic_name, bin="binned", scale=x_scale), x2="bin_end:Q",
+            y=alt.Y("count:Q", title="weights", scale=y_scale),
+            tooltip=[alt.Tooltip("bin_start:Q", format=".4g"), alt.Tooltip("bin_end:Q", format=".4g"), "count:Q"])
+        layers = [bars]
+        if threshold is not None and np.isfinite(threshold):
+            layers.append(threshold_rule(threshold))
+        charts.append(alt.layer(*layers).properties(title=str(label), width=CHART_WIDTH, height=160))
+    return alt.concat(*charts, columns=HISTOGRAMS_PER_ROW).properties(title=title)
+
+
+def density_over_epochs_frame(density: np.ndarray, overall: np.ndarray, phases: Sequence[str],
+                              labels: Sequence[str], max_epochs: int = MAX_CURVE_EPOCHS,
+                              keep_epoch: int | None = None) -> pd.DataFrame:
+    """Long rows (epoch, phase, layer, density) per layer and "all weights"; epochs count from 1 over
+    every phase. Trainings longer than max_epochs are thinned evenly (first, last and keep_epoch kept)."""
+    density = np.asarray(density, dtype=np.float64)
+    overall = np.asarray(overall, dtype=np.float64)
+    epochs = density.shape[0]
+    index = np.arange(epochs)
+    if epochs > max_epochs:
+        index = np.unique(np.concatenate([np.linspace(0, epochs - 1, max_epochs).round().astype(np.int64),
+                                          [] if keep_epoch is None else [int(keep_epoch) - 1]])).astype(np.int64)
+    phases = np.asarray(phases, dtype=str)
+    frames = [pd.DataFrame({"epoch": index + 1, "phase": phases[index], "layer": str(labels[layer]),
+                            "density": density[index, layer]}) for layer in range(density.shape[1])]
+    frames.append(pd.DataFrame({"epoch": index + 1, "phase": phases[index], "layer": "all weights",
+                                "density": overall[index]}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def density_over_epochs(density: np.ndarray, overall: np.ndarray, phases: Sequence[str], labels: Sequence[str],
+                        current: int, colour: str | None = None, threshold: float | None = None) -> alt.LayerChart:
+    """Density at the default threshold per layer (dashed) and overall (solid) over the epochs, in the
+    family's colour; a red rule and points mark epoch `current` (1-based); warm-start epochs shaded."""
+    frame = density_over_epochs_frame(density, overall, phases, labels, keep_epoch=current)
+    names = [*(str(label) for label in labels), "all weights"]
+    dashes = [[4, 3]] * len(labels) + [[1, 0]]
+    x = alt.X("epoch:Q", title="epoch (all phases)", axis=alt.Axis(tickMinStep=1),
+              scale=alt.Scale(domain=[1, max(2, len(overall))], nice=False))
+    y = alt.Y("density:Q", title="density at the default threshold", scale=alt.Scale(domain=[0, 1]))
+    base = alt.Chart(frame).encode(
+        x=x, y=y, strokeDash=alt.StrokeDash("layer:N", title=None, scale=alt.Scale(domain=names, range=dashes),
+                                            legend=alt.Legend(orient="bottom", columns=2, labelLimit=400)),
+        tooltip=["epoch:Q", "phase:N", "layer:N", alt.Tooltip("density:Q", format=".4f")])
+    layers = []
+    warm = [i for i, phase in enumerate(phases) if str(phase) == "warm-start"]
+    if warm:
+        shade = pd.DataFrame({"start": [min(warm) + 0.5], "end": [max(warm) + 1.5], "phase": ["warm start"]})
+        layers.append(alt.Chart(shade).mark_rect(color="#999999", opacity=0.15).encode(
+            x="start:Q", x2="end:Q", tooltip=["phase:N"]))
+    layers.append(base.mark_line(strokeWidth=2, **_colour(colour)))
+    marker = pd.DataFrame({"epoch": [int(current)]})
+    layers.append(alt.Chart(marker).mark_rule(color="red", size=2).encode(x="epoch:Q", tooltip=["epoch:Q"]))
+    here = frame[frame["epoch"] == int(current)]
+    layers.append(alt.Chart(here).mark_point(color="red", filled=True, size=50).encode(
+        x="epoch:Q", y="density:Q", tooltip=["layer:N", alt.Tooltip("density:Q", format=".4f")]))
+    title = "density over the epochs" + (f" (default threshold {threshold:g})" if threshold is not None else "")
+    return alt.layer(*layers).properties(title=title, width=560, height=220, autosize=FIXED_SIZE)

@@ -300,3 +300,32 @@ def test_a_reload_during_training_keeps_progress_and_cancel(server, browser):
     assert not page.get_by_role("button", name="Train", exact=True).is_disabled()
     assert_no_traceback(page)
     page.close()
+
+
+def test_play_replays_the_epochs_in_the_browser(server, browser):
+    """The Play button's timer (a fragment that reruns itself) moves the epoch, in the address too,
+    from the first epoch to the last and stops there."""
+    from urllib.parse import parse_qs, urlparse
+
+    url, log = server
+    page = browser.new_page(viewport={"width": 1400, "height": 2200})
+    page.goto(f"{url}/inclusion")
+    page.get_by_role("heading", name="Inclusion statistics and masks", exact=True).wait_for(timeout=RENDER_TIMEOUT)
+    play = page.get_by_role("button", name="Play", exact=True)
+    play.wait_for(timeout=RENDER_TIMEOUT)
+    page.wait_for_function("window.location.search.includes('epoch=2')", timeout=RENDER_TIMEOUT)
+    play.click()
+    seen: list[str] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        epoch = parse_qs(urlparse(page.url).query).get("epoch", [None])[0]
+        if epoch is not None and (not seen or seen[-1] != epoch):
+            seen.append(epoch)
+        if seen[-2:] == ["1", "2"] and page.get_by_role("button", name="Play", exact=True).count():
+            break
+        page.wait_for_timeout(100)
+    assert seen[-2:] == ["1", "2"], seen  # started again at the first epoch, played to the last
+    page.get_by_role("button", name="Play", exact=True).wait_for(timeout=RENDER_TIMEOUT)  # and stopped
+    assert_no_traceback(page)
+    page.close()
+    assert "Traceback" not in log.read_text()

@@ -46,6 +46,10 @@ from core.enums import OptionEnum
 from core.errors import ConfigError
 
 
+# Bins of the per-epoch histograms training records (core/snapshots.py).
+HISTOGRAM_BINS = 40
+
+
 class Keep(str, Enum):
     """Which side of the threshold a weight must fall on to be kept."""
 
@@ -97,6 +101,25 @@ class StatisticSpec:
     def keep_mask(self, statistic, threshold: float):
         """Where `statistic` (a tensor or an array) is kept at `threshold` (negation is exact: same rule)."""
         return self.keep_key(statistic) > self.cut(threshold)
+
+    def histogram_edges(self, bins: int = HISTOGRAM_BINS) -> list[float]:
+        """Fixed bin edges for histograms of this statistic that must agree across epochs and runs:
+        `bins` equal bins over [low, high] where the range is finite; for a statistic unbounded above
+        (magnitudes, signal-to-noise) a first bin [low, s/1000) and the rest log-spaced from s/1000 to
+        1000 s, s the default threshold (1 where it is 0), since such statistics span decades.
+        Values beyond either end count in the end bins."""
+        bins = int(bins)
+        if bins < 2:
+            raise ConfigError(f"bins: must be >= 2, got {bins}")
+        low, high = float(self.low), float(self.high)
+        if math.isfinite(low) and math.isfinite(high):
+            return [low + (high - low) * k / bins for k in range(bins + 1)]
+        if not math.isfinite(low) or low < 0:
+            raise ConfigError(f"{self.name}: no fixed histogram edges for the range [{low}, {high}]")
+        scale = float(self.default_threshold) if self.default_threshold > 0 else 1.0
+        first, last = math.log10(scale / 1000), math.log10(scale * 1000)
+        top = [10 ** (first + (last - first) * k / (bins - 1)) for k in range(bins)]
+        return [low] + top
 
 
 @dataclass(frozen=True)

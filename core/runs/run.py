@@ -9,6 +9,7 @@ question it (in the spirit of the R package LBBNN's predict / summary / coef).
     run.sweep()                                 # the metric against density over thresholds
     run.evaluate(mode="bma", samples=10)        # test-set metrics of one mode (JSON-ready)
     run.export(threshold, "pruned/")            # the pruned mean network, safetensors + JSON
+    run.snapshots()                             # per-epoch histograms and densities of the statistic, or None
 
 Every verb leaves the model as it found it: no parameter, buffer, train/eval flag or global
 random state changes (predictions draw from their own generators).
@@ -25,13 +26,15 @@ import torch
 from scipy.stats import norm
 from torch import Tensor
 
-from core.errors import PredictionError
+from core.errors import PredictionError, RunStoreError
 from core.models.network import BayesianMLP
 from core.predict import Prediction, SweepResult, evaluate, export_pruned, mean_statistic, predict, sweep
 from core.predict.engine import check_samples, check_threshold
 from core.predict.metrics import headline_metric
 from core.predict.metrics.classification import DOUBT_LEVEL
 from core.predict.sweep import DEFAULT_POINTS, SortedStatistics, disconnected_at
+from core.runs.store import read_snapshot_arrays
+from core.snapshots import TrainingSnapshots
 
 # Credible level of the intervals `coef` reports by default: the level the doubt decision uses.
 INTERVAL_LEVEL = DOUBT_LEVEL
@@ -86,6 +89,8 @@ class Run:
     info: dict[str, Any] = field(default_factory=dict)
     data_dir: str | Path | None = None
     _dataset: Any = field(default=None, repr=False)
+    _snapshots: TrainingSnapshots | None = field(default=None, repr=False)
+    _snapshots_read: bool = field(default=False, repr=False)
 
     @classmethod
     def of(cls, model: BayesianMLP, dataset: Any = None, metrics: dict[str, Any] | None = None) -> "Run":
@@ -102,6 +107,22 @@ class Run:
                 raise PredictionError("this run was made from a model without a dataset; pass one to Run.of")
             self._dataset = self.config.load_dataset(self.data_dir)
         return self._dataset
+
+    def snapshots(self) -> TrainingSnapshots | None:
+        """What training recorded after every epoch (core.snapshots.TrainingSnapshots: histograms of
+        the statistic on fixed edges, per-layer densities at the default threshold, mean statistic,
+        and for small networks the statistic itself), read from the store on first use. None for a
+        run trained before snapshots were recorded, and for a run that is not in the store."""
+        if self._snapshots is None and not self._snapshots_read and self.path is not None:
+            self._snapshots_read = True
+            arrays = read_snapshot_arrays(Path(self.path), self.run_id)
+            if arrays is not None:
+                try:
+                    self._snapshots = TrainingSnapshots.from_arrays(arrays)
+                except ValueError as exc:
+                    raise RunStoreError(f"run {self.run_id}: the stored snapshots do not fit together ({exc}); "
+                                        f"train the run again with --force") from None
+        return self._snapshots
 
     @property
     def seconds_per_epoch(self) -> float:

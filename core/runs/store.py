@@ -8,6 +8,8 @@ Layout of <cache>/runs/<run id>/:
     history.json             per-epoch training records
     summaries.safetensors    array-valued summaries (keys are paths like "a/b/0")
     summaries.json           the rest of the summaries, arrays replaced by {"__array__": key}
+    snapshots.npz            per-epoch snapshots of the statistic (core/snapshots.py); optional:
+                             runs trained before snapshots were recorded have none
     manifest.json            sha256 and size of every file above; written LAST
     last_used                empty file whose mtime is the last load (LRU); not in the manifest
 
@@ -43,6 +45,7 @@ LAST_USED = "last_used"
 WEIGHTS = "weights.safetensors"
 SUMMARY_ARRAYS = "summaries.safetensors"
 JSON_FILES = ("config.json", "info.json", "metrics.json", "history.json", "summaries.json")
+SNAPSHOTS = "snapshots.npz"  # optional: listed in the manifest when present, never required
 TEMP_DIR = ".tmp"
 LOCK_DIR = ".locks"
 TRASH_DIR = ".trash"
@@ -125,6 +128,7 @@ class RunContents:
     metrics: dict[str, Any]
     history: list[dict[str, Any]]
     summaries: dict[str, Any] = field(default_factory=dict)
+    snapshots: dict[str, np.ndarray] | None = None  # TrainingSnapshots.to_arrays()
 
 
 @dataclass
@@ -243,6 +247,9 @@ class RunStore:
             _write_json(temp / "history.json", contents.history)
             _write_json(temp / "summaries.json", json_summaries)
             names = (WEIGHTS, SUMMARY_ARRAYS, *JSON_FILES)
+            if contents.snapshots is not None:
+                np.savez_compressed(temp / SNAPSHOTS, **contents.snapshots)
+                names += (SNAPSHOTS,)
             for name in names:
                 _fsync_file(temp / name)
             files = {name: {"sha256": sha256_file(temp / name), "bytes": (temp / name).stat().st_size}
@@ -352,6 +359,11 @@ class RunStore:
             raise RunStoreError(f"run {run_id}: {path} does not list every file of a run; {_fix_hint(run_id)}")
         return manifest
 
+    def read_snapshots(self, run_id: str) -> dict[str, np.ndarray] | None:
+        """The stored per-epoch snapshots' arrays (checksum verified), or None for a run trained
+        before snapshots were recorded."""
+        return read_snapshot_arrays(self.path(run_id), run_id)
+
     def verify(self, run_id: str) -> None:
         """Raise RunStoreError if any file fails its checksum or cannot be parsed."""
         self.read(run_id, touch=False)
@@ -424,6 +436,32 @@ class RunStore:
 
     def __iter__(self) -> Iterator[RunInfo]:
         return iter(self.list())
+
+
+def read_snapshot_arrays(folder: Path, run_id: str | None = None) -> dict[str, np.ndarray] | None:
+    """The snapshots of the run folder `folder` as arrays, checked against the manifest's checksum;
+    None when the manifest lists none (an older run). Never unpickles."""
+    import zipfile
+
+    run_id = run_id or folder.name
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RunStoreError(f"run {run_id}: cannot read {folder / MANIFEST}: {exc}; {_fix_hint(run_id)}") from None
+    entry = (manifest.get("files") or {}).get(SNAPSHOTS) if isinstance(manifest, dict) else None
+    if entry is None:
+        return None
+    path = folder / SNAPSHOTS
+    if not path.is_file():
+        raise RunStoreError(f"run {run_id}: {path} is missing; {_fix_hint(run_id)}")
+    if sha256_file(path) != entry.get("sha256"):
+        raise RunStoreError(f"run {run_id}: {path} does not match its checksum (corrupted or modified); "
+                            f"{_fix_hint(run_id)}")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise RunStoreError(f"run {run_id}: cannot read {path}: {exc}; {_fix_hint(run_id)}") from None
 
 
 def _folder_size(folder: Path) -> int:

@@ -22,6 +22,7 @@ from core.predict import default_summaries, evaluate
 from core.runs.config import SCHEMA_VERSION, RunConfig, stored_config
 from core.runs.run import Run
 from core.runs.store import RunContents, RunInfo, RunStore, state_dict_for_saving
+from core.snapshots import TrainingSnapshots
 
 ProgressCallback = Callable[[dict[str, Any]], None]
 
@@ -72,10 +73,13 @@ def train_run(config: RunConfig, cache_dir: str | Path | RunStore | None = None,
         contents, model = _train(config, dataset, run_id, target, progress, cancel)
         path = store.write(run_id, contents, replace=True)
     model.eval()
-    return Run(run_id=run_id, config=config, model=model, metrics=contents.metrics,
-                     history=contents.history, summaries=contents.summaries, path=path, from_cache=False,
-                     created=contents.info["created"], info=dict(contents.info, run_id=run_id),
-                     data_dir=data_dir, _dataset=dataset)
+    run = Run(run_id=run_id, config=config, model=model, metrics=contents.metrics,
+              history=contents.history, summaries=contents.summaries, path=path, from_cache=False,
+              created=contents.info["created"], info=dict(contents.info, run_id=run_id),
+              data_dir=data_dir, _dataset=dataset)
+    if contents.snapshots is not None:
+        run._snapshots = TrainingSnapshots.from_arrays(contents.snapshots)
+    return run
 
 
 def _try_cached(store: RunStore, run_id: str, device: torch.device, data_dir, dataset) -> Run | None:
@@ -122,7 +126,8 @@ def _train(config: RunConfig, dataset, run_id: str, device: torch.device, progre
         "host_pid": os.getpid(),
     }
     contents = RunContents(config=config.to_dict(), info=info, state_dict=model.state_dict(), metrics=metrics,
-                           history=_plain_history(result.history), summaries=summaries)
+                           history=_plain_history(result.history), summaries=summaries,
+                           snapshots=None if result.snapshots is None else result.snapshots.to_arrays())
     return contents, model
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from dashboard import backend, cache, explain, figures, state
+from dashboard import backend, cache, explain, figures, playback, state
 from dashboard.ui import guard
 
 run = state.run_page("Inclusion statistics and masks")
@@ -49,6 +49,18 @@ with guard("Computing the statistics"):
     if charts["pixels"] is not None:
         st.subheader("Input pixels the first layer still reads")
         st.vega_lite_chart(charts["pixels"], width="content")
+
+with guard("Playback"):
+    st.subheader("Playback: how training moved the statistic")
+    snapshots = cache.snapshots(run_id)
+    if snapshots is None:
+        st.info("This run was trained before snapshots were recorded: there is nothing to replay. A run "
+                "trained now records its histograms and densities after every epoch.")
+    else:
+        st.caption("Move the epoch or press Play: the histograms, the density curve and (for small networks) the "
+                   "masks at the threshold above as they were after each epoch. Watch when the weights leave the "
+                   "middle and where the density settles.")
+        playback.render(run_id, run.config.method, snapshots, threshold, labels)
 
 with guard("Masks as in seed 002"):
     st.subheader("Compare two masks")

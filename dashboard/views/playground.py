@@ -78,17 +78,18 @@ def draw(training: backend.PlaygroundTraining) -> None:
         true_mean = None if data.y_grid_mean is None else data.unstandardise(data.y_grid_mean)
         st.altair_chart(figures.regression_bands(
             picture["x_plot"], picture["mean"], picture["epistemic_std"], picture["total_std"], data.x_train,
-            data.unstandardise(data.y_train), true_mean), width="content")
+            data.unstandardise(data.y_train), true_mean, colour=figures.family_colour(method)), width="content")
     else:
         xs = np.unique(picture["x_plot"][:, 0])
         ys = np.unique(picture["x_plot"][:, 1])
         st.altair_chart(figures.decision_surface(xs, ys, picture, data.x_train, data.y_train, size=200,
                                                  samples=training.samples), width="content")
     left, right = st.columns(2)
-    left.altair_chart(figures.network_graph(picture["masks"], title=f"kept at the default cut ({picture['default']:g})"),
-                      width="content")
+    left.altair_chart(figures.network_graph(picture["masks"], title=f"kept at the default cut ({picture['default']:g})",
+                                            colour=figures.family_colour(method)), width="content")
     right.vega_lite_chart(figures.statistic_histogram(picture["statistics"], picture["default"], picture["statistic"],
-                                                      log_counts=False, labels=None).to_dict(), width="content")
+                                                      log_counts=False, labels=None,
+                                                      colour=figures.family_colour(method)).to_dict(), width="content")
 
 
 @st.fragment(run_every=POLL_SECONDS)

@@ -339,7 +339,8 @@ def training_progress() -> None:
         text = f"epoch 1/{snapshot.total_epochs} under way: {elapsed:.0f} s so far"
     st.progress(snapshot.fraction, text=text)
     if snapshot.history:
-        st.altair_chart(figures.training_curves(snapshot.history))
+        st.altair_chart(figures.training_curves(
+            snapshot.history, colour=figures.family_colour(getattr(worker.config, "method", None))))
     if worker.cancel_requested:
         st.caption("Cancelling after the current minibatch ...")
     elif st.button("Cancel", key="cancel_training", type="secondary",
@@ -360,7 +361,8 @@ def finished_training() -> None:
         seconds = (snapshot.finished or 0) - (snapshot.started or 0)
         st.success(f"Finished {worker.label} in {seconds:.1f} s: stored as run {snapshot.run_id} and selected.")
         if snapshot.history:
-            st.altair_chart(figures.training_curves(snapshot.history))
+            st.altair_chart(figures.training_curves(
+                snapshot.history, colour=figures.family_colour(getattr(worker.config, "method", None))))
     elif snapshot.status == WorkerStatus.CANCELLED:
         st.warning(f"Training cancelled: {snapshot.error}.")
     elif snapshot.status == WorkerStatus.FAILED:

@@ -64,7 +64,7 @@ def regression_section() -> None:
         arrays = cache.grid_prediction(run_id, mode, draws, effective, 0)
         st.altair_chart(figures.regression_bands(
             dataset.x_grid, arrays["mean"], np.sqrt(arrays["epistemic_variance"]), np.sqrt(arrays["total_variance"]),
-            dataset.x_train, y_train, true_mean, reference=reference))
+            dataset.x_train, y_train, true_mean, reference=reference, colour=figures.family_colour(run.config.method)))
         st.caption("Epistemic: variance of the R draws' means; total adds the mean aleatoric variance. "
                    "With R = 1 or a mean mode the epistemic band is empty.")
     else:
@@ -72,7 +72,8 @@ def regression_section() -> None:
         arrays = collapsed_grid(run_id, variant, samples, 0)
         st.altair_chart(figures.quantile_bands(
             dataset.x_grid, arrays["mean"], arrays["low"], arrays["high"], dataset.x_train, y_train, true_mean,
-            reference=reference, title=f"collapsed ({variant}) predictive: mean and 5-95% band, R = {samples}"))
+            reference=reference, title=f"collapsed ({variant}) predictive: mean and 5-95% band, R = {samples}",
+            colour=figures.family_colour(run.config.method)))
         st.caption("The R bodies are those of bma with the same seed; the threshold is not used.")
     if reference is None:
         st.caption(f"No NUTS reference is cached for this dataset: `python -m core reference {dataset.name}` "

@@ -1,0 +1,141 @@
+"""Playback of a run's training on the Inclusion page: an epoch slider and a Play button that
+replay what training recorded after every epoch (histograms of the statistic, density per layer,
+and for small networks the mask at the page's threshold).
+
+The epoch lives in the address (`?epoch=12`, counted from 1 over every phase) like the page's
+other controls. While playing, a fragment reruns every PLAY_SECONDS and moves the slider on.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import numpy as np
+import streamlit as st
+
+from dashboard import figures, state
+
+PLAY_SECONDS = 0.6  # between frames while playing
+FRAMES = 60  # a playback shows about this many frames, however long the training
+EPOCH_PARAM = "epoch"
+LINK_APPLIED_KEY = "playback_link_applied"  # the address's epoch opens the first run shown, not every later one
+
+
+def epoch_key(run_id: str) -> str:
+    return f"playback_epoch:{run_id}"
+
+
+def playing_key(run_id: str) -> str:
+    return f"playback_playing:{run_id}"
+
+
+def frame_key(run_id: str) -> str:
+    return f"playback_frame:{run_id}"
+
+
+def step_size(n_epochs: int, frames: int = FRAMES) -> int:
+    """Epochs advanced per frame: every epoch for short trainings, about n/frames for long ones."""
+    return max(1, int(np.ceil(int(n_epochs) / frames)))
+
+
+def next_epoch(current: int, n_epochs: int, step: int) -> int | None:
+    """The epoch after `current` (1-based) while playing, the last one included; None past the end."""
+    if current >= n_epochs:
+        return None
+    return min(int(n_epochs), int(current) + int(step))
+
+
+def link_epoch(n_epochs: int) -> int | None:
+    """The address's epoch when it is a whole number of this run's epochs (else a warning and None);
+    read once per session (a browser tab opening a link)."""
+    if st.session_state.get(LINK_APPLIED_KEY):
+        return None
+    st.session_state[LINK_APPLIED_KEY] = True
+    text = st.query_params.get(EPOCH_PARAM)
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        st.warning(f"The link's {EPOCH_PARAM}={text!r} is not a whole number; playback starts at the last epoch.")
+        return None
+    if not 1 <= value <= n_epochs:
+        st.warning(f"The link's {EPOCH_PARAM}={value} is outside this run's epochs 1-{n_epochs}; "
+                   "playback starts at the last epoch.")
+        return None
+    return value
+
+
+def render(run_id: str, family: str, snapshots: Any, threshold: float, labels: Sequence[str]) -> None:
+    """The playback controls and charts for a run whose snapshots are `snapshots`."""
+    n = int(snapshots.n_epochs)
+    if n == 0:
+        st.info("This run recorded no epochs.")
+        return
+    key, playing_now = epoch_key(run_id), playing_key(run_id)
+    if key not in st.session_state:
+        st.session_state[key] = link_epoch(n) or n  # opens on the final model unless the link says otherwise
+    st.session_state[key] = int(min(n, max(1, int(st.session_state[key]))))
+    playing = bool(st.session_state.get(playing_now, False))
+    max_count = int(snapshots.histogram.max()) if snapshots.histogram.size else 1
+    colour = figures.family_colour(family)
+
+    def toggle() -> None:
+        if st.session_state.get(playing_now):
+            st.session_state[playing_now] = False
+            return
+        if int(st.session_state[key]) >= n:  # from the start again
+            st.session_state[key] = 1
+        st.session_state[playing_now] = True
+        st.session_state[frame_key(run_id)] = time.monotonic()
+
+    @st.fragment(run_every=PLAY_SECONDS if playing else None)
+    def frame() -> None:
+        if st.session_state.get(playing_now) and time.monotonic() - st.session_state.get(frame_key(run_id), 0.0) \
+                >= 0.8 * PLAY_SECONDS:
+            following = next_epoch(int(st.session_state[key]), n, step_size(n))
+            if following is None:
+                st.session_state[playing_now] = False
+            else:
+                st.session_state[key] = following
+                st.session_state[frame_key(run_id)] = time.monotonic()
+        if bool(st.session_state.get(playing_now, False)) != playing:
+            st.rerun()  # start or stop the timer: the fragment's run_every is set on a full run
+        left, right = st.columns([5, 1])
+        epoch = int(left.slider("Epoch", min_value=1, max_value=max(n, 2), key=key,
+                                disabled=n < 2, help="epochs counted over every phase (warm start included); "
+                                                     "the last is the trained model"))
+        epoch = min(epoch, n)
+        right.button("Pause" if playing else "Play", key=f"playback_button:{run_id}", on_click=toggle,
+                     help=f"replay the epochs, {step_size(n)} per frame" if step_size(n) > 1 else
+                     "replay the epochs one by one")
+        state.publish(EPOCH_PARAM, epoch)
+        index = epoch - 1
+        phase = str(snapshots.phase[index])
+        density = float(snapshots.overall_density[index])
+        note = (" Warm start: a deterministic net of the same shape trains; this network waits at its initial "
+                "values until the warm start copies the weights in." if phase == "warm-start" else "")
+        st.caption(f"Epoch {epoch} of {n} ({phase}, epoch {int(snapshots.epoch[index])} of that phase): "
+                   f"density {density:.4f} at the default threshold {snapshots.default_threshold:g}.{note}")
+        st.vega_lite_chart(figures.snapshot_histograms(
+            snapshots.histogram[index], snapshots.edges, snapshots.statistic, labels, threshold=threshold,
+            colour=colour, max_count=max_count, title=f"{snapshots.statistic} at epoch {epoch}").to_dict())
+        st.vega_lite_chart(figures.density_over_epochs(
+            snapshots.density, snapshots.overall_density, list(snapshots.phase), labels, epoch, colour=colour,
+            threshold=snapshots.default_threshold).to_dict())
+        replay = snapshots.masks_at(index, threshold)
+        if replay is not None:
+            recorded, masks = replay
+            when = f"epoch {recorded + 1}" + (f" (the latest recorded up to epoch {epoch})" if recorded != index else "")
+            columns = st.columns(min(3, len(masks)))
+            for layer, mask in enumerate(masks):
+                columns[layer % len(columns)].vega_lite_chart(
+                    figures.mask_heatmap(mask, f"{labels[layer]} at {when}").to_dict())
+            st.caption(f"Masks at the threshold above ({threshold:.4g}), replayed from the statistic recorded at "
+                       f"{when} (stored in half precision: a weight within about 0.1% of the threshold may flip).")
+        else:
+            st.caption("Masks are replayed for small networks only (at most a few thousand weights); this run "
+                       "has the histograms and densities of every epoch.")
+
+    frame()
