@@ -1,0 +1,113 @@
+"""Why our best family loses to MC dropout on some UCI sets (issue 11): variants of the shipped
+`uci-*` presets on a few splits, beside MC dropout on the same splits.
+
+    python benchmarks/uci_misses.py [--splits 0-2] [--cache-dir DIR] [--data-dir DIR]
+
+Variants (each a `uci-*` preset with one change; trained runs are cached, so a rerun only
+evaluates): a deterministic net (`fnn`) on the same schedule, i.e. what the mean alone reaches
+without weight noise; the KL tempered to 0.2; four times the epochs. Writes
+benchmarks/results/uci_misses.md: test LL and RMSE (original units, R = 100) per split and mean.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+for path in (ROOT, ROOT / "benchmarks"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+import uci_table  # noqa: E402
+from core.runs.presets import UCI_SCHEDULES, _uci  # noqa: E402
+from core.runs.training import train_run  # noqa: E402
+
+OUT = ROOT / "benchmarks" / "results" / "uci_misses.md"
+
+
+def _longer(dataset: str, factor: int = 4) -> dict[str, Any]:
+    epochs = UCI_SCHEDULES[dataset][1] * factor
+    return {"epochs": epochs, "warm_start_epochs": epochs // 3, "kl_anneal_epochs": epochs // 3}
+
+
+# (set, label, family, training changes): the sets the best of our families loses.
+VARIANTS = (
+    ("uci-concrete", "fnn (no weight noise), same schedule", "fnn", {}),
+    ("uci-concrete", "sparse-vd as shipped", "sparse-vd", {}),
+    ("uci-concrete", "sparse-vd, KL weight 0.2", "sparse-vd", {"kl_weight": 0.2}),
+    ("uci-power", "bnn as shipped", "bnn", {}),
+    ("uci-power", "bnn, 4x epochs", "bnn", _longer("uci-power")),
+    ("uci-wine", "fnn (no weight noise), same schedule", "fnn", {}),
+    ("uci-wine", "lbbnn as shipped", "lbbnn", {}),
+)
+
+
+def measure(splits: tuple[int, ...], cache_dir, data_dir, report=print) -> list[dict[str, Any]]:
+    rows = []
+    for dataset, label, family, train in VARIANTS:
+        reference = uci_table.reference(dataset, data_dir)
+        for split in splits:
+            config = _uci(dataset, split=split, method=family)
+            if train:
+                config = config.replace(train=train)
+            run = train_run(config, cache_dir=cache_dir, data_dir=data_dir)
+            numbers = uci_table.evaluate_run(run.run_id, cache_dir, data_dir, uci_table.DEFAULT_SAMPLES)
+            bma = numbers["modes"]["bma"]
+            rows.append({"set": dataset, "variant": label, "split": split, "run_id": run.run_id,
+                         "log_likelihood": bma["log_likelihood"], "rmse": bma["rmse"],
+                         "noise_std": numbers["noise_std"],
+                         "mc_dropout": None if reference is None else
+                         (reference["log_likelihood"][split], reference["rmse"][split])})
+            report(f"{dataset} {label} split {split}: LL {bma['log_likelihood']:.3f} RMSE {bma['rmse']:.3f}")
+    return rows
+
+
+def render(rows: list[dict[str, Any]], command: str) -> str:
+    lines = ["# UCI: what the sets we lose are missing", "", f"`{command}`. Test LL / RMSE in original units, "
+             "R = 100, per split; last column: mean over the splits. MC dropout: the reference's per-split "
+             "files.", ""]
+    splits = sorted({r["split"] for r in rows})
+    header = "| set | variant | " + " | ".join(f"split {s}" for s in splits) + " | mean |"
+    lines += [header, "|---|---|" + "---|" * (len(splits) + 1)]
+    seen: list[tuple[str, str]] = []
+    for r in rows:
+        if (r["set"], r["variant"]) not in seen:
+            seen.append((r["set"], r["variant"]))
+    for dataset in dict.fromkeys(s for s, _ in seen):
+        by_split = {r["split"]: r["mc_dropout"] for r in rows if r["set"] == dataset and r["mc_dropout"]}
+        if by_split:
+            cells = [f"{by_split[s][0]:.3f} / {by_split[s][1]:.3g}" for s in splits]
+            lines.append(f"| {dataset[4:]} | MC dropout | " + " | ".join(cells) + " | "
+                         f"{np.mean([v[0] for v in by_split.values()]):.3f} / "
+                         f"{np.mean([v[1] for v in by_split.values()]):.3g} |")
+        for _, variant in (sv for sv in seen if sv[0] == dataset):
+            mine = {r["split"]: r for r in rows if r["set"] == dataset and r["variant"] == variant}
+            cells = [f"{mine[s]['log_likelihood']:.3f} / {mine[s]['rmse']:.3g}" if s in mine else "-"
+                     for s in splits]
+            lines.append(f"| {dataset[4:]} | {variant} | " + " | ".join(cells) + " | "
+                         f"{np.mean([m['log_likelihood'] for m in mine.values()]):.3f} / "
+                         f"{np.mean([m['rmse'] for m in mine.values()]):.3g} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--splits", default="0-2")
+    parser.add_argument("--cache-dir", default=None)
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    splits = uci_table.parse_splits(args.splits)
+    rows = measure(splits, args.cache_dir, args.data_dir)
+    command = "python benchmarks/uci_misses.py --splits " + args.splits
+    args.out.write_text(render(rows, command), encoding="utf-8")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
