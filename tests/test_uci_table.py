@@ -121,3 +121,13 @@ def test_misses_table_lists_only_sets_our_best_row_loses(tmp_path):
     bound_ours, bound_mc = uci_table.gaussian_bound(2.0), uci_table.gaussian_bound(1.0)
     assert f"| yacht | bnn bma | 2 | -1.60 | {bound_ours:.2f} | 2.00 | -1.00 | {bound_mc:.2f} | 1.00 |" in text
     assert "| wine | bnn bma |" not in text  # wine is won (-1.6 against -3.0)
+
+
+def test_misses_benchmark_table_means_over_splits():
+    import uci_misses
+    rows = [{"set": "uci-wine", "variant": "fnn", "split": s, "run_id": "x", "log_likelihood": ll, "rmse": rmse,
+             "noise_std": 0.5, "mc_dropout": (ref_ll, ref_rmse)}
+            for s, ll, rmse, ref_ll, ref_rmse in ((0, -1.0, 0.6, -0.9, 0.5), (1, -2.0, 0.8, -1.1, 0.7))]
+    text = uci_misses.render(rows, "cmd")
+    assert "| wine | MC dropout | -0.900 / 0.5 | -1.100 / 0.7 | -1.000 / 0.6 |" in text
+    assert "| wine | fnn | -1.000 / 0.6 | -2.000 / 0.8 | -1.500 / 0.7 |" in text
