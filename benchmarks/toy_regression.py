@@ -59,21 +59,9 @@ def config_for(dataset: str, method: str, changes: dict[str, Any], seed: int):
     return RunConfig.from_dict(values)
 
 
-def band_ratios(x_grid: np.ndarray, x_train: np.ndarray, band: np.ndarray) -> dict[str, float]:
-    """Mean band width in the gaps (inside the data's range, > 10% of the span from any training
-    point) and outside the range (same distance), each over the mean width within 5% of the data."""
-    x, xt = x_grid[:, 0], x_train[:, 0]
-    span = xt.max() - xt.min()
-    distance = np.abs(x[:, None] - xt[None, :]).min(axis=1)
-    near = band[distance < 0.05 * span].mean()
-    inside = (x > xt.min()) & (x < xt.max())
-    gap, outside = inside & (distance > 0.1 * span), ~inside & (distance > 0.1 * span)
-    return {"gap_ratio": float(band[gap].mean() / near) if gap.any() else float("nan"),
-            "outside_ratio": float(band[outside].mean() / near) if outside.any() else float("nan")}
-
-
 def measure(config, cache_dir) -> dict[str, Any]:
     from core.predict import evaluate, predict
+    from core.predict.metrics.regression import band_width_ratios
     from core.runs.training import train_run
 
     started = time.perf_counter()
@@ -86,7 +74,7 @@ def measure(config, cache_dir) -> dict[str, Any]:
     if hasattr(likelihood, "log_noise_std"):
         noise = float(likelihood.log_noise_std.detach().exp()) * float(dataset.target_std)
     return {"rmse": float(rmse), "noise_sd": noise, "density": float(run.metrics.get("density", float("nan"))),
-            **band_ratios(dataset.x_grid, dataset.x_train, band), "seconds": time.perf_counter() - started}
+            **band_width_ratios(dataset.x_grid, dataset.x_train, band), "seconds": time.perf_counter() - started}
 
 
 ELBO_SETTINGS = {"hidden": [16, 16], "likelihood_options": {"noise": "fixed", "noise_std": 0.06}}
@@ -124,7 +112,7 @@ def reference_gap_ratio(dataset_name: str, cache_dir: str | None) -> dict[str, f
         reference = load_reference(entry["reference_id"], cache_dir=cache_dir)
         dataset = reference.config.load_dataset()
         band = reference.function_samples(dataset.x_grid).std(axis=0).reshape(-1)
-        return {"hidden": list(reference.config.hidden), **band_ratios(dataset.x_grid, dataset.x_train, band)}
+        return {"hidden": list(reference.config.hidden), **band_width_ratios(dataset.x_grid, dataset.x_train, band)}
     return None
 
 

@@ -124,3 +124,17 @@ def test_variance_split_is_the_mixture_variance(mixture):
     mixture_var = (np.mean(stds ** 2 + means ** 2, axis=0) - means.mean(0) ** 2) * 4.0
     assert split["total"] == pytest.approx(mixture_var)
     assert split["epistemic"] == pytest.approx(means.var(0) * 4.0)
+
+
+def test_band_width_ratios_by_construction():
+    from core.predict.metrics.regression import band_width_ratios
+    x_train = np.array([[0.0], [1.0], [4.0], [5.0]])  # span 5, a gap between 1 and 4
+    x_grid = np.linspace(-2, 7, 901)[:, None]
+    x = x_grid[:, 0]
+    distance = np.abs(x[:, None] - x_train[None, :, 0]).min(axis=1)
+    inside = (x > 0) & (x < 5)
+    band = np.where(distance < 0.25, 1.0, np.where(inside, 3.0, 5.0))  # 1 near data, 3 in the gap, 5 outside
+    ratios = band_width_ratios(x_grid, x_train, band)
+    assert ratios["gap_ratio"] == pytest.approx(3.0) and ratios["outside_ratio"] == pytest.approx(5.0)
+    no_gap = band_width_ratios(x_grid, np.linspace(0, 5, 60)[:, None], band)
+    assert np.isnan(no_gap["gap_ratio"])

@@ -112,3 +112,18 @@ def variance_split(mean_per_draw: np.ndarray, std_per_draw: np.ndarray,
     epistemic = means.var(axis=0) * scale
     aleatoric = (stds ** 2).mean(axis=0) * scale
     return {"epistemic": epistemic, "aleatoric": aleatoric, "total": epistemic + aleatoric}
+
+
+def band_width_ratios(x_grid: np.ndarray, x_train: np.ndarray, band: np.ndarray) -> dict[str, float]:
+    """How much a 1-D predictive band widens away from the data: its mean width in the gaps (inside
+    the data's range, more than 10% of the span from any training point) and outside the range
+    (same distance), each over its mean width within 5% of the span of a training point."""
+    x, xt = np.asarray(x_grid)[:, 0], np.asarray(x_train)[:, 0]
+    band = np.asarray(band, dtype=float)
+    span = xt.max() - xt.min()
+    distance = np.abs(x[:, None] - xt[None, :]).min(axis=1)
+    near = band[distance < 0.05 * span].mean()
+    inside = (x > xt.min()) & (x < xt.max())
+    gap, outside = inside & (distance > 0.1 * span), ~inside & (distance > 0.1 * span)
+    return {"gap_ratio": float(band[gap].mean() / near) if gap.any() else float("nan"),
+            "outside_ratio": float(band[outside].mean() / near) if outside.any() else float("nan")}
