@@ -150,6 +150,7 @@ def forget_run(run_id: str) -> None:
     with _generation_lock:
         _generations[run_id] = _generations.get(run_id, 0) + 1
     _cached_run.clear(run_id)
+    backend.forget_draws(run_id)
     cached_run_list.clear()
 
 
@@ -159,6 +160,7 @@ def clear_all() -> None:
     st.cache_data.clear()
     _cached_run.clear()
     cached_dataset.clear()
+    backend.clear_draws()
 
 
 @st.cache_resource
@@ -211,7 +213,8 @@ def test_prediction(run_id: str, mode: str, samples: int, threshold: float | Non
     """Arrays of a prediction on the whole test set. Pass `backend.effective_threshold` so that
     modes without a threshold share one cache entry."""
     run = cached_run(run_id)
-    return prediction_arrays(backend.predict(run, run.dataset().x_test, mode, samples, threshold, seed, weights))
+    return prediction_arrays(backend.predict(run, run.dataset().x_test, mode, samples, threshold, seed, weights,
+                                             inputs="test"))
 
 
 @per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
@@ -232,7 +235,8 @@ def sweep(run_id: str) -> dict[str, Any]:
 def grid_prediction(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
                     weights: str | None = None) -> dict[str, np.ndarray]:
     run = cached_run(run_id)
-    return prediction_arrays(backend.predict(run, run.dataset().x_grid, mode, samples, threshold, seed, weights))
+    return prediction_arrays(backend.predict(run, run.dataset().x_grid, mode, samples, threshold, seed, weights,
+                                             inputs="grid"))
 
 
 @per_run(max_entries=128, ttl=DERIVED_TTL, show_spinner=False)
@@ -240,7 +244,8 @@ def selected_prediction(run_id: str, indices: tuple[int, ...], mode: str, sample
                         seed: int, weights: str | None = None) -> dict[str, np.ndarray]:
     run = cached_run(run_id)
     x = run.dataset().x_test[list(indices)]
-    return prediction_arrays(backend.predict(run, x, mode, samples, threshold, seed, weights))
+    return prediction_arrays(backend.predict(run, x, mode, samples, threshold, seed, weights,
+                                             inputs=("test", tuple(indices))))
 
 
 @per_run(max_entries=64, ttl=DERIVED_TTL, show_spinner="Predicting OOD inputs ...")
@@ -248,7 +253,8 @@ def ood_entropy(run_id: str, name: str, mode: str, samples: int, threshold: floa
                 n: int, weights: str | None = None) -> np.ndarray:
     run = cached_run(run_id)
     x = backend.load_ood_inputs(run.dataset(), name, n=n, seed=seed)
-    return backend.predictive_entropy(backend.predict(run, x, mode, samples, threshold, seed, weights).probs)
+    prediction = backend.predict(run, x, mode, samples, threshold, seed, weights, inputs=("ood", name, n, seed))
+    return backend.predictive_entropy(prediction.probs)
 
 
 def prior_of_statistic(run_id: str) -> dict[str, Any] | None:
@@ -311,7 +317,7 @@ def surface(run_id: str, mode: str, samples: int, threshold: float | None, seed:
     predictive entropy and the spread of the R draws."""
     run = cached_run(run_id)
     points, xs, ys = backend.input_grid_2d(run.dataset().x_train, n)
-    prediction = backend.predict(run, points, mode, samples, threshold, seed, weights)
+    prediction = backend.predict(run, points, mode, samples, threshold, seed, weights, inputs=("surface", n))
     arrays = backend.surface_arrays(np.asarray(prediction.probs_per_draw))
     return {"xs": xs, "ys": ys, **arrays}
 
