@@ -612,10 +612,15 @@ COMPARE_MODES = (("SIM-SIM R=1", "bma", 1), ("SIM-SIM R=10", "bma", 10), ("MED-S
                  ("MED-SIM R=10", "mpm", 10), ("MED-MEA", "mpm-mean", 1), ("ALL-MEA", "mean", 1))
 
 
+def samples_structure(statistic_name: str) -> bool:
+    """Whether the statistic is an inclusion probability, so that a structure can be drawn from it."""
+    return "inclusion" in statistic_name
+
+
 def sample_structure(statistics: Sequence[np.ndarray], statistic_name: str, seed: int = 0) -> list[np.ndarray] | None:
     """One structure drawn from the posterior, gamma ~ Bernoulli(alpha) per weight (seed 002's
     'sampled structure'); None for families whose statistic is not an inclusion probability."""
-    if "inclusion" not in statistic_name:
+    if not samples_structure(statistic_name):
         return None
     rng = np.random.default_rng(int(seed))
     return [rng.random(np.shape(s)) < np.asarray(s, dtype=np.float64) for s in statistics]
