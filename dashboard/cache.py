@@ -20,6 +20,12 @@ it. So `MAX_CACHED_RUNS` = 32 runs cost about 0.36 GB plus their datasets, and
 no session reloads weights from disk on a rerun; $BNN_CACHED_RUNS changes it.
 The largest derived entries (R=100 predictions on 2k test images) are about
 16 MB; their caches are bounded by entries and a time to live.
+
+Below these, sampled predictions go through the backend's draw cache
+(`backend.DRAW_CACHE`, core.predict.draw_cache): per run, mode, threshold and
+input set, the outputs of each posterior draw, bounded by bytes
+($BNN_DRAW_CACHE_MB, default 256), so a new R computes only the draws not yet
+kept. Forgetting a run drops its draws too.
 """
 
 from __future__ import annotations
