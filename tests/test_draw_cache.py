@@ -348,3 +348,26 @@ def test_the_draw_cache_bound_is_read_from_the_environment(monkeypatch):
     assert backend.draw_cache_bytes() == backend.DEFAULT_DRAW_CACHE_MB * 2**20
     monkeypatch.delenv("BNN_DRAW_CACHE_MB")
     assert backend.draw_cache_bytes() == backend.DEFAULT_DRAW_CACHE_MB * 2**20
+
+
+def test_a_computation_that_fails_midway_leaves_no_half_entry(monkeypatch):
+    from core.predict import engine
+    run = classification_run()
+    x = run.dataset().x_test
+    cache = DrawCache()
+    cache.predict(run, x, "test", owner="a", mode="bma", samples=3)
+    original, calls = engine.run_network, []
+
+    def failing(network, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:  # the fourth draw of the next request
+            raise PredictionError("interrupted")
+        return original(network, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "run_network", failing)
+    monkeypatch.setattr("core.predict.draw_cache.MEMORY_BUDGET_BYTES", 4000)  # one draw a chunk: 3 added, then it fails
+    with pytest.raises(PredictionError, match="interrupted"):
+        cache.predict(run, x, "test", owner="a", mode="bma", samples=9)
+    monkeypatch.setattr(engine, "run_network", original)
+    for samples in (9, 2):
+        assert_same(cache.predict(run, x, "test", owner="a", mode="bma", samples=samples), run.predict(x, "bma", samples))

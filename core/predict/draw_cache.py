@@ -147,9 +147,13 @@ class DrawCache:
                     entry.usage = new_usage(model, entry.masks, 2)
                 have = entry.n_draws
                 if plan.samples > have:
-                    outputs, _ = sampled_forward(model, plan, as_inputs(model, x), int(seed), entry.masks, batch_size,
-                                                 MEMORY_BUDGET_BYTES, draws=range(have, plan.samples),
-                                                 usage=entry.usage)
+                    try:
+                        outputs, _ = sampled_forward(model, plan, as_inputs(model, x), int(seed), entry.masks,
+                                                     batch_size, MEMORY_BUDGET_BYTES, draws=range(have, plan.samples),
+                                                     usage=entry.usage)
+                    except BaseException:  # the usage may hold draws the outputs do not: start the entry afresh
+                        entry.masks = entry.usage = entry.outputs = None
+                        raise
                     entry.outputs = outputs if entry.outputs is None else torch.cat([entry.outputs, outputs])
                 # A copy: a prediction's arrays may be views of the outputs, and callers may write to them.
                 prediction = prediction_from_draws(model, plan, entry.outputs[:plan.samples].clone(), entry.masks,

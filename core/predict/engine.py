@@ -205,8 +205,9 @@ class DrawUsage:
     """Which weights sampled networks use, added draw chunk by draw chunk in draw order.
 
     Totals over every draw added (`counts`, `union`, `first`, `all_disconnected`), and per draw
-    what the densities of the first R draws need (`densities(R)`), so that a cache holding
-    draws 0..N-1 answers any R <= N exactly as a prediction with R draws would.
+    what the first R draws' densities need (`draw_density`, `possible_density`, `disconnected`),
+    so that a cache holding draws 0..N-1 answers any R <= N exactly as a prediction with R draws
+    would.
     """
 
     def __init__(self, base: Sequence[Tensor] | None = None) -> None:
@@ -235,7 +236,8 @@ class DrawUsage:
         counts = kept_counts(used)
         union = [u.any(dim=0) for u in used]
         if self.counts is None:
-            self.counts, self.union, self.first = counts, union, [u[0] for u in used]
+            # A copy of draw 0's masks: a view would keep the whole chunk's masks alive.
+            self.counts, self.union, self.first = counts, union, [u[0].clone() for u in used]
         else:
             self.counts = [a + b for a, b in zip(self.counts, counts)]
             self.union = [a | b for a, b in zip(self.union, union)]
