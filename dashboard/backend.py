@@ -17,6 +17,7 @@ import torch
 
 from core.errors import ConfigError
 from core.models.base import Keep, StatisticSpec
+from core.predict.draw_cache import DrawCache
 from core.predict.metrics.classification import DOUBT_LEVEL
 from core.predict.modes import PredictionMode
 from core.runs import parsing
@@ -226,11 +227,46 @@ def effective_threshold(mode: str, threshold: float | None) -> float | None:
     return float(threshold) if threshold is not None and uses_threshold(mode) else None
 
 
+# Per-draw outputs of sampled predictions, shared by every session of the server: moving the R
+# slider up computes only the new draws, moving it down none (core.predict.draw_cache).
+DRAW_CACHE_VARIABLE = "BNN_DRAW_CACHE_MB"
+DEFAULT_DRAW_CACHE_MB = 256
+
+
+def draw_cache_bytes() -> int:
+    """The draw cache's bound: $BNN_DRAW_CACHE_MB megabytes (default 256; 0 keeps nothing)."""
+    text = os.environ.get(DRAW_CACHE_VARIABLE, "").strip()
+    try:
+        megabytes = float(text) if text else DEFAULT_DRAW_CACHE_MB
+    except ValueError:
+        megabytes = DEFAULT_DRAW_CACHE_MB
+    return int(max(0.0, megabytes) * 2**20)
+
+
+DRAW_CACHE = DrawCache(draw_cache_bytes())
+
+
 def predict(run: Any, x: np.ndarray, mode: str, samples: int, threshold: float | None, seed: int = 0,
-            weights: str | None = None) -> Any:
-    """Run.predict with the threshold dropped for modes that take none; regression in original units."""
-    return run.predict(x, mode=mode, samples=int(samples), threshold=effective_threshold(mode, threshold),
-                       seed=int(seed), weights=weights if mode == "prune" else None)
+            weights: str | None = None, inputs: Any = None) -> Any:
+    """Run.predict with the threshold dropped for modes that take none; regression in original units.
+
+    `inputs` names x for the draw cache ("test", ("ood", name, n, seed), ...): one name must always
+    mean the same inputs of one run. With a name, a sampling mode keeps each draw's outputs
+    (DRAW_CACHE), so R = 20 after R = 10 computes draws 10..19 only; the numbers are Run.predict's."""
+    threshold, weights = effective_threshold(mode, threshold), weights if mode == "prune" else None
+    if inputs is None:
+        return run.predict(x, mode=mode, samples=int(samples), threshold=threshold, seed=int(seed), weights=weights)
+    return DRAW_CACHE.predict(run, x, inputs, owner=getattr(run, "run_id", None), mode=mode, samples=int(samples),
+                              threshold=threshold, seed=int(seed), weights=weights)
+
+
+def forget_draws(run_id: str) -> None:
+    """Drop a deleted or retrained run's kept draws (and no other run's)."""
+    DRAW_CACHE.forget(run_id)
+
+
+def clear_draws() -> None:
+    DRAW_CACHE.clear()
 
 
 def test_metrics(arrays: dict[str, np.ndarray], dataset: Any, doubt_level: float = DOUBT_LEVEL) -> dict[str, Any]:
@@ -583,10 +619,15 @@ COMPARE_MODES = (("SIM-SIM R=1", "bma", 1), ("SIM-SIM R=10", "bma", 10), ("MED-S
                  ("MED-SIM R=10", "mpm", 10), ("MED-MEA", "mpm-mean", 1), ("ALL-MEA", "mean", 1))
 
 
+def samples_structure(statistic_name: str) -> bool:
+    """Whether the statistic is an inclusion probability, so that a structure can be drawn from it."""
+    return "inclusion" in statistic_name
+
+
 def sample_structure(statistics: Sequence[np.ndarray], statistic_name: str, seed: int = 0) -> list[np.ndarray] | None:
     """One structure drawn from the posterior, gamma ~ Bernoulli(alpha) per weight (seed 002's
     'sampled structure'); None for families whose statistic is not an inclusion probability."""
-    if "inclusion" not in statistic_name:
+    if not samples_structure(statistic_name):
         return None
     rng = np.random.default_rng(int(seed))
     return [rng.random(np.shape(s)) < np.asarray(s, dtype=np.float64) for s in statistics]

@@ -99,6 +99,22 @@ def test_forgetting_a_run_drops_only_its_cache_entries(store, monkeypatch):
     assert cache.cached_run(first) is not run_first
 
 
+
+def test_forgetting_a_run_drops_only_its_kept_draws(store, monkeypatch):
+    from core.predict import DrawCache
+    from dashboard import backend, cache
+    monkeypatch.setattr(backend, "DRAW_CACHE", DrawCache())
+    first, second = store
+    for run_id in store:
+        cache.test_prediction(run_id, "bma", 5, None, 0)
+    assert sorted(key.owner for key in backend.DRAW_CACHE.keys()) == sorted(store)
+    held = backend.DRAW_CACHE.nbytes
+    cache.forget_run(first)
+    assert [key.owner for key in backend.DRAW_CACHE.keys()] == [second]
+    assert 0 < backend.DRAW_CACHE.nbytes < held
+    cache.clear_all()
+    assert len(backend.DRAW_CACHE) == 0
+
 def test_runs_of_one_dataset_share_one_loaded_copy(store):
     from dashboard import cache
     first, second = (cache.cached_run(run_id) for run_id in store)

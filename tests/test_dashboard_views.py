@@ -382,6 +382,36 @@ def test_inclusion_page_draws_the_prior_beside_the_posterior(store):
     assert any("says nothing directly" in c for c in texts(bnn.caption))
 
 
+
+def test_inclusion_page_mask_comparison_is_built_once_for_every_session(store, monkeypatch):
+    """The compared masks and receptive fields are shared cache entries: a second session on the same
+    setting builds no chart, and the counts it shows are the masks' own."""
+    from core.runs import load_run
+    from dashboard import backend, figures
+    built = []
+    for name in ("mask_difference", "receptive_fields"):
+        original = getattr(figures, name)
+        monkeypatch.setattr(figures, name, lambda *a, _f=original, _n=name, **k: built.append(_n) or _f(*a, **k))
+    run = load_run(store["mnist"])
+    stats = backend.native_statistics(run.model)
+    spec = backend.threshold_range(run.model.spec, stats)
+    masks_a = backend.masks_at(stats, spec.default, spec.keep_above)
+    sampled = backend.sample_structure(stats, spec.name, seed=0)
+    expected = f"A keeps {sum(int(m.sum()) for m in masks_a)} weights, B keeps {sum(int(m.sum()) for m in sampled)}."
+    for session in range(2):
+        at = open_app(store["mnist"])
+        at.switch_page("views/inclusion.py").run()
+        assert_clean(at)
+        assert expected in texts(at.caption)
+        assert built == ["mask_difference"] * len(masks_a) + ["receptive_fields"], session
+    at.radio(key="mask_b_kind").set_value("a second threshold").run()
+    at.slider(key="mask_b_threshold").set_value(0.3).run()
+    masks_b = backend.masks_at(stats, 0.3, spec.keep_above)
+    kept_b = sum(int(m.sum()) for m in masks_b)
+    assert kept_b != sum(int(m.sum()) for m in masks_a)
+    assert f"A keeps {sum(int(m.sum()) for m in masks_a)} weights, B keeps {kept_b}." in texts(at.caption)
+
+
 # --- build item 6: tune and take away ---------------------------------------------------------------------------
 
 def test_suggested_threshold_is_the_sparsest_within_the_loss():

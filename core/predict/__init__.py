@@ -7,6 +7,7 @@
 """
 
 from core.predict.collapsed import CollapsedPredictive, collapsed_predict
+from core.predict.draw_cache import DrawCache
 from core.predict.engine import Prediction, predict
 from core.predict.evaluate import evaluate, mean_inclusion, mean_statistic
 from core.predict.export import ExportedMLP, export_pruned, load_exported
@@ -17,6 +18,7 @@ from core.predict.sweep import (SweepResult, default_thresholds, parse_threshold
 
 __all__ = [
     "CollapsedPredictive",
+    "DrawCache",
     "ExportedMLP",
     "Prediction",
     "PredictionMode",

@@ -113,6 +113,11 @@ class CompactNetwork:
         return CompactNetwork(self.input_index, [layer.draws(start, stop) for layer in self.layers],
                               self.activation, self.n_inputs, self.disconnected)
 
+    def draw(self, index: int) -> "CompactNetwork":
+        """Draw `index` alone (a network of one draw): run by itself, its products have the same
+        shapes whichever draws shared its chunk, so its outputs do not depend on them."""
+        return self.draws(index, index + 1)
+
     def gather_inputs(self, x: Tensor) -> Tensor:
         """x (n, d) -> the used features, transposed (k, n)."""
         if self.input_index is None:
@@ -160,8 +165,8 @@ def compact_network(weights: Sequence[Tensor], masks: Sequence[Tensor], activati
     for index, (weight, mask) in enumerate(zip(weights, masks)):
         bias = (weight[..., -1] * mask[:, -1]).double()
         if len(const_index):
-            folded = weight[..., const_index] * mask[:, const_index]
-            bias = bias + (folded.double() @ const_value.unsqueeze(-1)).squeeze(-1)
+            folded = (weight[..., const_index] * mask[:, const_index]).double()
+            bias = bias + fold_constants_of(folded, const_value)
         rows = keep[index].nonzero().squeeze(1)
         block = (rows.unsqueeze(1), columns)  # one gather per tensor (fewer ops: each costs a thread sync)
         kept = mask[block]
@@ -178,6 +183,15 @@ def compact_network(weights: Sequence[Tensor], masks: Sequence[Tensor], activati
             columns = rows
     disconnected = not bool(depends[-1].any()) if fold_constants else None
     return CompactNetwork(input_index, layers, activation, n_inputs, disconnected)
+
+
+def fold_constants_of(folded: Tensor, const_value: Tensor) -> Tensor:
+    """folded (..., out, k) @ const_value (..., k): what constant units add to the next biases.
+    Draws (a leading dimension) are folded one by one: a batched product may sum in another order
+    than a single one, and a draw's network must not depend on the draws beside it."""
+    if folded.dim() == 2:
+        return (folded @ const_value.unsqueeze(-1)).squeeze(-1)
+    return torch.stack([(f @ c.unsqueeze(-1)).squeeze(-1) for f, c in zip(folded, const_value)])
 
 
 def to_format(matrix: Tensor, layer_format: LayerFormat) -> Tensor:

@@ -1,16 +1,17 @@
 """`predict`: one entry point for every prediction mode and every family.
 
-Draws are batched: R networks run at once as (R, out, in+1) weight tensors,
-drawn and run a chunk of draws at a time (and chunked over inputs) when the
-activations would exceed `MEMORY_BUDGET_BYTES`. Draw r comes from the
-network's `sample_weights`, which seeds it from (seed, r): R=20 reuses the
-first 10 draws of R=10, and chunking changes nothing.
+Draws are made a chunk at a time as (R, out, in+1) weight tensors (chunked
+over inputs too when the activations would exceed `MEMORY_BUDGET_BYTES`), and
+each draw then runs its forward pass by itself. Draw r comes from the
+network's `sample_weights`, which seeds it from (seed, r), and its products
+have the same shapes whatever R is, so its outputs depend only on (seed, r)
+and x, bit for bit: R=20 reuses the first 10 outputs of R=10, chunking changes
+nothing, and `core.predict.draw_cache` can add draws 10..19 to a kept R=10.
 
 Forward passes run transposed, (features, n), through core.predict.compact:
 a network with one known structure (mpm, mpm-mean, prune, mean) drops its
 dead units and multiplies its sparse layers as sparse matrices; bma draws,
-each with its own structure, run as dense batched products (the first layer
-of all draws as one matrix product).
+each with its own structure, run as dense products.
 
 Density reported (fraction of weights a prediction needs):
 - `mpm`, `mpm-mean`, `prune`: kept weights / all weights;
@@ -201,50 +202,118 @@ def nonzero_masks(weights: Sequence[Tensor]) -> list[Tensor]:
 
 
 class DrawUsage:
-    """Which weights R sampled networks use, gathered draw chunk by draw chunk."""
+    """Which weights sampled networks use, added draw chunk by draw chunk in draw order.
 
-    def __init__(self) -> None:
+    Totals over every draw added (`counts`, `union`, `first`, `all_disconnected`), and per draw
+    what the first R draws' densities need (`draw_density`, `possible_density`, `disconnected`),
+    so that a cache holding draws 0..N-1 answers any R <= N exactly as a prediction with R draws
+    would.
+    """
+
+    def __init__(self, base: Sequence[Tensor] | None = None) -> None:
         self.counts: list[int] | None = None  # nonzero weights per layer, summed over draws
         self.union: list[Tensor] | None = None  # used by some draw
         self.first: list[Tensor] | None = None  # used by draw 0
         self.all_disconnected = True
+        self.draw_counts: list[int] = []  # per draw: its nonzero weights, all layers together
+        self.draw_disconnected: list[bool] = []
+        # bma: the weights a prediction with R > 1 draws may use are those some draw uses or whose
+        # mean is nonzero (`base`); after each draw, the density of that set so far.
+        self._possible = None if base is None else [mask.clone() for mask in base]
+        self._possible_density: list[tuple[float, list[float]]] = []
+
+    @property
+    def n_draws(self) -> int:
+        return len(self.draw_counts)
+
+    @property
+    def nbytes(self) -> int:
+        masks = (self.union or []) + (self.first or []) + (self._possible or [])
+        return sum(mask.numel() * mask.element_size() for mask in masks) + 64 * self.n_draws
 
     def add(self, draws: Sequence[Tensor]) -> None:
         used = nonzero_masks(draws)
         counts = kept_counts(used)
         union = [u.any(dim=0) for u in used]
         if self.counts is None:
-            self.counts, self.union, self.first = counts, union, [u[0] for u in used]
+            # A copy of draw 0's masks: a view would keep the whole chunk's masks alive.
+            self.counts, self.union, self.first = counts, union, [u[0].clone() for u in used]
         else:
             self.counts = [a + b for a, b in zip(self.counts, counts)]
             self.union = [a | b for a, b in zip(self.union, union)]
-        self.all_disconnected &= bool(torch.as_tensor(is_disconnected(used)).all())
+        disconnected = torch.as_tensor(is_disconnected(used)).reshape(-1)
+        self.all_disconnected &= bool(disconnected.all())
+        self.draw_disconnected.extend(bool(flag) for flag in disconnected)
+        per_draw = [torch.count_nonzero(u.reshape(u.shape[0], -1), dim=1) for u in used]
+        self.draw_counts.extend(int(value) for value in torch.stack(per_draw).sum(dim=0))
+        if self._possible is not None:
+            for index in range(used[0].shape[0]):
+                for possible, u in zip(self._possible, used):
+                    possible |= u[index]
+                counts_now = kept_counts(self._possible)
+                self._possible_density.append((overall_density(self._possible, counts_now),
+                                               layer_densities(self._possible, counts_now)))
+
+    def draw_density(self, samples: int, n_weights: int) -> float:
+        """Mean density of the first `samples` draws (`n_weights`: the network's weights)."""
+        return sum(self.draw_counts[:samples]) / (samples * n_weights)
+
+    def disconnected(self, samples: int) -> bool:
+        return all(self.draw_disconnected[:samples])
+
+    def possible_density(self, samples: int) -> tuple[float, list[float]]:
+        """bma with R = `samples` > 1 draws: the density of the weights some draw or the mean uses."""
+        if self._possible is None:
+            raise PredictionError("internal: this draw usage was gathered without the mean network's weights")
+        return self._possible_density[samples - 1]
+
+
+def new_usage(model: BayesianMLP, masks: Sequence[Tensor] | None, samples: int) -> DrawUsage:
+    """The DrawUsage a prediction with `samples` draws needs (bma with R > 1 also the mean's nonzeros)."""
+    return DrawUsage(nonzero_masks(model.mean_weights()) if masks is None and samples > 1 else None)
 
 
 def draws_per_chunk(model: BayesianMLP, plan: Plan, n_inputs: int, memory_budget: int) -> int:
-    """Draws made and run at once: their activations on all inputs fit the budget (at least one)."""
+    """Draws made at once: their weights and activations fit the budget (at least one)."""
     widest = max([model.config.in_features] + [layer.out_features for layer in model.layers])
     per_draw = 2 * widest * 4 * max(1, n_inputs)
     return max(1, min(plan.samples, memory_budget // per_draw))
 
 
 def sampled_forward(model: BayesianMLP, plan: Plan, x: Tensor, seed: int, masks: Sequence[Tensor] | None,
-                    batch_size: int | None, memory_budget: int = MEMORY_BUDGET_BYTES) -> tuple[Tensor, DrawUsage]:
-    """Outputs (R, n, out) of R sampled networks, drawn and run a chunk of draws at a time
-    (draw r depends only on (seed, r), so chunking changes nothing)."""
-    chunk = draws_per_chunk(model, plan, x.shape[0], memory_budget)
-    usage, outputs = DrawUsage(), None
-    for start in range(0, plan.samples, chunk):
-        count = min(chunk, plan.samples - start)
-        draws = model.sample_weights(count, int(seed), masks=masks, start=start)
+                    batch_size: int | None, memory_budget: int = MEMORY_BUDGET_BYTES, draws: range | None = None,
+                    usage: DrawUsage | None = None) -> tuple[Tensor, DrawUsage]:
+    """Outputs (len(draws), n, out) of sampled networks `draws` (default: 0 .. R-1), whose usage is
+    added to `usage` (a new one by default; draws must come in order).
+
+    Weights are drawn a chunk of draws at a time, but every draw runs its forward pass by itself:
+    batched products of several draws may sum in another order than one draw's (MKL splits a
+    small product over threads, a batch over its members), so draw r's output would depend on
+    which draws shared its chunk. Run alone, draw r's output depends only on (seed, r) and x:
+    R=20 reuses R=10's first ten outputs bit for bit, and a cache may add draws 10..19 later.
+    """
+    draws = range(plan.samples) if draws is None else draws
+    usage = new_usage(model, masks, plan.samples) if usage is None else usage
+    if usage.n_draws != draws.start:
+        raise PredictionError(f"internal: draws {draws.start}.. added after {usage.n_draws} draws")
+    chunk = max(1, min(len(draws), draws_per_chunk(model, replace(plan, samples=max(1, len(draws))), x.shape[0],
+                                                   memory_budget)))
+    outputs = None
+    for start in range(draws.start, draws.stop, chunk):
+        count = min(chunk, draws.stop - start)
+        weights = model.sample_weights(count, int(seed), masks=masks, start=start)
         if masks is None:  # bma: every draw has its own structure
-            out = forward_draws(model, x, draws, batch_size, memory_budget)
+            network = dense_network(weights, model.activation)
         else:
-            out = forward_masked(model, x, draws, masks, batch_size, memory_budget)
-        if outputs is None:
-            outputs = torch.empty((plan.samples, *out.shape[1:]), dtype=out.dtype, device=out.device)
-        outputs[start:start + count] = out
-        usage.add(draws)
+            network = masked_network(model, weights, masks)
+        for index in range(count):
+            out = run_network(network.draw(index), x, batch_size, memory_budget)
+            if outputs is None:
+                outputs = torch.empty((len(draws), *out.shape[1:]), dtype=out.dtype, device=out.device)
+            outputs[start - draws.start + index] = out[0]
+        usage.add(weights)
+    if outputs is None:
+        raise PredictionError("internal: no draws to run")
     return outputs, usage
 
 
@@ -252,17 +321,18 @@ def _densities(model: BayesianMLP, plan: Plan, masks: Sequence[Tensor] | None, w
                usage: DrawUsage | None, disconnected: bool | None) -> tuple[float, list[float], float, bool]:
     """(density, per-layer density, mean density of the evaluated networks, disconnected).
 
-    `weights`: the one evaluated network (deterministic plans); `usage`: what R sampled
-    networks used; `disconnected`, where already known for `masks`, saves working it out again.
+    `weights`: the one evaluated network (deterministic plans); `usage`: what the first R =
+    plan.samples draws of it used; `disconnected`, where already known for `masks`, saves
+    working it out again.
     """
-    sizes = [layer.out_features * (layer.in_features + 1) for layer in model.layers]
+    n_weights = sum(layer.out_features * (layer.in_features + 1) for layer in model.layers)
     if masks is not None:
         if disconnected is None:
             disconnected = bool(is_disconnected(masks))
         counts = kept_counts(masks)
         density, per_layer = overall_density(masks, counts), layer_densities(masks, counts)
         if usage is not None:
-            return density, per_layer, sum(usage.counts) / (plan.samples * sum(sizes)), disconnected
+            return density, per_layer, usage.draw_density(plan.samples, n_weights), disconnected
         return density, per_layer, density, disconnected
     if usage is None:  # the posterior-mean network
         used = nonzero_masks(weights)
@@ -271,11 +341,11 @@ def _densities(model: BayesianMLP, plan: Plan, masks: Sequence[Tensor] | None, w
         if disconnected is None:
             disconnected = bool(is_disconnected(used))
         return density, layer_densities(used, counts), density, disconnected
-    draw_density = sum(usage.counts) / (plan.samples * sum(sizes))
+    draw_density = usage.draw_density(plan.samples, n_weights)
     if plan.samples == 1:
-        return overall_density(usage.first), layer_densities(usage.first), draw_density, usage.all_disconnected
-    possible = [u | (m != 0) for u, m in zip(usage.union, model.mean_weights())]
-    return overall_density(possible), layer_densities(possible), draw_density, usage.all_disconnected
+        return overall_density(usage.first), layer_densities(usage.first), draw_density, usage.disconnected(1)
+    density, per_layer = usage.possible_density(plan.samples)
+    return density, per_layer, draw_density, usage.disconnected(plan.samples)
 
 
 def predict(model_or_run: Any, x: Any, mode: str | PredictionMode = "bma", samples: int = 10,
@@ -296,6 +366,7 @@ def predict(model_or_run: Any, x: Any, mode: str | PredictionMode = "bma", sampl
         single, usage, disconnected = None, None, None
         if plan.weights is WeightChoice.SAMPLE:
             outputs, usage = sampled_forward(model, plan, inputs, seed, masks, batch_size)
+            return prediction_from_draws(model, plan, outputs, masks, usage)
         else:  # one network: its masks, or the zeros of the posterior-mean network
             # The compact network reads only the kept entries: no need to multiply the masks in first.
             single = model.mean_weights() if masks is None else model.conditional_mean_weights()
@@ -304,6 +375,16 @@ def predict(model_or_run: Any, x: Any, mode: str | PredictionMode = "bma", sampl
             disconnected = network.disconnected
         density, per_layer, draw_density, disconnected = _densities(model, plan, masks, single, usage, disconnected)
         return build_prediction(model, plan, outputs, density, per_layer, draw_density, disconnected)
+
+
+def prediction_from_draws(model: BayesianMLP, plan: Plan, outputs: Tensor, masks: Sequence[Tensor] | None,
+                          usage: DrawUsage) -> Prediction:
+    """The prediction of a sampling plan from the outputs (at least R, n, out) of draws 0, 1, ... of it and
+    their usage: what `predict` returns for R = plan.samples, from draws a cache may have kept."""
+    if outputs.shape[0] < plan.samples or usage.n_draws < plan.samples:
+        raise PredictionError(f"internal: {min(outputs.shape[0], usage.n_draws)} draws for R = {plan.samples}")
+    density, per_layer, draw_density, disconnected = _densities(model, plan, masks, None, usage, None)
+    return build_prediction(model, plan, outputs[:plan.samples], density, per_layer, draw_density, disconnected)
 
 
 def disconnected_warning(plan: Plan) -> str:

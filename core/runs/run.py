@@ -139,9 +139,14 @@ class Run:
         in the targets' original units unless original_units=False (the units the model was trained in)."""
         prediction = predict(self.model, x, mode=mode, samples=samples, threshold=threshold, seed=seed,
                              weights=weights)
-        if original_units and prediction.task == "regression" and self._has_dataset():
+        return self.in_original_units(prediction) if original_units else prediction
+
+    def in_original_units(self, prediction: Prediction) -> Prediction:
+        """A prediction of this run's model in the targets' original units (regression with a dataset;
+        anything else as it is): the one rule Run.predict and core.predict.draw_cache share."""
+        if prediction.task == "regression" and self._has_dataset():
             dataset = self.dataset()
-            prediction = prediction.unstandardised(dataset.target_mean, dataset.target_std)
+            return prediction.unstandardised(dataset.target_mean, dataset.target_std)
         return prediction
 
     def _has_dataset(self) -> bool:

@@ -67,25 +67,22 @@ with guard("Masks as in seed 002"):
     st.caption("A = the mask at the threshold above. B = a sampled structure (each weight switched on with its "
                "inclusion probability, seed 002's figure 4) or the mask at a second threshold. Black: kept in both; "
                "blue: only in A; orange: only in B.")
-    sampled = backend.sample_structure(statistics, spec.name, seed=0)
-    choices = (["a sampled structure"] if sampled is not None else []) + ["a second threshold"]
+    choices = (["a sampled structure"] if backend.samples_structure(spec.name) else []) + ["a second threshold"]
     other = st.radio("B is", choices, horizontal=True, key="mask_b_kind")
     if other == "a second threshold":
         second = st.slider("second threshold (B)", min_value=float(spec.low), max_value=float(spec.high),
                            value=float(spec.clip(spec.default if abs(spec.default - threshold) > 1e-9
                                                  else (spec.low + spec.high) / 2)),
                            step=float((spec.high - spec.low) / 200 or 0.01), format="%.4g", key="mask_b_threshold")
-        masks_b = cache.masks(run_id, float(second))
+        comparison = cache.mask_comparison(run_id, threshold, float(second), 0)
     else:
         draw = st.number_input("draw", min_value=0, value=0, step=1, key="mask_b_seed",
                                help="another number draws another structure")
-        masks_b = backend.sample_structure(statistics, spec.name, seed=int(draw))
+        comparison = cache.mask_comparison(run_id, threshold, None, int(draw))
     columns = st.columns(min(3, len(masks)))
-    for index, (mask_a, mask_b) in enumerate(zip(masks, masks_b)):
-        columns[index % len(columns)].vega_lite_chart(
-            figures.mask_difference(mask_a, mask_b, labels[index]).to_dict())
-    kept_a, kept_b = sum(int(m.sum()) for m in masks), sum(int(np.sum(m)) for m in masks_b)
-    st.caption(f"A keeps {kept_a} weights, B keeps {kept_b}.")
+    for index, chart in enumerate(comparison["charts"]):
+        columns[index % len(columns)].vega_lite_chart(chart)
+    st.caption(f"A keeps {comparison['kept_a']} weights, B keeps {comparison['kept_b']}.")
 
     input_shape = tuple(run.dataset().input_shape)
     if len(input_shape) == 2:
@@ -96,8 +93,7 @@ with guard("Masks as in seed 002"):
         units = st.multiselect("Hidden units", units_available, default=default_units, key="receptive_units",
                                help="default: the five units that keep the most input weights")
         if units:
-            weights = cache.conditional_mean_weights(run_id)
-            st.vega_lite_chart(figures.receptive_fields(weights[0], masks[0], units, input_shape).to_dict(),
+            st.vega_lite_chart(cache.receptive_fields_chart(run_id, threshold, tuple(int(u) for u in units)),
                                width="content")
             st.caption("Each square is one unit's kept incoming weights on the 28x28 image (red positive, blue "
                        "negative, white pruned): the pixels it still reads.")

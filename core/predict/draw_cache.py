@@ -1,0 +1,202 @@
+"""A bounded cache of per-draw outputs: raising R computes only the new draws.
+
+    cache = DrawCache(max_bytes=256 * 2**20)
+    p10 = cache.predict(run, x_test, "test", owner=run.run_id, mode="prune", samples=10, threshold=0.4)
+    p20 = cache.predict(run, x_test, "test", owner=run.run_id, mode="prune", samples=20, threshold=0.4)
+    # draws 10..19 computed; p20 equals run.predict(x_test, "prune", 20, threshold=0.4) bit for bit
+    p5 = cache.predict(..., samples=5, ...)  # draws 0..4 reused, nothing computed
+
+Draw r of a sampling plan depends only on (seed, r) and the inputs (core.predict.engine runs each
+draw's forward pass by itself), so the prediction with R draws is the prediction built from the
+kept outputs of draws 0..R-1: the per-draw probabilities (or means and noise sds) averaged over
+draws by the same code, on the same numbers, as an uncached `predict`. Densities come from the
+draws' usage kept beside them (`DrawUsage`), so they match too.
+
+One entry per (owner, input set, mode, threshold, weights, seed) holds the raw network outputs
+(n, out) of draws 0..N-1 of that plan and their usage. Entries are dropped least recently used
+first when their bytes exceed `max_bytes`; an entry larger than the bound alone is not kept.
+
+Thread safety: one lock guards the table and its byte count (held briefly); each entry has its
+own lock, held while its draws are computed, so sessions asking for the same entry wait for one
+computation and sessions asking for others proceed. The cache never writes to a model or a run
+(it keeps a weak reference to the model to tell a reloaded or retrained run from the one whose
+draws it holds), so `Run.predict`'s rule holds: predicting does not mutate.
+
+Modes that draw nothing (mean, mpm-mean, prune with mean weights) pass through uncached: R
+does not change them and the caller's own cache keys them.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Hashable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from core.errors import PredictionError
+from core.predict.engine import (MEMORY_BUDGET_BYTES, DrawUsage, Prediction, as_inputs, make_plan, new_usage,
+                                 predict, prediction_from_draws, resolve_model, sampled_forward)
+from core.predict.modes import PredictionMode, WeightChoice
+
+DEFAULT_MAX_BYTES = 256 * 2**20
+
+
+@dataclass(frozen=True)
+class DrawKey:
+    owner: Hashable  # whose draws (a run id)
+    inputs: Hashable  # which inputs (the caller's name for them), with their shape below
+    shape: tuple[int, ...]
+    mode: PredictionMode
+    threshold: float | None
+    weights: WeightChoice
+    seed: int
+    batch_size: int | None  # input chunks: products over other chunks may sum in another order
+
+
+class _Entry:
+    """Draws 0..N-1 of one plan: their outputs, usage and the plan's masks."""
+
+    def __init__(self, model: Any):
+        self.lock = threading.Lock()
+        self.model_ref = weakref.ref(model)
+        self.masks: list[Tensor] | None = None
+        self.usage: DrawUsage | None = None  # None until the entry's first draws
+        self.outputs: Tensor | None = None  # (N, n, out)
+        self.nbytes = 0
+
+    @property
+    def n_draws(self) -> int:
+        return 0 if self.outputs is None else int(self.outputs.shape[0])
+
+    def size(self) -> int:
+        outputs = 0 if self.outputs is None else self.outputs.numel() * self.outputs.element_size()
+        masks = sum(m.numel() * m.element_size() for m in self.masks or [])
+        return outputs + masks + (0 if self.usage is None else self.usage.nbytes)
+
+
+class DrawCache:
+    """Per-draw outputs of sampled predictions, at most `max_bytes` of them (see the module docstring)."""
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES):
+        if int(max_bytes) < 0:
+            raise PredictionError(f"draw cache: max_bytes must be >= 0, got {max_bytes!r}")
+        self.max_bytes = int(max_bytes)
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[DrawKey, _Entry] = OrderedDict()
+        self._bytes = 0
+        self.draws_computed = 0  # draws run through the network (all entries, ever)
+        self.draws_reused = 0  # draws answered from kept outputs
+
+    # --- what it holds ------------------------------------------------------------------------------
+    @property
+    def nbytes(self) -> int:
+        with self._lock:
+            return self._bytes
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def draws_held(self, key: DrawKey) -> int:
+        with self._lock:
+            entry = self._entries.get(key)
+        return 0 if entry is None else entry.n_draws
+
+    def keys(self) -> list[DrawKey]:
+        with self._lock:
+            return list(self._entries)
+
+    def forget(self, owner: Hashable) -> None:
+        """Drop every entry of `owner` (a deleted or retrained run)."""
+        with self._lock:
+            for key in [k for k in self._entries if k.owner == owner]:
+                self._bytes -= self._entries.pop(key).nbytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+    # --- predicting -----------------------------------------------------------------------------------
+    def predict(self, run: Any, x: Any, inputs: Hashable, owner: Hashable | None, mode: str | PredictionMode = "bma",
+                samples: int = 10, threshold: float | None = None, seed: int = 0, weights: str | None = None,
+                batch_size: int | None = None, original_units: bool = True) -> Prediction:
+        """What `run.predict(x, mode, samples, threshold, seed, weights)` returns (for a bare model,
+        `core.predict.predict`), computing only the draws not yet kept for this plan on these inputs.
+
+        `inputs` names x for the cache (e.g. "test"): the caller promises that one name and shape
+        always mean the same inputs for one owner. `owner` None: not cached.
+        """
+        model = resolve_model(run)
+        plan = make_plan(model, mode, samples, threshold, weights)
+        if owner is None or plan.weights is not WeightChoice.SAMPLE:
+            return self._uncached(run, x, mode, samples, threshold, seed, weights, batch_size, original_units)
+        shape = tuple(x.shape) if hasattr(x, "shape") else tuple(np.shape(x))
+        key = DrawKey(owner, inputs, shape, plan.mode, plan.threshold, plan.weights, int(seed), batch_size)
+        entry = self._entry(key, model)
+        with entry.lock:
+            with torch.no_grad():
+                if entry.usage is None:
+                    entry.masks = None if plan.mode is PredictionMode.BMA else model.keep_masks(plan.threshold)
+                    # With the mean's nonzeros for bma (new_usage for R > 1): the entry may grow past R = 1.
+                    entry.usage = new_usage(model, entry.masks, 2)
+                have = entry.n_draws
+                if plan.samples > have:
+                    try:
+                        outputs, _ = sampled_forward(model, plan, as_inputs(model, x), int(seed), entry.masks,
+                                                     batch_size, MEMORY_BUDGET_BYTES, draws=range(have, plan.samples),
+                                                     usage=entry.usage)
+                    except BaseException:  # the usage may hold draws the outputs do not: start the entry afresh
+                        entry.masks = entry.usage = entry.outputs = None
+                        raise
+                    entry.outputs = outputs if entry.outputs is None else torch.cat([entry.outputs, outputs])
+                # A copy: a prediction's arrays may be views of the outputs, and callers may write to them.
+                prediction = prediction_from_draws(model, plan, entry.outputs[:plan.samples].clone(), entry.masks,
+                                                   entry.usage)
+            size = entry.size()
+        with self._lock:
+            self.draws_computed += max(0, plan.samples - have)
+            self.draws_reused += min(plan.samples, have)
+            if self._entries.get(key) is entry:
+                self._bytes += size - entry.nbytes
+                entry.nbytes = size
+                self._evict(keep=key)
+        return self._in_units(run, prediction, original_units)
+
+    def _entry(self, key: DrawKey, model: Any) -> _Entry:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry.model_ref() is not model:  # the run was reloaded or retrained
+                self._bytes -= self._entries.pop(key).nbytes
+                entry = None
+            if entry is None:
+                entry = self._entries[key] = _Entry(model)
+            self._entries.move_to_end(key)
+            return entry
+
+    def _evict(self, keep: DrawKey) -> None:
+        """Drop least recently used entries until the bytes fit; `keep` (just used) goes last, and
+        goes too when it alone is over the bound."""
+        while self._bytes > self.max_bytes and self._entries:
+            key = next(iter(self._entries))
+            if key == keep and len(self._entries) > 1:
+                self._entries.move_to_end(key)
+                continue
+            self._bytes -= self._entries.pop(key).nbytes
+
+    @staticmethod
+    def _uncached(run: Any, x: Any, mode: Any, samples: int, threshold: float | None, seed: int,
+                  weights: str | None, batch_size: int | None, original_units: bool) -> Prediction:
+        prediction = predict(run, x, mode=mode, samples=samples, threshold=threshold, seed=seed, weights=weights,
+                             batch_size=batch_size)
+        return DrawCache._in_units(run, prediction, original_units)
+
+    @staticmethod
+    def _in_units(run: Any, prediction: Prediction, original_units: bool) -> Prediction:
+        convert = getattr(run, "in_original_units", None)  # a core.runs.Run; a bare model has no units
+        return convert(prediction) if original_units and convert is not None else prediction
