@@ -13,8 +13,9 @@ from dashboard.ui import guard
 JOB_KEY = "playground_job"
 CHARTS_KEY = "playground_charts"  # the last picture's chart specs: a poll that finds no new picture reuses them
 POLL_SECONDS = 0.5
-# The training waits for the first picture (the data and the untrained fit) to be built, at most this long.
-FIRST_PICTURE_HOLD_SECONDS = 3.0
+# The training waits until the first picture (the data and the untrained fit) was sent and one poll
+# later (time for the browser to draw it without a training competing for the CPU), at most this long.
+FIRST_PICTURE_HOLD_SECONDS = 2.0
 
 st.header("Playground")
 st.markdown(explain.PAGE_INTROS["playground"])
@@ -66,11 +67,16 @@ if job is not None and job[0] != key:
     st.stop()
 
 
+def picture_was_drawn(training: backend.PlaygroundTraining, picture: dict) -> bool:
+    cached = st.session_state.get(CHARTS_KEY)
+    return cached is not None and cached["training"] is training and cached["picture"] is picture
+
+
 def chart_specs(training: backend.PlaygroundTraining, picture: dict) -> dict:
     """Vega-Lite specs of the picture's three charts, built once per picture (the page polls faster
     than pictures come) and the network graph once per set of masks (they change rarely)."""
     cached = st.session_state.get(CHARTS_KEY)
-    if cached is not None and cached["training"] is training and cached["picture"] is picture:
+    if picture_was_drawn(training, picture):
         return cached["specs"]
     data = training._dataset
     if data.task == "regression":
@@ -110,12 +116,14 @@ def draw(training: backend.PlaygroundTraining) -> None:
     st.progress(min(1.0, picture["epoch"] / max(1, picture["total_epochs"])),
                 text=f"{status}: epoch {picture['epoch']}/{picture['total_epochs']}"
                      + (f", loss {picture['loss']:.4f}" if picture["loss"] is not None else ""))
+    drawn_before = picture_was_drawn(training, picture)
     specs = chart_specs(training, picture)
     st.vega_lite_chart(specs["main"], width="content")
     left, right = st.columns(2)
     left.vega_lite_chart(specs["graph"], width="content")
     right.vega_lite_chart(specs["histogram"], width="content")
-    training.first_picture_drawn()
+    if drawn_before:  # the browser had a poll's time to draw it alone: the training may take the CPU now
+        training.first_picture_drawn()
 
 
 @st.fragment(run_every=POLL_SECONDS)
