@@ -657,16 +657,21 @@ class PlaygroundTraining:
     Every `every` epochs the training thread itself (between epochs, so nothing races the
     optimiser) predicts on the plotting grid with R posterior draws and reads the statistic: the
     page draws `snapshot()` while the training goes on. `cancel()` stops it within a minibatch.
+    `start()` takes the untrained picture before it returns, so the page's first run draws it.
     """
 
-    def __init__(self, values: dict[str, Any], every: int = 20, samples: int = 20):
+    def __init__(self, values: dict[str, Any], every: int = 20, samples: int = 20, hold_seconds: float = 0.0):
         import threading
 
         self.config = make_config(values)
         self.every = max(1, int(every))
         self.samples = int(samples)
+        # The training waits (at most this long) for first_picture_drawn(): the page's first
+        # picture is built without a training thread competing for the interpreter.
+        self.hold_seconds = max(0.0, float(hold_seconds))
         self._lock = threading.Lock()
         self._cancel = threading.Event()
+        self._drawn = threading.Event()
         self._snapshot: dict[str, Any] | None = None
         self.error: str | None = None
         self.done = False
@@ -674,16 +679,27 @@ class PlaygroundTraining:
         self._thread = threading.Thread(target=self._run, name="bnn-playground", daemon=True)
 
     def start(self) -> "PlaygroundTraining":
+        """Builds the data, the model and its untrained picture here (milliseconds for these sizes),
+        so that the caller can draw at once; then trains in the thread."""
         import time
         self.started = time.time()
-        self._thread.start()
+        if self._guarded(self._prepare):
+            self._thread.start()
+        else:
+            self.done = True
         return self
+
+    def first_picture_drawn(self) -> None:
+        """The page has drawn a picture: the training may take the CPU now."""
+        self._drawn.set()
 
     def cancel(self) -> None:
         self._cancel.set()
+        self._drawn.set()
 
     def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
+        if self._thread.ident is not None:  # never started when the preparation failed
+            self._thread.join(timeout)
 
     @property
     def running(self) -> bool:
@@ -693,44 +709,61 @@ class PlaygroundTraining:
         with self._lock:
             return self._snapshot
 
-    def _run(self) -> None:
+    def _guarded(self, step: Callable[[], None]) -> bool:
+        """Runs step; a BNNError or a bug becomes self.error (a message for the page). True when it ran."""
         from core.errors import BNNError, TrainingCancelled
-        from core.models.network import build_model
-        from core.train import train
 
         try:
-            dataset = self.config.load_dataset()
-            model = build_model(self.config.model_config(dataset), "cpu",
-                                torch.Generator(device="cpu").manual_seed(self.config.seed))
-            if model.n_weights() > PLAYGROUND_MAX_WEIGHTS:
-                raise ConfigError(f"playground: {model.n_weights()} weights; keep it under {PLAYGROUND_MAX_WEIGHTS}")
-            if dataset.in_features == 1:
-                x_plot = dataset.x_grid
-            else:
-                x_plot = input_grid_2d(dataset.x_train, 40)[0]
-            self._dataset, self._x_plot, self._model = dataset, x_plot, model
-            total = self.config.train.total_epochs()
-            self._total = total
-            self._take(model, 0)
-            x = torch.from_numpy(np.ascontiguousarray(dataset.x_train))
-            y = torch.from_numpy(np.ascontiguousarray(dataset.y_train))
-
-            def progress(record: dict) -> None:
-                epoch = int(record.get("epoch", 0))
-                if epoch % self.every == 0 or epoch >= total:
-                    self._take(model, epoch, record)
-
-            # (no per-epoch snapshots: the page draws the picture itself, and its epochs are short)
-            train(model, x, y, self.config.train, seed=self.config.seed, progress=progress, cancel=self._cancel,
-                  snapshots=False)
+            step()
+            return True
         except TrainingCancelled:
-            pass
+            return False
         except BNNError as exc:
             self.error = str(exc)
         except Exception as exc:  # a bug: a message on the page, the traceback in the log
             import logging
             logging.getLogger(__name__).exception("playground training failed")
             self.error = f"unexpected error ({type(exc).__name__}): {exc}"
+        return False
+
+    def _prepare(self) -> None:
+        from core.models.network import build_model
+
+        dataset = self.config.load_dataset()
+        model = build_model(self.config.model_config(dataset), "cpu",
+                            torch.Generator(device="cpu").manual_seed(self.config.seed))
+        if model.n_weights() > PLAYGROUND_MAX_WEIGHTS:
+            raise ConfigError(f"playground: {model.n_weights()} weights; keep it under {PLAYGROUND_MAX_WEIGHTS}")
+        if dataset.in_features == 1:
+            x_plot = dataset.x_grid
+        else:
+            x_plot = input_grid_2d(dataset.x_train, 40)[0]
+        self._dataset, self._x_plot, self._model = dataset, x_plot, model
+        self._total = self.config.train.total_epochs()
+        self._take(model, 0)
+
+    def _train(self) -> None:
+        from core.train import train
+
+        self._drawn.wait(self.hold_seconds)
+        if self._cancel.is_set():
+            return
+        model, dataset, total = self._model, self._dataset, self._total
+        x = torch.from_numpy(np.ascontiguousarray(dataset.x_train))
+        y = torch.from_numpy(np.ascontiguousarray(dataset.y_train))
+
+        def progress(record: dict) -> None:
+            epoch = int(record.get("epoch", 0))
+            if epoch % self.every == 0 or epoch >= total:
+                self._take(model, epoch, record)
+
+        # (no per-epoch snapshots: the page draws the picture itself, and its epochs are short)
+        train(model, x, y, self.config.train, seed=self.config.seed, progress=progress, cancel=self._cancel,
+              snapshots=False)
+
+    def _run(self) -> None:
+        try:
+            self._guarded(self._train)
         finally:
             self.done = True
 

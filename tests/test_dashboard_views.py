@@ -677,6 +677,31 @@ def test_playground_cancel_stops_quickly():
     assert job.snapshot()["epoch"] < 3000
 
 
+def test_playground_has_its_first_picture_when_start_returns_and_trains_after_it_is_drawn():
+    """The page draws the untrained fit in its first run; the training waits for that picture
+    (at most hold_seconds) so the two do not compete for the interpreter."""
+    import time
+    from dashboard import backend
+    job = backend.PlaygroundTraining({"dataset": "toy-sine-gaps", "hidden": [8],
+                                      "train": {"epochs": 100, "batch_size": 500}}, every=10, hold_seconds=60).start()
+    picture = job.snapshot()
+    assert picture is not None and picture["epoch"] == 0 and picture["mean"].shape == (len(picture["x_plot"]),)
+    time.sleep(0.5)
+    assert job.snapshot() is picture and job.running  # held: no epoch before the picture is drawn
+    job.first_picture_drawn()
+    job.join(timeout=60)
+    assert job.done and job.error is None and job.snapshot()["epoch"] == 100
+
+
+def test_playground_too_large_a_network_is_a_message_not_a_thread():
+    from dashboard import backend
+    job = backend.PlaygroundTraining({"dataset": "two-moons", "hidden": [100, 100],
+                                      "train": {"epochs": 10, "batch_size": 500}}).start()
+    job.join(timeout=5)
+    assert job.done and not job.running and job.snapshot() is None
+    assert "weights; keep it under" in job.error
+
+
 def test_network_graph_draws_each_kept_connection():
     from dashboard import figures
     masks = [np.array([[1, 0, 1], [0, 1, 0]], dtype=bool), np.array([[1, 1, 1]], dtype=bool)]

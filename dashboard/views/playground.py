@@ -11,7 +11,11 @@ from dashboard import backend, explain, figures
 from dashboard.ui import guard
 
 JOB_KEY = "playground_job"
+CHARTS_KEY = "playground_charts"  # the last picture's chart specs: a poll that finds no new picture reuses them
 POLL_SECONDS = 0.5
+# The training waits until the first picture (the data and the untrained fit) was sent and one poll
+# later (time for the browser to draw it without a training competing for the CPU), at most this long.
+FIRST_PICTURE_HOLD_SECONDS = 2.0
 
 st.header("Playground")
 st.markdown(explain.PAGE_INTROS["playground"])
@@ -56,10 +60,49 @@ if job is None or job[0] != key:
     if job is not None:
         job[1].cancel()
     with guard("Cannot start the playground"):
-        st.session_state[JOB_KEY] = (key, backend.PlaygroundTraining(values, every=max(1, int(epochs) // 40)).start())
+        st.session_state[JOB_KEY] = (key, backend.PlaygroundTraining(
+            values, every=max(1, int(epochs) // 40), hold_seconds=FIRST_PICTURE_HOLD_SECONDS).start())
 job = st.session_state.get(JOB_KEY)
 if job is not None and job[0] != key:
     st.stop()
+
+
+def picture_was_drawn(training: backend.PlaygroundTraining, picture: dict) -> bool:
+    cached = st.session_state.get(CHARTS_KEY)
+    return cached is not None and cached["training"] is training and cached["picture"] is picture
+
+
+def chart_specs(training: backend.PlaygroundTraining, picture: dict) -> dict:
+    """Vega-Lite specs of the picture's three charts, built once per picture (the page polls faster
+    than pictures come) and the network graph once per set of masks (they change rarely)."""
+    cached = st.session_state.get(CHARTS_KEY)
+    if picture_was_drawn(training, picture):
+        return cached["specs"]
+    data = training._dataset
+    if data.task == "regression":
+        true_mean = None if data.y_grid_mean is None else data.unstandardise(data.y_grid_mean)
+        main = figures.regression_bands(picture["x_plot"], picture["mean"], picture["epistemic_std"],
+                                        picture["total_std"], data.x_train, data.unstandardise(data.y_train),
+                                        true_mean, colour=figures.family_colour(training.config.method))
+    else:
+        xs = np.unique(picture["x_plot"][:, 0])
+        ys = np.unique(picture["x_plot"][:, 1])
+        main = figures.decision_surface(xs, ys, picture, data.x_train, data.y_train, size=200,
+                                        samples=training.samples)
+    masks_key = (picture["default"], tuple(np.packbits(m).tobytes() for m in picture["masks"]))
+    if cached is not None and cached["training"] is training and cached["masks_key"] == masks_key:
+        graph = cached["specs"]["graph"]
+    else:
+        graph = figures.network_graph(picture["masks"], title=f"kept at the default cut ({picture['default']:g})",
+                                      colour=figures.family_colour(training.config.method)).to_dict(validate=False)
+    specs = {"main": main.to_dict(validate=False), "graph": graph,
+             "histogram": figures.statistic_histogram(picture["statistics"], picture["default"],
+                                                      picture["statistic"], log_counts=False,
+                                                      labels=None, colour=figures.family_colour(training.config.method)
+                                                      ).to_dict(validate=False)}
+    st.session_state[CHARTS_KEY] = {"training": training, "picture": picture, "masks_key": masks_key,
+                                    "specs": specs}
+    return specs
 
 
 def draw(training: backend.PlaygroundTraining) -> None:
@@ -67,29 +110,21 @@ def draw(training: backend.PlaygroundTraining) -> None:
     if training.error:
         st.error(f"Training failed: {training.error}")
     if picture is None:
-        st.info("Starting ...")
+        if not training.error:
+            st.info("Starting ...")
         return
     status = "done" if training.done else "training"
     st.progress(min(1.0, picture["epoch"] / max(1, picture["total_epochs"])),
                 text=f"{status}: epoch {picture['epoch']}/{picture['total_epochs']}"
                      + (f", loss {picture['loss']:.4f}" if picture["loss"] is not None else ""))
-    data = training._dataset
-    if data.task == "regression":
-        true_mean = None if data.y_grid_mean is None else data.unstandardise(data.y_grid_mean)
-        st.altair_chart(figures.regression_bands(
-            picture["x_plot"], picture["mean"], picture["epistemic_std"], picture["total_std"], data.x_train,
-            data.unstandardise(data.y_train), true_mean, colour=figures.family_colour(method)), width="content")
-    else:
-        xs = np.unique(picture["x_plot"][:, 0])
-        ys = np.unique(picture["x_plot"][:, 1])
-        st.altair_chart(figures.decision_surface(xs, ys, picture, data.x_train, data.y_train, size=200,
-                                                 samples=training.samples), width="content")
+    drawn_before = picture_was_drawn(training, picture)
+    specs = chart_specs(training, picture)
+    st.vega_lite_chart(specs["main"], width="content")
     left, right = st.columns(2)
-    left.altair_chart(figures.network_graph(picture["masks"], title=f"kept at the default cut ({picture['default']:g})",
-                                            colour=figures.family_colour(method)), width="content")
-    right.vega_lite_chart(figures.statistic_histogram(picture["statistics"], picture["default"], picture["statistic"],
-                                                      log_counts=False, labels=None,
-                                                      colour=figures.family_colour(method)).to_dict(), width="content")
+    left.vega_lite_chart(specs["graph"], width="content")
+    right.vega_lite_chart(specs["histogram"], width="content")
+    if drawn_before:  # the browser had a poll's time to draw it alone: the training may take the CPU now
+        training.first_picture_drawn()
 
 
 @st.fragment(run_every=POLL_SECONDS)
