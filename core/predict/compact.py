@@ -83,6 +83,12 @@ class CompactLayer:
             return self
         return CompactLayer(self.weight[start:stop], self.bias[start:stop], self.format)
 
+    def detached_copy(self) -> "CompactLayer":
+        """Per-draw weights in freshly allocated (aligned) memory; shared 2-D layers as they are."""
+        if self.weight.dim() != 3:
+            return self
+        return CompactLayer(self.weight.clone(), self.bias.clone(), self.format)
+
 
 def activate_(activation: nn.Module, h: Tensor) -> Tensor:
     """The activation, in place where torch has an in-place form (saves a copy of h)."""
@@ -115,8 +121,13 @@ class CompactNetwork:
 
     def draw(self, index: int) -> "CompactNetwork":
         """Draw `index` alone (a network of one draw): run by itself, its products have the same
-        shapes whichever draws shared its chunk, so its outputs do not depend on them."""
-        return self.draws(index, index + 1)
+        shapes whichever draws shared its chunk, so its outputs do not depend on them. Its tensors
+        are copied out of the chunk: a slice starts at an offset that depends on the draw's place in
+        the chunk, and MKL's kernels may sum in another order for another alignment (seen: 3e-8
+        with 2 threads)."""
+        part = self.draws(index, index + 1)
+        return CompactNetwork(part.input_index, [layer.detached_copy() for layer in part.layers],
+                              part.activation, part.n_inputs, part.disconnected)
 
     def gather_inputs(self, x: Tensor) -> Tensor:
         """x (n, d) -> the used features, transposed (k, n)."""
