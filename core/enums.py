@@ -65,6 +65,13 @@ class VariationalFamily(OptionEnum):
     STRUCTURED = "structured"
 
 
+class LearningRateSchedule(OptionEnum):
+    """How the step sizes move over the main training phase: held, or a cosine decay to zero."""
+
+    CONSTANT = "constant"
+    COSINE = "cosine"
+
+
 class PosttrainStructure(OptionEnum):
     """The structure fixed for post-training: the median probability model, or alpha itself."""
 

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from core.cpu_settings import enable_flush_denormals
-from core.enums import PosttrainStructure
+from core.enums import LearningRateSchedule, PosttrainStructure
 from core.errors import ConfigError, TrainingCancelled, TrainingDivergedError
 from core.models.network import BayesianMLP
 from core.snapshots import SnapshotRecorder, TrainingSnapshots
@@ -90,6 +90,9 @@ class TrainConfig:
     warm_start_epochs: int = 0
     # torch.compile the families' hot kernels (LBBNN): ~20 s once, then faster epochs.
     compile: bool = False
+    # The main phase's step sizes: constant, or a cosine decay to zero over its epochs (every group),
+    # so the last epochs average out the minibatch noise instead of bouncing around at full step.
+    lr_schedule: LearningRateSchedule = LearningRateSchedule.CONSTANT
 
     def __post_init__(self) -> None:
         def check(ok: bool, name: str, message: str) -> None:
@@ -103,6 +106,7 @@ class TrainConfig:
               "at least one epoch of training is needed")
         object.__setattr__(self, "posttrain_structure",
                            PosttrainStructure.parse(self.posttrain_structure, "posttrain_structure"))
+        object.__setattr__(self, "lr_schedule", LearningRateSchedule.parse(self.lr_schedule, "lr_schedule"))
         check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
         check(self.mc_samples >= 1, "mc_samples", f"must be >= 1, got {self.mc_samples}")
         check(self.kl_anneal_epochs is None or self.kl_anneal_epochs >= 0, "kl_anneal_epochs", f"must be >= 0, got {self.kl_anneal_epochs}")
@@ -231,13 +235,20 @@ def train(
 
         def run_phase(phase: str, epochs: int, rates: dict[str, float], epoch_offset: int) -> None:
             optimizer = _make_optimizer(model, rates)
+            decay = phase == "train" and config.lr_schedule is not LearningRateSchedule.CONSTANT
             for epoch in range(epochs):
                 global_epoch = epoch_offset + epoch
+                factor = learning_rate_factor(config.lr_schedule, epoch, epochs) if decay else 1.0
+                for group in optimizer.param_groups:
+                    group["lr"] = rates.get(group["name"], DEFAULT_LEARNING_RATES[group["name"]]) * factor
                 kl_weight = config.kl_weight
                 if config.kl_anneal_epochs and phase != "posttrain":
                     kl_weight *= min(1.0, (global_epoch + 1) / config.kl_anneal_epochs)
-                finish_epoch(_run_epoch(model, optimizer, x_train, y_train, config, kl_weight, batch_generator,
-                                        cancel, phase, global_epoch))
+                record = _run_epoch(model, optimizer, x_train, y_train, config, kl_weight, batch_generator,
+                                    cancel, phase, global_epoch)
+                if decay:
+                    record["learning_rate_factor"] = factor
+                finish_epoch(record)
 
         for layer in model.layers:
             layer.use_compiled_kernels(config.compile)
@@ -266,6 +277,15 @@ def train(
             run_phase("posttrain", config.posttrain_epochs, config.learning_rates, offset)
     return TrainResult(history=history, seconds=time.perf_counter() - started,
                        snapshots=None if recorder is None else recorder.result())
+
+
+def learning_rate_factor(schedule: LearningRateSchedule | str, epoch: int, epochs: int) -> float:
+    """The multiplier of the base step sizes during epoch `epoch` (0-based) of a phase of `epochs`:
+    1 throughout for constant; for cosine 0.5 (1 + cos(pi epoch / epochs)), 1 in the first epoch
+    and above zero in the last, so every epoch takes steps."""
+    if LearningRateSchedule.parse(schedule, "lr_schedule") is LearningRateSchedule.CONSTANT or epochs <= 0:
+        return 1.0
+    return 0.5 * (1.0 + math.cos(math.pi * epoch / epochs))
 
 
 def run_generator(device: torch.device, seed: int) -> torch.Generator | None:

@@ -47,6 +47,7 @@ def test_same_config_same_id_and_round_trip():
     {"train": {"epochs": 2, "warm_start_epochs": 1}},
     {"train": {"epochs": 2, "empirical_bayes": True}},
     {"train": {"epochs": 2, "posttrain_epochs": 1, "posttrain_structure": "alpha"}},
+    {"train": {"epochs": 2, "lr_schedule": "cosine"}},
     {"seed": 1},
 ])
 def test_every_result_changing_field_changes_the_id(changes):
@@ -59,6 +60,16 @@ def test_dataset_fingerprint_and_schema_version_enter_the_id(monkeypatch):
     assert config.run_id("0" * 64) != base
     monkeypatch.setattr(config_module, "SCHEMA_VERSION", config_module.SCHEMA_VERSION + 1)
     assert config.run_id(FINGERPRINT) != base
+
+
+def test_a_constant_learning_rate_schedule_keeps_the_ids_of_runs_stored_before_the_option():
+    """Runs stored before lr_schedule existed hashed a train table without it; constant is what they used."""
+    explicit = tiny(train={"epochs": 2, "lr_schedule": "constant"})
+    assert "lr_schedule" not in json.loads(explicit.canonical_json())["train"]
+    assert explicit.run_id(FINGERPRINT) == tiny().run_id(FINGERPRINT)
+    cosine = tiny(train={"epochs": 2, "lr_schedule": "cosine"})
+    assert json.loads(cosine.canonical_json())["train"]["lr_schedule"] == "cosine"
+    assert RunConfig.from_dict(json.loads(json.dumps(cosine.to_dict()))) == cosine
 
 
 def test_device_is_excluded_from_the_id():

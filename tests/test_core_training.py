@@ -1,5 +1,6 @@
 """The training loop: reproducibility, phases, cancel, divergence, and accuracy floors."""
 
+import math
 import threading
 
 import pytest
@@ -202,3 +203,40 @@ def test_train_fills_in_the_default_epochs_from_the_training_set():
     model = BayesianMLP(ModelConfig(in_features=4, out_classes=3, hidden=(3,), family="bnn"))
     train(model, x, y, config, progress=records.append)
     assert len(records) == default_epochs(250, 100) == 1000
+
+
+def test_cosine_schedule_factor_starts_at_one_and_decays_to_near_zero():
+    from core.train import learning_rate_factor
+    assert [learning_rate_factor("constant", e, 4) for e in range(4)] == [1.0] * 4
+    factors = [learning_rate_factor("cosine", e, 4) for e in range(4)]
+    assert factors == pytest.approx([1.0, 0.5 * (1 + 2 ** -0.5), 0.5, 0.5 * (1 - 2 ** -0.5)])
+    assert all(a > b > 0 for a, b in zip(factors, factors[1:]))
+    with pytest.raises(ConfigError, match="lr_schedule"):
+        TrainConfig(epochs=2, lr_schedule="linear")
+
+
+def test_cosine_schedule_acts_on_the_main_phase_only():
+    _, x, y = moons()
+    records = []
+    config = TrainConfig(epochs=4, warm_start_epochs=1, posttrain_epochs=1, batch_size=64, lr_schedule="cosine")
+    train(small_model(), x, y, config, progress=records.append)
+    main = [r for r in records if r.get("phase") == "train"]
+    assert [r["learning_rate_factor"] for r in main] == pytest.approx(
+        [0.5 * (1 + math.cos(math.pi * e / 4)) for e in range(4)])
+    assert all("learning_rate_factor" not in r for r in records if r.get("phase") != "train")
+
+
+def test_cosine_schedule_is_the_constant_one_in_a_single_epoch_and_differs_after():
+    """Factor 1 in the first epoch: one epoch of each is the same training, bit for bit; with more
+    epochs the smaller later steps give other weights."""
+    _, x, y = moons()
+    trained = {}
+    for epochs in (1, 3):
+        for schedule in ("constant", "cosine"):
+            torch.manual_seed(0)
+            model = small_model()
+            train(model, x, y, TrainConfig(epochs=epochs, batch_size=64, lr_schedule=schedule), seed=3)
+            trained[epochs, schedule] = state(model)
+    for key in trained[1, "constant"]:
+        assert torch.equal(trained[1, "constant"][key], trained[1, "cosine"][key]), key
+    assert any(not torch.equal(trained[3, "constant"][k], trained[3, "cosine"][k]) for k in trained[3, "constant"])

@@ -117,6 +117,8 @@ def _register_train(subparsers: argparse._SubParsersAction) -> None:
     schedule.add_argument("--kl-weight", type=float, default=None,
                           help="weight of the KL after annealing, in (0, 1]: 1 is the ELBO, below 1 a tempered "
                                "objective (see docs/why-lbbnn-over-prunes.md)")
+    schedule.add_argument("--lr-schedule", default=None, choices=("constant", "cosine"),
+                          help="step sizes of the main phase: constant, or a cosine decay to zero over its epochs")
     schedule.add_argument("--empirical-bayes", action=argparse.BooleanOptionalAction, default=None)
     schedule.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                           help="torch.compile LBBNN's training kernels (~20 s once, then faster epochs)")
@@ -181,7 +183,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                 "posttrain_epochs": args.posttrain_epochs, "posttrain_structure": args.posttrain_structure,
                 "batch_size": args.batch_size, "mc_samples": args.mc_samples,
                 "kl_anneal_epochs": args.kl_anneal_epochs, "warm_start_epochs": args.warm_start_epochs,
-                "kl_weight": args.kl_weight, "empirical_bayes": args.empirical_bayes, "compile": args.compile}
+                "kl_weight": args.kl_weight, "empirical_bayes": args.empirical_bayes, "compile": args.compile,
+                "lr_schedule": args.lr_schedule}
     train.update({k: v for k, v in schedule.items() if v is not None})
     if args.lr:
         train["learning_rates"] = {**train.get("learning_rates", {}), **parse_pair_list(args.lr, "--lr")}

@@ -282,7 +282,7 @@ class RunConfig:
             "likelihood": self.likelihood,
             **({"likelihood_options": dict(self.likelihood_options)} if self.likelihood_options else {}),
             "family_options": dict(self.family_options),
-            "train": _plain(dataclasses.asdict(self.train), "train"),
+            "train": _train_dict(self.train),
             "seed": self.seed,
             "device": self.device,
         }
@@ -335,6 +335,15 @@ class RunConfig:
         """Short human description, e.g. 'lbbnn 784-400-600-10 on mnist-small, seed 0'."""
         split = f" split {self.split}" if self.split is not None else ""
         return f"{self.method} [{'-'.join(map(str, self.hidden))}] on {self.dataset}{split}, seed {self.seed}"
+
+
+def _train_dict(train: TrainConfig) -> dict[str, Any]:
+    """The training settings as plain values; a constant learning-rate schedule (the default, and
+    what every run before the option existed used) is left out so those runs keep their ids."""
+    values = _plain(dataclasses.asdict(train), "train")
+    if values.get("lr_schedule") == "constant":
+        values.pop("lr_schedule")
+    return values
 
 
 def _plain(value: Any, name: str) -> Any:
