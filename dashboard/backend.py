@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from core.enums import LearningRateSchedule
 from core.errors import ConfigError
 from core.models.base import Keep, StatisticSpec
 from core.predict.draw_cache import DrawCache
@@ -25,6 +26,7 @@ from core.runs import parsing
 # The vocabulary and its help live on PredictionMode; these are the dashboard's views of it.
 PREDICTION_MODES: tuple[str, ...] = tuple(mode.value for mode in PredictionMode)
 MODE_HELP = {mode.value: mode.description for mode in PredictionMode}
+LR_SCHEDULES = LearningRateSchedule.values()  # constant first: the default
 DOUBT_LEVEL = DOUBT_LEVEL  # the doubt decision's level (figures and captions show it)
 DEFAULT_DATASET = "mnist-small"
 OOD_PARTNER = {"mnist-small": "fashion-mnist-small", "fashion-mnist-small": "mnist-small",

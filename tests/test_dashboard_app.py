@@ -209,12 +209,16 @@ def test_training_from_the_form_stores_and_selects_the_run(tmp_path, monkeypatch
     at.selectbox(key="train_dataset").set_value("two-moons").run()
     at.text_input(key="train_hidden").input("4").run()
     at.number_input(key="train_epochs").set_value(2).run()
+    assert at.selectbox(key="train_lr_schedule").value == "constant"
+    at.selectbox(key="train_lr_schedule").set_value("cosine").run()
     at.button(key="train_button").click().run()
     assert_clean(at)
     worker = at.session_state["training_worker"]
     snapshot = worker.join(timeout=120)
     assert snapshot.status.value == "done", snapshot.error
     assert [record["epoch"] for record in snapshot.history] == [1, 2]
+    # the schedule reached core: full step in the first epoch, half in the second of two
+    assert [record.get("learning_rate_factor") for record in snapshot.history] == pytest.approx([1.0, 0.5])
     at.run()
     assert_clean(at)
     assert at.session_state["selected_run_id"] == snapshot.run_id

@@ -203,6 +203,10 @@ def config_form() -> dict[str, Any] | None:
         rates_text = {group: column.text_input(f"Learning rate: {group}", f"{default_rates[group]:g}",
                                                key=f"train_lr_{group}")
                       for column, group in zip(rate_columns, ("weights", "scales", "inclusion"))}
+        lr_schedule = st.selectbox(
+            "Step sizes over training", backend.LR_SCHEDULES, key="train_lr_schedule",
+            help="constant, or a cosine decay to zero over the main phase: the last epochs settle instead of "
+                 "bouncing at full step (the UCI presets use it; docs/uci-regression.md section 8)")
     noise_options = noise_model_controls(errors) if info["task"] == "regression" else {}
     params_text = ""
     if info["task"] == "regression" or dataset.startswith(("toy-", "two-")):
@@ -220,6 +224,8 @@ def config_form() -> dict[str, Any] | None:
                  "learning_rates": {g: backend.parse_scalar(t.strip()) for g, t in rates_text.items()}}
         if empirical_bayes:
             train["empirical_bayes"] = True
+        if lr_schedule != "constant":
+            train["lr_schedule"] = lr_schedule
         values = {
             "dataset": dataset,
             "dataset_params": backend.parse_options(params_text) if params_text.strip() else {},
