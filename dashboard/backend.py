@@ -243,7 +243,12 @@ def draw_cache_bytes() -> int:
     return int(max(0.0, megabytes) * 2**20)
 
 
-DRAW_CACHE = DrawCache(draw_cache_bytes())
+def predict_slots() -> int:
+    """Predictions computed at once (the rest wait in turn): one per core, counting torch's threads."""
+    return max(1, (os.cpu_count() or 1) // max(1, torch.get_num_threads()))
+
+
+DRAW_CACHE = DrawCache(draw_cache_bytes(), compute_slots=predict_slots())
 
 
 def predict(run: Any, x: np.ndarray, mode: str, samples: int, threshold: float | None, seed: int = 0,
