@@ -621,8 +621,8 @@ def attribute_script_cpu(report: Report, rerun_log: Path) -> None:
             by_session.setdefault(interaction.server_session, []).append(interaction)
     total = 0.0
     for run in runs:
-        if run.get("start", 0.0) < report.started:
-            continue
+        if run.get("start", 0.0) < report.started or not run.get("session"):
+            continue  # before the class, or not a session's (a process outside the server)
         total += run.get("cpu", 0.0)
         for interaction in by_session.get(run.get("session"), []):
             if interaction.started - 0.05 <= run["start"] <= interaction.started + interaction.seconds + 0.05:

@@ -243,9 +243,21 @@ def draw_cache_bytes() -> int:
     return int(max(0.0, megabytes) * 2**20)
 
 
-def predict_slots() -> int:
-    """Predictions computed at once (the rest wait in turn): one per core, counting torch's threads."""
-    return max(1, (os.cpu_count() or 1) // max(1, torch.get_num_threads()))
+PREDICT_SLOTS_VARIABLE = "BNN_PREDICT_SLOTS"
+
+
+def predict_slots() -> int | None:
+    """Predictions computed at once, the rest waiting their turn: $BNN_PREDICT_SLOTS (unset or 0: no
+    limit). Measured with the 30-session classroom load test (benchmarks/results/classroom_load_mnist.md):
+    2 slots on 2 cores made the median slider move about 5x faster but the slowest 5% slower (the
+    sessions answered quickly asked for new settings sooner, and queued behind each other), so no
+    limit is the default."""
+    text = os.environ.get(PREDICT_SLOTS_VARIABLE, "").strip()
+    try:
+        slots = int(text) if text else 0
+    except ValueError:
+        slots = 0
+    return slots if slots > 0 else None
 
 
 DRAW_CACHE = DrawCache(draw_cache_bytes(), compute_slots=predict_slots())

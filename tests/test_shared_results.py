@@ -256,3 +256,12 @@ def test_rerun_log_records_each_script_run(runs, tmp_path, monkeypatch):
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert [line["page"] for line in lines] == ["train", "glossary"]
     assert all(line["end"] >= line["start"] and line["cpu"] >= 0 for line in lines)
+
+
+def test_predict_slots_setting(monkeypatch):
+    from dashboard import backend
+    monkeypatch.delenv("BNN_PREDICT_SLOTS", raising=False)
+    assert backend.predict_slots() is None  # no limit by default (see predict_slots: measured)
+    for text, slots in (("3", 3), ("1", 1), ("0", None), ("-2", None), ("many", None)):
+        monkeypatch.setenv("BNN_PREDICT_SLOTS", text)
+        assert backend.predict_slots() == slots

@@ -32,7 +32,9 @@ at once through one cache; the others wait their turn. A class moving sliders as
 entries at once: run all at once on a 2-core machine they share the cores (and the memory
 bandwidth) and all finish late; in turns the first ones finish early and the cheap reruns of the
 other sessions keep a core. A slot is taken only around the computation itself, never while
-waiting for another lock, so it cannot deadlock.
+waiting for another lock, so it cannot deadlock. A thread that has had its turn does not queue
+again (a dashboard rerun is one thread, and its page may need two new entries: it is not sent
+to the back of the queue for the second).
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ class DrawCache:
         self.max_bytes = int(max_bytes)
         self.compute_slots = None if compute_slots is None else int(compute_slots)
         self._slots = None if compute_slots is None else threading.BoundedSemaphore(int(compute_slots))
+        self._turns = threading.local()  # .had: this thread has had a turn (see the module docstring)
         self._lock = threading.Lock()
         self._entries: OrderedDict[DrawKey, _Entry] = OrderedDict()
         self._bytes = 0
@@ -145,11 +148,14 @@ class DrawCache:
     @contextmanager
     def computing(self) -> Iterator[None]:
         """Hold one of the compute slots (if limited) for the duration of a forward computation."""
-        if self._slots is None:
+        if self._slots is None or getattr(self._turns, "had", False):
             yield
             return
         with self._slots:
-            yield
+            try:
+                yield
+            finally:
+                self._turns.had = True
 
     # --- predicting -----------------------------------------------------------------------------------
     def predict(self, run: Any, x: Any, inputs: Hashable, owner: Hashable | None, mode: str | PredictionMode = "bma",
