@@ -5,6 +5,13 @@
   Runs of one dataset share one loaded copy of it (`cached_dataset`).
 - everything derived (statistics, masks, sweeps, evaluations, predictions) is
   st.cache_data keyed by run id + parameters and returns plain numpy/dicts.
+  Predictions are keyed in `prediction_key`'s canonical form, so settings that
+  compute the same numbers (prune with mean weights and mpm-mean at a threshold,
+  prune with sampled weights and mpm) are one entry, computed once for a class.
+- chart specs are cached with their data already Arrow-encoded (`shipped`), so a
+  rerun only looks them up.
+- `cached_run_list()`: the store's runs, one copy per process, read again when
+  the store's folder changes (or after RUN_LIST_TTL).
 - `training_queue()`: the process-wide training queue (dashboard/worker.py).
 
 Cached functions take the run id, never the run object, so keys stay small
@@ -396,8 +403,8 @@ def prediction_arrays(prediction: Any) -> dict[str, np.ndarray]:
 # Building an Altair chart and converting it (with schema validation) cost about half of a
 # Pruning page rerun; a class moving sliders over the same positions reuses the specs.
 # The specs are kept with their datasets already in the Arrow form st.vega_lite_chart sends
-# (`shipped`): converting a 4096-cell heatmap's rows on every rerun of every session cost more
-# than the rest of a cached rerun.
+# (`shipped`): Streamlit otherwise converts every dataset's rows (up to 4096 cells of a heatmap)
+# to Arrow again on every rerun of every session.
 
 def shipped(spec: dict[str, Any]) -> dict[str, Any]:
     """A Vega-Lite spec whose named datasets are Arrow IPC bytes, as st.vega_lite_chart ships them
