@@ -402,6 +402,25 @@ def mode_draws_samples(mode: str, weights: str | None = None) -> bool:
     return PredictionMode(mode).draws_samples(weights)
 
 
+def same_numbers_mode(mode: str, weights: str | None = None) -> str:
+    """The mode that predicts exactly what `mode` with `weights` does: prune with sampled weights is
+    mpm at that threshold, prune with mean weights is mpm-mean (the same network, the same draws);
+    any other mode is itself (aliases such as 'MED-MEA' by their names)."""
+    from core.predict.modes import WeightChoice, parse_mode
+    parsed = parse_mode(mode)
+    if parsed is PredictionMode.PRUNE:
+        return (PredictionMode.MPM if parsed.weight_choice(weights) is WeightChoice.SAMPLE
+                else PredictionMode.MPM_MEAN).value
+    return parsed.value
+
+
+def run_store_folder() -> Any:
+    """The folder of the run store ($BNN_CACHE_DIR/runs): its modification time changes when a run
+    is added or deleted."""
+    from core.runs.store import RunStore
+    return RunStore().root
+
+
 def expected_density(statistics: Sequence[np.ndarray], statistic_name: str) -> float | None:
     """Expected fraction of weights in a sampled network, for families that sample the structure
     (the mean inclusion probability); None when every draw uses every weight."""

@@ -102,15 +102,10 @@ def prediction_key(mode: str, samples: int, threshold: float | None, seed: int,
     - a mode that draws nothing (mean, mpm-mean) ignores R and the seed: R = 1, seed 0;
     - a mode without a threshold (bma, mean) has threshold None.
     """
-    from core.predict.modes import PredictionMode, WeightChoice, parse_mode
-
-    parsed = parse_mode(mode)
-    if parsed is PredictionMode.PRUNE:
-        parsed = (PredictionMode.MPM if parsed.weight_choice(weights) is WeightChoice.SAMPLE
-                  else PredictionMode.MPM_MEAN)
-    draws = parsed.draws_samples()
-    return {"mode": parsed.value, "samples": int(samples) if draws else 1, "seed": int(seed) if draws else 0,
-            "threshold": float(threshold) if parsed.uses_threshold and threshold is not None else None,
+    same = backend.same_numbers_mode(mode, weights)
+    draws = backend.mode_draws_samples(same)
+    return {"mode": same, "samples": int(samples) if draws else 1, "seed": int(seed) if draws else 0,
+            "threshold": float(threshold) if backend.uses_threshold(same) and threshold is not None else None,
             "weights": None}
 
 
@@ -232,8 +227,7 @@ _run_list: dict[str, Any] = {"stamp": None, "read_at": 0.0, "rows": None, "label
 
 def _store_stamp() -> tuple[str, int | None]:
     """The run store's folder and its modification time (changes when a run folder comes or goes)."""
-    from core.runs.store import RunStore
-    root = RunStore().root
+    root = backend.run_store_folder()
     try:
         return str(root), root.stat().st_mtime_ns
     except OSError:
