@@ -73,6 +73,9 @@ class Interaction:
     kind: str
     seconds: float
     ok: bool
+    started: float = 0.0  # wall clock (time.time()) when the widget value was sent
+    server_session: str | None = None  # the server's id of the session (to match its script runs)
+    cpu_seconds: float = 0.0  # thread CPU of the server's script runs for this interaction
 
 
 @dataclass
@@ -89,9 +92,18 @@ class Report:
     load_average: tuple[float, float, float] = (0.0, 0.0, 0.0)
     server_cpu_seconds: float = float("nan")  # the server process's CPU time during the class
     client_cpu_seconds: float = float("nan")  # this process's (the sessions') CPU time during the class
+    script_cpu_seconds: float = float("nan")  # of which the script runs' own threads (from the rerun log)
+    started: float = 0.0  # wall clock when the class began (after the teacher's first page)
 
     def latencies(self, kinds: tuple[str, ...] | None = None) -> list[float]:
         return [i.seconds for i in self.interactions if kinds is None or i.kind in kinds]
+
+    def cpu_by_kind(self) -> dict[str, tuple[int, float]]:
+        """Interaction kind -> (count, mean thread CPU of its script runs on the server)."""
+        kinds: dict[str, list[float]] = {}
+        for interaction in self.interactions:
+            kinds.setdefault(interaction.kind, []).append(interaction.cpu_seconds)
+        return {kind: (len(values), sum(values) / len(values)) for kind, values in kinds.items()}
 
     def summary(self, kinds: tuple[str, ...] | None = None) -> dict[str, float]:
         values = sorted(self.latencies(kinds))
@@ -220,6 +232,7 @@ class Session:
         self.timeout = timeout
         self.pages: dict[str, str] = {}  # page name -> script hash
         self.page = ""
+        self.server_session: str | None = None  # the server's session id (new_session message)
         self.widgets: dict[str, Any] = {}  # widget id -> WidgetState (what the browser would resend)
         self.last: RunResult | None = None
         self._ws = None
@@ -256,6 +269,7 @@ class Session:
             kind = msg.WhichOneof("type")
             if kind == "new_session":
                 self._current = RunResult()
+                self.server_session = msg.new_session.initialize.session_id or self.server_session
             elif kind == "navigation":
                 self.pages = {page.page_name: page.page_script_hash for page in msg.navigation.app_pages}
                 current = [p.page_name for p in msg.navigation.app_pages
@@ -409,18 +423,19 @@ def check_result(session: Session, result: RunResult, report: Report, kind: str,
 
 async def timed(session: Session, report: Report, kind: str, expect: dict[str, Any], trainer_labels: dict,
                 page: str | None = None, changes: dict | None = None) -> RunResult | None:
-    started = time.perf_counter()
+    started, wall = time.perf_counter(), time.time()
     if os.environ.get("BNN_LOAD_DEBUG"):
         print(f"{time.strftime('%H:%M:%S')} session {session.index} {kind} ...", file=sys.stderr, flush=True)
     try:
         result = await session.rerun(page=page, changes=changes)
     except (asyncio.TimeoutError, OSError, Exception) as exc:  # a dropped connection or a timeout
         report.errors.append(f"session {session.index} {kind}: {type(exc).__name__}: {exc}")
-        report.interactions.append(Interaction(session.index, kind, time.perf_counter() - started, False))
+        report.interactions.append(Interaction(session.index, kind, time.perf_counter() - started, False, wall,
+                                               session.server_session))
         return None
     seconds = time.perf_counter() - started
     ok = check_result(session, result, report, kind, expect, trainer_labels)
-    report.interactions.append(Interaction(session.index, kind, seconds, ok))
+    report.interactions.append(Interaction(session.index, kind, seconds, ok, wall, session.server_session))
     return result
 
 
@@ -546,6 +561,7 @@ async def run_class(url: str, runs: list[str], scenario: Scenario, report: Repor
     await teacher.rerun()
     await teacher.close()
     report.memory_mb.append(server.memory_mb()[0])
+    report.started = time.time()
     server_cpu, client_cpu = server.cpu_seconds(), time.process_time()
     memory = asyncio.create_task(sample_memory())
     training = [asyncio.create_task(train(s, report, scenario, deadline, trainer_labels, stop))
@@ -567,8 +583,9 @@ async def run_class(url: str, runs: list[str], scenario: Scenario, report: Repor
 def run_load_test(scenario: Scenario, cache_dir: Path | None = None, work_dir: Path | None = None) -> Report:
     work = Path(work_dir or tempfile.mkdtemp(prefix="bnn-classroom-"))
     cache = Path(cache_dir or work / "cache")
+    rerun_log = work / "reruns.jsonl"
     env = dict(os.environ, BNN_CACHE_DIR=str(cache), BNN_OFFLINE="1", BNN_MAX_TRAININGS="2",
-               PYTHONUNBUFFERED="1")
+               PYTHONUNBUFFERED="1", BNN_RERUN_LOG=str(rerun_log))
     runs = prepare_runs(scenario, env)
     server = Server(env, work / "streamlit.log")
     report = Report(scenario)
@@ -583,10 +600,35 @@ def run_load_test(scenario: Scenario, cache_dir: Path | None = None, work_dir: P
         report.wall_seconds = time.perf_counter() - started
         report.load_average = os.getloadavg()
         server.stop()
+    attribute_script_cpu(report, rerun_log)
     log = (work / "streamlit.log").read_text()
     if "Traceback" in log:
         report.errors.append("the server log has a traceback:\n" + log[log.index("Traceback"):][:2000])
     return report
+
+
+def attribute_script_cpu(report: Report, rerun_log: Path) -> None:
+    """Each script run the server logged (dashboard/app.py, $BNN_RERUN_LOG) goes to the interaction of
+    its session that was under way when it started; runs of the class's time count in
+    report.script_cpu_seconds."""
+    try:
+        runs = [json.loads(line) for line in rerun_log.read_text().splitlines() if line.strip()]
+    except OSError:
+        return
+    by_session: dict[str, list[Interaction]] = {}
+    for interaction in report.interactions:
+        if interaction.server_session:
+            by_session.setdefault(interaction.server_session, []).append(interaction)
+    total = 0.0
+    for run in runs:
+        if run.get("start", 0.0) < report.started or not run.get("session"):
+            continue  # before the class, or not a session's (a process outside the server)
+        total += run.get("cpu", 0.0)
+        for interaction in by_session.get(run.get("session"), []):
+            if interaction.started - 0.05 <= run["start"] <= interaction.started + interaction.seconds + 0.05:
+                interaction.cpu_seconds += run.get("cpu", 0.0)
+                break
+    report.script_cpu_seconds = total
 
 
 # --- the table -------------------------------------------------------------------------------------
@@ -621,6 +663,17 @@ def table(report: Report) -> str:
         f"- wall time {report.wall_seconds:.0f} s; load average at the end {report.load_average[0]:.1f} / "
         f"{report.load_average[1]:.1f} / {report.load_average[2]:.1f} (1/5/15 min) on {os.cpu_count()} cores",
     ]
+    by_kind = report.cpu_by_kind()
+    if report.script_cpu_seconds == report.script_cpu_seconds:  # a rerun log was read
+        lines += ["", "Server CPU per interaction kind (thread CPU of the script runs each interaction caused; "
+                      "the rest of the server's CPU is its event loop, sending messages and the fragments' polls):",
+                  "", "| interaction | n | CPU per interaction (s) | CPU in all (s) |", "|---|---|---|---|"]
+        for kind in ("threshold", "samples", "weights", "page switch", "open link", "train", "train poll", "cancel"):
+            if kind in by_kind:
+                count, mean = by_kind[kind]
+                lines.append(f"| {kind} | {count} | {mean:.3f} | {count * mean:.1f} |")
+        lines.append(f"| script runs in all / server process | | | {report.script_cpu_seconds:.1f} / "
+                     f"{report.server_cpu_seconds:.1f} |")
     if report.errors or report.leaks:
         lines += ["", "First problems:"] + [f"- {p}" for p in (report.errors + report.leaks)[:10]]
     return "\n".join(lines)
@@ -639,6 +692,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", default="mnist-small",
                         help="dataset of the browsed runs: mnist-small (bundled) or mnist (needs $BNN_DATA_DIR)")
     parser.add_argument("--note", default="", help="a line about the machine's load, written under the table")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="also write every interaction (session, kind, start, seconds, server CPU) as JSON")
     args = parser.parse_args(argv)
     if args.sessions < 3:
         parser.error("--sessions: at least 3 (two of them train)")
@@ -653,6 +708,10 @@ def main(argv: list[str] | None = None) -> int:
         body += ["", args.note]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(body) + "\n")
+    if args.json is not None:
+        args.json.write_text(json.dumps({"started": report.started, "interactions": [
+            {"session": i.session, "kind": i.kind, "start": i.started - report.started, "seconds": i.seconds,
+             "ok": i.ok, "cpu": i.cpu_seconds} for i in report.interactions]}, indent=1))
     print(text)
     return 0 if not report.errors and not report.leaks else 1
 

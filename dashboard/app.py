@@ -7,7 +7,10 @@ session state and load it through the cached backend.
 
 from __future__ import annotations
 
+import json
+import os
 import sys
+import time
 from pathlib import Path
 
 # `streamlit run dashboard/app.py` puts dashboard/ on sys.path, not the project root.
@@ -31,7 +34,7 @@ LINKED_RUN_KEY = "linked_run"  # the last link followed
 
 def run_picker() -> None:
     """Sidebar: choose the current run among the cached ones."""
-    from dashboard import backend, cache, state
+    from dashboard import cache, state
     from dashboard.ui import guard
 
     with guard("Listing cached runs"):
@@ -51,7 +54,7 @@ def run_picker() -> None:
                 st.sidebar.caption("No cached runs yet: train one on the Train page.")
             sidebar_training_status()
             return
-        all_labels = backend.run_labels(rows)
+        all_labels = cache.cached_run_labels()
         labels = {r["run_id"]: all_labels[r["run_id"]] for r in reversed(rows)}  # newest first
         ids = list(labels)
         follow_link(ids)
@@ -117,7 +120,40 @@ def follow_link(ids: list[str]) -> None:
 PAGE_PARAM = "page"  # ?page=pruning: open that page (the path /pruning does the same)
 
 
+RERUN_LOG_VARIABLE = "BNN_RERUN_LOG"  # a file: one JSON line per script run (the load test's CPU per interaction)
+
+
 def main() -> None:
+    """One script run; with $BNN_RERUN_LOG set, its session, page, wall and thread CPU times are logged."""
+    path = os.environ.get(RERUN_LOG_VARIABLE)
+    if not path:
+        return render()
+    started, cpu, page = time.time(), time.thread_time(), []
+    try:
+        render(page)
+    finally:
+        log_rerun(path, started, time.thread_time() - cpu, page[0] if page else None)
+
+
+def log_rerun(path: str, started: float, cpu_seconds: float, page: str | None) -> None:
+    try:
+        from streamlit.runtime.scriptrunner import get_script_run_ctx
+        ctx = get_script_run_ctx()
+        session = ctx.session_id if ctx is not None else None
+    except Exception:  # no runtime (bare mode)
+        session = None
+    line = json.dumps({"session": session, "page": page, "start": started, "end": time.time(),
+                       "cpu": cpu_seconds}) + "\n"
+    # One write to a file opened for appending: concurrent sessions' lines do not interleave
+    # (this script runs afresh each time, so a module-level lock would not be shared).
+    handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(handle, line.encode())
+    finally:
+        os.close(handle)
+
+
+def render(page_out: list | None = None) -> None:
     st.set_page_config(page_title=APP_TITLE, page_icon=str(PAGE_ICON), layout="wide")
     # The first paint of a fresh server waits for torch and the data modules: say so at once.
     starting = st.empty()
@@ -136,9 +172,12 @@ def main() -> None:
     ]
     settings.refuse_streamlit_cache_clearing()
     navigation = st.navigation(pages)
+    if page_out is not None:
+        page_out.append(navigation.url_path or "train")
     st.sidebar.title(APP_TITLE)
-    with st.spinner("Loading ..."):
-        run_picker()
+    # No st.spinner here: it starts a timer thread on every rerun of every session, and the run
+    # list is read from memory (the first paint of a fresh server says "Starting" above).
+    run_picker()
     starting.empty()
     st.session_state["app_started"] = True
     requested = st.query_params.get(PAGE_PARAM)
@@ -151,4 +190,8 @@ def main() -> None:
         navigation.run()
 
 
-main()
+# A training started with multiprocessing's "spawn" re-runs the parent's main script in the child as
+# __mp_main__, and under Streamlit that is this file: the child must not render the app (it cost
+# each training's start 2.4 s of CPU, seen in the rerun log of the classroom load test).
+if __name__ != "__mp_main__":
+    main()

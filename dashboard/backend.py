@@ -245,7 +245,24 @@ def draw_cache_bytes() -> int:
     return int(max(0.0, megabytes) * 2**20)
 
 
-DRAW_CACHE = DrawCache(draw_cache_bytes())
+PREDICT_SLOTS_VARIABLE = "BNN_PREDICT_SLOTS"
+
+
+def predict_slots() -> int | None:
+    """Predictions computed at once, the rest waiting their turn: $BNN_PREDICT_SLOTS (unset or 0: no
+    limit). Measured with the 30-session classroom load test (benchmarks/results/classroom_load_mnist.md):
+    2 slots on 2 cores made the median slider move about 5x faster but the slowest 5% slower (the
+    sessions answered quickly asked for new settings sooner, and queued behind each other), so no
+    limit is the default."""
+    text = os.environ.get(PREDICT_SLOTS_VARIABLE, "").strip()
+    try:
+        slots = int(text) if text else 0
+    except ValueError:
+        slots = 0
+    return slots if slots > 0 else None
+
+
+DRAW_CACHE = DrawCache(draw_cache_bytes(), compute_slots=predict_slots())
 
 
 def predict(run: Any, x: np.ndarray, mode: str, samples: int, threshold: float | None, seed: int = 0,
@@ -385,6 +402,25 @@ def mode_uses_slider(mode: str) -> bool:
 
 def mode_draws_samples(mode: str, weights: str | None = None) -> bool:
     return PredictionMode(mode).draws_samples(weights)
+
+
+def same_numbers_mode(mode: str, weights: str | None = None) -> str:
+    """The mode that predicts exactly what `mode` with `weights` does: prune with sampled weights is
+    mpm at that threshold, prune with mean weights is mpm-mean (the same network, the same draws);
+    any other mode is itself (aliases such as 'MED-MEA' by their names)."""
+    from core.predict.modes import WeightChoice, parse_mode
+    parsed = parse_mode(mode)
+    if parsed is PredictionMode.PRUNE:
+        return (PredictionMode.MPM if parsed.weight_choice(weights) is WeightChoice.SAMPLE
+                else PredictionMode.MPM_MEAN).value
+    return parsed.value
+
+
+def run_store_folder() -> Any:
+    """The folder of the run store ($BNN_CACHE_DIR/runs): its modification time changes when a run
+    is added or deleted."""
+    from core.runs.store import RunStore
+    return RunStore().root
 
 
 def expected_density(statistics: Sequence[np.ndarray], statistic_name: str) -> float | None:

@@ -5,6 +5,13 @@
   Runs of one dataset share one loaded copy of it (`cached_dataset`).
 - everything derived (statistics, masks, sweeps, evaluations, predictions) is
   st.cache_data keyed by run id + parameters and returns plain numpy/dicts.
+  Predictions are keyed in `prediction_key`'s canonical form, so settings that
+  compute the same numbers (prune with mean weights and mpm-mean at a threshold,
+  prune with sampled weights and mpm) are one entry, computed once for a class.
+- chart specs are cached with their data already Arrow-encoded (`shipped`), so a
+  rerun only looks them up.
+- `cached_run_list()`: the store's runs, one copy per process, read again when
+  the store's folder changes (or after RUN_LIST_TTL).
 - `training_queue()`: the process-wide training queue (dashboard/worker.py).
 
 Cached functions take the run id, never the run object, so keys stay small
@@ -30,9 +37,11 @@ kept. Forgetting a run drops its draws too.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import threading
+import time
 from typing import Any, Callable
 
 import numpy as np
@@ -83,9 +92,29 @@ def once_at_a_time(key: tuple, compute: Callable[[], Any]) -> Any:
                 del _inflight[key]
 
 
-def per_run(**cache_options: Any) -> Callable:
+def prediction_key(mode: str, samples: int, threshold: float | None, seed: int,
+                   weights: str | None = None) -> dict[str, Any]:
+    """The arguments of a prediction in one canonical form, so that settings which compute the same
+    numbers share one cache entry (and one computation):
+
+    - prune with the kept weights' means is mpm-mean at that threshold, and prune with sampled
+      weights is mpm at that threshold (core.predict runs the same network and the same draws);
+    - a mode that draws nothing (mean, mpm-mean) ignores R and the seed: R = 1, seed 0;
+    - a mode without a threshold (bma, mean) has threshold None.
+    """
+    same = backend.same_numbers_mode(mode, weights)
+    draws = backend.mode_draws_samples(same)
+    return {"mode": same, "samples": int(samples) if draws else 1, "seed": int(seed) if draws else 0,
+            "threshold": float(threshold) if backend.uses_threshold(same) and threshold is not None else None,
+            "weights": None}
+
+
+def per_run(canonical_prediction: bool = False, **cache_options: Any) -> Callable:
     """st.cache_data for a function whose first argument is a run id, keyed by the run's
-    generation too, so that forget_run(run_id) drops that run's entries and no other."""
+    generation too, so that forget_run(run_id) drops that run's entries and no other.
+
+    canonical_prediction: the function takes (mode, samples, threshold, seed, weights) among its
+    arguments; they are put in `prediction_key`'s form before the lookup."""
     def decorate(compute: Callable) -> Callable:
         def entry(run_id: str, run_generation: int, *args: Any, **kwargs: Any) -> Any:
             return compute(run_id, *args, **kwargs)
@@ -94,8 +123,16 @@ def per_run(**cache_options: Any) -> Callable:
         entry.__qualname__ = f"{compute.__qualname__}.per_run"
         entry.__module__ = compute.__module__
         cached = st.cache_data(**cache_options)(entry)
+        signature = inspect.signature(compute)
 
         def lookup(run_id: str, *args: Any, **kwargs: Any) -> Any:
+            if canonical_prediction:
+                bound = signature.bind(run_id, *args, **kwargs)
+                bound.apply_defaults()
+                values = bound.arguments
+                values.update(prediction_key(values["mode"], values["samples"], values["threshold"],
+                                             values["seed"], values.get("weights")))
+                args, kwargs = tuple(values.values())[1:], {}
             run_generation = generation(run_id)
             key = (entry.__qualname__, run_id, run_generation, args, tuple(sorted(kwargs.items())))
             return once_at_a_time(key, lambda: cached(run_id, run_generation, *args, **kwargs))
@@ -164,6 +201,7 @@ def clear_all() -> None:
     """Empty the run and result caches of every session (the teacher's button); the training
     queue is kept."""
     st.cache_data.clear()
+    _clear_run_list()
     _cached_run.clear()
     cached_dataset.clear()
     backend.clear_draws()
@@ -179,8 +217,61 @@ def training_queue() -> Any:
     return queue
 
 
-@st.cache_data(ttl=30, show_spinner=False)
+# The run list is read on every rerun of every session (the sidebar): one copy per process, read
+# again from the store when its folder changes (a run added or deleted, by this server or another
+# process) and at least every RUN_LIST_TTL seconds (the runs' "last used" times and sizes).
+RUN_LIST_TTL = 30.0
+_run_list_lock = threading.Lock()
+_run_list: dict[str, Any] = {"stamp": None, "read_at": 0.0, "rows": None, "labels": None}
+
+
+def _store_stamp() -> tuple[str, int | None]:
+    """The run store's folder and its modification time (changes when a run folder comes or goes)."""
+    root = backend.run_store_folder()
+    try:
+        return str(root), root.stat().st_mtime_ns
+    except OSError:
+        return str(root), None
+
+
+def _current_run_list() -> dict[str, Any]:
+    stamp = _store_stamp()
+    with _run_list_lock:
+        if (_run_list["rows"] is not None and _run_list["stamp"] == stamp
+                and time.monotonic() - _run_list["read_at"] < RUN_LIST_TTL):
+            return dict(_run_list)
+    rows = _read_run_list()
+    with _run_list_lock:
+        _run_list.update(stamp=stamp, read_at=time.monotonic(), rows=rows, labels=None)
+        return dict(_run_list)
+
+
 def cached_run_list() -> list[dict[str, Any]]:
+    """Every run of the store as plain dicts (oldest first), shared by every session: read-only."""
+    return list(_current_run_list()["rows"])
+
+
+def cached_run_labels() -> dict[str, str]:
+    """backend.run_labels of the healthy runs of cached_run_list, worked out once per run list."""
+    held = _current_run_list()
+    if held["labels"] is None:
+        labels = backend.run_labels([r for r in held["rows"] if r.get("status", "ok") == "ok"])
+        with _run_list_lock:
+            if _run_list["rows"] is held["rows"]:
+                _run_list["labels"] = labels
+        return labels
+    return held["labels"]
+
+
+def _clear_run_list() -> None:
+    with _run_list_lock:
+        _run_list.update(stamp=None, rows=None, labels=None)
+
+
+cached_run_list.clear = _clear_run_list  # type: ignore[attr-defined]
+
+
+def _read_run_list() -> list[dict[str, Any]]:
     rows = []
     for info in backend.list_runs():
         row = info.to_dict() if hasattr(info, "to_dict") else dict(info)
@@ -224,7 +315,7 @@ def conditional_mean_weights(run_id: str) -> list[np.ndarray]:
     return backend.conditional_mean_weights(cached_run(run_id).model)
 
 
-@per_run(max_entries=64, ttl=DERIVED_TTL, show_spinner="Predicting the test set ...")
+@per_run(canonical_prediction=True, max_entries=64, ttl=DERIVED_TTL, show_spinner="Predicting the test set ...")
 def test_prediction(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
                     weights: str | None = None) -> dict[str, np.ndarray]:
     """Arrays of a prediction on the whole test set. Pass `backend.effective_threshold` so that
@@ -234,7 +325,7 @@ def test_prediction(run_id: str, mode: str, samples: int, threshold: float | Non
                                              inputs="test"))
 
 
-@per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
+@per_run(canonical_prediction=True, max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
 def test_metrics(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
                  weights: str | None = None) -> dict[str, Any]:
     arrays = test_prediction(run_id, mode, samples, threshold, seed, weights)
@@ -248,7 +339,7 @@ def sweep(run_id: str) -> dict[str, Any]:
             "metric": curve.metric}
 
 
-@per_run(max_entries=64, ttl=DERIVED_TTL, show_spinner="Predicting on the grid ...")
+@per_run(canonical_prediction=True, max_entries=64, ttl=DERIVED_TTL, show_spinner="Predicting on the grid ...")
 def grid_prediction(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
                     weights: str | None = None) -> dict[str, np.ndarray]:
     run = cached_run(run_id)
@@ -256,7 +347,7 @@ def grid_prediction(run_id: str, mode: str, samples: int, threshold: float | Non
                                              inputs="grid"))
 
 
-@per_run(max_entries=128, ttl=DERIVED_TTL, show_spinner=False)
+@per_run(canonical_prediction=True, max_entries=128, ttl=DERIVED_TTL, show_spinner=False)
 def selected_prediction(run_id: str, indices: tuple[int, ...], mode: str, samples: int, threshold: float | None,
                         seed: int, weights: str | None = None) -> dict[str, np.ndarray]:
     run = cached_run(run_id)
@@ -265,13 +356,24 @@ def selected_prediction(run_id: str, indices: tuple[int, ...], mode: str, sample
                                              inputs=("test", tuple(indices))))
 
 
-@per_run(max_entries=64, ttl=DERIVED_TTL, show_spinner="Predicting OOD inputs ...")
+@per_run(canonical_prediction=True, max_entries=64, ttl=DERIVED_TTL, show_spinner="Predicting OOD inputs ...")
 def ood_entropy(run_id: str, name: str, mode: str, samples: int, threshold: float | None, seed: int,
                 n: int, weights: str | None = None) -> np.ndarray:
     run = cached_run(run_id)
     x = backend.load_ood_inputs(run.dataset(), name, n=n, seed=seed)
     prediction = backend.predict(run, x, mode, samples, threshold, seed, weights, inputs=("ood", name, n, seed))
     return backend.predictive_entropy(prediction.probs)
+
+
+@per_run(canonical_prediction=True, max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
+def ood_summary(run_id: str, name: str, mode: str, samples: int, threshold: float | None, seed: int, n: int,
+                weights: str | None = None) -> dict[str, float]:
+    """OOD set `name` against the test set: its size, mean predictive entropy and the entropy AUROC
+    (small numbers: a rerun reads these, not the test set's per-draw probabilities)."""
+    inside = backend.predictive_entropy(test_prediction(run_id, mode, samples, threshold, seed, weights)["probs"])
+    values = ood_entropy(run_id, name, mode, samples, threshold, seed, n, weights)
+    return {"inputs": int(len(values)), "mean_entropy": float(values.mean()),
+            "auroc": float(backend.entropy_auroc(inside, values))}
 
 
 def prior_of_statistic(run_id: str) -> dict[str, Any] | None:
@@ -294,6 +396,26 @@ def prediction_arrays(prediction: Any) -> dict[str, np.ndarray]:
 # --- charts: the Vega-Lite spec, built once per setting -----------------------------------------------
 # Building an Altair chart and converting it (with schema validation) cost about half of a
 # Pruning page rerun; a class moving sliders over the same positions reuses the specs.
+# The specs are kept with their datasets already in the Arrow form st.vega_lite_chart sends
+# (`shipped`): Streamlit otherwise converts every dataset's rows (up to 4096 cells of a heatmap)
+# to Arrow again on every rerun of every session.
+
+def shipped(spec: dict[str, Any]) -> dict[str, Any]:
+    """A Vega-Lite spec whose named datasets are Arrow IPC bytes, as st.vega_lite_chart ships them
+    (it passes bytes through and converts anything else on every call). The numbers are the same;
+    only their encoding is done once."""
+    datasets = spec.get("datasets")
+    if not datasets:
+        return spec
+    try:
+        from streamlit import dataframe_util
+    except ImportError:  # a Streamlit without it converts on each call, as before
+        return spec
+    spec["datasets"] = {name: rows if isinstance(rows, bytes) or not isinstance(rows, list)
+                        else dataframe_util.convert_anything_to_arrow_bytes(rows)
+                        for name, rows in datasets.items()}
+    return spec
+
 
 @per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
 def density_chart(run_id: str, threshold: float) -> dict[str, Any]:
@@ -303,8 +425,8 @@ def density_chart(run_id: str, threshold: float) -> dict[str, Any]:
     # The marker is read off the sweep (no second prediction of the test set).
     here = backend.curve_point(backend.SweepCurve(curve["thresholds"], curve["density"], curve["values"],
                                                   curve["metric"]), threshold)
-    return figures.metric_vs_density(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
-                                     current=here, colour=figures.family_colour(family(run_id))).to_dict()
+    return shipped(figures.metric_vs_density(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
+                                             current=here, colour=figures.family_colour(family(run_id))).to_dict())
 
 
 @per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
@@ -315,11 +437,12 @@ def tuning_chart(run_id: str, threshold: float, tolerance: float) -> dict[str, A
     here = test_metrics(run_id, backend.SWEEP_MODE, 1, threshold, 0)
     suggested = backend.suggested_threshold(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
                                             tolerance)
-    return figures.metric_vs_density(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
-                                     current=(here["density"], here[curve["metric"]]), suggested=suggested,
-                                     selectable=True, colour=figures.family_colour(family(run_id)),
-                                     title=f"{curve['metric']} vs density: prune at each threshold, mean weights "
-                                           "(click a point to prune there)").to_dict()
+    return shipped(figures.metric_vs_density(
+        curve["thresholds"], curve["density"], curve["values"], curve["metric"],
+        current=(here["density"], here[curve["metric"]]), suggested=suggested, selectable=True,
+        colour=figures.family_colour(family(run_id)),
+        title=f"{curve['metric']} vs density: prune at each threshold, mean weights (click a point to prune there)"
+    ).to_dict())
 
 
 @per_run(max_entries=64, ttl=DERIVED_TTL, show_spinner="Writing the pruned model ...")
@@ -327,7 +450,7 @@ def export_zip(run_id: str, threshold: float) -> bytes:
     return backend.export_zip(cached_run(run_id), threshold)
 
 
-@per_run(max_entries=64, ttl=DERIVED_TTL, show_spinner="Predicting on the input plane ...")
+@per_run(canonical_prediction=True, max_entries=64, ttl=DERIVED_TTL, show_spinner="Predicting on the input plane ...")
 def surface(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
             weights: str | None = None, n: int = 60) -> dict[str, np.ndarray]:
     """The decision surface of a 2-D classifier: grid axes and per-point class, confidence,
@@ -339,15 +462,83 @@ def surface(run_id: str, mode: str, samples: int, threshold: float | None, seed:
     return {"xs": xs, "ys": ys, **arrays}
 
 
-@per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
+@per_run(canonical_prediction=True, max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
 def accuracy_by_samples_chart(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
                               weights: str | None = None) -> dict[str, Any]:
     """Accuracy vs R on the test set for R = 1 .. samples."""
     from dashboard import figures
     arrays = test_prediction(run_id, mode, samples, threshold, seed, weights)
     ladder = backend.accuracy_by_samples(arrays["probs_per_draw"], cached_run(run_id).dataset().y_test, samples)
-    return figures.metric_vs_samples(ladder["samples"], ladder["accuracy"], "accuracy",
-                                     colour=figures.family_colour(family(run_id))).to_dict()
+    return shipped(figures.metric_vs_samples(ladder["samples"], ladder["accuracy"], "accuracy",
+                                             colour=figures.family_colour(family(run_id))).to_dict())
+
+
+@per_run(canonical_prediction=True, max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
+def class_probability_charts(run_id: str, indices: tuple[int, ...], mode: str, samples: int,
+                             threshold: float | None, seed: int, weights: str | None = None) -> list[dict[str, Any]]:
+    """The Uncertainty page's class-probability bars of test inputs `indices` (one spec per input;
+    six Altair charts built on every rerun were three quarters of the page's cached rerun)."""
+    from dashboard import figures
+    dataset = cached_run(run_id).dataset()
+    arrays = selected_prediction(run_id, indices, mode, samples, threshold, seed, weights)
+    names = list(dataset.class_names) if dataset.class_names else None
+    charts = []
+    for position, index in enumerate(indices):
+        probs = arrays["probs_per_draw"][:, position, :]
+        label = int(dataset.y_test[index])
+        guess = int(probs.mean(axis=0).argmax())
+        title = f"#{index}: true {names[label] if names else label}, predicted {names[guess] if names else guess}"
+        charts.append(shipped(figures.class_probability_bars(probs, names, title=title,
+                                                             doubt_level=backend.DOUBT_LEVEL).to_dict()))
+    return charts
+
+
+@per_run(canonical_prediction=True, max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
+def entropy_ecdf_chart(run_id: str, ood_sets: tuple[str, ...], mode: str, samples: int, threshold: float | None,
+                       seed: int, n: int, weights: str | None = None) -> dict[str, Any]:
+    """The Uncertainty page's entropy ECDFs: the test set and the OOD sets `ood_sets` (n inputs each)."""
+    from dashboard import figures
+    dataset = cached_run(run_id).dataset()
+    arrays = test_prediction(run_id, mode, samples, threshold, seed, weights)
+    entropies = {f"{dataset.name} (in-domain)": backend.predictive_entropy(arrays["probs"])}
+    for name in ood_sets:
+        entropies[name] = ood_entropy(run_id, name, mode, samples, threshold, seed, n, weights)
+    max_entropy = float(np.log(dataset.n_classes)) if dataset.n_classes else None
+    return shipped(figures.entropy_ecdf(entropies, max_entropy=max_entropy).to_dict())
+
+
+def compare_curves_chart(runs: list[tuple[str, str, str]]) -> dict[str, Any]:
+    """The Compare page's pruning curves of `runs` ((run id, label, family) each) on one chart."""
+    return _compare_curves_chart(tuple((run_id, generation(run_id), label, fam) for run_id, label, fam in runs))
+
+
+@st.cache_data(max_entries=64, ttl=DERIVED_TTL, show_spinner=False)
+def _compare_curves_chart(runs: tuple[tuple[str, int, str, str], ...]) -> dict[str, Any]:
+    from dashboard import figures
+    curves = [{"label": label, "family": fam, **sweep(run_id)} for run_id, _, label, fam in runs]
+    return shipped(figures.compare_curves(curves, curves[0]["metric"]).to_dict())
+
+
+def compare_ecdf_chart(runs: list[tuple[str, str, str]], ood: str | None, samples: int, n: int,
+                       max_entropy: float | None) -> dict[str, Any]:
+    """The Compare page's entropy ECDFs (bma, R = samples, seed 0): in-domain, and `ood` when given."""
+    return _compare_ecdf_chart(tuple((run_id, generation(run_id), label, fam) for run_id, label, fam in runs),
+                               ood, samples, n, max_entropy)
+
+
+@st.cache_data(max_entries=64, ttl=DERIVED_TTL, show_spinner=False)
+def _compare_ecdf_chart(runs: tuple[tuple[str, int, str, str], ...], ood: str | None, samples: int, n: int,
+                        max_entropy: float | None) -> dict[str, Any]:
+    from dashboard import figures
+    entropies = []
+    for run_id, _, label, fam in runs:
+        inside = backend.predictive_entropy(test_prediction(run_id, "bma", samples, None, 0)["probs"])
+        entropies.append({"label": label, "family": fam, "set": f"{label} in", "domain": "in-domain",
+                          "values": inside})
+        if ood is not None:
+            entropies.append({"label": label, "family": fam, "set": f"{label} out", "domain": "out-of-domain",
+                              "values": ood_entropy(run_id, ood, "bma", samples, None, 0, n)})
+    return shipped(figures.compare_ecdf(entropies, max_entropy).to_dict())
 
 
 @per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
@@ -366,12 +557,12 @@ def inclusion_charts(run_id: str, threshold: float, log_counts: bool, masked_wei
                 for index, mask in enumerate(layer_masks)]
     input_shape = tuple(cached_run(run_id).dataset().input_shape)
     return {
-        "histogram": figures.statistic_histogram(stats, threshold, spec.name, log_counts=log_counts, labels=labels,
-                                                 value_range=(spec.low, spec.high),
-                                                 prior=prior_of_statistic(run_id),
-                                                 colour=figures.family_colour(family(run_id))).to_dict(),
-        "masks": [chart.to_dict() for chart in heatmaps],
-        "pixels": (figures.kept_per_input_image(layer_masks[0], input_shape).to_dict()
+        "histogram": shipped(figures.statistic_histogram(stats, threshold, spec.name, log_counts=log_counts,
+                                                         labels=labels, value_range=(spec.low, spec.high),
+                                                         prior=prior_of_statistic(run_id),
+                                                         colour=figures.family_colour(family(run_id))).to_dict()),
+        "masks": [shipped(chart.to_dict()) for chart in heatmaps],
+        "pixels": (shipped(figures.kept_per_input_image(layer_masks[0], input_shape).to_dict())
                    if len(input_shape) == 2 else None),
     }
 
@@ -390,7 +581,7 @@ def mask_comparison(run_id: str, threshold: float, second: float | None, draw: i
     if masks_b is None:
         raise ValueError(f"mask_comparison: {spec.name} is not an inclusion probability; give a second threshold")
     labels = [figures.layer_label(i, s.shape) for i, s in enumerate(stats)]
-    return {"charts": [figures.mask_difference(a, b, labels[index]).to_dict()
+    return {"charts": [shipped(figures.mask_difference(a, b, labels[index]).to_dict())
                        for index, (a, b) in enumerate(zip(masks_a, masks_b))],
             "kept_a": sum(int(np.sum(m)) for m in masks_a), "kept_b": sum(int(np.sum(m)) for m in masks_b)}
 
@@ -402,4 +593,4 @@ def receptive_fields_chart(run_id: str, threshold: float, units: tuple[int, ...]
     weights = conditional_mean_weights(run_id)
     first = masks(run_id, threshold)[0]
     input_shape = tuple(cached_run(run_id).dataset().input_shape)
-    return figures.receptive_fields(weights[0], first, list(units), input_shape).to_dict()
+    return shipped(figures.receptive_fields(weights[0], first, list(units), input_shape).to_dict())

@@ -13,7 +13,9 @@ draws by the same code, on the same numbers, as an uncached `predict`. Densities
 draws' usage kept beside them (`DrawUsage`), so they match too.
 
 One entry per (owner, input set, mode, threshold, weights, seed) holds the raw network outputs
-(n, out) of draws 0..N-1 of that plan and their usage. Entries are dropped least recently used
+(n, out) of draws 0..N-1 of that plan and their usage. `prune` with sampled weights and `mpm` at the
+same threshold make the same draws (the kept weights sampled given the kept structure), so they
+share one entry: the key names both `mpm`. Entries are dropped least recently used
 first when their bytes exceed `max_bytes`; an entry larger than the bound alone is not kept.
 
 Thread safety: one lock guards the table and its byte count (held briefly); each entry has its
@@ -24,6 +26,15 @@ draws it holds), so `Run.predict`'s rule holds: predicting does not mutate.
 
 Modes that draw nothing (mean, mpm-mean, prune with mean weights) pass through uncached: R
 does not change them and the caller's own cache keys them.
+
+`compute_slots`: at most this many forward computations (new draws, or an uncached prediction) run
+at once through one cache; the others wait their turn. A class moving sliders asks for many new
+entries at once: run all at once on a 2-core machine they share the cores (and the memory
+bandwidth) and all finish late; in turns the first ones finish early and the cheap reruns of the
+other sessions keep a core. A slot is taken only around the computation itself, never while
+waiting for another lock, so it cannot deadlock. A thread that has had its turn does not queue
+again (a dashboard rerun is one thread, and its page may need two new entries: it is not sent
+to the back of the queue for the second).
 """
 
 from __future__ import annotations
@@ -31,8 +42,9 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Hashable
+from typing import Any, Hashable, Iterator
 
 import numpy as np
 import torch
@@ -56,6 +68,12 @@ class DrawKey:
     weights: WeightChoice
     seed: int
     batch_size: int | None  # input chunks: products over other chunks may sum in another order
+
+
+def draw_mode(mode: PredictionMode) -> PredictionMode:
+    """The mode a sampling plan's draws are kept under: prune with sampled weights draws exactly what
+    mpm at the same threshold draws."""
+    return PredictionMode.MPM if mode is PredictionMode.PRUNE else mode
 
 
 class _Entry:
@@ -82,10 +100,15 @@ class _Entry:
 class DrawCache:
     """Per-draw outputs of sampled predictions, at most `max_bytes` of them (see the module docstring)."""
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES):
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, compute_slots: int | None = None):
         if int(max_bytes) < 0:
             raise PredictionError(f"draw cache: max_bytes must be >= 0, got {max_bytes!r}")
+        if compute_slots is not None and int(compute_slots) < 1:
+            raise PredictionError(f"draw cache: compute_slots must be >= 1 (or None: no limit), got {compute_slots!r}")
         self.max_bytes = int(max_bytes)
+        self.compute_slots = None if compute_slots is None else int(compute_slots)
+        self._slots = None if compute_slots is None else threading.BoundedSemaphore(int(compute_slots))
+        self._turns = threading.local()  # .had: this thread has had a turn (see the module docstring)
         self._lock = threading.Lock()
         self._entries: OrderedDict[DrawKey, _Entry] = OrderedDict()
         self._bytes = 0
@@ -122,6 +145,18 @@ class DrawCache:
             self._entries.clear()
             self._bytes = 0
 
+    @contextmanager
+    def computing(self) -> Iterator[None]:
+        """Hold one of the compute slots (if limited) for the duration of a forward computation."""
+        if self._slots is None or getattr(self._turns, "had", False):
+            yield
+            return
+        with self._slots:
+            try:
+                yield
+            finally:
+                self._turns.had = True
+
     # --- predicting -----------------------------------------------------------------------------------
     def predict(self, run: Any, x: Any, inputs: Hashable, owner: Hashable | None, mode: str | PredictionMode = "bma",
                 samples: int = 10, threshold: float | None = None, seed: int = 0, weights: str | None = None,
@@ -135,9 +170,10 @@ class DrawCache:
         model = resolve_model(run)
         plan = make_plan(model, mode, samples, threshold, weights)
         if owner is None or plan.weights is not WeightChoice.SAMPLE:
-            return self._uncached(run, x, mode, samples, threshold, seed, weights, batch_size, original_units)
+            with self.computing():
+                return self._uncached(run, x, mode, samples, threshold, seed, weights, batch_size, original_units)
         shape = tuple(x.shape) if hasattr(x, "shape") else tuple(np.shape(x))
-        key = DrawKey(owner, inputs, shape, plan.mode, plan.threshold, plan.weights, int(seed), batch_size)
+        key = DrawKey(owner, inputs, shape, draw_mode(plan.mode), plan.threshold, plan.weights, int(seed), batch_size)
         entry = self._entry(key, model)
         with entry.lock:
             with torch.no_grad():
@@ -148,9 +184,10 @@ class DrawCache:
                 have = entry.n_draws
                 if plan.samples > have:
                     try:
-                        outputs, _ = sampled_forward(model, plan, as_inputs(model, x), int(seed), entry.masks,
-                                                     batch_size, MEMORY_BUDGET_BYTES, draws=range(have, plan.samples),
-                                                     usage=entry.usage)
+                        with self.computing():
+                            outputs, _ = sampled_forward(model, plan, as_inputs(model, x), int(seed), entry.masks,
+                                                         batch_size, MEMORY_BUDGET_BYTES,
+                                                         draws=range(have, plan.samples), usage=entry.usage)
                     except BaseException:  # the usage may hold draws the outputs do not: start the entry afresh
                         entry.masks = entry.usage = entry.outputs = None
                         raise

@@ -19,7 +19,7 @@ rows = [r for r in cache.cached_run_list() if r.get("status", "ok") == "ok"]
 if not rows:
     st.info("No cached runs yet: train some on the **Train** page.")
     st.stop()
-labels = backend.run_labels(rows)
+labels = cache.cached_run_labels()
 datasets = list(dict.fromkeys(r.get("dataset") for r in reversed(rows)))
 current = next((r.get("dataset") for r in rows if r["run_id"] == state.selected_run_id()), datasets[0])
 dataset_name = st.selectbox("Dataset", datasets, index=datasets.index(current), key="compare_dataset",
@@ -41,13 +41,9 @@ with guard(f"Loading {dataset_name}"):
 if first is None:
     st.stop()
 
+shown = [(run_id, labels[run_id], by_id[run_id].get("method")) for run_id in chosen]  # (id, label, family)
 with guard("Comparing pruning curves"):
-    curves = []
-    for run_id in chosen:
-        curve = cache.sweep(run_id)
-        curves.append({"label": labels[run_id], "family": by_id[run_id].get("method"), **curve})
-    metric = curves[0]["metric"]
-    st.altair_chart(figures.compare_curves(curves, metric), width="content")
+    st.vega_lite_chart(cache.compare_curves_chart(shown), width="content")
     st.caption("Each family is pruned on its own statistic (inclusion probability, signal-to-noise, magnitude, ...) "
                "and predicts with the mean weights of what it keeps. Add an `fnn` run of this dataset to see "
                "plain magnitude pruning of a deterministic network at the same densities.")
@@ -56,20 +52,13 @@ with guard("Comparing uncertainty"):
     if first.task == "classification":
         choices = backend.ood_set_names(first)
         ood = st.selectbox("OOD set", choices, key="compare_ood") if choices else None
-        entropies, aurocs = [], []
-        for run_id in chosen:
-            family = by_id[run_id].get("method")
-            arrays = cache.test_prediction(run_id, "bma", 10, None, 0)
-            inside = backend.predictive_entropy(arrays["probs"])
-            entropies.append({"label": labels[run_id], "family": family, "set": f"{labels[run_id]} in",
-                              "domain": "in-domain", "values": inside})
-            if ood is not None:
-                outside = cache.ood_entropy(run_id, ood, "bma", 10, None, 0, OOD_INPUTS)
-                entropies.append({"label": labels[run_id], "family": family, "set": f"{labels[run_id]} out",
-                                  "domain": "out-of-domain", "values": outside})
-                aurocs.append({"run": labels[run_id], f"AUROC ({ood})": backend.entropy_auroc(inside, outside)})
+        aurocs = []
+        for run_id in chosen if ood is not None else []:
+            summary = cache.ood_summary(run_id, ood, "bma", 10, None, 0, OOD_INPUTS)
+            aurocs.append({"run": labels[run_id], f"AUROC ({ood})": summary["auroc"]})
         max_entropy = float(np.log(first.n_classes)) if first.n_classes else None
-        st.altair_chart(figures.compare_ecdf(entropies, max_entropy), width="content")
+        # The charts come built from the cache: the same runs and OOD set give the same chart to everyone.
+        st.vega_lite_chart(cache.compare_ecdf_chart(shown, ood, 10, OOD_INPUTS, max_entropy), width="content")
         if aurocs:
             st.dataframe(pd.DataFrame(aurocs).style.format({f"AUROC ({ood})": "{:.3f}"}), hide_index=True)
         st.caption("bma with R = 10 draws. A run that tells OOD inputs apart has its dashed curve far right of its "

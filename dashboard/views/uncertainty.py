@@ -100,21 +100,17 @@ def per_image_section() -> None:
     start = st.number_input("First test input", min_value=0, max_value=max(0, dataset.n_test - N_IMAGES),
                             value=0, step=N_IMAGES, key="first_image")
     indices = tuple(range(int(start), min(int(start) + N_IMAGES, dataset.n_test)))
-    arrays = cache.selected_prediction(run_id, indices, mode, draws, effective, 0)
-    names = list(dataset.class_names) if dataset.class_names else None
+    # The charts come built from the cache (shared by every session at this setting).
+    charts = cache.class_probability_charts(run_id, indices, mode, draws, effective, 0)
     columns = st.columns(3)
     for position, index in enumerate(indices):
         with columns[position % 3]:
-            probs = arrays["probs_per_draw"][:, position, :]
-            label = int(dataset.y_test[index])
-            guess = int(probs.mean(axis=0).argmax())
-            title = f"#{index}: true {names[label] if names else label}, predicted {names[guess] if names else guess}"
             image = image_of(dataset.x_test[index])
             if image is not None:
                 st.image(image, width=84, clamp=True)
             else:
                 st.caption("x = " + ", ".join(f"{v:.2f}" for v in dataset.x_test[index]))
-            st.altair_chart(figures.class_probability_bars(probs, names, title=title, doubt_level=backend.DOUBT_LEVEL))
+            st.vega_lite_chart(charts[position])
     st.caption("Bars: model-averaged probability; ticks: the R individual draws; "
                f"red line: the {backend.DOUBT_LEVEL:g} doubt level.")
 
@@ -127,18 +123,14 @@ def ood_section() -> None:
         st.session_state["ood_sets"] = [name for name in linked if name in choices]
     chosen = st.multiselect("OOD sets", choices, default=choices, key="ood_sets")
     state.publish("ood", list(chosen))
-    arrays = cache.test_prediction(run_id, mode, draws, effective, 0)
-    in_entropy = backend.predictive_entropy(arrays["probs"])
-    entropies = {f"{dataset.name} (in-domain)": in_entropy}
-    rows = []
+    rows, drawn = [], []
     for name in chosen:
         with guard(f"OOD set {name}"):
-            values = cache.ood_entropy(run_id, name, mode, draws, effective, 0, OOD_INPUTS)
-            entropies[name] = values
-            rows.append({"OOD set": name, "inputs": len(values), "mean entropy": float(values.mean()),
-                         "AUROC (entropy)": backend.entropy_auroc(in_entropy, values)})
-    max_entropy = float(np.log(dataset.n_classes)) if dataset.n_classes else None
-    st.altair_chart(figures.entropy_ecdf(entropies, max_entropy=max_entropy))
+            summary = cache.ood_summary(run_id, name, mode, draws, effective, 0, OOD_INPUTS)
+            drawn.append(name)
+            rows.append({"OOD set": name, "inputs": summary["inputs"], "mean entropy": summary["mean_entropy"],
+                         "AUROC (entropy)": summary["auroc"]})
+    st.vega_lite_chart(cache.entropy_ecdf_chart(run_id, tuple(drawn), mode, draws, effective, 0, OOD_INPUTS))
     if rows:
         st.dataframe(pd.DataFrame(rows).style.format({"mean entropy": "{:.3f}", "AUROC (entropy)": "{:.3f}"}),
                      hide_index=True)
