@@ -8,7 +8,7 @@ colour schemes) in a single image mark, with the colour legend kept.
 
 The specs are plain Vega-Lite dicts, not Altair objects: building and validating an Altair chart
 cost tens of milliseconds a chart, more than the picture itself (tests validate the dicts).
-Pure: numpy and zlib; nothing here imports Streamlit or torch.
+Pure: numpy and zlib (Altair only for its schema URL); nothing here imports Streamlit or torch.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import struct
 import zlib
 from typing import Any, Sequence
 
+import altair as alt
 import numpy as np
 
 from dashboard import figures
@@ -76,7 +77,7 @@ def data_url(rgb: np.ndarray) -> str:
     return "data:image/png;base64," + base64.b64encode(png_bytes(rgb)).decode("ascii")
 
 
-SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"
+SCHEMA = alt.SCHEMA_URL  # the Vega-Lite version the installed Altair (and the other charts) speak
 
 
 def block_sums(matrices: np.ndarray, max_cells: int = figures.MAX_HEATMAP_CELLS) -> tuple[np.ndarray, np.ndarray]:
