@@ -160,6 +160,9 @@ def image_spec(rgb: np.ndarray, title: Any, width: float, height: float, colour:
     data of the chart already drawn instead of compiling and drawing a new chart (and the server
     converts one small table per chart)."""
     panel, rows = _image_panel(rgb, title, width, height, colour, legend_values, tooltip)
+    # The picture fills the plot at whatever width Streamlit gives the chart (a column narrower than
+    # `width` shrinks the plot; a fixed-size image would spill over its neighbour).
+    panel["layer"][0]["mark"].update(width={"expr": "width"}, height={"expr": "height"})
     return {"$schema": SCHEMA, **panel, "autosize": dict(figures.FIXED_SIZE), "datasets": {"picture": rows}}
 
 

@@ -101,7 +101,8 @@ def test_mask_picture_has_one_pixel_per_weight_of_a_small_mask_in_the_legend_col
     assert legend["scale"] == {"domain": [0, 1], "scheme": "greys"} and legend["title"] == "kept"
     assert legend["legend"]["orient"] == "bottom"
     (image,) = [layer for layer in spec["layer"] if layer["mark"]["type"] == "image"]
-    assert image["mark"]["smooth"] is False and image["mark"]["width"] == figures.CHART_WIDTH
+    assert image["mark"]["smooth"] is False and spec["width"] == figures.CHART_WIDTH
+    assert image["mark"]["width"] == {"expr": "width"}  # the picture fills the plot at any column width
     assert any("kept 3 of 6 weights" in (r.get("about") or "") for r in spec["datasets"]["picture"])
 
 
