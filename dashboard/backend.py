@@ -709,6 +709,7 @@ class PlaygroundTraining:
         self.hold_seconds = max(0.0, float(hold_seconds))
         self._lock = threading.Lock()
         self._cancel = threading.Event()
+        self._sent = threading.Event()
         self._drawn = threading.Event()
         self._snapshot: dict[str, Any] | None = None
         self.error: str | None = None
@@ -727,12 +728,18 @@ class PlaygroundTraining:
             self.done = True
         return self
 
+    def first_picture_sent(self) -> None:
+        """The page has built and sent the first picture: the thread may warm up (see _train)."""
+        self._sent.set()
+
     def first_picture_drawn(self) -> None:
         """The page has drawn a picture: the training may take the CPU now."""
+        self._sent.set()
         self._drawn.set()
 
     def cancel(self) -> None:
         self._cancel.set()
+        self._sent.set()
         self._drawn.set()
 
     def join(self, timeout: float | None = None) -> None:
@@ -781,9 +788,15 @@ class PlaygroundTraining:
         self._take(model, 0)
 
     def _train(self) -> None:
+        import time
         from core.train import train
 
-        self._drawn.wait(self.hold_seconds)
+        waited = time.monotonic()
+        self._sent.wait(self.hold_seconds)
+        # The first optimiser of a process imports much of torch (2-4 s on the class machine): done
+        # while the browser draws the first picture, not after it.
+        torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+        self._drawn.wait(max(0.0, self.hold_seconds - (time.monotonic() - waited)))
         if self._cancel.is_set():
             return
         model, dataset, total = self._model, self._dataset, self._total

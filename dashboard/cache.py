@@ -541,38 +541,47 @@ def _compare_ecdf_chart(runs: tuple[tuple[str, int, str, str], ...], ood: str | 
     return shipped(figures.compare_ecdf(entropies, max_entropy).to_dict())
 
 
-@per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
-def inclusion_charts(run_id: str, threshold: float, log_counts: bool, masked_weights: bool) -> dict[str, Any]:
-    """The Inclusion page's charts at `threshold`: the histograms, one mask (or masked mean
-    weights) heatmap per layer, and for image inputs the kept inputs as an image."""
-    import numpy as np
+@per_run(max_entries=64, ttl=DERIVED_TTL, show_spinner=False)
+def histogram_without_threshold(run_id: str, log_counts: bool) -> dict[str, Any]:
+    """The Inclusion page's histograms (and the prior beside them) with no threshold rule: the same for
+    every threshold, so a threshold step only adds its rule (figures.with_threshold_rules)."""
     from dashboard import figures
     spec = threshold_range(run_id)
     stats = statistics(run_id)
     labels = [figures.layer_label(i, s.shape) for i, s in enumerate(stats)]
+    return figures.statistic_histogram(stats, None, spec.name, log_counts=log_counts, labels=labels,
+                                       value_range=(spec.low, spec.high), prior=prior_of_statistic(run_id),
+                                       colour=figures.family_colour(family(run_id))).to_dict()
+
+
+@per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
+def inclusion_charts(run_id: str, threshold: float, log_counts: bool, masked_weights: bool) -> dict[str, Any]:
+    """The Inclusion page's charts at `threshold`: the histograms, one mask (or masked mean
+    weights) picture per layer, and for image inputs the kept inputs as an image. The matrices are
+    pictures (dashboard.raster): a threshold step redraws a few small images, not thousands of marks."""
+    import numpy as np
+    from dashboard import figures, raster
+    stats = statistics(run_id)
+    labels = [figures.layer_label(i, s.shape) for i, s in enumerate(stats)]
     layer_masks = masks(run_id, threshold)
     weights = conditional_mean_weights(run_id) if masked_weights else None
-    heatmaps = [figures.mask_heatmap(mask, labels[index]) if weights is None else
-                figures.weight_heatmap(np.where(mask, weights[index], 0.0), labels[index])
+    pictures = [raster.mask_picture(mask, labels[index]) if weights is None else
+                raster.weight_picture(np.where(mask, weights[index], 0.0), labels[index])
                 for index, mask in enumerate(layer_masks)]
     input_shape = tuple(cached_run(run_id).dataset().input_shape)
     return {
-        "histogram": shipped(figures.statistic_histogram(stats, threshold, spec.name, log_counts=log_counts,
-                                                         labels=labels, value_range=(spec.low, spec.high),
-                                                         prior=prior_of_statistic(run_id),
-                                                         colour=figures.family_colour(family(run_id))).to_dict()),
-        "masks": [shipped(chart.to_dict()) for chart in heatmaps],
-        "pixels": (shipped(figures.kept_per_input_image(layer_masks[0], input_shape).to_dict())
-                   if len(input_shape) == 2 else None),
+        "histogram": figures.with_threshold_rules(histogram_without_threshold(run_id, log_counts), threshold),
+        "masks": pictures,
+        "pixels": raster.kept_per_input_picture(layer_masks[0], input_shape) if len(input_shape) == 2 else None,
     }
 
 
 @per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
 def mask_comparison(run_id: str, threshold: float, second: float | None, draw: int) -> dict[str, Any]:
     """The Inclusion page's masks compared: A = the mask at `threshold`, B = the mask at `second`, or
-    (second None) the structure sampled with seed `draw`. One chart per layer and both kept counts;
-    built once per setting for every session (about 0.6 s for 784-400-600-10)."""
-    from dashboard import figures
+    (second None) the structure sampled with seed `draw`. One picture per layer and both kept counts;
+    built once per setting for every session."""
+    from dashboard import figures, raster
     spec = threshold_range(run_id)
     stats = statistics(run_id)
     masks_a = masks(run_id, threshold)
@@ -581,7 +590,7 @@ def mask_comparison(run_id: str, threshold: float, second: float | None, draw: i
     if masks_b is None:
         raise ValueError(f"mask_comparison: {spec.name} is not an inclusion probability; give a second threshold")
     labels = [figures.layer_label(i, s.shape) for i, s in enumerate(stats)]
-    return {"charts": [shipped(figures.mask_difference(a, b, labels[index]).to_dict())
+    return {"charts": [raster.mask_difference_picture(a, b, labels[index])
                        for index, (a, b) in enumerate(zip(masks_a, masks_b))],
             "kept_a": sum(int(np.sum(m)) for m in masks_a), "kept_b": sum(int(np.sum(m)) for m in masks_b)}
 
@@ -589,8 +598,8 @@ def mask_comparison(run_id: str, threshold: float, second: float | None, draw: i
 @per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
 def receptive_fields_chart(run_id: str, threshold: float, units: tuple[int, ...]) -> dict[str, Any]:
     """The Inclusion page's receptive fields of first-layer `units` at `threshold` (a Vega-Lite spec)."""
-    from dashboard import figures
+    from dashboard import raster
     weights = conditional_mean_weights(run_id)
     first = masks(run_id, threshold)[0]
     input_shape = tuple(cached_run(run_id).dataset().input_shape)
-    return shipped(figures.receptive_fields(weights[0], first, list(units), input_shape).to_dict())
+    return raster.receptive_field_pictures(weights[0], first, list(units), input_shape)

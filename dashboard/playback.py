@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 import streamlit as st
 
-from dashboard import figures, state
+from dashboard import figures, raster, state
 
 PLAY_SECONDS = 0.6  # between frames while playing
 FRAMES = 60  # a playback shows about this many frames, however long the training
@@ -118,9 +118,10 @@ def render(run_id: str, family: str, snapshots: Any, threshold: float, labels: S
                 "values until the warm start copies the weights in." if phase == "warm-start" else "")
         st.caption(f"Epoch {epoch} of {n} ({phase}, epoch {int(snapshots.epoch[index])} of that phase): "
                    f"density {density:.4f} at the default threshold {snapshots.default_threshold:g}.{note}")
-        st.vega_lite_chart(figures.snapshot_histograms(
-            snapshots.histogram[index], snapshots.edges, snapshots.statistic, labels, threshold=threshold,
-            colour=colour, max_count=max_count, title=f"{snapshots.statistic} at epoch {epoch}").to_dict())
+        # The threshold's rule is data (with_threshold_rules): a threshold step swaps it in the drawn chart.
+        st.vega_lite_chart(figures.with_threshold_rules(figures.snapshot_histograms(
+            snapshots.histogram[index], snapshots.edges, snapshots.statistic, labels, threshold=None,
+            colour=colour, max_count=max_count, title=f"{snapshots.statistic} at epoch {epoch}").to_dict(), threshold))
         st.vega_lite_chart(figures.density_over_epochs(
             snapshots.density, snapshots.overall_density, list(snapshots.phase), labels, epoch, colour=colour,
             threshold=snapshots.default_threshold).to_dict())
@@ -130,8 +131,7 @@ def render(run_id: str, family: str, snapshots: Any, threshold: float, labels: S
             when = f"epoch {recorded + 1}" + (f" (the latest recorded up to epoch {epoch})" if recorded != index else "")
             columns = st.columns(min(3, len(masks)))
             for layer, mask in enumerate(masks):
-                columns[layer % len(columns)].vega_lite_chart(
-                    figures.mask_heatmap(mask, f"{labels[layer]} at {when}").to_dict())
+                columns[layer % len(columns)].vega_lite_chart(raster.mask_picture(mask, f"{labels[layer]} at {when}"))
             st.caption(f"Masks at the threshold above ({threshold:.4g}), replayed from the statistic recorded at "
                        f"{when} (stored in half precision: a weight within about 0.1% of the threshold may flip).")
         else:

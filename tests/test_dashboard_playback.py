@@ -4,6 +4,7 @@ pure figure builders."""
 from __future__ import annotations
 
 import json
+import re
 import os
 
 import numpy as np
@@ -104,8 +105,11 @@ def marker_epoch(density: dict) -> int:
 
 
 def histogram_counts(histograms: dict) -> list[list[int]]:
-    return [[row["count"] for row in inline_rows(histograms, panel["layer"][0]["data"]["name"])]
-            for panel in histograms["concat"]]
+    """Per layer, the bars' counts (their data inline in the panel, or a named dataset)."""
+    def rows(panel: dict) -> list[dict]:
+        data = panel.get("data") or panel["layer"][0]["data"]
+        return data["values"] if "values" in data else inline_rows(histograms, data["name"])
+    return [[row["count"] for row in rows(panel)] for panel in histograms["concat"]]
 
 
 # --- the control ---------------------------------------------------------------------------------------------
@@ -130,7 +134,9 @@ def test_epoch_slider_changes_the_histograms_marker_and_address(store):
     masks = [s for s in (spec_of(c) for c in charts(at)) if "at epoch 1" in json.dumps(s.get("title", ""))
              and "concat" not in s]
     assert len(masks) == 2
-    kept = sum(row["total"] for spec in masks for row in inline_rows(spec, spec["data"]["name"]))
+    # each mask is a picture whose tooltip counts its kept weights
+    kept = sum(int(re.search(r"kept (\d+) of", row["about"]).group(1))
+               for spec in masks for row in inline_rows(spec, "picture") if isinstance(row.get("url"), str))
     _, replayed = snapshots.masks_at(0, at.slider(key=f"widget:threshold:{store['moons']}").value)
     assert kept == sum(int(m.sum()) for m in replayed)
 

@@ -374,7 +374,8 @@ def test_inclusion_page_draws_the_prior_beside_the_posterior(store):
     assert len(panels) == 3  # the two layers' histograms, then the prior beside them
     prior = panels[-1]
     assert prior["title"]["text"] == "prior" and prior["mark"]["type"] == "rule"
-    (row,) = chart_rows(histograms, prior["data"]["name"])
+    # the prior's data is inline (it never changes with the threshold) or a named dataset
+    (row,) = prior["data"]["values"] if "values" in prior["data"] else chart_rows(histograms, prior["data"]["name"])
     assert row["inclusion_probability"] == pytest.approx(np.exp(-2.0))  # the default psi
     at.switch_page("views/inclusion.py")
     bnn = open_app(store["moons_bnn"])
@@ -387,11 +388,11 @@ def test_inclusion_page_mask_comparison_is_built_once_for_every_session(store, m
     """The compared masks and receptive fields are shared cache entries: a second session on the same
     setting builds no chart, and the counts it shows are the masks' own."""
     from core.runs import load_run
-    from dashboard import backend, figures
+    from dashboard import backend, raster
     built = []
-    for name in ("mask_difference", "receptive_fields"):
-        original = getattr(figures, name)
-        monkeypatch.setattr(figures, name, lambda *a, _f=original, _n=name, **k: built.append(_n) or _f(*a, **k))
+    for name in ("mask_difference_picture", "receptive_field_pictures"):
+        original = getattr(raster, name)
+        monkeypatch.setattr(raster, name, lambda *a, _f=original, _n=name, **k: built.append(_n) or _f(*a, **k))
     run = load_run(store["mnist"])
     stats = backend.native_statistics(run.model)
     spec = backend.threshold_range(run.model.spec, stats)
@@ -403,7 +404,7 @@ def test_inclusion_page_mask_comparison_is_built_once_for_every_session(store, m
         at.switch_page("views/inclusion.py").run()
         assert_clean(at)
         assert expected in texts(at.caption)
-        assert built == ["mask_difference"] * len(masks_a) + ["receptive_fields"], session
+        assert built == ["mask_difference_picture"] * len(masks_a) + ["receptive_field_pictures"], session
     at.radio(key="mask_b_kind").set_value("a second threshold").run()
     at.slider(key="mask_b_threshold").set_value(0.3).run()
     masks_b = backend.masks_at(stats, 0.3, spec.keep_above)
@@ -742,3 +743,24 @@ def test_a_shared_link_does_not_hand_over_someone_elses_training(held_training, 
     assert "training_worker" not in other.session_state
     assert not [b for b in other.button if b.key == "cancel_training"]
     assert "train" not in other.query_params
+
+
+def test_inclusion_threshold_step_swaps_chart_data_and_keeps_every_spec(store):
+    """Issue 13's threshold target: on a threshold step the browser only swaps the data of the
+    histogram and of the mask pictures (their specs stay), and the pictures follow the threshold."""
+    at = open_app(store["mnist"])
+    at.switch_page("views/inclusion.py").run()
+    assert_clean(at)
+
+    def charts():
+        return [c for kind in ("arrow_vega_lite_chart", "vega_lite_chart") for c in at.get(kind)]
+
+    before = [(c.proto.spec, {d.name: bytes(d.data.data) for d in c.proto.datasets}) for c in charts()]
+    at.slider(key=f"widget:threshold:{store['mnist']}").set_value(0.8).run()
+    assert_clean(at)
+    after = [(c.proto.spec, {d.name: bytes(d.data.data) for d in c.proto.datasets}) for c in charts()]
+    assert len(after) == len(before) >= 4
+    assert [spec for spec, _ in after] == [spec for spec, _ in before]
+    changed = [name for (_, old), (_, new) in zip(before, after) for name in new if new[name] != old.get(name)]
+    assert "threshold_rule" in changed and changed.count("picture") >= 3
+    assert all(len(spec) < 60_000 for spec, _ in after)  # pictures, not thousands of rectangles

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from typing import Any
 
 import numpy as np
 import streamlit as st
@@ -16,6 +18,14 @@ POLL_SECONDS = 0.5
 # The training waits until the first picture (the data and the untrained fit) was sent and one poll
 # later (time for the browser to draw it without a training competing for the CPU), at most this long.
 FIRST_PICTURE_HOLD_SECONDS = 2.0
+# While it trains, the network graph (one mark per kept edge: 4,000 on the default 64-64 net) and the
+# histogram are rebuilt at most this often: rebuilding them with every picture took the interpreter
+# from the training.
+GRAPH_SECONDS = 3.0
+# The picture's charts are rebuilt at most this often while it trains (the progress bar follows every
+# poll): building them takes the interpreter (one process, one lock) from the training thread.
+REDRAW_SECONDS = 1.0
+PICTURES = 20  # pictures the training thread takes over a training (each predicts R draws on the grid)
 
 st.header("Playground")
 st.markdown(explain.PAGE_INTROS["playground"])
@@ -61,7 +71,7 @@ if job is None or job[0] != key:
         job[1].cancel()
     with guard("Cannot start the playground"):
         st.session_state[JOB_KEY] = (key, backend.PlaygroundTraining(
-            values, every=max(1, int(epochs) // 40), hold_seconds=FIRST_PICTURE_HOLD_SECONDS).start())
+            values, every=max(1, int(epochs) // PICTURES), hold_seconds=FIRST_PICTURE_HOLD_SECONDS).start())
 job = st.session_state.get(JOB_KEY)
 if job is not None and job[0] != key:
     st.stop()
@@ -72,11 +82,16 @@ def picture_was_drawn(training: backend.PlaygroundTraining, picture: dict) -> bo
     return cached is not None and cached["training"] is training and cached["picture"] is picture
 
 
-def chart_specs(training: backend.PlaygroundTraining, picture: dict) -> dict:
-    """Vega-Lite specs of the picture's three charts, built once per picture (the page polls faster
-    than pictures come) and the network graph once per set of masks (they change rarely)."""
+def chart_specs(training: backend.PlaygroundTraining, picture: dict, show_main: Any = None) -> dict:
+    """Vega-Lite specs of the picture's three charts, built once per picture and at most every
+    REDRAW_SECONDS while it trains; the histogram and the network graph (once per set of masks) at
+    most every GRAPH_SECONDS while it trains; the last picture always. show_main(spec), when given, draws the main
+    chart as soon as it is built, before the other two (the first picture appears sooner)."""
     cached = st.session_state.get(CHARTS_KEY)
     if picture_was_drawn(training, picture):
+        return cached["specs"]
+    if (cached is not None and cached["training"] is training and not training.done
+            and time.monotonic() - cached["built"] < REDRAW_SECONDS):
         return cached["specs"]
     data = training._dataset
     if data.task == "regression":
@@ -89,19 +104,27 @@ def chart_specs(training: backend.PlaygroundTraining, picture: dict) -> dict:
         ys = np.unique(picture["x_plot"][:, 1])
         main = figures.decision_surface(xs, ys, picture, data.x_train, data.y_train, size=200,
                                         samples=training.samples)
+    main = main.to_dict(validate=False)
+    if show_main is not None:
+        show_main(main)
     masks_key = (picture["default"], tuple(np.packbits(m).tobytes() for m in picture["masks"]))
-    if cached is not None and cached["training"] is training and cached["masks_key"] == masks_key:
-        graph = cached["specs"]["graph"]
+    same_training = cached is not None and cached["training"] is training
+    side_built = cached["side_built"] if same_training else 0.0
+    colour = figures.family_colour(training.config.method)
+    if same_training and not training.done and time.monotonic() - side_built < GRAPH_SECONDS:
+        histogram, graph, masks_key = cached["specs"]["histogram"], cached["specs"]["graph"], cached["masks_key"]
     else:
-        graph = figures.network_graph(picture["masks"], title=f"kept at the default cut ({picture['default']:g})",
-                                      colour=figures.family_colour(training.config.method)).to_dict(validate=False)
-    specs = {"main": main.to_dict(validate=False), "graph": graph,
-             "histogram": figures.statistic_histogram(picture["statistics"], picture["default"],
-                                                      picture["statistic"], log_counts=False,
-                                                      labels=None, colour=figures.family_colour(training.config.method)
-                                                      ).to_dict(validate=False)}
+        histogram = figures.statistic_histogram(picture["statistics"], picture["default"], picture["statistic"],
+                                                log_counts=False, labels=None, colour=colour).to_dict(validate=False)
+        if same_training and cached["masks_key"] == masks_key:
+            graph = cached["specs"]["graph"]
+        else:
+            graph = figures.network_graph(picture["masks"], title=f"kept at the default cut ({picture['default']:g})",
+                                          colour=colour).to_dict(validate=False)
+        side_built = time.monotonic()
+    specs = {"main": main, "graph": graph, "histogram": histogram}
     st.session_state[CHARTS_KEY] = {"training": training, "picture": picture, "masks_key": masks_key,
-                                    "specs": specs}
+                                    "side_built": side_built, "built": time.monotonic(), "specs": specs}
     return specs
 
 
@@ -118,13 +141,16 @@ def draw(training: backend.PlaygroundTraining) -> None:
                 text=f"{status}: epoch {picture['epoch']}/{picture['total_epochs']}"
                      + (f", loss {picture['loss']:.4f}" if picture["loss"] is not None else ""))
     drawn_before = picture_was_drawn(training, picture)
-    specs = chart_specs(training, picture)
-    st.vega_lite_chart(specs["main"], width="content")
+    main = st.empty()
+    specs = chart_specs(training, picture, show_main=lambda spec: main.vega_lite_chart(spec, width="content"))
+    main.vega_lite_chart(specs["main"], width="content")
     left, right = st.columns(2)
     left.vega_lite_chart(specs["graph"], width="content")
     right.vega_lite_chart(specs["histogram"], width="content")
     if drawn_before:  # the browser had a poll's time to draw it alone: the training may take the CPU now
         training.first_picture_drawn()
+    else:
+        training.first_picture_sent()
 
 
 @st.fragment(run_every=POLL_SECONDS)
