@@ -159,7 +159,8 @@ def _make_optimizer(model: BayesianMLP, rates: dict[str, float]) -> torch.optim.
     for name, params in model.parameter_groups().items():
         params = [p for p in params if p.requires_grad]
         if params:
-            groups.append({"params": params, "lr": rates.get(name, DEFAULT_LEARNING_RATES[name]), "name": name})
+            rate = rates.get(name, DEFAULT_LEARNING_RATES[name])
+            groups.append({"params": params, "lr": rate, "base_lr": rate, "name": name})
     return _adam(groups)
 
 
@@ -238,9 +239,10 @@ def train(
             decay = phase == "train" and config.lr_schedule is not LearningRateSchedule.CONSTANT
             for epoch in range(epochs):
                 global_epoch = epoch_offset + epoch
-                factor = learning_rate_factor(config.lr_schedule, epoch, epochs) if decay else 1.0
-                for group in optimizer.param_groups:
-                    group["lr"] = rates.get(group["name"], DEFAULT_LEARNING_RATES[group["name"]]) * factor
+                if decay:
+                    factor = learning_rate_factor(config.lr_schedule, epoch, epochs)
+                    for group in optimizer.param_groups:
+                        group["lr"] = group["base_lr"] * factor
                 kl_weight = config.kl_weight
                 if config.kl_anneal_epochs and phase != "posttrain":
                     kl_weight *= min(1.0, (global_epoch + 1) / config.kl_anneal_epochs)

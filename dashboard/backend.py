@@ -405,15 +405,10 @@ def mode_draws_samples(mode: str, weights: str | None = None) -> bool:
 
 
 def same_numbers_mode(mode: str, weights: str | None = None) -> str:
-    """The mode that predicts exactly what `mode` with `weights` does: prune with sampled weights is
-    mpm at that threshold, prune with mean weights is mpm-mean (the same network, the same draws);
-    any other mode is itself (aliases such as 'MED-MEA' by their names)."""
-    from core.predict.modes import WeightChoice, parse_mode
-    parsed = parse_mode(mode)
-    if parsed is PredictionMode.PRUNE:
-        return (PredictionMode.MPM if parsed.weight_choice(weights) is WeightChoice.SAMPLE
-                else PredictionMode.MPM_MEAN).value
-    return parsed.value
+    """The mode that predicts exactly what `mode` with `weights` does (core's rule,
+    PredictionMode.same_numbers_as); aliases such as 'MED-MEA' by their names."""
+    from core.predict.modes import parse_mode
+    return parse_mode(mode).same_numbers_as(weights).value
 
 
 def run_store_folder() -> Any:

@@ -73,3 +73,15 @@ def write_fake_reference(cache_dir, dataset, hidden=(8,)) -> str:
                                    reference_id=reference_id(config, dataset.fingerprint))
     ReferenceStore(cache_dir).write(posterior)
     return posterior.reference_id
+
+
+def clear_dashboard_caches() -> None:
+    """Empty the dashboard's process-wide caches (Streamlit's, the run list, the draws), so no test
+    sees another test's store or entries."""
+    import streamlit as st
+
+    from dashboard import backend, cache
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    cache.cached_run_list.clear()
+    backend.clear_draws()

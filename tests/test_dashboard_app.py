@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-import streamlit as st
 from streamlit.testing.v1 import AppTest
+
+from tests.support import clear_dashboard_caches
 
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
 PAGES = ("views/inclusion.py", "views/pruning.py", "views/uncertainty.py")
@@ -19,31 +19,23 @@ TIMEOUT = 180
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """A store with three tiny runs: two-moons, mnist-small and a 1-D regression toy."""
-    cache = tmp_path_factory.mktemp("bnn-cache")
-    previous = os.environ.get("BNN_CACHE_DIR")
-    os.environ["BNN_CACHE_DIR"] = str(cache)
     from core.runs import RunConfig, train_run
-    runs = {
-        "moons": train_run(RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 2})).run_id,
-        "mnist": train_run(RunConfig(dataset="mnist-small", hidden=(8,),
-                                     train={"epochs": 1, "batch_size": 500})).run_id,
-        "sine": train_run(RunConfig(dataset="toy-sine-gaps", hidden=(8,), train={"epochs": 2})).run_id,
-    }
-    yield runs
-    if previous is None:
-        os.environ.pop("BNN_CACHE_DIR", None)
-    else:
-        os.environ["BNN_CACHE_DIR"] = previous
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BNN_CACHE_DIR", str(tmp_path_factory.mktemp("bnn-cache")))
+        yield {
+            "moons": train_run(RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 2})).run_id,
+            "mnist": train_run(RunConfig(dataset="mnist-small", hidden=(8,),
+                                         train={"epochs": 1, "batch_size": 500})).run_id,
+            "sine": train_run(RunConfig(dataset="toy-sine-gaps", hidden=(8,), train={"epochs": 2})).run_id,
+        }
 
 
 @pytest.fixture(autouse=True)
 def fresh_caches():
     """Streamlit caches are process-wide: no test may see another store's runs."""
-    st.cache_data.clear()
-    st.cache_resource.clear()
+    clear_dashboard_caches()
     yield
-    st.cache_data.clear()
-    st.cache_resource.clear()
+    clear_dashboard_caches()
 
 
 def open_app(run_id: str | None = None) -> AppTest:

@@ -11,40 +11,25 @@ import time
 import numpy as np
 import pytest
 
-import streamlit as st
-
 from core.errors import PredictionError
+from tests.support import clear_dashboard_caches
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Two tiny mnist-small runs that differ only by seed, in their own store."""
-    import os
-    cache_dir = tmp_path_factory.mktemp("bnn-shared")
-    previous = os.environ.get("BNN_CACHE_DIR")
-    os.environ["BNN_CACHE_DIR"] = str(cache_dir)
     from core.runs import RunConfig, train_run
-    ids = [train_run(RunConfig(dataset="mnist-small", hidden=(8,), seed=seed,
-                               train={"epochs": 1, "batch_size": 500})).run_id for seed in (0, 1)]
-    yield ids
-    if previous is None:
-        os.environ.pop("BNN_CACHE_DIR", None)
-    else:
-        os.environ["BNN_CACHE_DIR"] = previous
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BNN_CACHE_DIR", str(tmp_path_factory.mktemp("bnn-shared")))
+        yield [train_run(RunConfig(dataset="mnist-small", hidden=(8,), seed=seed,
+                                   train={"epochs": 1, "batch_size": 500})).run_id for seed in (0, 1)]
 
 
 @pytest.fixture(autouse=True)
 def fresh_caches():
-    from dashboard import backend, cache
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    cache.cached_run_list.clear()
-    backend.clear_draws()
+    clear_dashboard_caches()
     yield
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    cache.cached_run_list.clear()
-    backend.clear_draws()
+    clear_dashboard_caches()
 
 
 def fresh_metrics(run, mode, samples, threshold, weights=None):

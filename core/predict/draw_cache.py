@@ -70,12 +70,6 @@ class DrawKey:
     batch_size: int | None  # input chunks: products over other chunks may sum in another order
 
 
-def draw_mode(mode: PredictionMode) -> PredictionMode:
-    """The mode a sampling plan's draws are kept under: prune with sampled weights draws exactly what
-    mpm at the same threshold draws."""
-    return PredictionMode.MPM if mode is PredictionMode.PRUNE else mode
-
-
 class _Entry:
     """Draws 0..N-1 of one plan: their outputs, usage and the plan's masks."""
 
@@ -173,7 +167,7 @@ class DrawCache:
             with self.computing():
                 return self._uncached(run, x, mode, samples, threshold, seed, weights, batch_size, original_units)
         shape = tuple(x.shape) if hasattr(x, "shape") else tuple(np.shape(x))
-        key = DrawKey(owner, inputs, shape, draw_mode(plan.mode), plan.threshold, plan.weights, int(seed), batch_size)
+        key = DrawKey(owner, inputs, shape, plan.mode.same_numbers_as(plan.weights), plan.threshold, plan.weights, int(seed), batch_size)
         entry = self._entry(key, model)
         with entry.lock:
             with torch.no_grad():

@@ -42,6 +42,15 @@ class PredictionMode(str, Enum):
             return WeightChoice.SAMPLE if weights is None else parse_weight_choice(weights)
         return WeightChoice.MEAN if self in (PredictionMode.MEAN, PredictionMode.MPM_MEAN) else WeightChoice.SAMPLE
 
+    def same_numbers_as(self, weights: "str | WeightChoice | None" = None) -> "PredictionMode":
+        """The mode that predicts exactly what this one does with `weights`: prune with sampled
+        weights is mpm at the same threshold, prune with mean weights is mpm-mean (the same network,
+        the same draws); every other mode is itself."""
+        if self is PredictionMode.PRUNE:
+            return (PredictionMode.MPM if self.weight_choice(weights) is WeightChoice.SAMPLE
+                    else PredictionMode.MPM_MEAN)
+        return self
+
     def draws_samples(self, weights: "str | WeightChoice | None" = None) -> bool:
         """Whether the prediction averages R posterior draws (else R does not matter)."""
         return self.weight_choice(weights) is WeightChoice.SAMPLE
