@@ -155,13 +155,17 @@ ProgressCallback = Callable[[dict[str, Any]], None]
 
 
 def _make_optimizer(model: BayesianMLP, rates: dict[str, float]) -> torch.optim.Optimizer:
-    groups = []
+    # Groups with the same step size share one optimiser group: Adam's update of a tensor does not
+    # depend on its group, and each group costs a fused-kernel call and a Python loop per step.
+    by_rate: dict[float, dict[str, Any]] = {}
     for name, params in model.parameter_groups().items():
         params = [p for p in params if p.requires_grad]
         if params:
             rate = rates.get(name, DEFAULT_LEARNING_RATES[name])
-            groups.append({"params": params, "lr": rate, "base_lr": rate, "name": name})
-    return _adam(groups)
+            group = by_rate.setdefault(rate, {"params": [], "lr": rate, "base_lr": rate, "names": []})
+            group["params"] += params
+            group["names"].append(name)
+    return _adam(by_rate.values())
 
 
 # Device types whose Adam has the fused kernel (several times faster than the

@@ -248,8 +248,10 @@ def test_paper_aliases_resolve_to_the_families():
     assert ModelConfig(in_features=2, out_classes=2, family="BNN-GP-MF").family == "bnn"
 
 
-def test_fused_training_path_equals_autograd_in_values_and_gradients():
-    layer = randomised_lbbnn(in_features=6, out_features=4, seed=5, prior_inclusion=0.3, slab_variance=0.5)
+@pytest.mark.parametrize("bias_prior", ["spike-and-slab", "gaussian"])
+def test_fused_training_path_equals_autograd_in_values_and_gradients(bias_prior):
+    layer = randomised_lbbnn(in_features=6, out_features=4, seed=5, prior_inclusion=0.3, slab_variance=0.5,
+                             bias_prior=bias_prior)
     x = torch.randn(8, 6)
     assert layer._fused_path_applies()
     results = []
@@ -267,7 +269,8 @@ def test_fused_training_path_equals_autograd_in_values_and_gradients():
         assert torch.allclose(g_f, g_a, rtol=1e-4, atol=1e-5)
 
 
-def test_fused_layer_passes_gradcheck_in_double_precision():
+@pytest.mark.parametrize("bias_has_indicator", [True, False])
+def test_fused_layer_passes_gradcheck_in_double_precision(bias_has_indicator):
     """Every hand-derived gradient (input, mu, rho, logit) against finite differences, KL value included."""
     from core.models.lbbnn_fused import LBBNNLinear
 
@@ -278,7 +281,8 @@ def test_fused_layer_passes_gradcheck_in_double_precision():
     logit = torch.randn(4, 4, dtype=torch.double, requires_grad=True)
     noise = torch.randn(5, 4, dtype=torch.double)
     constants = torch.tensor(-1.2, dtype=torch.double), torch.tensor(0.8, dtype=torch.double).log()
-    assert torch.autograd.gradcheck(lambda *a: LBBNNLinear.apply(*a, noise, *constants), (x, mu, rho, logit))
+    assert torch.autograd.gradcheck(lambda *a: LBBNNLinear.apply(*a, noise, *constants, True, bias_has_indicator),
+                                    (x, mu, rho, logit))
 
 
 def test_fused_surrogate_kl_has_the_gradient_but_not_the_value_of_the_kl():

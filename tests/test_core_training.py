@@ -240,3 +240,27 @@ def test_cosine_schedule_is_the_constant_one_in_a_single_epoch_and_differs_after
     for key in trained[1, "constant"]:
         assert torch.equal(trained[1, "constant"][key], trained[1, "cosine"][key]), key
     assert any(not torch.equal(trained[3, "constant"][k], trained[3, "cosine"][k]) for k in trained[3, "constant"])
+
+
+def test_parameter_groups_with_one_step_size_share_an_adam_group_and_update_as_if_apart():
+    from core.train import DEFAULT_LEARNING_RATES, _make_optimizer
+
+    rates = dict(DEFAULT_LEARNING_RATES, weights=1e-2, scales=1e-2, inclusion=3e-3)
+    torch.manual_seed(0)
+    merged_model = BayesianMLP(ModelConfig(in_features=3, out_classes=2, hidden=(4,), family="lbbnn"))
+    apart_model = BayesianMLP(ModelConfig(in_features=3, out_classes=2, hidden=(4,), family="lbbnn"))
+    apart_model.load_state_dict(merged_model.state_dict())
+    merged = _make_optimizer(merged_model, rates)
+    assert sorted(len(g["params"]) for g in merged.param_groups) == [2, 4]  # inclusion apart; weights + scales
+    apart = torch.optim.Adam([{"params": [p for p in params if p.requires_grad], "lr": rates[name]}
+                              for name, params in apart_model.parameter_groups().items()
+                              if any(p.requires_grad for p in params)], fused=True)
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        grads = [torch.randn(p.shape, generator=generator) for p in merged_model.parameters()]
+        for model, optimizer in ((merged_model, merged), (apart_model, apart)):
+            for p, g in zip(model.parameters(), grads):
+                p.grad = g.clone() if p.requires_grad else None
+            optimizer.step()
+    for (name, a), b in zip(merged_model.state_dict().items(), apart_model.state_dict().values()):
+        assert torch.equal(a, b), name

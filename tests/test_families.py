@@ -584,6 +584,27 @@ def test_fused_gaussian_layer_passes_gradcheck_in_double_precision():
     assert torch.autograd.gradcheck(lambda *a: GaussianLinear.apply(*a, noise, log_v), (x, mu, rho))
 
 
+def test_local_reparameterisation_products_pass_gradcheck_and_equal_the_autograd_formula():
+    from core.models.base import augmented_linear, local_reparameterisation
+    from core.models.fused import LocalReparameterisation
+
+    torch.manual_seed(0)
+    x = torch.randn(5, 3, dtype=torch.double, requires_grad=True)
+    mean_weight = torch.randn(4, 4, dtype=torch.double, requires_grad=True)
+    var_weight = torch.rand(4, 4, dtype=torch.double).add(0.1).requires_grad_()
+    noise = torch.randn(5, 4, dtype=torch.double)
+    assert torch.autograd.gradcheck(lambda *a: LocalReparameterisation.apply(*a, noise), (x, mean_weight, var_weight))
+    # the 2-D path draws the same noise as the formula it replaces, and has the same gradients
+    inputs = (x, mean_weight, var_weight)
+    h = local_reparameterisation(x, mean_weight, var_weight, torch.Generator().manual_seed(3))
+    drawn = torch.randn((5, 4), generator=torch.Generator().manual_seed(3), dtype=torch.double)
+    reference = augmented_linear(x, mean_weight) + augmented_linear(x * x, var_weight).sqrt() * drawn
+    assert torch.allclose(h, reference)
+    upstream = torch.randn(5, 4, dtype=torch.double)
+    for fast, slow in zip(torch.autograd.grad(h, inputs, upstream), torch.autograd.grad(reference, inputs, upstream)):
+        assert torch.allclose(fast, slow)
+
+
 def test_bnn_trains_through_the_fused_layer_and_the_mixture_does_not():
     from core.models.gaussian_fused import GaussianLinear
 

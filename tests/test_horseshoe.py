@@ -430,3 +430,55 @@ def test_structured_model_trains_on_two_moons_without_nan_and_its_loss_goes_down
         assert all(torch.isfinite(w).all() for w in model.mean_weights())
         accuracy = (model.forward_with_weights(x, model.mean_weights()).argmax(-1) == labels).double().mean()
     assert accuracy > 0.75
+
+
+# --- the training step's KL surrogate -----------------------------------------------------------
+def _randomised(layer: HorseshoeLayer, seed: int) -> HorseshoeLayer:
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in layer.parameters():
+            parameter.add_(0.3 * torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype))
+    layer.update_auxiliaries()
+    return layer
+
+
+@pytest.mark.parametrize("prior", PRIORS_UNDER_TEST)
+@pytest.mark.parametrize("family,is_output", [("factorised", False), ("factorised", True),
+                                              ("structured", False)])  # output layers are factorised
+def test_kl_gradient_surrogate_has_the_gradient_of_the_kl_but_not_its_value(family, prior, is_output):
+    options = HorseshoeOptions(prior=prior, variational_family=family)
+    layer = layer_class("horseshoe", options, is_output=is_output)(4, 3, options, is_output=is_output).double()
+    layer = _randomised(layer, seed=3)
+    parameters = [p for p in layer.parameters() if p.requires_grad]
+    exact = torch.autograd.grad(layer.kl(), parameters)
+    surrogate_value = layer.kl_gradient_surrogate()
+    surrogate = torch.autograd.grad(surrogate_value, parameters)
+    for parameter_grad, surrogate_grad in zip(exact, surrogate):
+        assert torch.allclose(parameter_grad, surrogate_grad, rtol=1e-10, atol=1e-12)
+    assert not torch.isclose(surrogate_value, layer.kl())  # the dropped terms are not zero
+    x = torch.randn(5, 4, dtype=torch.float64)
+    torch.manual_seed(0)
+    out_exact, kl_exact = layer.forward_with_kl(x)
+    torch.manual_seed(0)
+    out_surrogate, _ = layer.forward_with_kl(x, kl_value=False)
+    assert torch.equal(out_exact, out_surrogate) and torch.isclose(kl_exact, layer.kl())
+    torch.manual_seed(0)
+    assert torch.allclose(layer(x), out_exact)  # the fused path draws what forward() draws
+
+
+@pytest.mark.parametrize("prior", PRIORS_UNDER_TEST)
+def test_fused_training_forward_equals_autograd_in_values_and_gradients(prior):
+    options = HorseshoeOptions(prior=prior)
+    layer = _randomised(layer_class("horseshoe", options, is_output=False)(5, 4, options).double(), seed=7)
+    parameters = [p for p in layer.parameters() if p.requires_grad]
+    x = torch.randn(6, 5, dtype=torch.float64)
+    results = []
+    for fused in (True, False):
+        torch.manual_seed(1)
+        out, kl = layer.forward_with_kl(x) if fused else (layer(x), layer.kl())
+        loss = (out.pow(2).sum() * 0.3 + out.sum() + 0.7 * kl)
+        results.append((out.detach(), kl.detach(), torch.autograd.grad(loss, parameters)))
+    (out_f, kl_f, grads_f), (out_a, kl_a, grads_a) = results
+    assert torch.allclose(out_f, out_a) and torch.allclose(kl_f, kl_a)
+    for g_f, g_a in zip(grads_f, grads_a):
+        assert torch.allclose(g_f, g_a, rtol=1e-9, atol=1e-12)

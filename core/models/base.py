@@ -44,6 +44,7 @@ from torch.nn import functional as F
 
 from core.enums import OptionEnum
 from core.errors import ConfigError
+from core.models.fused import LocalReparameterisation
 
 
 # Bins of the per-epoch histograms training records (core/snapshots.py).
@@ -185,6 +186,9 @@ def local_reparameterisation(x: Tensor, mean_weight: Tensor, var_weight: Tensor,
     x.w has mean x.m and variance (x*x).v: sampling it directly is cheaper and
     has lower variance than sampling w (Kingma et al., 2015).
     """
+    if x.dim() == 2 and mean_weight.dim() == 2:  # the training path: products with a hand-written backward
+        noise = torch.randn((x.shape[0], mean_weight.shape[0]), generator=generator, device=x.device, dtype=x.dtype)
+        return LocalReparameterisation.apply(x, mean_weight, var_weight, noise)
     mean = augmented_linear(x, mean_weight)
     var = augmented_linear(x * x, var_weight)
     noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
@@ -254,6 +258,11 @@ class SparseLayer(nn.Module, ABC):
         return nn.Parameter(torch.empty(self.shape).uniform_(-bound, bound, generator=init_generator()))
 
     # --- the estimators' noise (from the training run's generator) ----------------------
+    def masked(self, values: Tensor) -> Tensor:
+        """values * fixed_mask; while no structure is fixed the mask is all ones and the product
+        (a pass over the weights each way per step) is skipped."""
+        return values * self.fixed_mask if self.is_structure_fixed else values
+
     def normal_noise(self, shape: tuple[int, ...] | torch.Size, like: Tensor) -> Tensor:
         """Standard normal noise of `shape` on like's device and dtype."""
         return torch.randn(shape, generator=self.noise_generator, device=like.device, dtype=like.dtype)

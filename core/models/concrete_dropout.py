@@ -76,7 +76,7 @@ class ConcreteDropoutLayer(SparseLayer):
         u = self.uniform_noise(x.shape, x).clamp(1e-7, 1 - 1e-7)
         drop = torch.sigmoid((self.dropout_logit + torch.logit(u)) / self.options.temperature)
         x = x * (1 - drop) / (1 - self.dropout_rate)
-        return augmented_linear(x, self.weight * self.fixed_mask)
+        return augmented_linear(x, self.masked(self.weight))
 
     def mean_weights(self) -> Tensor:
         return self.weight * self.fixed_mask
@@ -90,7 +90,7 @@ class ConcreteDropoutLayer(SparseLayer):
         return weight * torch.cat([column_scale, bias_scale], dim=2) * self.fixed_mask
 
     def kl(self) -> Tensor:
-        weight = self.weight * self.fixed_mask
+        weight = self.masked(self.weight)
         p = self.dropout_rate
         weight_regulariser = 0.5 / self.prior_variance
         # p log p + (1-p) log(1-p) in logits, stable at p near 0 or 1.

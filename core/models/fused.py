@@ -39,6 +39,25 @@ def products_backward(grad_h: Tensor, noise: Tensor, x_aug: Tensor, x2_aug: Tens
     return grad_x, torch.mm(grad_h.t(), x_aug), torch.mm(grad_var_pre.t(), x2_aug)
 
 
+class LocalReparameterisation(torch.autograd.Function):
+    """h = x.mean_weight + sqrt(x^2.var_weight) noise for augmented (out, in+1) weights and a
+    2-D x, with the products' backward by hand: one GEMM each way per product, no slicing
+    copies. The families that build their weight moments under autograd use it for the rest."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, mean_weight: Tensor, var_weight: Tensor, noise: Tensor):
+        h, x_aug, x2_aug, sd = products_forward(x, mean_weight, var_weight, noise)
+        ctx.save_for_backward(noise, x_aug, x2_aug, sd, mean_weight, var_weight)
+        return h
+
+    @staticmethod
+    def backward(ctx, grad_h: Tensor):
+        noise, x_aug, x2_aug, sd, mean_weight, var_weight = ctx.saved_tensors
+        grad_x, grad_mean, grad_var = products_backward(grad_h, noise, x_aug, x2_aug, sd, mean_weight, var_weight,
+                                                        ctx.needs_input_grad[0])
+        return grad_x, grad_mean, grad_var, None
+
+
 def backward_through(ctx, grad_h: Tensor | None, grad_kl: Tensor | None, backward_kernel: Callable,
                      unused_inputs: int) -> tuple:
     """A fused Function's backward: the kernel on the saved tensors, then None for the inputs

@@ -78,6 +78,8 @@ from core.models.base import (
     require,
 )
 from core.models.distributions import gaussian_kl, normal_entropy
+from core.models.fused import apply_fused
+from core.models.gaussian_fused import GaussianLinear
 
 PRIORS = ("regularised-horseshoe", "horseshoe")
 VARIATIONAL_FAMILIES = tuple(VariationalFamily)
@@ -131,6 +133,19 @@ def half_cauchy_scale_kl(log_sq_mean: Tensor, log_sq_std: Tensor, aux_rate: Tens
                   + torch.exp(-log_sq_mean + 0.5 * log_sq_std * log_sq_std) * expected_inv_lam)
     aux_term = inverse_gamma_kl(1.0, aux_rate, 0.5, 1.0 / (prior_scale * prior_scale))
     return scale_term + aux_term
+
+
+def half_cauchy_scale_kl_gradient_part(log_sq_mean: Tensor, log_sq_std: Tensor, aux_rate: Tensor) -> Tensor:
+    """half_cauchy_scale_kl without its terms that carry no gradient (constants, and q(lam), set in
+    closed form): the same gradient in log_sq_mean and log_sq_std, a different value."""
+    return (0.5 * log_sq_mean - torch.log(log_sq_std)
+            + torch.exp(0.5 * log_sq_std * log_sq_std - log_sq_mean) / aux_rate)
+
+
+def inverse_gamma_log_scale_kl_gradient_part(log_mean: Tensor, log_std: Tensor, shape: Tensor, rate: Tensor
+                                             ) -> Tensor:
+    """inverse_gamma_log_scale_kl without its constant terms: the same gradient, a different value."""
+    return shape * log_mean - torch.log(log_std) + rate * torch.exp(0.5 * log_std * log_std - log_mean)
 
 
 def inverse_gamma_log_scale_kl(log_mean: Tensor, log_std: Tensor, shape: Tensor, rate: Tensor) -> Tensor:
@@ -276,7 +291,10 @@ class HorseshoeLayer(SparseLayer):
     # --- KL and the auxiliaries -----------------------------------------------------------
     def kl_terms(self) -> dict[str, Tensor]:
         """The KL by latent variable (each term a true KL, so each >= 0)."""
-        terms = {"weights": self._weights_kl()}
+        return {"weights": self._weights_kl(), **self.kl_terms_of_scales()}
+
+    def kl_terms_of_scales(self) -> dict[str, Tensor]:
+        terms = {}
         # q(log a) = N(m, s^2)  <=>  q(log a^2) = N(2m, 4 s^2).
         terms["layer_scale"] = half_cauchy_scale_kl(2 * self.log_layer_scale_mu,
                                                     2 * F.softplus(self.log_layer_scale_rho),
@@ -297,6 +315,43 @@ class HorseshoeLayer(SparseLayer):
 
     def kl(self) -> Tensor:
         return sum(self.kl_terms().values())
+
+    def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:
+        """The training forward and the KL (its gradient surrogate with kl_value=False).
+
+        Given the scale draw, s_k x.beta_k is a Gaussian layer's pre-activation with a N(0, I)
+        prior on beta, so the factorised family reuses the fused Gaussian layer for the part
+        over the weights (same draws in the same order as forward() and kl())."""
+        scale_kl = self._scales_kl() if kl_value else self._scales_kl_gradient_surrogate()
+        if x.dim() != 2 or self.is_structure_fixed:
+            return self(x), self._weights_kl() + scale_kl
+        scale = torch.exp(self._draw_log_scale(None, self.noise_generator))
+        noise = self.normal_noise((x.shape[0], self.out_features), x)
+        standard_prior = self.weight_mu.new_zeros(())  # log of the N(0, I) prior's variance
+        h, weights_kl = apply_fused(self, GaussianLinear, x, self.weight_mu, self.weight_rho, noise,
+                                    standard_prior, kl_value)
+        return scale * h, weights_kl + scale_kl
+
+    def kl_gradient_surrogate(self) -> Tensor:
+        """kl() less its terms without a gradient: a training step needs only the gradient, and
+        the scales' KL terms are mostly constants and q(lam)'s (a buffer)."""
+        return self._weights_kl() + self._scales_kl_gradient_surrogate()
+
+    def _scales_kl(self) -> Tensor:
+        terms = self.kl_terms_of_scales()
+        return sum(terms.values())
+
+    def _scales_kl_gradient_surrogate(self) -> Tensor:
+        surrogate = half_cauchy_scale_kl_gradient_part(
+            2 * self.log_layer_scale_mu, 2 * F.softplus(self.log_layer_scale_rho), self.layer_aux_rate)
+        if not self.is_output:
+            surrogate = surrogate + half_cauchy_scale_kl_gradient_part(
+                2 * self.log_node_scale_mu, 2 * self.log_node_scale_std(), self.node_aux_rate).sum()
+        if self.regularised:
+            mean, std = self._log_slab_moments()
+            surrogate = surrogate + inverse_gamma_log_scale_kl_gradient_part(mean, std, self.slab_shape,
+                                                                            self.slab_scale)
+        return surrogate
 
     @torch.no_grad()
     def update_auxiliaries(self) -> None:
@@ -399,6 +454,10 @@ class StructuredHorseshoeLayer(HorseshoeLayer):
         mean = mean + projection * (h[-1] * column_var.sqrt() * log_tau_noise / row_var_u.sqrt())
         var = column_var * (diagonal + projection.square() * (psi[-1] / row_var_u))
         return mean, var
+
+    def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:
+        # beta and log tau are correlated here: no fused Gaussian layer over beta alone.
+        return self(x), (self.kl() if kl_value else self.kl_gradient_surrogate())
 
     # --- estimators -----------------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:

@@ -193,14 +193,14 @@ class LBBNNLayer(SparseLayer):
             return self(x), self.kl()
         noise = self.normal_noise((*x.shape[:-1], self.out_features), x)
         args = (x, self.weight_mu, self.weight_rho, self.inclusion_logit, noise,
-                self.prior_inclusion_logit.detach(), self.log_slab_variance.detach(), kl_value)
+                self.prior_inclusion_logit.detach(), self.log_slab_variance.detach(), kl_value,
+                self.all_have_indicators)
         return apply_fused(self, LBBNNLinear, *args)
 
     def _fused_path_applies(self) -> bool:
         opts: LBBNNOptions = self.options
         return (opts.estimator is Estimator.LOCAL_REPARAMETERISATION and opts.slab is Slab.GAUSSIAN
                 and opts.inclusion_prior == "bernoulli" and not self.is_structure_fixed
-                and self.all_have_indicators
                 and not self.prior_inclusion_logit.requires_grad and not self.log_slab_variance.requires_grad)
 
     def _relaxed_inclusion(self, alpha: Tensor) -> Tensor:

@@ -16,8 +16,13 @@ backward of each of those plus the copies that slicing the augmented
   gradient of the KL every step but reads its value once per epoch.
 
 It covers the main training path (Gaussian slab, Bernoulli inclusion prior
-with fixed hyperparameters, free structure); every other configuration uses
-plain autograd, which also serves as the reference in the tests.
+with fixed hyperparameters, free structure, biases with or without an
+inclusion indicator); every other configuration uses plain autograd, which
+also serves as the reference in the tests.
+
+A bias without an indicator (bias_prior="gaussian") has a = 1 and only the
+slab's KL; with a = 1 the formulas below already give its gradients (the
+factor 1 - a zeroes its logit's), so only a and the KL's value change.
 
 With a = sigmoid(l), s = softplus(rho), t = s^2 + mu^2, prior variance v and
 prior inclusion logit lp, per weight:
@@ -40,7 +45,7 @@ from torch.nn import functional as F
 from core.models.fused import backward_through, kernel_pair, products_backward, products_forward
 
 
-def weight_moments(mu: Tensor, rho: Tensor, logit: Tensor):
+def weight_moments(mu: Tensor, rho: Tensor, logit: Tensor, bias_has_indicator: bool = True):
     """The weight moments, and what the backward pass needs (all elementwise).
 
     The second moment t = sigma^2 + mu^2 is kept for the backward pass: on a
@@ -52,6 +57,8 @@ def weight_moments(mu: Tensor, rho: Tensor, logit: Tensor):
     above 20, softplus(rho) = rho to float precision (torch's own cut-off).
     """
     alpha = torch.sigmoid(logit)
+    if not bias_has_indicator:
+        alpha[:, -1] = 1.0
     if torch.compiler.is_compiling():  # one fused loop: sharing the exp saves a transcendental per weight
         exp_rho = torch.exp(torch.clamp(rho, max=SOFTPLUS_LINEAR_ABOVE))
         sigma = torch.where(rho > SOFTPLUS_LINEAR_ABOVE, rho, torch.log1p(exp_rho))
@@ -101,9 +108,10 @@ def prior_constants(prior_logit: Tensor, log_prior_variance: Tensor) -> tuple[Te
 SOFTPLUS_LINEAR_ABOVE = 20.0
 
 
-def layer_forward(x: Tensor, mu: Tensor, rho: Tensor, logit: Tensor, noise: Tensor):
+def layer_forward(x: Tensor, mu: Tensor, rho: Tensor, logit: Tensor, noise: Tensor, bias_has_indicator: bool = True):
     """Pre-activations h, and what the backward pass needs."""
-    mean_weight, var_weight, alpha, sigma, sigmoid_rho, second_moment = weight_moments(mu, rho, logit)
+    mean_weight, var_weight, alpha, sigma, sigmoid_rho, second_moment = weight_moments(mu, rho, logit,
+                                                                                       bias_has_indicator)
     h, x_aug, x2_aug, sd = products_forward(x, mean_weight, var_weight, noise)
     return h, (x_aug, x2_aug, sd, mean_weight, var_weight, alpha, sigma, sigmoid_rho, second_moment)
 
@@ -130,7 +138,8 @@ class LBBNNLinear(torch.autograd.Function):
     """Local-reparameterisation pre-activations of an LBBNN layer, plus its KL.
 
     Returns (h, kl): h = x.(a mu) + bias + sqrt(x^2.var + bias var) * noise and
-    the layer's KL to the prior. With kl_value=False, kl is a surrogate: its
+    the layer's KL to the prior. With bias_has_indicator=False the last column
+    (the bias) is always included and carries only the slab's KL. With kl_value=False, kl is a surrogate: its
     value is 0 but its gradient is the KL's, which is all a training step needs.
     The prior's inclusion logit and log slab variance come as 0-dim tensors on
     the layer's device, so a step never waits for the device to read them.
@@ -138,9 +147,10 @@ class LBBNNLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, mu: Tensor, rho: Tensor, logit: Tensor, noise: Tensor, prior_logit: Tensor,
-                log_prior_variance: Tensor, kl_value: bool = True, compiled: bool = False):
+                log_prior_variance: Tensor, kl_value: bool = True, bias_has_indicator: bool = True,
+                compiled: bool = False):
         forward_kernel, _ = kernels(compiled)
-        h, saved = forward_kernel(x, mu, rho, logit, noise)
+        h, saved = forward_kernel(x, mu, rho, logit, noise, bias_has_indicator)
         if kl_value:
             inverse_prior_variance, slab_offset = prior_constants(prior_logit, log_prior_variance)
             alpha, sigma, second_moment = saved[5], saved[6], saved[8]
@@ -148,6 +158,9 @@ class LBBNNLinear(torch.autograd.Function):
             # -log(1 - psi) = softplus(prior logit), once per weight
             kl = (torch.dot(alpha.reshape(-1), slab_plus.reshape(-1)) + F.logsigmoid(-logit).sum()
                   + F.softplus(prior_logit) * logit.numel())
+            if not bias_has_indicator:  # with a = 1 the bias column's terms above are slab + l - lp + the
+                bias_logit = logit[:, -1]  # inclusion KL's; keep the slab only
+                kl = kl - (bias_logit - prior_logit + F.logsigmoid(-bias_logit) + F.softplus(prior_logit)).sum()
         else:
             kl = h.new_zeros(())
         ctx.save_for_backward(noise, mu, logit, *saved, prior_logit, log_prior_variance)
@@ -156,4 +169,4 @@ class LBBNNLinear(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_h: Tensor, grad_kl: Tensor):
-        return backward_through(ctx, grad_h, grad_kl, kernels(ctx.compiled)[1], unused_inputs=5)
+        return backward_through(ctx, grad_h, grad_kl, kernels(ctx.compiled)[1], unused_inputs=6)

@@ -72,8 +72,8 @@ class SparseVDLayer(SparseLayer):
         return log_alpha.clamp(LOG_ALPHA_MIN, LOG_ALPHA_MAX)
 
     def forward(self, x: Tensor) -> Tensor:
-        mean = self.theta * self.fixed_mask
-        var = torch.exp(self.log_sigma2) * self.fixed_mask
+        mean = self.masked(self.theta)
+        var = self.masked(torch.exp(self.log_sigma2))
         if self.options.estimator is Estimator.LOCAL_REPARAMETERISATION:
             return local_reparameterisation(x, mean, var, self.noise_generator)
         return augmented_linear(x, mean + var.sqrt() * self.normal_noise(mean.shape, mean))
@@ -90,7 +90,7 @@ class SparseVDLayer(SparseLayer):
         return (theta + torch.exp(0.5 * self.log_sigma2) * eps) * self.fixed_mask
 
     def kl(self) -> Tensor:
-        return (sparse_vd_kl(self.log_alpha()) * self.fixed_mask).sum()
+        return self.masked(sparse_vd_kl(self.log_alpha())).sum()
 
     def native_statistic(self) -> Tensor:
         return self.log_alpha()
