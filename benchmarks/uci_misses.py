@@ -65,8 +65,13 @@ VARIANTS = (
     ("uci-protein", "fnn, 4x epochs", "fnn", _longer("uci-protein")),
     ("uci-protein", "concrete-dropout as shipped", "concrete-dropout", {}),
     ("uci-protein", "concrete-dropout, 4x epochs", "concrete-dropout", _longer("uci-protein", cold=True)),
+    ("uci-protein", "concrete-dropout, 4x epochs at batch 1024 (the shipped step count)", "concrete-dropout",
+     dict(_longer("uci-protein", cold=True), batch_size=1024)),
     ("uci-protein", "bnn as shipped", "bnn", {}),
     ("uci-protein", "bnn, 4x epochs", "bnn", _longer("uci-protein")),
+    ("uci-protein", "lbbnn as shipped", "lbbnn", {}),
+    ("uci-protein", "lbbnn, 4x epochs at batch 1024 (the shipped step count)", "lbbnn",
+     dict(_longer("uci-protein"), batch_size=1024)),
 )
 
 
