@@ -131,3 +131,14 @@ def test_misses_benchmark_table_means_over_splits():
     text = uci_misses.render(rows, "cmd")
     assert "| wine | MC dropout | -0.900 / 0.5 | -1.100 / 0.7 | -1.000 / 0.6 |" in text
     assert "| wine | fnn | -1.000 / 0.6 | -2.000 / 0.8 | -1.500 / 0.7 |" in text
+
+
+def test_step_time_benchmark_times_every_uci_family_against_the_plain_mlp(data_dir):
+    import uci_step_time
+    from core.runs.presets import UCI_METHODS
+
+    ms = uci_step_time.measure("uci-boston", steps=3, rounds=1, data_dir=str(data_dir))
+    assert set(ms) == {*UCI_METHODS, uci_step_time.PLAIN}
+    assert all(value > 0 for value in ms.values())
+    text = uci_step_time.render({"bnn": 3.0, uci_step_time.PLAIN: 0.5}, "uci-boston", "cmd")
+    assert "| bnn | 3.000 | 6.00 |" in text and "| plain-mlp | 0.500 | 1.00 |" in text
