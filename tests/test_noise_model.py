@@ -29,6 +29,32 @@ def test_gamma_kl_matches_monte_carlo():
     assert float(gamma_kl(*(torch.tensor(v, dtype=torch.float64) for v in (a0, b0, a0, b0)))) == pytest.approx(0, abs=1e-12)
 
 
+def test_hand_written_noise_terms_pass_gradcheck_and_equal_the_autograd_formulas():
+    from core.models.likelihoods import LOG_2PI, GammaKLFromLogs, VariationalGaussianLogProb
+
+    torch.manual_seed(0)
+    f = torch.randn(7, dtype=torch.double, requires_grad=True)
+    y = torch.randn(7, dtype=torch.double)
+    logs = (torch.tensor(1.3, dtype=torch.double, requires_grad=True),
+            torch.tensor(-0.4, dtype=torch.double, requires_grad=True))
+    a0, b0 = torch.tensor(2.0, dtype=torch.double), torch.tensor(0.7, dtype=torch.double)
+    assert torch.autograd.gradcheck(lambda f, la, lb: VariationalGaussianLogProb.apply(f, y, la, lb), (f, *logs))
+    assert torch.autograd.gradcheck(lambda la, lb: GammaKLFromLogs.apply(la, lb, a0, b0), logs)
+    shape, rate = logs[0].exp(), logs[1].exp()
+    by_autograd = 0.5 * (torch.digamma(shape) - torch.log(rate) - LOG_2PI) - 0.5 * (shape / rate) * (y - f) ** 2
+    by_hand = VariationalGaussianLogProb.apply(f, y, *logs)
+    weights = torch.randn(7, dtype=torch.double)
+    assert torch.allclose(by_hand, by_autograd)
+    for fast, slow in zip(torch.autograd.grad((by_hand * weights).sum(), (f, *logs)),
+                          torch.autograd.grad((by_autograd * weights).sum(), (f, *logs))):
+        assert torch.allclose(fast, slow)
+    kl = GammaKLFromLogs.apply(*logs, a0, b0)
+    reference = gamma_kl(logs[0].exp(), logs[1].exp(), a0, b0)
+    assert torch.allclose(kl, reference)
+    for fast, slow in zip(torch.autograd.grad(kl, logs), torch.autograd.grad(reference, logs)):
+        assert torch.allclose(fast, slow)
+
+
 def test_variational_expected_log_likelihood_matches_monte_carlo_over_q_tau():
     likelihood = Gaussian(GaussianOptions(**VARIATIONAL)).double()
     with torch.no_grad():
