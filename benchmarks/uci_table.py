@@ -165,15 +165,17 @@ def runs_by_config(store) -> dict[str, str]:
 
 def collect(grid: GridSpec, cache_dir: str | Path | None = None, data_dir: str | Path | None = None,
             samples: int = DEFAULT_SAMPLES, previous: dict[str, Any] | None = None,
-            report=lambda line: None) -> list[dict[str, Any]]:
-    """One record per stored run of the grid (runs not trained yet are left out)."""
+            report=lambda line: None, workers: int = 1) -> list[dict[str, Any]]:
+    """One record per stored run of the grid (runs not trained yet are left out). Runs not
+    evaluated before are evaluated by `workers` processes (a few hundred of them take minutes)."""
     from core.runs.store import RunStore
 
     store = RunStore(cache_dir)
     known = {record["run_id"]: record for record in (previous or {}).get("runs", [])}
     earlier = runs_by_config(store)
     fingerprints: dict[tuple[str, int | None], str] = {}
-    records = []
+    records: list[dict[str, Any] | None] = []
+    pending: list[tuple[int, str, dict[str, Any]]] = []  # (index in records, run id, fields)
     for label, method, seed, split, config in grid.cells():
         key = (config.dataset, split)
         try:
@@ -192,14 +194,41 @@ def collect(grid: GridSpec, cache_dir: str | Path | None = None, data_dir: str |
         if cached and cached.get("samples") == samples and cached.get("evaluation") == EVALUATION_VERSION:
             records.append(cached)
             continue
-        try:
-            numbers = evaluate_run(run_id, store, data_dir, samples)
-        except BNNError as exc:
-            report(f"{run_id}: cannot evaluate ({exc})")
-            continue
-        records.append({"run_id": run_id, "set": short_name(config.dataset), "dataset": config.dataset,
-                        "family": method, "split": split, "seed": seed, **numbers})
-    return records
+        pending.append((len(records), run_id, {"run_id": run_id, "set": short_name(config.dataset),
+                                               "dataset": config.dataset, "family": method, "split": split,
+                                               "seed": seed}))
+        records.append(None)
+    cache = None if cache_dir is None else str(cache_dir)
+    for index, run_id, fields, numbers in _evaluate_all(pending, cache, data_dir, samples, workers):
+        if isinstance(numbers, BNNError):
+            report(f"{run_id}: cannot evaluate ({numbers})")
+        else:
+            records[index] = {**fields, **numbers}
+    return [record for record in records if record is not None]
+
+
+def _evaluate_or_error(run_id: str, cache_dir: str | None, data_dir, samples: int):
+    try:
+        return evaluate_run(run_id, cache_dir, data_dir, samples)
+    except BNNError as exc:
+        return exc
+
+
+def _evaluate_all(pending, cache_dir: str | None, data_dir, samples: int, workers: int):
+    """(index, run id, fields, numbers or the BNNError) for each pending run, in order."""
+    if workers <= 1 or len(pending) < 2:
+        for index, run_id, fields in pending:
+            yield index, run_id, fields, _evaluate_or_error(run_id, cache_dir, data_dir, samples)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        results = pool.map(_evaluate_or_error, [run_id for _, run_id, _ in pending],
+                           [cache_dir] * len(pending), [None if data_dir is None else str(data_dir)] * len(pending),
+                           [samples] * len(pending), chunksize=4)
+        for (index, run_id, fields), numbers in zip(pending, results):
+            yield index, run_id, fields, numbers
 
 
 # --- the table --------------------------------------------------------------------------------------
@@ -422,12 +451,12 @@ def main(argv: list[str] | None = None) -> int:
     sets = _names(args.sets, UCI_DATASETS, prefix="uci-")
     splits = parse_splits(args.splits)
     report = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    started = time.perf_counter()
     if args.command == "run":
         from core.runs.grid import run_grid
 
         all_splits = sorted({s for d in sets for s in range(UCI_REGRESSION[d].n_splits)})
         wanted = [s for s in all_splits if splits is None or s in splits]
-        started = time.perf_counter()
         for start in range(0, len(wanted), max(1, args.chunk)):
             chunk = wanted[start:start + max(1, args.chunk)]
             report(f"uci: splits {_ranges(chunk)} ({time.perf_counter() - started:.0f} s so far)")
@@ -436,9 +465,11 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     previous_path = out / "uci.json"
     previous = json.loads(previous_path.read_text(encoding="utf-8")) if previous_path.is_file() else None
-    records = collect(uci_grid(methods, sets, splits), args.cache_dir, args.data_dir, args.samples, previous, report)
+    records = collect(uci_grid(methods, sets, splits), args.cache_dir, args.data_dir, args.samples, previous, report,
+                      workers=args.workers)
     md_path, json_path = write_results(records, args.data_dir, out)
-    report(f"uci: {len(records)} stored runs -> {md_path}, {json_path}")
+    report(f"uci: {len(records)} stored runs -> {md_path}, {json_path} ({time.perf_counter() - started:.0f} s "
+           f"in all)")
     return 0
 
 

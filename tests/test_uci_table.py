@@ -142,3 +142,21 @@ def test_step_time_benchmark_times_every_uci_family_against_the_plain_mlp(data_d
     assert all(value > 0 for value in ms.values())
     text = uci_step_time.render({"bnn": 3.0, uci_step_time.PLAIN: 0.5}, "uci-boston", "cmd")
     assert "| bnn | 3.000 | 6.00 |" in text and "| plain-mlp | 0.500 | 1.00 |" in text
+
+
+@pytest.mark.slow
+def test_evaluation_in_worker_processes_gives_the_numbers_of_one_process_in_order(data_dir, tmp_path):
+    from core.runs.presets import _uci
+    from core.runs.training import train_run
+
+    pending = []
+    for index, (split, family) in enumerate(((0, "bnn"), (1, "lbbnn"), (0, "sparse-vd"))):
+        config = _uci("uci-yacht", split, family)
+        config = config.replace(train={"epochs": 2, "warm_start_epochs": 0, "kl_anneal_epochs": 0})
+        run = train_run(config, cache_dir=tmp_path, data_dir=data_dir)
+        pending.append((index, run.run_id, {"family": family}))
+    alone = list(uci_table._evaluate_all(pending, str(tmp_path), str(data_dir), 5, workers=1))
+    pooled = list(uci_table._evaluate_all(pending, str(tmp_path), str(data_dir), 5, workers=2))
+    assert [row[:3] for row in pooled] == [row[:3] for row in alone]
+    assert [row[3] for row in pooled] == [row[3] for row in alone]
+    assert set(alone[1][3]["modes"]) == {"bma", "mpm", "collapsed"}  # lbbnn: a sparse family with a collapsed mode
