@@ -616,3 +616,41 @@ def test_bnn_trains_through_the_fused_layer_and_the_mixture_does_not():
         calls[family] = spy.call_count
     # the mixture prior has no closed-form KL, so it keeps the autograd path
     assert calls == {"bnn": len(model.layers), "variational-dense": len(model.layers), "bnn-mixture": 0}
+
+
+# --- the concrete-dropout training Function ---------------------------------------------------
+def test_concrete_dropout_function_passes_gradcheck_with_its_kl():
+    from core.models.concrete_dropout import ConcreteDropoutLinear
+
+    torch.manual_seed(0)
+    x = torch.randn(6, 3, dtype=torch.double, requires_grad=True)
+    weight = torch.randn(4, 4, dtype=torch.double, requires_grad=True)
+    logit = torch.tensor(-1.1, dtype=torch.double, requires_grad=True)
+    uniform = torch.rand(6, 3, dtype=torch.double).clamp(0.05, 0.95)
+    prior_variance = torch.tensor(0.7, dtype=torch.double)
+    # temperature 0.5: the relaxed mask is smooth enough for finite differences
+    assert torch.autograd.gradcheck(
+        lambda *a: ConcreteDropoutLinear.apply(*a, uniform, 0.5, prior_variance, True), (x, weight, logit))
+
+
+def test_concrete_dropout_training_forward_equals_autograd_and_its_surrogate_kl_has_the_gradient():
+    from core.models.concrete_dropout import ConcreteDropoutLayer, ConcreteDropoutOptions
+
+    torch.manual_seed(2)
+    layer = ConcreteDropoutLayer(5, 3, ConcreteDropoutOptions(prior_variance=0.5, init_dropout=0.3)).double()
+    x = torch.randn(7, 5, dtype=torch.double)
+    parameters = [layer.weight, layer.dropout_logit]
+    results = []
+    for path in ("fused", "autograd", "surrogate"):
+        layer.noise_generator = torch.Generator().manual_seed(4)
+        if path == "autograd":
+            out, kl = layer(x), layer.kl()
+        else:
+            out, kl = layer.forward_with_kl(x, kl_value=path == "fused")
+        loss = out.pow(2).sum() * 0.3 + out.sum()
+        results.append((out.detach(), kl.detach(), torch.autograd.grad(loss + 0.7 * kl, parameters)))
+    (out_f, kl_f, grads_f), (out_a, kl_a, grads_a), (out_s, kl_s, grads_s) = results
+    assert torch.allclose(out_f, out_a) and torch.allclose(kl_f, kl_a) and torch.equal(out_s, out_f)
+    assert kl_s.item() == 0.0 and kl_a.item() != 0.0
+    for fused, autograd, surrogate in zip(grads_f, grads_a, grads_s):
+        assert torch.allclose(fused, autograd) and torch.allclose(surrogate, autograd)
