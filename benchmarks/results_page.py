@@ -78,7 +78,7 @@ GAP_REASONS = {
     "bnn-mixture": "the fast grid's KL is tempered by 0.05 (the data weighted 20 times against the prior), so "
                    "the posterior is narrow and one draw is nearly as accurate as the mean; the paper's ELBO "
                    "posterior is wider (MNIST: one draw 0.965 against its mean 0.983)",
-    "horseshoe": "the fast grid's schedule (a deterministic warm start at about 0.98, then 20 epochs with the KL "
+    "horseshoe": "the fast grid's schedule (a 3-epoch deterministic warm start, then 20 epochs with the KL "
                  "tempered by 0.05) against the paper's 250 epochs of the ELBO from scratch, where the posterior "
                  "mean (ALL-MEA) is as far below ours as one draw: the whole posterior fits less; a run of "
                  "this family under the ELBO on this machine is not measured yet",
