@@ -162,9 +162,7 @@ def _make_optimizer(model: BayesianMLP, rates: dict[str, float]) -> torch.optim.
         params = [p for p in params if p.requires_grad]
         if params:
             rate = rates.get(name, DEFAULT_LEARNING_RATES[name])
-            group = by_rate.setdefault(rate, {"params": [], "lr": rate, "base_lr": rate, "names": []})
-            group["params"] += params
-            group["names"].append(name)
+            by_rate.setdefault(rate, {"params": [], "lr": rate, "base_lr": rate})["params"] += params
     return _adam(by_rate.values())
 
 

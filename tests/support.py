@@ -21,6 +21,16 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+def perturb(module: torch.nn.Module, seed: int, scale: float = 0.1) -> None:
+    """Move every parameter of a model or layer away from its initial value (so a round trip or an
+    equality cannot pass by accident), then refresh its closed-form auxiliaries."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in module.parameters():
+            param.add_(scale * torch.randn(param.shape, generator=generator, dtype=param.dtype))
+    module.update_auxiliaries()
+
+
 def full_data_dir() -> Path:
     """The folder with the full datasets ($BNN_DATA_DIR), or a skip (a failure under CI=true)."""
     value = os.environ.get("BNN_DATA_DIR", "").strip()

@@ -15,7 +15,7 @@ from torch.distributions import Bernoulli, Gamma, MultivariateNormal, Normal, St
 from core.models.network import BayesianMLP, ModelConfig, build_model
 from core.models.registry import FAMILY_PATHS
 
-from tests.support import VARIANT_IDS, VARIANTS
+from tests.support import VARIANT_IDS, VARIANTS, perturb
 
 # Families whose kl() is an exact KL (or a sum of exact KL terms), hence >= 0.
 # bnn-mixture and the Student-t slab use a one-draw Monte Carlo KL; concrete
@@ -39,15 +39,6 @@ PRIOR_NAMES = {
 def make_model(family: str, options: dict, seed: int = 0) -> BayesianMLP:
     torch.manual_seed(seed)
     return build_model(ModelConfig(in_features=5, out_classes=3, hidden=(4,), family=family, family_options=options))
-
-
-def perturb(model: BayesianMLP, seed: int) -> None:
-    """Move every parameter away from its initial value so a round trip cannot pass by accident."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(0.1 * torch.randn(param.shape, generator=generator, dtype=param.dtype))
-    model.update_auxiliaries()
 
 
 def test_variants_cover_every_registered_family():

@@ -22,6 +22,7 @@ from core.models.horseshoe import (
 )
 from core.models.network import ModelConfig, build_model
 from core.models.registry import layer_class
+from tests.support import perturb
 
 N_MC = 200_000
 PRIORS_UNDER_TEST = ("regularised-horseshoe", "horseshoe")
@@ -434,11 +435,7 @@ def test_structured_model_trains_on_two_moons_without_nan_and_its_loss_goes_down
 
 # --- the training step's KL surrogate -----------------------------------------------------------
 def _randomised(layer: HorseshoeLayer, seed: int) -> HorseshoeLayer:
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in layer.parameters():
-            parameter.add_(0.3 * torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype))
-    layer.update_auxiliaries()
+    perturb(layer, seed, scale=0.3)
     return layer
 
 

@@ -42,6 +42,16 @@ from torch.nn import functional as F
 from core.models.base import Keep, LayerOptions, SparseLayer, StatisticSpec, augmented_linear, require
 
 
+def concrete_dropout_kl(weight: Tensor, dropout_logit: Tensor, prior_variance: Tensor) -> Tensor:
+    """The layer's KL (module docstring) for an augmented (out, in+1) weight, bias last."""
+    p = torch.sigmoid(dropout_logit)
+    weight_regulariser = 0.5 / prior_variance
+    # p log p + (1-p) log(1-p) in logits, stable at p near 0 or 1.
+    neg_entropy = F.logsigmoid(-dropout_logit) + p * dropout_logit
+    return (weight_regulariser * (weight[:, :-1].square().sum() / (1 - p) + weight[:, -1].square().sum())
+            + (weight.shape[1] - 1) * neg_entropy)
+
+
 class ConcreteDropoutLinear(torch.autograd.Function):
     """The training forward of a concrete-dropout layer and its KL, with the backward by hand.
 
@@ -62,10 +72,7 @@ class ConcreteDropoutLinear(torch.autograd.Function):
         xs_aug = F.pad(x * scale, (0, 1), value=1.0)
         h = torch.mm(xs_aug, weight.t())
         regulariser = 0.5 / prior_variance
-        kl = h.new_zeros(())
-        if kl_value:
-            kl = (regulariser * (weight[:, :-1].square().sum() / (1 - p) + weight[:, -1].square().sum())
-                  + x.shape[1] * (F.logsigmoid(-dropout_logit) + p * dropout_logit))
+        kl = concrete_dropout_kl(weight, dropout_logit, prior_variance) if kl_value else h.new_zeros(())
         ctx.save_for_backward(weight, dropout_logit, xs_aug, scale, drop, p, regulariser)
         ctx.temperature = temperature
         return h, kl
@@ -118,9 +125,12 @@ class ConcreteDropoutLayer(SparseLayer):
     def dropout_rate(self) -> Tensor:
         return torch.sigmoid(self.dropout_logit)
 
+    def _mask_uniforms(self, x: Tensor) -> Tensor:
+        return self.uniform_noise(x.shape, x).clamp(1e-7, 1 - 1e-7)
+
     def forward(self, x: Tensor) -> Tensor:
         # Relaxed Bernoulli "drop" indicator per example and input (Gal's concrete mask).
-        u = self.uniform_noise(x.shape, x).clamp(1e-7, 1 - 1e-7)
+        u = self._mask_uniforms(x)
         drop = torch.sigmoid((self.dropout_logit + torch.logit(u)) / self.options.temperature)
         x = x * (1 - drop) / (1 - self.dropout_rate)
         return augmented_linear(x, self.masked(self.weight))
@@ -128,9 +138,8 @@ class ConcreteDropoutLayer(SparseLayer):
     def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:
         if x.dim() != 2 or self.is_structure_fixed:
             return self(x), self.kl()
-        u = self.uniform_noise(x.shape, x).clamp(1e-7, 1 - 1e-7)  # the draw forward() makes
-        return ConcreteDropoutLinear.apply(x, self.weight, self.dropout_logit, u, self.options.temperature,
-                                           self.prior_variance, kl_value)
+        return ConcreteDropoutLinear.apply(x, self.weight, self.dropout_logit, self._mask_uniforms(x),
+                                           self.options.temperature, self.prior_variance, kl_value)
 
     def mean_weights(self) -> Tensor:
         return self.weight * self.fixed_mask
@@ -144,13 +153,7 @@ class ConcreteDropoutLayer(SparseLayer):
         return weight * torch.cat([column_scale, bias_scale], dim=2) * self.fixed_mask
 
     def kl(self) -> Tensor:
-        weight = self.masked(self.weight)
-        p = self.dropout_rate
-        weight_regulariser = 0.5 / self.prior_variance
-        # p log p + (1-p) log(1-p) in logits, stable at p near 0 or 1.
-        neg_entropy = F.logsigmoid(-self.dropout_logit) + p * self.dropout_logit
-        return (weight_regulariser * (weight[:, :-1].square().sum() / (1 - p) + weight[:, -1].square().sum())
-                + self.in_features * neg_entropy)
+        return concrete_dropout_kl(self.masked(self.weight), self.dropout_logit, self.prior_variance)
 
     def native_statistic(self) -> Tensor:
         return self.weight.abs()

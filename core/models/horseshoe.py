@@ -293,19 +293,23 @@ class HorseshoeLayer(SparseLayer):
         """The KL by latent variable (each term a true KL, so each >= 0)."""
         return {"weights": self._weights_kl(), **self.kl_terms_of_scales()}
 
-    def kl_terms_of_scales(self) -> dict[str, Tensor]:
+    def kl_terms_of_scales(self, exact: bool = True) -> dict[str, Tensor]:
+        """The scales' KL terms; exact=False leaves out their parts without a gradient (constants,
+        and q(lam)'s, a buffer set in closed form): the same gradient, another value."""
         terms = {}
         # q(log a) = N(m, s^2)  <=>  q(log a^2) = N(2m, 4 s^2).
-        terms["layer_scale"] = half_cauchy_scale_kl(2 * self.log_layer_scale_mu,
-                                                    2 * F.softplus(self.log_layer_scale_rho),
-                                                    self.layer_aux_rate, self.layer_prior_scale)
+        scales = [("layer_scale", self.log_layer_scale_mu, F.softplus(self.log_layer_scale_rho),
+                   self.layer_aux_rate, self.layer_prior_scale)]
         if not self.is_output:
-            terms["node_scales"] = half_cauchy_scale_kl(2 * self.log_node_scale_mu,
-                                                        2 * self.log_node_scale_std(),
-                                                        self.node_aux_rate, self.node_prior_scale).sum()
+            scales.append(("node_scales", self.log_node_scale_mu, self.log_node_scale_std(), self.node_aux_rate,
+                           self.node_prior_scale))
+        for name, log_mean, log_std, aux_rate, prior_scale in scales:
+            terms[name] = (half_cauchy_scale_kl(2 * log_mean, 2 * log_std, aux_rate, prior_scale) if exact else
+                           half_cauchy_scale_kl_gradient_part(2 * log_mean, 2 * log_std, aux_rate)).sum()
         if self.regularised:
             mean, std = self._log_slab_moments()
-            terms["slab"] = inverse_gamma_log_scale_kl(mean, std, self.slab_shape, self.slab_scale)
+            terms["slab"] = (inverse_gamma_log_scale_kl(mean, std, self.slab_shape, self.slab_scale) if exact else
+                             inverse_gamma_log_scale_kl_gradient_part(mean, std, self.slab_shape, self.slab_scale))
         return terms
 
     def _weights_kl(self) -> Tensor:
@@ -322,7 +326,7 @@ class HorseshoeLayer(SparseLayer):
         Given the scale draw, s_k x.beta_k is a Gaussian layer's pre-activation with a N(0, I)
         prior on beta, so the factorised family reuses the fused Gaussian layer for the part
         over the weights (same draws in the same order as forward() and kl())."""
-        scale_kl = self._scales_kl() if kl_value else self._scales_kl_gradient_surrogate()
+        scale_kl = self._scales_kl(exact=kl_value)
         if x.dim() != 2 or self.is_structure_fixed:
             return self(x), self._weights_kl() + scale_kl
         scale = torch.exp(self._draw_log_scale(None, self.noise_generator))
@@ -335,23 +339,10 @@ class HorseshoeLayer(SparseLayer):
     def kl_gradient_surrogate(self) -> Tensor:
         """kl() less its terms without a gradient: a training step needs only the gradient, and
         the scales' KL terms are mostly constants and q(lam)'s (a buffer)."""
-        return self._weights_kl() + self._scales_kl_gradient_surrogate()
+        return self._weights_kl() + self._scales_kl(exact=False)
 
-    def _scales_kl(self) -> Tensor:
-        terms = self.kl_terms_of_scales()
-        return sum(terms.values())
-
-    def _scales_kl_gradient_surrogate(self) -> Tensor:
-        surrogate = half_cauchy_scale_kl_gradient_part(
-            2 * self.log_layer_scale_mu, 2 * F.softplus(self.log_layer_scale_rho), self.layer_aux_rate)
-        if not self.is_output:
-            surrogate = surrogate + half_cauchy_scale_kl_gradient_part(
-                2 * self.log_node_scale_mu, 2 * self.log_node_scale_std(), self.node_aux_rate).sum()
-        if self.regularised:
-            mean, std = self._log_slab_moments()
-            surrogate = surrogate + inverse_gamma_log_scale_kl_gradient_part(mean, std, self.slab_shape,
-                                                                            self.slab_scale)
-        return surrogate
+    def _scales_kl(self, exact: bool = True) -> Tensor:
+        return sum(self.kl_terms_of_scales(exact).values())
 
     @torch.no_grad()
     def update_auxiliaries(self) -> None:

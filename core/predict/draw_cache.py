@@ -167,7 +167,8 @@ class DrawCache:
             with self.computing():
                 return self._uncached(run, x, mode, samples, threshold, seed, weights, batch_size, original_units)
         shape = tuple(x.shape) if hasattr(x, "shape") else tuple(np.shape(x))
-        key = DrawKey(owner, inputs, shape, plan.mode.same_numbers_as(plan.weights), plan.threshold, plan.weights, int(seed), batch_size)
+        key = DrawKey(owner, inputs, shape, plan.mode.same_numbers_as(plan.weights), plan.threshold, plan.weights,
+                      int(seed), batch_size)
         entry = self._entry(key, model)
         with entry.lock:
             with torch.no_grad():
