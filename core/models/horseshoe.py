@@ -80,6 +80,7 @@ from core.models.base import (
 from core.models.distributions import gaussian_kl, normal_entropy
 from core.models.fused import apply_fused
 from core.models.gaussian_fused import GaussianLinear
+from core.models.horseshoe_fused import HorseshoeScales
 
 PRIORS = ("regularised-horseshoe", "horseshoe")
 VARIATIONAL_FAMILIES = tuple(VariationalFamily)
@@ -326,15 +327,33 @@ class HorseshoeLayer(SparseLayer):
         Given the scale draw, s_k x.beta_k is a Gaussian layer's pre-activation with a N(0, I)
         prior on beta, so the factorised family reuses the fused Gaussian layer for the part
         over the weights (same draws in the same order as forward() and kl())."""
-        scale_kl = self._scales_kl(exact=kl_value)
         if x.dim() != 2 or self.is_structure_fixed:
-            return self(x), self._weights_kl() + scale_kl
-        scale = torch.exp(self._draw_log_scale(None, self.noise_generator))
+            return self(x), self._weights_kl() + self._scales_kl(exact=kl_value)
+        if kl_value:
+            scale_kl = self._scales_kl()
+            scale = torch.exp(self._draw_log_scale(None, self.noise_generator))
+        else:  # a step's hot path: the scales and their KL's gradient in one Function
+            scale, scale_kl = self._fused_scales()
         noise = self.normal_noise((x.shape[0], self.out_features), x)
         standard_prior = self.weight_mu.new_zeros(())  # log of the N(0, I) prior's variance
         h, weights_kl = apply_fused(self, GaussianLinear, x, self.weight_mu, self.weight_rho, noise,
                                     standard_prior, kl_value)
         return scale * h, weights_kl + scale_kl
+
+    def _fused_scales(self) -> tuple[Tensor, Tensor]:
+        """The scales of forward() (the same draws in the same order) and a KL surrogate with the
+        gradient of kl_terms_of_scales(exact=False), by core.models.horseshoe_fused."""
+        ref = self.weight_mu
+        eps_node = None if self.is_output else self.normal_noise((self.out_features,), ref)
+        eps_slab = self.normal_noise((1,), ref) if self.regularised else None
+        eps_layer = self.normal_noise((1,), ref)
+        nodes = (None, None, None) if self.is_output else (self.log_node_scale_mu, self.log_node_scale_rho,
+                                                          self.node_aux_rate)
+        slab = ((self.log_slab_mu, self.log_slab_rho, self.slab_shape, self.slab_scale) if self.regularised
+                else (None, None, None, None))
+        return HorseshoeScales.apply(self.log_layer_scale_mu, self.log_layer_scale_rho, nodes[0], nodes[1], slab[0],
+                                     slab[1], eps_layer, eps_node, eps_slab, self.layer_aux_rate, nodes[2], slab[2],
+                                     slab[3], self.out_features)
 
     def kl_gradient_surrogate(self) -> Tensor:
         """kl() less its terms without a gradient: a training step needs only the gradient, and
