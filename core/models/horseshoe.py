@@ -80,7 +80,7 @@ from core.models.base import (
 from core.models.distributions import gaussian_kl, normal_entropy
 from core.models.fused import apply_fused
 from core.models.gaussian_fused import GaussianLinear
-from core.models.horseshoe_fused import HorseshoeScales
+from core.models.horseshoe_fused import HorseshoeScales, unit_log_scales
 
 PRIORS = ("regularised-horseshoe", "horseshoe")
 VARIATIONAL_FAMILIES = tuple(VariationalFamily)
@@ -229,15 +229,10 @@ class HorseshoeLayer(SparseLayer):
 
     def _log_scale(self, eps_node: Tensor | None, eps_layer: Tensor, eps_slab: Tensor | None) -> Tensor:
         """log s_k from standard normal draws: eps_node (..., out), eps_layer and eps_slab (..., 1)."""
-        log_scale = self.log_layer_scale_mu + F.softplus(self.log_layer_scale_rho) * eps_layer
-        if not self.is_output:
-            log_scale = log_scale + self.log_node_scale_mu + self.log_node_scale_std() * eps_node
-        if self.regularised:
-            mean, std = self._log_slab_moments()
-            log_c2 = mean + std * eps_slab
-            # s = 1 / sqrt(1/(tau v)^2 + 1/c^2), in logs for stability.
-            log_scale = -0.5 * torch.logaddexp(-2 * log_scale, -log_c2)
-        return log_scale
+        nodes = (None, None) if self.is_output else (self.log_node_scale_mu, self.log_node_scale_std())
+        slab = self._log_slab_moments() if self.regularised else (None, None)
+        return unit_log_scales(self.log_layer_scale_mu, F.softplus(self.log_layer_scale_rho), eps_layer, nodes[0],
+                               nodes[1], eps_node, slab[0], slab[1], eps_slab)[0]
 
     def node_scale_expectations(self) -> tuple[Tensor, Tensor]:
         """E_q[s_k] and E_q[s_k e_k] per unit, e_k = (log(tau_k v) - mean) / std the standardised log scale.
@@ -262,7 +257,10 @@ class HorseshoeLayer(SparseLayer):
         return self.node_scale_expectations()[0]
 
     # --- estimators -----------------------------------------------------------------------
-    def _draw_log_scale(self, n: int | None, generator: torch.Generator | None = None) -> Tensor:
+    def _scale_noise(self, n: int | None, generator: torch.Generator | None
+                     ) -> tuple[Tensor | None, Tensor, Tensor | None]:
+        """(eps_node, eps_layer, eps_slab), standard normal, drawn in this order: node, slab, layer
+        (the order runs are stored with; None where the layer has no such scale)."""
         ref = self.weight_mu
         size = () if n is None else (n,)
 
@@ -271,7 +269,11 @@ class HorseshoeLayer(SparseLayer):
 
         eps_node = None if self.is_output else normal(self.out_features)
         eps_slab = normal(1) if self.regularised else None
-        return self._log_scale(eps_node, normal(1), eps_slab).expand(*size, self.out_features)
+        return eps_node, normal(1), eps_slab
+
+    def _draw_log_scale(self, n: int | None, generator: torch.Generator | None = None) -> Tensor:
+        size = () if n is None else (n,)
+        return self._log_scale(*self._scale_noise(n, generator)).expand(*size, self.out_features)
 
     def forward(self, x: Tensor) -> Tensor:
         # One draw of the scales per minibatch; given them, the pre-activation of
@@ -341,12 +343,9 @@ class HorseshoeLayer(SparseLayer):
         return scale * h, weights_kl + scale_kl
 
     def _fused_scales(self) -> tuple[Tensor, Tensor]:
-        """The scales of forward() (the same draws in the same order) and a KL surrogate with the
-        gradient of kl_terms_of_scales(exact=False), by core.models.horseshoe_fused."""
-        ref = self.weight_mu
-        eps_node = None if self.is_output else self.normal_noise((self.out_features,), ref)
-        eps_slab = self.normal_noise((1,), ref) if self.regularised else None
-        eps_layer = self.normal_noise((1,), ref)
+        """The scales of forward() (the same draws) and a KL surrogate with the gradient of
+        kl_terms_of_scales(exact=False), by core.models.horseshoe_fused."""
+        eps_node, eps_layer, eps_slab = self._scale_noise(None, self.noise_generator)
         nodes = (None, None, None) if self.is_output else (self.log_node_scale_mu, self.log_node_scale_rho,
                                                           self.node_aux_rate)
         slab = ((self.log_slab_mu, self.log_slab_rho, self.slab_shape, self.slab_scale) if self.regularised

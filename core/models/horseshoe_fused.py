@@ -25,6 +25,22 @@ from torch import Tensor
 from torch.nn import functional as F
 
 
+def unit_log_scales(layer_mu: Tensor, layer_std: Tensor, eps_layer: Tensor, node_mu: Tensor | None,
+                    node_std: Tensor | None, eps_node: Tensor | None, slab_mu: Tensor | None,
+                    slab_std: Tensor | None, eps_slab: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+    """(log s_k, t = log(tau_k v), log c^2 or None) from standard normal draws; no node terms for the
+    output layer (node_mu None), no slab unless regularised (slab_mu None). The one formula of the
+    scale draw: HorseshoeLayer._log_scale and HorseshoeScales both use it."""
+    log_tv = layer_mu + layer_std * eps_layer
+    if node_mu is not None:
+        log_tv = log_tv + node_mu + node_std * eps_node
+    if slab_mu is None:
+        return log_tv, log_tv, None
+    log_c2 = slab_mu + slab_std * eps_slab
+    # s = 1 / sqrt(1/(tau v)^2 + 1/c^2), in logs for stability.
+    return -0.5 * torch.logaddexp(-2 * log_tv, -log_c2), log_tv, log_c2
+
+
 class HorseshoeScales(torch.autograd.Function):
     """(scale (out,), KL surrogate 0-d) from the layer's scale parameters and standard normal draws.
 
@@ -40,17 +56,10 @@ class HorseshoeScales(torch.autograd.Function):
                 slab_shape: Tensor | None, slab_scale: Tensor | None, out_features: int):
         has_nodes, regularised = node_mu is not None, slab_mu is not None
         layer_std = F.softplus(layer_rho)
-        log_scale = layer_mu + layer_std * eps_layer
-        node_std = None
-        if has_nodes:
-            node_std = F.softplus(node_rho)
-            log_scale = log_scale + node_mu + node_std * eps_node
-        log_tv = log_scale
-        slab_std = log_c2 = None
-        if regularised:
-            slab_std = F.softplus(slab_rho)
-            log_c2 = slab_mu + slab_std * eps_slab
-            log_scale = -0.5 * torch.logaddexp(-2 * log_scale, -log_c2)
+        node_std = F.softplus(node_rho) if has_nodes else None
+        slab_std = F.softplus(slab_rho) if regularised else None
+        log_scale, log_tv, log_c2 = unit_log_scales(layer_mu, layer_std, eps_layer, node_mu, node_std, eps_node,
+                                                    slab_mu, slab_std, eps_slab)
         scale = torch.exp(log_scale).expand(out_features)
         ctx.has_nodes, ctx.regularised = has_nodes, regularised
         ctx.save_for_backward(scale, log_tv, log_c2, layer_mu, layer_rho, layer_std, node_mu, node_rho, node_std,
