@@ -90,6 +90,22 @@ def test_grid_cli_and_bad_grids(tmp_path, grid_file, capsys):
     err = capsys.readouterr().err
     assert "setups.moons" in err and "hidden" in err
     assert main(["grid", str(grid_file), "--backend", "local", "--workers", "0", "--cache-dir", str(tmp_path)]) == 2
+    assert main(["grid", str(grid_file), "--setups", "nowhere", "--cache-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "nowhere" in err and "its setups:" in err
+
+
+def test_grid_cli_runs_only_the_named_setups(tmp_path, capsys):
+    from core.cli import main
+
+    two = tmp_path / "two.json"
+    moons = GRID["setups"]["moons"]
+    two.write_text(json.dumps({**GRID, "methods": ["fnn"], "seeds": [0],
+                               "setups": {"moons": moons, "other": dict(moons, hidden=[3])}}))
+    assert main(["grid", str(two), "--setups", "other", "--cache-dir", str(tmp_path), "--out",
+                 str(tmp_path / "out"), "--json"]) == 0
+    cells = json.loads(capsys.readouterr().out)
+    assert [cell["setup"] for cell in cells] == ["other"]
 
 
 def test_ray_backend_on_a_local_instance(tmp_path, grid_file):

@@ -61,6 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     grid.add_argument("--out", default="grid-results", help="folder for the summary tables")
     grid.add_argument("--seeds", default=None, help="override the seeds, e.g. 0,1,2")
     grid.add_argument("--methods", default=None, help="override the methods, e.g. lbbnn,bnn")
+    grid.add_argument("--setups", default=None,
+                      help="run only these setups of the grid, e.g. paper-mnist (default: all)")
     grid.add_argument("--data-dir", default=None, help="folder with full datasets (default: $BNN_DATA_DIR)")
     grid.add_argument("--cache-dir", default=None, help=CACHE_HELP)
     grid.add_argument("--json", action="store_true", help="print the per-run results as JSON")
@@ -345,6 +347,13 @@ def run_grid_command(args: argparse.Namespace) -> int:
             raise ConfigError(f"seeds: expected integers like 0,1,2, got {args.seeds!r}") from None
     if args.methods:
         changes["methods"] = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    if args.setups:
+        wanted = [name.strip() for name in args.setups.split(",") if name.strip()]
+        unknown = [name for name in wanted if name not in spec.setups]
+        if unknown or not wanted:
+            raise ConfigError(f"setups: {', '.join(unknown) or repr(args.setups)} not in grid {spec.name!r}; "
+                              f"its setups: {', '.join(spec.setups)}")
+        changes["setups"] = {name: spec.setups[name] for name in wanted}
     if changes:
         spec = dataclasses.replace(spec, **changes)
     result = run_grid(spec, cache_dir=args.cache_dir, backend=args.backend, workers=args.workers,
