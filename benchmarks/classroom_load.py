@@ -61,6 +61,7 @@ class Scenario:
     dataset: str = "mnist-small"
     browsed_runs: int = 2
     train_epochs: int = 1
+    preset: str | None = None  # browse this run preset's seeds 0.. instead (e.g. fast-mnist, the shipped recipe)
     training_hidden: str = "100, 100"  # what the two training sessions train
     training_epochs: int = 30
     think_seconds: float = 1.0  # a student's pause between interactions (randomised 0.5x-1.5x)
@@ -133,11 +134,16 @@ def free_port() -> int:
 
 def prepare_runs(scenario: Scenario, env: dict[str, str]) -> list[str]:
     """Train (or find cached) the runs the class browses; returns their ids."""
+    if scenario.preset:
+        configs = (f"[dataclasses.replace(get_preset({scenario.preset!r}), seed=s) "
+                   f"for s in range({scenario.browsed_runs})]")
+    else:
+        configs = (f"[RunConfig(dataset={scenario.dataset!r}, hidden={tuple(scenario.hidden)!r}, seed=s, "
+                   f"train={{'epochs': {scenario.train_epochs}}}) for s in range({scenario.browsed_runs})]")
     code = (
-        "import json, sys, torch; torch.set_num_threads(1)\n"
-        "from core.runs import RunConfig, train_run\n"
-        f"ids = [train_run(RunConfig(dataset={scenario.dataset!r}, hidden={tuple(scenario.hidden)!r}, seed=s,"
-        f" train={{'epochs': {scenario.train_epochs}}})).run_id for s in range({scenario.browsed_runs})]\n"
+        "import dataclasses, json, sys, torch; torch.set_num_threads(1)\n"
+        "from core.runs import RunConfig, get_preset, train_run\n"
+        f"ids = [train_run(config).run_id for config in {configs}]\n"
         "print(json.dumps(ids))\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=1800)
@@ -414,7 +420,8 @@ def check_result(session: Session, result: RunResult, report: Report, kind: str,
         if len(result.of_type("metric")) < 4 or not charts:
             report.errors.append(f"{where}: the cards or charts are missing after the slider moved (page "
                                  f"{session.page!r}: {len(result.of_type('metric'))} cards, {len(charts)} charts, "
-                                 f"elements {[name for name, _ in result.elements][:40]})")
+                                 f"elements {[name for name, _ in result.elements][:40]}; charts without data: "
+                                 f"{[c.spec[:300] for c in result.of_type('vega_lite_chart') if c not in charts]})")
             ok = False
     return ok
 
@@ -650,7 +657,9 @@ def table(report: Report) -> str:
     lines += [
         "",
         f"- sessions: {s.sessions} (2 training, {s.sessions - 2} browsing {s.browsed_runs} cached {s.dataset} "
-        f"{'-'.join(['784', *map(str, s.hidden), '10'])} runs), up to {s.interactions} interactions each, "
+        f"{'-'.join(['784', *map(str, s.hidden), '10'])} runs: "
+        f"{f'preset {s.preset}, seeds 0-{s.browsed_runs - 1}' if s.preset else f'{s.train_epochs} epoch(s) with the default settings'}"
+        f"), up to {s.interactions} interactions each, "
         f"think time {s.think_seconds} s (x0.5-1.5)",
         f"- errors: {len(report.errors)}; cross-session leaks: {len(report.leaks)}",
         f"- server memory (resident): {rss[0] if rss else float('nan'):.0f} MB after the teacher's first page, "
@@ -691,18 +700,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "classroom_load.md")
     parser.add_argument("--dataset", default="mnist-small",
                         help="dataset of the browsed runs: mnist-small (bundled) or mnist (needs $BNN_DATA_DIR)")
+    parser.add_argument("--preset", default=None,
+                        help="browse seeds 0 and 1 of this run preset (e.g. fast-mnist, the shipped recipe) "
+                             "instead of 1-epoch runs with the default settings; sets the dataset")
     parser.add_argument("--note", default="", help="a line about the machine's load, written under the table")
     parser.add_argument("--json", type=Path, default=None,
                         help="also write every interaction (session, kind, start, seconds, server CPU) as JSON")
     args = parser.parse_args(argv)
     if args.sessions < 3:
         parser.error("--sessions: at least 3 (two of them train)")
-    scenario = Scenario(dataset=args.dataset, sessions=args.sessions, interactions=args.interactions, max_seconds=args.max_seconds,
+    dataset = args.dataset
+    if args.preset:
+        sys.path.insert(0, str(ROOT))
+        from core.runs import RunConfig, get_preset
+        preset = get_preset(args.preset)
+        if not isinstance(preset, RunConfig):
+            parser.error(f"--preset: {args.preset!r} is not a run preset")
+        dataset, hidden = preset.dataset, tuple(preset.hidden)
+    else:
+        hidden = Scenario.hidden
+    scenario = Scenario(dataset=dataset, preset=args.preset, hidden=hidden, sessions=args.sessions, interactions=args.interactions, max_seconds=args.max_seconds,
                         think_seconds=args.think_seconds)
     report = run_load_test(scenario, cache_dir=args.cache_dir)
     text = table(report)
     body = [f"# Classroom load test: {args.sessions} sessions on one `streamlit run`", "",
-            f"`python benchmarks/classroom_load.py --sessions {args.sessions}` on "
+            f"`python benchmarks/classroom_load.py --sessions {args.sessions}"
+            f"{f' --preset {args.preset}' if args.preset else f' --dataset {dataset}'}` on "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "", text]
     if args.note:
         body += ["", args.note]
