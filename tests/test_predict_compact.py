@@ -100,6 +100,36 @@ def test_batched_draws_share_one_compact_structure():
     assert all(layer.format is LayerFormat.DENSE for layer in network.layers)  # batched layers stay dense
 
 
+@pytest.mark.parametrize("density", [0.03, 0.3])
+def test_a_draw_taken_alone_is_sparse_below_the_crossover(density):
+    # Sampled predictions run each draw alone (core.predict.engine.sampled_forward): its layers below
+    # the crossover are multiplied as sparse matrices, the batch of draws stays dense.
+    model = make_model(hidden=(60, 50))
+    # Dense outer layers; the middle one keeps `density` of its weights, every unit kept alive
+    # (a random mask this sparse would leave most units dead and the compact block dense).
+    masks = [torch.ones(layer.shape, dtype=torch.bool) for layer in model.layers]
+    middle = torch.rand(masks[1].shape, generator=torch.Generator().manual_seed(9)) < density
+    middle[torch.arange(50), torch.arange(50)] = True
+    masks[1] = middle
+    draws = model.sample_weights(3, seed=2, masks=masks)
+    network = compact_network(draws, masks, model.activation, sparse_below=0.1)
+    x = torch.randn(25, 7, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        expected = model.forward_with_weights(x, draws)
+        for index in range(3):
+            alone = network.draw(index)
+            formats = [layer.format for layer in alone.layers]
+            if density < 0.1:
+                assert LayerFormat.SPARSE in formats, formats
+            else:
+                assert set(formats) == {LayerFormat.DENSE}
+            got = compact.run_chunked(alone, x, memory_budget=2**30)
+            assert got.shape == (1, 25, 3)
+            assert torch.allclose(got[0], expected[index], atol=1e-5)
+            assert torch.equal(got, compact.run_chunked(network.draw(index), x, memory_budget=2**30))
+    assert all(layer.format is LayerFormat.DENSE for layer in network.layers)
+
+
 def test_chunked_compact_forward_equals_one_pass():
     model = make_model()
     masks = random_masks(model, 0.2, 8)

@@ -15,7 +15,9 @@ Activations run transposed, (features, n): a sparse (out, in) matrix times a
 dense (in, n) block is what torch's sparse kernels do well, and the result is
 the next layer's input without a copy. Weights may carry a leading draw
 dimension (R, out, in+1) when all draws share one mask (mpm / prune with
-sampled weights); those layers stay dense and run as one batched product.
+sampled weights); those layers stay dense and run as one batched product, but
+a single draw taken out (`CompactNetwork.draw`, how sampled predictions run
+each draw) multiplies its layers below the crossover as sparse matrices too.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ class CompactLayer:
     weight: Tensor  # (out, in) dense or sparse CSR, or (R, out, in) dense
     bias: Tensor  # (out, 1) or (R, out, 1)
     format: LayerFormat
+    # The format of one draw's (out, in) matrix: per-draw weights (R, out, in) stay dense as a
+    # batch, a draw taken out alone is sparse when its kept density is below the crossover.
+    draw_format: LayerFormat = LayerFormat.DENSE
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -68,6 +73,8 @@ class CompactLayer:
 
     def apply(self, h: Tensor) -> Tensor:
         if self.format is LayerFormat.SPARSE:
+            if h.dim() == 3:  # one draw's activations from a dense per-draw layer before it: (1, in, n)
+                h = h[0]
             return torch.addmm(self.bias, self.weight, h)
         if self.weight.dim() == 2:
             return torch.addmm(self.bias, self.weight, h) if h.dim() == 2 else torch.baddbmm(
@@ -81,13 +88,17 @@ class CompactLayer:
     def draws(self, start: int, stop: int) -> "CompactLayer":
         if self.weight.dim() != 3:
             return self
-        return CompactLayer(self.weight[start:stop], self.bias[start:stop], self.format)
+        return CompactLayer(self.weight[start:stop], self.bias[start:stop], self.format, self.draw_format)
 
     def detached_copy(self) -> "CompactLayer":
-        """Per-draw weights in freshly allocated (aligned) memory; shared 2-D layers as they are."""
+        """Per-draw weights in freshly allocated (aligned) memory, as a sparse (out, in) matrix when the
+        layer holds one draw whose draw_format is sparse; shared 2-D layers as they are."""
         if self.weight.dim() != 3:
             return self
-        return CompactLayer(self.weight.clone(), self.bias.clone(), self.format)
+        if self.draw_format is LayerFormat.SPARSE and self.weight.shape[0] == 1:
+            return CompactLayer(to_format(self.weight[0], LayerFormat.SPARSE), self.bias[0].clone(),
+                                LayerFormat.SPARSE)
+        return CompactLayer(self.weight.clone(), self.bias.clone(), self.format, self.draw_format)
 
 
 def activate_(activation: nn.Module, h: Tensor) -> Tensor:
@@ -183,11 +194,12 @@ def compact_network(weights: Sequence[Tensor], masks: Sequence[Tensor], activati
         kept = mask[block]
         compact = weight[(...,) + block] * kept
         layer_format = choose_format(int(torch.count_nonzero(kept)), kept.numel(), sparse_below)
+        draw_format = LayerFormat.DENSE
         if compact.dim() == 3:
-            layer_format = LayerFormat.DENSE
+            layer_format, draw_format = LayerFormat.DENSE, layer_format
         layers.append(CompactLayer(to_format(compact, layer_format),
                                    bias.index_select(-1, rows).to(weight.dtype).unsqueeze(-1).contiguous(),
-                                   layer_format))
+                                   layer_format, draw_format))
         if index < len(weights) - 1:
             const_index = (~depends[index]).nonzero().squeeze(1)
             const_value = activation(bias.index_select(-1, const_index))
