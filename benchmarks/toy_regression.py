@@ -40,10 +40,22 @@ VARIANTS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "defaults, bias with inclusion indicator": (("lbbnn",), {"lbbnn_options": {"bias_prior": "spike-and-slab"}}),
     "defaults, initial alpha in [0.1, 0.9]": (
         ("lbbnn",), {"lbbnn_options": {"init_inclusion_low": 0.1, "init_inclusion_high": 0.9}}),
+    # Attempts at in-between uncertainty (the band inside the gaps; docs/why-lbbnn-over-prunes.md).
+    "defaults with KL weight 1 (the ELBO)": (("lbbnn", "bnn"), {"train": {"kl_weight": 1.0}}),
+    "defaults with prior variance 10": (
+        ("lbbnn", "bnn"), {"lbbnn_options": {"slab_variance": 10.0}, "bnn_options": {"prior_variance": 10.0}}),
+    "defaults with 64-64-64": (("lbbnn", "bnn"), {"hidden": [64, 64, 64]}),
+    "defaults with 256-256": (("lbbnn", "bnn"), {"hidden": [256, 256]}),
+    "defaults, initial sigma 0.1": (
+        ("lbbnn", "bnn"), {"lbbnn_options": {"init_sigma": 0.1}, "bnn_options": {"init_sigma": 0.1}}),
     "deterministic 16-16": (("fnn",), {"hidden": [16, 16]}),
     "deterministic 64-64": (("fnn",), {}),
 }
 DATASETS = ("toy-sine-gaps", "toy-cubic")
+
+
+FAMILY_OPTION_KEYS = {"lbbnn_options": lambda method: method.startswith("lbbnn"),
+                     "bnn_options": lambda method: method == "bnn"}
 
 
 def config_for(dataset: str, method: str, changes: dict[str, Any], seed: int):
@@ -51,8 +63,8 @@ def config_for(dataset: str, method: str, changes: dict[str, Any], seed: int):
 
     values: dict[str, Any] = {"dataset": dataset, "method": method, "seed": seed}
     for key, value in changes.items():
-        if key == "lbbnn_options":
-            if method.startswith("lbbnn"):
+        if key in FAMILY_OPTION_KEYS:  # family options, for that family only
+            if FAMILY_OPTION_KEYS[key](method):
                 values["family_options"] = dict(value)
         else:
             values[key] = value
@@ -103,6 +115,7 @@ def elbo_rows(cache_dir, seed: int = 0) -> list[dict[str, Any]]:
 def reference_gap_ratio(dataset_name: str, cache_dir: str | None) -> dict[str, float] | None:
     if not cache_dir:
         return None
+    from core.predict.metrics.regression import band_width_ratios
     from core.reference.store import ReferenceStore, load_reference
 
     entries = [e for e in ReferenceStore(cache_dir).list()
