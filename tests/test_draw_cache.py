@@ -136,6 +136,29 @@ def test_draw_r_does_not_depend_on_r_with_two_threads():
                         predict(model, x, "bma", samples=samples))
 
 
+@pytest.mark.parametrize("mode, threshold, weights", [("mpm", None, None), ("prune", 0.3, "sample")])
+def test_draws_with_sparse_layers_are_the_same_cached_or_not(monkeypatch, mode, threshold, weights):
+    """Shared-mask draws run alone multiply layers below the crossover as sparse matrices (here every
+    layer): R=6's first draws are R=2's, cached or not, with two threads."""
+    import core.predict.compact as compact
+
+    monkeypatch.setattr(compact, "SPARSE_BELOW_DENSITY", 1.1)
+    model = make_model(hidden=(300, 40), in_features=8, outputs=10)
+    x = np.random.default_rng(1).normal(size=(150, 8)).astype(np.float32)
+    with threads(2):
+        six = predict(model, x, mode, samples=6, threshold=threshold, seed=1, weights=weights)
+        two = predict(model, x, mode, samples=2, threshold=threshold, seed=1, weights=weights)
+        assert np.array_equal(six.probs_per_draw[:2], two.probs_per_draw)
+        cache = DrawCache()
+        for samples in (2, 6, 3):
+            assert_same(cache.predict(model, x, "x", owner="m", mode=mode, samples=samples, threshold=threshold,
+                                      seed=1, weights=weights),
+                        predict(model, x, mode, samples=samples, threshold=threshold, seed=1, weights=weights))
+    monkeypatch.setattr(compact, "SPARSE_BELOW_DENSITY", 0.0)  # all dense: the same numbers up to rounding
+    dense = predict(model, x, mode, samples=6, threshold=threshold, seed=1, weights=weights)
+    assert np.allclose(dense.probs_per_draw, six.probs_per_draw, atol=1e-5)
+
+
 def test_raising_r_computes_only_the_new_draws(monkeypatch):
     run = classification_run()
     x = run.dataset().x_test
