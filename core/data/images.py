@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from core.data.dataset import Dataset, compute_fingerprint, make_dataset
 from core.data.download import RemoteFile, fetch, missing_files_message, offline_reason
 from core.data.idx import IMAGES_MAGIC, LABELS_MAGIC, read_idx
 from core.data.locations import ASSETS_DIR, resolve_data_dir, user_cache_dir, writable_download_root
+from core.data.npz import read_npz
 from core.errors import DataError
 
 IMAGE_SHAPE = (28, 28)
@@ -217,19 +219,29 @@ def read_bundled_arrays(name: str) -> dict[str, np.ndarray]:
                         f"`python scripts/make_bundled_subsets.py --data-dir <dir with "
                         f"{BUNDLED_SETS[name][1]}/>`")
     try:
-        with np.load(path) as archive:
-            return {key: archive[key] for key in archive.files}
+        return read_npz(path)
     except (OSError, ValueError) as exc:
         raise DataError(f"bundled subset {path} is unreadable ({exc}); recreate it with "
                         "scripts/make_bundled_subsets.py") from exc
 
 
 def bundled_sizes(name: str) -> tuple[int | None, int | None]:
-    """(n_train, n_test) of a bundled subset from its small label arrays only."""
+    """(n_train, n_test) of a bundled subset from its small label arrays only (read once per file
+    version: the dashboard asks on every rerun of the Train page)."""
+    path = bundled_asset_path(name)
     try:
-        with np.load(bundled_asset_path(name)) as archive:
-            return len(archive["y_train"]), len(archive["y_test"])
-    except (OSError, ValueError, KeyError):
+        stat = path.stat()
+    except OSError:
+        return None, None
+    return _label_sizes(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=32)
+def _label_sizes(path: str, mtime_ns: int, size: int) -> tuple[int | None, int | None]:
+    try:
+        labels = read_npz(path, ("y_train", "y_test"))
+        return len(labels["y_train"]), len(labels["y_test"])
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
         return None, None
 
 

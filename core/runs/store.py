@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from filelock import FileLock, Timeout
 
+from core.data.npz import read_npz
 from core.errors import RunStoreError
 from core.jsonable import jsonable
 
@@ -458,8 +459,7 @@ def read_snapshot_arrays(folder: Path, run_id: str | None = None) -> dict[str, n
         raise RunStoreError(f"run {run_id}: {path} does not match its checksum (corrupted or modified); "
                             f"{_fix_hint(run_id)}")
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            return {name: archive[name] for name in archive.files}
+        return read_npz(path)
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise RunStoreError(f"run {run_id}: cannot read {path}: {exc}; {_fix_hint(run_id)}") from None
 
