@@ -63,7 +63,9 @@ class Scenario:
     train_epochs: int = 1
     preset: str | None = None  # browse this run preset's seeds 0.. instead (e.g. fast-mnist, the shipped recipe)
     training_hidden: str = "100, 100"  # what the two training sessions train
-    training_epochs: int = 30
+    # Long enough that the trainings run through the whole class (cancelled at its end, never stored).
+    training_epochs: int = 1000
+    training_seed_base: int = field(default_factory=lambda: 100_000 + 10 * random.SystemRandom().randrange(89_999))
     think_seconds: float = 1.0  # a student's pause between interactions (randomised 0.5x-1.5x)
     seed: int = 0
 
@@ -516,13 +518,17 @@ async def train(session: Session, report: Report, scenario: Scenario, deadline: 
         report.errors.append(f"session {session.index}: the Train form is incomplete")
         return
     # The seed is a text field (a number field clamped out-of-range seeds silently, issue 13).
-    seed_state = text_state(seed.id, str(100 + session.index)) if seed in first.of_type("text_input") \
-        else number_state(seed.id, 100 + session.index)
+    # A seed no earlier class used: a stored run of the same config would come back at once from the
+    # cache, and nothing would train while the class browses (every seed has six digits, so neither
+    # trainer's label is a prefix of the other's).
+    training_seed = scenario.training_seed_base + session.index
+    seed_state = text_state(seed.id, str(training_seed)) if seed in first.of_type("text_input") \
+        else number_state(seed.id, training_seed)
     changes = {seed.id: seed_state,
                epochs.id: number_state(epochs.id, scenario.training_epochs),
                hidden.id: text_state(hidden.id, scenario.training_hidden)}
     session.widgets.update(changes)
-    trainer_labels[session.index] = f"seed {100 + session.index}"
+    trainer_labels[session.index] = f"seed {training_seed}"
     await timed(session, report, "train", expect, trainer_labels, changes={button.id: trigger_state(button.id)})
     epochs_seen = 0
     while not stop.is_set() and time.monotonic() < deadline:
@@ -665,7 +671,9 @@ def table(report: Report) -> str:
         f"- server memory (resident): {rss[0] if rss else float('nan'):.0f} MB after the teacher's first page, "
         f"{max(rss) if rss else float('nan'):.0f} MB at most while sampled, peak (VmHWM) {report.peak_memory_mb:.0f} MB",
         f"- trainings: epochs seen by the two training sessions {sorted(report.training_epochs_seen.values())} "
-        f"(BNN_MAX_TRAININGS=2, {s.training_hidden.replace(', ', '-')} on {s.dataset}, both cancelled at the end)",
+        f"(BNN_MAX_TRAININGS=2, {s.training_hidden.replace(', ', '-')} on {s.dataset}, {s.training_epochs} epochs, "
+        f"seeds {s.training_seed_base} and {s.training_seed_base + 1}: configs no earlier class stored; both "
+        f"cancelled at the end)",
         f"- CPU time during the class: server {report.server_cpu_seconds:.0f} s "
         f"({report.server_cpu_seconds / max(len(report.interactions), 1):.3f} s per interaction, all kinds), "
         f"load-test client {report.client_cpu_seconds:.0f} s",
