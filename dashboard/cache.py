@@ -47,7 +47,7 @@ from typing import Any, Callable
 import numpy as np
 import streamlit as st
 
-from dashboard import backend
+from dashboard import altair_spec, backend
 
 CACHED_RUNS_VARIABLE = "BNN_CACHED_RUNS"
 
@@ -425,8 +425,8 @@ def density_chart(run_id: str, threshold: float) -> dict[str, Any]:
     # The marker is read off the sweep (no second prediction of the test set).
     here = backend.curve_point(backend.SweepCurve(curve["thresholds"], curve["density"], curve["values"],
                                                   curve["metric"]), threshold)
-    return shipped(figures.metric_vs_density(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
-                                             current=here, colour=figures.family_colour(family(run_id))).to_dict())
+    return shipped(altair_spec.spec(figures.metric_vs_density(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
+                                             current=here, colour=figures.family_colour(family(run_id)))))
 
 
 @per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
@@ -437,12 +437,12 @@ def tuning_chart(run_id: str, threshold: float, tolerance: float) -> dict[str, A
     here = test_metrics(run_id, backend.SWEEP_MODE, 1, threshold, 0)
     suggested = backend.suggested_threshold(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
                                             tolerance)
-    return shipped(figures.metric_vs_density(
+    return shipped(altair_spec.spec(figures.metric_vs_density(
         curve["thresholds"], curve["density"], curve["values"], curve["metric"],
         current=(here["density"], here[curve["metric"]]), suggested=suggested, selectable=True,
         colour=figures.family_colour(family(run_id)),
         title=f"{curve['metric']} vs density: prune at each threshold, mean weights (click a point to prune there)"
-    ).to_dict())
+    )))
 
 
 @per_run(max_entries=64, ttl=DERIVED_TTL, show_spinner="Writing the pruned model ...")
@@ -469,8 +469,8 @@ def accuracy_by_samples_chart(run_id: str, mode: str, samples: int, threshold: f
     from dashboard import figures
     arrays = test_prediction(run_id, mode, samples, threshold, seed, weights)
     ladder = backend.accuracy_by_samples(arrays["probs_per_draw"], cached_run(run_id).dataset().y_test, samples)
-    return shipped(figures.metric_vs_samples(ladder["samples"], ladder["accuracy"], "accuracy",
-                                             colour=figures.family_colour(family(run_id))).to_dict())
+    return shipped(altair_spec.spec(figures.metric_vs_samples(ladder["samples"], ladder["accuracy"], "accuracy",
+                                             colour=figures.family_colour(family(run_id)))))
 
 
 @per_run(canonical_prediction=True, max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
@@ -488,8 +488,8 @@ def class_probability_charts(run_id: str, indices: tuple[int, ...], mode: str, s
         label = int(dataset.y_test[index])
         guess = int(probs.mean(axis=0).argmax())
         title = f"#{index}: true {names[label] if names else label}, predicted {names[guess] if names else guess}"
-        charts.append(shipped(figures.class_probability_bars(probs, names, title=title,
-                                                             doubt_level=backend.DOUBT_LEVEL).to_dict()))
+        charts.append(shipped(altair_spec.spec(figures.class_probability_bars(probs, names, title=title,
+                                                             doubt_level=backend.DOUBT_LEVEL))))
     return charts
 
 
@@ -504,7 +504,7 @@ def entropy_ecdf_chart(run_id: str, ood_sets: tuple[str, ...], mode: str, sample
     for name in ood_sets:
         entropies[name] = ood_entropy(run_id, name, mode, samples, threshold, seed, n, weights)
     max_entropy = float(np.log(dataset.n_classes)) if dataset.n_classes else None
-    return shipped(figures.entropy_ecdf(entropies, max_entropy=max_entropy).to_dict())
+    return shipped(altair_spec.spec(figures.entropy_ecdf(entropies, max_entropy=max_entropy)))
 
 
 def compare_curves_chart(runs: list[tuple[str, str, str]]) -> dict[str, Any]:
@@ -516,7 +516,7 @@ def compare_curves_chart(runs: list[tuple[str, str, str]]) -> dict[str, Any]:
 def _compare_curves_chart(runs: tuple[tuple[str, int, str, str], ...]) -> dict[str, Any]:
     from dashboard import figures
     curves = [{"label": label, "family": fam, **sweep(run_id)} for run_id, _, label, fam in runs]
-    return shipped(figures.compare_curves(curves, curves[0]["metric"]).to_dict())
+    return shipped(altair_spec.spec(figures.compare_curves(curves, curves[0]["metric"])))
 
 
 def compare_ecdf_chart(runs: list[tuple[str, str, str]], ood: str | None, samples: int, n: int,
@@ -538,7 +538,7 @@ def _compare_ecdf_chart(runs: tuple[tuple[str, int, str, str], ...], ood: str | 
         if ood is not None:
             entropies.append({"label": label, "family": fam, "set": f"{label} out", "domain": "out-of-domain",
                               "values": ood_entropy(run_id, ood, "bma", samples, None, 0, n)})
-    return shipped(figures.compare_ecdf(entropies, max_entropy).to_dict())
+    return shipped(altair_spec.spec(figures.compare_ecdf(entropies, max_entropy)))
 
 
 @per_run(max_entries=64, ttl=DERIVED_TTL, show_spinner=False)
@@ -549,9 +549,9 @@ def histogram_without_threshold(run_id: str, log_counts: bool) -> dict[str, Any]
     spec = threshold_range(run_id)
     stats = statistics(run_id)
     labels = [figures.layer_label(i, s.shape) for i, s in enumerate(stats)]
-    return figures.statistic_histogram(stats, None, spec.name, log_counts=log_counts, labels=labels,
+    return altair_spec.spec(figures.statistic_histogram(stats, None, spec.name, log_counts=log_counts, labels=labels,
                                        value_range=(spec.low, spec.high), prior=prior_of_statistic(run_id),
-                                       colour=figures.family_colour(family(run_id))).to_dict()
+                                       colour=figures.family_colour(family(run_id))))
 
 
 @per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)

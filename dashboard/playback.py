@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 import streamlit as st
 
-from dashboard import figures, raster, state
+from dashboard import altair_spec, figures, raster, state
 
 PLAY_SECONDS = 0.6  # between frames while playing
 FRAMES = 60  # a playback shows about this many frames, however long the training
@@ -119,12 +119,12 @@ def render(run_id: str, family: str, snapshots: Any, threshold: float, labels: S
         st.caption(f"Epoch {epoch} of {n} ({phase}, epoch {int(snapshots.epoch[index])} of that phase): "
                    f"density {density:.4f} at the default threshold {snapshots.default_threshold:g}.{note}")
         # The threshold's rule is data (with_threshold_rules): a threshold step swaps it in the drawn chart.
-        st.vega_lite_chart(figures.with_threshold_rules(figures.snapshot_histograms(
+        st.vega_lite_chart(figures.with_threshold_rules(altair_spec.spec(figures.snapshot_histograms(
             snapshots.histogram[index], snapshots.edges, snapshots.statistic, labels, threshold=None,
-            colour=colour, max_count=max_count, title=f"{snapshots.statistic} at epoch {epoch}").to_dict(), threshold))
-        st.vega_lite_chart(figures.density_over_epochs(
+            colour=colour, max_count=max_count, title=f"{snapshots.statistic} at epoch {epoch}")), threshold))
+        st.vega_lite_chart(altair_spec.spec(figures.density_over_epochs(
             snapshots.density, snapshots.overall_density, list(snapshots.phase), labels, epoch, colour=colour,
-            threshold=snapshots.default_threshold).to_dict())
+            threshold=snapshots.default_threshold)))
         replay = snapshots.masks_at(index, threshold)
         if replay is not None:
             recorded, masks = replay

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from dashboard import backend, explain, figures
+from dashboard import altair_spec, backend, explain, figures
 from dashboard.ui import guard
 
 JOB_KEY = "playground_job"
@@ -104,7 +104,7 @@ def chart_specs(training: backend.PlaygroundTraining, picture: dict, show_main: 
         ys = np.unique(picture["x_plot"][:, 1])
         main = figures.decision_surface(xs, ys, picture, data.x_train, data.y_train, size=200,
                                         samples=training.samples)
-    main = main.to_dict(validate=False)
+    main = altair_spec.spec(main, validate=False)
     if show_main is not None:
         show_main(main)
     masks_key = (picture["default"], tuple(np.packbits(m).tobytes() for m in picture["masks"]))
@@ -114,13 +114,13 @@ def chart_specs(training: backend.PlaygroundTraining, picture: dict, show_main: 
     if same_training and not training.done and time.monotonic() - side_built < GRAPH_SECONDS:
         histogram, graph, masks_key = cached["specs"]["histogram"], cached["specs"]["graph"], cached["masks_key"]
     else:
-        histogram = figures.statistic_histogram(picture["statistics"], picture["default"], picture["statistic"],
-                                                log_counts=False, labels=None, colour=colour).to_dict(validate=False)
+        histogram = altair_spec.spec(figures.statistic_histogram(picture["statistics"], picture["default"], picture["statistic"],
+                                                log_counts=False, labels=None, colour=colour), validate=False)
         if same_training and cached["masks_key"] == masks_key:
             graph = cached["specs"]["graph"]
         else:
-            graph = figures.network_graph(picture["masks"], title=f"kept at the default cut ({picture['default']:g})",
-                                          colour=colour).to_dict(validate=False)
+            graph = altair_spec.spec(figures.network_graph(picture["masks"], title=f"kept at the default cut ({picture['default']:g})",
+                                          colour=colour), validate=False)
         side_built = time.monotonic()
     specs = {"main": main, "graph": graph, "histogram": histogram}
     st.session_state[CHARTS_KEY] = {"training": training, "picture": picture, "masks_key": masks_key,

@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from core.errors import BNNError
-from dashboard import backend, cache, explain, figures, priors, state
+from dashboard import altair_spec, backend, cache, explain, figures, priors, state
 from dashboard.ui import guard
 from dashboard.worker import WorkerStatus
 
@@ -345,8 +345,8 @@ def training_progress() -> None:
         text = f"epoch 1/{snapshot.total_epochs} under way: {elapsed:.0f} s so far"
     st.progress(snapshot.fraction, text=text)
     if snapshot.history:
-        st.altair_chart(figures.training_curves(
-            snapshot.history, colour=figures.family_colour(getattr(worker.config, "method", None))))
+        st.vega_lite_chart(altair_spec.spec(figures.training_curves(
+            snapshot.history, colour=figures.family_colour(getattr(worker.config, "method", None)))))
     if worker.cancel_requested:
         st.caption("Cancelling after the current minibatch ...")
     elif st.button("Cancel", key="cancel_training", type="secondary",
@@ -367,8 +367,8 @@ def finished_training() -> None:
         seconds = (snapshot.finished or 0) - (snapshot.started or 0)
         st.success(f"Finished {worker.label} in {seconds:.1f} s: stored as run {snapshot.run_id} and selected.")
         if snapshot.history:
-            st.altair_chart(figures.training_curves(
-                snapshot.history, colour=figures.family_colour(getattr(worker.config, "method", None))))
+            st.vega_lite_chart(altair_spec.spec(figures.training_curves(
+                snapshot.history, colour=figures.family_colour(getattr(worker.config, "method", None)))))
     elif snapshot.status == WorkerStatus.CANCELLED:
         st.warning(f"Training cancelled: {snapshot.error}.")
     elif snapshot.status == WorkerStatus.FAILED:

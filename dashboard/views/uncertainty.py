@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboard import backend, cache, explain, figures, state
+from dashboard import altair_spec, backend, cache, explain, figures, state
 from dashboard.ui import guard
 
 MAX_SAMPLES = 100
@@ -62,18 +62,18 @@ def regression_section() -> None:
     y_train = dataset.unstandardise(dataset.y_train)
     if predictive == "mode":
         arrays = cache.grid_prediction(run_id, mode, draws, effective, 0)
-        st.altair_chart(figures.regression_bands(
+        st.vega_lite_chart(altair_spec.spec(figures.regression_bands(
             dataset.x_grid, arrays["mean"], np.sqrt(arrays["epistemic_variance"]), np.sqrt(arrays["total_variance"]),
-            dataset.x_train, y_train, true_mean, reference=reference, colour=figures.family_colour(run.config.method)))
+            dataset.x_train, y_train, true_mean, reference=reference, colour=figures.family_colour(run.config.method))))
         st.caption("Epistemic: variance of the R draws' means; total adds the mean aleatoric variance. "
                    "With R = 1 or a mean mode the epistemic band is empty.")
     else:
         variant = "box" if predictive == "collapsed-box" else "gaussian"
         arrays = collapsed_grid(run_id, variant, samples, 0)
-        st.altair_chart(figures.quantile_bands(
+        st.vega_lite_chart(altair_spec.spec(figures.quantile_bands(
             dataset.x_grid, arrays["mean"], arrays["low"], arrays["high"], dataset.x_train, y_train, true_mean,
             reference=reference, title=f"collapsed ({variant}) predictive: mean and 5-95% band, R = {samples}",
-            colour=figures.family_colour(run.config.method)))
+            colour=figures.family_colour(run.config.method))))
         st.caption("The R bodies are those of bma with the same seed; the threshold is not used.")
     if reference is None:
         st.caption(f"No NUTS reference is cached for this dataset: `python -m core reference {dataset.name}` "
@@ -143,8 +143,8 @@ def surface_section() -> None:
     st.subheader("Decision surface")
     arrays = cache.surface(run_id, mode, draws, effective, 0)
     names = list(dataset.class_names) if dataset.class_names else None
-    st.altair_chart(figures.decision_surface(arrays["xs"], arrays["ys"], arrays, dataset.x_train, dataset.y_train,
-                                             class_names=names, samples=draws), width="content")
+    st.vega_lite_chart(altair_spec.spec(figures.decision_surface(arrays["xs"], arrays["ys"], arrays, dataset.x_train, dataset.y_train,
+                                             class_names=names, samples=draws)), width="content")
     st.caption("Left: the predicted class, faded where the averaged top probability is low. Middle: predictive "
                "entropy of the averaged probabilities. Right: the spread (sd over the R draws) of the winning "
                "class's probability, the part of the uncertainty that comes from the posterior. Dots: training "
