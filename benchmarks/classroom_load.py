@@ -599,6 +599,7 @@ def run_load_test(scenario: Scenario, cache_dir: Path | None = None, work_dir: P
     rerun_log = work / "reruns.jsonl"
     env = dict(os.environ, BNN_CACHE_DIR=str(cache), BNN_OFFLINE="1", BNN_MAX_TRAININGS="2",
                PYTHONUNBUFFERED="1", BNN_RERUN_LOG=str(rerun_log))
+    env.setdefault("BNN_CLASSROOM", "1")  # a class runs the app in classroom mode
     runs = prepare_runs(scenario, env)
     server = Server(env, work / "streamlit.log")
     report = Report(scenario)
@@ -667,6 +668,8 @@ def table(report: Report) -> str:
         f"{f'preset {s.preset}, seeds 0-{s.browsed_runs - 1}' if s.preset else f'{s.train_epochs} epoch(s) with the default settings'}"
         f"), up to {s.interactions} interactions each, "
         f"think time {s.think_seconds} s (x0.5-1.5)",
+        f"- server: BNN_CLASSROOM={os.environ.get('BNN_CLASSROOM', '1')}, BNN_COMPUTE_THREADS="
+        f"{os.environ.get('BNN_COMPUTE_THREADS', '(unset)')}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}",
         f"- errors: {len(report.errors)}; cross-session leaks: {len(report.leaks)}",
         f"- server memory (resident): {rss[0] if rss else float('nan'):.0f} MB after the teacher's first page, "
         f"{max(rss) if rss else float('nan'):.0f} MB at most while sampled, peak (VmHWM) {report.peak_memory_mb:.0f} MB",

@@ -171,6 +171,8 @@ def render(page_out: list | None = None) -> None:
         st.Page(PAGES_DIR / "glossary.py", title="Glossary", icon=":material/menu_book:"),
     ]
     settings.refuse_streamlit_cache_clearing()
+    with guard("Server settings"):
+        settings.apply_compute_threads()
     navigation = st.navigation(pages)
     if page_out is not None:
         page_out.append(navigation.url_path or "train")

@@ -6,6 +6,7 @@
 | `BNN_TEACHER_TOKEN` | `teacher_token = "..."` | the token that unlocks deleting and clearing in classroom mode |
 | `BNN_MAX_TRAININGS` | `max_trainings = 2` | trainings at once (default 1 on a CPU, 2 with a GPU) |
 | `BNN_CACHED_RUNS` | | loaded runs kept in memory (default 32) |
+| `BNN_COMPUTE_THREADS` | `compute_threads = 1` | PyTorch threads per computation, in the server and its trainings (default: 1 in classroom mode, else PyTorch's own) |
 
 The token is a secret, so it belongs in the environment or in secrets.toml
 (never committed), not in config.toml.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import functools
 import hmac
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +76,53 @@ def max_trainings_setting() -> str | None:
         return text
     value = _secret("max_trainings")
     return None if value is None else str(value)
+
+
+COMPUTE_THREADS_VARIABLE = "BNN_COMPUTE_THREADS"
+
+
+def compute_threads() -> int | None:
+    """PyTorch threads per computation (intra-op), in the server and in its training processes:
+    $BNN_COMPUTE_THREADS (or compute_threads in secrets.toml), else 1 in classroom mode, else None
+    (PyTorch's default, one per core).
+
+    Why 1 for a class: 30 sessions' predictions run side by side, one per core, instead of each
+    spreading over every core (and its threads spin-waiting between operations, taking the cores
+    from the trainings). The 30-session load test on this 2-core machine, full MNIST: slider p95
+    4.3 s with 1 thread against 5.5 s with PyTorch's default, and the two trainings beside the class
+    ran 42-43 epochs instead of 4 (benchmarks/results/classroom_load_threads.md)."""
+    from core.errors import ConfigError
+
+    text = os.environ.get(COMPUTE_THREADS_VARIABLE, "").strip()
+    if not text:
+        value = _secret("compute_threads")
+        text = "" if value is None else str(value).strip()
+    if not text:
+        return 1 if classroom_mode() else None
+    try:
+        threads = int(text)
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        raise ConfigError(f"{COMPUTE_THREADS_VARIABLE}: must be a positive whole number, got {text!r}")
+    return threads
+
+
+_threads_lock = threading.Lock()
+_threads_applied: list[int | None] = []
+
+
+def apply_compute_threads() -> int | None:
+    """Set PyTorch's threads for this process from compute_threads(), once per process (a
+    process-wide setting is never flipped per run); returns what was applied."""
+    with _threads_lock:
+        if not _threads_applied:
+            threads = compute_threads()
+            if threads is not None:
+                import torch
+                torch.set_num_threads(threads)
+            _threads_applied.append(threads)
+        return _threads_applied[0]
 
 
 def refuse_streamlit_cache_clearing() -> bool:

@@ -182,8 +182,10 @@ def train_in_subprocess(config: Any, progress: Callable[[dict], None] | None = N
     stop = context.Event()
     # The validated config itself goes to the child (pickled by multiprocessing), not its fields:
     # it is not validated again there.
-    child = context.Process(target=_train_child, args=(config, messages, stop), name="bnn-training",
-                            daemon=True)
+    from dashboard.settings import compute_threads
+
+    child = context.Process(target=_train_child, args=(config, messages, stop, compute_threads()),
+                            name="bnn-training", daemon=True)
     child.start()
     try:
         while True:
@@ -226,14 +228,17 @@ def _cancelled(cancel: Any) -> bool:
     return cancel.is_set() if hasattr(cancel, "is_set") else bool(cancel())
 
 
-def _train_child(config: Any, messages: Any, stop: Any) -> None:
-    """The child's side of train_in_subprocess."""
+def _train_child(config: Any, messages: Any, stop: Any, threads: int | None = None) -> None:
+    """The child's side of train_in_subprocess; `threads`: PyTorch threads (None: its default)."""
     import traceback
 
     try:
         # Trainings yield the cores to the sessions' page runs, which somebody is waiting for.
         if hasattr(os, "nice"):
             os.nice(TRAINING_NICENESS)
+        if threads is not None:
+            import torch
+            torch.set_num_threads(int(threads))
         from dashboard import backend
         run = backend.train_run(config, progress=lambda record: messages.put(("progress", record)), cancel=stop)
         messages.put(("done", run.run_id, backend.run_handover(run)))

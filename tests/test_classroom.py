@@ -173,3 +173,63 @@ def test_a_shared_link_opens_its_run(store):
     assert at.session_state["selected_run_id"] == store[0]
     at.switch_page("views/pruning.py").run()
     assert any(store[0] in c.value for c in at.caption)
+
+
+def test_compute_threads_default_to_one_in_classroom_mode(monkeypatch):
+    from core.errors import ConfigError
+    from dashboard import settings
+
+    monkeypatch.delenv(settings.COMPUTE_THREADS_VARIABLE, raising=False)
+    monkeypatch.setattr(settings, "_secret", lambda name: None)
+    monkeypatch.setenv("BNN_CLASSROOM", "1")
+    assert settings.compute_threads() == 1
+    monkeypatch.setenv("BNN_CLASSROOM", "0")
+    assert settings.compute_threads() is None  # PyTorch's own default
+    monkeypatch.setenv(settings.COMPUTE_THREADS_VARIABLE, "3")
+    assert settings.compute_threads() == 3
+    monkeypatch.setattr(settings, "_secret", lambda name: 2 if name == "compute_threads" else None)
+    monkeypatch.delenv(settings.COMPUTE_THREADS_VARIABLE)
+    assert settings.compute_threads() == 2
+    for bad in ("0", "-1", "two"):
+        monkeypatch.setenv(settings.COMPUTE_THREADS_VARIABLE, bad)
+        with pytest.raises(ConfigError, match="BNN_COMPUTE_THREADS"):
+            settings.compute_threads()
+
+
+def test_compute_threads_are_applied_once_per_process(monkeypatch):
+    import torch
+
+    from dashboard import settings
+
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    monkeypatch.setattr(settings, "_threads_applied", [])
+    monkeypatch.setenv(settings.COMPUTE_THREADS_VARIABLE, "1")
+    assert settings.apply_compute_threads() == 1
+    monkeypatch.setenv(settings.COMPUTE_THREADS_VARIABLE, "2")  # a later run does not flip it
+    assert settings.apply_compute_threads() == 1
+    assert calls == [1]
+
+
+def test_a_training_child_gets_the_compute_threads(monkeypatch):
+    import dashboard.worker as worker
+    from dashboard import settings
+
+    started = []
+
+    class FakeProcess:
+        def __init__(self, target, args, name, daemon):
+            started.append(args)
+            raise RuntimeError("stop here")
+
+    class FakeContext:
+        Queue = staticmethod(lambda: None)
+        Event = staticmethod(lambda: None)
+        Process = FakeProcess
+
+    import multiprocessing
+    monkeypatch.setattr(multiprocessing, "get_context", lambda kind: FakeContext)
+    monkeypatch.setenv(settings.COMPUTE_THREADS_VARIABLE, "1")
+    with pytest.raises(RuntimeError, match="stop here"):
+        worker.train_in_subprocess(object())
+    assert started[0][-1] == 1
