@@ -89,8 +89,9 @@ def compute_threads() -> int | None:
     Why 1 for a class: 30 sessions' predictions run side by side, one per core, instead of each
     spreading over every core (and its threads spin-waiting between operations, taking the cores
     from the trainings). The 30-session load test on this 2-core machine, full MNIST: slider p95
-    4.3 s with 1 thread against 5.5 s with PyTorch's default, and the two trainings beside the class
-    ran 42-43 epochs instead of 4 (benchmarks/results/classroom_load_threads.md)."""
+    5.3 s with 1 thread against 5.6 s with PyTorch's default (fast-mnist runs; 6.6 against 7.3 s
+    with 1-epoch runs), and the two trainings beside the class ran 41-49 epochs instead of 4-5
+    (benchmarks/results/classroom_load_threads.md)."""
     from core.errors import ConfigError
 
     text = os.environ.get(COMPUTE_THREADS_VARIABLE, "").strip()
