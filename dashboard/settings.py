@@ -69,13 +69,32 @@ def is_teacher_token(candidate: str) -> bool:
     return hmac.compare_digest(candidate.strip().encode(), token.encode())
 
 
-def max_trainings_setting() -> str | None:
-    """The configured number of concurrent trainings as text (validated by the worker), or None."""
-    text = os.environ.get("BNN_MAX_TRAININGS", "").strip()
-    if text:
-        return text
-    value = _secret("max_trainings")
-    return None if value is None else str(value)
+MAX_TRAININGS_VARIABLE = "BNN_MAX_TRAININGS"
+
+
+def _whole_number_setting(variable: str, secret_key: str) -> int | None:
+    """$variable, else `secret_key` in secrets.toml, as a positive whole number; None when neither is
+    set; a ConfigError naming the variable for anything else."""
+    from core.errors import ConfigError
+
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        value = _secret(secret_key)
+        text = "" if value is None else str(value).strip()
+    if not text:
+        return None
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ConfigError(f"{variable}: must be a positive whole number, got {text!r}")
+    return number
+
+
+def max_trainings_setting() -> int | None:
+    """The configured number of concurrent trainings, or None (the worker's default)."""
+    return _whole_number_setting(MAX_TRAININGS_VARIABLE, "max_trainings")
 
 
 COMPUTE_THREADS_VARIABLE = "BNN_COMPUTE_THREADS"
@@ -92,20 +111,9 @@ def compute_threads() -> int | None:
     5.3 s with 1 thread against 5.6 s with PyTorch's default (fast-mnist runs; 6.6 against 7.3 s
     with 1-epoch runs), and the two trainings beside the class ran 41-49 epochs instead of 4-5
     (benchmarks/results/classroom_load_threads.md)."""
-    from core.errors import ConfigError
-
-    text = os.environ.get(COMPUTE_THREADS_VARIABLE, "").strip()
-    if not text:
-        value = _secret("compute_threads")
-        text = "" if value is None else str(value).strip()
-    if not text:
+    threads = _whole_number_setting(COMPUTE_THREADS_VARIABLE, "compute_threads")
+    if threads is None:
         return 1 if classroom_mode() else None
-    try:
-        threads = int(text)
-    except ValueError:
-        threads = 0
-    if threads < 1:
-        raise ConfigError(f"{COMPUTE_THREADS_VARIABLE}: must be a positive whole number, got {text!r}")
     return threads
 
 

@@ -265,25 +265,14 @@ def _error_from_child(kind: str, name: str, text: str) -> Exception:
 
 # --- the process-wide queue ----------------------------------------------------------------------
 
-SLOTS_VARIABLE = "BNN_MAX_TRAININGS"
-
-
 def default_slots() -> int:
     """How many trainings may run at once: $BNN_MAX_TRAININGS (or max_trainings in
     .streamlit/secrets.toml), else 1 on a CPU (trainings on the same cores only slow each
     other down) and 2 with a GPU."""
-    from core.errors import ConfigError
-
     from dashboard.settings import max_trainings_setting
 
-    text = (max_trainings_setting() or "").strip()
-    if text:
-        try:
-            slots = int(text)
-        except ValueError:
-            slots = 0
-        if slots < 1:
-            raise ConfigError(f"{SLOTS_VARIABLE}: must be a positive whole number, got {text!r}")
+    slots = max_trainings_setting()
+    if slots is not None:
         return slots
     import torch
     return 2 if torch.cuda.is_available() else 1
