@@ -81,6 +81,9 @@ class Interaction:
     cpu_seconds: float = 0.0  # thread CPU of the server's script runs for this interaction
 
 
+SERVER_SETTINGS = ("BNN_CLASSROOM", "BNN_COMPUTE_THREADS", "OMP_NUM_THREADS")  # named in the table
+
+
 @dataclass
 class Report:
     scenario: Scenario
@@ -97,6 +100,7 @@ class Report:
     client_cpu_seconds: float = float("nan")  # this process's (the sessions') CPU time during the class
     script_cpu_seconds: float = float("nan")  # of which the script runs' own threads (from the rerun log)
     started: float = 0.0  # wall clock when the class began (after the teacher's first page)
+    server_settings: dict[str, str] = field(default_factory=dict)  # the server's environment, as given to it
 
     def latencies(self, kinds: tuple[str, ...] | None = None) -> list[float]:
         return [i.seconds for i in self.interactions if kinds is None or i.kind in kinds]
@@ -602,7 +606,7 @@ def run_load_test(scenario: Scenario, cache_dir: Path | None = None, work_dir: P
     env.setdefault("BNN_CLASSROOM", "1")  # a class runs the app in classroom mode
     runs = prepare_runs(scenario, env)
     server = Server(env, work / "streamlit.log")
-    report = Report(scenario)
+    report = Report(scenario, server_settings={name: env.get(name, "(unset)") for name in SERVER_SETTINGS})
     started = time.perf_counter()
     try:
         server.wait_healthy()
@@ -661,15 +665,14 @@ def table(report: Report) -> str:
         lines.append(f"| {label} | {summary['n']} | {summary['p50']:.2f} | {summary['p95']:.2f} | "
                      f"{summary['max']:.2f} |")
     rss = [m for m in report.memory_mb if m == m]
+    browsed = (f"preset {s.preset}, seeds 0-{s.browsed_runs - 1}" if s.preset
+               else f"{s.train_epochs} epoch(s) with the default settings")
     lines += [
         "",
         f"- sessions: {s.sessions} (2 training, {s.sessions - 2} browsing {s.browsed_runs} cached {s.dataset} "
-        f"{'-'.join(['784', *map(str, s.hidden), '10'])} runs: "
-        f"{f'preset {s.preset}, seeds 0-{s.browsed_runs - 1}' if s.preset else f'{s.train_epochs} epoch(s) with the default settings'}"
-        f"), up to {s.interactions} interactions each, "
+        f"{'-'.join(['784', *map(str, s.hidden), '10'])} runs: {browsed}), up to {s.interactions} interactions each, "
         f"think time {s.think_seconds} s (x0.5-1.5)",
-        f"- server: BNN_CLASSROOM={os.environ.get('BNN_CLASSROOM', '1')}, BNN_COMPUTE_THREADS="
-        f"{os.environ.get('BNN_COMPUTE_THREADS', '(unset)')}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}",
+        "- server: " + ", ".join(f"{name}={value}" for name, value in report.server_settings.items()),
         f"- errors: {len(report.errors)}; cross-session leaks: {len(report.leaks)}",
         f"- server memory (resident): {rss[0] if rss else float('nan'):.0f} MB after the teacher's first page, "
         f"{max(rss) if rss else float('nan'):.0f} MB at most while sampled, peak (VmHWM) {report.peak_memory_mb:.0f} MB",
@@ -730,8 +733,8 @@ def main(argv: list[str] | None = None) -> int:
         dataset, hidden = preset.dataset, tuple(preset.hidden)
     else:
         hidden = Scenario.hidden
-    scenario = Scenario(dataset=dataset, preset=args.preset, hidden=hidden, sessions=args.sessions, interactions=args.interactions, max_seconds=args.max_seconds,
-                        think_seconds=args.think_seconds)
+    scenario = Scenario(dataset=dataset, preset=args.preset, hidden=hidden, sessions=args.sessions,
+                        interactions=args.interactions, max_seconds=args.max_seconds, think_seconds=args.think_seconds)
     report = run_load_test(scenario, cache_dir=args.cache_dir)
     text = table(report)
     body = [f"# Classroom load test: {args.sessions} sessions on one `streamlit run`", "",

@@ -425,8 +425,9 @@ def density_chart(run_id: str, threshold: float) -> dict[str, Any]:
     # The marker is read off the sweep (no second prediction of the test set).
     here = backend.curve_point(backend.SweepCurve(curve["thresholds"], curve["density"], curve["values"],
                                                   curve["metric"]), threshold)
-    return shipped(altair_spec.spec(figures.metric_vs_density(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
-                                             current=here, colour=figures.family_colour(family(run_id)))))
+    return shipped(altair_spec.spec(figures.metric_vs_density(
+        curve["thresholds"], curve["density"], curve["values"], curve["metric"], current=here,
+        colour=figures.family_colour(family(run_id)))))
 
 
 @per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
@@ -470,7 +471,7 @@ def accuracy_by_samples_chart(run_id: str, mode: str, samples: int, threshold: f
     arrays = test_prediction(run_id, mode, samples, threshold, seed, weights)
     ladder = backend.accuracy_by_samples(arrays["probs_per_draw"], cached_run(run_id).dataset().y_test, samples)
     return shipped(altair_spec.spec(figures.metric_vs_samples(ladder["samples"], ladder["accuracy"], "accuracy",
-                                             colour=figures.family_colour(family(run_id)))))
+                                                              colour=figures.family_colour(family(run_id)))))
 
 
 @per_run(canonical_prediction=True, max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
@@ -489,7 +490,7 @@ def class_probability_charts(run_id: str, indices: tuple[int, ...], mode: str, s
         guess = int(probs.mean(axis=0).argmax())
         title = f"#{index}: true {names[label] if names else label}, predicted {names[guess] if names else guess}"
         charts.append(shipped(altair_spec.spec(figures.class_probability_bars(probs, names, title=title,
-                                                             doubt_level=backend.DOUBT_LEVEL))))
+                                                                              doubt_level=backend.DOUBT_LEVEL))))
     return charts
 
 
@@ -549,9 +550,9 @@ def histogram_without_threshold(run_id: str, log_counts: bool) -> dict[str, Any]
     spec = threshold_range(run_id)
     stats = statistics(run_id)
     labels = [figures.layer_label(i, s.shape) for i, s in enumerate(stats)]
-    return altair_spec.spec(figures.statistic_histogram(stats, None, spec.name, log_counts=log_counts, labels=labels,
-                                       value_range=(spec.low, spec.high), prior=prior_of_statistic(run_id),
-                                       colour=figures.family_colour(family(run_id))))
+    return altair_spec.spec(figures.statistic_histogram(
+        stats, None, spec.name, log_counts=log_counts, labels=labels, value_range=(spec.low, spec.high),
+        prior=prior_of_statistic(run_id), colour=figures.family_colour(family(run_id))))
 
 
 @per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)

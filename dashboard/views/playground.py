@@ -114,13 +114,15 @@ def chart_specs(training: backend.PlaygroundTraining, picture: dict, show_main: 
     if same_training and not training.done and time.monotonic() - side_built < GRAPH_SECONDS:
         histogram, graph, masks_key = cached["specs"]["histogram"], cached["specs"]["graph"], cached["masks_key"]
     else:
-        histogram = altair_spec.spec(figures.statistic_histogram(picture["statistics"], picture["default"], picture["statistic"],
-                                                log_counts=False, labels=None, colour=colour), validate=False)
+        histogram = altair_spec.spec(figures.statistic_histogram(
+            picture["statistics"], picture["default"], picture["statistic"], log_counts=False, labels=None,
+            colour=colour), validate=False)
         if same_training and cached["masks_key"] == masks_key:
             graph = cached["specs"]["graph"]
         else:
-            graph = altair_spec.spec(figures.network_graph(picture["masks"], title=f"kept at the default cut ({picture['default']:g})",
-                                          colour=colour), validate=False)
+            graph = altair_spec.spec(figures.network_graph(
+                picture["masks"], title=f"kept at the default cut ({picture['default']:g})", colour=colour),
+                validate=False)
         side_built = time.monotonic()
     specs = {"main": main, "graph": graph, "histogram": histogram}
     st.session_state[CHARTS_KEY] = {"training": training, "picture": picture, "masks_key": masks_key,

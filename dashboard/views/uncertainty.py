@@ -143,8 +143,9 @@ def surface_section() -> None:
     st.subheader("Decision surface")
     arrays = cache.surface(run_id, mode, draws, effective, 0)
     names = list(dataset.class_names) if dataset.class_names else None
-    st.vega_lite_chart(altair_spec.spec(figures.decision_surface(arrays["xs"], arrays["ys"], arrays, dataset.x_train, dataset.y_train,
-                                             class_names=names, samples=draws)), width="content")
+    st.vega_lite_chart(altair_spec.spec(figures.decision_surface(
+        arrays["xs"], arrays["ys"], arrays, dataset.x_train, dataset.y_train, class_names=names, samples=draws)),
+        width="content")
     st.caption("Left: the predicted class, faded where the averaged top probability is low. Middle: predictive "
                "entropy of the averaged probabilities. Right: the spread (sd over the R draws) of the winning "
                "class's probability, the part of the uncertainty that comes from the posterior. Dots: training "
