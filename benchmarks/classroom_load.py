@@ -81,7 +81,7 @@ class Interaction:
     cpu_seconds: float = 0.0  # thread CPU of the server's script runs for this interaction
 
 
-SERVER_SETTINGS = ("BNN_CLASSROOM", "BNN_COMPUTE_THREADS", "OMP_NUM_THREADS")  # named in the table
+SERVER_SETTINGS = ("BNN_CLASSROOM", "BNN_COMPUTE_THREADS", "BNN_PREDICT_SLOTS", "OMP_NUM_THREADS")  # named in the table
 
 
 @dataclass
@@ -717,6 +717,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default=None,
                         help="browse seeds 0 and 1 of this run preset (e.g. fast-mnist, the shipped recipe) "
                              "instead of 1-epoch runs with the default settings; sets the dataset")
+    parser.add_argument("--predict-slots", type=int, default=None,
+                        help="the server's BNN_PREDICT_SLOTS (0: no limit; default: the app's default, one per core)")
     parser.add_argument("--note", default="", help="a line about the machine's load, written under the table")
     parser.add_argument("--json", type=Path, default=None,
                         help="also write every interaction (session, kind, start, seconds, server CPU) as JSON")
@@ -735,11 +737,14 @@ def main(argv: list[str] | None = None) -> int:
         hidden = Scenario.hidden
     scenario = Scenario(dataset=dataset, preset=args.preset, hidden=hidden, sessions=args.sessions,
                         interactions=args.interactions, max_seconds=args.max_seconds, think_seconds=args.think_seconds)
+    if args.predict_slots is not None:
+        os.environ["BNN_PREDICT_SLOTS"] = str(args.predict_slots)  # the server inherits this environment
     report = run_load_test(scenario, cache_dir=args.cache_dir)
     text = table(report)
     body = [f"# Classroom load test: {args.sessions} sessions on one `streamlit run`", "",
             f"`python benchmarks/classroom_load.py --sessions {args.sessions}"
-            f"{f' --preset {args.preset}' if args.preset else f' --dataset {dataset}'}` on "
+            f"{f' --preset {args.preset}' if args.preset else f' --dataset {dataset}'}"
+            f"{'' if args.predict_slots is None else f' --predict-slots {args.predict_slots}'}` on "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "", text]
     if args.note:
         body += ["", args.note]

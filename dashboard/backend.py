@@ -248,17 +248,24 @@ def draw_cache_bytes() -> int:
 PREDICT_SLOTS_VARIABLE = "BNN_PREDICT_SLOTS"
 
 
+def usable_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def predict_slots() -> int | None:
-    """Predictions computed at once, the rest waiting their turn: $BNN_PREDICT_SLOTS (unset or 0: no
-    limit). Measured with the 30-session classroom load test (benchmarks/results/classroom_load_mnist.md):
-    2 slots on 2 cores made the median slider move about 5x faster but the slowest 5% slower (the
-    sessions answered quickly asked for new settings sooner, and queued behind each other), so no
-    limit is the default."""
+    """Forward computations run at once, the rest waiting their turn, one draw a turn
+    (core.predict.draw_cache.FairTurns): $BNN_PREDICT_SLOTS, 0 for no limit; unset, the cores this
+    process may use. More at once than cores only share the cores: in the classroom load test
+    (benchmarks/results/classroom_load_mnist.md) eight computations at once each took four times
+    their CPU time."""
     text = os.environ.get(PREDICT_SLOTS_VARIABLE, "").strip()
     try:
-        slots = int(text) if text else 0
+        slots = int(text) if text else usable_cores()
     except ValueError:
-        slots = 0
+        slots = usable_cores()
     return slots if slots > 0 else None
 
 

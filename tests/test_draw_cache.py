@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from contextlib import contextmanager
 
 import numpy as np
@@ -394,3 +395,78 @@ def test_a_computation_that_fails_midway_leaves_no_half_entry(monkeypatch):
     monkeypatch.setattr(engine, "run_network", original)
     for samples in (9, 2):
         assert_same(cache.predict(run, x, "test", owner="a", mode="bma", samples=samples), run.predict(x, "bma", samples))
+
+
+def test_a_session_needing_fewer_draws_does_not_wait_for_the_whole_computation(monkeypatch):
+    """A writer computing draws 0..9 publishes each one: a session asking R = 2 of the same plan
+    returns while the writer is still drawing, with the numbers of an uncached prediction."""
+    from core.predict import draw_cache
+    run = classification_run()
+    x = run.dataset().x_test
+    cache = DrawCache()
+    original = draw_cache.sampled_forward
+    reader_done, writer_started = threading.Event(), threading.Event()
+    drawn = []
+
+    def slow(model, plan, inputs, seed, masks, batch_size, budget, draws, usage):
+        if draws.start == 2:  # hold the writer at its third draw until the reader has its answer
+            writer_started.set()
+            reader_done.wait(timeout=20)
+        drawn.append(draws.start)
+        return original(model, plan, inputs, seed, masks, batch_size, budget, draws=draws, usage=usage)
+
+    monkeypatch.setattr(draw_cache, "sampled_forward", slow)
+    results = {}
+    writer = threading.Thread(target=lambda: results.__setitem__(10, cache.predict(
+        run, x, "test", owner="a", mode="mpm", samples=10)))
+    writer.start()
+    assert writer_started.wait(timeout=20)
+    results[2] = cache.predict(run, x, "test", owner="a", mode="mpm", samples=2)
+    held_when_read = list(drawn)
+    reader_done.set()
+    writer.join(timeout=60)
+    assert held_when_read == [0, 1]  # answered from the two published draws, the writer still at work
+    assert drawn == list(range(10)) and cache.draws_computed == 10
+    for samples, prediction in results.items():
+        assert_same(prediction, run.predict(x, "mpm", samples))
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_fair_turns_hold_at_most_the_slots_and_serve_in_order(slots):
+    from core.predict.draw_cache import FairTurns
+    turns = FairTurns(slots)
+    holding, most, order = [0], [0], []
+    lock = threading.Lock()
+    release = threading.Event()
+
+    def hold(name):
+        with turns.turn():
+            with lock:
+                holding[0] += 1
+                most[0] = max(most[0], holding[0])
+                order.append(name)
+            release.wait(timeout=20)
+            with lock:
+                holding[0] -= 1
+
+    blockers = [threading.Thread(target=hold, args=(f"b{i}",)) for i in range(slots)]
+    for thread in blockers:
+        thread.start()
+    deadline = time.monotonic() + 20
+    while len(order) < slots and time.monotonic() < deadline:
+        time.sleep(0.01)
+    waiting = []
+    for i in range(5):  # queue up one at a time, so the order they asked in is known
+        waiting.append(threading.Thread(target=hold, args=(f"w{i}",)))
+        waiting[-1].start()
+        while turns.waiting < i + 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert turns.waiting == 5 and len(order) == slots  # every slot taken, the rest queued
+    release.set()
+    for thread in blockers + waiting:
+        thread.join(timeout=20)
+    assert most[0] == slots
+    if slots == 1:  # one at a time: the turns follow the queue exactly
+        assert order == ["b0"] + [f"w{i}" for i in range(5)]
+    with pytest.raises(PredictionError, match="compute_slots"):
+        FairTurns(0)

@@ -18,30 +18,33 @@ same threshold make the same draws (the kept weights sampled given the kept stru
 share one entry: the key names both `mpm`. Entries are dropped least recently used
 first when their bytes exceed `max_bytes`; an entry larger than the bound alone is not kept.
 
-Thread safety: one lock guards the table and its byte count (held briefly); each entry has its
-own lock, held while its draws are computed, so sessions asking for the same entry wait for one
-computation and sessions asking for others proceed. The cache never writes to a model or a run
+Thread safety: one lock guards the table and its byte count (held briefly). Each entry has its
+own condition: one thread at a time (the entry's writer) computes its new draws, in order, and
+publishes each draw as soon as it is done, so a session that needs fewer draws than the writer
+is computing returns as soon as its draws are there (a class asking R = 1 beside one asking
+R = 20 at the same threshold does not wait for all 20). A session that needs more waits for the
+writer to finish and then computes the rest itself. The cache never writes to a model or a run
 (it keeps a weak reference to the model to tell a reloaded or retrained run from the one whose
 draws it holds), so `Run.predict`'s rule holds: predicting does not mutate.
 
 Modes that draw nothing (mean, mpm-mean, prune with mean weights) pass through uncached: R
 does not change them and the caller's own cache keys them.
 
-`compute_slots`: at most this many forward computations (new draws, or an uncached prediction) run
-at once through one cache; the others wait their turn. A class moving sliders asks for many new
-entries at once: run all at once on a 2-core machine they share the cores (and the memory
-bandwidth) and all finish late; in turns the first ones finish early and the cheap reruns of the
-other sessions keep a core. A slot is taken only around the computation itself, never while
-waiting for another lock, so it cannot deadlock. A thread that has had its turn does not queue
-again (a dashboard rerun is one thread, and its page may need two new entries: it is not sent
-to the back of the queue for the second).
+`compute_slots`: at most this many computations run at once through one cache (a writer's new
+draws of one entry, or one uncached prediction), the others waiting in a first-come first-served
+queue (`FairTurns`). A slot is held only around computing, never while waiting for an entry's
+writer, so it cannot deadlock. Measured with the classroom load test (30 sessions on 2 cores,
+benchmarks/results/classroom_load_slots.md): with no limit, eight computations shared the two
+cores and each took about four times its CPU time; two slots answered the median slider move
+in 0.05-0.06 s instead of 0.29-0.35 s at the same p95. Taking turns draw by draw (a writer
+queueing again after each draw) was slower at the tail: 20-draw requests then finish last.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Hashable, Iterator
@@ -70,23 +73,62 @@ class DrawKey:
     batch_size: int | None  # input chunks: products over other chunks may sum in another order
 
 
+class FairTurns:
+    """At most `slots` holders at once; waiting threads get their turn in the order they asked."""
+
+    def __init__(self, slots: int):
+        if int(slots) < 1:
+            raise PredictionError(f"draw cache: compute_slots must be >= 1 (or None: no limit), got {slots!r}")
+        self.slots = int(slots)
+        self._condition = threading.Condition()
+        self._free = self.slots
+        self._queue: deque[object] = deque()
+
+    @property
+    def waiting(self) -> int:
+        with self._condition:
+            return len(self._queue)
+
+    @contextmanager
+    def turn(self) -> Iterator[None]:
+        ticket = object()
+        with self._condition:
+            self._queue.append(ticket)
+            while self._queue[0] is not ticket or self._free == 0:
+                self._condition.wait()
+            self._queue.popleft()
+            self._free -= 1
+            self._condition.notify_all()  # the next in line may take another free slot
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._free += 1
+                self._condition.notify_all()
+
+
 class _Entry:
     """Draws 0..N-1 of one plan: their outputs, usage and the plan's masks."""
 
     def __init__(self, model: Any):
-        self.lock = threading.Lock()
+        self.condition = threading.Condition()
         self.model_ref = weakref.ref(model)
         self.masks: list[Tensor] | None = None
         self.usage: DrawUsage | None = None  # None until the entry's first draws
-        self.outputs: Tensor | None = None  # (N, n, out)
+        self.outputs: list[Tensor] = []  # per draw (n, out)
+        self.writing = False  # a thread is computing this entry's next draws
         self.nbytes = 0
 
     @property
     def n_draws(self) -> int:
-        return 0 if self.outputs is None else int(self.outputs.shape[0])
+        return len(self.outputs)
+
+    def reset(self) -> None:
+        self.masks = self.usage = None
+        self.outputs = []
 
     def size(self) -> int:
-        outputs = 0 if self.outputs is None else self.outputs.numel() * self.outputs.element_size()
+        outputs = sum(o.numel() * o.element_size() for o in self.outputs)
         masks = sum(m.numel() * m.element_size() for m in self.masks or [])
         return outputs + masks + (0 if self.usage is None else self.usage.nbytes)
 
@@ -97,12 +139,9 @@ class DrawCache:
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, compute_slots: int | None = None):
         if int(max_bytes) < 0:
             raise PredictionError(f"draw cache: max_bytes must be >= 0, got {max_bytes!r}")
-        if compute_slots is not None and int(compute_slots) < 1:
-            raise PredictionError(f"draw cache: compute_slots must be >= 1 (or None: no limit), got {compute_slots!r}")
         self.max_bytes = int(max_bytes)
-        self.compute_slots = None if compute_slots is None else int(compute_slots)
-        self._slots = None if compute_slots is None else threading.BoundedSemaphore(int(compute_slots))
-        self._turns = threading.local()  # .had: this thread has had a turn (see the module docstring)
+        self.turns = None if compute_slots is None else FairTurns(compute_slots)
+        self.compute_slots = None if compute_slots is None else self.turns.slots
         self._lock = threading.Lock()
         self._entries: OrderedDict[DrawKey, _Entry] = OrderedDict()
         self._bytes = 0
@@ -141,15 +180,12 @@ class DrawCache:
 
     @contextmanager
     def computing(self) -> Iterator[None]:
-        """Hold one of the compute slots (if limited) for the duration of a forward computation."""
-        if self._slots is None or getattr(self._turns, "had", False):
+        """Hold one of the compute slots (if limited) for one forward computation."""
+        if self.turns is None:
             yield
             return
-        with self._slots:
-            try:
-                yield
-            finally:
-                self._turns.had = True
+        with self.turns.turn():
+            yield
 
     # --- predicting -----------------------------------------------------------------------------------
     def predict(self, run: Any, x: Any, inputs: Hashable, owner: Hashable | None, mode: str | PredictionMode = "bma",
@@ -170,35 +206,70 @@ class DrawCache:
         key = DrawKey(owner, inputs, shape, plan.mode.same_numbers_as(plan.weights), plan.threshold, plan.weights,
                       int(seed), batch_size)
         entry = self._entry(key, model)
-        with entry.lock:
-            with torch.no_grad():
-                if entry.usage is None:
-                    entry.masks = None if plan.mode is PredictionMode.BMA else model.keep_masks(plan.threshold)
-                    # With the mean's nonzeros for bma (new_usage for R > 1): the entry may grow past R = 1.
-                    entry.usage = new_usage(model, entry.masks, 2)
-                have = entry.n_draws
-                if plan.samples > have:
-                    try:
-                        with self.computing():
-                            outputs, _ = sampled_forward(model, plan, as_inputs(model, x), int(seed), entry.masks,
-                                                         batch_size, MEMORY_BUDGET_BYTES,
-                                                         draws=range(have, plan.samples), usage=entry.usage)
-                    except BaseException:  # the usage may hold draws the outputs do not: start the entry afresh
-                        entry.masks = entry.usage = entry.outputs = None
-                        raise
-                    entry.outputs = outputs if entry.outputs is None else torch.cat([entry.outputs, outputs])
-                # A copy: a prediction's arrays may be views of the outputs, and callers may write to them.
-                prediction = prediction_from_draws(model, plan, entry.outputs[:plan.samples].clone(), entry.masks,
-                                                   entry.usage)
+        computed, outputs, masks, usage = self._fill(entry, model, plan, x, int(seed), batch_size)
+        with torch.no_grad():
+            # A new tensor: a prediction's arrays may be views of it, and callers may write to them.
+            prediction = prediction_from_draws(model, plan, torch.stack(outputs), masks, usage)
+        with entry.condition:
             size = entry.size()
         with self._lock:
-            self.draws_computed += max(0, plan.samples - have)
-            self.draws_reused += min(plan.samples, have)
+            self.draws_computed += computed
+            self.draws_reused += plan.samples - computed
             if self._entries.get(key) is entry:
                 self._bytes += size - entry.nbytes
                 entry.nbytes = size
                 self._evict(keep=key)
         return self._in_units(run, prediction, original_units)
+
+    def _fill(self, entry: _Entry, model: Any, plan: Any, x: Any, seed: int,
+              batch_size: int | None) -> tuple[int, list[Tensor], list[Tensor] | None, DrawUsage]:
+        """Draws 0..R-1 of the entry, computing those it lacks: (how many this thread computed, their
+        outputs, the masks, the usage), read together so that no reset comes between them."""
+        with entry.condition:
+            while entry.n_draws < plan.samples and entry.writing:
+                entry.condition.wait()  # another thread is drawing: its draws arrive one by one
+            if entry.n_draws >= plan.samples:
+                return 0, entry.outputs[:plan.samples], entry.masks, entry.usage
+            entry.writing = True
+        computed = 0
+        try:
+            with self.computing():  # one turn for all of this thread's draws (see the module docstring)
+                computed = self._draw_until(entry, model, plan, as_inputs(model, x), seed, batch_size)
+            with entry.condition:
+                return computed, entry.outputs[:plan.samples], entry.masks, entry.usage
+        finally:
+            with entry.condition:
+                entry.writing = False
+                entry.condition.notify_all()
+
+    @staticmethod
+    def _draw_until(entry: _Entry, model: Any, plan: Any, inputs: Tensor, seed: int, batch_size: int | None) -> int:
+        """Compute the entry's next draws, publishing each as it is done, until it holds R; returns
+        how many were computed."""
+        computed = 0
+        while True:
+            with entry.condition, torch.no_grad():
+                if entry.usage is None:
+                    entry.masks = None if plan.mode is PredictionMode.BMA else model.keep_masks(plan.threshold)
+                    # With the mean's nonzeros for bma (new_usage for R > 1): the entry may grow past R = 1.
+                    entry.usage = new_usage(model, entry.masks, 2)
+                index = entry.n_draws
+                if index >= plan.samples:
+                    return computed
+                masks, usage = entry.masks, entry.usage
+            try:
+                with torch.no_grad():
+                    outputs, _ = sampled_forward(model, plan, inputs, seed, masks, batch_size, MEMORY_BUDGET_BYTES,
+                                                 draws=range(index, index + 1), usage=usage)
+            except BaseException:
+                with entry.condition:
+                    if usage.n_draws != entry.n_draws:  # the usage took a draw the outputs did not
+                        entry.reset()
+                raise
+            with entry.condition:
+                entry.outputs.append(outputs[0])
+                entry.condition.notify_all()
+            computed += 1
 
     def _entry(self, key: DrawKey, model: Any) -> _Entry:
         with self._lock:
