@@ -248,24 +248,19 @@ def draw_cache_bytes() -> int:
 PREDICT_SLOTS_VARIABLE = "BNN_PREDICT_SLOTS"
 
 
-def usable_cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def predict_slots() -> int | None:
-    """Forward computations run at once, the rest waiting their turn, one draw a turn
-    (core.predict.draw_cache.FairTurns): $BNN_PREDICT_SLOTS, 0 for no limit; unset, the cores this
-    process may use. More at once than cores only share the cores: in the classroom load test
-    (benchmarks/results/classroom_load_mnist.md) eight computations at once each took four times
-    their CPU time."""
+    """Computations run at once, the rest queued first come, first served
+    (core.predict.draw_cache.FairTurns): $BNN_PREDICT_SLOTS; unset, 0 or not a number: no limit.
+    Measured with the 30-session classroom load test (benchmarks/results/classroom_load_slots.md,
+    two runs each): the p95 slider move was 6.0-6.8 s at every setting (the class asks for more
+    new draws than two cores compute); 2 slots answered the median move in 0.08 s against 0.4 s
+    with no limit, but the slowest in 14 s against 8-9 s (a request arriving behind a long queue
+    waits for all of it), so no limit is the default."""
     text = os.environ.get(PREDICT_SLOTS_VARIABLE, "").strip()
     try:
-        slots = int(text) if text else usable_cores()
+        slots = int(text) if text else 0
     except ValueError:
-        slots = usable_cores()
+        slots = 0
     return slots if slots > 0 else None
 
 

@@ -33,11 +33,9 @@ does not change them and the caller's own cache keys them.
 `compute_slots`: at most this many computations run at once through one cache (a writer's new
 draws of one entry, or one uncached prediction), the others waiting in a first-come first-served
 queue (`FairTurns`). A slot is held only around computing, never while waiting for an entry's
-writer, so it cannot deadlock. Measured with the classroom load test (30 sessions on 2 cores,
-benchmarks/results/classroom_load_slots.md): with no limit, eight computations shared the two
-cores and each took about four times its CPU time; two slots answered the median slider move
-in 0.05-0.06 s instead of 0.29-0.35 s at the same p95. Taking turns draw by draw (a writer
-queueing again after each draw) was slower at the tail: 20-draw requests then finish last.
+writer, so it cannot deadlock. Taking turns draw by draw (a writer queueing again after each
+draw) was tried and was slower at the tail: 20-draw requests all finish last. The dashboard's
+setting and its measurements: dashboard.backend.predict_slots.
 """
 
 from __future__ import annotations
