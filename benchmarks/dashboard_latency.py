@@ -19,7 +19,9 @@ cached already, and drives Debian's chromium through Playwright:
   until its heading and its charts are drawn and the script run is over. The first load of each
   page (the server computes and caches) is reported apart from the cached loads.
 - playground: a new tab opens the playground; timed to the first picture (the first chart drawn)
-  and to the fit the page reports as done ("done: epoch N/N" in its progress bar).
+  and to the fit the page reports as done ("done: epoch N/N" in its progress bar). Then, in a tab
+  showing the Glossary (the app loaded, no chart on its page), the sidebar's Playground link is
+  clicked: timed to the first picture.
 
 Bounded: every wait has a timeout and the whole run stops after --max-seconds; the server and the
 browser are stopped on the way out. The table records the machine's load average before and
@@ -90,6 +92,7 @@ class Measurements:
     fresh_server_first_page: float = math.nan
     playground_heading: list[float] = field(default_factory=list)
     first_picture: list[float] = field(default_factory=list)
+    first_picture_in_app: list[float] = field(default_factory=list)  # from the sidebar link in an open tab
     converged: list[float] = field(default_factory=list)
     playground_status: list[str] = field(default_factory=list)  # the progress text when done (or last seen)
     errors: list[str] = field(default_factory=list)
@@ -240,6 +243,23 @@ def playground_run(browser: Any, url: str, timeout_ms: float) -> tuple[float, fl
         page.close()
 
 
+def playground_from_sidebar(browser: Any, url: str, timeout_ms: float) -> float:
+    """Seconds from clicking the sidebar's Playground link in a tab showing the Glossary (the app
+    loaded, no chart on the page) to the first picture."""
+    page = browser.new_page(viewport=VIEWPORT)
+    try:
+        page.goto(f"{url}/glossary", wait_until="commit")
+        page.get_by_role("heading", name="Glossary", exact=True).wait_for(timeout=timeout_ms)
+        settle(page, timeout_ms)
+        started = time.perf_counter()
+        page.get_by_role("link", name="Playground").first.click()
+        page.get_by_role("heading", name="Playground", exact=True).wait_for(timeout=timeout_ms)
+        page.wait_for_function(f"{MAIN_CHARTS} >= 1", timeout=timeout_ms, polling="raf")
+        return time.perf_counter() - started
+    finally:
+        page.close()
+
+
 @dataclass(frozen=True)
 class Setting:
     dataset: str = "mnist-small"
@@ -311,6 +331,11 @@ def run_benchmark(setting: Setting, cache_dir: Path, work_dir: Path) -> Measurem
                     measured.first_picture.append(first)
                     measured.converged.append(converged)
                     measured.playground_status.append(text)
+                    try:
+                        measured.first_picture_in_app.append(playground_from_sidebar(browser, server.url,
+                                                                                     timeout_ms))
+                    except Exception as exc:
+                        measured.errors.append(f"playground from the sidebar: {type(exc).__name__}: {exc}")
             finally:
                 browser.close()
         if "Traceback" in (work_dir / "streamlit.log").read_text():
@@ -329,7 +354,7 @@ def _ms(value: float) -> str:
 
 
 def table(measured: Measurements) -> str:
-    lines = [f"# Dashboard latency through the browser (issue 13)", "",
+    lines = ["# Dashboard latency through the browser (issue 13)", "",
              "Setting: " + ", ".join(f"{k} {v}" for k, v in measured.setting.items()) + "; "
              f"headless chromium against `streamlit run` on 127.0.0.1, {os.cpu_count()} CPU cores.", "",
              f"Machine load average (1/5/15 min) before {'/'.join(f'{v:.2f}' for v in measured.load_before)}, "
@@ -356,18 +381,25 @@ def table(measured: Measurements) -> str:
                      f"{TARGETS['page_load_p95'] * 1000:.0f} | {verdict(stats['p95'], TARGETS['page_load_p95'])} |")
     lines += ["", f"A fresh server's first page (Train; imports PyTorch): "
                   f"{_ms(measured.fresh_server_first_page)} ms.", "",
-              "## Playground (default toy set and settings, a new tab each run; s)", "",
+              "## Playground (default toy set and settings; s)", "",
               "| measure | n | p50 | max | target | verdict |", "|---|---|---|---|---|---|"]
-    first, converged = summary(measured.first_picture), summary(measured.converged)
+    first = summary(measured.first_picture)
     heading = summary(measured.playground_heading)
     lines.append(f"| heading shown (the app's share; for the record) | {heading['n']} | {heading['p50']:.2f} | "
                  f"{heading['max']:.2f} | - | - |")
-    lines.append(f"| first picture | {first['n']} | {first['p50']:.2f} | {first['max']:.2f} | "
-                 f"{TARGETS['first_picture']:.0f} | {verdict(first['max'], TARGETS['first_picture'])} |")
+    lines.append(f"| first picture, a new tab opening the playground | {first['n']} | {first['p50']:.2f} | "
+                 f"{first['max']:.2f} | {TARGETS['first_picture']:.0f} | "
+                 f"{verdict(first['max'], TARGETS['first_picture'])} |")
+    in_app = summary(measured.first_picture_in_app)
+    lines.append(f"| first picture, the sidebar's Playground link clicked on the Glossary page | {in_app['n']} | "
+                 f"{in_app['p50']:.2f} | {in_app['max']:.2f} | {TARGETS['first_picture']:.0f} | "
+                 f"{verdict(in_app['max'], TARGETS['first_picture'])} |")
     done = [c for c in measured.converged if not math.isnan(c)]
     converged_max = max(done) if len(done) == len(measured.converged) and done else math.nan
     lines.append(f"| fit reported done | {len(done)} | {summary(done)['p50']:.2f} | {converged_max:.2f} | "
                  f"{TARGETS['converged_fit']:.0f} | {verdict(converged_max, TARGETS['converged_fit'])} |")
+    lines += ["", "A new tab first loads the app itself (the heading row); a click in an open tab does not. "
+                  "The fit is timed in the new tab."]
     if measured.playground_status:
         lines += ["", "The playground's progress text at the end: "
                   + "; ".join(f"`{text.strip()}`" for text in measured.playground_status) + "."]

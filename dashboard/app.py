@@ -7,6 +7,7 @@ session state and load it through the cached backend.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -153,6 +154,20 @@ def log_rerun(path: str, started: float, cpu_seconds: float, page: str | None) -
         os.close(handle)
 
 
+@functools.lru_cache(maxsize=1)
+def family_key_spec() -> dict:
+    from dashboard import altair_spec, figures
+    return altair_spec.spec(figures.family_key())
+
+
+def family_key() -> None:
+    """The family colours, the same on every chart. Drawn on every page before the page itself, it
+    also loads the browser's chart library before the page needs it (the first chart of a tab waits
+    for the library to load: benchmarks/results/dashboard_latency.md, the playground rows)."""
+    st.sidebar.caption("Family colours")
+    st.sidebar.vega_lite_chart(family_key_spec(), width="content")
+
+
 def render(page_out: list | None = None) -> None:
     st.set_page_config(page_title=APP_TITLE, page_icon=str(PAGE_ICON), layout="wide")
     # The first paint of a fresh server waits for torch and the data modules: say so at once.
@@ -180,6 +195,7 @@ def render(page_out: list | None = None) -> None:
     # No st.spinner here: it starts a timer thread on every rerun of every session, and the run
     # list is read from memory (the first paint of a fresh server says "Starting" above).
     run_picker()
+    family_key()
     starting.empty()
     st.session_state["app_started"] = True
     requested = st.query_params.get(PAGE_PARAM)

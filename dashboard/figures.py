@@ -41,6 +41,23 @@ def family_colour(family: str | None) -> str:
     return FAMILY_COLOURS.get(str(family), OTHER_FAMILY_COLOUR)
 
 
+def family_key(columns: int = 2) -> alt.Chart:
+    """A small key of the family colours (the sidebar's): a square and the family's name each."""
+    families = list(FAMILY_COLOURS)
+    rows = -(-len(families) // columns)
+    frame = pd.DataFrame({"family": families, "column": [i // rows for i in range(len(families))],
+                          "row": [i % rows for i in range(len(families))]})
+    colour = alt.Color("family:N", scale=alt.Scale(domain=families, range=[FAMILY_COLOURS[f] for f in families]),
+                       legend=None)
+    # Column c starts at c / columns of the width: the last column's names have room to its right.
+    x = alt.X("column:Q", axis=None, scale=alt.Scale(domain=[0, columns], nice=False, zero=True))
+    y = alt.Y("row:O", axis=None)
+    base = alt.Chart(frame)
+    squares = base.mark_square(size=90, opacity=1).encode(x=x, y=y, color=colour, tooltip=["family:N"])
+    names = base.mark_text(align="left", dx=9, fontSize=11).encode(x=x, y=y, text="family:N")
+    return (squares + names).properties(width=115 * columns, height=16 * rows).configure_view(stroke=None)
+
+
 CLASS_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000",
                  "#999999", "#882255"]
 

@@ -130,6 +130,28 @@ def test_page_icon_is_a_bundled_file():
     assert icon.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_sidebar_keys_every_family_colour_on_every_page(tmp_path, monkeypatch):
+    """One key of the family colours (figures.FAMILY_COLOURS, used by every chart), in the sidebar of
+    every page, drawn before the page itself (it also loads the browser's chart library early)."""
+    from dashboard import figures
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    at = open_app()
+    for page in (None, "views/glossary.py", "views/playground.py"):
+        if page is not None:
+            at.switch_page(page).run()
+        assert not at.exception
+        keys = [c for kind in ("arrow_vega_lite_chart", "vega_lite_chart") for c in at.sidebar.get(kind)]
+        assert len(keys) == 1, page
+        spec = json.loads(keys[0].proto.spec)
+        layer = spec["layer"][0]
+        scale = layer["encoding"]["color"]["scale"]
+        assert scale["domain"] == list(figures.FAMILY_COLOURS)
+        assert scale["range"] == [figures.FAMILY_COLOURS[f] for f in figures.FAMILY_COLOURS]
+        rows = chart_rows(keys[0], spec["data"]["name"]) if "name" in spec.get("data", {}) else \
+            chart_rows(keys[0], layer["data"]["name"])
+        assert sorted(r["family"] for r in rows) == sorted(figures.FAMILY_COLOURS)
+
+
 # --- defect 3: delete asks first, and the other sessions are told -------------------------------------------
 
 def test_delete_asks_for_confirmation_and_other_sessions_are_told(tmp_path, monkeypatch):
