@@ -693,9 +693,16 @@ class PlaygroundTraining:
     optimiser) predicts on the plotting grid with R posterior draws and reads the statistic: the
     page draws `snapshot()` while the training goes on. `cancel()` stops it within a minibatch.
     `start()` takes the untrained picture before it returns, so the page's first run draws it.
+    `present()` (optional) tells whether the page's browser session is still there: a training
+    whose session has been gone for ABANDONED_SECONDS stops (nothing keeps its result, and a
+    class's closed tabs would otherwise go on taking the server's CPU).
     """
 
-    def __init__(self, values: dict[str, Any], every: int = 20, samples: int = 20, hold_seconds: float = 0.0):
+    ABANDONED_SECONDS = 2.0
+    PRESENCE_CHECK_SECONDS = 0.5
+
+    def __init__(self, values: dict[str, Any], every: int = 20, samples: int = 20, hold_seconds: float = 0.0,
+                 present: Callable[[], bool] | None = None):
         import threading
 
         self.config = make_config(values)
@@ -711,7 +718,11 @@ class PlaygroundTraining:
         self._snapshot: dict[str, Any] | None = None
         self.error: str | None = None
         self.done = False
+        self.abandoned = False
         self.started = None
+        self._present = present
+        self._presence_checked = 0.0
+        self._absent_since: float | None = None
         self._thread = threading.Thread(target=self._run, name="bnn-playground", daemon=True)
 
     def start(self) -> "PlaygroundTraining":
@@ -801,6 +812,7 @@ class PlaygroundTraining:
         y = torch.from_numpy(np.ascontiguousarray(dataset.y_train))
 
         def progress(record: dict) -> None:
+            self._check_presence()
             epoch = int(record.get("epoch", 0))
             if epoch % self.every == 0 or epoch >= total:
                 self._take(model, epoch, record)
@@ -808,6 +820,24 @@ class PlaygroundTraining:
         # (no per-epoch snapshots: the page draws the picture itself, and its epochs are short)
         train(model, x, y, self.config.train, seed=self.config.seed, progress=progress, cancel=self._cancel,
               snapshots=False)
+
+    def _check_presence(self) -> None:
+        """Cancel once the page's session has been gone ABANDONED_SECONDS (checked at most every
+        PRESENCE_CHECK_SECONDS; a reconnect within the grace keeps the training)."""
+        import time
+        if self._present is None:
+            return
+        now = time.monotonic()
+        if now - self._presence_checked < self.PRESENCE_CHECK_SECONDS:
+            return
+        self._presence_checked = now
+        if self._present():
+            self._absent_since = None
+        elif self._absent_since is None:
+            self._absent_since = now
+        elif now - self._absent_since >= self.ABANDONED_SECONDS:
+            self.abandoned = True
+            self._cancel.set()
 
     def _run(self) -> None:
         try:

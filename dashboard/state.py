@@ -22,6 +22,19 @@ HANDLED_KEY = "handled_worker"  # the finished worker whose run was already sele
 TEACHER_KEY = "is_teacher"
 
 
+def session_presence() -> Any:
+    """A callable telling whether this browser session is still connected (thread-safe; for work
+    that runs on after the script, like the playground's training), or None outside a server."""
+    from streamlit.runtime import Runtime
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    if ctx is None or not Runtime.exists():
+        return None
+    runtime, session_id = Runtime.instance(), ctx.session_id
+    return lambda: runtime.is_active_session(session_id)
+
+
 def selected_run_id() -> str | None:
     return st.session_state.get(RUN_KEY)
 

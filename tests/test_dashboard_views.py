@@ -669,6 +669,7 @@ def test_inclusion_page_compares_two_masks_and_shows_receptive_fields(store):
 # --- build item 3: the live playground -------------------------------------------------------------------------
 
 def test_playground_training_draws_while_it_trains():
+    import time
     from dashboard import backend
     job = backend.PlaygroundTraining({"dataset": "toy-sine-gaps", "hidden": [8], "dataset_params": {"noise": 0.05},
                                       "train": {"epochs": 200, "batch_size": 500}}, every=20)
@@ -678,6 +679,7 @@ def test_playground_training_draws_while_it_trains():
         picture = job.snapshot()
         if picture is not None and (not epochs or epochs[-1] != picture["epoch"]):
             epochs.append(picture["epoch"])
+        time.sleep(0.002)  # a bare loop holds the interpreter: the training thread crawled (78 s for 200 epochs)
     job.join()
     assert job.error is None and job.done
     final = job.snapshot()
@@ -714,6 +716,33 @@ def test_playground_has_its_first_picture_when_start_returns_and_trains_after_it
     job.first_picture_drawn()
     job.join(timeout=60)
     assert job.done and job.error is None and job.snapshot()["epoch"] == 100
+
+
+def test_playground_training_of_a_closed_tab_stops_and_a_present_one_finishes(monkeypatch):
+    """Nothing keeps a playground fit: once its browser session is gone (for ABANDONED_SECONDS) the
+    training stops; a session that comes back within the grace keeps it."""
+    import time
+    from dashboard import backend
+    monkeypatch.setattr(backend.PlaygroundTraining, "ABANDONED_SECONDS", 0.3)
+    monkeypatch.setattr(backend.PlaygroundTraining, "PRESENCE_CHECK_SECONDS", 0.05)
+    values = {"dataset": "two-moons", "hidden": [8], "train": {"epochs": 100000, "batch_size": 500}}
+    gone = backend.PlaygroundTraining(values, every=500, present=lambda: False).start()
+    gone.first_picture_drawn()
+    gone.join(timeout=30)
+    assert gone.done and not gone.running and gone.abandoned and gone.error is None
+    assert gone.snapshot()["epoch"] < 100000
+    # away for one check, back before the grace ends: trains to the end
+    answers = iter([True, False] + [True] * 10**6)
+    values = dict(values, train={"epochs": 300, "batch_size": 500})
+    back = backend.PlaygroundTraining(values, every=100, present=lambda: next(answers)).start()
+    back.first_picture_drawn()
+    back.join(timeout=60)
+    assert back.done and not back.abandoned and back.snapshot()["epoch"] == 300
+    started = time.monotonic()
+    steady = backend.PlaygroundTraining(values, every=100, present=None).start()  # no server: never stops
+    steady.first_picture_drawn()
+    steady.join(timeout=60)
+    assert steady.snapshot()["epoch"] == 300 and not steady.abandoned and time.monotonic() - started < 60
 
 
 def test_playground_too_large_a_network_is_a_message_not_a_thread():

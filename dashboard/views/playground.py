@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from dashboard import altair_spec, backend, explain, figures
+from dashboard import altair_spec, backend, explain, figures, state
 from dashboard.ui import guard
 
 JOB_KEY = "playground_job"
@@ -71,7 +71,8 @@ if job is None or job[0] != key:
         job[1].cancel()
     with guard("Cannot start the playground"):
         st.session_state[JOB_KEY] = (key, backend.PlaygroundTraining(
-            values, every=max(1, int(epochs) // PICTURES), hold_seconds=FIRST_PICTURE_HOLD_SECONDS).start())
+            values, every=max(1, int(epochs) // PICTURES), hold_seconds=FIRST_PICTURE_HOLD_SECONDS,
+            present=state.session_presence()).start())
 job = st.session_state.get(JOB_KEY)
 if job is not None and job[0] != key:
     st.stop()
