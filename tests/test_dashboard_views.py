@@ -490,8 +490,12 @@ def test_downloads_are_the_export_and_the_curve(store, tmp_path):
     assert frame["density"].to_numpy() == pytest.approx(curve.density, rel=1e-5)
     at = open_app(store["mnist"])
     at.switch_page("views/pruning.py").run()
-    labels = [b.label for b in at.get("download_button")]
+    buttons = at.get("download_button")
+    labels = [b.label for b in buttons]
     assert any("curve" in label for label in labels) and any("pruned model" in label for label in labels)
+    # a download leaves the page as it is: no rerun (which would give the other button's file a new id)
+    assert all(b.proto.ignore_rerun for b in buttons)
+    assert any(b.proto.deferred_file_id for b in buttons)  # the model's zip is built only when clicked
 
 
 # --- build item 7: shareable views ------------------------------------------------------------------------------

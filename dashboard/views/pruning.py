@@ -116,14 +116,17 @@ with guard("Sweeping thresholds"):
                f"(test {curve['metric']}" + (", original units" if curve["metric"] == "rmse" else "")
                + "); the red diamond is the current threshold. Click a point to prune there.")
     left, right = st.columns(2)
+    # A download does not rerun the page: a rerun gives the other button's deferred file a new id,
+    # and a click on it before the browser has the new id fetched nothing (seen in the browser test).
     left.download_button("Download the curve (CSV)",
                          data=backend.curve_csv(curve["thresholds"], curve["density"], curve["values"],
                                                 curve["metric"]),
-                         file_name=f"{run_id}-curve.csv", mime="text/csv", key="download_curve")
+                         file_name=f"{run_id}-curve.csv", mime="text/csv", key="download_curve",
+                         on_click="ignore")
     right.download_button(f"Download the pruned model at {threshold:.4g} (zip)",
                           data=lambda: cache.export_zip(run_id, float(threshold)),
                           file_name=f"{run_id}-pruned-{threshold:.4g}.zip", mime="application/zip",
-                          key="download_model",
+                          key="download_model", on_click="ignore",
                           help="what `python -m core export RUN --threshold T --out DIR` writes (weights.safetensors "
                                "and meta JSON); unzip and read it with core.predict.export.load_exported(DIR)")
 
