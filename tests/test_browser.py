@@ -15,7 +15,9 @@ import sys
 import re
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -74,16 +76,21 @@ def browser():
         launched.close()
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory, browser):
-    """A dashboard server on a free port with one tiny cached run in a temporary store."""
-    cache = tmp_path_factory.mktemp("bnn-cache")
+def train_runs(cache: Path, configs: str) -> list[str]:
+    """Run ids of `configs` (Python source of a list of RunConfig) trained into the store `cache`."""
     env = dict(os.environ, BNN_CACHE_DIR=str(cache), BNN_OFFLINE="1")
     trained = subprocess.run(
-        [sys.executable, "-c", "from core.runs import RunConfig, train_run;"
-         "print(train_run(RunConfig(dataset='two-moons', hidden=(8,), train={'epochs': 2})).run_id)"],
+        [sys.executable, "-c", "from core.runs import RunConfig, train_run\n"
+         f"for config in {configs}:\n    print(train_run(config).run_id)"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert trained.returncode == 0, trained.stderr
+    return trained.stdout.split()
+
+
+@contextmanager
+def serve(cache: Path) -> Iterator[tuple[str, Path]]:
+    """A dashboard server on a free port over the store `cache`: (url, its log)."""
+    env = dict(os.environ, BNN_CACHE_DIR=str(cache), BNN_OFFLINE="1")
     port = free_port()
     log = cache / "streamlit.log"
     with open(log, "w") as handle:
@@ -102,6 +109,25 @@ def server(tmp_path_factory, browser):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, browser):
+    """A dashboard server with one tiny cached run (two epochs) in a temporary store."""
+    cache = tmp_path_factory.mktemp("bnn-cache")
+    train_runs(cache, "[RunConfig(dataset='two-moons', hidden=(8,), train={'epochs': 2})]")
+    with serve(cache) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def lesson_server(tmp_path_factory, browser):
+    """The README's first lesson: an lbbnn and a bnn trained on two-moons with the Train page's
+    defaults (16-16, 600 epochs; about 3 s each), in their own store. (url, log, lbbnn run id)."""
+    cache = tmp_path_factory.mktemp("bnn-lesson")
+    lbbnn, bnn = train_runs(cache, "[RunConfig(dataset='two-moons'), RunConfig(dataset='two-moons', method='bnn')]")
+    with serve(cache) as (url, log):
+        yield url, log, lbbnn
 
 
 def assert_no_traceback(page) -> None:
@@ -236,9 +262,13 @@ def compact_png(path: Path, colours: int = 128) -> None:
     quantised.save(path, "PNG", optimize=True)
 
 
-def test_screenshots_of_every_page(server, browser, tmp_path):
-    """The README's first lesson shows these (BNN_SCREENSHOT_DIR=assets/screenshots keeps them)."""
-    url, log = server
+def test_screenshots_of_every_page(lesson_server, browser, tmp_path):
+    """The README's first lesson shows these (BNN_SCREENSHOT_DIR=assets/screenshots keeps them), on
+    runs that show what the lesson says: the network trained with the defaults separates the moons."""
+    from core.runs import load_run
+    url, log, run_id = lesson_server
+    headline = load_run(run_id, cache_dir=log.parent).headline_metrics()
+    assert headline["SIM-SIM R=10 accuracy"] >= 0.97, headline
     folder = Path(os.environ.get(SCREENSHOT_DIR_VARIABLE) or tmp_path)
     folder.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1400, "height": 1800})
@@ -247,7 +277,7 @@ def test_screenshots_of_every_page(server, browser, tmp_path):
                                   ("pruning", "Pruning", 1), ("uncertainty", "Uncertainty", 4),
                                   ("compare", "Compare runs", 2), ("playground", "Playground", 3),
                                   ("glossary", "Glossary", 0)):
-        page.goto(f"{url}/{path}")
+        page.goto(f"{url}/{path}?run={run_id}")
         page.get_by_role("heading", name=heading, exact=True).wait_for(timeout=RENDER_TIMEOUT)
         if charts:
             wait_for_charts(page, charts)
