@@ -92,8 +92,13 @@ class FairTurns:
         ticket = object()
         with self._condition:
             self._queue.append(ticket)
-            while self._queue[0] is not ticket or self._free == 0:
-                self._condition.wait()
+            try:
+                while self._queue[0] is not ticket or self._free == 0:
+                    self._condition.wait()
+            except BaseException:  # interrupted while waiting: leave the queue, or it stops behind us
+                self._queue.remove(ticket)
+                self._condition.notify_all()
+                raise
             self._queue.popleft()
             self._free -= 1
             self._condition.notify_all()  # the next in line may take another free slot
