@@ -234,7 +234,6 @@ class DrawCache:
             if entry.n_draws >= plan.samples:
                 return 0, entry.outputs[:plan.samples], entry.masks, entry.usage
             entry.writing = True
-        computed = 0
         try:
             with self.computing():  # one turn for all of this thread's draws (see the module docstring)
                 computed = self._draw_until(entry, model, plan, as_inputs(model, x), seed, batch_size)
