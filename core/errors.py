@@ -31,3 +31,10 @@ class RunStoreError(BNNError):
 
 class PredictionError(BNNError, ValueError):
     """A prediction was asked for with invalid arguments (mode, threshold, samples)."""
+
+
+class InputError(ConfigError):
+    """A value from outside (command line, config file, link, form, upload) failed its rule.
+
+    The message is plain text: it names the value, shows what was given (shortened) and says what
+    is allowed. Nothing of the given text is ever rendered as markup."""

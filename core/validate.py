@@ -1,0 +1,127 @@
+"""One rule for every value that comes from outside: a command-line argument, a config file, a
+link's query parameter, a form field, an uploaded file's header.
+
+Each function parses, range-checks, and either returns the value or raises `InputError` whose
+message is one line of plain text: the value's name, what was given (shortened, quoted) and what
+is allowed. Nothing is silently replaced or clamped: a value out of range is refused, so what a
+user typed is never swapped for something else behind their back. The checks run before anything
+is allocated from the value (a width, a count, a number of draws).
+
+`shown(value)` is how a given value appears in any message: `repr`, cut to `SHOWN_CHARS`, so a
+10 MB string or a 5000-digit number never floods a page or a terminal. `plain(text)` makes
+outside text safe to put into a Markdown-rendering widget (the dashboard's warnings): every
+Markdown and HTML control character is escaped, so `[a](url)` or `![x](url)` stays literal text.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Iterable, Sequence
+
+from core.errors import InputError
+
+SHOWN_CHARS = 60
+# Longest text accepted as a number: int() of a 5000-digit string costs time and Python >= 3.11
+# refuses beyond 4300 digits; no setting of this tool needs more than 30 characters.
+NUMBER_CHARS = 40
+
+
+def shown(value: Any) -> str:
+    """`repr(value)` cut to SHOWN_CHARS characters (with an ellipsis): how messages quote input."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10 ** (SHOWN_CHARS - 5):
+        # str() of an int over 4300 digits raises in Python >= 3.11: count digits from its bits.
+        text = f"<a number of about {int(value.bit_length() * math.log10(2)) + 1} digits>"
+    else:
+        text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
+
+
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&])")
+
+
+def plain(text: Any) -> str:
+    """Outside text escaped for Markdown (and HTML) so that it renders as the literal characters."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", str(text)).replace("\n", " ")
+
+
+def _range_text(low: float | None, high: float | None) -> str:
+    if low is not None and high is not None:
+        return f"from {low:g} to {high:g}"
+    if low is not None:
+        return f"at least {low:g}"
+    if high is not None:
+        return f"at most {high:g}"
+    return "any"
+
+
+def _as_number(value: Any, name: str, what: str) -> float | int:
+    if isinstance(value, bool):
+        raise InputError(f"{name}: give {what}, got {shown(value)}")
+    if isinstance(value, (int, float)):
+        return value
+    text = str(value).strip() if isinstance(value, str) else None
+    if not text or len(text) > NUMBER_CHARS:
+        raise InputError(f"{name}: give {what}, got {shown(value)}")
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise InputError(f"{name}: give {what}, got {shown(value)}") from None
+
+
+def whole_number(value: Any, name: str, low: int | None = None, high: int | None = None) -> int:
+    """An integer in [low, high]. Accepts ints and their text ('12', '1e3' when it is whole);
+    refuses fractions, booleans, non-finite values and anything out of range."""
+    allowed = f"a whole number {_range_text(low, high)}"
+    number = _as_number(value, name, allowed)
+    if isinstance(number, float):
+        if not math.isfinite(number) or number != int(number):
+            raise InputError(f"{name}: give {allowed}, got {shown(value)}")
+        number = int(number)
+    if (low is not None and number < low) or (high is not None and number > high):
+        raise InputError(f"{name}: {shown(value)} is out of range; give {allowed}")
+    return int(number)
+
+
+def real_number(value: Any, name: str, low: float | None = None, high: float | None = None, *,
+                low_open: bool = False, high_open: bool = False) -> float:
+    """A finite float in the interval (open or closed at each end as asked)."""
+    left = "above" if low_open else "at least"
+    right = "below" if high_open else "at most"
+    parts = ([f"{left} {low:g}"] if low is not None else []) + ([f"{right} {high:g}"] if high is not None else [])
+    allowed = "a finite number" + (" " + " and ".join(parts) if parts else "")
+    number = _as_number(value, name, allowed)
+    number = float(number) if not isinstance(number, int) or abs(number) < 2 ** 1023 else math.inf
+    if not math.isfinite(number):
+        raise InputError(f"{name}: give {allowed}, got {shown(value)}")
+    too_low = low is not None and (number <= low if low_open else number < low)
+    too_high = high is not None and (number >= high if high_open else number > high)
+    if too_low or too_high:
+        raise InputError(f"{name}: {shown(value)} is out of range; give {allowed}")
+    return number
+
+
+def one_of(value: Any, name: str, choices: Iterable[str]) -> str:
+    """One of `choices` (exact text after stripping spaces)."""
+    options: Sequence[str] = list(choices)
+    text = value.strip() if isinstance(value, str) else value
+    if isinstance(text, str) and text in options:
+        return text
+    listed = ", ".join(options[:20]) + (", ..." if len(options) > 20 else "")
+    raise InputError(f"{name}: {shown(value)} is not one of {listed}")
+
+
+def text_of(value: Any, name: str, max_chars: int, pattern: str | None = None, what: str = "text") -> str:
+    """A string of at most `max_chars` characters, optionally matching `pattern` (fully)."""
+    if not isinstance(value, str):
+        raise InputError(f"{name}: give {what}, got {shown(value)}")
+    text = value.strip()
+    if len(text) > max_chars:
+        raise InputError(f"{name}: {shown(value)} is longer than {max_chars} characters")
+    if pattern is not None and re.fullmatch(pattern, text) is None:
+        raise InputError(f"{name}: {shown(value)} is not {what}")
+    return text
