@@ -34,14 +34,15 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from scipy.special import gammaln, ndtr
+from scipy.special import gammaln
 from torch import Tensor
 
 from core.errors import PredictionError
 from core.models.base import SparseLayer, new_generator
 from core.models.likelihoods import Gaussian
 from core.predict.engine import as_inputs, check_samples, forward_draws, resolve_model
-from core.predict.metrics.regression import COVERAGE_LEVELS
+from core.predict.metrics.regression import (COVERAGE_LEVELS, bisect_quantile, mixture_cdf,
+                                              mixture_quantiles)
 
 LOG_2PI = np.log(2 * np.pi)
 VARIANTS = ("gaussian", "box")
@@ -49,7 +50,6 @@ DEFAULT_BOX_TERMS = 6
 # Bound on (2 sum c)^m / (m! prod c): the alternating corner sum loses about this factor times the
 # float epsilon; 1e-8 / eps keeps the CDF exact to ~1e-8.
 MAX_CONDITION = 1e-8 / float(np.finfo(np.float64).eps)
-BISECTION_STEPS = 50
 
 
 def check_variant(variant: Any) -> str:
@@ -127,27 +127,10 @@ def collapsed_parts(model_or_run: Any, x: Any, samples: int, seed: int) -> Colla
 
 # --- mixtures of Gaussians ----------------------------------------------------------------------
 
-def _bisect(cdf, low: np.ndarray, high: np.ndarray, level: float) -> np.ndarray:
-    low, high = low.astype(np.float64).copy(), high.astype(np.float64).copy()
-    for _ in range(BISECTION_STEPS):
-        middle = 0.5 * (low + high)
-        below = cdf(middle) < level
-        low = np.where(below, middle, low)
-        high = np.where(below, high, middle)
-    return 0.5 * (low + high)
-
-
-def gaussian_mixture_cdf(means: np.ndarray, stds: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """F(y_i) of the equal-weight mixture over draws of N(means[r, i], stds[r, i]^2)."""
-    return ndtr((np.asarray(y)[None] - means) / stds).mean(axis=0)
-
-
-def gaussian_mixture_quantiles(means: np.ndarray, stds: np.ndarray, levels: Sequence[float]) -> list[np.ndarray]:
-    """Quantiles (each (n,)) of the per-input mixtures over the R draws (means, stds: (R, n))."""
-    means = np.asarray(means, dtype=np.float64)
-    stds = np.maximum(np.asarray(stds, dtype=np.float64), 1e-300)
-    low, high = (means - 12 * stds).min(axis=0), (means + 12 * stds).max(axis=0)
-    return [_bisect(lambda y: gaussian_mixture_cdf(means, stds, y), low, high, float(level)) for level in levels]
+# One home for the mixture's CDF, quantiles and bisection: core.predict.metrics.regression.
+_bisect = bisect_quantile
+gaussian_mixture_cdf = mixture_cdf
+gaussian_mixture_quantiles = mixture_quantiles
 
 
 # --- sums of uniforms (the box variant) ---------------------------------------------------------
