@@ -30,17 +30,36 @@ mean_inclusion = mean_statistic  # the older name, kept for callers
 INCLUSION_STATISTIC = "inclusion_probability"
 
 
+def mean_entropy_split(prediction: Prediction) -> dict[str, float]:
+    """Means over inputs of the entropy split (total, aleatoric, epistemic; nats)."""
+    split = cls_metrics.entropy_split(prediction.probs_per_draw)
+    return {part: float(values.mean()) for part, values in split.items()}
+
+
 def classification_metrics(prediction: Prediction, y: np.ndarray, ece_bins: int,
                            doubt_threshold: float) -> dict[str, Any]:
+    """prediction_metrics, accuracy vs R, and the compact calibration numbers: the risk-coverage
+    curve's AURC (and its excess over the best ranking) and the mean entropy split."""
     result = prediction_metrics(prediction, y, "classification", ece_bins=ece_bins, doubt_level=doubt_threshold)
     if prediction.samples > 1:
         result["accuracy_vs_samples"] = cls_metrics.accuracy_vs_samples(prediction.probs_per_draw, y)
+    curve = cls_metrics.risk_coverage(prediction.probs, y, doubt_threshold)
+    result["aurc"], result["excess_aurc"] = curve["aurc"], curve["excess_aurc"]
+    result["entropy_split"] = mean_entropy_split(prediction)
     return result
 
 
 def regression_metrics(prediction: Prediction, y: np.ndarray, target_std: float,
                        coverage_levels: Sequence[float]) -> dict[str, Any]:
-    return prediction_metrics(prediction, y, "regression", target_std=target_std, coverage_levels=coverage_levels)
+    """prediction_metrics and the compact calibration numbers: coverage and mean width (original
+    units) of the central intervals, the PIT's KS distance from uniform, the calibration curve's
+    mean |observed - nominal| coverage."""
+    result = prediction_metrics(prediction, y, "regression", target_std=target_std, coverage_levels=coverage_levels)
+    means, stds = prediction.mean_per_draw, prediction.std_per_draw
+    result["intervals"] = reg_metrics.interval_metrics(means, stds, y, coverage_levels, target_std)
+    result["pit_ks"] = reg_metrics.pit_ks_statistic(reg_metrics.pit_values(means, stds, y))
+    result["calibration_gap"] = reg_metrics.calibration_curve(means, stds, y)["mean_abs_gap"]
+    return result
 
 
 def uncertainty_scores(prediction: Prediction) -> np.ndarray:
@@ -67,6 +86,14 @@ def entropy_summary(scores_in: np.ndarray, scores_out: np.ndarray, n_classes: in
     }
 
 
+def ood_entropy_split(split_in: dict[str, np.ndarray], prediction_out: Prediction) -> dict[str, Any]:
+    """The entropy split's means out of domain, and the AUROC of the epistemic part (the mutual
+    information) as an OOD detector: the part that should grow away from the data."""
+    split_out = cls_metrics.entropy_split(prediction_out.probs_per_draw)
+    return {"entropy_split_out": {part: float(values.mean()) for part, values in split_out.items()},
+            "auroc_epistemic": ood_metrics.auroc(split_in["epistemic"], split_out["epistemic"])}
+
+
 def load_ood_inputs(dataset, name: str, data_dir=None) -> np.ndarray:
     from core.data import load_ood
 
@@ -83,11 +110,14 @@ def evaluate(model_or_run: Any, dataset, mode: str = "bma", samples: int = 10, t
              coverage_levels: Sequence[float] = reg_metrics.COVERAGE_LEVELS, data_dir=None) -> dict[str, Any]:
     """Test-set metrics of one prediction mode (JSON-serialisable).
 
-    Classification: accuracy, nll, brier, ece, doubt decision, accuracy vs R.
-    Regression (original units): rmse, log_likelihood, coverage, crps, variance split.
+    Classification: accuracy, nll, brier, ece, doubt decision, accuracy vs R, aurc and excess_aurc
+    of the risk-coverage curve, entropy_split (mean total, aleatoric and epistemic entropy).
+    Regression (original units): rmse, log_likelihood, coverage, crps, variance split, intervals
+    (coverage and mean width per level), pit_ks, calibration_gap.
     Both: density, per-layer density, mean statistic per layer (also as mean_inclusion where the
     statistic is an inclusion probability), disconnected flag,
-    and per OOD set the AUROC of entropy and its ECDFs in and out of domain.
+    and per OOD set the AUROC of entropy and its ECDFs in and out of domain (classification: also
+    the entropy split out of domain and the AUROC of its epistemic part).
     """
     model = resolve_model(model_or_run)
     if int(ece_bins) < 1:
@@ -124,10 +154,14 @@ def evaluate(model_or_run: Any, dataset, mode: str = "bma", samples: int = 10, t
     names = [ood] if isinstance(ood, str) else list(ood or [])
     if names:
         scores_in = uncertainty_scores(prediction)
+        if prediction.task == "classification":
+            split_in = cls_metrics.entropy_split(prediction.probs_per_draw)
         result["ood"] = {}
         for name in names:
             x_out = load_ood_inputs(dataset, name, data_dir)
             out = predict(model, x_out, mode=mode, samples=samples, threshold=threshold, seed=seed, weights=weights)
             result["ood"][name] = entropy_summary(scores_in, uncertainty_scores(out), dataset.n_classes)
+            if prediction.task == "classification":
+                result["ood"][name].update(ood_entropy_split(split_in, out))
     return jsonable(result)
 
