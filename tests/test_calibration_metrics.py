@@ -309,7 +309,8 @@ def test_evaluate_reports_the_calibration_numbers_of_its_prediction():
     json.dumps(result)
     prediction = predict(model, x, "bma", samples=4, seed=0)
     curve = C.risk_coverage(prediction.probs, y)
-    assert result["aurc"] == pytest.approx(curve["aurc"]) and result["excess_aurc"] == pytest.approx(curve["excess_aurc"])
+    assert result["aurc"] == pytest.approx(curve["aurc"])
+    assert result["excess_aurc"] == pytest.approx(curve["excess_aurc"])
     assert result["doubt"]["accuracy"] == curve["at_doubt_level"]["accuracy"]
     assert result["ece"] == pytest.approx(C.reliability(prediction.probs, y)["ece"])
     split = C.entropy_split(prediction.probs_per_draw)
@@ -337,4 +338,17 @@ def test_evaluate_reports_the_calibration_numbers_of_its_prediction():
     assert {level: v["coverage"] for level, v in result["intervals"].items()} == result["coverage"]
     pit = R.pit_values(prediction.mean_per_draw, prediction.std_per_draw, target)
     assert result["pit_ks"] == pytest.approx(stats.kstest(pit, "uniform").statistic)
-    assert 0 <= result["calibration_gap"] <= 1
+    curve = R.calibration_curve(prediction.mean_per_draw, prediction.std_per_draw, target)
+    assert result["calibration_gap"] == pytest.approx(np.mean(np.abs(curve["observed"] - np.asarray(R.CURVE_LEVELS))))
+
+    # The collapsed predictive reports the same numbers from its own CDF and quantiles.
+    from core.predict.collapsed import collapsed_predict, evaluate_collapsed
+    for variant in ("gaussian", "box"):
+        collapsed = evaluate_collapsed(model, regression, variant, samples=4)
+        predictive = collapsed_predict(model, x, samples=4, variant=variant).unstandardised(1.0, 3.0)
+        pit = predictive.cdf(target * 3.0 + 1.0)
+        assert {level: v["coverage"] for level, v in collapsed["intervals"].items()} == collapsed["coverage"]
+        low, high = predictive.quantiles((0.05, 0.95))
+        assert collapsed["intervals"]["0.9"]["width"] == pytest.approx(np.mean(high - low))
+        assert collapsed["pit_ks"] == pytest.approx(stats.kstest(pit, "uniform").statistic)
+        assert collapsed["calibration_gap"] == pytest.approx(R.calibration_curve_of_pit(pit)["mean_abs_gap"])

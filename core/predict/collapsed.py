@@ -390,8 +390,10 @@ def _box_predictive(parts: CollapsedParts, ensemble: np.ndarray, box_terms: int)
 
 def evaluate_collapsed(model_or_run: Any, dataset, variant: str = "gaussian", samples: int = 10, seed: int = 0,
                        levels: Sequence[float] = COVERAGE_LEVELS) -> dict[str, Any]:
-    """Test-set RMSE, log-likelihood and interval coverage of the collapsed predictive, original units."""
-    from core.predict.metrics.regression import rmse
+    """Test-set RMSE, log-likelihood, interval coverage and width, PIT KS distance and calibration gap
+    of the collapsed predictive, original units."""
+    from core.predict.metrics.regression import (calibration_curve_of_pit, central_coverage, interval_metrics_of,
+                                                 pit_ks_statistic, rmse)
 
     variant = check_variant(variant)
     if dataset.task != "regression":
@@ -404,8 +406,12 @@ def evaluate_collapsed(model_or_run: Any, dataset, variant: str = "gaussian", sa
         "mode": f"collapsed-{variant}" if variant == "box" else "collapsed", "variant": variant,
         "samples": int(samples), "seed": int(seed), "n_test": int(len(y)),
         "rmse": rmse(predictive.mean, y), "log_likelihood": float(predictive.log_likelihood_per_point(y).mean()),
-        "coverage": {f"{level:g}": float(np.mean(np.abs(pit - 0.5) <= level / 2)) for level in levels},
+        "coverage": {f"{level:g}": central_coverage(pit, level) for level in levels},
         "ensemble_rmse": rmse(predictive.ensemble_mean_per_draw.mean(axis=0), y),
+        # The calibration numbers of evaluate's other modes, from the same PIT values.
+        "intervals": interval_metrics_of(pit, predictive.quantiles, levels),
+        "pit_ks": pit_ks_statistic(pit),
+        "calibration_gap": calibration_curve_of_pit(pit)["mean_abs_gap"],
         "warnings": [],
     }
     if variant == "box":

@@ -74,7 +74,7 @@ def pit_values(mean_per_draw: np.ndarray, std_per_draw: np.ndarray, y: np.ndarra
     return mixture_cdf(mean_per_draw, std_per_draw, y)
 
 
-def _central_coverage(pit: np.ndarray, level: float) -> float:
+def central_coverage(pit: np.ndarray, level: float) -> float:
     """Fraction of targets in the central interval of `level`: (1 - p)/2 <= F(y) <= (1 + p)/2."""
     if not 0 < level < 1:
         raise ValueError(f"coverage level must lie in (0, 1), got {level}")
@@ -85,7 +85,7 @@ def coverage(mean_per_draw: np.ndarray, std_per_draw: np.ndarray, y: np.ndarray,
              levels: Sequence[float] = COVERAGE_LEVELS) -> dict[str, float]:
     """Fraction of targets inside the mixture's central interval at each level (exact, via the CDF)."""
     pit = mixture_cdf(mean_per_draw, std_per_draw, y)
-    return {f"{level:g}": _central_coverage(pit, level) for level in levels}
+    return {f"{level:g}": central_coverage(pit, level) for level in levels}
 
 
 def calibration_curve(mean_per_draw: np.ndarray, std_per_draw: np.ndarray, y: np.ndarray,
@@ -94,9 +94,13 @@ def calibration_curve(mean_per_draw: np.ndarray, std_per_draw: np.ndarray, y: np
     reliability diagram; Kuleshov et al. 2018 draw it for one-sided quantiles, whose curve is the
     PIT's ECDF). On the diagonal when calibrated, below it when the intervals are too narrow.
     mean_abs_gap: the mean |observed - nominal| over the levels."""
-    pit = mixture_cdf(mean_per_draw, std_per_draw, y)
+    return calibration_curve_of_pit(mixture_cdf(mean_per_draw, std_per_draw, y), levels)
+
+
+def calibration_curve_of_pit(pit: np.ndarray, levels: Sequence[float] = CURVE_LEVELS) -> dict[str, Any]:
+    """`calibration_curve` from PIT values, for any predictive with a CDF (e.g. the collapsed one)."""
     nominal = np.asarray(levels, dtype=np.float64)
-    observed = np.array([_central_coverage(pit, level) for level in nominal])
+    observed = np.array([central_coverage(pit, level) for level in nominal])
     return {"nominal": nominal, "observed": observed, "mean_abs_gap": float(np.mean(np.abs(observed - nominal)))}
 
 
@@ -145,11 +149,17 @@ def interval_metrics(mean_per_draw: np.ndarray, std_per_draw: np.ndarray, y: np.
     fraction of targets inside (as `coverage`) and its mean width, in original units. Coverage
     alone rewards wide intervals; the width says what it costs (Gneiting et al. 2007: sharpness
     subject to calibration)."""
-    pit = mixture_cdf(mean_per_draw, std_per_draw, y)
+    return interval_metrics_of(mixture_cdf(mean_per_draw, std_per_draw, y),
+                               lambda q: mixture_quantiles(mean_per_draw, std_per_draw, q), levels, target_std)
+
+
+def interval_metrics_of(pit: np.ndarray, quantiles: Callable[[Sequence[float]], list[np.ndarray]],
+                        levels: Sequence[float] = COVERAGE_LEVELS, target_std: float = 1.0) -> dict[str, dict]:
+    """`interval_metrics` from PIT values and a predictive's quantile function (levels -> arrays)."""
     result = {}
     for level in levels:
-        observed = _central_coverage(pit, level)
-        low, high = mixture_quantiles(mean_per_draw, std_per_draw, ((1 - level) / 2, (1 + level) / 2))
+        observed = central_coverage(pit, level)
+        low, high = quantiles(((1 - level) / 2, (1 + level) / 2))
         result[f"{level:g}"] = {"coverage": observed, "width": float(np.mean(high - low) * target_std)}
     return result
 
