@@ -8,7 +8,8 @@ variances scale by target_std^2. Coverage is scale-free.
 
 Interval coverage uses the mixture's exact CDF F(y) = (1/R) sum_r Phi((y - m_r) / s_r):
 y lies in the central interval of level p iff (1 - p)/2 <= F(y) <= (1 + p)/2,
-so no quantiles need to be computed (the PIT form of coverage).
+so coverage needs no quantiles (the PIT form of coverage). Interval widths do: the mixture's
+quantiles have no closed form and are found by bisection on F.
 
 CRPS of the mixture is closed form (Grimit et al. 2006; Gneiting & Raftery 2007,
 CRPS = E|X - y| - E|X - X'| / 2) with E|N(mu, v)| = A(mu, v) = 2 sqrt(v) phi(mu / sqrt v) + mu (2 Phi(mu / sqrt v) - 1):
