@@ -5,10 +5,30 @@ that must survive page switches.
 
 Streamlit drops a widget's state when its page is not shown, so settings are
 kept under our own keys and copied into/out of the widget keys.
+
+Who owns a training. Every session mints an unguessable owner secret kept
+only in its server-side session state (`session_owner`); the queue records
+it with each request, and Cancel is offered to the owner and to the teacher
+(or to anyone outside classroom mode, where anyone may delete runs anyway).
+The `?train=<token>` in the address is only a *lookup*: a reloaded page or a
+copied link finds the training by it and shows its progress, read-only.
+Before, ownership was the client's IP, which every student behind one NAT or
+proxy shares: a classmate opening a copied link got the Cancel button.
+
+The trade-off: a reload is a new Streamlit session, so the student who
+reloads keeps seeing the progress but loses Cancel (the teacher can still
+cancel; a queued request of the closed page is dropped after the grace
+period, BNN_QUEUE_GRACE_SECONDS). Keeping Cancel across reloads would need
+the secret in the browser (a cookie or storage), which Streamlit cannot
+write without a custom component; putting it in the address is exactly what
+copied links leak. Tabs of one browser are separate sessions too, each within
+the per-session limits.
 """
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from typing import Any
 
 import streamlit as st
@@ -57,41 +77,63 @@ def may_manage_runs() -> bool:
     return not classroom_mode() or bool(st.session_state.get(TEACHER_KEY))
 
 
-def unlock_teacher(token: str) -> bool:
-    """Make this session the teacher's when `token` is the configured teacher token."""
-    from dashboard.settings import is_teacher_token
-    ok = is_teacher_token(token)
-    if ok:
+def unlock_teacher(token: str) -> Any:
+    """Make this session the teacher's when `token` is the configured teacher token; tries are
+    throttled and wrong ones logged under the session's label (dashboard/settings.py). Returns the
+    TokenCheck (ok, or the message to show)."""
+    from dashboard.settings import check_teacher_token
+    result = check_teacher_token(token, session_label())
+    if result.ok:
         st.session_state[TEACHER_KEY] = True
-    return ok
+    return result
+
+
+OWNER_KEY = "session_owner"
+
+
+def session_owner() -> str:
+    """This session's owner secret: what the training queue knows it by (never shown, never in
+    the address)."""
+    owner = st.session_state.get(OWNER_KEY)
+    if not owner:
+        owner = st.session_state[OWNER_KEY] = secrets.token_urlsafe(18)
+    return owner
+
+
+def session_label(owner: str | None = None) -> str:
+    """A short anonymous label for a session (the teacher's list, the server log): a hash of its
+    owner secret, so the label gives nothing away."""
+    owner = owner or session_owner()
+    return "tab " + hashlib.sha256(owner.encode()).hexdigest()[:6]
+
+
+def owns(request: Any) -> bool:
+    """True when this session asked for `request` (a page that only found it by its link does not)."""
+    return request is not None and getattr(request, "owner", None) == session_owner()
+
+
+def may_cancel(request: Any) -> bool:
+    """Cancel is the owner's, and the teacher's (anyone's outside classroom mode)."""
+    return owns(request) or may_manage_runs()
 
 
 TRAIN_PARAM = "train"  # ?train=<token>: the training this page started (see views/train.py)
 
 
 def reattach_training() -> None:
-    """A reloaded page is a new session: find its training again through the address, so the
-    progress, the Cancel button and the disabled Train button come back."""
+    """A reloaded page is a new session: find its training again through the address, so its
+    progress comes back. Only the progress: the address is a lookup, and a copied link carries it
+    too, so Cancel stays with the session that asked (`may_cancel`)."""
     if worker() is not None:
         return
     token = st.query_params.get(TRAIN_PARAM)
     if not token:
         return
     request = cache.training_queue().find(token)
-    # A copied link carries the token too: only the browser that asked (same address) takes it back,
-    # so a shared link never hands someone else the Cancel button.
-    if request is None or getattr(request, "owner", None) != client_address():
+    if request is None:
         del st.query_params[TRAIN_PARAM]
         return
     set_worker(request)
-
-
-def client_address() -> str | None:
-    try:
-        address = st.context.ip_address
-    except Exception:  # no runtime, or a Streamlit without it
-        return None
-    return address if isinstance(address, str) else None  # (AppTest has a stand-in object here)
 
 
 def collect_finished_worker() -> None:
@@ -107,6 +149,11 @@ def collect_finished_worker() -> None:
     st.session_state[HANDLED_KEY] = current
     if TRAIN_PARAM in st.query_params:
         del st.query_params[TRAIN_PARAM]
+    # A session may have a second training queued: the pages follow it next.
+    waiting = cache.training_queue().requests_of(session_owner())
+    if waiting:
+        set_worker(waiting[0])
+        st.query_params[TRAIN_PARAM] = waiting[0].token
     if snapshot.status == WorkerStatus.DONE and snapshot.run_id:
         if snapshot.run is not None:  # the trained run itself: browsing it reads nothing from disk
             cache.adopt_run(snapshot.run)

@@ -461,8 +461,7 @@ class TrainingQueue:
             if presence is not None:
                 session.presence = presence
             session.gone_since = None  # it is asking: it is here
-            job = self._waiting.get(key) or next(
-                (j for j in self._running if j.key == key and not j.worker.cancel_requested), None)
+            job = self._joinable(key)
             if job is not None:  # asking twice for the same job is the same request
                 mine = next((r for r in job.requests.values() if r.owner == owner), None)
                 if mine is not None:
@@ -484,6 +483,24 @@ class TrainingQueue:
             self._requests[request.token] = request
             self._dispatch()
             return request
+
+    def refusal(self, key: Hashable, total_epochs: int, *, owner: Hashable,
+                seconds: float | None = None) -> str | None:
+        """Why `submit` would refuse this request now (None: it would take it); changes nothing."""
+        with self._lock:
+            job = self._joinable(key)
+            if job is not None and any(r.owner == owner for r in job.requests.values()):
+                return None
+            try:
+                self._admit(_Session(owner, ""), seconds if job is None else job.seconds, int(total_epochs))
+            except QueueRefused as refused:
+                return str(refused)
+            return None
+
+    def _joinable(self, key: Hashable) -> _Job | None:
+        """The job queued or training for `key` that a new request would join (not one stopping)."""
+        return self._waiting.get(key) or next(
+            (j for j in self._running if j.key == key and not j.worker.cancel_requested), None)
 
     def _admit(self, session: _Session, seconds: float | None, total_epochs: int) -> None:
         """Raise QueueRefused when `session` may not add a training of `seconds` (estimated)."""
