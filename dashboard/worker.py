@@ -327,8 +327,8 @@ def duration_text(seconds: float) -> str:
 
 
 class _Session:
-    """What the queue knows of one session (owner): its label, when it was last served, whether
-    its browser is still connected."""
+    """What the queue knows of one session (owner): its label and whether its browser is still
+    connected (since when it is not)."""
 
     def __init__(self, owner: Hashable, label: str):
         self.owner = owner
@@ -579,7 +579,9 @@ class TrainingQueue:
 
     def _label_of(self, owner: Hashable) -> str:
         session = self._sessions.get(owner)
-        return session.label if session is not None else "?"
+        if session is None:
+            return "?"
+        return session.label + (" (tab closed)" if session.gone_since is not None else "")
 
     # --- cancelling -------------------------------------------------------------------------------
     def cancel_job(self, job_id: int, reason: str = "the teacher cancelled this training") -> bool:
@@ -640,8 +642,8 @@ class TrainingQueue:
                 if self._waiting.get(request._job.key) is request._job:
                     log.info("dropping a waiting training of %s: its tab was closed %.0f s ago",
                              session.label, now - session.gone_since)
-                    self._withdraw(request, f"dropped: its tab was closed for more than "
-                                            f"{self.limits.grace_seconds:.0f} s")
+                    self._withdraw(request, f"dropped from the queue: the tab that asked for it was closed or "
+                                            f"reloaded more than {self.limits.grace_seconds:.0f} s ago; ask again")
             if not self._active_requests(owner):
                 self._sessions.pop(owner, None)  # nothing left to be fair about
 

@@ -177,7 +177,8 @@ def test_the_estimated_wait_adds_up_the_trainings_ahead():
     running = queue.submit("a1", "a1", 10, owner="A", seconds=100)
     b1 = queue.submit("b1", "b1", 10, owner="B", seconds=50)
     c1 = queue.submit("c1", "c1", 10, owner="C", seconds=20)
-    assert 99 <= b1.snapshot().eta <= 100 and 149 <= c1.snapshot().eta <= 150
+    # (the running one's estimate less the seconds it has run: a few on a busy machine)
+    assert 90 <= b1.snapshot().eta <= 100 and 140 <= c1.snapshot().eta <= 150
     unknown = queue.submit("d1", "d1", 10, owner="D")
     late = queue.submit("e1", "e1", 10, owner="E", seconds=1)
     assert unknown.snapshot().eta is not None and late.snapshot().eta is None  # after an unknown: unknown
@@ -201,10 +202,11 @@ def test_a_closed_tabs_waiting_request_is_dropped_after_the_grace_period_its_run
     clock.now = 61
     queue.sweep()
     assert waiting.snapshot().status is WorkerStatus.CANCELLED
-    assert "tab was closed for more than 60 s" in waiting.snapshot().error
+    assert "closed or reloaded more than 60 s ago" in waiting.snapshot().error
     assert running.snapshot().status is WorkerStatus.RUNNING
     entry, = queue.overview()
     assert entry.status is WorkerStatus.RUNNING and entry.label == running.label
+    assert entry.who.endswith("(tab closed)")
     # nobody is left to cancel it, but the teacher can
     assert queue.cancel_job(entry.job_id)
     assert running.join(5).status is WorkerStatus.CANCELLED

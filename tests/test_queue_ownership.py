@@ -184,3 +184,25 @@ def test_the_throttle_never_checks_a_throttled_try(monkeypatch):
     result = settings.check_teacher_token(TOKEN, "tab a", throttle)
     assert not result.ok and "Try again in 2 s" in result.message
     assert checked == ["wrong"]
+
+
+def test_queue_limits_come_from_the_environment_then_secrets_then_the_defaults(monkeypatch):
+    from core.errors import InputError
+    from dashboard import settings
+
+    for variable in ("BNN_QUEUE_PER_SESSION", "BNN_QUEUE_SESSION_SECONDS", "BNN_TRAINING_SECONDS_MAX",
+                     "BNN_QUEUE_GRACE_SECONDS"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(settings, "_secret", lambda name: {"queue_grace_seconds": 30}.get(name))
+    limits = settings.queue_limits()
+    assert (limits.per_session, limits.session_seconds, limits.training_seconds, limits.grace_seconds) == (
+        2, 1200.0, 600.0, 30.0)
+    monkeypatch.setenv("BNN_QUEUE_PER_SESSION", "3")
+    monkeypatch.setenv("BNN_QUEUE_GRACE_SECONDS", "5")
+    limits = settings.queue_limits()
+    assert (limits.per_session, limits.grace_seconds) == (3, 5.0)
+    monkeypatch.setenv("BNN_QUEUE_PER_SESSION", "0")
+    with pytest.raises(InputError, match="BNN_QUEUE_PER_SESSION"):
+        settings.queue_limits()
+    from core.settings import SETTINGS, describe
+    assert "BNN_TEACHER_BACKOFF_MAX_SECONDS" in SETTINGS and "`teacher_backoff_max_seconds`" in describe()
