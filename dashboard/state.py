@@ -6,28 +6,39 @@ that must survive page switches.
 Streamlit drops a widget's state when its page is not shown, so settings are
 kept under our own keys and copied into/out of the widget keys.
 
-Who owns a training. Every session mints an unguessable owner secret kept
-only in its server-side session state (`session_owner`); the queue records
-it with each request, and Cancel is offered to the owner and to the teacher
-(or to anyone outside classroom mode, where anyone may delete runs anyway).
-The `?train=<token>` in the address is only a *lookup*: a reloaded page or a
-copied link finds the training by it and shows its progress, read-only.
-Before, ownership was the client's IP, which every student behind one NAT or
-proxy shares: a classmate opening a copied link got the Cancel button.
+Who owns a training. Before, ownership was the client's IP, which every
+student behind one NAT or proxy shares: a classmate opening a copied link got
+the Cancel button. Now the owner is a server-side identity (`session_owner`),
+recorded by the queue with each request; Cancel is offered to the owner and
+to the teacher (and to anyone outside classroom mode, where anyone may delete
+runs anyway). The `?train=<token>` in the address is only a *lookup*: a
+reloaded page or a copied link finds the training by it and shows its
+progress; Cancel comes with it only for the owner.
 
-The trade-off: a reload is a new Streamlit session, so the student who
-reloads keeps seeing the progress but loses Cancel (the teacher can still
-cancel; a queued request of the closed page is dropped after the grace
-period, BNN_QUEUE_GRACE_SECONDS). Keeping Cancel across reloads would need
-the secret in the browser (a cookie or storage), which Streamlit cannot
-write without a custom component; putting it in the address is exactly what
-copied links leak. Tabs of one browser are separate sessions too, each within
-the per-session limits.
+The identity is the browser's: Streamlit's own XSRF cookie (`_streamlit_xsrf`,
+set by the server on the first page load, readable through
+`st.context.cookies`) carries a random token that stays the same across the
+browser's reloads and tabs and differs between browsers (checked in
+Chromium: one token over a first load, two reloads and a second tab; another
+in a second browser profile). The owner is an HMAC of that token under a key
+made at server start, so the token itself is never kept or shown. So a
+reload keeps Cancel, the tabs of one browser share one set of per-session
+limits (the tester's three tabs: one running and one queued in all), and a
+link copied into another browser only shows the progress. Where there is no
+such cookie (XSRF protection turned off, or AppTest) each Streamlit session
+mints a random owner secret kept only in its session state: then a reload
+shows the progress without Cancel (the teacher can still cancel) and each
+tab is a session of its own. What neither can stop: a student who opens a
+private window or another browser, or edits the cookie, is a new owner; the
+server-wide admission limits bound what all owners together may ask. No
+identity ever goes into the address, which is exactly what copied links leak.
 """
 
 from __future__ import annotations
 
+import binascii
 import hashlib
+import hmac
 import secrets
 from typing import Any
 
@@ -89,22 +100,66 @@ def unlock_teacher(token: str) -> Any:
 
 
 OWNER_KEY = "session_owner"
+PRESENCE_KEY = "session_presence"
+XSRF_COOKIE = "_streamlit_xsrf"
+# Owners are HMACs of the browsers' tokens under a key of this server process: they mean nothing
+# elsewhere, and the queue they are used in lives no longer than the process.
+_OWNER_KEY_BYTES = secrets.token_bytes(32)
 
 
 def session_owner() -> str:
-    """This session's owner secret: what the training queue knows it by (never shown, never in
-    the address)."""
+    """What the training queue knows this session's trainings by: the browser's identity when
+    its XSRF cookie is there, else a random secret of this session (never shown, never in the
+    address)."""
     owner = st.session_state.get(OWNER_KEY)
     if not owner:
-        owner = st.session_state[OWNER_KEY] = secrets.token_urlsafe(18)
+        token = browser_token()
+        owner = ("browser:" + hmac.new(_OWNER_KEY_BYTES, token, hashlib.sha256).hexdigest() if token
+                 else "session:" + secrets.token_urlsafe(18))
+        st.session_state[OWNER_KEY] = owner
     return owner
+
+
+def browser_token() -> bytes | None:
+    """The random token of this browser's XSRF cookie, or None when there is none."""
+    try:
+        raw = st.context.cookies.get(XSRF_COOKIE)
+    except Exception:  # no runtime, or a Streamlit without it
+        return None
+    return xsrf_token(raw) if isinstance(raw, str) else None
+
+
+def xsrf_token(cookie: str) -> bytes | None:
+    """The token of an XSRF cookie in its version-2 form '2|mask|masked token|timestamp' (the
+    server masks it afresh on every page load; the token under the mask stays), else None."""
+    parts = cookie.strip("\"'").split("|")
+    if len(parts) != 4 or parts[0] != "2":
+        return None
+    try:
+        mask, masked = binascii.a2b_hex(parts[1]), binascii.a2b_hex(parts[2])
+    except (binascii.Error, ValueError):
+        return None
+    if len(mask) != 4 or len(masked) < 16:  # a forged short token would make a weak identity
+        return None
+    return bytes(byte ^ mask[i % 4] for i, byte in enumerate(masked))
+
+
+def queue_presence() -> Any:
+    """This page's presence callable for the training queue (one per page, so the queue counts
+    pages, not calls), or None outside a server."""
+    presence = st.session_state.get(PRESENCE_KEY)
+    if presence is None:
+        presence = session_presence()
+        if presence is not None:
+            st.session_state[PRESENCE_KEY] = presence
+    return presence
 
 
 def session_label(owner: str | None = None) -> str:
     """A short anonymous label for a session (the teacher's list, the server log): a hash of its
     owner secret, so the label gives nothing away."""
     owner = owner or session_owner()
-    return "tab " + hashlib.sha256(owner.encode()).hexdigest()[:6]
+    return "student " + hashlib.sha256(owner.encode()).hexdigest()[:6]
 
 
 def owns(request: Any) -> bool:
@@ -129,11 +184,15 @@ def reattach_training() -> None:
     token = st.query_params.get(TRAIN_PARAM)
     if not token:
         return
-    request = cache.training_queue().find(token)
+    queue = cache.training_queue()
+    request = queue.find(token)
     if request is None:
         del st.query_params[TRAIN_PARAM]
         return
     set_worker(request)
+    presence = queue_presence()
+    if owns(request) and presence is not None:  # the owner's reloaded page keeps its queued trainings
+        queue.touch(request.owner, presence)
 
 
 def collect_finished_worker() -> None:

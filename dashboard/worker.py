@@ -327,13 +327,14 @@ def duration_text(seconds: float) -> str:
 
 
 class _Session:
-    """What the queue knows of one session (owner): its label and whether its browser is still
-    connected (since when it is not)."""
+    """What the queue knows of one session (owner): its label and whether any of its pages (a
+    browser's tabs share an owner) is still connected (since when none is)."""
 
     def __init__(self, owner: Hashable, label: str):
         self.owner = owner
         self.label = label
-        self.presence: Callable[[], bool] | None = None
+        # One callable per page that asked or came back to watch: is that page still connected?
+        self.presences: set[Callable[[], bool]] = set()
         self.gone_since: float | None = None
 
 
@@ -459,7 +460,7 @@ class TrainingQueue:
             if session is None:
                 session = self._sessions[owner] = _Session(owner, who or f"session {request_id}")
             if presence is not None:
-                session.presence = presence
+                session.presences.add(presence)
             session.gone_since = None  # it is asking: it is here
             job = self._joinable(key)
             if job is not None:  # asking twice for the same job is the same request
@@ -617,6 +618,15 @@ class TrainingQueue:
         else:
             job.worker.cancel()
 
+    def touch(self, owner: Hashable, presence: Callable[[], bool]) -> None:
+        """A page of `owner` is open (a reload that found its training): its queued requests stay
+        while this page, or another of the owner's, is connected."""
+        with self._lock:
+            session = self._sessions.get(owner)
+            if session is not None:
+                session.presences.add(presence)
+                session.gone_since = None
+
     def sweep(self) -> None:
         """Drop the waiting requests of sessions gone for longer than the grace period."""
         with self._lock:
@@ -625,13 +635,9 @@ class TrainingQueue:
     def _sweep(self) -> None:
         now = self._clock()
         for owner, session in list(self._sessions.items()):
-            present = True
-            if session.presence is not None:
-                try:
-                    present = bool(session.presence())
-                except Exception:  # a runtime that cannot tell: assume it is there
-                    present = True
-            if present:
+            connected = {presence: _connected(presence) for presence in session.presences}
+            if not connected or any(connected.values()):
+                session.presences = {p for p, here in connected.items() if here} or session.presences
                 session.gone_since = None
                 continue
             if session.gone_since is None:
@@ -741,6 +747,13 @@ class TrainingQueue:
                 self._running.append(job)
                 self.starts.append((job.id, rank, rest))
                 job.worker.start()
+
+
+def _connected(presence: Callable[[], bool]) -> bool:
+    try:
+        return bool(presence())
+    except Exception:  # a runtime that cannot tell: assume the page is there
+        return True
 
 
 def _what_fits(seconds: float, per_epoch: float | None, when: str = "") -> str:

@@ -235,6 +235,31 @@ def test_a_returning_session_keeps_its_waiting_request():
     assert waiting.snapshot().status is WorkerStatus.DONE
 
 
+def test_an_owners_queued_request_stays_while_any_of_its_pages_is_connected():
+    """Tabs of one browser share an owner: closing one of them, or reloading (the new page comes
+    back through `touch`), keeps the owner's queued training; closing them all drops it."""
+    gates, clock = Gates(), Clock()
+    queue = TrainingQueue(gates, slots=1, limits=QueueLimits(grace_seconds=60), clock=clock)
+    pages = {"tab 1": True, "tab 2": True, "reloaded": True}
+    first = queue.submit("a1", "a1", 1, owner="A", presence=lambda: pages["tab 1"])
+    waiting = queue.submit("a2", "a2", 1, owner="A", presence=lambda: pages["tab 2"])
+    pages["tab 2"] = False
+    clock.now = 100
+    queue.sweep()
+    assert waiting.snapshot().status is WorkerStatus.QUEUED  # tab 1 is still open
+    pages["tab 1"] = False
+    queue.touch("A", lambda: pages["reloaded"])
+    clock.now = 200
+    queue.sweep()
+    assert waiting.snapshot().status is WorkerStatus.QUEUED  # the reloaded page is open
+    pages["reloaded"] = False
+    queue.sweep()
+    clock.now = 261
+    queue.sweep()
+    assert waiting.snapshot().status is WorkerStatus.CANCELLED
+    finish(queue, gates, first)
+
+
 def test_the_overview_lists_who_what_state_place_and_eta():
     gates = Gates()
     queue = TrainingQueue(gates, slots=1)

@@ -88,6 +88,39 @@ def test_a_copied_link_shows_the_progress_but_never_hands_over_cancel(monkeypatc
     assert owner.button(key="cancel_training")  # the owner keeps it
 
 
+@pytest.fixture
+def browser(monkeypatch):
+    """Which browser the next AppTest session runs in: its XSRF token (AppTest has no cookies)."""
+    from dashboard import state
+    current = {"token": None}
+    monkeypatch.setattr(state, "browser_token", lambda: current["token"])
+    return current
+
+
+def test_one_browser_is_one_owner_across_reloads_and_tabs_another_browser_is_not(monkeypatch, browser):
+    from dashboard.state import xsrf_token
+    monkeypatch.setenv("BNN_CLASSROOM", "1")
+    # two page loads of one browser: the cookie is masked afresh, the token under the mask is the same
+    browser["token"] = xsrf_token("2|083d8cb9|9442e6eae789ef420684eee8b48e71de|1795684499")
+    assert browser["token"] == xsrf_token("2|d44aec79|4835862a3bfe8f82daf38e2868f9111e|1795684499")
+    first_tab = open_train_page()
+    start(first_tab, "5")
+    reloaded = open_train_page(params={"train": token_of(first_tab)})
+    assert not reloaded.exception and not reloaded.error
+    assert reloaded.button(key="cancel_training")  # the reload keeps Cancel
+    second_tab = open_train_page()
+    start(second_tab, "6")  # the browser's second training: queued behind its first
+    assert second_tab.session_state["training_worker"].snapshot().position == 1
+    second_tab.text_input(key="train_hidden").input("7").run()
+    assert second_tab.button(key="train_button").disabled  # three tabs do not make three sessions
+    assert any("already have 2 training(s)" in e.value for e in second_tab.error)
+    browser["token"] = bytes(range(16))  # a classmate's browser, the same address
+    classmate = open_train_page(params={"train": token_of(first_tab)})
+    assert not classmate.exception and not classmate.error
+    assert not buttons(classmate, "cancel_")
+    assert not classmate.button(key="train_button").disabled
+
+
 def test_a_session_queues_one_training_behind_its_running_one_and_no_more():
     at = open_train_page()
     start(at, "5")
@@ -127,7 +160,7 @@ def test_the_teacher_sees_every_training_and_cancels_any(monkeypatch):
     assert not teacher.exception and not teacher.error
     rows = [t.value for t in teacher.text if request.label in t.value]
     assert rows and rows[0].startswith(request.who) and "running, epoch 1/2" in rows[0], rows
-    assert request.who.startswith("tab ") and len(request.who) == 10
+    assert request.who.startswith("student ") and len(request.who) == 14
     teacher.button(key=f"teacher_cancel_{request.job_id}").click().run()
     assert request.join(10).status.value == "cancelled"
     assert "teacher" in request.snapshot().error

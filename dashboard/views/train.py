@@ -338,7 +338,7 @@ def start_training(values: dict[str, Any]) -> None:
         request = cache.training_queue().submit(
             queue_key(config), config, backend.total_epochs(config), label=config.label(),
             owner=state.session_owner(), who=state.session_label(), seconds=training_seconds(config),
-            presence=state.session_presence())
+            presence=state.queue_presence())
         state.set_worker(request)
         st.query_params[TRAIN_PARAM] = request.token
 
