@@ -9,11 +9,11 @@ kept under our own keys and copied into/out of the widget keys.
 Who owns a training. Before, ownership was the client's IP, which every
 student behind one NAT or proxy shares: a classmate opening a copied link got
 the Cancel button. Now the owner is a server-side identity (`session_owner`),
-recorded by the queue with each request; Cancel is offered to the owner and
-to the teacher (and to anyone outside classroom mode, where anyone may delete
-runs anyway). The `?train=<token>` in the address is only a *lookup*: a
-reloaded page or a copied link finds the training by it and shows its
-progress; Cancel comes with it only for the owner.
+recorded by the queue with each request; Cancel is offered to the owner and,
+in classroom mode, to the unlocked teacher. The `?train=<token>` in the
+address is only a *lookup*: a reloaded page or a copied link finds the
+training by it and shows its progress; Cancel comes with it only for the
+owner.
 
 The identity is the browser's: Streamlit's own XSRF cookie (`_streamlit_xsrf`,
 set by the server on the first page load, readable through
@@ -168,8 +168,9 @@ def owns(request: Any) -> bool:
 
 
 def may_cancel(request: Any) -> bool:
-    """Cancel is the owner's, and the teacher's (anyone's outside classroom mode)."""
-    return owns(request) or may_manage_runs()
+    """Cancel is the owner's, and the unlocked teacher's in classroom mode; never a link's."""
+    from dashboard.settings import classroom_mode
+    return owns(request) or (classroom_mode() and bool(st.session_state.get(TEACHER_KEY)))
 
 
 TRAIN_PARAM = "train"  # ?train=<token>: the training this page started (see views/train.py)

@@ -788,7 +788,6 @@ def test_playground_page_restarts_when_the_prior_changes(tmp_path, monkeypatch):
 
 
 def test_a_shared_link_does_not_hand_over_someone_elses_training(held_training, store, monkeypatch):
-    monkeypatch.setenv("BNN_CLASSROOM", "1")  # outside classroom mode anyone may cancel (and delete runs)
     at = open_app(store["moons"])
     at.text_input(key="train_hidden").input("5").run()
     at.button(key="train_button").click().run()

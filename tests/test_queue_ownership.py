@@ -68,9 +68,7 @@ def buttons(at: AppTest, prefix: str) -> list:
     return [b for b in at.button if (b.key or "").startswith(prefix)]
 
 
-def test_a_copied_link_shows_the_progress_but_never_hands_over_cancel(monkeypatch):
-    # In classroom mode (outside it anyone may delete any run, and so cancel any training too).
-    monkeypatch.setenv("BNN_CLASSROOM", "1")
+def test_a_copied_link_shows_the_progress_but_never_hands_over_cancel():
     owner = open_train_page()
     start(owner, "5")
     assert not owner.exception and not owner.error
