@@ -469,7 +469,8 @@ class TrainingQueue:
                     return mine
             try:
                 self._admit(session, seconds if job is None else job.seconds, int(total_epochs))
-            except QueueRefused:
+            except QueueRefused as refused:
+                log.info("refused a training of %s: %s", session.label, refused)
                 if not self._active_requests(owner):
                     del self._sessions[owner]
                 raise

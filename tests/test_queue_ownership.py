@@ -68,6 +68,7 @@ def buttons(at: AppTest, prefix: str) -> list:
     return [b for b in at.button if (b.key or "").startswith(prefix)]
 
 
+@pytest.mark.slow  # several AppTest sessions: 6-12 s here
 def test_a_copied_link_shows_the_progress_but_never_hands_over_cancel():
     owner = open_train_page()
     start(owner, "5")
@@ -95,6 +96,7 @@ def browser(monkeypatch):
     return current
 
 
+@pytest.mark.slow  # several AppTest sessions: 6-12 s here
 def test_one_browser_is_one_owner_across_reloads_and_tabs_another_browser_is_not(monkeypatch, browser):
     from dashboard.state import xsrf_token
     monkeypatch.setenv("BNN_CLASSROOM", "1")
@@ -119,6 +121,7 @@ def test_one_browser_is_one_owner_across_reloads_and_tabs_another_browser_is_not
     assert not classmate.button(key="train_button").disabled
 
 
+@pytest.mark.slow  # several AppTest sessions: 6-12 s here
 def test_a_session_queues_one_training_behind_its_running_one_and_no_more():
     at = open_train_page()
     start(at, "5")
@@ -145,6 +148,7 @@ def test_a_training_above_the_time_cap_is_refused_with_what_would_fit(monkeypatc
     assert at.button(key="train_button").disabled
 
 
+@pytest.mark.slow  # several AppTest sessions: 6-12 s here
 def test_the_teacher_sees_every_training_and_cancels_any(monkeypatch):
     monkeypatch.setenv("BNN_CLASSROOM", "1")
     monkeypatch.setenv("BNN_TEACHER_TOKEN", TOKEN)
