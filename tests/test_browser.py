@@ -340,7 +340,7 @@ def test_a_reload_keeps_progress_and_cancel_a_copied_link_shows_progress_only(se
     # the link copied into another browser (a classmate, the same address) shows the progress only
     classmate = browser.new_page(viewport={"width": 1400, "height": 1800})
     classmate.goto(page.url)
-    classmate.get_by_text("only the tab that asked for it").wait_for(timeout=RENDER_TIMEOUT)
+    classmate.get_by_text("only the browser that asked for it").wait_for(timeout=RENDER_TIMEOUT)
     classmate.locator("[data-testid='stSidebar']").get_by_text("Training in the background").wait_for(
         timeout=RENDER_TIMEOUT)
     assert classmate.get_by_role("button", name="Cancel", exact=True).count() == 0

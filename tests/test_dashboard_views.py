@@ -221,7 +221,7 @@ def test_train_page_status_right_after_clicking_and_after_a_reload(held_training
     again = open_app(params={"train": token})
     assert_clean(again)
     assert any("epoch 1/2" in (p.proto.text or "") for p in again.get("progress"))
-    assert any("only the tab that asked for it" in c for c in texts(again.caption))
+    assert any("only the browser that asked for it" in c for c in texts(again.caption))
 
     held_training.set()
     again.session_state["training_worker"].join(timeout=30)

@@ -81,7 +81,7 @@ def test_a_copied_link_shows_the_progress_but_never_hands_over_cancel():
     assert other.session_state["training_worker"] is owner.session_state["training_worker"]
     assert any("epoch 1/2" in (p.proto.text or "") for p in other.get("progress"))
     assert not buttons(other, "cancel_")
-    assert any("only the tab that asked for it" in c.value for c in other.caption)
+    assert any("only the browser that asked for it" in c.value for c in other.caption)
     assert not other.button(key="train_button").disabled  # the viewer may train its own
     owner.run()
     assert owner.button(key="cancel_training")  # the owner keeps it

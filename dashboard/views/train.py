@@ -376,8 +376,9 @@ def training_progress() -> None:
         st.rerun()
     cancellable = state.may_cancel(worker)
     if not state.owns(worker):
-        st.caption("This page found the training through its link (a reload, or a link someone shared): "
-                   "it shows the progress; only the tab that asked for it, or the teacher, can cancel it.")
+        st.caption("This page found the training through its link (a link someone shared, or a reload where "
+                   "the browser could not be recognised): it shows the progress; only the browser that asked "
+                   "for it, or the teacher, can cancel it.")
     if snapshot.status is WorkerStatus.QUEUED:
         running, waiting = cache.training_queue().counts()
         st.markdown(f"**Queued** {worker.label}")
