@@ -176,7 +176,8 @@ log = logging.getLogger(__name__)
 
 QUEUE_PER_SESSION = register(Setting(
     "BNN_QUEUE_PER_SESSION", "whole", 2,
-    "trainings one session may have running or queued at once (2: one running and one queued)",
+    "trainings one session (a browser; a tab where the browser is not recognised) may have running or "
+    "queued at once (2: one running and one queued)",
     low=1, high=100, secret_key="queue_per_session"))
 TRAINING_SECONDS_MAX = register(Setting(
     "BNN_TRAINING_SECONDS_MAX", "real", 600.0,
@@ -188,7 +189,8 @@ QUEUE_SESSION_SECONDS = register(Setting(
     low=1, high=30 * 86400, secret_key="queue_session_seconds"))
 QUEUE_GRACE_SECONDS = register(Setting(
     "BNN_QUEUE_GRACE_SECONDS", "real", 60.0,
-    "seconds after a tab closes before its queued trainings are dropped (its running one goes on)",
+    "seconds after a session's last open page closes before its queued trainings are dropped (its running "
+    "one goes on)",
     low=0, high=86400, secret_key="queue_grace_seconds"))
 TEACHER_BACKOFF_MAX = register(Setting(
     "BNN_TEACHER_BACKOFF_MAX_SECONDS", "real", 60.0,
