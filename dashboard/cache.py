@@ -210,8 +210,9 @@ def clear_all() -> None:
 @st.cache_resource
 def training_queue() -> Any:
     """The one training queue of this server process."""
+    from dashboard.settings import queue_limits
     from dashboard.worker import TrainingQueue, default_slots, train_in_subprocess
-    queue = TrainingQueue(train_in_subprocess, default_slots())
+    queue = TrainingQueue(train_in_subprocess, default_slots(), queue_limits())
     # A finished run reaches every session's run list at once, not after the list's time to live.
     queue.on_job_finished = cached_run_list.clear
     return queue

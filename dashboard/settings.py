@@ -16,10 +16,16 @@ from __future__ import annotations
 
 import functools
 import hmac
+import logging
+import math
 import os
 import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+
+from core.settings import Setting, register
 
 CLASSROOM_VARIABLE = "BNN_CLASSROOM"
 TEACHER_TOKEN_VARIABLE = "BNN_TEACHER_TOKEN"
@@ -160,3 +166,131 @@ def refuse_streamlit_cache_clearing() -> bool:
     guarded.classroom_guard = True
     AppSession._handle_clear_cache_request = guarded
     return True
+
+
+# --- the training queue's limits and the teacher token's throttle ---------------------------------
+# (Declared with core.settings so that each has one rule and one documented default; secrets.toml
+# keys are read through _secret, as above.)
+
+log = logging.getLogger(__name__)
+
+QUEUE_PER_SESSION = register(Setting(
+    "BNN_QUEUE_PER_SESSION", "whole", 2,
+    "trainings one session (a browser; a tab where the browser is not recognised) may have running or "
+    "queued at once (2: one running and one queued)",
+    low=1, high=100, secret_key="queue_per_session"))
+TRAINING_SECONDS_MAX = register(Setting(
+    "BNN_TRAINING_SECONDS_MAX", "real", 600.0,
+    "estimated seconds one training may take; a longer one is refused, saying how many epochs would fit",
+    low=1, high=7 * 86400, secret_key="training_seconds_max"))
+QUEUE_SESSION_SECONDS = register(Setting(
+    "BNN_QUEUE_SESSION_SECONDS", "real", 1200.0,
+    "estimated seconds of the trainings one session may have running or queued at once",
+    low=1, high=30 * 86400, secret_key="queue_session_seconds"))
+QUEUE_GRACE_SECONDS = register(Setting(
+    "BNN_QUEUE_GRACE_SECONDS", "real", 60.0,
+    "seconds after a session's last open page closes before its queued trainings are dropped (its running "
+    "one goes on)",
+    low=0, high=86400, secret_key="queue_grace_seconds"))
+TEACHER_BACKOFF_MAX = register(Setting(
+    "BNN_TEACHER_BACKOFF_MAX_SECONDS", "real", 60.0,
+    "longest wait between teacher-token tries after wrong ones (2^k s after k failures, per session "
+    "and per server)", low=1, high=86400, secret_key="teacher_backoff_max_seconds"))
+
+
+def queue_limits() -> Any:
+    """The training queue's QueueLimits from the settings above (read when the queue is made)."""
+    from dashboard.worker import QueueLimits
+
+    return QueueLimits(per_session=QUEUE_PER_SESSION.read(fallback=_secret),
+                       session_seconds=QUEUE_SESSION_SECONDS.read(fallback=_secret),
+                       training_seconds=TRAINING_SECONDS_MAX.read(fallback=_secret),
+                       grace_seconds=QUEUE_GRACE_SECONDS.read(fallback=_secret))
+
+
+class GuessThrottle:
+    """Exponential back-off on wrong teacher tokens, per session and for the whole server.
+
+    A tester made 17-20 guesses a second from six sessions, unthrottled and unlogged. After k
+    failures (of one session, or of the server as a whole) the next try waits 2^k s, at most
+    `cap` s: with the default 60 s cap six sessions get about one guess a minute between them.
+    The server-wide count is what stops a class of tabs from multiplying the rate; its price is
+    that a student's guessing can make the teacher wait up to `cap` too. A count is forgotten
+    after a quiet spell of 10 x cap (a class later starts afresh) and on a right token.
+    """
+
+    SERVER = "(server)"
+
+    def __init__(self, cap: float, clock: Callable[[], float] = time.monotonic):
+        self.cap = float(cap)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._failures: dict[str, tuple[int, float]] = {}  # key -> (count, time of the last failure)
+
+    def _wait(self, key: str, now: float) -> float:
+        count, last = self._failures.get(key, (0, -math.inf))
+        if count and now - last > 10 * self.cap:
+            self._failures.pop(key, None)
+            return 0.0
+        return max(0.0, last + min(2.0 ** count, self.cap) - now) if count else 0.0
+
+    def wait(self, who: str) -> float:
+        """Seconds before `who` (a session label) may try again (0: now)."""
+        with self._lock:
+            now = self._clock()
+            return max(self._wait(who, now), self._wait(self.SERVER, now))
+
+    def failed(self, who: str) -> tuple[int, int, float]:
+        """Count a wrong token: (this session's failures, the server's, seconds until the next try)."""
+        with self._lock:
+            now = self._clock()
+            counts = []
+            for key in (who, self.SERVER):
+                self._wait(key, now)  # forgets a stale count
+                count = self._failures.get(key, (0, now))[0] + 1
+                self._failures[key] = (count, now)
+                counts.append(count)
+        return counts[0], counts[1], self.wait(who)
+
+    def succeeded(self, who: str) -> None:
+        with self._lock:
+            self._failures.pop(who, None)
+            self._failures.pop(self.SERVER, None)
+
+
+@dataclass(frozen=True)
+class TokenCheck:
+    """The outcome of one try: ok, or the message to show (why not, and when to try again)."""
+
+    ok: bool
+    message: str | None = None
+
+
+_throttle_lock = threading.Lock()
+_throttles: list[GuessThrottle] = []
+
+
+def guess_throttle() -> GuessThrottle:
+    """The server's one throttle (its cap read once)."""
+    with _throttle_lock:
+        if not _throttles:
+            _throttles.append(GuessThrottle(TEACHER_BACKOFF_MAX.read(fallback=_secret)))
+        return _throttles[0]
+
+
+def check_teacher_token(candidate: str, who: str, throttle: GuessThrottle | None = None) -> TokenCheck:
+    """Try `candidate` as the teacher token for the session labelled `who`. A throttled try is
+    not checked at all; a wrong one is logged with the session's label, never with its text."""
+    throttle = throttle or guess_throttle()
+    wait = throttle.wait(who)
+    if wait > 0:
+        log.info("teacher token try from %s refused unchecked: %.0f s of back-off left", who, wait)
+        return TokenCheck(False, f"Too many wrong tokens: this try was not checked. Try again in {math.ceil(wait)} s.")
+    if is_teacher_token(candidate):
+        throttle.succeeded(who)
+        log.info("teacher token accepted from %s", who)
+        return TokenCheck(True)
+    mine, server, wait = throttle.failed(who)
+    log.warning("wrong teacher token from %s (%d from this session, %d on the server); next try in %.0f s",
+                who, mine, server, wait)
+    return TokenCheck(False, f"That is not the teacher token. The next try is possible in {math.ceil(wait)} s.")

@@ -5,10 +5,41 @@ that must survive page switches.
 
 Streamlit drops a widget's state when its page is not shown, so settings are
 kept under our own keys and copied into/out of the widget keys.
+
+Who owns a training. Before, ownership was the client's IP, which every
+student behind one NAT or proxy shares: a classmate opening a copied link got
+the Cancel button. Now the owner is a server-side identity (`session_owner`),
+recorded by the queue with each request; Cancel is offered to the owner and,
+in classroom mode, to the unlocked teacher. The `?train=<token>` in the
+address is only a *lookup*: a reloaded page or a copied link finds the
+training by it and shows its progress; Cancel comes with it only for the
+owner.
+
+The identity is the browser's: Streamlit's own XSRF cookie (`_streamlit_xsrf`,
+set by the server on the first page load, readable through
+`st.context.cookies`) carries a random token that stays the same across the
+browser's reloads and tabs and differs between browsers (checked in
+Chromium: one token over a first load, two reloads and a second tab; another
+in a second browser profile). The owner is an HMAC of that token under a key
+made at server start, so the token itself is never kept or shown. So a
+reload keeps Cancel, the tabs of one browser share one set of per-session
+limits (the tester's three tabs: one running and one queued in all), and a
+link copied into another browser only shows the progress. Where there is no
+such cookie (XSRF protection turned off, or AppTest) each Streamlit session
+mints a random owner secret kept only in its session state: then a reload
+shows the progress without Cancel (the teacher can still cancel) and each
+tab is a session of its own. What neither can stop: a student who opens a
+private window or another browser, or edits the cookie, is a new owner; the
+server-wide admission limits bound what all owners together may ask. No
+identity ever goes into the address, which is exactly what copied links leak.
 """
 
 from __future__ import annotations
 
+import binascii
+import hashlib
+import hmac
+import secrets
 from typing import Any
 
 import streamlit as st
@@ -57,41 +88,112 @@ def may_manage_runs() -> bool:
     return not classroom_mode() or bool(st.session_state.get(TEACHER_KEY))
 
 
-def unlock_teacher(token: str) -> bool:
-    """Make this session the teacher's when `token` is the configured teacher token."""
-    from dashboard.settings import is_teacher_token
-    ok = is_teacher_token(token)
-    if ok:
+def unlock_teacher(token: str) -> Any:
+    """Make this session the teacher's when `token` is the configured teacher token; tries are
+    throttled and wrong ones logged under the session's label (dashboard/settings.py). Returns the
+    TokenCheck (ok, or the message to show)."""
+    from dashboard.settings import check_teacher_token
+    result = check_teacher_token(token, session_label())
+    if result.ok:
         st.session_state[TEACHER_KEY] = True
-    return ok
+    return result
+
+
+OWNER_KEY = "session_owner"
+PRESENCE_KEY = "session_presence"
+XSRF_COOKIE = "_streamlit_xsrf"
+# Owners are HMACs of the browsers' tokens under a key of this server process: they mean nothing
+# elsewhere, and the queue they are used in lives no longer than the process.
+_OWNER_KEY_BYTES = secrets.token_bytes(32)
+
+
+def session_owner() -> str:
+    """What the training queue knows this session's trainings by: the browser's identity when
+    its XSRF cookie is there, else a random secret of this session (never shown, never in the
+    address)."""
+    owner = st.session_state.get(OWNER_KEY)
+    if not owner:
+        token = browser_token()
+        owner = ("browser:" + hmac.new(_OWNER_KEY_BYTES, token, hashlib.sha256).hexdigest() if token
+                 else "session:" + secrets.token_urlsafe(18))
+        st.session_state[OWNER_KEY] = owner
+    return owner
+
+
+def browser_token() -> bytes | None:
+    """The random token of this browser's XSRF cookie, or None when there is none."""
+    try:
+        raw = st.context.cookies.get(XSRF_COOKIE)
+    except Exception:  # no runtime, or a Streamlit without it
+        return None
+    return xsrf_token(raw) if isinstance(raw, str) else None
+
+
+def xsrf_token(cookie: str) -> bytes | None:
+    """The token of an XSRF cookie in its version-2 form '2|mask|masked token|timestamp' (the
+    server masks it afresh on every page load; the token under the mask stays), else None."""
+    parts = cookie.strip("\"'").split("|")
+    if len(parts) != 4 or parts[0] != "2":
+        return None
+    try:
+        mask, masked = binascii.a2b_hex(parts[1]), binascii.a2b_hex(parts[2])
+    except (binascii.Error, ValueError):
+        return None
+    if len(mask) != 4 or len(masked) < 16:  # a forged short token would make a weak identity
+        return None
+    return bytes(byte ^ mask[i % 4] for i, byte in enumerate(masked))
+
+
+def queue_presence() -> Any:
+    """This page's presence callable for the training queue (one per page, so the queue counts
+    pages, not calls), or None outside a server."""
+    presence = st.session_state.get(PRESENCE_KEY)
+    if presence is None:
+        presence = session_presence()
+        if presence is not None:
+            st.session_state[PRESENCE_KEY] = presence
+    return presence
+
+
+def session_label(owner: str | None = None) -> str:
+    """A short anonymous label for a session (the teacher's list, the server log): a hash of its
+    owner secret, so the label gives nothing away."""
+    owner = owner or session_owner()
+    return "student " + hashlib.sha256(owner.encode()).hexdigest()[:6]
+
+
+def owns(request: Any) -> bool:
+    """True when this session asked for `request` (a page that only found it by its link does not)."""
+    return request is not None and getattr(request, "owner", None) == session_owner()
+
+
+def may_cancel(request: Any) -> bool:
+    """Cancel is the owner's, and the unlocked teacher's in classroom mode; never a link's."""
+    from dashboard.settings import classroom_mode
+    return owns(request) or (classroom_mode() and bool(st.session_state.get(TEACHER_KEY)))
 
 
 TRAIN_PARAM = "train"  # ?train=<token>: the training this page started (see views/train.py)
 
 
 def reattach_training() -> None:
-    """A reloaded page is a new session: find its training again through the address, so the
-    progress, the Cancel button and the disabled Train button come back."""
+    """A reloaded page is a new session: find its training again through the address, so its
+    progress comes back. Only the progress: the address is a lookup, and a copied link carries it
+    too, so Cancel stays with the session that asked (`may_cancel`)."""
     if worker() is not None:
         return
     token = st.query_params.get(TRAIN_PARAM)
     if not token:
         return
-    request = cache.training_queue().find(token)
-    # A copied link carries the token too: only the browser that asked (same address) takes it back,
-    # so a shared link never hands someone else the Cancel button.
-    if request is None or getattr(request, "owner", None) != client_address():
+    queue = cache.training_queue()
+    request = queue.find(token)
+    if request is None:
         del st.query_params[TRAIN_PARAM]
         return
     set_worker(request)
-
-
-def client_address() -> str | None:
-    try:
-        address = st.context.ip_address
-    except Exception:  # no runtime, or a Streamlit without it
-        return None
-    return address if isinstance(address, str) else None  # (AppTest has a stand-in object here)
+    presence = queue_presence()
+    if owns(request) and presence is not None:  # the owner's reloaded page keeps its queued trainings
+        queue.touch(request.owner, presence)
 
 
 def collect_finished_worker() -> None:
@@ -107,6 +209,11 @@ def collect_finished_worker() -> None:
     st.session_state[HANDLED_KEY] = current
     if TRAIN_PARAM in st.query_params:
         del st.query_params[TRAIN_PARAM]
+    # A session may have a second training queued: the pages follow it next.
+    waiting = cache.training_queue().requests_of(session_owner())
+    if waiting:
+        set_worker(waiting[0])
+        st.query_params[TRAIN_PARAM] = waiting[0].token
     if snapshot.status == WorkerStatus.DONE and snapshot.run_id:
         if snapshot.run is not None:  # the trained run itself: browsing it reads nothing from disk
             cache.adopt_run(snapshot.run)

@@ -6,23 +6,45 @@ attributes guarded by a lock. The Train page reads `snapshot()` from an
 `st.fragment(run_every=...)`, so the page stays responsive while training.
 
 `TrainingQueue` is shared by every session of one server (a class of 30 on
-one machine): at most `slots` trainings run at once, the rest wait in order.
+one machine): at most `slots` trainings run at once, the rest wait their turn.
 A session holds a `TrainingRequest`: its place in the queue, its job's
 progress, and a cancel that withdraws only its own request. A request for a
 config that is already queued or training joins that job. A job nobody
 cancelled runs to the end even when every session that asked has left, so
-its run is stored for later.
+its run is stored for later; the teacher can cancel it (`cancel_job`).
+
+Fairness. A tester's one student with three tabs held one running and two
+queued trainings while a classmate waited at place 3 for an estimated 18
+hours. So every request names its owner (a session identity, see
+dashboard/state.py) and the queue enforces `QueueLimits`: trainings per
+session (default 1 running + 1 waiting), estimated seconds per training and
+per session (a refusal says why and what would fit). The next job to start
+is chosen round-robin across sessions: a waiting job's *rank* for a session
+is how many of that session's jobs are running or waiting ahead of it, and
+the job with the lowest rank starts first (a session's second job waits
+behind every other session's first), ties going to the job that has been a
+session's next job the longest: first come, first served among the sessions'
+next jobs, so a session whose training just ended, a new tab or a reload
+queues behind the sessions already waiting. With one slot, whatever one
+session submits, another session's next job waits for at most one of its
+trainings (the one running or first in line when it asked), itself capped in
+length; the other sessions' next jobs wait one turn each.
+
+A closed tab's waiting requests are dropped after a grace period (a
+reload or a dropped connection comes back within it); its running training
+goes on and is stored.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import math
 import os
 import secrets
 import threading
 import time
-from collections import OrderedDict
+from collections import deque
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Callable, Hashable
@@ -59,6 +81,8 @@ class WorkerSnapshot:
     # how many sessions share the job.
     position: int | None = None
     sharers: int = 1
+    # While QUEUED: estimated seconds until it starts (None: unknown).
+    eta: float | None = None
     # The trained run itself when the training function handed it over (DONE only): the page
     # adopts it instead of reading it back from the store.
     run: Any = field(default=None, repr=False, compare=False)
@@ -119,7 +143,8 @@ class TrainingWorker:
         return self._cancel.is_set()
 
     def join(self, timeout: float | None = None) -> WorkerSnapshot:
-        self._thread.join(timeout)
+        if self._thread.ident is not None:  # a job cancelled while it waited never had a thread
+            self._thread.join(timeout)
         return self.snapshot()
 
     def snapshot(self) -> WorkerSnapshot:
@@ -278,13 +303,50 @@ def default_slots() -> int:
     return 2 if torch.cuda.is_available() else 1
 
 
+class QueueRefused(BNNError):
+    """A request the queue will not take; the message says why and what would fit."""
+
+
+@dataclass(frozen=True)
+class QueueLimits:
+    """What one session may ask of the shared queue (dashboard/settings.py reads them)."""
+
+    per_session: int = 2  # trainings running or waiting per session: 1 running + 1 waiting
+    session_seconds: float = math.inf  # estimated seconds of a session's unfinished trainings
+    training_seconds: float = math.inf  # estimated seconds of one training
+    grace_seconds: float = 60.0  # a closed tab's waiting requests are dropped after this long
+
+
+def duration_text(seconds: float) -> str:
+    """'45 s', '12 min', '3.5 h': for messages about estimates."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class _Session:
+    """What the queue knows of one session (owner): its label and whether any of its pages (a
+    browser's tabs share an owner) is still connected (since when none is)."""
+
+    def __init__(self, owner: Hashable, label: str):
+        self.owner = owner
+        self.label = label
+        # One callable per page that asked or came back to watch: is that page still connected?
+        self.presences: set[Callable[[], bool]] = set()
+        self.gone_since: float | None = None
+
+
 class _Job:
     """One config's training, shared by every request that asked for it."""
 
-    def __init__(self, key: Hashable, worker: TrainingWorker):
+    def __init__(self, key: Hashable, worker: TrainingWorker, job_id: int, seconds: float | None):
         self.key = key
         self.worker = worker
-        self.requests: set[int] = set()  # ids of the live requests sharing it
+        self.id = job_id  # also its order of arrival
+        self.seconds = seconds  # the estimate it was admitted with (None: unknown)
+        self.requests: dict[int, "TrainingRequest"] = {}  # the live requests sharing it
 
 
 class TrainingRequest:
@@ -293,111 +355,367 @@ class TrainingRequest:
     Same interface as TrainingWorker for the UI (snapshot, cancel, cancel_requested, label, join).
     """
 
-    def __init__(self, queue: "TrainingQueue", job: _Job, request_id: int, joined: bool):
+    def __init__(self, queue: "TrainingQueue", job: _Job, request_id: int, joined: bool,
+                 owner: Hashable, who: str):
         self._queue = queue
         self._job = job
         self.id = request_id
-        # Unguessable: the token in a page's address lets that page (reloaded) cancel this request.
+        # Unguessable, but only a *lookup*: the token in a page's address lets a reloaded page find
+        # this request again to show its progress. Cancelling needs the owner (dashboard/state.py).
         self.token = secrets.token_urlsafe(12)
+        self.owner = owner
+        self.who = who  # the owner's short anonymous label
         self.joined = joined  # True when it joined a job that was already queued or training
         self.label = job.worker.label
         self.config = job.worker.config
-        self._withdrawn = False
+        self._withdrawn: str | None = None  # why, once withdrawn
+
+    @property
+    def job_id(self) -> int:
+        return self._job.id
 
     def snapshot(self) -> WorkerSnapshot:
         snapshot = self._job.worker.snapshot()
         if self._withdrawn:  # whatever the job does now (others may share it), this request is over
-            return replace(snapshot, status=WorkerStatus.CANCELLED, error="you cancelled this request",
+            return replace(snapshot, status=WorkerStatus.CANCELLED, error=self._withdrawn,
                            position=None, finished=snapshot.finished or time.time())
-        return replace(snapshot, position=self._queue.position(self._job), sharers=max(1, len(self._job.requests)))
+        position, eta = self._queue.place(self._job)
+        return replace(snapshot, position=position, eta=eta, sharers=max(1, len(self._job.requests)))
 
     def cancel(self) -> None:
         """Withdraw this request; the job stops only when no other request shares it."""
-        if not self._withdrawn:
-            self._withdrawn = True
-            self._queue._withdraw(self._job, self.id)
+        self._queue._withdraw(self, "you cancelled this request")
 
     @property
     def cancel_requested(self) -> bool:
-        return self._withdrawn
+        return self._withdrawn is not None
 
     def join(self, timeout: float | None = None) -> WorkerSnapshot:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self._job.worker.snapshot().status is WorkerStatus.QUEUED:
+        while self._job.worker.snapshot().status is WorkerStatus.QUEUED and not self._withdrawn:
             if deadline is not None and time.monotonic() >= deadline:
                 return self.snapshot()
             time.sleep(0.01)
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        self._job.worker.join(remaining)
+        if self._job.worker.snapshot().status is not WorkerStatus.QUEUED:
+            self._job.worker.join(remaining)
         return self.snapshot()
 
 
+@dataclass(frozen=True)
+class QueueEntry:
+    """One job as the teacher's panel lists it."""
+
+    job_id: int
+    who: str  # the requesting sessions' labels
+    label: str  # the config's label
+    status: WorkerStatus
+    place: int | None  # 1-based among waiting jobs
+    eta: float | None  # seconds until it starts (waiting) or ends (running); None: unknown
+    finished_epochs: int
+    total_epochs: int
+
+
 class TrainingQueue:
-    """At most `slots` trainings at once, the others waiting first come, first served."""
+    """At most `slots` trainings at once; the others wait their turn, round-robin across sessions,
+    within `limits` per session."""
 
     KEEP_FINISHED = 64
 
-    def __init__(self, train_fn: TrainFunction, slots: int = 1):
+    def __init__(self, train_fn: TrainFunction, slots: int = 1, limits: QueueLimits | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
         self._train_fn = train_fn
         self.slots = int(slots)
+        self.limits = limits or QueueLimits()
+        self._clock = clock
         self._lock = threading.RLock()
-        self._waiting: OrderedDict[Hashable, _Job] = OrderedDict()
+        self._waiting: dict[Hashable, _Job] = {}
         self._running: list[_Job] = []
         self._ids = itertools.count(1)
+        self._sessions: dict[Hashable, _Session] = {}
+        # (job id, owner) -> the tick at which that job became its owner's next job (rank 0).
+        self._next_since: dict[tuple[int, Hashable], int] = {}
+        self._ticks = itertools.count()
         # Requests by their token, so that a reloaded page (a new session) finds its training again.
         self._requests: dict[str, TrainingRequest] = {}
+        # (job id, its rank, the lowest rank left waiting) at each start: the fairness record tests read.
+        self.starts: deque[tuple[int, int, int | None]] = deque(maxlen=1000)
         self.on_job_finished: Callable[[], None] | None = None  # e.g. refresh the cached run list
 
-    def submit(self, key: Hashable, config: Any, total_epochs: int, label: str = "") -> TrainingRequest:
-        """Queue a training of `config` (identified by `key`), or join the job already queued
-        or training for the same key."""
+    # --- asking -----------------------------------------------------------------------------------
+    def submit(self, key: Hashable, config: Any, total_epochs: int, label: str = "", *,
+               owner: Hashable | None = None, who: str | None = None, seconds: float | None = None,
+               presence: Callable[[], bool] | None = None) -> TrainingRequest:
+        """Queue a training of `config` (identified by `key`) for `owner` (a session identity;
+        None: a session of its own), or join the job already queued or training for the same key.
+        `seconds`: its estimated duration (None: unknown, only the count limit applies);
+        `presence`: tells whether the owner's browser is still connected. Raises QueueRefused."""
         with self._lock:
-            job = self._waiting.get(key) or next(
-                (j for j in self._running if j.key == key and not j.worker.cancel_requested), None)
+            request_id = next(self._ids)
+            if owner is None:
+                owner = ("anonymous", request_id)
+            session = self._sessions.get(owner)
+            if session is None:
+                session = self._sessions[owner] = _Session(owner, who or f"session {request_id}")
+            if presence is not None:
+                session.presences.add(presence)
+            session.gone_since = None  # it is asking: it is here
+            job = self._joinable(key)
+            if job is not None:  # asking twice for the same job is the same request
+                mine = next((r for r in job.requests.values() if r.owner == owner), None)
+                if mine is not None:
+                    return mine
+            try:
+                self._admit(session, seconds if job is None else job.seconds, int(total_epochs))
+            except QueueRefused as refused:
+                log.info("refused a training of %s: %s", session.label, refused)
+                if not self._active_requests(owner):
+                    del self._sessions[owner]
+                raise
             joined = job is not None
             if job is None:
                 worker = TrainingWorker(self._train_fn, config, total_epochs, label, on_finish=self._finished)
                 worker._status = WorkerStatus.QUEUED
-                job = _Job(key, worker)
+                job = _Job(key, worker, request_id, seconds)
                 self._waiting[key] = job
-            request = TrainingRequest(self, job, next(self._ids), joined)
-            job.requests.add(request.id)
+            request = TrainingRequest(self, job, request_id, joined, owner, session.label)
+            job.requests[request.id] = request
             self._requests[request.token] = request
             self._dispatch()
             return request
+
+    def refusal(self, key: Hashable, total_epochs: int, *, owner: Hashable,
+                seconds: float | None = None) -> str | None:
+        """Why `submit` would refuse this request now (None: it would take it); changes nothing."""
+        with self._lock:
+            job = self._joinable(key)
+            if job is not None and any(r.owner == owner for r in job.requests.values()):
+                return None
+            try:
+                self._admit(_Session(owner, ""), seconds if job is None else job.seconds, int(total_epochs))
+            except QueueRefused as refused:
+                return str(refused)
+            return None
+
+    def _joinable(self, key: Hashable) -> _Job | None:
+        """The job queued or training for `key` that a new request would join (not one stopping)."""
+        return self._waiting.get(key) or next(
+            (j for j in self._running if j.key == key and not j.worker.cancel_requested), None)
+
+    def _admit(self, session: _Session, seconds: float | None, total_epochs: int) -> None:
+        """Raise QueueRefused when `session` may not add a training of `seconds` (estimated)."""
+        limits = self.limits
+        per_epoch = seconds / max(1, total_epochs) if seconds else None
+        if seconds is not None and seconds > limits.training_seconds:
+            raise QueueRefused(
+                f"This training would take about {duration_text(seconds)} by the estimate, above the "
+                f"{duration_text(limits.training_seconds)} one training may take on this server; "
+                + _what_fits(limits.training_seconds, per_epoch))
+        mine = self._active_requests(session.owner)
+        if len(mine) >= limits.per_session:
+            raise QueueRefused(
+                f"You already have {len(mine)} training(s) running or queued, the most one session may "
+                f"have on this server ({limits.per_session}); cancel one or wait until one finishes.")
+        if seconds is not None and math.isfinite(limits.session_seconds):
+            held = sum(self._remaining(r._job) or 0.0 for r in mine)
+            if held + seconds > limits.session_seconds:
+                raise QueueRefused(
+                    f"Your running and queued trainings hold about {duration_text(held)} of the "
+                    f"{duration_text(limits.session_seconds)} one session may hold on this server, and this "
+                    f"one needs about {duration_text(seconds)}; "
+                    + _what_fits(limits.session_seconds - held, per_epoch, "now")
+                    + ", or wait until one of yours finishes.")
 
     def find(self, token: str | None) -> "TrainingRequest | None":
         """The request with this token (from the page's address), if it is still known."""
         with self._lock:
             return self._requests.get(str(token)) if token else None
 
+    def requests_of(self, owner: Hashable) -> list[TrainingRequest]:
+        """The owner's requests still running or waiting, oldest first."""
+        with self._lock:
+            return self._active_requests(owner)
+
+    def _active_requests(self, owner: Hashable) -> list[TrainingRequest]:
+        return sorted((r for job in (*self._running, *self._waiting.values()) for r in job.requests.values()
+                       if r.owner == owner), key=lambda r: r.id)
+
+    # --- where things stand -----------------------------------------------------------------------
     def position(self, job: _Job) -> int | None:
         """1-based place of a waiting job (1: next to start), None when it is not waiting."""
+        return self.place(job)[0]
+
+    def place(self, job: _Job) -> tuple[int | None, float | None]:
+        """(1-based place, estimated seconds until it starts) of a waiting job; (None, None) else."""
         with self._lock:
-            for place, key in enumerate(self._waiting, start=1):
-                if key == job.key and self._waiting[key] is job:
-                    return place
-            return None
+            self._sweep()
+            order = self._order()
+            if job not in order:
+                return None, None
+            return order.index(job) + 1, self._start_times(order).get(job.id)
 
     def counts(self) -> tuple[int, int]:
         """(running, waiting) jobs."""
         with self._lock:
             return len(self._running), len(self._waiting)
 
-    def _withdraw(self, job: _Job, request_id: int) -> None:
+    def overview(self) -> list[QueueEntry]:
+        """Every running and waiting job, running first, then in the order they will start."""
         with self._lock:
-            job.requests.discard(request_id)
-            if job.requests:
-                return
-            if self._waiting.get(job.key) is job:  # nobody wants it any more: never started
-                del self._waiting[job.key]
-                job.worker._cancel.set()
-                job.worker._finish(WorkerStatus.CANCELLED, error="cancelled while waiting in the queue")
-            else:
-                job.worker.cancel()
+            self._sweep()
+            order = self._order()
+            starts = self._start_times(order)
+            entries = []
+            for place, job in enumerate([*self._running, *order], start=1 - len(self._running)):
+                snapshot = job.worker.snapshot()
+                waiting = place > 0
+                who = sorted({self._label_of(r.owner) for r in job.requests.values()})
+                entries.append(QueueEntry(
+                    job.id, ", ".join(who) or "nobody (every tab that asked has left)", job.worker.label,
+                    snapshot.status, place if waiting else None,
+                    starts.get(job.id) if waiting else self._remaining(job), snapshot.finished_epochs,
+                    snapshot.total_epochs))
+            return entries
 
+    def _label_of(self, owner: Hashable) -> str:
+        session = self._sessions.get(owner)
+        if session is None:
+            return "?"
+        return session.label + (" (tab closed)" if session.gone_since is not None else "")
+
+    # --- cancelling -------------------------------------------------------------------------------
+    def cancel_job(self, job_id: int, reason: str = "the teacher cancelled this training") -> bool:
+        """Stop a job whoever asked for it (the teacher's panel); False when it is not running or waiting."""
+        with self._lock:
+            job = next((j for j in (*self._running, *self._waiting.values()) if j.id == job_id), None)
+            if job is None:
+                return False
+            requests = list(job.requests.values())
+            for request in requests:
+                self._withdraw(request, reason)
+            if not requests:  # nobody's left: stop it directly
+                self._stop(job, reason)
+            return True
+
+    def _withdraw(self, request: TrainingRequest, reason: str) -> None:
+        with self._lock:
+            if request._withdrawn:
+                return
+            request._withdrawn = reason
+            job = request._job
+            job.requests.pop(request.id, None)
+            if not job.requests:
+                self._stop(job, reason)
+            else:
+                self._dispatch()  # the owner's next job moved up
+
+    def _stop(self, job: _Job, reason: str) -> None:
+        if self._waiting.get(job.key) is job:  # nobody wants it any more: never started
+            del self._waiting[job.key]
+            job.worker._cancel.set()
+            job.worker._finish(WorkerStatus.CANCELLED, error=f"{reason} while it waited in the queue")
+        else:
+            job.worker.cancel()
+
+    def touch(self, owner: Hashable, presence: Callable[[], bool]) -> None:
+        """A page of `owner` is open (a reload that found its training): its queued requests stay
+        while this page, or another of the owner's, is connected."""
+        with self._lock:
+            session = self._sessions.get(owner)
+            if session is not None:
+                session.presences.add(presence)
+                session.gone_since = None
+
+    def sweep(self) -> None:
+        """Drop the waiting requests of sessions gone for longer than the grace period."""
+        with self._lock:
+            self._sweep()
+
+    def _sweep(self) -> None:
+        now = self._clock()
+        for owner, session in list(self._sessions.items()):
+            connected = {presence: _connected(presence) for presence in session.presences}
+            if not connected or any(connected.values()):
+                session.presences = {p for p, here in connected.items() if here} or session.presences
+                session.gone_since = None
+                continue
+            if session.gone_since is None:
+                session.gone_since = now
+            if now - session.gone_since < self.limits.grace_seconds:
+                continue
+            for request in self._active_requests(owner):
+                if self._waiting.get(request._job.key) is request._job:
+                    log.info("dropping a waiting training of %s: its tab was closed %.0f s ago",
+                             session.label, now - session.gone_since)
+                    self._withdraw(request, f"dropped from the queue: the tab that asked for it was closed or "
+                                            f"reloaded more than {self.limits.grace_seconds:.0f} s ago; ask again")
+            if not self._active_requests(owner):
+                self._sessions.pop(owner, None)  # nothing left to be fair about
+
+    # --- the order of turns -----------------------------------------------------------------------
+    def _ranks(self) -> dict[int, tuple[int, int]]:
+        """Each waiting job's (rank, since when it has had that rank): its rank is the fewest jobs
+        any of its requesting sessions has running or waiting ahead of it; a rank-0 job has been
+        that session's next job since the tick recorded (the first pass that saw it so), others
+        sort by arrival. One pass over the requests: every open page asks for its place each second."""
+        running = {job.id for job in self._running}
+        jobs_of: dict[Hashable, list[int]] = {}
+        for job in (*self._running, *self._waiting.values()):
+            for request in job.requests.values():
+                jobs_of.setdefault(request.owner, []).append(job.id)
+        ranks: dict[int, tuple[int, int]] = {}
+        heads: dict[tuple[int, Hashable], int] = {}
+        for job in sorted(self._waiting.values(), key=lambda j: j.id):
+            best = (len(running) + len(self._waiting) + 1, 0)
+            for request in job.requests.values():
+                ahead = sum(1 for other in jobs_of[request.owner]
+                            if other != job.id and (other in running or other < job.id))
+                since = job.id
+                if ahead == 0:
+                    pair = (job.id, request.owner)
+                    since = heads[pair] = self._next_since.get(pair, -1)
+                    if since < 0:
+                        since = heads[pair] = next(self._ticks)
+                best = min(best, (ahead, since))
+            ranks[job.id] = best
+        self._next_since = heads  # only the jobs that are next now
+        return ranks
+
+    def _order(self, ranks: dict[int, tuple[int, int]] | None = None) -> list[_Job]:
+        """The waiting jobs in the order they will start (if nothing changes meanwhile)."""
+        ranks = self._ranks() if ranks is None else ranks
+        return sorted(self._waiting.values(), key=lambda job: (*ranks[job.id], job.id))
+
+    def _remaining(self, job: _Job) -> float | None:
+        """Estimated seconds a job still needs (its whole estimate while it waits)."""
+        snapshot = job.worker.snapshot()
+        if snapshot.status is WorkerStatus.QUEUED:
+            return job.seconds
+        if not snapshot.is_active:
+            return 0.0
+        elapsed = time.time() - (snapshot.started or time.time())
+        if snapshot.finished_epochs:  # measured beats estimated
+            return elapsed / snapshot.finished_epochs * max(0, snapshot.total_epochs - snapshot.finished_epochs)
+        return None if job.seconds is None else max(0.0, job.seconds - elapsed)
+
+    def _start_times(self, order: list[_Job]) -> dict[int, float | None]:
+        """Estimated seconds until each waiting job starts: the running jobs' remaining times, then
+        each waiting job in turn on the slot that frees first (unknown from the first unknown on)."""
+        free: list[float | None] = [self._remaining(job) for job in self._running]
+        free += [0.0] * (self.slots - len(free))
+        starts: dict[int, float | None] = {}
+        for job in order:
+            if any(t is None for t in free):
+                starts[job.id] = None
+                continue
+            slot = min(range(len(free)), key=lambda i: free[i])
+            starts[job.id] = free[slot]
+            free[slot] = None if job.seconds is None else free[slot] + job.seconds
+        return starts
+
+    # --- the threads' side ------------------------------------------------------------------------
     def _finished(self, worker: TrainingWorker) -> None:
         with self._lock:
             self._running = [job for job in self._running if job.worker is not worker]
@@ -405,6 +723,10 @@ class TrainingQueue:
             done = [t for t, r in self._requests.items() if not r._job.worker.snapshot().is_active]
             for token in done[:-self.KEEP_FINISHED]:
                 del self._requests[token]
+            idle = {owner for owner in self._sessions} - {
+                r.owner for job in (*self._running, *self._waiting.values()) for r in job.requests.values()}
+            for owner in idle:  # nothing left to be fair about
+                del self._sessions[owner]
             self._dispatch()
         if self.on_job_finished is not None:
             try:
@@ -414,7 +736,33 @@ class TrainingQueue:
 
     def _dispatch(self) -> None:
         with self._lock:
+            self._sweep()
+            self._ranks()  # notes the jobs that have just become their session's next
             while self._waiting and len(self._running) < self.slots:
-                _, job = self._waiting.popitem(last=False)
+                ranks = self._ranks()
+                order = self._order(ranks)
+                job = order[0]
+                rank = ranks[job.id][0]
+                rest = min((ranks[other.id][0] for other in order[1:]), default=None)
+                del self._waiting[job.key]
                 self._running.append(job)
+                self.starts.append((job.id, rank, rest))
                 job.worker.start()
+
+
+def _connected(presence: Callable[[], bool]) -> bool:
+    try:
+        return bool(presence())
+    except Exception:  # a runtime that cannot tell: assume the page is there
+        return True
+
+
+def _what_fits(seconds: float, per_epoch: float | None, when: str = "") -> str:
+    """'about N epochs would fit' for `seconds` at `per_epoch` seconds an epoch."""
+    when = f" {when}" if when else ""
+    if not per_epoch:
+        return f"a smaller training would fit{when}"
+    epochs = int(max(0.0, seconds) // per_epoch)
+    if epochs < 1:
+        return f"not even one epoch of it fits{when}: choose smaller hidden widths or a smaller dataset"
+    return f"about {epochs:,} epochs of it would fit{when}"

@@ -207,19 +207,21 @@ def test_train_page_status_right_after_clicking_and_after_a_reload(held_training
     at.number_input(key="train_epochs").set_value(2).run()
     at.button(key="train_button").click().run()
     assert_clean(at)
-    # the page drawn right after the click shows the training: Train off, Cancel on, the sidebar's line
-    assert at.button(key="train_button").disabled
+    # the page drawn right after the click shows the training: Cancel on, the sidebar's line; Train stays
+    # on, as a session may queue one more behind it (BNN_QUEUE_PER_SESSION)
+    assert not at.button(key="train_button").disabled
     assert at.button(key="cancel_training")
     assert any("Training in the background" in c for c in texts(at.sidebar.caption)), texts(at.sidebar.caption)
     token = at.query_params["train"]
     token = token[0] if isinstance(token, list) else token
 
-    # a reload is a new session with the same address: progress, Cancel and the disabled Train come back
+    # a reload is a new session with the same address: the progress comes back; Cancel stays with the
+    # session that asked (the address is only a lookup: a copied link carries it too), and in classroom
+    # mode with the teacher (tests/test_queue_ownership.py)
     again = open_app(params={"train": token})
     assert_clean(again)
-    assert again.button(key="train_button").disabled
-    assert again.button(key="cancel_training")
     assert any("epoch 1/2" in (p.proto.text or "") for p in again.get("progress"))
+    assert any("only the browser that asked for it" in c for c in texts(again.caption))
 
     held_training.set()
     again.session_state["training_worker"].join(timeout=30)
@@ -791,13 +793,11 @@ def test_a_shared_link_does_not_hand_over_someone_elses_training(held_training, 
     at.button(key="train_button").click().run()
     token = at.query_params["train"]
     token = token[0] if isinstance(token, list) else token
-    request = at.session_state["training_worker"]
-    request.owner = "10.0.0.1"  # the browser that asked; the AppTest session has no address
+    # the classmate's session has the same address (as behind a school's NAT): it sees the progress only
     other = open_app(params={"train": token})
     assert_clean(other)
-    assert "training_worker" not in other.session_state
+    assert other.session_state["training_worker"] is at.session_state["training_worker"]
     assert not [b for b in other.button if b.key == "cancel_training"]
-    assert "train" not in other.query_params
 
 
 def test_inclusion_threshold_step_swaps_chart_data_and_keeps_every_spec(store):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import logging
 import time
 from typing import Any
 
@@ -15,7 +16,9 @@ import streamlit as st
 from core.errors import BNNError
 from dashboard import altair_spec, backend, cache, explain, figures, priors, state
 from dashboard.ui import guard
-from dashboard.worker import WorkerStatus
+from dashboard.worker import WorkerStatus, duration_text
+
+log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
 
@@ -298,18 +301,68 @@ def noise_model_controls(errors: FormErrors) -> dict[str, Any]:
             "precision_a": float(a), "precision_b": float(b)}
 
 
-TRAIN_PARAM = "train"  # ?train=<request token>: a reloaded page finds its training again
+TRAIN_PARAM = "train"  # ?train=<request token>: a reloaded page finds its training again (to watch)
+
+
+def training_seconds(config: Any) -> float | None:
+    """The estimated seconds of a training of `config` that the queue's limits are checked
+    against: the estimate this page shows (backend.training_estimate); None when it is unknown
+    (the training-set size is known only once the data is read). The one place to repoint when
+    a better cost model lands."""
+    info = next((row for row in dataset_table() if row["name"] == config.dataset), None)
+    if info is None or not info.get("n_train"):
+        return None
+    shape = info.get("input_shape") or ()
+    in_features = int(np.prod(shape)) if shape else 1
+    outputs = int(info.get("n_classes") or 0) or (2 if info["task"] == "regression" else 1)
+    return float(backend.training_estimate(config, info["n_train"], in_features, outputs)["seconds"])
+
+
+def queue_key(config: Any) -> str:
+    """Requests for the same config share one job."""
+    return json.dumps(config.to_dict(), sort_keys=True)
+
+
+def queue_refusal(values: dict[str, Any]) -> str | None:
+    """Why the queue would refuse this config from this session now (None: it would take it)."""
+    config = backend.make_config(values)
+    return cache.training_queue().refusal(queue_key(config), backend.total_epochs(config),
+                                          owner=state.session_owner(), seconds=training_seconds(config))
 
 
 def start_training(values: dict[str, Any]) -> None:
-    """Queue the config in the server's training queue (or join the same config's job)."""
+    """Queue the config in the server's training queue (or join the same config's job) for this
+    session; a refusal says why and what would fit."""
     with guard("Cannot start training"):
         config = backend.make_config(values)
-        key = json.dumps(config.to_dict(), sort_keys=True)
-        request = cache.training_queue().submit(key, config, backend.total_epochs(config), label=config.label())
-        request.owner = state.client_address()
+        request = cache.training_queue().submit(
+            queue_key(config), config, backend.total_epochs(config), label=config.label(),
+            owner=state.session_owner(), who=state.session_label(), seconds=training_seconds(config),
+            presence=state.queue_presence())
         state.set_worker(request)
         st.query_params[TRAIN_PARAM] = request.token
+
+
+def eta_text(seconds: float | None, starting: bool) -> str:
+    if seconds is None:
+        return "time unknown"
+    when = "starts in" if starting else "ends in"
+    return f"{when} about {duration_text(seconds)}" if seconds >= 1 else ("starting" if starting else "ending")
+
+
+def other_requests(current: Any) -> None:
+    """This session's other trainings (one more may be queued behind the one shown), each with Cancel."""
+    for request in cache.training_queue().requests_of(state.session_owner()):
+        if request is current:
+            continue
+        snapshot = request.snapshot()
+        where = (f"queued, place {snapshot.position}, {eta_text(snapshot.eta, True)}" if snapshot.position
+                 else f"training, epoch {snapshot.finished_epochs}/{snapshot.total_epochs}")
+        left, right = st.columns([4, 1])
+        left.caption(f"Also yours: {request.label} ({where})")
+        if right.button("Cancel", key=f"cancel_request_{request.id}", type="secondary"):
+            request.cancel()
+            st.rerun()
 
 
 @st.fragment(run_every=POLL_SECONDS)
@@ -321,14 +374,21 @@ def training_progress() -> None:
     snapshot = worker.snapshot()
     if not snapshot.is_active:
         st.rerun()
+    cancellable = state.may_cancel(worker)
+    if not state.owns(worker):
+        st.caption("This page found the training through its link (a link someone shared, or a reload where "
+                   "the browser could not be recognised): it shows the progress; only the browser that asked "
+                   "for it, or the teacher, can cancel it.")
     if snapshot.status is WorkerStatus.QUEUED:
         running, waiting = cache.training_queue().counts()
         st.markdown(f"**Queued** {worker.label}")
-        st.info(f"Waiting for a free training slot: place {snapshot.position} of {waiting} in the queue "
-                f"({running} training now, at most {cache.training_queue().slots} at once).")
-        if st.button("Cancel my request", key="cancel_training", type="secondary"):
+        st.info(f"Waiting for a free training slot: place {snapshot.position} of {waiting} in the queue, "
+                f"{eta_text(snapshot.eta, True)} ({running} training now, at most "
+                f"{cache.training_queue().slots} at once; each session takes its turn).")
+        if cancellable and st.button("Cancel my request", key="cancel_training", type="secondary"):
             worker.cancel()
             st.rerun()
+        other_requests(worker)
         return
     shared = f" (shared with {snapshot.sharers - 1} other session(s) that asked for the same config)" \
         if snapshot.sharers > 1 else ""
@@ -349,10 +409,11 @@ def training_progress() -> None:
             snapshot.history, colour=figures.family_colour(getattr(worker.config, "method", None)))))
     if worker.cancel_requested:
         st.caption("Cancelling after the current minibatch ...")
-    elif st.button("Cancel", key="cancel_training", type="secondary",
-                   help="withdraws your request; a training other sessions share goes on for them"):
+    elif cancellable and st.button("Cancel", key="cancel_training", type="secondary",
+                                   help="withdraws your request; a training other sessions share goes on for them"):
         worker.cancel()
         st.rerun()
+    other_requests(worker)
 
 
 def finished_training() -> None:
@@ -427,23 +488,52 @@ PENDING_DELETE_KEY = "pending_delete"
 
 
 def teacher_section() -> None:
-    """Classroom mode only: the teacher unlocks deleting runs and clearing caches with a token."""
+    """Classroom mode only: the teacher unlocks deleting runs, clearing caches and cancelling any
+    training with a token. A token is checked only when Unlock is pressed (not on every rerun),
+    and tries are throttled (dashboard/settings.py)."""
     from dashboard.settings import classroom_mode
     if not classroom_mode():
         return
     with st.expander("Teacher"):
         if not state.may_manage_runs():
-            token = st.text_input("Teacher token", type="password", key="teacher_token_input")
-            if token and not state.unlock_teacher(token):
-                st.error("That is not the teacher token.")
-            elif token:
-                st.rerun()
+            with st.form("teacher_unlock_form", clear_on_submit=True, border=False):
+                token = st.text_input("Teacher token", type="password", key="teacher_token_input")
+                submitted = st.form_submit_button("Unlock", key="teacher_unlock")
+            if submitted and token:
+                result = state.unlock_teacher(token)
+                if result.ok:
+                    st.rerun()
+                st.error(result.message)
             return
-        st.caption("Unlocked: this session can delete runs and clear caches.")
+        st.caption("Unlocked: this session can delete runs, clear caches and cancel any training.")
         if st.button("Clear every cache", key="clear_caches",
                      help="every session reloads runs and recomputes results; trainings go on"):
             cache.clear_all()
             st.rerun()
+        queue_panel()
+
+
+@st.fragment(run_every=2 * POLL_SECONDS)
+def queue_panel() -> None:
+    """The teacher's view of the server's queue: every running and waiting training, who asked
+    (an anonymous session label), what, its state, place and time; Cancel on each."""
+    queue = cache.training_queue()
+    entries = queue.overview()
+    running, waiting = queue.counts()
+    st.markdown(f"**Training queue**: {running} running (at most {queue.slots} at once), {waiting} waiting")
+    if not entries:
+        st.caption("Nothing is training or waiting.")
+        return
+    for entry in entries:
+        where = (f"queued, place {entry.place}" if entry.place is not None
+                 else f"running, epoch {entry.finished_epochs}/{entry.total_epochs}")
+        left, right = st.columns([5, 1])
+        left.text(f"{entry.who}: {entry.label}; {where}, {eta_text(entry.eta, entry.place is not None)}")
+        if right.button("Cancel", key=f"teacher_cancel_{entry.job_id}", type="secondary"):
+            queue.cancel_job(entry.job_id)
+            log.info("the teacher (%s) cancelled training %d (%s) of %s", state.session_label(), entry.job_id,
+                     entry.label, entry.who)
+            st.rerun(scope="fragment")
 
 
 def headline_metric(metrics: dict[str, Any]) -> str:
@@ -466,12 +556,21 @@ def request_training() -> None:
 
 running = state.worker() is not None and state.worker().snapshot().is_active
 form_values = config_form()
-if st.session_state.pop(TRAIN_REQUEST_KEY, False) and form_values is not None and not running:
+if st.session_state.pop(TRAIN_REQUEST_KEY, False) and form_values is not None:
+    before = state.worker()
     start_training(form_values)
-    if state.worker() is not None and state.worker().snapshot().is_active:
-        st.rerun()  # the page (and the sidebar) drawn again with the training: Train off, Cancel on
-st.button("Train", type="primary", disabled=running or form_values is None, key="train_button",
-          on_click=request_training, help="a training is under way (cancel it first)" if running else None)
+    if state.worker() is not before:
+        st.rerun()  # the page (and the sidebar) drawn again with the training and its Cancel
+refusal = None
+if form_values is not None:
+    with guard("Cannot queue this training"):
+        refusal = queue_refusal(form_values)
+if refusal:
+    st.error(refusal)
+st.button("Train", type="primary", disabled=form_values is None or refusal is not None, key="train_button",
+          on_click=request_training,
+          help="queued behind your training already under way"
+          if running and state.owns(state.worker()) and not refusal else None)
 if running:
     training_progress()
 else:
