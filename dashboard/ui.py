@@ -1,5 +1,8 @@
 """Error display: every BNNError becomes st.error(message); nothing shows a traceback.
 
+Messages are plain text (core's errors quote what was typed or linked: a file name, an option, a
+run id), so they are escaped for Markdown and never rendered as links or images.
+
     with guard("Loading the run"):
         ...  # a BNNError here is shown as an error box, the rest of the page still runs
 """
@@ -13,6 +16,7 @@ from typing import Iterator
 import streamlit as st
 
 from core.errors import BNNError
+from core.validate import plain
 
 log = logging.getLogger("dashboard")
 
@@ -28,12 +32,12 @@ def guard(what: str | None = None) -> Iterator[None]:
     try:
         yield
     except BNNError as exc:
-        st.error(f"{what}: {exc}" if what else str(exc))
+        st.error(plain(f"{what}: {exc}" if what else str(exc)))
     except ImportError as exc:  # a core module still missing in this checkout
         log.exception("missing module")
-        st.error(f"{what + ': ' if what else ''}a core module is not available ({exc}). "
-                 "Update the checkout or reinstall the project.")
+        st.error(plain(f"{what + ': ' if what else ''}a core module is not available ({exc}). "
+                       "Update the checkout or reinstall the project."))
     except Exception as exc:  # a bug: keep the page alive, the traceback goes to the server log
         log.exception("dashboard error")
-        st.error(f"{UNEXPECTED_PREFIX}{' while ' + what.lower() if what else ''} "
-                 f"({type(exc).__name__}): {exc}. The details are in the server log.")
+        st.error(plain(f"{UNEXPECTED_PREFIX}{' while ' + what.lower() if what else ''} "
+                       f"({type(exc).__name__}): {exc}. The details are in the server log."))
