@@ -13,6 +13,7 @@ from typing import Any
 
 import streamlit as st
 
+from core.validate import plain
 from dashboard import backend, cache, links
 
 RUN_KEY = "selected_run_id"
@@ -257,5 +258,5 @@ def run_page(title: str) -> Any:
     """A page about the selected run: its heading and caption; returns the run."""
     run = current_run()
     st.header(title)
-    st.caption(f"Run {run.run_id}: {run.config.label()}")
+    st.caption(plain(f"Run {run.run_id}: {run.config.label()}"))
     return run

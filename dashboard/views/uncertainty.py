@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from core.validate import plain
 from dashboard import altair_spec, backend, cache, explain, figures, links, state
 from dashboard.ui import guard
 
@@ -87,7 +88,7 @@ def regression_section() -> None:
                    f"{reference['draws']} draws; function R-hat max {d.get('function_rhat_max', float('nan')):.3f}, "
                    f"ESS min {d.get('function_ess_min', float('nan')):.0f}).")
         for warning in d.get("warnings", []):
-            st.warning(f"NUTS reference: {warning}")
+            st.warning(plain(f"NUTS reference: {warning}"))
 
 
 def image_of(x: np.ndarray) -> np.ndarray | None:
