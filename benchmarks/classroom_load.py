@@ -529,7 +529,8 @@ async def train(session: Session, report: Report, scenario: Scenario, deadline: 
     seed_state = text_state(seed.id, str(training_seed)) if seed in first.of_type("text_input") \
         else number_state(seed.id, training_seed)
     changes = {seed.id: seed_state,
-               epochs.id: number_state(epochs.id, scenario.training_epochs),
+               epochs.id: text_state(epochs.id, str(scenario.training_epochs)) if epochs in first.of_type("text_input")
+               else number_state(epochs.id, scenario.training_epochs),
                hidden.id: text_state(hidden.id, scenario.training_hidden)}
     session.widgets.update(changes)
     trainer_labels[session.index] = f"seed {training_seed}"

@@ -45,13 +45,18 @@ def plain(text: Any) -> str:
     return _MARKDOWN_SPECIAL.sub(r"\\\1", str(text)).replace("\n", " ")
 
 
+def _number_text(value: float) -> str:
+    """A bound as messages write it: whole bounds in full (1000000, not 1e+06), others short."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else f"{value:g}"
+
+
 def _range_text(low: float | None, high: float | None) -> str:
     if low is not None and high is not None:
-        return f"from {low:g} to {high:g}"
+        return f"from {_number_text(low)} to {_number_text(high)}"
     if low is not None:
-        return f"at least {low:g}"
+        return f"at least {_number_text(low)}"
     if high is not None:
-        return f"at most {high:g}"
+        return f"at most {_number_text(high)}"
     return "any"
 
 

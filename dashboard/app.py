@@ -35,17 +35,19 @@ LINKED_RUN_KEY = "linked_run"  # the last link followed
 
 def run_picker() -> None:
     """Sidebar: choose the current run among the cached ones."""
-    from dashboard import cache, state
+    from core.validate import plain
+    from dashboard import cache, links, state
     from dashboard.ui import guard
 
     with guard("Listing cached runs"):
+        links.accept(links.TRAIN, links.parse_train_token)  # its format only; whose it is, reattach decides
         state.reattach_training()
         state.collect_finished_worker()
         state.ensure_default_run()
         notice = state.pop_notice()
-        if notice:
-            st.sidebar.info(notice)
-            st.toast(notice)
+        if notice:  # it quotes run ids and labels: plain text
+            st.sidebar.info(plain(notice))
+            st.toast(plain(notice))
         rows = [r for r in cache.cached_run_list() if r.get("status", "ok") == "ok"]
         if not rows:
             worker = state.worker()
@@ -53,6 +55,8 @@ def run_picker() -> None:
                 st.sidebar.caption("No cached runs yet: the first one is training.")
             else:
                 st.sidebar.caption("No cached runs yet: train one on the Train page.")
+            follow_link([])
+            state.apply_link_view(None)  # a link's view settings have no run to apply to: said, not ignored
             sidebar_training_status()
             return
         all_labels = cache.cached_run_labels()
@@ -103,22 +107,21 @@ def _training_status_fragment() -> None:
 
 
 def follow_link(ids: list[str]) -> None:
-    """A shared link (?run=<id or unique prefix>) selects its run, once per new link."""
+    """A shared link (?run=<id or unique prefix>) selects its run, once per new link; any other
+    value is refused with a message (and the address then names the run shown)."""
+    from dashboard import links, state
+
     requested = st.query_params.get(RUN_PARAM)
-    if not requested or requested == st.session_state.get(LINKED_RUN_KEY):
+    if requested is None or requested == st.session_state.get(LINKED_RUN_KEY):
         return
     st.session_state[LINKED_RUN_KEY] = requested
-    matches = [run_id for run_id in ids if run_id.startswith(requested)]
-    from dashboard import state
-
-    if len(matches) == 1:
-        state.select_run(matches[0])
-    else:
-        st.sidebar.warning(f"The link names run {requested!r}, which is {'ambiguous' if matches else 'not cached'}; "
-                           f"showing another run.")
+    run_id = links.accept(RUN_PARAM, lambda text: links.parse_run(text, ids))
+    if run_id is not None:
+        state.select_run(run_id)
 
 
 PAGE_PARAM = "page"  # ?page=pruning: open that page (the path /pruning does the same)
+DEFAULT_PAGE = "train"  # the name of the default page, whose url path is the root ("")
 
 
 RERUN_LOG_VARIABLE = "BNN_RERUN_LOG"  # a file: one JSON line per script run (the load test's CPU per interaction)
@@ -190,7 +193,7 @@ def render(page_out: list | None = None) -> None:
         settings.apply_compute_threads()
     navigation = st.navigation(pages)
     if page_out is not None:
-        page_out.append(navigation.url_path or "train")
+        page_out.append(navigation.url_path or DEFAULT_PAGE)
     st.sidebar.title(APP_TITLE)
     # No st.spinner here: it starts a timer thread on every rerun of every session, and the run
     # list is read from memory (the first paint of a fresh server says "Starting" above).
@@ -198,12 +201,15 @@ def render(page_out: list | None = None) -> None:
     family_key()
     starting.empty()
     st.session_state["app_started"] = True
-    requested = st.query_params.get(PAGE_PARAM)
-    if requested and not st.session_state.get("page_link_followed"):
+    from dashboard import links
+
+    if PAGE_PARAM in st.query_params and not st.session_state.get("page_link_followed"):
         st.session_state["page_link_followed"] = True
-        names = {page.url_path: page for page in pages}
-        if requested in names and requested != navigation.url_path:
+        names = {page.url_path or DEFAULT_PAGE: page for page in pages}
+        requested = links.accept(PAGE_PARAM, lambda text: links.parse_page(text, names))
+        if requested is not None and requested != (navigation.url_path or DEFAULT_PAGE):
             st.switch_page(names[requested])
+    links.show_refusals()  # after any page switch (which reruns the script): shown on the page drawn
     with guard():
         navigation.run()
 

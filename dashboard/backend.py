@@ -141,9 +141,18 @@ def parse_hidden(text: str) -> tuple[int, ...]:
     return parsing.parse_hidden(text)
 
 
-def parse_options(text: str) -> dict[str, Any]:
-    """'prior_inclusion=0.1, slab=student-t' -> {'prior_inclusion': 0.1, 'slab': 'student-t'} (the CLI's rule)."""
-    return parsing.parse_pair_list(text, "family options")
+def parse_options(text: str, what: str = "family options") -> dict[str, Any]:
+    """'prior_inclusion=0.1, slab=student-t' -> {'prior_inclusion': 0.1, 'slab': 'student-t'} (the CLI's rule);
+    a ConfigError names the box as `what`."""
+    return parsing.parse_pair_list(text, what)
+
+
+def check_dataset_params(dataset: str, params: dict[str, Any]) -> None:
+    """DataError when the generator of `dataset` would refuse `params` (core.data.toy's own rules),
+    found without generating anything. A set that is not generated takes none: the config says so."""
+    from core.data import toy
+    if dataset in toy.GENERATORS:
+        toy.check_params(dataset, params)
 
 
 def parse_scalar(raw: str) -> Any:

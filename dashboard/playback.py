@@ -14,12 +14,11 @@ from typing import Any, Sequence
 import numpy as np
 import streamlit as st
 
-from dashboard import altair_spec, figures, raster, state
+from dashboard import altair_spec, figures, links, raster, state
 
 PLAY_SECONDS = 0.6  # between frames while playing
 FRAMES = 60  # a playback shows about this many frames, however long the training
-EPOCH_PARAM = "epoch"
-LINK_APPLIED_KEY = "playback_link_applied"  # the address's epoch opens the first run shown, not every later one
+EPOCH_PARAM = "epoch"  # read and checked against the run's recorded epochs in dashboard/links.py
 
 
 def epoch_key(run_id: str) -> str:
@@ -46,27 +45,6 @@ def next_epoch(current: int, n_epochs: int, step: int) -> int | None:
     return min(int(n_epochs), int(current) + int(step))
 
 
-def link_epoch(n_epochs: int) -> int | None:
-    """The address's epoch when it is a whole number of this run's epochs (else a warning and None);
-    read once per session (a browser tab opening a link)."""
-    if st.session_state.get(LINK_APPLIED_KEY):
-        return None
-    st.session_state[LINK_APPLIED_KEY] = True
-    text = st.query_params.get(EPOCH_PARAM)
-    if text is None:
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        st.warning(f"The link's {EPOCH_PARAM}={text!r} is not a whole number; playback starts at the last epoch.")
-        return None
-    if not 1 <= value <= n_epochs:
-        st.warning(f"The link's {EPOCH_PARAM}={value} is outside this run's epochs 1-{n_epochs}; "
-                   "playback starts at the last epoch.")
-        return None
-    return value
-
-
 def render(run_id: str, family: str, snapshots: Any, threshold: float, labels: Sequence[str]) -> None:
     """The playback controls and charts for a run whose snapshots are `snapshots`."""
     n = int(snapshots.n_epochs)
@@ -75,7 +53,8 @@ def render(run_id: str, family: str, snapshots: Any, threshold: float, labels: S
         return
     key, playing_now = epoch_key(run_id), playing_key(run_id)
     if key not in st.session_state:
-        st.session_state[key] = link_epoch(n) or n  # opens on the final model unless the link says otherwise
+        # Opens on the final model unless the link (checked against this run's epochs) says otherwise.
+        st.session_state[key] = links.linked_value(links.EPOCH_LINK_KEY, run_id) or n
     st.session_state[key] = int(min(n, max(1, int(st.session_state[key]))))
     playing = bool(st.session_state.get(playing_now, False))
     max_count = int(snapshots.histogram.max()) if snapshots.histogram.size else 1

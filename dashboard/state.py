@@ -44,7 +44,8 @@ from typing import Any
 
 import streamlit as st
 
-from dashboard import backend, cache
+from core.validate import plain
+from dashboard import backend, cache, links
 
 RUN_KEY = "selected_run_id"
 WORKER_KEY = "training_worker"
@@ -253,37 +254,20 @@ def pop_notice() -> str | None:
 
 # The view in the address: ?run=..&threshold=..&mode=..&R=..&ood=..; a copied link reproduces it.
 VIEW_PARAMS = {"threshold": "threshold", "mode": "mode", "samples": "R"}
-OOD_PARAM = "ood"
-VIEW_APPLIED_KEY = "view_link_applied"
+MAX_SAMPLES = links.MAX_SAMPLES
 
 
 def apply_link_view(run_id: str | None) -> None:
-    """Once per session (a browser tab opening a link): the address's threshold, mode, R and
-    OOD sets become the settings of the linked run."""
-    if run_id is None or st.session_state.get(VIEW_APPLIED_KEY):
-        return
-    st.session_state[VIEW_APPLIED_KEY] = True
-    params = st.query_params
-    for name, param in VIEW_PARAMS.items():
-        text = params.get(param)
-        if text is None:
-            continue
-        try:
-            value: Any = float(text) if name == "threshold" else int(text) if name == "samples" else str(text)
-        except ValueError:
-            st.sidebar.warning(f"The link's {param}={text!r} is not a number; it was ignored.")
-            continue
-        store_setting(run_id, name, value)
-        if name == "mode":
-            store_setting(run_id, "mode_chosen", True)
-    if params.get(OOD_PARAM) is not None:
-        st.session_state["ood_sets_link"] = [p for p in params.get(OOD_PARAM).split(",") if p]
+    """Once per session (a browser tab opening a link): the address's threshold, mode, R, OOD sets
+    and epoch become the settings of the linked run, each checked against it (dashboard/links.py)."""
+    links.apply_view(run_id)
 
 
-def publish(name: str, value: Any) -> None:
+def publish(name: str, value: Any, text: str | None = None) -> None:
     """Write a view setting into the address (only when it changed: each write is a message)."""
     param = VIEW_PARAMS.get(name, name)
-    text = f"{value:.6g}" if isinstance(value, float) else ",".join(value) if isinstance(value, list) else str(value)
+    if text is None:
+        text = f"{value:.6g}" if isinstance(value, float) else ",".join(value) if isinstance(value, list) else str(value)
     if st.query_params.get(param) != text:
         st.query_params[param] = text
 
@@ -296,8 +280,10 @@ def store_setting(run_id: str, name: str, value: Any) -> None:
     st.session_state.setdefault(SETTINGS_KEY, {}).setdefault(run_id, {})[name] = value
 
 
-def persistent_widget(widget: Any, run_id: str, name: str, default: Any, label: str, **kwargs: Any) -> Any:
-    """A widget whose value is remembered per run across pages."""
+def persistent_widget(widget: Any, run_id: str, name: str, default: Any, label: str,
+                      link_text: Any = None, **kwargs: Any) -> Any:
+    """A widget whose value is remembered per run across pages; link_text(value), when given, is how
+    the address writes it."""
     key = f"widget:{name}:{run_id}"
     # Always (re)seed the widget from our store: after a page switch Streamlit may
     # have discarded or reset the widget's own state.
@@ -309,7 +295,7 @@ def persistent_widget(widget: Any, run_id: str, name: str, default: Any, label: 
     value = widget(label, key=key, on_change=remember, **kwargs)
     store_setting(run_id, name, value)
     if name in VIEW_PARAMS:
-        publish(name, value)
+        publish(name, value, link_text(value) if link_text is not None else None)
     return value
 
 
@@ -333,7 +319,7 @@ def prediction_mode_select(run_id: str, default: str = "bma") -> str:
     return value
 
 
-def samples_slider(run_id: str, max_samples: int, disabled: bool = False) -> int:
+def samples_slider(run_id: str, max_samples: int = MAX_SAMPLES, disabled: bool = False) -> int:
     """The number of posterior draws R, shared by every page of a run; disabled (with the reason)
     in modes that draw nothing."""
     return persistent_widget(st.slider, run_id, "samples", 10, "Posterior samples R", min_value=1,
@@ -353,6 +339,7 @@ def threshold_slider(run_id: str, spec: backend.ThresholdRange, label: str | Non
     return float(persistent_widget(
         st.slider, run_id, "threshold", current,
         label or f"threshold on {spec.name} ({direction})",
+        link_text=lambda value: links.link_number(float(value), float(spec.low), float(spec.high)),
         min_value=float(spec.low), max_value=float(spec.high), step=float(step), format="%.4g",
         disabled=disabled_reason is not None,
         help=help_text if disabled_reason is None else f"{disabled_reason} {help_text}"))
@@ -378,5 +365,5 @@ def run_page(title: str) -> Any:
     """A page about the selected run: its heading and caption; returns the run."""
     run = current_run()
     st.header(title)
-    st.caption(f"Run {run.run_id}: {run.config.label()}")
+    st.caption(plain(f"Run {run.run_id}: {run.config.label()}"))
     return run

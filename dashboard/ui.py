@@ -1,5 +1,9 @@
 """Error display: every BNNError becomes st.error(message); nothing shows a traceback.
 
+Messages are plain text (core's errors quote what was typed or linked: a file name, an option, a
+run id), so they are escaped for Markdown and never rendered as links or images; they name no
+absolute server path (without_server_paths).
+
     with guard("Loading the run"):
         ...  # a BNNError here is shown as an error box, the rest of the page still runs
 """
@@ -7,16 +11,55 @@
 from __future__ import annotations
 
 import logging
+import os
+import re
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 import streamlit as st
 
 from core.errors import BNNError
+from core.validate import plain
 
 log = logging.getLogger("dashboard")
 
 UNEXPECTED_PREFIX = "Unexpected error"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# An absolute path in a message: after a start, a space, a quote, a bracket or '=', up to a space or quote.
+_ABSOLUTE_PATH = re.compile(r"(?:(?<=^)|(?<=[\s'\"(\[=]))(/[^\s'\"),;\]]+)")
+
+
+def _known_roots() -> list[tuple[str, str]]:
+    """(server folder, what a page writes instead), the longest folder first."""
+    from core.data.locations import CACHE_DIR_ENV, DATA_DIR_ENV, resolve_data_dir, user_cache_dir
+    from core.runs.store import default_cache_dir
+    roots = [(user_cache_dir(), "the download cache"), (default_cache_dir() / "runs", "the run store"),
+             (default_cache_dir(), "the cache folder"), (PROJECT_ROOT, "")]
+    if os.environ.get(CACHE_DIR_ENV, "").strip():
+        roots.append((Path(os.environ[CACHE_DIR_ENV].strip()).expanduser(), f"${CACHE_DIR_ENV}"))
+    data_dir = resolve_data_dir()
+    if data_dir is not None:
+        roots.append((data_dir, f"${DATA_DIR_ENV}"))
+    pairs = {str(Path(folder).expanduser().resolve()): name for folder, name in roots}
+    pairs.update({str(Path(folder).expanduser()): name for folder, name in roots})
+    return sorted(pairs.items(), key=lambda pair: -len(pair[0]))
+
+
+def without_server_paths(text: str) -> str:
+    """`text` as a page may show it: no absolute server path. core's messages name files for the
+    command line; on a page the store's, cache's and data folder's paths become their names (a file
+    under them stays relative: 'the download cache/mnist/...'), project files are relative to the
+    project, and any other absolute path keeps only its last part ('.../train.csv')."""
+    text = str(text)
+    try:
+        roots = _known_roots()
+    except Exception:  # the folders cannot be resolved: the generic rule below still applies
+        roots = []
+    for folder, name in roots:
+        if folder and folder != "/":
+            text = text.replace(folder + "/", f"{name}/" if name else "").replace(folder, name or ".")
+    return _ABSOLUTE_PATH.sub(lambda match: ".../" + (match.group(1).rstrip("/").rsplit("/", 1)[-1]), text)
 
 
 @contextmanager
@@ -28,12 +71,12 @@ def guard(what: str | None = None) -> Iterator[None]:
     try:
         yield
     except BNNError as exc:
-        st.error(f"{what}: {exc}" if what else str(exc))
+        st.error(plain(without_server_paths(f"{what}: {exc}" if what else str(exc))))
     except ImportError as exc:  # a core module still missing in this checkout
         log.exception("missing module")
-        st.error(f"{what + ': ' if what else ''}a core module is not available ({exc}). "
-                 "Update the checkout or reinstall the project.")
+        st.error(plain(f"{what + ': ' if what else ''}a core module is not available ({without_server_paths(str(exc))}). "
+                       "Update the checkout or reinstall the project."))
     except Exception as exc:  # a bug: keep the page alive, the traceback goes to the server log
         log.exception("dashboard error")
-        st.error(f"{UNEXPECTED_PREFIX}{' while ' + what.lower() if what else ''} "
-                 f"({type(exc).__name__}): {exc}. The details are in the server log.")
+        st.error(plain(f"{UNEXPECTED_PREFIX}{' while ' + what.lower() if what else ''} "
+                       f"({type(exc).__name__}): {without_server_paths(str(exc))}. The details are in the server log."))

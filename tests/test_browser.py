@@ -323,7 +323,7 @@ def test_a_reload_keeps_progress_and_cancel_a_copied_link_shows_progress_only(se
     hidden = page.get_by_role("textbox", name="Hidden widths")
     hidden.fill("6")
     hidden.press("Enter")
-    epochs = page.get_by_role("spinbutton", name="Epochs (0:")
+    epochs = page.get_by_role("textbox", name="Epochs (0:")
     epochs.fill("5000")
     epochs.press("Enter")
     page.wait_for_timeout(1500)

@@ -136,7 +136,7 @@ def test_two_sessions_asking_for_one_config_share_one_training(tmp_path, monkeyp
         at = AppTest.from_file(str(APP), default_timeout=120).run()
         at.selectbox(key="train_dataset").set_value("two-moons").run()
         at.text_input(key="train_hidden").input("4").run()
-        at.number_input(key="train_epochs").set_value(100).run()
+        at.text_input(key="train_epochs").input("100").run()
         sessions.append(at)
     for at in sessions:
         at.button(key="train_button").click().run()

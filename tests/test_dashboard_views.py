@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import os
 import threading
 import zipfile
@@ -65,7 +66,8 @@ def chart_rows(chart, name: str) -> list[dict]:
 
 
 def texts(elements) -> list[str]:
-    return [e.value for e in elements]
+    """What a reader sees: messages quoting typed or linked text are escaped for Markdown."""
+    return [re.sub(r"\\(.)", r"\1", e.value) for e in elements]
 
 
 # --- defect 2: out-of-range numbers are reported, never replaced ---------------------------------------
@@ -74,17 +76,17 @@ def test_out_of_range_numbers_disable_train_with_a_message(tmp_path, monkeypatch
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
     at = open_app()
     assert not at.button(key="train_button").disabled
-    at.number_input(key="train_epochs").set_value(-5).run()
+    at.text_input(key="train_epochs").input("-5").run()
     assert not at.exception
     assert any("Epochs" in e and "-5" in e for e in texts(at.error)), texts(at.error)
     assert at.button(key="train_button").disabled
-    at.number_input(key="train_epochs").set_value(2).run()
+    at.text_input(key="train_epochs").input("2").run()
     at.text_input(key="train_seed").input("99999999999999999999").run()
     assert any("Seed" in e and "99999999999999999999" in e for e in texts(at.error)), texts(at.error)
     assert at.button(key="train_button").disabled
     at.text_input(key="train_seed").input("7").run()
     assert not at.error and not at.button(key="train_button").disabled
-    at.number_input(key="train_batch").set_value(0).run()
+    at.text_input(key="train_batch").input("0").run()
     assert any("Batch size" in e for e in texts(at.error)) and at.button(key="train_button").disabled
 
 
@@ -204,7 +206,7 @@ def test_train_page_status_right_after_clicking_and_after_a_reload(held_training
     at = open_app(store["moons"])
     at.selectbox(key="train_dataset").set_value("two-moons").run()
     at.text_input(key="train_hidden").input("3").run()
-    at.number_input(key="train_epochs").set_value(2).run()
+    at.text_input(key="train_epochs").input("2").run()
     at.button(key="train_button").click().run()
     assert_clean(at)
     # the page drawn right after the click shows the training: Cancel on, the sidebar's line; Train stays
@@ -349,30 +351,30 @@ def test_surface_arrays_against_direct_computation():
 def test_prior_widgets_have_ranges_help_and_fold_advanced_options(tmp_path, monkeypatch):
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
     at = open_app()
-    psi = at.number_input(key="train_opt_lbbnn_prior_inclusion")
+    psi = at.text_input(key="train_opt_lbbnn_prior_inclusion")
     assert psi.label.startswith("Prior inclusion probability") and "(0, 1)" in psi.help
     assert at.selectbox(key="train_opt_lbbnn_inclusion_prior").options == ["bernoulli", "beta-bernoulli",
                                                                            "beta-binomial"]
     advanced = [e for e in at.expander if "Advanced" in e.label]
-    assert advanced and advanced[0].number_input(key="train_opt_lbbnn_init_sigma")
-    assert not [n for n in at.main.number_input if n.key == "train_opt_lbbnn_init_sigma"
-                and n not in advanced[0].number_input]
-    keys = {n.key for n in at.number_input}
+    assert advanced and advanced[0].text_input(key="train_opt_lbbnn_init_sigma")
+    assert not [n for n in at.main.text_input if n.key == "train_opt_lbbnn_init_sigma"
+                and n not in advanced[0].text_input]
+    keys = {n.key for n in at.text_input}
     # options shown only where they matter: Beta a, b for the beta priors, Student-t a, b for that slab
     assert "train_opt_lbbnn_beta_a" not in keys and "train_opt_lbbnn_slab_a" not in keys
     assert "train_opt_lbbnn_slab_variance" in keys
     at.selectbox(key="train_opt_lbbnn_inclusion_prior").set_value("beta-bernoulli").run()
-    keys = {n.key for n in at.number_input}
+    keys = {n.key for n in at.text_input}
     assert "train_opt_lbbnn_beta_a" in keys and "train_opt_lbbnn_prior_inclusion" not in keys
     assert at.checkbox(key="train_empirical_bayes").value is False
-    at.number_input(key="train_opt_lbbnn_beta_a").set_value(-1.0).run()
+    at.text_input(key="train_opt_lbbnn_beta_a").input("-1.0").run()
     assert any("Beta a" in e and "-1" in e for e in texts(at.error)) and at.button(key="train_button").disabled
-    at.number_input(key="train_opt_lbbnn_beta_a").set_value(2.0).run()
+    at.text_input(key="train_opt_lbbnn_beta_a").input("2.0").run()
     assert not at.error
     at.checkbox(key="train_empirical_bayes").check().run()
     assert not at.error and not at.button(key="train_button").disabled
     at.selectbox(key="train_method").set_value("horseshoe").run()
-    assert at.number_input(key="train_opt_horseshoe_global_scale").value == pytest.approx(1e-5)
+    assert float(at.text_input(key="train_opt_horseshoe_global_scale").value) == pytest.approx(1e-5)
 
 
 def test_prior_of_the_statistic_is_the_beta_density_or_the_point_psi():

@@ -119,3 +119,30 @@ def test_two_spirals_arms_are_point_symmetric():
         expected_angle = r * 3 * np.pi + offset
         diff = np.angle(np.exp(1j * (np.arctan2(pts[:, 1], pts[:, 0]) - expected_angle)))
         assert np.abs(diff[r > 0.05]).max() < 1e-3
+
+
+@pytest.mark.parametrize("name", ["toy-sine-gaps", "toy-cubic", "toy-hetero", "two-moons", "two-spirals"])
+@pytest.mark.parametrize("given", [{}, {"bogus": 3}, {"noise": "abc"}, {"n": -5}, {"n": 2.5}, {"n_test": 0},
+                                   {"noise": -1.0}, {"n": 30, "noise": 0.2}, {"gaps": [[0.5, 0.2]]},
+                                   {"intervals": "x"}])
+def test_check_params_refuses_exactly_what_the_generator_refuses(name, given):
+    """The Train form checks generator parameters as they are typed with the generator's own rules."""
+    from core.data import toy
+    from core.errors import DataError
+    try:
+        toy.GENERATORS[name](seed=0, **given)
+    except DataError as exc:
+        with pytest.raises(DataError) as caught:
+            toy.check_params(name, given)
+        assert str(caught.value) == str(exc)
+    else:
+        toy.check_params(name, given)
+
+
+def test_check_params_draws_nothing():
+    import time
+
+    from core.data import toy
+    started = time.perf_counter()
+    toy.check_params("two-moons", {"n": 10 ** 12})  # generating this would need terabytes
+    assert time.perf_counter() - started < 0.1

@@ -107,3 +107,10 @@ def test_a_setting_reads_its_variable_by_its_rule_and_never_replaces_a_bad_value
     assert flag.read({"BNN_TEST_FLAG": "Yes"}) is True and flag.read({"BNN_TEST_FLAG": "off"}) is False
     with pytest.raises(InputError):
         flag.read({"BNN_TEST_FLAG": "maybe"})
+
+
+def test_whole_bounds_are_written_in_full():
+    with pytest.raises(InputError, match=r"from 1 to 1000000$"):
+        validate.whole_number("1e20", "Batch size", 1, 1_000_000)
+    with pytest.raises(InputError, match=r"from 0 to 4294967295$"):
+        validate.whole_number("-1", "Seed", 0, 2 ** 32 - 1)

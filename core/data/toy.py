@@ -53,15 +53,17 @@ def _regression_1d(name: str, x_train, y_train, x_test, y_test, grid, grid_mean,
         y_grid_mean=grid_mean.astype(np.float32))
 
 
-def make_sine_gaps(seed: int = 0, **given: Any) -> Dataset:
+def _sine_gaps_params(given: dict) -> tuple:
     name = "toy-sine-gaps"
     p = merge_params(name, SINE_GAPS_DEFAULTS, given)
-    n = positive_int(name, "n", p["n"])
-    n_pool = positive_int(name, "n_pool", p["n_pool"])
-    noise = non_negative_float(name, "noise", p["noise"])
-    gaps = interval_list(name, "gaps", p["gaps"], *SINE_RANGE)
-    n_test = positive_int(name, "n_test", p["n_test"])
-    n_grid = positive_int(name, "n_grid", p["n_grid"], minimum=2)
+    return (p, positive_int(name, "n", p["n"]), positive_int(name, "n_pool", p["n_pool"]),
+            non_negative_float(name, "noise", p["noise"]), interval_list(name, "gaps", p["gaps"], *SINE_RANGE),
+            positive_int(name, "n_test", p["n_test"]), positive_int(name, "n_grid", p["n_grid"], minimum=2))
+
+
+def make_sine_gaps(seed: int = 0, **given: Any) -> Dataset:
+    name = "toy-sine-gaps"
+    p, n, n_pool, noise, gaps, n_test, n_grid = _sine_gaps_params(given)
     rng = np.random.default_rng(seed)
     # A pool of points on [0, 1]; the gaps are emptied and n points kept from the rest.
     pool = rng.uniform(*SINE_RANGE, size=n_pool)
@@ -79,14 +81,17 @@ def make_sine_gaps(seed: int = 0, **given: Any) -> Dataset:
                           params)
 
 
-def make_cubic(seed: int = 0, **given: Any) -> Dataset:
+def _cubic_params(given: dict) -> tuple:
     name = "toy-cubic"
     p = merge_params(name, CUBIC_DEFAULTS, given)
-    n = positive_int(name, "n", p["n"])
-    noise = non_negative_float(name, "noise", p["noise"])
-    intervals = interval_list(name, "intervals", p["intervals"], *CUBIC_RANGE)
-    n_test = positive_int(name, "n_test", p["n_test"])
-    n_grid = positive_int(name, "n_grid", p["n_grid"], minimum=2)
+    return (p, positive_int(name, "n", p["n"]), non_negative_float(name, "noise", p["noise"]),
+            interval_list(name, "intervals", p["intervals"], *CUBIC_RANGE),
+            positive_int(name, "n_test", p["n_test"]), positive_int(name, "n_grid", p["n_grid"], minimum=2))
+
+
+def make_cubic(seed: int = 0, **given: Any) -> Dataset:
+    name = "toy-cubic"
+    p, n, noise, intervals, n_test, n_grid = _cubic_params(given)
     rng = np.random.default_rng(seed)
     # Split n over the intervals in proportion to their lengths.
     lengths = np.array([b - a for a, b in intervals])
@@ -104,15 +109,18 @@ def make_cubic(seed: int = 0, **given: Any) -> Dataset:
     return _regression_1d(name, x_train, y_train, x_test, y_test, grid, grid ** 3, params)
 
 
+def _hetero_params(given: dict) -> tuple:
+    name = "toy-hetero"
+    p = merge_params(name, HETERO_DEFAULTS, given)
+    return (p, positive_int(name, "n", p["n"]), non_negative_float(name, "noise", p["noise"]),
+            non_negative_float(name, "noise_slope", p["noise_slope"]), positive_int(name, "n_test", p["n_test"]),
+            positive_int(name, "n_grid", p["n_grid"], minimum=2))
+
+
 def make_hetero(seed: int = 0, **given: Any) -> Dataset:
     """sin(x) with noise std = noise + noise_slope * |x|: uncertainty that grows with |x|."""
     name = "toy-hetero"
-    p = merge_params(name, HETERO_DEFAULTS, given)
-    n = positive_int(name, "n", p["n"])
-    noise = non_negative_float(name, "noise", p["noise"])
-    slope = non_negative_float(name, "noise_slope", p["noise_slope"])
-    n_test = positive_int(name, "n_test", p["n_test"])
-    n_grid = positive_int(name, "n_grid", p["n_grid"], minimum=2)
+    p, n, noise, slope, n_test, n_grid = _hetero_params(given)
     rng = np.random.default_rng(seed)
 
     def sample(count: int) -> tuple:
@@ -171,11 +179,14 @@ def _spirals(count: int, noise: float, rng: np.random.Generator) -> tuple:
     return x[order], y[order]
 
 
-def _make_2d(name: str, sampler, seed: int, given: dict) -> Dataset:
+def _2d_params(name: str, given: dict) -> tuple:
     p = merge_params(name, CLASSIFICATION_2D_DEFAULTS, given)
-    n = positive_int(name, "n", p["n"], minimum=2)
-    n_test = positive_int(name, "n_test", p["n_test"], minimum=2)
-    noise = non_negative_float(name, "noise", p["noise"])
+    return (p, positive_int(name, "n", p["n"], minimum=2), positive_int(name, "n_test", p["n_test"], minimum=2),
+            non_negative_float(name, "noise", p["noise"]))
+
+
+def _make_2d(name: str, sampler, seed: int, given: dict) -> Dataset:
+    p, n, n_test, noise = _2d_params(name, given)
     rng = np.random.default_rng(seed)
     x_train, y_train = sampler(n, noise, rng)
     x_test, y_test = sampler(n_test, noise, rng)
@@ -200,6 +211,22 @@ GENERATORS = {
     "two-moons": make_two_moons,
     "two-spirals": make_two_spirals,
 }
+# Each generator's rules on its parameters, applied without generating anything (check_params).
+PARAMETER_RULES = {"toy-sine-gaps": _sine_gaps_params, "toy-cubic": _cubic_params, "toy-hetero": _hetero_params,
+                   "two-moons": lambda given: _2d_params("two-moons", given),
+                   "two-spirals": lambda given: _2d_params("two-spirals", given)}
+
+
+def check_params(name: str, given: dict) -> None:
+    """DataError when the generator `name` would refuse `given` (an unknown name listing the valid ones,
+    a wrong type, a value out of range), found before anything is drawn: a form checks what is typed.
+    A rule that needs the draws (toy-sine-gaps: enough pool points outside the gaps) is checked by the
+    generator only."""
+    if name not in PARAMETER_RULES:
+        raise DataError(f"{name!r} takes no generator parameters; only {', '.join(PARAMETER_RULES)} do")
+    PARAMETER_RULES[name](dict(given))
+
+
 # Each generator's default parameters (what a set is when nothing is given).
 GENERATOR_DEFAULTS = {"toy-sine-gaps": SINE_GAPS_DEFAULTS, "toy-cubic": CUBIC_DEFAULTS, "toy-hetero": HETERO_DEFAULTS,
                       "two-moons": CLASSIFICATION_2D_DEFAULTS, "two-spirals": CLASSIFICATION_2D_DEFAULTS}

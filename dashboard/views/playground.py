@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
+from core.validate import plain
 from dashboard import altair_spec, backend, explain, figures, state
-from dashboard.ui import guard
+from dashboard.ui import guard, without_server_paths
 
 JOB_KEY = "playground_job"
 CHARTS_KEY = "playground_charts"  # the last picture's chart specs: a poll that finds no new picture reuses them
@@ -134,7 +135,7 @@ def chart_specs(training: backend.PlaygroundTraining, picture: dict, show_main: 
 def draw(training: backend.PlaygroundTraining) -> None:
     picture = training.snapshot()
     if training.error:
-        st.error(f"Training failed: {training.error}")
+        st.error(plain(without_server_paths(f"Training failed: {training.error}")))
     if picture is None:
         if not training.error:
             st.info("Starting ...")

@@ -8,7 +8,6 @@ import streamlit as st
 from dashboard import backend, cache, explain, figures, state
 from dashboard.ui import guard
 
-MAX_SAMPLES = 100
 PAGE_DEFAULT_MODE = "prune"  # the mode the threshold acts on (issue 13, defect 8)
 TOLERANCE_KEY = "suggest_tolerance"
 
@@ -32,6 +31,7 @@ def apply_suggestion(value: float) -> None:
     state.store_setting(run_id, "threshold", float(value))
 
 
+settings_read = False
 with guard("Reading the statistic"):
     spec = cache.threshold_range(run_id)
     follow_curve_click()
@@ -50,10 +50,13 @@ with guard("Reading the statistic"):
             if mode in backend.DEFAULT_CUT_MODES else f"Mode {mode} uses every weight.")
         threshold = state.threshold_slider(run_id, spec, disabled_reason=reason)
     with right:
-        samples = state.samples_slider(run_id, MAX_SAMPLES, disabled=not backend.mode_draws_samples(mode, weights))
+        samples = state.samples_slider(run_id, disabled=not backend.mode_draws_samples(mode, weights))
     st.caption(backend.MODE_HELP[mode] + (f". {reason} The slider moves only the point on the curve."
                                           if reason else ""))
     effective = backend.mode_threshold(mode, threshold, spec.default)
+    settings_read = True
+if not settings_read:  # the error is shown above; without the settings every later section would fail too
+    st.stop()
 
 with guard("Evaluating the test set"):
     draws = samples if backend.mode_draws_samples(mode, weights) else 1

@@ -13,9 +13,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from core.errors import BNNError
+from core import validate
+from core.errors import BNNError, InputError
+from core.validate import plain
 from dashboard import altair_spec, backend, cache, explain, figures, priors, state
-from dashboard.ui import guard
+from dashboard.ui import guard, without_server_paths
 from dashboard.worker import WorkerStatus, duration_text
 
 log = logging.getLogger(__name__)
@@ -55,36 +57,67 @@ def _default(field: dataclasses.Field) -> Any:
 
 
 SEED_MAX = 2 ** 32 - 1
+MAX_EPOCHS = 100_000
+MAX_BATCH = 1_000_000
+
+
+class _Placed(str):
+    """A message already shown beside its box."""
 
 
 class FormErrors(list):
-    """Messages about the form's fields; any of them disables Train (nothing is clamped silently)."""
+    """Messages about the form's fields; any of them disables Train (nothing is clamped silently).
+    A message about one box is shown beside it, the others below the form."""
 
     def check(self, condition: bool, message: str) -> None:
         if not condition:
             self.append(message)
 
+    def beside(self, container: Any, message: str) -> None:
+        container.error(plain(message))
+        self.append(_Placed(message))
 
-def whole_number(errors: FormErrors, value: Any, name: str, low: int, high: int | None = None) -> int:
-    """`value` as an int in [low, high]; a message (never a silent replacement) otherwise."""
-    number = float(value)
-    if number != int(number):
-        errors.append(f"{name}: must be a whole number, got {value}")
-    elif number < low or (high is not None and number > high):
-        errors.append(f"{name}: must lie between {low} and {high if high is not None else 'any size'}, got "
-                      f"{int(number)}")
-    return int(number)
+    def below(self) -> list[str]:
+        return [message for message in self if not isinstance(message, _Placed)]
 
 
-def parse_seed(errors: FormErrors, text: str) -> int:
-    text = str(text).strip() or "0"
+def number_box(container: Any, label: str, default: Any, key: str, parse: Any, errors: FormErrors,
+               help: str | None = None) -> Any:
+    """A number typed as text and parsed by core.validate: taken exactly as typed, or refused beside the
+    box (None). st.number_input changed what was typed: the browser read Epochs 1e9 as 1 epoch, and
+    1e20 stayed in the box while training used the previous value."""
+    text = container.text_input(label, str(default), key=key, help=help)
     try:
-        seed = int(text)
-    except ValueError:
-        errors.append(f"Seed: must be a whole number between 0 and {SEED_MAX}, got {text!r}")
-        return 0
-    errors.check(0 <= seed <= SEED_MAX, f"Seed: must lie between 0 and {SEED_MAX}, got {seed}")
-    return seed
+        return parse(text)
+    except InputError as exc:
+        errors.beside(container, str(exc))
+        return None
+
+
+def exact_text(value: float) -> str:
+    """A float default as the box shows it: short when that is exact (0.135), else every digit."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(float(value))
+
+
+def generator_params(text: str, dataset: str, errors: FormErrors) -> dict[str, Any]:
+    """The Generator parameters box, checked as it is typed by the generator's own rules (unknown names
+    list the valid ones); nothing is generated."""
+    if not text.strip():
+        return {}
+    try:
+        params = backend.parse_options(text, "Generator parameters")
+        backend.check_dataset_params(dataset, params)
+    except BNNError as exc:
+        message = str(exc)
+        errors.beside(st, message if message.startswith("Generator parameters") else f"Generator parameters: {message}")
+        return {}
+    return params
+
+
+def parse_seed(text: str) -> int:
+    """An empty box is seed 0."""
+    return validate.whole_number(str(text).strip() or "0", "Seed", 0, SEED_MAX)
 
 
 def family_option_widgets(method: str, dataset: str, errors: FormErrors) -> dict[str, Any]:
@@ -133,20 +166,16 @@ def option_widget(method: str, name: str, default: Any, annotation: str, errors:
     if options:
         return st.selectbox(spec.label, options, index=options.index(str(default)) if str(default) in options else 0,
                             key=key, help=help_text)
-    if isinstance(default, int):
-        value = st.number_input(spec.label, value=int(default), step=1, key=key, help=help_text)
-        message = spec.check(name, value)
+    if isinstance(default, (int, float)):
+        # Typed as text and taken exactly: an out-of-range entry is reported beside the box, never clamped.
+        whole = isinstance(default, int)
+        value = number_box(st, spec.label, default if whole else exact_text(default), key,
+                           (lambda t: validate.whole_number(t, spec.label)) if whole else
+                           (lambda t: validate.real_number(t, spec.label)), errors, help_text)
+        message = spec.check(name, value) if value is not None else None
         if message:
-            errors.append(message)
-        return whole_number(errors, value, spec.label, int(spec.low) if spec.low is not None else -(2 ** 31))
-    if isinstance(default, float):
-        # No min/max on the widget: an out-of-range entry is reported, never clamped.
-        value = st.number_input(spec.label, value=float(default), key=key, help=help_text,
-                                format="%.3e" if spec.log_scale else "%.4g", step=None)
-        message = spec.check(name, value)
-        if message:
-            errors.append(message)
-        return float(value)
+            errors.beside(st, message)
+        return default if value is None else value  # (a refused box disables Train: its default is never used)
     return st.text_input(spec.label, str(default), key=key, help=help_text).strip()
 
 
@@ -161,42 +190,45 @@ def config_form() -> dict[str, Any] | None:
         format_func=lambda n: f"{n}  ({datasets[n]['availability']})",
         help="bundled and generated sets work offline; others need $BNN_DATA_DIR or a download.")
     info = datasets[dataset]
-    st.caption(f"{info['task']}, inputs {info['input_shape']}, {info['n_train'] or '?'} train / "
-               f"{info['n_test'] or '?'} test - {info['availability']}: {info['detail']}")
+    # The detail names the dataset's folder: as the store's or data folder's name, never the server's path.
+    detail = without_server_paths(info["detail"])
+    st.caption(plain(f"{info['task']}, inputs {info['input_shape']}, {info['n_train'] or '?'} train / "
+                     f"{info['n_test'] or '?'} test - {info['availability']}: {detail}"))
     errors.check(info["availability"] != "unavailable",
-                 f"Dataset {dataset} is not available on this machine: {info['detail']}")
+                 f"Dataset {dataset} is not available on this machine: {detail}")
 
     methods = method_options()
     method_names = list(methods)
     method = st.selectbox("Method (family)", method_names, key="train_method",
                           index=method_names.index("lbbnn") if "lbbnn" in method_names else 0)
-    batch_size = int(st.session_state.get("train_batch", 100) or 100)
-    defaults = backend.default_settings(dataset, max(1, batch_size))
+    try:  # the default epochs follow the batch size typed (the box says when it is wrong)
+        typed_batch = validate.whole_number(st.session_state.get("train_batch", 100), "Batch size", 1, MAX_BATCH)
+    except InputError:
+        typed_batch = 100
+    defaults = backend.default_settings(dataset, typed_batch)
     default_hidden = ", ".join(map(str, defaults["hidden"]))
     left, right = st.columns(2)
     hidden_text = left.text_input("Hidden widths", "", key="train_hidden", placeholder=f"default: {default_hidden}",
                                   help=f"comma-separated layer widths; empty: {default_hidden} for this dataset "
                                        f"(the paper uses 400, 600 on MNIST)")
-    seed_text = right.text_input("Seed", "0", key="train_seed", help=f"a whole number from 0 to {SEED_MAX}")
+    seed = number_box(right, "Seed", "0", "train_seed", parse_seed, errors, help=f"a whole number from 0 to {SEED_MAX}")
     left, middle, right = st.columns(3)
-    # No min_value on these inputs: a value out of range is reported and disables Train.
-    epochs = left.number_input(f"Epochs (0: {defaults['epochs']}, about 3000 steps)", value=0, step=1,
-                               key="train_epochs",
-                               help="0 trains the default for this dataset's size and the batch size")
-    batch_size = middle.number_input("Batch size", value=100, step=10, key="train_batch")
-    posttrain = right.number_input("Post-training epochs (structure fixed)", value=0, step=1,
-                                   key="train_posttrain")
-    kl_weight = st.number_input(
-        "KL weight (1 = the ELBO; below 1 tempers the prior)",
-        value=float(defaults["kl_weight"]), step=0.05, format="%.3f", key="train_kl_weight",
+    # Text boxes parsed by core.validate: a value out of range is reported beside its box and disables Train.
+    epochs = number_box(left, f"Epochs (0: {defaults['epochs']}, about 3000 steps)", 0, "train_epochs",
+                        lambda t: validate.whole_number(t, "Epochs", 0, MAX_EPOCHS), errors,
+                        help=f"0 trains the default for this dataset's size and the batch size; at most {MAX_EPOCHS:,}")
+    batch_size = number_box(middle, "Batch size", 100, "train_batch",
+                            lambda t: validate.whole_number(t, "Batch size", 1, MAX_BATCH), errors,
+                            help=f"a whole number from 1 to {MAX_BATCH:,}")
+    posttrain = number_box(right, "Post-training epochs (structure fixed)", 0, "train_posttrain",
+                           lambda t: validate.whole_number(t, "Post-training epochs", 0, MAX_EPOCHS), errors,
+                           help=f"a whole number from 0 to {MAX_EPOCHS:,}")
+    kl_weight = number_box(
+        st, "KL weight (1 = the ELBO; below 1 tempers the prior)", exact_text(float(defaults["kl_weight"])),
+        "train_kl_weight", lambda t: validate.real_number(t, "KL weight", 0.001, 1.0), errors,
         help="between 0.001 and 1. The ELBO itself prunes almost every weight of an LBBNN and fits small "
              "regression sets with a flat line; the default 0.1 keeps a readable picture "
              "(docs/why-lbbnn-over-prunes.md).")
-    epochs = whole_number(errors, epochs, "Epochs", 0, 100_000)
-    batch_size = whole_number(errors, batch_size, "Batch size", 1, 1_000_000)
-    posttrain = whole_number(errors, posttrain, "Post-training epochs", 0, 100_000)
-    errors.check(0.001 <= float(kl_weight) <= 1.0, f"KL weight: must lie between 0.001 and 1, got {kl_weight:g}")
-    seed = parse_seed(errors, seed_text)
     family_options = family_option_widgets(method, dataset, errors)
     empirical_bayes = bool(st.session_state.get("train_empirical_bayes")) and \
         str(family_options.get("inclusion_prior")) in priors.BETA_PRIORS
@@ -211,9 +243,10 @@ def config_form() -> dict[str, Any] | None:
             help="constant, or a cosine decay to zero over the main phase: the last epochs settle instead of "
                  "bouncing at full step (the UCI presets use it; docs/uci-regression.md section 8)")
     noise_options = noise_model_controls(errors) if info["task"] == "regression" else {}
-    params_text = ""
+    dataset_params: dict[str, Any] = {}
     if info["task"] == "regression" or dataset.startswith(("toy-", "two-")):
         params_text = st.text_input("Generator parameters (toy sets: name=value, ...)", "", key="train_params")
+        dataset_params = generator_params(params_text, dataset, errors)
     device = st.selectbox("Device", ["auto", "cpu", "cuda"], key="train_device")
     problem = backend.device_problem(device)
     if problem:
@@ -222,7 +255,7 @@ def config_form() -> dict[str, Any] | None:
     values = None
     with guard("Invalid setting"):
         train = {"epochs": epochs or None, "batch_size": batch_size, "posttrain_epochs": posttrain,
-                 "kl_weight": float(kl_weight),
+                 "kl_weight": kl_weight,
                  # core's one parser; RunConfig says what is wrong with a rate
                  "learning_rates": {g: backend.parse_scalar(t.strip()) for g, t in rates_text.items()}}
         if empirical_bayes:
@@ -231,7 +264,7 @@ def config_form() -> dict[str, Any] | None:
             train["lr_schedule"] = lr_schedule
         values = {
             "dataset": dataset,
-            "dataset_params": backend.parse_options(params_text) if params_text.strip() else {},
+            "dataset_params": dataset_params,
             "method": method,
             "hidden": list(backend.parse_hidden(hidden_text)) if hidden_text.strip() else None,
             "family_options": family_options,
@@ -240,15 +273,15 @@ def config_form() -> dict[str, Any] | None:
             "seed": seed,
             "device": device,
         }
-    for message in errors:
-        st.error(message)
+    for message in errors.below():  # they quote what was typed: plain text
+        st.error(plain(message))
     if values is None or errors:
         return None
     # Validate the whole config now (as you type), not only after Train.
     try:
         config = backend.make_config(values)
     except BNNError as exc:
-        st.error(f"Invalid setting: {backend.device_message(str(exc))}")
+        st.error(plain(without_server_paths(f"Invalid setting: {backend.device_message(str(exc))}")))
         return None
     if not estimate_section(config, info):
         return None
@@ -289,16 +322,18 @@ def noise_model_controls(errors: FormErrors) -> dict[str, Any]:
                                help="point: learned sd; fixed; variational: Gamma posterior on the precision")
         init = middle.selectbox("Initial noise", ["value", "data"], key="train_noise_init",
                                 help="data: the residual sd of a least-squares fit to the training set")
-        std = right.number_input("Noise sd (standardised)", value=0.5, key="train_noise_std",
-                                 help="a positive number, in units of the standardised target")
+        std = number_box(right, "Noise sd (standardised)", 0.5, "train_noise_std", positive("Noise sd"), errors,
+                         help="a positive number, in units of the standardised target")
         prior = left.selectbox("Precision prior", ["none", "gamma"], index=1 if noise == "variational" else 0,
                                key="train_precision_prior", help="Gamma(a, b) on 1/sd^2; seed 001 uses (6, 6)")
-        a = middle.number_input("Gamma a", value=6.0, key="train_precision_a", help="a positive number")
-        b = right.number_input("Gamma b", value=6.0, key="train_precision_b", help="a positive number")
-    for name, value in (("Noise sd", std), ("Gamma a", a), ("Gamma b", b)):
-        errors.check(value > 0, f"{name}: must be a positive number, got {value:g}")
-    return {"noise": noise, "noise_init": init, "noise_std": float(std), "precision_prior": prior,
-            "precision_a": float(a), "precision_b": float(b)}
+        a = number_box(middle, "Gamma a", 6, "train_precision_a", positive("Gamma a"), errors, help="a positive number")
+        b = number_box(right, "Gamma b", 6, "train_precision_b", positive("Gamma b"), errors, help="a positive number")
+    return {"noise": noise, "noise_init": init, "noise_std": std, "precision_prior": prior,
+            "precision_a": a, "precision_b": b}
+
+
+def positive(name: str) -> Any:
+    return lambda text: validate.real_number(text, name, 0.0, low_open=True)
 
 
 TRAIN_PARAM = "train"  # ?train=<request token>: a reloaded page finds its training again (to watch)
@@ -359,7 +394,7 @@ def other_requests(current: Any) -> None:
         where = (f"queued, place {snapshot.position}, {eta_text(snapshot.eta, True)}" if snapshot.position
                  else f"training, epoch {snapshot.finished_epochs}/{snapshot.total_epochs}")
         left, right = st.columns([4, 1])
-        left.caption(f"Also yours: {request.label} ({where})")
+        left.caption(f"Also yours: {plain(request.label)} ({where})")
         if right.button("Cancel", key=f"cancel_request_{request.id}", type="secondary"):
             request.cancel()
             st.rerun()
@@ -381,7 +416,7 @@ def training_progress() -> None:
                    "for it, or the teacher, can cancel it.")
     if snapshot.status is WorkerStatus.QUEUED:
         running, waiting = cache.training_queue().counts()
-        st.markdown(f"**Queued** {worker.label}")
+        st.markdown(f"**Queued** {plain(worker.label)}")
         st.info(f"Waiting for a free training slot: place {snapshot.position} of {waiting} in the queue, "
                 f"{eta_text(snapshot.eta, True)} ({running} training now, at most "
                 f"{cache.training_queue().slots} at once; each session takes its turn).")
@@ -392,7 +427,7 @@ def training_progress() -> None:
         return
     shared = f" (shared with {snapshot.sharers - 1} other session(s) that asked for the same config)" \
         if snapshot.sharers > 1 else ""
-    st.markdown(f"**Training** {worker.label}{shared}")
+    st.markdown(f"**Training** {plain(worker.label)}{shared}")
     last = snapshot.history[-1] if snapshot.history else None
     elapsed = time.time() - snapshot.started if snapshot.started else 0.0
     if last:
@@ -426,14 +461,14 @@ def finished_training() -> None:
         return
     if snapshot.status == WorkerStatus.DONE:
         seconds = (snapshot.finished or 0) - (snapshot.started or 0)
-        st.success(f"Finished {worker.label} in {seconds:.1f} s: stored as run {snapshot.run_id} and selected.")
+        st.success(plain(f"Finished {worker.label} in {seconds:.1f} s: stored as run {snapshot.run_id} and selected."))
         if snapshot.history:
             st.vega_lite_chart(altair_spec.spec(figures.training_curves(
                 snapshot.history, colour=figures.family_colour(getattr(worker.config, "method", None)))))
     elif snapshot.status == WorkerStatus.CANCELLED:
-        st.warning(f"Training cancelled: {snapshot.error}.")
+        st.warning(plain(without_server_paths(f"Training cancelled: {snapshot.error}.")))
     elif snapshot.status == WorkerStatus.FAILED:
-        st.error(f"Training failed: {backend.device_message(str(snapshot.error))}")
+        st.error(plain(without_server_paths(f"Training failed: {backend.device_message(str(snapshot.error))}")))
 
 
 def cached_runs_section() -> None:
@@ -452,7 +487,7 @@ def cached_runs_section() -> None:
         "differs in": differences.get(r["run_id"], ""),
         "created": dt.datetime.fromtimestamp(r["created"]).strftime("%Y-%m-%d %H:%M") if r.get("created") else "",
         "headline": headline_metric(r.get("metrics") or {}),
-        "status": r.get("status", "ok") if r.get("status", "ok") == "ok" else f"corrupt: {r.get('error')}",
+        "status": r.get("status", "ok") if r.get("status", "ok") == "ok" else f"corrupt: {without_server_paths(r.get('error'))}",
     } for r in reversed(rows)])
     st.dataframe(table, hide_index=True, width="stretch")
     ids = list(table["run id"])
@@ -467,7 +502,7 @@ def cached_runs_section() -> None:
         st.session_state[PENDING_DELETE_KEY] = chosen
     pending = st.session_state.get(PENDING_DELETE_KEY)
     if pending is not None and pending in ids:
-        st.warning(f"Delete run {pending}? Its weights and results are removed for every session; "
+        st.warning(f"Delete run {plain(pending)}? Its weights and results are removed for every session; "
                    "this cannot be undone.")
         yes, no = st.columns([1, 4])
         if yes.button("Yes, delete it", key="confirm_delete", type="primary"):

@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboard import altair_spec, backend, cache, explain, figures, state
+from core.validate import plain
+from dashboard import altair_spec, backend, cache, explain, figures, links, state
 from dashboard.ui import guard
 
-MAX_SAMPLES = 100
 N_IMAGES = 6
 OOD_INPUTS = 1000
 
@@ -18,13 +18,14 @@ run_id = run.run_id
 dataset = run.dataset()
 st.markdown(explain.PAGE_INTROS["uncertainty"])
 
+settings_read = False
 with guard("Reading the settings"):
     spec = cache.threshold_range(run_id)
     left, middle, right = st.columns([1, 1, 2])
     with left:
         mode = state.prediction_mode_select(run_id)
     with middle:
-        samples = state.samples_slider(run_id, MAX_SAMPLES, disabled=not backend.mode_draws_samples(mode))
+        samples = state.samples_slider(run_id, disabled=not backend.mode_draws_samples(mode))
     with right:
         reason = None if backend.mode_uses_slider(mode) else (
             f"Mode {mode} cuts at the family's default {spec.default:.4g}."
@@ -33,6 +34,9 @@ with guard("Reading the settings"):
     effective = backend.mode_threshold(mode, threshold, spec.default)
     draws = samples if backend.mode_draws_samples(mode) else 1  # mean and mpm-mean draw nothing
     st.caption(backend.MODE_HELP[mode] + (f" ({reason} The slider is not used.)" if reason else ""))
+    settings_read = True
+if not settings_read:  # the error is shown above; the sections below need every setting
+    st.stop()
 
 
 @st.cache_data(max_entries=16, show_spinner="Collapsed predictive on the grid ...")
@@ -84,7 +88,7 @@ def regression_section() -> None:
                    f"{reference['draws']} draws; function R-hat max {d.get('function_rhat_max', float('nan')):.3f}, "
                    f"ESS min {d.get('function_ess_min', float('nan')):.0f}).")
         for warning in d.get("warnings", []):
-            st.warning(f"NUTS reference: {warning}")
+            st.warning(plain(f"NUTS reference: {warning}"))
 
 
 def image_of(x: np.ndarray) -> np.ndarray | None:
@@ -118,9 +122,9 @@ def per_image_section() -> None:
 def ood_section() -> None:
     st.subheader("Out-of-distribution inputs")
     choices = backend.ood_set_names(dataset)
-    linked = st.session_state.pop("ood_sets_link", None)
+    linked = links.linked_value(links.OOD_LINK_KEY, run_id)  # checked against this run's sets
     if linked is not None:
-        st.session_state["ood_sets"] = [name for name in linked if name in choices]
+        st.session_state["ood_sets"] = linked
     chosen = st.multiselect("OOD sets", choices, default=choices, key="ood_sets")
     state.publish("ood", list(chosen))
     rows, drawn = [], []
