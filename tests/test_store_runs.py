@@ -110,7 +110,9 @@ def test_truncated_json_is_reported(store_copy):
     history.write_text(history.read_text()[:20])
     with pytest.raises(RunStoreError, match="history.json"):
         load_run(run_id, cache)
-    assert store.info(run_id).status == "ok"  # listing is cheap; it does not hash every file
+    # The listing checks sizes against the manifest every time: a truncated file is never listed as healthy.
+    row = store.info(run_id)
+    assert row.status == "corrupt" and "history.json" in row.error and row.metrics == {}
 
 
 def test_unparseable_json_with_a_matching_checksum_is_reported(store_copy):
