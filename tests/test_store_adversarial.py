@@ -302,6 +302,27 @@ def test_damaged_files_are_listed_as_damaged_and_never_loaded(template, kind, ho
         shutil.rmtree(root, ignore_errors=True)
 
 
+def test_a_verdict_is_kept_in_the_folder_and_any_change_to_a_file_voids_it(template, tmp_path, monkeypatch):
+    shutil.copytree(template, tmp_path, dirs_exist_ok=True)
+    assert [row.status for row in RunStore(tmp_path).list()] == ["ok", "ok"]
+    store_module._verdicts.clear()  # a new process: the verdicts in the folders are all it has
+    real = RunStore._read_folder
+
+    def no_hashing(self, run_id, folder):
+        raise AssertionError("a listing hashed a run whose files did not change")
+
+    monkeypatch.setattr(RunStore, "_read_folder", no_hashing)
+    assert [row.status for row in RunStore(tmp_path).list()] == ["ok", "ok"]
+    monkeypatch.setattr(RunStore, "_read_folder", real)
+    weights = RunStore(tmp_path).path("r1") / "weights.safetensors"
+    before = weights.stat()
+    _damage(weights, "flip", 0.9)  # same size, and the modification time put back
+    os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))
+    store_module._verdicts.clear()
+    rows = {row.run_id: row for row in RunStore(tmp_path).list()}
+    assert rows["r1"].status == "corrupt" and "checksum" in rows["r1"].error and rows["r2"].status == "ok"
+
+
 def _vouch(folder: Path, name: str) -> None:
     """Update the manifest so that it vouches for the file as it is now (checksums pass)."""
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -543,7 +564,7 @@ def test_training_is_refused_before_it_starts_when_the_disk_is_too_full(tmp_path
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(store_module.shutil, "disk_usage", lambda path: usage._replace(free=300_000))
     calls = []
-    with pytest.raises(RunStoreError, match=r"needs about \d+\.\d MB .* only 0\.3 MB are free"):
+    with pytest.raises(RunStoreError, match=r"needs about \d+\.\d\d MB .* only 0\.29 MB are free"):
         train_run(TINY, cache_dir=tmp_path, progress=calls.append)
     assert calls == []
     assert leftovers(tmp_path) in ([], [".locks/" + p.name for p in (tmp_path / "runs" / ".locks").iterdir()])
@@ -557,3 +578,27 @@ def test_export_to_a_folder_that_cannot_be_written_is_one_line(tmp_path, monkeyp
     monkeypatch.setattr(Path, "mkdir", _raise(errno.EROFS))
     with pytest.raises(RunStoreError, match="export: cannot write .*--out"):
         export_pruned(model, None, tmp_path / "out")
+
+
+# --- the dashboard's run list ------------------------------------------------------------------------
+def test_the_dashboard_lists_a_damaged_run_for_deleting_and_never_as_a_run_to_show(template, tmp_path, monkeypatch):
+    from dashboard import backend, cache
+    from tests.support import clear_dashboard_caches
+
+    shutil.copytree(template, tmp_path, dirs_exist_ok=True)
+    folder = RunStore(tmp_path).path("r1")
+    (folder / "config.json").write_text('{"dataset": "two-moons", "hidden": "16", "train": [1]}')
+    _vouch(folder, "config.json")
+    (RunStore(tmp_path).path("r2") / "config.json").write_text("[]")  # not vouched for: damaged
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    clear_dashboard_caches()
+    try:
+        rows = {row["run_id"]: row for row in cache.cached_run_list()}
+        assert set(rows) == {"r1", "r2"}
+        assert rows["r2"]["status"] == "corrupt" and rows["r2"]["config"] == {} and rows["r2"]["metrics"] == {}
+        assert rows["r1"]["hidden"] is None and rows["r1"]["epochs"] is None  # odd fields never break the list
+        assert set(cache.cached_run_labels()) == {"r1"}
+        backend.delete_run("r2")  # what the teacher's Delete button calls
+        assert [row["run_id"] for row in cache.cached_run_list()] == ["r1"]
+    finally:
+        clear_dashboard_caches()
