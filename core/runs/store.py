@@ -10,7 +10,8 @@ Layout of <cache>/runs/<run id>/:
     summaries.json           the rest of the summaries, arrays replaced by {"__array__": key}
     snapshots.npz            per-epoch snapshots of the statistic (core/snapshots.py); optional:
                              runs trained before snapshots were recorded have none
-    manifest.json            sha256 and size of every file above; written LAST
+    manifest.json            sha256 and size of every file above, and of its own other fields
+                             (own_sha256); written LAST
     last_used                empty file whose mtime is the last load (LRU); not in the manifest
     verified                 the last listing's verdict on the folder's state; not in the manifest
 
@@ -699,7 +700,10 @@ class RunStore:
                 files = {name: {"sha256": sha256_file(temp / name), "bytes": (temp / name).stat().st_size}
                          for name in names}
                 # The manifest is the completion marker: written last, after every file is on disk.
-                _write_json(temp / MANIFEST, {"run_id": run_id, "files": files, "written": time.time()})
+                # Milliseconds: at 13 significant digits every digit of the time is seen by own_sha256
+                # (at 17, a flip of the last one can parse to the same float).
+                manifest = {"run_id": run_id, "files": files, "written": round(time.time(), 3)}
+                _write_json(temp / MANIFEST, dict(manifest, own_sha256=_manifest_own_digest(manifest)))
                 _write_file(temp / LAST_USED, b"")
                 _fsync_dir(temp)
                 if final.exists():
@@ -792,6 +796,12 @@ class RunStore:
             raise RunStoreError(f"run {run_id}: {path} is missing, the run is incomplete; "
                                 f"{_fix_hint(run_id)}") from None
         manifest = self._parse(run_id, path, data, dict)
+        # Each file's entry is checked against the file; the rest against own_sha256 (runs written
+        # before it was recorded have none), and a field of another name is a damaged one.
+        unknown = set(manifest) - MANIFEST_FIELDS
+        if unknown or ("own_sha256" in manifest and manifest["own_sha256"] != _manifest_own_digest(manifest)):
+            raise RunStoreError(f"run {run_id}: {path} does not match its own checksum (corrupted or modified); "
+                                f"{_fix_hint(run_id)}")
         files = manifest.get("files")
         required = {WEIGHTS, SUMMARY_ARRAYS, *JSON_FILES}
         if not isinstance(files, dict) or not required <= set(files):
@@ -1053,6 +1063,15 @@ class _StoreLock(RunLock):
     def acquire(self) -> RunLock:
         with self._store._disk_errors(f"run {self._run_id}"):
             return super().acquire()
+
+
+MANIFEST_FIELDS = frozenset({"run_id", "files", "written", "own_sha256"})
+
+
+def _manifest_own_digest(manifest: dict[str, Any]) -> str:
+    """sha256 of the manifest's fields other than the files' entries (and itself), canonically."""
+    own = {key: value for key, value in manifest.items() if key not in ("files", "own_sha256")}
+    return hashlib.sha256(json.dumps(own, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def _check_id(run_id: str) -> None:
