@@ -302,6 +302,24 @@ def test_damaged_files_are_listed_as_damaged_and_never_loaded(template, kind, ho
         shutil.rmtree(root, ignore_errors=True)
 
 
+def test_every_byte_flip_of_the_manifest_is_found(template, tmp_path):
+    """Every byte of its own fields (run id, time, own checksum), which no file's checksum covers, and
+    every 4th byte of the files' entries."""
+    shutil.copytree(template, tmp_path, dirs_exist_ok=True)
+    store = RunStore(tmp_path)
+    manifest = store.path("r1") / "manifest.json"
+    original = manifest.read_bytes()
+    own_fields = original.index(b'"own_sha256"')
+    for offset in [*range(0, own_fields, 4), *range(own_fields - 8, len(original))]:
+        flipped = bytearray(original)
+        flipped[offset] ^= 0x01
+        manifest.write_bytes(bytes(flipped))
+        row = store.info("r1")
+        assert row.status == "corrupt", f"a flip at byte {offset} of {len(original)} went unnoticed"
+    manifest.write_bytes(original)
+    assert RunStore(tmp_path).info("r1").status == "ok"
+
+
 def test_a_verdict_is_kept_in_the_folder_and_any_change_to_a_file_voids_it(template, tmp_path, monkeypatch):
     shutil.copytree(template, tmp_path, dirs_exist_ok=True)
     assert [row.status for row in RunStore(tmp_path).list()] == ["ok", "ok"]
