@@ -273,12 +273,17 @@ cached_run_list.clear = _clear_run_list  # type: ignore[attr-defined]
 
 
 def _read_run_list() -> list[dict[str, Any]]:
+    """The store's rows; a damaged run stays in the list (status "corrupt", so that the teacher can
+    delete it) with nothing of its config or metrics shown."""
     rows = []
     for info in backend.list_runs():
         row = info.to_dict() if hasattr(info, "to_dict") else dict(info)
         config = getattr(info, "config", None) or row.get("config") or {}
-        row["hidden"] = config.get("hidden")
-        row["epochs"] = (config.get("train") or {}).get("epochs")
+        if row.get("status", "ok") != "ok" or not isinstance(config, dict):
+            config, row["metrics"] = {}, {}
+        train = config.get("train") if isinstance(config.get("train"), dict) else {}
+        row["hidden"] = config.get("hidden") if isinstance(config.get("hidden"), list) else None
+        row["epochs"] = train.get("epochs") if isinstance(train.get("epochs"), int) else None
         row["config"] = config  # labels name the fields that tell runs of one kind apart
         rows.append(row)
     return rows

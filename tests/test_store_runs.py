@@ -110,7 +110,9 @@ def test_truncated_json_is_reported(store_copy):
     history.write_text(history.read_text()[:20])
     with pytest.raises(RunStoreError, match="history.json"):
         load_run(run_id, cache)
-    assert store.info(run_id).status == "ok"  # listing is cheap; it does not hash every file
+    # The listing checks sizes against the manifest every time: a truncated file is never listed as healthy.
+    row = store.info(run_id)
+    assert row.status == "corrupt" and "history.json" in row.error and row.metrics == {}
 
 
 def test_unparseable_json_with_a_matching_checksum_is_reported(store_copy):
@@ -286,3 +288,42 @@ def test_a_pickle_planted_in_a_run_folder_is_never_executed(store_copy, tmp_path
     assert load_run(run_id, cache_dir=cache).run_id == run_id  # the restored run still loads
     pickle.loads(pickle.dumps(_Payload(tmp_path / "self-check"))).close()
     assert (tmp_path / "self-check").exists()  # the payload does run when something unpickles it
+
+
+def test_a_run_whose_manifest_predates_its_own_checksum_still_loads(store_copy):
+    cache, run_id = store_copy
+    manifest_path = RunStore(cache).path(run_id) / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    del manifest["own_sha256"]
+    manifest_path.write_text(json.dumps(manifest))
+    store_module._verdicts.clear()
+    [info] = list_runs(cache)
+    assert info.status == "ok"
+    assert load_run(run_id, cache).run_id == run_id
+
+
+def test_retraining_killed_before_the_new_run_is_in_keeps_the_old_one(store_copy, monkeypatch):
+    """--force on a stored run: killed after the old folder went to the trash and before the new one
+    moved in, the next start finds the old run (not 'no runs')."""
+    cache, run_id = store_copy
+    before = load_run(run_id, cache).metrics
+    real_rename, renames = store_module._rename, []
+
+    class Killed(BaseException):
+        pass
+
+    def rename(source, target):
+        if renames:  # killed: nothing after the first rename happens
+            raise Killed
+        renames.append(target)
+        real_rename(source, target)
+
+    monkeypatch.setattr(store_module, "_rename", rename)
+    with pytest.raises(Killed):
+        train_run(TINY, cache_dir=cache, force=True)
+    monkeypatch.setattr(store_module, "_rename", real_rename)
+    assert Path(renames[0]).name.endswith(".replaced") and not RunStore(cache).path(run_id).exists()
+    [info] = list_runs(cache)
+    assert info.run_id == run_id and info.status == "ok"
+    assert load_run(run_id, cache).metrics == pytest.approx(before)
+    assert list((cache / "runs" / ".trash").iterdir()) == [] and list((cache / "runs" / ".tmp").iterdir()) == []

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from torch import Tensor, nn
 
-from core.errors import PredictionError
+from core.errors import PredictionError, RunStoreError
 from core.models.likelihoods import HeteroscedasticGaussian, make_likelihood
 from core.models.network import ACTIVATIONS, BayesianMLP
 from core.predict.compact import CompactLayer, CompactNetwork, choose_format, compact_network, to_format
@@ -118,8 +118,6 @@ def export_pruned(model_or_run: Any, threshold: float | None, path: str | Path,
         if model.likelihood.task == "regression" and not isinstance(model.likelihood, HeteroscedasticGaussian):
             noise_std = float(model.likelihood.log_noise_std.exp())
     directory = Path(path)
-    directory.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(directory / WEIGHTS_FILE))
     meta = {
         "format_version": FORMAT_VERSION,
         "config": dataclasses.asdict(model.config),
@@ -136,7 +134,15 @@ def export_pruned(model_or_run: Any, threshold: float | None, path: str | Path,
         "noise_std": noise_std,
         "metrics": metrics or {},
     }
-    (directory / META_FILE).write_text(json.dumps(jsonable(meta), indent=2))
+    weights_bytes = save(tensors)
+    meta_text = json.dumps(jsonable(meta), indent=2)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / WEIGHTS_FILE).write_bytes(weights_bytes)
+        (directory / META_FILE).write_text(meta_text)
+    except OSError as exc:  # a read-only or full disk: one line, not a traceback
+        raise RunStoreError(f"export: cannot write {exc.filename or directory} ({exc.strerror or exc}); "
+                            f"choose a writable folder with free space for --out") from None
     return directory
 
 
