@@ -107,3 +107,39 @@ def test_a_setting_reads_its_variable_by_its_rule_and_never_replaces_a_bad_value
     assert flag.read({"BNN_TEST_FLAG": "Yes"}) is True and flag.read({"BNN_TEST_FLAG": "off"}) is False
     with pytest.raises(InputError):
         flag.read({"BNN_TEST_FLAG": "maybe"})
+
+
+def test_nested_within_counts_levels_without_recursing():
+    assert validate.nested_within({"a": [1, {"b": 2}]}, "v", 3) == {"a": [1, {"b": 2}]}
+    assert validate.nested_within(5, "v", 1) == 5
+    with pytest.raises(InputError, match="v: lists and tables nest deeper than 2 levels"):
+        validate.nested_within({"a": [[1]]}, "v", 2)
+    deep: list = []
+    for _ in range(100_000):  # far past the interpreter's recursion limit
+        deep = [deep]
+    with pytest.raises(InputError, match="deeper than 32"):
+        validate.nested_within(deep, "v", 32)
+
+
+def test_folder_refuses_each_unusable_path_with_one_line(tmp_path, monkeypatch):
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    assert validate.folder(tmp_path, "out") == tmp_path
+    assert validate.folder(str(tmp_path / "new"), "out") == tmp_path / "new"
+    assert validate.folder(str(tmp_path / "a" / "b"), "out", create_parents=True) == tmp_path / "a" / "b"
+    cases = {"": "give a folder", "  ": "give a folder", "/proc/1": "under /proc", "/sys/x": "under /sys",
+             str(a_file): "is a file, not a folder", str(a_file / "x"): "is a file, so",
+             str(tmp_path / "missing" / "out"): "does not exist; create it first"}
+    for value, message in cases.items():
+        with pytest.raises(InputError, match=message) as info:
+            validate.folder(value, "out")
+        assert "\n" not in str(info.value) and str(info.value).startswith("out: ")
+    with pytest.raises(InputError, match="does not exist"):
+        validate.folder(str(tmp_path / "missing"), "data", writable=False, must_exist=True)
+    # Read-only: root may write anywhere, so the permission answer is what is simulated here.
+    monkeypatch.setattr(validate.os, "access", lambda path, mode: False)
+    with pytest.raises(InputError, match="is not writable"):
+        validate.folder(tmp_path, "out")
+    with pytest.raises(InputError, match="is not writable"):
+        validate.folder(str(tmp_path / "new"), "out")
+    assert validate.folder(tmp_path, "out", writable=False) == tmp_path
