@@ -43,6 +43,8 @@ MAX_CHAINS = register(Setting(
 MAX_TREE_DEPTH = register(Setting(
     "BNN_MAX_TREE_DEPTH", "whole", 15,
     "deepest NUTS tree of a reference posterior (up to 2**depth gradient steps per draw)", 1, 30))
+MAX_WORKERS = register(Setting(
+    "BNN_MAX_WORKERS", "whole", 64, "most worker processes of `python -m core grid --backend local`", 1, 10_000))
 MAX_CONFIG_BYTES = register(Setting(
     "BNN_MAX_CONFIG_BYTES", "whole", 1_000_000, "largest run or grid config file read (TOML/JSON), in bytes",
     1, 10 ** 9))
@@ -72,4 +74,9 @@ def at_most(number: int, name: str, setting: Setting, low: int = 1) -> int:
 
 def count(value: Any, name: str, setting: Setting, low: int = 1) -> int:
     """A whole number from `low` up to the setting's limit; the message names the setting."""
-    return at_most(validate.whole_number(value, name, low, None), name, setting, low)
+    try:
+        number = validate.whole_number(value, name, low, None)
+    except InputError:
+        validate.whole_number(value, name, low, limit(setting))  # raises, naming the whole range
+        raise
+    return at_most(number, name, setting, low)

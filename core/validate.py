@@ -47,13 +47,18 @@ def plain(text: Any) -> str:
     return _MARKDOWN_SPECIAL.sub(r"\\\1", str(text)).replace("\n", " ")
 
 
+def _bound(value: float) -> str:
+    """A range's end as typed: whole numbers in full (4294967295, not 4.29497e+09)."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
 def _range_text(low: float | None, high: float | None) -> str:
     if low is not None and high is not None:
-        return f"from {low:g} to {high:g}"
+        return f"from {_bound(low)} to {_bound(high)}"
     if low is not None:
-        return f"at least {low:g}"
+        return f"at least {_bound(low)}"
     if high is not None:
-        return f"at most {high:g}"
+        return f"at most {_bound(high)}"
     return "any"
 
 

@@ -10,6 +10,7 @@ import time
 from datetime import datetime
 from typing import Any
 
+from core import limits, validate
 from core.errors import ConfigError, RunStoreError
 from core.jsonable import jsonable
 from core.predict.metrics.headline import stored_headline
@@ -338,16 +339,21 @@ def run_grid_command(args: argparse.Namespace) -> int:
 
     from core.runs.grid import load_grid, run_grid
 
+    workers = limits.count(args.workers, "workers", limits.MAX_WORKERS)
+    gpus = None if args.gpus_per_run is None else validate.real_number(args.gpus_per_run, "gpus-per-run", 0)
+    out_dir = validate.folder(args.out, "out", create_parents=True)
     spec = load_grid(args.grid)
     changes = {}
-    if args.seeds:
-        try:
-            changes["seeds"] = tuple(int(s) for s in args.seeds.split(",") if s.strip())
-        except ValueError:
-            raise ConfigError(f"seeds: expected integers like 0,1,2, got {args.seeds!r}") from None
-    if args.methods:
+    if args.seeds is not None:
+        seeds = tuple(limits.seed(s, "seeds") for s in args.seeds.split(",") if s.strip())
+        if not seeds:
+            raise ConfigError(f"seeds: expected integers like 0,1,2, got {validate.shown(args.seeds)}")
+        changes["seeds"] = seeds
+    if args.methods is not None:
         changes["methods"] = tuple(m.strip() for m in args.methods.split(",") if m.strip())
-    if args.setups:
+        if not changes["methods"]:
+            raise ConfigError(f"methods: expected names like lbbnn,bnn, got {validate.shown(args.methods)}")
+    if args.setups is not None:
         wanted = [name.strip() for name in args.setups.split(",") if name.strip()]
         unknown = [name for name in wanted if name not in spec.setups]
         if unknown or not wanted:
@@ -356,9 +362,8 @@ def run_grid_command(args: argparse.Namespace) -> int:
         changes["setups"] = {name: spec.setups[name] for name in wanted}
     if changes:
         spec = dataclasses.replace(spec, **changes)
-    result = run_grid(spec, cache_dir=args.cache_dir, backend=args.backend, workers=args.workers,
-                      out_dir=args.out, data_dir=args.data_dir, ray_address=args.ray_address,
-                      num_gpus=args.gpus_per_run)
+    result = run_grid(spec, cache_dir=args.cache_dir, backend=args.backend, workers=workers,
+                      out_dir=out_dir, data_dir=args.data_dir, ray_address=args.ray_address, num_gpus=gpus)
     if args.json:
         print(json.dumps(jsonable([cell.__dict__ for cell in result.cells], fallback=str), indent=1))
     else:

@@ -444,7 +444,9 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     except RecursionError:
         raise ConfigError(f"config: {path}: lists and tables nest deeper than {depth} levels") from None
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, TOMLDecodeError, >4300-digit ints
-        raise ConfigError(f"config: cannot parse {path}: {str(exc).splitlines()[0][:200]}") from None
+        reason = "it holds an integer of over 4300 digits" if "integer string conversion" in str(exc) \
+            else str(exc).splitlines()[0][:200]
+        raise ConfigError(f"config: cannot parse {path}: {reason}") from None
     if not isinstance(values, dict):
         raise ConfigError(f"config: {path} must hold a table of fields, got a JSON {type(values).__name__}")
     return validate.nested_within(values, f"config {path}", depth)
