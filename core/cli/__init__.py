@@ -59,6 +59,16 @@ def check_folders(args: argparse.Namespace) -> None:
         validate.folder(args.data_dir, "data-dir", writable=False, must_exist=True)
 
 
+def check_run_id(args: argparse.Namespace) -> None:
+    """RUN (show, rm, evaluate, sweep, export): hex digits, at most a run id long, so that a typo
+    or 10,000 characters is refused in one short line before the store is searched."""
+    from core.runs.config import RUN_ID_LENGTH
+
+    if isinstance(getattr(args, "run", None), str):
+        validate.text_of(args.run, "run", RUN_ID_LENGTH, r"[0-9a-f]+",
+                         f"a run id or its first digits (0-9, a-f; list them with `python -m core runs`)")
+
+
 def _out_of_memory(exc: BaseException) -> bool:
     """torch's allocators report exhaustion as RuntimeError (CPU) or torch.OutOfMemoryError."""
     text = str(exc)
@@ -73,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         check_folders(args)
+        check_run_id(args)
         return int(args.handler(args) or 0)
     except BNNError as exc:
         print(f"error: {_one_line(exc)}", file=sys.stderr)

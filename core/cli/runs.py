@@ -152,15 +152,24 @@ def _noise_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
+def _rates(text: str, flag: str) -> dict[str, Any]:
+    rates = parse_pair_list(text, flag)
+    if not rates:
+        raise ConfigError(f"{flag}: write GROUP=RATE,... such as weights=1e-2, got {validate.shown(text)}")
+    return rates
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """The preset or file, then every given flag on top."""
-    if args.preset:
+    # An empty --preset or --config is refused by name, never taken as "no preset" (which trained
+    # the default mnist-small run).
+    if args.preset is not None:
         from core.runs.presets import get_preset
         preset = get_preset(args.preset)
         if isinstance(preset, GridSpec):
             raise ConfigError(f"preset: {args.preset!r} is a grid; run it with `python -m core grid {args.preset}`")
         values = preset.to_dict()
-    elif args.config:
+    elif args.config is not None:
         values = RunConfig.from_dict(read_config_file(args.config)).to_dict()
     else:
         values = {}
@@ -189,11 +198,11 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                 "kl_weight": args.kl_weight, "empirical_bayes": args.empirical_bayes, "compile": args.compile,
                 "lr_schedule": args.lr_schedule}
     train.update({k: v for k, v in schedule.items() if v is not None})
-    if args.lr:
-        train["learning_rates"] = {**train.get("learning_rates", {}), **parse_pair_list(args.lr, "--lr")}
-    if args.pretrain_lr:
+    if args.lr is not None:
+        train["learning_rates"] = {**train.get("learning_rates", {}), **_rates(args.lr, "--lr")}
+    if args.pretrain_lr is not None:
         train["pretrain_learning_rates"] = {**train.get("pretrain_learning_rates", {}),
-                                            **parse_pair_list(args.pretrain_lr, "--pretrain-lr")}
+                                            **_rates(args.pretrain_lr, "--pretrain-lr")}
     values["train"] = train
     return RunConfig.from_dict(values)
 
