@@ -312,3 +312,47 @@ def test_a_real_process_refuses_in_one_line(argv, corpus_env, tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert_clean_refusal(done.returncode, done.stderr, argv)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("raised, message", [
+    (OSError(28, "No space left on device", "/store/runs/x"), "error: No space left on device: /store/runs/x"),
+    (PermissionError(13, "Permission denied", "/store"), "error: Permission denied: /store"),
+    (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 40000400000 bytes"),
+     "error: out of memory"),
+    (MemoryError(), "error: out of memory"),
+])
+def test_the_environments_refusals_become_one_line(raised, message, monkeypatch, capsys):
+    """What no check can foresee (a disk that fills, memory that runs out) still ends in one line."""
+    def handler(args):
+        raise raised
+
+    monkeypatch.setattr("core.cli.runs.run_presets", handler)
+    assert main(["presets"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_programming_error_still_surfaces(monkeypatch):
+    def handler(args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("core.cli.runs.run_presets", handler)
+    with pytest.raises(RuntimeError, match="a bug"):
+        main(["presets"])
+
+
+def test_bad_settings_and_a_bad_cache_variable_are_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    monkeypatch.setenv("BNN_CACHE_DIR", str(a_file))
+    assert main(["runs"]) == 2
+    assert capsys.readouterr().err.startswith("error: BNN_CACHE_DIR: ")
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path / "store"))
+    monkeypatch.setenv("BNN_MAX_EPOCHS", "lots")
+    assert main(["train", "--dataset", "two-moons", "--epochs", "1"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith("error: BNN_MAX_EPOCHS: ")
+    monkeypatch.setenv("BNN_MAX_EPOCHS", "5")
+    assert main(["train", "--dataset", "two-moons", "--epochs", "6"]) == 2
+    assert "above the limit 5 ($BNN_MAX_EPOCHS)" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == [a_file]
