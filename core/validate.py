@@ -16,7 +16,9 @@ Markdown and HTML control character is escaped, so `[a](url)` or `![x](url)` sta
 from __future__ import annotations
 
 import math
+import os
 import re
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from core.errors import InputError
@@ -130,3 +132,65 @@ def text_of(value: Any, name: str, max_chars: int, pattern: str | None = None, w
     if pattern is not None and re.fullmatch(pattern, text) is None:
         raise InputError(f"{name}: {shown(value)} is not {what}")
     return text
+
+
+def nested_within(value: Any, name: str, max_depth: int) -> Any:
+    """`value` itself when its lists and tables nest at most `max_depth` deep (a scalar is depth 0).
+
+    Walks iteratively, so a structure nested thousands deep is refused rather than overflowing the
+    stack of the code that reads it later."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, tuple, dict)):
+            if depth + 1 > max_depth:
+                raise InputError(f"{name}: lists and tables nest deeper than {max_depth} levels")
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return value
+
+
+# Kernel pseudo-filesystems: files there are not storage (writes to /proc/1/... fail or change the
+# system), so a folder under them is refused by name before anything is tried.
+PSEUDO_FILESYSTEMS = ("/proc", "/sys", "/dev")
+
+
+def _under_pseudo_filesystem(path: Path) -> str | None:
+    text = str(path)
+    return next((root for root in PSEUDO_FILESYSTEMS if text == root or text.startswith(root + "/")), None)
+
+
+def folder(value: Any, name: str, *, writable: bool = True, create_parents: bool = False,
+           must_exist: bool = False) -> Path:
+    """A folder named by outside text: non-empty, not under /proc, /sys or /dev, and, when it exists,
+    a folder (writable if asked). A missing one must be creatable: its parent exists, is a folder and
+    is writable (with `create_parents`, the nearest existing ancestor). Returns the path as given
+    (user folder expanded); nothing is created here."""
+    if not isinstance(value, (str, Path)) or not str(value).strip():
+        raise InputError(f"{name}: give a folder, got {shown(value)}")
+    path = Path(str(value)).expanduser()
+    resolved = path.resolve()
+    pseudo = _under_pseudo_filesystem(resolved)
+    if pseudo is not None:
+        raise InputError(f"{name}: {shown(str(value))} is under {pseudo}, which holds no files; give another folder")
+    if resolved.exists():
+        if not resolved.is_dir():
+            raise InputError(f"{name}: {shown(str(value))} is a file, not a folder; give a folder")
+        if writable and not os.access(resolved, os.W_OK | os.X_OK):
+            raise InputError(f"{name}: folder {shown(str(value))} is not writable; give another folder")
+        return path
+    if must_exist:
+        raise InputError(f"{name}: folder {shown(str(value))} does not exist")
+    if not writable:
+        return path
+    ancestor = resolved.parent
+    while create_parents and not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.exists():
+        raise InputError(f"{name}: the folder {shown(str(ancestor))} that would hold {shown(str(value))} "
+                         f"does not exist; create it first")
+    if not ancestor.is_dir():
+        raise InputError(f"{name}: {shown(str(ancestor))} is a file, so {shown(str(value))} cannot be created")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise InputError(f"{name}: cannot create {shown(str(value))}: folder {shown(str(ancestor))} is not writable")
+    return path

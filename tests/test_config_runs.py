@@ -289,6 +289,16 @@ def test_default_widths_and_epochs_follow_the_dataset():
     assert RunConfig(dataset="mnist-small", train={"epochs": 2}).train.epochs == 2
 
 
+def test_small_regression_defaults_apply_only_what_the_family_takes():
+    # lbbnn-lfmvn has lbbnn's bias_prior field but only takes spike-and-slab: its defaults once
+    # failed on every small regression set with "bias_prior: ... got 'gaussian'".
+    low_rank = RunConfig(dataset="toy-sine-gaps", method="lbbnn-lfmvn")
+    assert low_rank.family_options["bias_prior"] == "spike-and-slab"
+    assert (low_rank.family_options["init_inclusion_low"], low_rank.family_options["init_inclusion_high"]) == \
+        (0.95, 0.99)
+    assert RunConfig(dataset="toy-sine-gaps", method="lbbnn").family_options["bias_prior"] == "gaussian"
+
+
 def test_small_regression_defaults_fill_only_what_was_left_out():
     toy = RunConfig(dataset="toy-sine-gaps", method="lbbnn")
     assert toy.train.kl_anneal_epochs == toy.train.epochs // 2

@@ -25,7 +25,7 @@ def test_whole_number_accepts_exactly_the_range(number, low, span):
             assert str(info.value).startswith("n: ") and f"{low:g}" in str(info.value)
 
 
-@given(st.one_of(st.text(max_size=200), st.floats(allow_nan=True, allow_infinity=True), st.booleans(),
+@given(st.one_of(st.text(max_size=200), st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False), st.booleans(),
                  st.none(), st.lists(st.integers(), max_size=3), st.integers(min_value=-10**5000 // 1, max_value=10**60)))
 @settings(max_examples=300)
 def test_whole_number_never_raises_anything_but_input_error(value):
@@ -48,7 +48,7 @@ def test_whole_number_refuses_fractions_booleans_and_huge_text():
     assert issubclass(InputError, ConfigError)  # every caller that catches ConfigError still catches it
 
 
-@given(st.floats(allow_nan=True, allow_infinity=True), st.floats(-10, 10), st.floats(0, 10), st.booleans(), st.booleans())
+@given(st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False), st.floats(-10, 10), st.floats(0, 10), st.booleans(), st.booleans())
 def test_real_number_interval_ends(value, low, span, low_open, high_open):
     high = low + span
     inside = (math.isfinite(value) and (value > low if low_open else value >= low)
@@ -114,3 +114,39 @@ def test_whole_bounds_are_written_in_full():
         validate.whole_number("1e20", "Batch size", 1, 1_000_000)
     with pytest.raises(InputError, match=r"from 0 to 4294967295$"):
         validate.whole_number("-1", "Seed", 0, 2 ** 32 - 1)
+
+
+def test_nested_within_counts_levels_without_recursing():
+    assert validate.nested_within({"a": [1, {"b": 2}]}, "v", 3) == {"a": [1, {"b": 2}]}
+    assert validate.nested_within(5, "v", 1) == 5
+    with pytest.raises(InputError, match="v: lists and tables nest deeper than 2 levels"):
+        validate.nested_within({"a": [[1]]}, "v", 2)
+    deep: list = []
+    for _ in range(100_000):  # far past the interpreter's recursion limit
+        deep = [deep]
+    with pytest.raises(InputError, match="deeper than 32"):
+        validate.nested_within(deep, "v", 32)
+
+
+def test_folder_refuses_each_unusable_path_with_one_line(tmp_path, monkeypatch):
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    assert validate.folder(tmp_path, "out") == tmp_path
+    assert validate.folder(str(tmp_path / "new"), "out") == tmp_path / "new"
+    assert validate.folder(str(tmp_path / "a" / "b"), "out", create_parents=True) == tmp_path / "a" / "b"
+    cases = {"": "give a folder", "  ": "give a folder", "/proc/1": "under /proc", "/sys/x": "under /sys",
+             str(a_file): "is a file, not a folder", str(a_file / "x"): "is a file, so",
+             str(tmp_path / "missing" / "out"): "does not exist; create it first"}
+    for value, message in cases.items():
+        with pytest.raises(InputError, match=message) as info:
+            validate.folder(value, "out")
+        assert "\n" not in str(info.value) and str(info.value).startswith("out: ")
+    with pytest.raises(InputError, match="does not exist"):
+        validate.folder(str(tmp_path / "missing"), "data", writable=False, must_exist=True)
+    # Read-only: root may write anywhere, so the permission answer is what is simulated here.
+    monkeypatch.setattr(validate.os, "access", lambda path, mode: False)
+    with pytest.raises(InputError, match="is not writable"):
+        validate.folder(tmp_path, "out")
+    with pytest.raises(InputError, match="is not writable"):
+        validate.folder(str(tmp_path / "new"), "out")
+    assert validate.folder(tmp_path, "out", writable=False) == tmp_path

@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any
 
+from core import limits, validate
 from core.errors import PredictionError
 from core.predict.modes import PredictionMode, collapsed_variant, modes_help, parse_mode
 from core.predict.sweep import parse_threshold_grid
@@ -26,22 +27,14 @@ def _as_run(model_or_run: Any, dataset: Any) -> Run:
 
 
 def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise PredictionError(f"samples: expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise PredictionError(f"samples: R must be >= 1, got {value}")
-    return value
+    """Posterior draws R: a whole number from 1 to $BNN_MAX_SAMPLES."""
+    return limits.count(text, "samples", limits.MAX_SAMPLES)
 
 
 def _float(name: str, text: str | None) -> float | None:
     if text is None:
         return None
-    try:
-        return float(text)
-    except ValueError:
-        raise PredictionError(f"{name}: expected a number, got {text!r}") from None
+    return validate.real_number(text, name)
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
@@ -81,10 +74,11 @@ def evaluate_command(model_or_run, dataset, args: argparse.Namespace, out=None) 
         if args.threshold is not None or args.ood:
             raise PredictionError(f"mode {args.mode!r}: takes no --threshold or --ood")
         result = evaluate_collapsed(run.model, run.dataset(), variant, samples=_positive_int(str(args.samples)),
-                                    seed=args.seed)
+                                    seed=limits.seed(args.seed))
         return _print_result(result, args, out)
     result = run.evaluate(mode=parse_mode(args.mode), samples=_positive_int(str(args.samples)),
-                          threshold=_float("threshold", args.threshold), seed=args.seed, ood=args.ood or None)
+                          threshold=_float("threshold", args.threshold), seed=limits.seed(args.seed),
+                          ood=args.ood or None)
     return _print_result(result, args, out)
 
 
@@ -102,9 +96,10 @@ def _print_result(result: dict[str, Any], args: argparse.Namespace, out) -> dict
 
 def sweep_command(model_or_run, dataset, args: argparse.Namespace, out=None):
     out = out or sys.stdout
-    thresholds = parse_threshold_grid(args.thresholds) if args.thresholds else None
+    thresholds = parse_threshold_grid(args.thresholds) if args.thresholds is not None else None
     result = _as_run(model_or_run, dataset).sweep(thresholds=thresholds, mode=parse_mode(args.mode),
-                                                  samples=_positive_int(str(args.samples)), seed=args.seed)
+                                                  samples=_positive_int(str(args.samples)),
+                                                  seed=limits.seed(args.seed))
     if args.json:
         print(json.dumps(result.to_dict()), file=out)
     else:
@@ -114,9 +109,12 @@ def sweep_command(model_or_run, dataset, args: argparse.Namespace, out=None):
 
 def export_command(model_or_run, dataset, args: argparse.Namespace, out=None):
     out = out or sys.stdout
+    # Refused before the model is touched: an empty --out once wrote model.json into the current
+    # folder, and missing parents were created; only the named folder itself is ever created.
+    folder = validate.folder(args.out, "out")
     run = _as_run(model_or_run, dataset)
     threshold = _float("threshold", args.threshold)
-    path, metrics = run.export(threshold, args.out)
+    path, metrics = run.export(threshold, folder)
     print(f"exported {run.model.family} at threshold {threshold:g} (density {metrics['density']:.4f}) to {path}",
           file=out)
     return path

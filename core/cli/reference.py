@@ -11,6 +11,8 @@ import json
 import sys
 from typing import Any
 
+from core import limits
+from core.runs.parsing import parse_hidden
 from core.reference.posterior import PRIORS, default_config, diagnostic_warnings, stderr_progress
 from core.reference.store import compute_reference
 
@@ -22,11 +24,24 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
+def _checked(args: argparse.Namespace) -> dict[str, Any]:
+    """The sampler's sizes within their limits, before any chain starts (`--chains 99999999999999`
+    sampled for ever); None keeps the default."""
+    def within(value, name, setting, low=1):
+        return None if value is None else limits.count(value, name, setting, low=low)
+
+    return {"samples": within(args.samples, "samples", limits.MAX_SAMPLES, low=10),
+            "warmup": within(args.warmup, "warmup", limits.MAX_SAMPLES, low=0),
+            "chains": within(args.chains, "chains", limits.MAX_CHAINS),
+            "max_tree_depth": within(args.max_tree_depth, "max-tree-depth", limits.MAX_TREE_DEPTH),
+            "seed": None if args.seed is None else limits.seed(args.seed),
+            "data_seed": None if args.data_seed is None else limits.seed(args.data_seed, "data-seed"),
+            "hidden": None if args.hidden is None else parse_hidden(args.hidden)}
+
+
 def reference_command(args: argparse.Namespace, out=None) -> dict[str, Any]:
     out = out or sys.stdout
-    config = default_config(args.dataset, samples=args.samples, warmup=args.warmup, chains=args.chains,
-                            hidden=args.hidden, prior=args.prior, seed=args.seed, data_seed=args.data_seed,
-                            max_tree_depth=args.max_tree_depth)
+    config = default_config(args.dataset, prior=args.prior, **_checked(args))
     progress = None if args.quiet else stderr_progress
     posterior, from_cache = compute_reference(config, cache_dir=args.cache_dir, force=args.force,
                                               data_dir=args.data_dir, progress=progress)

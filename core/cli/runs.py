@@ -10,6 +10,7 @@ import time
 from datetime import datetime
 from typing import Any
 
+from core import limits, validate
 from core.errors import ConfigError, RunStoreError
 from core.jsonable import jsonable
 from core.predict.metrics.headline import stored_headline
@@ -151,15 +152,24 @@ def _noise_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
+def _rates(text: str, flag: str) -> dict[str, Any]:
+    rates = parse_pair_list(text, flag)
+    if not rates:
+        raise ConfigError(f"{flag}: write GROUP=RATE,... such as weights=1e-2, got {validate.shown(text)}")
+    return rates
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """The preset or file, then every given flag on top."""
-    if args.preset:
+    # An empty --preset or --config is refused by name, never taken as "no preset" (which trained
+    # the default mnist-small run).
+    if args.preset is not None:
         from core.runs.presets import get_preset
         preset = get_preset(args.preset)
         if isinstance(preset, GridSpec):
             raise ConfigError(f"preset: {args.preset!r} is a grid; run it with `python -m core grid {args.preset}`")
         values = preset.to_dict()
-    elif args.config:
+    elif args.config is not None:
         values = RunConfig.from_dict(read_config_file(args.config)).to_dict()
     else:
         values = {}
@@ -188,11 +198,11 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                 "kl_weight": args.kl_weight, "empirical_bayes": args.empirical_bayes, "compile": args.compile,
                 "lr_schedule": args.lr_schedule}
     train.update({k: v for k, v in schedule.items() if v is not None})
-    if args.lr:
-        train["learning_rates"] = {**train.get("learning_rates", {}), **parse_pair_list(args.lr, "--lr")}
-    if args.pretrain_lr:
+    if args.lr is not None:
+        train["learning_rates"] = {**train.get("learning_rates", {}), **_rates(args.lr, "--lr")}
+    if args.pretrain_lr is not None:
         train["pretrain_learning_rates"] = {**train.get("pretrain_learning_rates", {}),
-                                            **parse_pair_list(args.pretrain_lr, "--pretrain-lr")}
+                                            **_rates(args.pretrain_lr, "--pretrain-lr")}
     values["train"] = train
     return RunConfig.from_dict(values)
 
@@ -338,16 +348,21 @@ def run_grid_command(args: argparse.Namespace) -> int:
 
     from core.runs.grid import load_grid, run_grid
 
+    workers = limits.count(args.workers, "workers", limits.MAX_WORKERS)
+    gpus = None if args.gpus_per_run is None else validate.real_number(args.gpus_per_run, "gpus-per-run", 0)
+    out_dir = validate.folder(args.out, "out", create_parents=True)
     spec = load_grid(args.grid)
     changes = {}
-    if args.seeds:
-        try:
-            changes["seeds"] = tuple(int(s) for s in args.seeds.split(",") if s.strip())
-        except ValueError:
-            raise ConfigError(f"seeds: expected integers like 0,1,2, got {args.seeds!r}") from None
-    if args.methods:
+    if args.seeds is not None:
+        seeds = tuple(limits.seed(s, "seeds") for s in args.seeds.split(",") if s.strip())
+        if not seeds:
+            raise ConfigError(f"seeds: expected integers like 0,1,2, got {validate.shown(args.seeds)}")
+        changes["seeds"] = seeds
+    if args.methods is not None:
         changes["methods"] = tuple(m.strip() for m in args.methods.split(",") if m.strip())
-    if args.setups:
+        if not changes["methods"]:
+            raise ConfigError(f"methods: expected names like lbbnn,bnn, got {validate.shown(args.methods)}")
+    if args.setups is not None:
         wanted = [name.strip() for name in args.setups.split(",") if name.strip()]
         unknown = [name for name in wanted if name not in spec.setups]
         if unknown or not wanted:
@@ -356,9 +371,8 @@ def run_grid_command(args: argparse.Namespace) -> int:
         changes["setups"] = {name: spec.setups[name] for name in wanted}
     if changes:
         spec = dataclasses.replace(spec, **changes)
-    result = run_grid(spec, cache_dir=args.cache_dir, backend=args.backend, workers=args.workers,
-                      out_dir=args.out, data_dir=args.data_dir, ray_address=args.ray_address,
-                      num_gpus=args.gpus_per_run)
+    result = run_grid(spec, cache_dir=args.cache_dir, backend=args.backend, workers=workers,
+                      out_dir=out_dir, data_dir=args.data_dir, ray_address=args.ray_address, num_gpus=gpus)
     if args.json:
         print(json.dumps(jsonable([cell.__dict__ for cell in result.cells], fallback=str), indent=1))
     else:

@@ -30,7 +30,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from core.errors import PredictionError
+from core import limits, validate
+from core.errors import InputError, PredictionError
 from core.models.network import BayesianMLP
 from core.predict.compact import LayerFormat, activate_, choose_format, compact_network, sparse_csr
 from core.predict.engine import (MEMORY_BUDGET_BYTES, as_inputs, check_samples, check_threshold, forward_masked,
@@ -136,23 +137,45 @@ def default_thresholds(model: BayesianMLP, n_points: int = DEFAULT_POINTS) -> np
     return np.clip(grid, spec.low, spec.high)
 
 
+class ThresholdSpecError(InputError, PredictionError):
+    """A thresholds spec that fails its rule: an outside value (InputError) asked of a prediction
+    (PredictionError, what callers of sweep catch)."""
+
+
+THRESHOLDS_HELP = "use start:stop:step with step > 0 (e.g. 0:1:0.02) or a list like 0.1,0.5,0.9"
+
+
 def parse_threshold_grid(spec: str) -> np.ndarray:
-    """'start:stop:step' (stop included) or a comma-separated list."""
+    """'start:stop:step' (stop included) or a comma-separated list, of at most $BNN_MAX_THRESHOLDS
+    finite values. The count of a range is worked out from its ends before any is built: 0:1:1e-9
+    once built a billion thresholds (5.4 GB after 14 s)."""
     text = str(spec).strip()
+    most = limits.limit(limits.MAX_THRESHOLDS)
+    too_many = f"thresholds: {validate.shown(spec)} gives more than {most} thresholds " \
+               f"(${limits.MAX_THRESHOLDS.variable}); use a larger step or fewer values"
     try:
         if ":" in text:
-            start, stop, step = (float(part) for part in text.split(":"))
+            parts = text.split(":")
+            if len(parts) != 3:
+                raise ValueError
+            start, stop, step = (validate.real_number(part, "thresholds") for part in parts)
             if not step > 0 or stop < start:
                 raise ValueError
-            count = int(np.floor((stop - start) / step + 1e-9)) + 1
+            span = (stop - start) / step  # finite or inf; never builds anything
+            if not span + 1 <= most:
+                raise ThresholdSpecError(too_many)
+            count = int(np.floor(span + 1e-9)) + 1
             return start + step * np.arange(count)
-        values = np.array([float(part) for part in text.split(",") if part.strip()])
-        if len(values) == 0:
+        parts = [part for part in text.split(",") if part.strip()]
+        if len(parts) > most:
+            raise ThresholdSpecError(too_many)
+        if not parts:
             raise ValueError
-        return values
-    except ValueError:
-        raise PredictionError(f"thresholds: cannot parse {spec!r}; use start:stop:step with step > 0 "
-                              "(e.g. 0:1:0.02) or a list like 0.1,0.5,0.9") from None
+        return np.array([validate.real_number(part, "thresholds") for part in parts])
+    except ThresholdSpecError:
+        raise
+    except ValueError:  # InputError included: one message for every malformed spec
+        raise ThresholdSpecError(f"thresholds: cannot parse {validate.shown(spec)}; {THRESHOLDS_HELP}") from None
 
 
 def _sweep_plan(model: BayesianMLP, mode: Any, weights: Any) -> WeightChoice:

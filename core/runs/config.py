@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
 import re
@@ -20,11 +21,12 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from core import limits, validate
 from core.errors import BNNError, ConfigError
 from core.models.likelihoods import LIKELIHOODS, likelihood_options
 from core.models.network import ACTIVATIONS, ModelConfig
 from core.models.registry import canonical_family, family_class
-from core.runs.parsing import parse_hidden
+from core.runs.parsing import check_hidden, parse_hidden
 from core.train import DEFAULT_LEARNING_RATES, DEFAULT_PRETRAIN_LEARNING_RATES, TrainConfig
 
 if TYPE_CHECKING:
@@ -38,27 +40,41 @@ DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
 TRAIN_INT_FIELDS = ("epochs", "pretrain_epochs", "posttrain_epochs", "batch_size", "mc_samples",
                     "kl_anneal_epochs", "warm_start_epochs")
+# The limit of each integer training field (core.limits): checked before a model or loader is built.
+TRAIN_INT_LIMITS = {"epochs": limits.MAX_EPOCHS, "pretrain_epochs": limits.MAX_EPOCHS,
+                    "posttrain_epochs": limits.MAX_EPOCHS, "kl_anneal_epochs": limits.MAX_EPOCHS,
+                    "warm_start_epochs": limits.MAX_EPOCHS, "batch_size": limits.MAX_BATCH_SIZE,
+                    "mc_samples": limits.MAX_SAMPLES}
 
 
 def _as_int(value: Any, name: str, minimum: int | None = None) -> int:
     """An integer from an int or an integral float (TOML/JSON may give 3.0); bools are refused."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{name}: must be an integer, got {value!r}")
+        raise ConfigError(f"{name}: must be an integer, got {validate.shown(value)}")
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-        raise ConfigError(f"{name}: must be an integer, got {value!r}")
+        raise ConfigError(f"{name}: must be an integer, got {validate.shown(value)}")
     value = int(value)
     if minimum is not None and value < minimum:
-        raise ConfigError(f"{name}: must be >= {minimum}, got {value}")
+        raise ConfigError(f"{name}: must be >= {minimum}, got {validate.shown(value)}")
+    return value
+
+
+def _seed(value: Any, name: str) -> int:
+    """A seed: an integer from 0 to limits.SEED_MAX (numpy's and torch's common range)."""
+    value = _as_int(value, name, minimum=0)
+    if value > limits.SEED_MAX:
+        raise ConfigError(f"{name}: {validate.shown(value)} is too large; give a whole number from 0 to "
+                          f"{limits.SEED_MAX} (the range numpy and torch seed with)")
     return value
 
 
 def _as_rate(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{name}: must be a positive number, got {value!r}")
-    value = float(value)
-    if not (math.isfinite(value) and value > 0):
-        raise ConfigError(f"{name}: must be a positive finite number, got {value!r}")
-    return value
+        raise ConfigError(f"{name}: must be a positive number, got {validate.shown(value)}")
+    number = float(value) if abs(value) < 1e300 else math.inf  # float() of a 400-digit int overflows
+    if not (math.isfinite(number) and number > 0):
+        raise ConfigError(f"{name}: must be a positive finite number, got {validate.shown(value)}")
+    return number
 
 
 def _train_from(value: Any) -> TrainConfig:
@@ -77,7 +93,8 @@ def _train_from(value: Any) -> TrainConfig:
             values.pop(name, None)  # the default: filled in from the dataset by RunConfig
             continue
         if name in values:
-            values[name] = _as_int(values[name], f"train.{name}")
+            values[name] = limits.at_most(_as_int(values[name], f"train.{name}"), f"train.{name}",
+                                          TRAIN_INT_LIMITS[name], low=0)
     for name in ("empirical_bayes", "compile"):
         if name in values and not isinstance(values[name], bool):
             raise ConfigError(f"train.{name}: must be true or false, got {values[name]!r}")
@@ -140,7 +157,19 @@ def _dataset_option_defaults(options_class: type, dataset: str) -> dict[str, Any
     if not is_small_regression(dataset):
         return {}
     fields = {f.name for f in dataclasses.fields(options_class)}
-    return {k: v for k, v in SMALL_REGRESSION_FAMILY_DEFAULTS.items() if k in fields}
+    candidates = {k: v for k, v in SMALL_REGRESSION_FAMILY_DEFAULTS.items() if k in fields}
+    # Only values the family takes: lbbnn-lfmvn has lbbnn's bias_prior field but gives every bias an
+    # indicator, so 'gaussian' there made its defaults fail on every small regression set. The
+    # largest subset the family accepts is kept (the two init_inclusion bounds only work together).
+    for size in range(len(candidates), 0, -1):
+        for names in itertools.combinations(candidates, size):
+            chosen = {name: candidates[name] for name in names}
+            try:
+                options_class.from_dict(chosen)
+            except ConfigError:
+                continue
+            return chosen
+    return {}
 
 
 def default_hidden(dataset: str) -> tuple[int, ...]:
@@ -213,16 +242,14 @@ class RunConfig:
             raise ConfigError(f"dataset_params: {self.dataset!r} takes no generator parameters; "
                               f"only {', '.join(toy.GENERATORS)} do")
         put("dataset_params", _plain(dict(self.dataset_params), "dataset_params"))
-        put("data_seed", _as_int(self.data_seed, "data_seed", minimum=0))
+        put("data_seed", _seed(self.data_seed, "data_seed"))
         put("method", canonical_family(self.method))
         hidden = self.hidden if self.hidden is not None else default_hidden(self.dataset)
         if isinstance(hidden, str):
             hidden = parse_hidden(hidden)
-        try:
-            hidden = tuple(_as_int(int(h) if isinstance(h, str) else h, "hidden", minimum=1) for h in hidden)
-        except (TypeError, ValueError):
-            raise ConfigError(f"hidden: must be a list of positive layer widths, got {self.hidden!r}") from None
-        put("hidden", hidden)
+        if not isinstance(hidden, (list, tuple)):
+            raise ConfigError(f"hidden: must be a list of positive layer widths, got {validate.shown(self.hidden)}")
+        put("hidden", check_hidden(hidden, self.hidden))
         if self.activation not in ACTIVATIONS:
             raise ConfigError(f"activation: unknown {self.activation!r}; choose one of {', '.join(ACTIVATIONS)}")
         likelihood = self.likelihood or ("categorical" if task == "classification" else "gaussian")
@@ -258,7 +285,7 @@ class RunConfig:
         train = _train_from(self.train)
         put("train", train.resolved(_training_size(self.dataset, self.dataset_params),
                                     SMALL_REGRESSION_KL_ANNEAL_FRACTION if small_regression else 0.0))
-        put("seed", _as_int(self.seed, "seed", minimum=0))
+        put("seed", _seed(self.seed, "seed"))
         device = str(self.device).strip().lower()
         if not DEVICE_PATTERN.match(device):
             raise ConfigError(f"device: unknown device {self.device!r}; use auto, cpu, cuda, cuda:N or mps")
@@ -398,15 +425,41 @@ def load_config(path: str | Path) -> RunConfig:
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The table of a TOML or JSON config file, refused with one ConfigError line when the file is
+    missing or unreadable, larger than $BNN_MAX_CONFIG_BYTES (checked before parsing: at most that
+    many bytes plus one are read), unparsable, or nested deeper than $BNN_MAX_CONFIG_DEPTH (json and
+    tomllib recurse per level and overflow the stack on a few thousand brackets; Python refuses
+    integers of over 4300 digits with ValueError)."""
+    if not isinstance(path, (str, Path)) or not str(path).strip():
+        raise ConfigError(f"config: give a .toml or .json file, got {validate.shown(path)}")
     path = Path(path)
-    if not path.is_file():
+    if path.suffix.lower() not in (".json", ".toml"):
+        raise ConfigError(f"config: {validate.shown(str(path))} must end in .toml or .json")
+    if not path.exists():
         raise ConfigError(f"config: file {str(path)!r} does not exist")
-    text = path.read_bytes()
+    if not path.is_file():
+        raise ConfigError(f"config: {validate.shown(str(path))} is not a regular file")
+    most = limits.limit(limits.MAX_CONFIG_BYTES)
+    try:
+        with path.open("rb") as handle:
+            text = handle.read(most + 1)  # a file under /proc reports size 0: read, do not stat
+    except OSError as exc:
+        raise ConfigError(f"config: cannot read {validate.shown(str(path))}: {exc.strerror or exc}") from None
+    if len(text) > most:
+        raise ConfigError(f"config: {validate.shown(str(path))} is larger than {most} bytes "
+                          f"(${limits.MAX_CONFIG_BYTES.variable}); a run or grid config is a few hundred")
+    depth = limits.limit(limits.MAX_CONFIG_DEPTH)
     try:
         if path.suffix.lower() == ".json":
-            return json.loads(text)
-        if path.suffix.lower() == ".toml":
-            return tomllib.loads(text.decode("utf-8"))
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"config: cannot parse {path}: {exc}") from None
-    raise ConfigError(f"config: {path} must end in .toml or .json")
+            values = json.loads(text)
+        else:
+            values = tomllib.loads(text.decode("utf-8"))
+    except RecursionError:
+        raise ConfigError(f"config: {path}: lists and tables nest deeper than {depth} levels") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, TOMLDecodeError, >4300-digit ints
+        reason = "it holds an integer of over 4300 digits" if "integer string conversion" in str(exc) \
+            else str(exc).splitlines()[0][:200]
+        raise ConfigError(f"config: cannot parse {path}: {reason}") from None
+    if not isinstance(values, dict):
+        raise ConfigError(f"config: {path} must hold a table of fields, got a JSON {type(values).__name__}")
+    return validate.nested_within(values, f"config {path}", depth)

@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from core import limits, validate
 from core.errors import BNNError, ConfigError
 from core.jsonable import jsonable
 from core.runs.config import RunConfig, read_config_file
@@ -82,12 +83,18 @@ def load_grid(name_or_path: str) -> GridSpec:
     return grid_from_dict(read_config_file(path), default_name=path.stem)
 
 
+def _table(value: Any, name: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"grid: {name}: must be a table, got {validate.shown(value)}")
+    return value
+
+
 def grid_from_dict(values: Mapping[str, Any], default_name: str = "grid") -> GridSpec:
     known = {"name", "methods", "seeds", "setups", "setup", "method_overrides", "splits", "description"}
     unknown = sorted(set(values) - known)
     if unknown:
         raise ConfigError(f"grid: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    raw_setups = dict(values.get("setups", {}))
+    raw_setups = dict(_table(values.get("setups", {}), "setups"))
     if "setup" in values:
         raw_setups.setdefault(str(values.get("name", default_name)), values["setup"])
     if not raw_setups:
@@ -108,12 +115,23 @@ def grid_from_dict(values: Mapping[str, Any], default_name: str = "grid") -> Gri
     seeds = values.get("seeds", [0])
     if not isinstance(methods, list) or not all(isinstance(m, str) for m in methods):
         raise ConfigError(f"grid: methods: must be a list of method names, got {methods!r}")
-    if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
-                                              for s in seeds):
-        raise ConfigError(f"grid: seeds: must be a list of integers >= 0, got {seeds!r}")
-    splits = {label: tuple(int(s) for s in v) for label, v in dict(values.get("splits", {})).items()}
+    if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) and
+                                              0 <= s <= limits.SEED_MAX for s in seeds):
+        raise ConfigError(f"grid: seeds: must be a list of integers from 0 to {limits.SEED_MAX}, "
+                          f"got {validate.shown(seeds)}")
+    splits = {}
+    for label, given in _table(values.get("splits", {}), "splits").items():
+        if not isinstance(given, list) or not all(isinstance(s, (int, float)) and not isinstance(s, bool)
+                                                  and math.isfinite(s) and float(s).is_integer() for s in given):
+            raise ConfigError(f"grid: splits.{label}: must be a list of split numbers, got {validate.shown(given)}")
+        splits[label] = tuple(int(s) for s in given)
+    overrides = {str(method): dict(_table(override, f"method_overrides.{method}"))
+                 for method, override in _table(values.get("method_overrides", {}), "method_overrides").items()}
+    for method, override in overrides.items():
+        if "train" in override:
+            _table(override["train"], f"method_overrides.{method}.train")
     return GridSpec(name=str(values.get("name", default_name)), setups=setups, methods=tuple(methods),
-                    seeds=tuple(seeds), method_overrides=dict(values.get("method_overrides", {})), splits=splits,
+                    seeds=tuple(seeds), method_overrides=overrides, splits=splits,
                     description=str(values.get("description", "")))
 
 
