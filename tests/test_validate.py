@@ -48,7 +48,7 @@ def test_whole_number_refuses_fractions_booleans_and_huge_text():
     assert issubclass(InputError, ConfigError)  # every caller that catches ConfigError still catches it
 
 
-@given(st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False), st.floats(-10, 10), st.floats(0, 10), st.booleans(), st.booleans())
+@given(st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False), st.floats(-10, 10, allow_subnormal=False), st.floats(0, 10, allow_subnormal=False), st.booleans(), st.booleans())
 def test_real_number_interval_ends(value, low, span, low_open, high_open):
     high = low + span
     inside = (math.isfinite(value) and (value > low if low_open else value >= low)
