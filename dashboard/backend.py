@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -875,3 +876,19 @@ class PlaygroundTraining:
             picture.update(surface_arrays(np.asarray(prediction.probs_per_draw)))
         with self._lock:
             self._snapshot = picture
+
+
+def server_folders() -> list[tuple[Path, str]]:
+    """The server's own folders with the words a page shows instead of them (a page never shows an
+    absolute server path): the download cache, the run store, the cache folder, $BNN_CACHE_DIR and
+    $BNN_DATA_DIR when set."""
+    from core.data.locations import CACHE_DIR_ENV, DATA_DIR_ENV, resolve_data_dir, user_cache_dir
+    from core.runs.store import default_cache_dir
+    folders = [(Path(user_cache_dir()), "the download cache"), (default_cache_dir() / "runs", "the run store"),
+               (default_cache_dir(), "the cache folder")]
+    if os.environ.get(CACHE_DIR_ENV, "").strip():
+        folders.append((Path(os.environ[CACHE_DIR_ENV].strip()).expanduser(), f"${CACHE_DIR_ENV}"))
+    data_dir = resolve_data_dir()
+    if data_dir is not None:
+        folders.append((Path(data_dir), f"${DATA_DIR_ENV}"))
+    return folders

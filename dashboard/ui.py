@@ -32,15 +32,8 @@ _ABSOLUTE_PATH = re.compile(r"(?:(?<=^)|(?<=[\s'\"(\[=]))(/[^\s'\"),;\]]+)")
 
 def _known_roots() -> list[tuple[str, str]]:
     """(server folder, what a page writes instead), the longest folder first."""
-    from core.data.locations import CACHE_DIR_ENV, DATA_DIR_ENV, resolve_data_dir, user_cache_dir
-    from core.runs.store import default_cache_dir
-    roots = [(user_cache_dir(), "the download cache"), (default_cache_dir() / "runs", "the run store"),
-             (default_cache_dir(), "the cache folder"), (PROJECT_ROOT, "")]
-    if os.environ.get(CACHE_DIR_ENV, "").strip():
-        roots.append((Path(os.environ[CACHE_DIR_ENV].strip()).expanduser(), f"${CACHE_DIR_ENV}"))
-    data_dir = resolve_data_dir()
-    if data_dir is not None:
-        roots.append((data_dir, f"${DATA_DIR_ENV}"))
+    from dashboard import backend
+    roots = [*backend.server_folders(), (PROJECT_ROOT, "")]
     pairs = {str(Path(folder).expanduser().resolve()): name for folder, name in roots}
     pairs.update({str(Path(folder).expanduser()): name for folder, name in roots})
     return sorted(pairs.items(), key=lambda pair: -len(pair[0]))

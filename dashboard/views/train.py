@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from core import validate
+from core import limits, validate
 from core.errors import BNNError, InputError
 from core.validate import plain
 from dashboard import altair_spec, backend, cache, explain, figures, priors, state
@@ -56,9 +56,10 @@ def _default(field: dataclasses.Field) -> Any:
     return None
 
 
-SEED_MAX = 2 ** 32 - 1
-MAX_EPOCHS = 100_000
-MAX_BATCH = 1_000_000
+# The command line's limits, one rule for both (core/limits.py; each a BNN_MAX_* setting).
+SEED_MAX = limits.SEED_MAX
+MAX_EPOCHS = limits.limit(limits.MAX_EPOCHS)
+MAX_BATCH = limits.limit(limits.MAX_BATCH_SIZE)
 
 
 class _Placed(str):
