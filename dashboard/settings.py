@@ -187,6 +187,12 @@ QUEUE_SESSION_SECONDS = register(Setting(
     "BNN_QUEUE_SESSION_SECONDS", "real", 1200.0,
     "estimated seconds of the trainings one session may have running or queued at once",
     low=1, high=30 * 86400, secret_key="queue_session_seconds"))
+SHORT_TRAINING_SECONDS = register(Setting(
+    "BNN_SHORT_TRAINING_SECONDS", "real", 300.0,
+    "the short lane: while every training slot runs a training estimated above this many seconds, one "
+    "training estimated at most this long starts beside them (0: no short lane), so a default-size "
+    "training never waits behind another student's long one", low=0, high=86400,
+    secret_key="short_training_seconds"))
 QUEUE_GRACE_SECONDS = register(Setting(
     "BNN_QUEUE_GRACE_SECONDS", "real", 60.0,
     "seconds after a session's last open page closes before its queued trainings are dropped (its running "
@@ -205,7 +211,8 @@ def queue_limits() -> Any:
     return QueueLimits(per_session=QUEUE_PER_SESSION.read(fallback=_secret),
                        session_seconds=QUEUE_SESSION_SECONDS.read(fallback=_secret),
                        training_seconds=TRAINING_SECONDS_MAX.read(fallback=_secret),
-                       grace_seconds=QUEUE_GRACE_SECONDS.read(fallback=_secret))
+                       grace_seconds=QUEUE_GRACE_SECONDS.read(fallback=_secret),
+                       short_seconds=SHORT_TRAINING_SECONDS.read(fallback=_secret))
 
 
 class GuessThrottle:

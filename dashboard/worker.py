@@ -315,6 +315,11 @@ class QueueLimits:
     session_seconds: float = math.inf  # estimated seconds of a session's unfinished trainings
     training_seconds: float = math.inf  # estimated seconds of one training
     grace_seconds: float = 60.0  # a closed tab's waiting requests are dropped after this long
+    # The short lane: while every slot runs a training estimated above `short_seconds`, one more
+    # training estimated at most `short_seconds` may start beside them (0: no short lane). Without
+    # it a student's default-size training waited behind another's long one, up to the whole
+    # `training_seconds`; with it, it waits for at most one short training.
+    short_seconds: float = 0.0
 
 
 def duration_text(seconds: float) -> str:
@@ -346,6 +351,7 @@ class _Job:
         self.worker = worker
         self.id = job_id  # also its order of arrival
         self.seconds = seconds  # the estimate it was admitted with (None: unknown)
+        self.lane = False  # started in the short lane (beside the slots)
         self.requests: dict[int, "TrainingRequest"] = {}  # the live requests sharing it
 
 
@@ -702,15 +708,21 @@ class TrainingQueue:
 
     def _start_times(self, order: list[_Job]) -> dict[int, float | None]:
         """Estimated seconds until each waiting job starts: the running jobs' remaining times, then
-        each waiting job in turn on the slot that frees first (unknown from the first unknown on)."""
-        free: list[float | None] = [self._remaining(job) for job in self._running]
+        each waiting job in turn on the slot that frees first, a short job in the short lane when
+        that frees first (unknown from the first unknown on)."""
+        free: list[float | None] = [self._remaining(job) for job in self._running if not job.lane]
         free += [0.0] * (self.slots - len(free))
+        lane: float | None = next((self._remaining(job) for job in self._running if job.lane), 0.0)
         starts: dict[int, float | None] = {}
         for job in order:
             if any(t is None for t in free):
                 starts[job.id] = None
                 continue
             slot = min(range(len(free)), key=lambda i: free[i])
+            if self._is_short(job) and lane is not None and lane < free[slot]:
+                starts[job.id] = lane
+                lane = lane + job.seconds
+                continue
             starts[job.id] = free[slot]
             free[slot] = None if job.seconds is None else free[slot] + job.seconds
         return starts
@@ -734,19 +746,37 @@ class TrainingQueue:
             except Exception:  # a listener's failure must not lose the queue's bookkeeping
                 log.exception("on_job_finished listener failed")
 
+    def _is_short(self, job: _Job) -> bool:
+        return self.limits.short_seconds > 0 and job.seconds is not None and job.seconds <= self.limits.short_seconds
+
+    def _next_to_start(self, order: list[_Job]) -> _Job | None:
+        """The waiting job to start now (None: none may): the first in turn while a slot is free;
+        else, while the short lane is free and every slot runs a long training, the first short job
+        in turn (it jumps only long jobs: among short jobs the turns stay round-robin)."""
+        slotted = [job for job in self._running if not job.lane]
+        if len(slotted) < self.slots:
+            return order[0]
+        if any(job.lane for job in self._running) or any(self._is_short(job) for job in slotted):
+            return None
+        return next((job for job in order if self._is_short(job)), None)
+
     def _dispatch(self) -> None:
         with self._lock:
             self._sweep()
             self._ranks()  # notes the jobs that have just become their session's next
-            while self._waiting and len(self._running) < self.slots:
+            while self._waiting:
                 ranks = self._ranks()
                 order = self._order(ranks)
-                job = order[0]
+                job = self._next_to_start(order)
+                if job is None:
+                    break
+                job.lane = len([j for j in self._running if not j.lane]) >= self.slots
                 rank = ranks[job.id][0]
-                rest = min((ranks[other.id][0] for other in order[1:]), default=None)
+                rest = min((ranks[other.id][0] for other in order if other is not job), default=None)
                 del self._waiting[job.key]
                 self._running.append(job)
-                self.starts.append((job.id, rank, rest))
+                if not job.lane:  # the fairness record: the short lane jumps long jobs on purpose
+                    self.starts.append((job.id, rank, rest))
                 job.worker.start()
 
 

@@ -403,3 +403,70 @@ def test_any_sequence_keeps_the_queue_fair_and_loses_nothing(slots, steps):
     assert queue.counts() == (0, 0)
     assert all(not queue.requests_of(session) for session in SESSIONS)
     assert queue._sessions == {} and queue._next_since == {}
+
+
+# --- the short lane: a default-size training never waits behind another session's long one --------
+
+def lane_queue(gates: Gates, slots: int = 1) -> TrainingQueue:
+    return TrainingQueue(gates, slots=slots, limits=QueueLimits(per_session=2, short_seconds=100.0))
+
+
+def test_a_short_training_starts_beside_a_long_one_and_the_lane_holds_one():
+    gates = Gates()
+    queue = lane_queue(gates)
+    long_a = queue.submit("a-long", "a-long", 10, owner="A", seconds=1000.0)
+    wait_for(lambda: "a-long" in gates.started)
+    short_b = queue.submit("b-short", "b-short", 10, owner="B", seconds=60.0)
+    wait_for(lambda: "b-short" in gates.started)  # no wait for A's 1000 s
+    assert short_b._job.lane and not long_a._job.lane
+    short_c = queue.submit("c-short", "c-short", 10, owner="C", seconds=60.0)
+    long_d = queue.submit("d-long", "d-long", 10, owner="D", seconds=1000.0)
+    time.sleep(0.05)
+    assert gates.started == ["a-long", "b-short"]  # the lane holds one; the slot holds A
+    # C's short training waits for B's short one only (its estimated start says so too).
+    place, start = queue.place(short_c._job)
+    assert place == 1 and start == pytest.approx(60.0, abs=2.0) and queue.place(long_d._job)[0] == 2
+    finish(queue, gates, short_b)
+    wait_for(lambda: "c-short" in gates.started)
+    assert short_c._job.lane and "d-long" not in gates.started  # a long job never takes the lane
+    finish(queue, gates, long_a)
+    wait_for(lambda: "d-long" in gates.started)
+    for request in (short_c, long_d):
+        finish(queue, gates, request)
+    assert all(r.snapshot().status is WorkerStatus.DONE for r in (long_a, short_b, short_c, long_d))
+
+
+def test_no_lane_while_a_slot_runs_a_short_training_or_when_it_is_off():
+    gates = Gates()
+    queue = lane_queue(gates)
+    short_a = queue.submit("a-short", "a-short", 10, owner="A", seconds=50.0)
+    wait_for(lambda: "a-short" in gates.started)
+    short_b = queue.submit("b-short", "b-short", 10, owner="B", seconds=50.0)
+    time.sleep(0.05)
+    assert gates.started == ["a-short"]  # waiting for one short training is the bound already
+    finish(queue, gates, short_a)
+    finish(queue, gates, short_b)
+    off = TrainingQueue(gates, slots=1, limits=QueueLimits(short_seconds=0.0))
+    long_c = off.submit("c-long", "c-long", 10, owner="C", seconds=1000.0)
+    wait_for(lambda: "c-long" in gates.started)
+    short_d = off.submit("d-short", "d-short", 10, owner="D", seconds=5.0)
+    time.sleep(0.05)
+    assert "d-short" not in gates.started
+    finish(off, gates, long_c)
+    finish(off, gates, short_d)
+
+
+def test_the_lane_keeps_turns_among_short_trainings():
+    gates = Gates()
+    queue = lane_queue(gates)
+    long_a = queue.submit("a-long", "a-long", 10, owner="A", seconds=1000.0)
+    wait_for(lambda: "a-long" in gates.started)
+    short_b1 = queue.submit("b1", "b1", 10, owner="B", seconds=10.0)
+    wait_for(lambda: "b1" in gates.started)
+    short_b2 = queue.submit("b2", "b2", 10, owner="B", seconds=10.0)  # B's second
+    short_c1 = queue.submit("c1", "c1", 10, owner="C", seconds=10.0)  # C's first: goes before B's second
+    finish(queue, gates, short_b1)
+    wait_for(lambda: "c1" in gates.started)
+    assert "b2" not in gates.started
+    for request in (short_c1, short_b2, long_a):
+        finish(queue, gates, request)
