@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from core.data.dataset import Dataset, make_dataset
-from core.data.params import interval_list, merge_params, non_negative_float, positive_int
+from core.data.params import interval_list, merge_params, non_negative_float, point_count
 from core.errors import DataError
 
 # ---------------------------------------------------------------- 1-D regression
@@ -56,12 +56,12 @@ def _regression_1d(name: str, x_train, y_train, x_test, y_test, grid, grid_mean,
 def make_sine_gaps(seed: int = 0, **given: Any) -> Dataset:
     name = "toy-sine-gaps"
     p = merge_params(name, SINE_GAPS_DEFAULTS, given)
-    n = positive_int(name, "n", p["n"])
-    n_pool = positive_int(name, "n_pool", p["n_pool"])
+    n = point_count(name, "n", p["n"])
+    n_pool = point_count(name, "n_pool", p["n_pool"])
     noise = non_negative_float(name, "noise", p["noise"])
     gaps = interval_list(name, "gaps", p["gaps"], *SINE_RANGE)
-    n_test = positive_int(name, "n_test", p["n_test"])
-    n_grid = positive_int(name, "n_grid", p["n_grid"], minimum=2)
+    n_test = point_count(name, "n_test", p["n_test"])
+    n_grid = point_count(name, "n_grid", p["n_grid"], minimum=2)
     rng = np.random.default_rng(seed)
     # A pool of points on [0, 1]; the gaps are emptied and n points kept from the rest.
     pool = rng.uniform(*SINE_RANGE, size=n_pool)
@@ -82,11 +82,11 @@ def make_sine_gaps(seed: int = 0, **given: Any) -> Dataset:
 def make_cubic(seed: int = 0, **given: Any) -> Dataset:
     name = "toy-cubic"
     p = merge_params(name, CUBIC_DEFAULTS, given)
-    n = positive_int(name, "n", p["n"])
+    n = point_count(name, "n", p["n"])
     noise = non_negative_float(name, "noise", p["noise"])
     intervals = interval_list(name, "intervals", p["intervals"], *CUBIC_RANGE)
-    n_test = positive_int(name, "n_test", p["n_test"])
-    n_grid = positive_int(name, "n_grid", p["n_grid"], minimum=2)
+    n_test = point_count(name, "n_test", p["n_test"])
+    n_grid = point_count(name, "n_grid", p["n_grid"], minimum=2)
     rng = np.random.default_rng(seed)
     # Split n over the intervals in proportion to their lengths.
     lengths = np.array([b - a for a, b in intervals])
@@ -108,11 +108,11 @@ def make_hetero(seed: int = 0, **given: Any) -> Dataset:
     """sin(x) with noise std = noise + noise_slope * |x|: uncertainty that grows with |x|."""
     name = "toy-hetero"
     p = merge_params(name, HETERO_DEFAULTS, given)
-    n = positive_int(name, "n", p["n"])
+    n = point_count(name, "n", p["n"])
     noise = non_negative_float(name, "noise", p["noise"])
     slope = non_negative_float(name, "noise_slope", p["noise_slope"])
-    n_test = positive_int(name, "n_test", p["n_test"])
-    n_grid = positive_int(name, "n_grid", p["n_grid"], minimum=2)
+    n_test = point_count(name, "n_test", p["n_test"])
+    n_grid = point_count(name, "n_grid", p["n_grid"], minimum=2)
     rng = np.random.default_rng(seed)
 
     def sample(count: int) -> tuple:
@@ -173,8 +173,8 @@ def _spirals(count: int, noise: float, rng: np.random.Generator) -> tuple:
 
 def _make_2d(name: str, sampler, seed: int, given: dict) -> Dataset:
     p = merge_params(name, CLASSIFICATION_2D_DEFAULTS, given)
-    n = positive_int(name, "n", p["n"], minimum=2)
-    n_test = positive_int(name, "n_test", p["n_test"], minimum=2)
+    n = point_count(name, "n", p["n"], minimum=2)
+    n_test = point_count(name, "n_test", p["n_test"], minimum=2)
     noise = non_negative_float(name, "noise", p["noise"])
     rng = np.random.default_rng(seed)
     x_train, y_train = sampler(n, noise, rng)

@@ -1,0 +1,584 @@
+"""What a request costs before anything is allocated: memory (bytes) and time (seconds).
+
+Every request that allocates in proportion to what a user typed (a training, a playground fit, a
+generated dataset, a prediction over an input set with R draws) is costed here from its sizes
+alone, and admitted or refused against the limits below (`admit_*`, raising AdmissionError with
+what would fit). Nothing here builds a model or a dataset: widths, counts and a family's
+per-weight state are enough.
+
+The model (checked against measurement by benchmarks/admission_model.py, whose table is
+benchmarks/results/admission_model.md) counts:
+
+- a model's state: the family's tensors per weight and per unit (parameters and buffers, exactly
+  as built: tests/test_cost.py counts a built model against `state_floats`);
+- a training: the state, Adam's gradient and two moments per parameter, the weight-sized
+  temporaries of one step (a family's means, variances and KL terms, kept for the backward
+  pass), the activations of a minibatch, the dataset's arrays, and what the training process
+  adds around the loop (snapshots, the stored sweep);
+- a dataset: its arrays and the generator's temporaries;
+- a prediction: R x inputs x outputs per draw (kept by the page cache, copied by the metrics),
+  the chunked activations (core.predict.engine bounds one chunk) and the drawn weights.
+
+Time is work divided by the speed of this machine, measured once per process by `measure_speed`
+(a timed matrix product, an elementwise pass and a burst of tiny operations): a loaded or slow
+server gets longer estimates.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Sequence
+
+BYTES_PER_FLOAT = 4
+MB = 2 ** 20
+
+
+# --- the machine's speed ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Speed:
+    """Measured rates of this process: float multiply-adds per second in a matrix product the size
+    of a training step's, elements per second of an elementwise pass, seconds per tiny operation
+    (PyTorch's dispatch: what dominates the steps of a tiny network)."""
+
+    matmul_flops: float
+    elements_per_second: float
+    seconds_per_op: float
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "Speed":
+        return cls(float(values["matmul_flops"]), float(values["elements_per_second"]),
+                   float(values["seconds_per_op"]))
+
+
+def measure_speed(repeats: int = 3) -> Speed:
+    """Times small representative work (about 50 ms), best of `repeats` for each part."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(100, 512, generator=generator)
+    b = torch.randn(512, 512, generator=generator)
+    v = torch.randn(2 ** 20, generator=generator)
+    tiny = torch.randn(16, generator=generator)
+
+    def best(work, count: int) -> float:
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            for _ in range(count):
+                work()
+            times.append((time.perf_counter() - started) / count)
+        return max(min(times), 1e-9)
+
+    matmul_seconds = best(lambda: a @ b, 20)
+    element_seconds = best(lambda: torch.sigmoid(v).mul_(v), 4)
+    op_seconds = best(lambda: tiny.add(tiny), 400)
+    return Speed(matmul_flops=2 * 100 * 512 * 512 / matmul_seconds, elements_per_second=v.numel() / element_seconds,
+                 seconds_per_op=op_seconds)
+
+
+@functools.lru_cache(maxsize=1)
+def server_speed() -> Speed:
+    """This process's measured speed, probed once (the first estimate pays about 50 ms)."""
+    return measure_speed()
+
+
+def load_factor() -> float:
+    """How much longer work takes now than on an idle machine: the 1-minute load average per core,
+    at least 1 (the benchmark's trainings at load 4 on 2 cores took 1.8-2.3 x their CPU seconds)."""
+    import os
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return 1.0
+    return max(1.0, load / max(1, os.cpu_count() or 1))
+
+
+# --- what a request is made of ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DataShape:
+    """A dataset's sizes, known before it is loaded (generated sets from their parameters)."""
+
+    name: str
+    task: str
+    in_features: int
+    outputs: int  # the network's outputs: classes, or 2 for a regression's mean and noise
+    n_train: int | None  # None: known only once the file is read
+    n_test: int | None
+    n_grid: int = 0  # a 1-D set's plotting grid
+    n_pool: int = 0  # toy-sine-gaps draws its training points from a pool of this size
+    generated: bool = False
+
+
+# The generators' parameters that are counts of points (each allocates arrays of that length).
+COUNT_PARAMETERS = ("n", "n_test", "n_pool", "n_grid")
+
+
+def dataset_shape(name: str, params: Mapping[str, Any] | None = None) -> DataShape:
+    """Sizes of dataset `name` with generator `params`, without generating or reading anything.
+    Counts that are not whole numbers are left to the generator's own validation (they are shown
+    here as the defaults)."""
+    from core.data import toy
+    from core.data.registry import dataset_info
+
+    info = dataset_info(name)
+    outputs = int(info.n_classes) if info.n_classes else 2
+    in_features = int(math.prod(info.input_shape)) if info.input_shape else 1
+    if name not in toy.GENERATORS:
+        return DataShape(name, info.task, in_features, outputs, info.n_train, info.n_test)
+    values = {**toy.GENERATOR_DEFAULTS[name], **dict(params or {})}
+
+    def count(key: str) -> int:
+        value = values.get(key, 0)
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = float(toy.GENERATOR_DEFAULTS[name].get(key, 0))
+        return int(number) if math.isfinite(number) and number > 0 else 0
+
+    return DataShape(name, info.task, in_features, outputs, count("n"), count("n_test"), count("n_grid"),
+                     count("n_pool"), generated=True)
+
+
+def layer_widths(config: Any, shape: DataShape) -> list[int]:
+    return [int(shape.in_features), *[int(h) for h in config.hidden], int(shape.outputs)]
+
+
+def n_weights(widths: Sequence[int]) -> int:
+    """Weights and biases of a dense network with these layer widths (what model.n_weights() counts)."""
+    return sum((int(a) + 1) * int(b) for a, b in zip(widths, widths[1:]))
+
+
+# Each family's tensors per layer, as built (parameters, then buffers): per weight (bias included),
+# per output unit, and a constant; horseshoe's hidden layers add per-unit scales. Counted from
+# models built on the meta device; tests/test_cost.py checks them against built models.
+@dataclass(frozen=True)
+class LayerState:
+    parameters_per_weight: int
+    parameters_per_unit: int
+    parameters_fixed: int
+    buffers_per_weight: int
+    buffers_per_unit: int
+    buffers_fixed: int
+
+    def parameters(self, fan_in: int, fan_out: int) -> int:
+        return (self.parameters_per_weight * (fan_in + 1) * fan_out + self.parameters_per_unit * fan_out
+                + self.parameters_fixed)
+
+    def buffers(self, fan_in: int, fan_out: int) -> int:
+        return self.buffers_per_weight * (fan_in + 1) * fan_out + self.buffers_per_unit * fan_out + self.buffers_fixed
+
+
+FAMILY_STATE: dict[str, tuple[LayerState, LayerState]] = {  # (hidden layers, output layer)
+    "lbbnn": (LayerState(3, 0, 6, 2, 0, 1),) * 2,
+    "lbbnn-lfmvn": (LayerState(6, 0, 6, 2, 0, 2),) * 2,
+    "bnn": (LayerState(2, 0, 0, 1, 0, 2),) * 2,
+    "bnn-mixture": (LayerState(2, 0, 0, 1, 0, 4),) * 2,
+    "variational-dense": (LayerState(2, 0, 0, 1, 0, 2),) * 2,
+    "concrete-dropout": (LayerState(1, 0, 1, 1, 0, 2),) * 2,
+    "horseshoe": (LayerState(2, 2, 4, 1, 1, 55), LayerState(2, 0, 2, 1, 0, 3)),
+    "sparse-vd": (LayerState(2, 0, 0, 1, 0, 1),) * 2,
+    "fnn": (LayerState(1, 0, 0, 1, 0, 1),) * 2,
+}
+LIKELIHOOD_FLOATS = 8  # the likelihood's few scalars (a Gaussian's noise scale and its prior)
+
+
+def family_layers(family: str, widths: Sequence[int]) -> list[LayerState]:
+    hidden, output = FAMILY_STATE.get(family, FAMILY_STATE["lbbnn-lfmvn"])
+    return [output if index == len(widths) - 2 else hidden for index in range(len(widths) - 1)]
+
+
+def state_floats(family: str, widths: Sequence[int]) -> tuple[int, int]:
+    """(parameters, buffers) of a model of `family` with these layer widths, in floats. A family
+    missing from the table is costed as the largest one."""
+    layers = family_layers(family, widths)
+    parameters = sum(layer.parameters(a, b) for layer, a, b in zip(layers, widths, widths[1:]))
+    buffers = sum(layer.buffers(a, b) for layer, a, b in zip(layers, widths, widths[1:]))
+    return parameters + LIKELIHOOD_FLOATS, buffers
+
+
+# --- costs --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Cost:
+    """Bytes a request adds to the process that serves it, and its CPU seconds on an idle core of
+    this machine (`wall_seconds()` scales them by the current load)."""
+
+    bytes: int
+    seconds: float
+    weights: int = 0
+    epochs: int = 0
+
+    def wall_seconds(self, factor: float | None = None) -> float:
+        return self.seconds * (load_factor() if factor is None else factor)
+
+
+# Calibration (benchmarks/results/admission_model.md; peak resident set added, one PyTorch thread).
+# A training process, per weight: the state, Adam's gradient and two moments per parameter, and the
+# weight-sized tensors of one step and of what follows the loop (the stored sweep masks and copies
+# the weights at each threshold, safetensors serialises the state).
+TRAINING_FLOATS_PER_WEIGHT_BEYOND_STATE = 40
+# ... plus this much whatever the size (the run store, snapshots, glibc's arenas): 69 MB measured
+# for a 354-weight training.
+TRAINING_FIXED_BYTES = 96 * MB
+# Activations of a minibatch: per example and unit, the pre-activation's mean and variance, the
+# sample, the activation and their gradients.
+ACTIVATION_FLOATS_PER_UNIT = 12
+# Generated data: numpy float64 draws, their noise, the concatenation, the shuffled copy and the
+# float32 arrays the Dataset keeps, per point and feature (targets included).
+DATASET_BYTES_PER_VALUE = 48
+# A prediction's outputs: R x inputs x outputs float32 values, held as the model's outputs, the
+# probabilities, the page cache's copy and float64 copies in the metrics.
+PREDICTION_BYTES_PER_VALUE = 40
+PREDICTION_FIXED_BYTES = 16 * MB
+# Time, in units the speed probe measures: the multiply-adds of a step (mean and variance products
+# forward, twice that backward), elementwise passes over the weights per step (sampling, the
+# KL and its gradient, Adam), and tiny operations per layer per step (PyTorch's dispatch).
+MATMULS_PER_STEP = 6
+ELEMENTWISE_PASSES_PER_STEP = 60
+OPS_PER_LAYER_STEP = 120
+# After the loop: snapshots (histograms of every weight's statistic) per epoch, and the stored
+# sweep's predictions of the test set at this many thresholds.
+SWEEP_THRESHOLDS = 30
+SNAPSHOT_PASSES_PER_EPOCH = 10
+
+
+def _train_epochs(config: Any, n_train: int) -> int:
+    return int(config.train.resolved(max(1, n_train)).total_epochs())
+
+
+def model_build_cost(config: Any, shape: DataShape) -> Cost:
+    """Building the model: its state, and its initial draws (one weight-sized temporary)."""
+    widths = layer_widths(config, shape)
+    parameters, buffers = state_floats(config.family if hasattr(config, "family") else config.method, widths)
+    weights = n_weights(widths)
+    return Cost(int((parameters + buffers + weights) * BYTES_PER_FLOAT), 0.0, weights=weights)
+
+
+def dataset_cost(name: str, params: Mapping[str, Any] | None = None, shape: DataShape | None = None,
+                 speed: Speed | None = None) -> Cost:
+    """Generating (or reading) a dataset: its arrays and the generator's temporaries."""
+    shape = shape or dataset_shape(name, params)
+    points = (shape.n_train or 0) + (shape.n_test or 0) + shape.n_pool + shape.n_grid
+    values = points * (shape.in_features + 1)
+    speed = speed or server_speed()
+    return Cost(int(values * DATASET_BYTES_PER_VALUE), values * 20 / speed.elements_per_second)
+
+
+def training_cost(config: Any, shape: DataShape, speed: Speed | None = None) -> Cost:
+    """A training in the training process: model, optimiser, activations, data, and what follows it."""
+    speed = speed or server_speed()
+    widths = layer_widths(config, shape)
+    weights = n_weights(widths)
+    parameters, buffers = state_floats(config.family, widths)
+    n_train = int(shape.n_train or 0)
+    n_test = int(shape.n_test or 0)
+    batch = min(int(config.train.batch_size), max(1, n_train))
+    mc = int(getattr(config.train, "mc_samples", 1))
+    units = sum(widths)
+    floats = (parameters + buffers + 3 * parameters + TRAINING_FLOATS_PER_WEIGHT_BEYOND_STATE * weights
+              + ACTIVATION_FLOATS_PER_UNIT * batch * mc * units)
+    data = dataset_cost(shape.name, shape=shape, speed=speed) if shape.generated else Cost(
+        int((n_train + n_test) * (shape.in_features + 1) * BYTES_PER_FLOAT * 2), 0.0)
+    # The stored sweep predicts the test set in chunks (core.predict.engine bounds one chunk).
+    sweep_bytes = min(256 * MB, n_test * max(widths) * BYTES_PER_FLOAT * 2)
+    memory = int(floats * BYTES_PER_FLOAT + data.bytes + sweep_bytes + TRAINING_FIXED_BYTES)
+
+    epochs = _train_epochs(config, n_train) if n_train else 0
+    steps = epochs * math.ceil(n_train / batch) if n_train else 0
+    products = 2 * weights * batch * mc * MATMULS_PER_STEP / speed.matmul_flops
+    passes = weights * ELEMENTWISE_PASSES_PER_STEP / speed.elements_per_second
+    dispatch = OPS_PER_LAYER_STEP * (len(widths) - 1) * speed.seconds_per_op
+    after = (epochs * SNAPSHOT_PASSES_PER_EPOCH * weights / speed.elements_per_second
+             + SWEEP_THRESHOLDS * (2 * weights * n_test / speed.matmul_flops
+                                   + 10 * weights / speed.elements_per_second))
+    seconds = steps * (products + passes + dispatch) + after + data.seconds
+    return Cost(memory, seconds, weights=weights, epochs=epochs)
+
+
+def prediction_cost(config: Any, shape: DataShape, n_inputs: int, samples: int, speed: Speed | None = None) -> Cost:
+    """Predicting `n_inputs` inputs with R = `samples` draws, and the page's metrics of it."""
+    speed = speed or server_speed()
+    widths = layer_widths(config, shape)
+    weights = n_weights(widths)
+    samples, n_inputs = max(1, int(samples)), max(0, int(n_inputs))
+    values = samples * n_inputs * shape.outputs
+    # One chunk's activations (core.predict.engine.MEMORY_BUDGET_BYTES bounds them) and its drawn weights.
+    activations = min(256 * MB, samples * n_inputs * max(widths) * BYTES_PER_FLOAT * 2)
+    drawn = min(samples, max(1, 256 * MB // max(1, n_inputs * max(widths) * BYTES_PER_FLOAT * 2))) * weights
+    memory = int(values * PREDICTION_BYTES_PER_VALUE + activations + drawn * BYTES_PER_FLOAT * 4
+                 + PREDICTION_FIXED_BYTES)
+    seconds = samples * (2 * weights * n_inputs / speed.matmul_flops + 10 * weights / speed.elements_per_second
+                         + n_inputs * sum(widths) * 4 / speed.elements_per_second)
+    return Cost(memory, seconds, weights=weights)
+
+
+# --- limits -------------------------------------------------------------------------------------------
+
+from core.settings import Setting, register  # noqa: E402  (the settings this module declares)
+
+# A classroom server: 2 cores, 24 GB, 30 students. One request may add 1.5 GB to the server (or to its
+# training process): with two trainings and a few requests at once the server stays within about
+# 2 GB above idle per student action, and far from the machine's memory.
+MEMORY_BUDGET = register(Setting(
+    "BNN_MEMORY_BUDGET_MB", "whole", 1536, "memory one request may add to the dashboard server or to its "
+    "training process (a training, a playground fit, a generated dataset, a prediction), in MB", 64, 10 ** 7,
+    secret_key="memory_budget_mb"))
+MAX_WEIGHTS = register(Setting(
+    "BNN_MAX_WEIGHTS", "whole", 3_000_000, "weights (biases included) of a network trained from the dashboard's "
+    "Train page (784-1200-1200-10 has 2.4 million)", 1, 10 ** 12, secret_key="max_weights"))
+PLAYGROUND_MAX_WEIGHTS = register(Setting(
+    "BNN_PLAYGROUND_MAX_WEIGHTS", "whole", 5000, "weights of a playground network (it trains inside the "
+    "server process, beside every session)", 1, 10 ** 9, secret_key="playground_max_weights"))
+MAX_GENERATED_POINTS = register(Setting(
+    "BNN_MAX_GENERATED_POINTS", "whole", 100_000, "points a generated toy set may have per count parameter "
+    "(n, n_test, n_pool, n_grid); checked by the generators themselves, also on the command line", 1, 10 ** 12,
+    secret_key="max_generated_points"))
+MAX_PREDICTION_VALUES = register(Setting(
+    "BNN_MAX_PREDICTION_VALUES", "whole", 20_000_000, "inputs x R x outputs of one prediction the dashboard "
+    "computes and keeps (20 million: 80 MB of float32; the full MNIST test set with R = 100 is 10 million)",
+    1, 10 ** 12, secret_key="max_prediction_values"))
+MAX_TRAINING_MINUTES = register(Setting(
+    "BNN_MAX_TRAINING_MINUTES", "real", 60.0, "estimated CPU minutes of one training started from the "
+    "dashboard, on this server's measured speed", 0.1, 10 ** 6, secret_key="max_training_minutes"))
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may cost. None: no limit of that kind. `where` names the place in messages."""
+
+    memory_bytes: int | None
+    max_weights: int | None = None
+    playground_weights: int | None = None
+    generated_points: int | None = None
+    prediction_values: int | None = None
+    training_seconds: float | None = None
+    where: str = "this server"
+
+
+def server_limits(fallback: Any = None) -> Limits:
+    """The dashboard's limits: each setting from the environment, else `fallback(secret_key)`."""
+    return Limits(memory_bytes=MEMORY_BUDGET.read(fallback=fallback) * MB,
+                  max_weights=MAX_WEIGHTS.read(fallback=fallback),
+                  playground_weights=PLAYGROUND_MAX_WEIGHTS.read(fallback=fallback),
+                  generated_points=MAX_GENERATED_POINTS.read(fallback=fallback),
+                  prediction_values=MAX_PREDICTION_VALUES.read(fallback=fallback),
+                  training_seconds=MAX_TRAINING_MINUTES.read(fallback=fallback) * 60.0)
+
+
+def physical_memory_bytes() -> int | None:
+    import os
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def command_line_limits() -> Limits:
+    """The command line trains on the user's own machine: only memory is limited, to half of it
+    (or $BNN_MEMORY_BUDGET_MB when set), and generated sets by BNN_MAX_GENERATED_POINTS."""
+    import os
+    physical = physical_memory_bytes()
+    memory = (MEMORY_BUDGET.read() * MB if os.environ.get(MEMORY_BUDGET.variable, "").strip()
+              else None if physical is None else physical // 2)
+    return Limits(memory_bytes=memory, generated_points=MAX_GENERATED_POINTS.read(), where="this machine")
+
+
+def max_generated_points() -> int:
+    """The generators' own bound on each count parameter ($BNN_MAX_GENERATED_POINTS)."""
+    return MAX_GENERATED_POINTS.read()
+
+
+# --- admission ----------------------------------------------------------------------------------------
+
+from core.errors import ConfigError  # noqa: E402
+
+
+class AdmissionError(ConfigError):
+    """A request refused before anything was allocated; the message says why and what would fit."""
+
+
+def size_text(n_bytes: float) -> str:
+    return f"{n_bytes / 2**30:.1f} GB" if n_bytes >= 2 ** 30 else f"{n_bytes / MB:,.0f} MB"
+
+
+def time_text(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:,.0f} min"
+    return f"{seconds / 3600:,.1f} h"
+
+
+def _widths_text(widths: Sequence[int]) -> str:
+    return ",".join(str(int(w)) for w in widths)
+
+
+def _fits_training(config: Any, shape: DataShape, limits: Limits, speed: Speed, weight_limit: int | None,
+                   cost_of=None) -> bool:
+    cost = (cost_of or training_cost)(config, shape, speed)
+    return ((limits.memory_bytes is None or cost.bytes <= limits.memory_bytes)
+            and (weight_limit is None or cost.weights <= weight_limit)
+            and (limits.training_seconds is None or cost_of is not None or cost.seconds <= limits.training_seconds))
+
+
+def widths_that_fit(config: Any, shape: DataShape, fits) -> tuple[int, ...] | None:
+    """The largest hidden widths of the same proportions that `fits(config)` (all scaled by one factor,
+    rounded down), or None when even width 1 does not fit."""
+    hidden = [int(h) for h in config.hidden]
+    if not hidden:
+        return None
+
+    def scaled(factor: float) -> tuple[int, ...]:
+        return tuple(max(1, int(h * factor)) for h in hidden)
+
+    if not fits(config.replace(hidden=scaled(0.0))):
+        return None
+    low, high = 0.0, 1.0
+    for _ in range(40):
+        middle = (low + high) / 2
+        if fits(config.replace(hidden=scaled(middle))):
+            low = middle
+        else:
+            high = middle
+    return _round_widths(scaled(low))
+
+
+def _round_widths(widths: tuple[int, ...]) -> tuple[int, ...]:
+    """Down to two significant digits: 7142 -> 7100 (a width a student can type)."""
+    def down(value: int) -> int:
+        if value < 100:
+            return value
+        scale = 10 ** (len(str(value)) - 2)
+        return value // scale * scale
+    return tuple(down(w) for w in widths)
+
+
+def admit_training(config: Any, shape: DataShape, limits: Limits, speed: Speed | None = None) -> Cost:
+    """The training's cost when it fits `limits`; AdmissionError saying why not and what fits."""
+    speed = speed or server_speed()
+    cost = training_cost(config, shape, speed)
+    widths = _widths_text(config.hidden)
+    problems = []
+    if limits.max_weights is not None and cost.weights > limits.max_weights:
+        problems.append(f"{cost.weights:,} weights (limit {limits.max_weights:,})")
+    if limits.memory_bytes is not None and cost.bytes > limits.memory_bytes:
+        problems.append(f"about {size_text(cost.bytes)} of memory (limit {size_text(limits.memory_bytes)})")
+    slow = limits.training_seconds is not None and cost.seconds > limits.training_seconds
+    if problems:
+        fit = widths_that_fit(config, shape, lambda c: _fits_training(c, shape, limits, speed, limits.max_weights,
+                                                                        cost_of=training_cost))
+        hint = f"widths up to {_widths_text(fit)} fit" if fit else "no widths fit this dataset"
+        raise AdmissionError(f"widths {widths} need {' and '.join(problems)} on {limits.where}; {hint}")
+    if slow:
+        epochs = max(1, cost.epochs)
+        per_epoch = cost.seconds / epochs
+        fit_epochs = int(limits.training_seconds // per_epoch) if per_epoch > 0 else epochs
+        hint = (f"up to {fit_epochs} epochs fit" if fit_epochs >= 1 else "smaller widths or fewer points fit")
+        raise AdmissionError(f"{epochs} epochs of widths {widths} on {shape.name} take about {time_text(cost.seconds)} "
+                             f"of CPU on {limits.where} (limit {time_text(limits.training_seconds)}); {hint}")
+    return cost
+
+
+def admit_playground(config: Any, shape: DataShape, limits: Limits, speed: Speed | None = None) -> Cost:
+    """A playground fit trains in the server process: the playground's weight limit and the memory budget."""
+    speed = speed or server_speed()
+    cost = training_cost(config, shape, speed)
+    problems = []
+    if limits.playground_weights is not None and cost.weights > limits.playground_weights:
+        problems.append(f"{cost.weights:,} weights (the playground allows {limits.playground_weights:,})")
+    if limits.memory_bytes is not None and cost.bytes > limits.memory_bytes:
+        problems.append(f"about {size_text(cost.bytes)} of memory (limit {size_text(limits.memory_bytes)})")
+    if problems:
+        def fits(candidate: Any) -> bool:
+            need = training_cost(candidate, shape, speed)
+            return ((limits.playground_weights is None or need.weights <= limits.playground_weights)
+                    and (limits.memory_bytes is None or need.bytes <= limits.memory_bytes))
+        fit = widths_that_fit(config, shape, fits)
+        hint = f"widths up to {_widths_text(fit)} fit" if fit else "no widths fit"
+        raise AdmissionError(f"widths {_widths_text(config.hidden)} need {' and '.join(problems)}; {hint}")
+    return cost
+
+
+def admit_dataset(name: str, params: Mapping[str, Any] | None, limits: Limits,
+                  speed: Speed | None = None) -> DataShape:
+    """Generator parameters within the point limit, and the set within the memory budget."""
+    from core.data import toy
+    shape = dataset_shape(name, params)
+    if name not in toy.GENERATORS:
+        return shape
+    given = dict(params or {})
+    if limits.generated_points is not None:
+        for key in COUNT_PARAMETERS:
+            if key in given:
+                check_count(name, key, given[key], limits.generated_points, limits.where)
+    cost = dataset_cost(name, params, shape, speed)
+    if limits.memory_bytes is not None and cost.bytes > limits.memory_bytes:
+        raise AdmissionError(f"{name}: {size_text(cost.bytes)} of generated data is above the "
+                             f"{size_text(limits.memory_bytes)} one request may use on {limits.where}; fewer points fit")
+    return shape
+
+
+def check_count(name: str, key: str, value: Any, limit: int, where: str = "this server") -> None:
+    """A count parameter at most `limit` (a non-number is left to the generator's own message)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return
+    if math.isfinite(number) and number <= limit:
+        return
+    from core.validate import shown
+    raise AdmissionError(f"{name}: {key}={shown(value)} is above the {limit:,} points a generated set may have "
+                         f"on {where} (BNN_MAX_GENERATED_POINTS); give {key} of at most {limit:,}")
+
+
+def largest_samples(config: Any, shape: DataShape, n_inputs: int, limits: Limits, wanted: int,
+                    speed: Speed | None = None) -> int:
+    """The largest R <= wanted whose prediction over `n_inputs` fits the limits (0: not even R = 1)."""
+    speed = speed or server_speed()
+
+    def fits(samples: int) -> bool:
+        if limits.prediction_values is not None and samples * n_inputs * shape.outputs > limits.prediction_values:
+            return False
+        need = prediction_cost(config, shape, n_inputs, samples, speed)
+        return limits.memory_bytes is None or need.bytes <= limits.memory_bytes
+
+    if fits(wanted):
+        return int(wanted)
+    low, high = 0, int(wanted)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def samples_message(n_inputs: int, wanted: int, allowed: int, config: Any, shape: DataShape, limits: Limits,
+                    speed: Speed | None = None) -> str:
+    """Why R was capped (or refused), in a page's words."""
+    need = prediction_cost(config, shape, n_inputs, wanted, speed)
+    what = f"R = {wanted} over {n_inputs:,} inputs needs about {size_text(need.bytes)}"
+    limit = f"limit {size_text(limits.memory_bytes)}" if limits.memory_bytes is not None else "no memory limit"
+    if limits.prediction_values is not None:
+        limit += f", {limits.prediction_values:,} values"
+    if allowed >= 1:
+        return f"{what} ({limit}); R up to {allowed} fits: showing R = {allowed}"
+    return f"{what} ({limit}); not even R = 1 fits on {limits.where}"
+
+
+def estimate_seconds(config: Any, shape: DataShape | None = None, speed: Speed | None = None,
+                     loaded: bool = True) -> float:
+    """Seconds a training of `config` is expected to take on this machine now (its measured speed,
+    times the current load when `loaded`): what a queue shows as the time ahead of a run."""
+    shape = shape or dataset_shape(config.dataset, config.dataset_params)
+    cost = training_cost(config, shape, speed)
+    return cost.wall_seconds() if loaded else cost.seconds
