@@ -160,3 +160,14 @@ def refuse_streamlit_cache_clearing() -> bool:
     guarded.classroom_guard = True
     AppSession._handle_clear_cache_request = guarded
     return True
+
+
+# --- admission limits (core.cost declares them; the dashboard reads secrets.toml as the fallback) ---------
+
+def admission_limits() -> Any:
+    """What one request may cost on this server (core.cost.Limits): BNN_MEMORY_BUDGET_MB,
+    BNN_MAX_WEIGHTS, BNN_PLAYGROUND_MAX_WEIGHTS, BNN_MAX_GENERATED_POINTS, BNN_MAX_PREDICTION_VALUES,
+    BNN_MAX_TRAINING_MINUTES, each from the environment, else its key in secrets.toml, else its
+    default (docs: core.settings.describe())."""
+    from core.cost import server_limits
+    return server_limits(fallback=_secret)

@@ -253,25 +253,21 @@ def config_form() -> dict[str, Any] | None:
 
 
 def estimate_section(config: Any, info: dict[str, Any]) -> bool:
-    """The training's size, memory and time, before it starts; False (Train disabled) when it
-    would not fit in memory."""
-    shape = info.get("input_shape") or ()
-    in_features = int(np.prod(shape)) if shape else 1
-    outputs = int(info.get("n_classes") or 0) or (2 if info["task"] == "regression" else 1)
-    estimate = backend.training_estimate(config, info.get("n_train"), in_features, outputs)
-    minutes = estimate["seconds"] / 60
-    if info.get("n_train"):
-        duration = (f"{estimate['epochs']} epochs take roughly "
-                    + (f"{estimate['seconds']:.0f} s" if minutes < 2 else f"{minutes:,.0f} min") + " on this CPU")
+    """The training's size, memory and time (core.cost, on this server's measured speed and load),
+    before it starts; False (Train disabled) when this server's limits refuse it: the message says
+    why and what would fit."""
+    estimate = backend.training_estimate(config)
+    if estimate["n_train"]:
+        duration = (f"{estimate['epochs']} epochs take about {backend.time_text(estimate['wall_seconds'])} "
+                    "on this server now")
     else:  # the training-set size is known only once the file is read
         duration = "the time depends on the training-set size, known once the data is loaded"
-    text = f"{estimate['weights']:,} weights, about {estimate['memory_bytes'] / 2 ** 20:,.0f} MB of memory; {duration}"
-    if estimate["refused"]:
-        st.error(f"Too large for this machine: {text}, above the "
-                 f"{estimate['memory_limit_bytes'] / 2 ** 30:.1f} GB allowed (half its memory). "
-                 "Choose smaller hidden widths.")
+    text = (f"{estimate['weights']:,} weights, about {backend.size_text(estimate['memory_bytes'])} of memory; "
+            f"{duration}")
+    if estimate["refusal"]:
+        st.error(f"Too large for this server: {estimate['refusal']}.")
         return False
-    if minutes > 10:
+    if estimate["wall_seconds"] > 600:
         st.warning(f"A long training: {text}.")
     else:
         st.caption(f"Estimate: {text}.")

@@ -32,6 +32,15 @@ with guard("Reading the settings"):
         threshold = state.threshold_slider(run_id, spec, disabled_reason=reason)
     effective = backend.mode_threshold(mode, threshold, spec.default)
     draws = samples if backend.mode_draws_samples(mode) else 1  # mean and mpm-mean draw nothing
+    # The largest input set this page predicts with R draws (test set, plotting grid, OOD sets) is
+    # costed first: R is lowered to what fits, and the page says so.
+    largest_inputs = max(int(dataset.n_test), OOD_INPUTS, 0 if dataset.x_grid is None else len(dataset.x_grid))
+    draws, lowered = backend.samples_allowed(run, largest_inputs, draws)
+    if lowered:
+        (st.warning if draws >= 1 else st.error)(lowered)
+        if draws < 1:
+            st.stop()
+        samples = min(samples, draws)
     st.caption(backend.MODE_HELP[mode] + (f" ({reason} The slider is not used.)" if reason else ""))
 
 
