@@ -582,3 +582,16 @@ def estimate_seconds(config: Any, shape: DataShape | None = None, speed: Speed |
     shape = shape or dataset_shape(config.dataset, config.dataset_params)
     cost = training_cost(config, shape, speed)
     return cost.wall_seconds() if loaded else cost.seconds
+
+
+def remaining_seconds(epoch_seconds: Sequence[float], total_epochs: int, estimated_seconds: float | None = None,
+                      elapsed: float = 0.0, recent: int = 5) -> float | None:
+    """Seconds a running training has left. Before its first epoch: the estimate less the time
+    spent (None without an estimate). After: the measured seconds per epoch (the mean of the last
+    `recent` epochs, so a slowdown from new load shows within a few epochs) x the epochs left."""
+    done = len(epoch_seconds)
+    left = max(0, int(total_epochs) - done)
+    if done == 0:
+        return None if estimated_seconds is None else max(0.0, float(estimated_seconds) - float(elapsed))
+    window = [float(s) for s in epoch_seconds[-max(1, int(recent)):]]
+    return sum(window) / len(window) * left

@@ -532,6 +532,13 @@ def estimate_seconds(config: Any) -> float:
     return core_estimate(config)
 
 
+def remaining_seconds(epoch_seconds: Sequence[float], total_epochs: int, estimated_seconds: float | None,
+                      elapsed: float) -> float | None:
+    """A running training's time left (core.cost.remaining_seconds): estimate, then measured epochs."""
+    from core.cost import remaining_seconds as core_remaining
+    return core_remaining(epoch_seconds, total_epochs, estimated_seconds, elapsed)
+
+
 def samples_allowed(run: Any, n_inputs: int, samples: int) -> tuple[int, str | None]:
     """(R to compute, why R was lowered or None): the largest R <= samples whose prediction over
     n_inputs inputs fits this server's limits (0 when not even R = 1 fits)."""

@@ -309,6 +309,19 @@ def start_training(values: dict[str, Any]) -> None:
 
 
 @st.fragment(run_every=POLL_SECONDS)
+def training_seconds_estimate(config: Any) -> float | None:
+    """The training's estimated seconds on this server now, once per config and session."""
+    if not hasattr(config, "canonical_json"):
+        return None
+    key = f"training_seconds_estimate:{config.canonical_json()}"
+    if key not in st.session_state:
+        try:
+            st.session_state[key] = backend.estimate_seconds(config)
+        except BNNError:
+            st.session_state[key] = None
+    return st.session_state[key]
+
+
 def training_progress() -> None:
     """Polled view of the running worker; a full rerun once it has finished."""
     worker = state.worker()
@@ -331,14 +344,17 @@ def training_progress() -> None:
     st.markdown(f"**Training** {worker.label}{shared}")
     last = snapshot.history[-1] if snapshot.history else None
     elapsed = time.time() - snapshot.started if snapshot.started else 0.0
+    # Time left: the estimate until an epoch is done, then the epochs' measured seconds x epochs left
+    # (the elapsed time includes the process's start and the data's loading, which do not repeat).
+    left = backend.remaining_seconds([record.get("seconds", 0.0) for record in snapshot.history],
+                                     snapshot.total_epochs, training_seconds_estimate(worker.config), elapsed)
+    to_go = "" if left is None else f", about {backend.time_text(left)} to go"
     if last:
-        per_epoch = elapsed / max(1, snapshot.finished_epochs)
         text = (f"epoch {snapshot.finished_epochs}/{snapshot.total_epochs}: loss {last['loss']:.4f}, "
-                f"density {last['density']:.4f}; {elapsed:.0f} s so far, about "
-                f"{per_epoch * (snapshot.total_epochs - snapshot.finished_epochs):.0f} s to go")
+                f"density {last['density']:.4f}; {elapsed:.0f} s so far{to_go}")
     else:
         # Large nets spend long in their first epoch: show that time passes.
-        text = f"epoch 1/{snapshot.total_epochs} under way: {elapsed:.0f} s so far"
+        text = f"epoch 1/{snapshot.total_epochs} under way: {elapsed:.0f} s so far{to_go} (estimated)"
     st.progress(snapshot.fraction, text=text)
     if snapshot.history:
         st.vega_lite_chart(altair_spec.spec(figures.training_curves(
