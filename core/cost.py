@@ -109,12 +109,13 @@ class DataShape:
     name: str
     task: str
     in_features: int
-    outputs: int  # the network's outputs: classes, or 2 for a regression's mean and noise
+    outputs: int  # values a prediction keeps per input and draw: class probabilities, or a mean and an sd
     n_train: int | None  # None: known only once the file is read
     n_test: int | None
     n_grid: int = 0  # a 1-D set's plotting grid
     n_pool: int = 0  # toy-sine-gaps draws its training points from a pool of this size
     generated: bool = False
+    n_classes: int | None = None
 
 
 # The generators' parameters that are counts of points (each allocates arrays of that length).
@@ -132,7 +133,7 @@ def dataset_shape(name: str, params: Mapping[str, Any] | None = None) -> DataSha
     outputs = int(info.n_classes) if info.n_classes else 2
     in_features = int(math.prod(info.input_shape)) if info.input_shape else 1
     if name not in toy.GENERATORS:
-        return DataShape(name, info.task, in_features, outputs, info.n_train, info.n_test)
+        return DataShape(name, info.task, in_features, outputs, info.n_train, info.n_test, n_classes=info.n_classes)
     values = {**toy.GENERATOR_DEFAULTS[name], **dict(params or {})}
 
     def count(key: str) -> int:
@@ -144,11 +145,14 @@ def dataset_shape(name: str, params: Mapping[str, Any] | None = None) -> DataSha
         return int(number) if math.isfinite(number) and number > 0 else 0
 
     return DataShape(name, info.task, in_features, outputs, count("n"), count("n_test"), count("n_grid"),
-                     count("n_pool"), generated=True)
+                     count("n_pool"), generated=True, n_classes=info.n_classes)
 
 
 def layer_widths(config: Any, shape: DataShape) -> list[int]:
-    return [int(shape.in_features), *[int(h) for h in config.hidden], int(shape.outputs)]
+    """Inputs, hidden widths and the network's outputs (the likelihood's count, as the model builds it)."""
+    from core.models.likelihoods import make_likelihood
+    outputs = make_likelihood(config.likelihood, dict(config.likelihood_options)).n_outputs(shape.n_classes)
+    return [int(shape.in_features), *[int(h) for h in config.hidden], int(outputs)]
 
 
 def n_weights(widths: Sequence[int]) -> int:
