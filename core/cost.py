@@ -57,8 +57,13 @@ class Speed:
                    float(values["seconds_per_op"]))
 
 
-def measure_speed(repeats: int = 3) -> Speed:
-    """Times small representative work (about 50 ms), best of `repeats` for each part."""
+def measure_speed(repeats: int = 15) -> Speed:
+    """Times small representative work (about 0.1 s): each part's fastest of `repeats` single runs.
+
+    The fastest run is the core's own speed: on the shared benchmark machine at load 4-9 on 2 cores,
+    timing batches of runs gave elementwise rates from 0.9e8 to 7.7e8 per second (a batch is
+    preempted), while the trainings' CPU seconds varied by 15%. Contention is the load factor's
+    business (load_factor), not the probe's."""
     import torch
 
     generator = torch.Generator().manual_seed(0)
@@ -67,25 +72,33 @@ def measure_speed(repeats: int = 3) -> Speed:
     v = torch.randn(2 ** 20, generator=generator)
     tiny = torch.randn(16, generator=generator)
 
-    def best(work, count: int) -> float:
-        times = []
+    def fastest(work, count: int = 1) -> float:
+        best = math.inf
         for _ in range(repeats):
             started = time.perf_counter()
             for _ in range(count):
                 work()
-            times.append((time.perf_counter() - started) / count)
-        return max(min(times), 1e-9)
+            best = min(best, (time.perf_counter() - started) / count)
+        return max(best, 1e-9)
 
-    matmul_seconds = best(lambda: a @ b, 20)
-    element_seconds = best(lambda: torch.sigmoid(v).mul_(v), 4)
-    op_seconds = best(lambda: tiny.add(tiny), 400)
+    # On one thread: the estimates are single-core CPU seconds (a classroom server computes on one
+    # thread per request, BNN_COMPUTE_THREADS). With PyTorch's two threads on the loaded benchmark
+    # machine an elementwise pass was timed 30 x slower than on one.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        matmul_seconds = fastest(lambda: a @ b)
+        element_seconds = fastest(lambda: torch.sigmoid(v).mul_(v))
+        op_seconds = fastest(lambda: tiny.add(tiny), 50)
+    finally:
+        torch.set_num_threads(previous)
     return Speed(matmul_flops=2 * 100 * 512 * 512 / matmul_seconds, elements_per_second=v.numel() / element_seconds,
                  seconds_per_op=op_seconds)
 
 
 @functools.lru_cache(maxsize=1)
 def server_speed() -> Speed:
-    """This process's measured speed, probed once (the first estimate pays about 50 ms)."""
+    """This process's measured speed, probed once (the first estimate pays about 0.1 s)."""
     return measure_speed()
 
 
@@ -224,34 +237,49 @@ class Cost:
         return self.seconds * (load_factor() if factor is None else factor)
 
 
-# Calibration (benchmarks/results/admission_model.md; peak resident set added, one PyTorch thread).
-# A training process, per weight: the state, Adam's gradient and two moments per parameter, and the
-# weight-sized tensors of one step and of what follows the loop (the stored sweep masks and copies
-# the weights at each threshold, safetensors serialises the state).
-TRAINING_FLOATS_PER_WEIGHT_BEYOND_STATE = 40
-# ... plus this much whatever the size (the run store, snapshots, glibc's arenas): 69 MB measured
-# for a 354-weight training.
-TRAINING_FIXED_BYTES = 96 * MB
+# Calibration: benchmarks/results/admission_model.md (peak resident set added; one PyTorch thread).
+# A training process adds, per weight, about 46-47 floats for lbbnn and bnn and 39 for horseshoe
+# between 1 and 9 million weights (the state, Adam's gradient and two moments, a step's weight-sized
+# temporaries, and after the loop the stored sweep's masked copies and safetensors' serialised state),
+# and 69-92 MB whatever the size below 41,000 weights, but about 110-130 MB extrapolated from the
+# large ones (allocator arenas). 100 MB + 55 floats per weight is within 1.0-1.5 x of every
+# measured training; a family with more state (4 floats per parameter with Adam, 1 per buffer)
+# than lbbnn's is given 41 floats per weight on top of its state.
+TRAINING_FIXED_BYTES = 100 * MB
+TRAINING_FLOATS_PER_WEIGHT = 55
+TRAINING_FLOATS_BEYOND_STATE = 41
 # Activations of a minibatch: per example and unit, the pre-activation's mean and variance, the
-# sample, the activation and their gradients.
-ACTIVATION_FLOATS_PER_UNIT = 12
-# Generated data: numpy float64 draws, their noise, the concatenation, the shuffled copy and the
-# float32 arrays the Dataset keeps, per point and feature (targets included).
-DATASET_BYTES_PER_VALUE = 48
-# A prediction's outputs: R x inputs x outputs float32 values, held as the model's outputs, the
-# probabilities, the page cache's copy and float64 copies in the metrics.
-PREDICTION_BYTES_PER_VALUE = 40
+# sample and the activation, and their gradients.
+ACTIVATION_FLOATS_PER_UNIT = 8
+# Generated data, per value of a point (its features and target): numpy's float64 draws, noise,
+# concatenation and shuffled copy, and the float32 arrays the Dataset keeps. Measured 17-18 bytes
+# (two-moons and toy-hetero with 1,000,000 + 1,000,000 points); toy-sine-gaps' pool is one float64
+# draw per point, filtered. CPU per point in elementwise passes: two-moons' and two-spirals' trig,
+# noise and permutation cost 2.5 x toy-hetero's (0.8 s against 0.33 s for 2,000,000 points).
+DATASET_BYTES_PER_VALUE = 24
+POOL_BYTES_PER_POINT = 12
+GENERATOR_PASSES_PER_POINT = {"two-moons": 340, "two-spirals": 340, "toy-hetero": 140, "toy-cubic": 140,
+                              "toy-sine-gaps": 60}
+# A prediction and the page's metrics of it, per value of R x inputs x outputs: the outputs, the
+# probabilities, the page cache's copy and the metrics' float64 copies. Measured 24-26 bytes (R x
+# inputs = 1 and 10 million on two-moons); about 140 elementwise passes of CPU per value.
+PREDICTION_BYTES_PER_VALUE = 30
 PREDICTION_FIXED_BYTES = 16 * MB
-# Time, in units the speed probe measures: the multiply-adds of a step (mean and variance products
-# forward, twice that backward), elementwise passes over the weights per step (sampling, the
-# KL and its gradient, Adam), and tiny operations per layer per step (PyTorch's dispatch).
+PREDICTION_PASSES_PER_VALUE = 150
+# Time, in the units the speed probe measures. A training process spends about 2.5 s of CPU on
+# its own (the run store, snapshots, the sweep's set-up: 800,000 tiny operations at the probe's
+# 3 microseconds); per step the multiply-adds (mean and variance products forward, twice that
+# backward), elementwise passes over the weights (sampling, the KL and its gradient, Adam) and
+# PyTorch's dispatch (6 ms a step measured on 16-16 nets: about 700 operations per layer); after the
+# loop the stored sweep and the snapshots, about 4,000 elementwise passes over the weights (3.5 s
+# for 1 million weights, 49 s for 9 million).
+TRAINING_FIXED_OPS = 800_000
 MATMULS_PER_STEP = 6
 ELEMENTWISE_PASSES_PER_STEP = 60
-OPS_PER_LAYER_STEP = 120
-# After the loop: snapshots (histograms of every weight's statistic) per epoch, and the stored
-# sweep's predictions of the test set at this many thresholds.
+OPS_PER_LAYER_STEP = 700
+PASSES_AFTER_TRAINING = 4000
+# The stored sweep predicts the test set at this many thresholds.
 SWEEP_THRESHOLDS = 30
-SNAPSHOT_PASSES_PER_EPOCH = 10
 
 
 def _train_epochs(config: Any, n_train: int) -> int:
@@ -270,10 +298,12 @@ def dataset_cost(name: str, params: Mapping[str, Any] | None = None, shape: Data
                  speed: Speed | None = None) -> Cost:
     """Generating (or reading) a dataset: its arrays and the generator's temporaries."""
     shape = shape or dataset_shape(name, params)
-    points = (shape.n_train or 0) + (shape.n_test or 0) + shape.n_pool + shape.n_grid
+    points = (shape.n_train or 0) + (shape.n_test or 0) + shape.n_grid
     values = points * (shape.in_features + 1)
     speed = speed or server_speed()
-    return Cost(int(values * DATASET_BYTES_PER_VALUE), values * 20 / speed.elements_per_second)
+    passes = GENERATOR_PASSES_PER_POINT.get(shape.name, 140) * (points + shape.n_pool)
+    return Cost(int(values * DATASET_BYTES_PER_VALUE + shape.n_pool * POOL_BYTES_PER_POINT),
+                passes / speed.elements_per_second)
 
 
 def training_cost(config: Any, shape: DataShape, speed: Speed | None = None) -> Cost:
@@ -287,8 +317,9 @@ def training_cost(config: Any, shape: DataShape, speed: Speed | None = None) -> 
     batch = min(int(config.train.batch_size), max(1, n_train))
     mc = int(getattr(config.train, "mc_samples", 1))
     units = sum(widths)
-    floats = (parameters + buffers + 3 * parameters + TRAINING_FLOATS_PER_WEIGHT_BEYOND_STATE * weights
-              + ACTIVATION_FLOATS_PER_UNIT * batch * mc * units)
+    per_weight = max(TRAINING_FLOATS_PER_WEIGHT,
+                     math.ceil((4 * parameters + buffers) / max(1, weights)) + TRAINING_FLOATS_BEYOND_STATE)
+    floats = per_weight * weights + ACTIVATION_FLOATS_PER_UNIT * batch * mc * units
     data = dataset_cost(shape.name, shape=shape, speed=speed) if shape.generated else Cost(
         int((n_train + n_test) * (shape.in_features + 1) * BYTES_PER_FLOAT * 2), 0.0)
     # The stored sweep predicts the test set in chunks (core.predict.engine bounds one chunk).
@@ -300,10 +331,10 @@ def training_cost(config: Any, shape: DataShape, speed: Speed | None = None) -> 
     products = 2 * weights * batch * mc * MATMULS_PER_STEP / speed.matmul_flops
     passes = weights * ELEMENTWISE_PASSES_PER_STEP / speed.elements_per_second
     dispatch = OPS_PER_LAYER_STEP * (len(widths) - 1) * speed.seconds_per_op
-    after = (epochs * SNAPSHOT_PASSES_PER_EPOCH * weights / speed.elements_per_second
-             + SWEEP_THRESHOLDS * (2 * weights * n_test / speed.matmul_flops
-                                   + 10 * weights / speed.elements_per_second))
-    seconds = steps * (products + passes + dispatch) + after + data.seconds
+    after = (PASSES_AFTER_TRAINING * weights / speed.elements_per_second
+             + SWEEP_THRESHOLDS * 2 * weights * n_test / speed.matmul_flops)
+    seconds = (TRAINING_FIXED_OPS * speed.seconds_per_op + steps * (products + passes + dispatch) + after
+               + data.seconds)
     return Cost(memory, seconds, weights=weights, epochs=epochs)
 
 
@@ -314,13 +345,15 @@ def prediction_cost(config: Any, shape: DataShape, n_inputs: int, samples: int, 
     weights = n_weights(widths)
     samples, n_inputs = max(1, int(samples)), max(0, int(n_inputs))
     values = samples * n_inputs * shape.outputs
-    # One chunk's activations (core.predict.engine.MEMORY_BUDGET_BYTES bounds them) and its drawn weights.
-    activations = min(256 * MB, samples * n_inputs * max(widths) * BYTES_PER_FLOAT * 2)
+    # Each draw runs its forward pass alone (core.predict.engine): one draw's activations, at most the
+    # engine's chunk budget; the weights of a chunk of draws are drawn together.
+    activations = min(256 * MB, n_inputs * max(widths) * BYTES_PER_FLOAT)
     drawn = min(samples, max(1, 256 * MB // max(1, n_inputs * max(widths) * BYTES_PER_FLOAT * 2))) * weights
     memory = int(values * PREDICTION_BYTES_PER_VALUE + activations + drawn * BYTES_PER_FLOAT * 4
                  + PREDICTION_FIXED_BYTES)
-    seconds = samples * (2 * weights * n_inputs / speed.matmul_flops + 10 * weights / speed.elements_per_second
-                         + n_inputs * sum(widths) * 4 / speed.elements_per_second)
+    seconds = (samples * (2 * weights * n_inputs / speed.matmul_flops + 10 * weights / speed.elements_per_second
+                          + n_inputs * sum(widths) * 4 / speed.elements_per_second)
+               + values * PREDICTION_PASSES_PER_VALUE / speed.elements_per_second)
     return Cost(memory, seconds, weights=weights)
 
 
@@ -345,12 +378,14 @@ MAX_GENERATED_POINTS = register(Setting(
     "BNN_MAX_GENERATED_POINTS", "whole", 100_000, "points a generated toy set may have per count parameter "
     "(n, n_test, n_pool, n_grid); checked by the generators themselves, also on the command line", 1, 10 ** 12,
     secret_key="max_generated_points"))
+# The page cache keeps up to 64 test-set predictions for an hour: 10 million values (40 MB of float32,
+# the full MNIST test set at R = 100) each.
 MAX_PREDICTION_VALUES = register(Setting(
-    "BNN_MAX_PREDICTION_VALUES", "whole", 20_000_000, "inputs x R x outputs of one prediction the dashboard "
-    "computes and keeps (20 million: 80 MB of float32; the full MNIST test set with R = 100 is 10 million)",
+    "BNN_MAX_PREDICTION_VALUES", "whole", 10_000_000, "inputs x R x outputs of one prediction the dashboard "
+    "computes and keeps (10 million: 40 MB of float32, the full MNIST test set at R = 100)",
     1, 10 ** 12, secret_key="max_prediction_values"))
 MAX_TRAINING_MINUTES = register(Setting(
-    "BNN_MAX_TRAINING_MINUTES", "real", 60.0, "estimated CPU minutes of one training started from the "
+    "BNN_MAX_TRAINING_MINUTES", "real", 30.0, "estimated CPU minutes of one training started from the "
     "dashboard, on this server's measured speed", 0.1, 10 ** 6, secret_key="max_training_minutes"))
 
 

@@ -17,7 +17,7 @@ from core.runs.config import RunConfig
 # A fixed speed: the tests do not depend on this machine's load.
 SPEED = cost.Speed(matmul_flops=2e10, elements_per_second=5e8, seconds_per_op=3e-6)
 LIMITS = cost.Limits(memory_bytes=1536 * cost.MB, max_weights=3_000_000, playground_weights=5000,
-                     generated_points=100_000, prediction_values=20_000_000, training_seconds=3600.0)
+                     generated_points=100_000, prediction_values=10_000_000, training_seconds=1800.0)
 
 
 def config_of(hidden, dataset="two-moons", method="lbbnn", epochs=10, batch_size=100, params=None):
