@@ -32,6 +32,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
+from core.errors import ConfigError
+from core.settings import Setting, register
+
 BYTES_PER_FLOAT = 4
 MB = 2 ** 20
 
@@ -258,8 +261,8 @@ ACTIVATION_FLOATS_PER_UNIT = 8
 # noise and permutation cost 2.5 x toy-hetero's (0.8 s against 0.33 s for 2,000,000 points).
 DATASET_BYTES_PER_VALUE = 24
 POOL_BYTES_PER_POINT = 12
-GENERATOR_PASSES_PER_POINT = {"two-moons": 340, "two-spirals": 340, "toy-hetero": 140, "toy-cubic": 140,
-                              "toy-sine-gaps": 60}
+GENERATOR_PASSES_PER_POINT = {"two-moons": 420, "two-spirals": 420, "toy-hetero": 170, "toy-cubic": 170,
+                              "toy-sine-gaps": 70}
 # A prediction and the page's metrics of it, per value of R x inputs x outputs: the outputs, the
 # probabilities, the page cache's copy and the metrics' float64 copies. Measured 24-26 bytes (R x
 # inputs = 1 and 10 million on two-moons); about 140 elementwise passes of CPU per value.
@@ -301,7 +304,7 @@ def dataset_cost(name: str, params: Mapping[str, Any] | None = None, shape: Data
     points = (shape.n_train or 0) + (shape.n_test or 0) + shape.n_grid
     values = points * (shape.in_features + 1)
     speed = speed or server_speed()
-    passes = GENERATOR_PASSES_PER_POINT.get(shape.name, 140) * (points + shape.n_pool)
+    passes = GENERATOR_PASSES_PER_POINT.get(shape.name, 420) * (points + shape.n_pool)
     return Cost(int(values * DATASET_BYTES_PER_VALUE + shape.n_pool * POOL_BYTES_PER_POINT),
                 passes / speed.elements_per_second)
 
@@ -358,8 +361,6 @@ def prediction_cost(config: Any, shape: DataShape, n_inputs: int, samples: int, 
 
 
 # --- limits -------------------------------------------------------------------------------------------
-
-from core.settings import Setting, register  # noqa: E402  (the settings this module declares)
 
 # A classroom server: 2 cores, 24 GB, 30 students. One request may add 1.5 GB to the server (or to its
 # training process): with two trainings and a few requests at once the server stays within about
@@ -436,9 +437,6 @@ def max_generated_points() -> int:
 
 
 # --- admission ----------------------------------------------------------------------------------------
-
-from core.errors import ConfigError  # noqa: E402
-
 
 class AdmissionError(ConfigError):
     """A request refused before anything was allocated; the message says why and what would fit."""

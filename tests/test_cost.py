@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core import cost
-from core.errors import ConfigError, DataError
+from core.errors import DataError
 from core.runs.config import RunConfig
 
 # A fixed speed: the tests do not depend on this machine's load.
@@ -67,7 +67,7 @@ def test_optimizer_state_is_counted_in_the_training_cost():
     exact = (state + gradients + moments) * 4
     need = cost.training_cost(config, cost.dataset_shape("two-moons"), SPEED)
     assert need.bytes >= exact
-    parameters, buffers = cost.state_floats("lbbnn", cost.layer_widths(config, cost.dataset_shape("two-moons")))
+    parameters, _ = cost.state_floats("lbbnn", cost.layer_widths(config, cost.dataset_shape("two-moons")))
     # (parameters the loss did not reach, such as the prior's hyperparameters, get no moments)
     assert moments == 2 * gradients and gradients <= parameters
 

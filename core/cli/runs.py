@@ -224,9 +224,8 @@ def _epoch_printer(config: RunConfig):
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from core.runs.training import train_run
-
     from core import cost
+    from core.runs.training import train_run
 
     config = config_from_args(args)
     started = time.perf_counter()

@@ -8,7 +8,6 @@ import json
 import time
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -308,7 +307,6 @@ def start_training(values: dict[str, Any]) -> None:
         st.query_params[TRAIN_PARAM] = request.token
 
 
-@st.fragment(run_every=POLL_SECONDS)
 def training_seconds_estimate(config: Any) -> float | None:
     """The training's estimated seconds on this server now, once per config and session."""
     if not hasattr(config, "canonical_json"):
@@ -322,6 +320,7 @@ def training_seconds_estimate(config: Any) -> float | None:
     return st.session_state[key]
 
 
+@st.fragment(run_every=POLL_SECONDS)
 def training_progress() -> None:
     """Polled view of the running worker; a full rerun once it has finished."""
     worker = state.worker()
