@@ -44,8 +44,9 @@ MB = 2 ** 20
 @dataclass(frozen=True)
 class Speed:
     """Measured rates of this process: float multiply-adds per second in a matrix product the size
-    of a training step's, elements per second of an elementwise pass, seconds per tiny operation
-    (PyTorch's dispatch: what dominates the steps of a tiny network)."""
+    of a training step's, elements per second of an elementwise pass, and seconds per tiny
+    operation (recorded, not used by the model: it read 1.4 or 2.5-3.4 microseconds from one process
+    to the next on the benchmark machine, and the trainings did not follow it)."""
 
     matmul_flops: float
     elements_per_second: float
@@ -264,23 +265,30 @@ POOL_BYTES_PER_POINT = 12
 GENERATOR_PASSES_PER_POINT = {"two-moons": 420, "two-spirals": 420, "toy-hetero": 170, "toy-cubic": 170,
                               "toy-sine-gaps": 70}
 # A prediction and the page's metrics of it, per value of R x inputs x outputs: the outputs, the
-# probabilities, the page cache's copy and the metrics' float64 copies. Measured 24-26 bytes (R x
-# inputs = 1 and 10 million on two-moons); about 140 elementwise passes of CPU per value.
-PREDICTION_BYTES_PER_VALUE = 30
+# probabilities, the page cache's copy and the metrics' float64 copies. Classification: measured 24-26
+# bytes and about 140 elementwise passes of CPU per value (R x inputs = 1 and 10 million on
+# two-moons). Regression keeps a mean and an sd per draw and its metrics take quantiles of the
+# mixture over draws: 34 bytes and about 2,900 passes per value (toy-hetero, 200,000 inputs, R = 50:
+# 73 s of CPU).
+PREDICTION_BYTES_PER_VALUE = {"classification": 30, "regression": 40}
+PREDICTION_PASSES_PER_VALUE = {"classification": 150, "regression": 3200}
 PREDICTION_FIXED_BYTES = 16 * MB
-PREDICTION_PASSES_PER_VALUE = 150
-# Time, in the units the speed probe measures. A training process spends about 2.5 s of CPU on
-# its own (the run store, snapshots, the sweep's set-up: 800,000 tiny operations at the probe's
-# 3 microseconds); per step the multiply-adds (mean and variance products forward, twice that
-# backward), elementwise passes over the weights (sampling, the KL and its gradient, Adam) and
-# PyTorch's dispatch (6 ms a step measured on 16-16 nets: about 700 operations per layer); after the
-# loop the stored sweep and the snapshots, about 4,000 elementwise passes over the weights (3.5 s
-# for 1 million weights, 49 s for 9 million).
-TRAINING_FIXED_OPS = 800_000
+# Time, in the units the speed probe measures (elementwise passes, multiply-adds). The tiny-operation
+# probe read either 1.4 or 2.5-3.4 microseconds from one process to the next on the benchmark
+# machine while the trainings' CPU seconds did not follow it, so the fixed and per-step overheads
+# are counted in elementwise passes, the steadier reading (7-9 x 10^8 per second). A training
+# process spends about 2.3-2.9 s of CPU on its own (the run store, snapshots, the sweep's set-up);
+# per step: the multiply-adds (mean and variance products forward, twice that backward), about 30
+# elementwise passes over the weights (sampling, the KL and its gradient, Adam) and PyTorch's
+# dispatch (2.3 ms per layer, measured on 16-16 nets); after the loop the stored sweep and the
+# snapshots, about 4,600 passes over the weights (5 s for 1 million weights, 45-52 s for 9 million).
+TRAINING_FIXED_PASSES = 2.1e9
+DISPATCH_PASSES_PER_LAYER_STEP = 1.84e6
 MATMULS_PER_STEP = 6
-ELEMENTWISE_PASSES_PER_STEP = 60
-OPS_PER_LAYER_STEP = 700
-PASSES_AFTER_TRAINING = 4000
+ELEMENTWISE_PASSES_PER_STEP = 30
+PASSES_AFTER_TRAINING = 4600
+# Building a model draws its initial values: about 25 passes over the weights (1.1 s for 36 million).
+BUILD_PASSES_PER_WEIGHT = 25
 # The stored sweep predicts the test set at this many thresholds.
 SWEEP_THRESHOLDS = 30
 
@@ -289,12 +297,14 @@ def _train_epochs(config: Any, n_train: int) -> int:
     return int(config.train.resolved(max(1, n_train)).total_epochs())
 
 
-def model_build_cost(config: Any, shape: DataShape) -> Cost:
+def model_build_cost(config: Any, shape: DataShape, speed: Speed | None = None) -> Cost:
     """Building the model: its state, and its initial draws (one weight-sized temporary)."""
+    speed = speed or server_speed()
     widths = layer_widths(config, shape)
-    parameters, buffers = state_floats(config.family if hasattr(config, "family") else config.method, widths)
+    parameters, buffers = state_floats(config.family, widths)
     weights = n_weights(widths)
-    return Cost(int((parameters + buffers + weights) * BYTES_PER_FLOAT), 0.0, weights=weights)
+    return Cost(int((parameters + buffers + weights) * BYTES_PER_FLOAT),
+                BUILD_PASSES_PER_WEIGHT * weights / speed.elements_per_second, weights=weights)
 
 
 def dataset_cost(name: str, params: Mapping[str, Any] | None = None, shape: DataShape | None = None,
@@ -333,10 +343,10 @@ def training_cost(config: Any, shape: DataShape, speed: Speed | None = None) -> 
     steps = epochs * math.ceil(n_train / batch) if n_train else 0
     products = 2 * weights * batch * mc * MATMULS_PER_STEP / speed.matmul_flops
     passes = weights * ELEMENTWISE_PASSES_PER_STEP / speed.elements_per_second
-    dispatch = OPS_PER_LAYER_STEP * (len(widths) - 1) * speed.seconds_per_op
+    dispatch = DISPATCH_PASSES_PER_LAYER_STEP * (len(widths) - 1) / speed.elements_per_second
     after = (PASSES_AFTER_TRAINING * weights / speed.elements_per_second
              + SWEEP_THRESHOLDS * 2 * weights * n_test / speed.matmul_flops)
-    seconds = (TRAINING_FIXED_OPS * speed.seconds_per_op + steps * (products + passes + dispatch) + after
+    seconds = (TRAINING_FIXED_PASSES / speed.elements_per_second + steps * (products + passes + dispatch) + after
                + data.seconds)
     return Cost(memory, seconds, weights=weights, epochs=epochs)
 
@@ -352,11 +362,12 @@ def prediction_cost(config: Any, shape: DataShape, n_inputs: int, samples: int, 
     # engine's chunk budget; the weights of a chunk of draws are drawn together.
     activations = min(256 * MB, n_inputs * max(widths) * BYTES_PER_FLOAT)
     drawn = min(samples, max(1, 256 * MB // max(1, n_inputs * max(widths) * BYTES_PER_FLOAT * 2))) * weights
-    memory = int(values * PREDICTION_BYTES_PER_VALUE + activations + drawn * BYTES_PER_FLOAT * 4
+    task = "regression" if str(getattr(shape.task, "value", shape.task)) == "regression" else "classification"
+    memory = int(values * PREDICTION_BYTES_PER_VALUE[task] + activations + drawn * BYTES_PER_FLOAT * 4
                  + PREDICTION_FIXED_BYTES)
     seconds = (samples * (2 * weights * n_inputs / speed.matmul_flops + 10 * weights / speed.elements_per_second
                           + n_inputs * sum(widths) * 4 / speed.elements_per_second)
-               + values * PREDICTION_PASSES_PER_VALUE / speed.elements_per_second)
+               + values * PREDICTION_PASSES_PER_VALUE[task] / speed.elements_per_second)
     return Cost(memory, seconds, weights=weights)
 
 
