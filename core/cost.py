@@ -396,6 +396,11 @@ MAX_PREDICTION_VALUES = register(Setting(
     "BNN_MAX_PREDICTION_VALUES", "whole", 10_000_000, "inputs x R x outputs of one prediction the dashboard "
     "computes and keeps (10 million: 40 MB of float32, the full MNIST test set at R = 100)",
     1, 10 ** 12, secret_key="max_prediction_values"))
+# Predictions run in the server process, on the page's request: a regression set's metrics cost about
+# 3.6 microseconds of CPU per value (73 s for 200,000 inputs at R = 50), so R is also capped by time.
+MAX_PREDICTION_SECONDS = register(Setting(
+    "BNN_MAX_PREDICTION_SECONDS", "real", 20.0, "estimated CPU seconds of one prediction a dashboard page "
+    "computes (R is lowered to what fits)", 0.1, 10 ** 6, secret_key="max_prediction_seconds"))
 MAX_TRAINING_MINUTES = register(Setting(
     "BNN_MAX_TRAINING_MINUTES", "real", 30.0, "estimated CPU minutes of one training started from the "
     "dashboard, on this server's measured speed", 0.1, 10 ** 6, secret_key="max_training_minutes"))
@@ -410,6 +415,7 @@ class Limits:
     playground_weights: int | None = None
     generated_points: int | None = None
     prediction_values: int | None = None
+    prediction_seconds: float | None = None
     training_seconds: float | None = None
     where: str = "this server"
 
@@ -421,6 +427,7 @@ def server_limits(fallback: Any = None) -> Limits:
                   playground_weights=PLAYGROUND_MAX_WEIGHTS.read(fallback=fallback),
                   generated_points=MAX_GENERATED_POINTS.read(fallback=fallback),
                   prediction_values=MAX_PREDICTION_VALUES.read(fallback=fallback),
+                  prediction_seconds=MAX_PREDICTION_SECONDS.read(fallback=fallback),
                   training_seconds=MAX_TRAINING_MINUTES.read(fallback=fallback) * 60.0)
 
 
@@ -596,7 +603,8 @@ def largest_samples(config: Any, shape: DataShape, n_inputs: int, limits: Limits
         if limits.prediction_values is not None and samples * n_inputs * shape.outputs > limits.prediction_values:
             return False
         need = prediction_cost(config, shape, n_inputs, samples, speed)
-        return limits.memory_bytes is None or need.bytes <= limits.memory_bytes
+        return ((limits.memory_bytes is None or need.bytes <= limits.memory_bytes)
+                and (limits.prediction_seconds is None or need.seconds <= limits.prediction_seconds))
 
     if fits(wanted):
         return int(wanted)
@@ -614,10 +622,12 @@ def samples_message(n_inputs: int, wanted: int, allowed: int, config: Any, shape
                     speed: Speed | None = None) -> str:
     """Why R was capped (or refused), in a page's words."""
     need = prediction_cost(config, shape, n_inputs, wanted, speed)
-    what = f"R = {wanted} over {n_inputs:,} inputs needs about {size_text(need.bytes)}"
-    limit = f"limit {size_text(limits.memory_bytes)}" if limits.memory_bytes is not None else "no memory limit"
-    if limits.prediction_values is not None:
-        limit += f", {limits.prediction_values:,} values"
+    what = (f"R = {wanted} over {n_inputs:,} inputs needs about {size_text(need.bytes)} and "
+            f"{time_text(need.seconds)} of CPU")
+    limits_text = ([f"{size_text(limits.memory_bytes)}"] if limits.memory_bytes is not None else []) + (
+        [f"{limits.prediction_values:,} values"] if limits.prediction_values is not None else []) + (
+        [f"{time_text(limits.prediction_seconds)}"] if limits.prediction_seconds is not None else [])
+    limit = "limits " + ", ".join(limits_text) if limits_text else "no limits"
     if allowed >= 1:
         return f"{what} ({limit}); R up to {allowed} fits: showing R = {allowed}"
     return f"{what} ({limit}); not even R = 1 fits on {limits.where}"

@@ -167,7 +167,7 @@ def refuse_streamlit_cache_clearing() -> bool:
 def admission_limits() -> Any:
     """What one request may cost on this server (core.cost.Limits): BNN_MEMORY_BUDGET_MB,
     BNN_MAX_WEIGHTS, BNN_PLAYGROUND_MAX_WEIGHTS, BNN_MAX_GENERATED_POINTS, BNN_MAX_PREDICTION_VALUES,
-    BNN_MAX_TRAINING_MINUTES, each from the environment, else its key in secrets.toml, else its
-    default (docs: core.settings.describe())."""
+    BNN_MAX_PREDICTION_SECONDS and BNN_MAX_TRAINING_MINUTES, each from the environment, else its key
+    in secrets.toml, else its default (the table: core.settings.describe())."""
     from core.cost import server_limits
     return server_limits(fallback=_secret)

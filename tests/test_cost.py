@@ -176,15 +176,16 @@ def test_the_generators_limit_is_a_setting(monkeypatch):
 @settings(max_examples=40, deadline=None)
 @given(n_inputs=st.integers(1, 2_000_000), wanted=st.integers(1, 100), budget_mb=st.integers(32, 2048))
 def test_largest_samples_fits_and_one_more_does_not(n_inputs, wanted, budget_mb):
-    limits = cost.Limits(memory_bytes=budget_mb * cost.MB, prediction_values=20_000_000)
+    limits = cost.Limits(memory_bytes=budget_mb * cost.MB, prediction_values=20_000_000, prediction_seconds=20.0)
     config = config_of((16, 16))
     shape = cost.dataset_shape("two-moons")
     allowed = cost.largest_samples(config, shape, n_inputs, limits, wanted, SPEED)
     assert 0 <= allowed <= wanted
 
     def fits(samples):
+        need = cost.prediction_cost(config, shape, n_inputs, samples, SPEED)
         return (samples * n_inputs * shape.outputs <= limits.prediction_values
-                and cost.prediction_cost(config, shape, n_inputs, samples, SPEED).bytes <= limits.memory_bytes)
+                and need.bytes <= limits.memory_bytes and need.seconds <= limits.prediction_seconds)
 
     assert allowed == 0 or fits(allowed)
     assert allowed == wanted or not fits(allowed + 1)
@@ -192,6 +193,17 @@ def test_largest_samples_fits_and_one_more_does_not(n_inputs, wanted, budget_mb)
         message = cost.samples_message(n_inputs, wanted, allowed, config, shape, limits, SPEED)
         assert f"R = {wanted} over {n_inputs:,} inputs" in message
         assert (f"R up to {allowed} fits" in message) if allowed else ("not even R = 1 fits" in message)
+
+
+def test_a_regression_prediction_is_capped_by_its_cpu_time():
+    """200,000 regression inputs at R = 50 took 73 s of CPU in the benchmark: a 20 s limit lowers R."""
+    config = config_of((64, 64), dataset="toy-hetero", method="bnn", params={"n_test": 100_000})
+    shape = cost.dataset_shape("toy-hetero", {"n_test": 100_000})
+    limits = cost.Limits(memory_bytes=1536 * cost.MB, prediction_values=10_000_000, prediction_seconds=20.0)
+    allowed = cost.largest_samples(config, shape, 100_000, limits, 50, SPEED)
+    assert 1 <= allowed < 50
+    assert cost.prediction_cost(config, shape, 100_000, allowed, SPEED).seconds <= 20.0
+    assert "of CPU" in cost.samples_message(100_000, 50, allowed, config, shape, limits, SPEED)
 
 
 def test_remaining_seconds_uses_the_estimate_then_the_measured_epochs():
@@ -206,7 +218,7 @@ def test_the_limits_are_registered_settings_with_documented_defaults(monkeypatch
     from core.errors import InputError
     from core.settings import SETTINGS, describe
     for setting in (cost.MEMORY_BUDGET, cost.MAX_WEIGHTS, cost.PLAYGROUND_MAX_WEIGHTS, cost.MAX_GENERATED_POINTS,
-                    cost.MAX_PREDICTION_VALUES, cost.MAX_TRAINING_MINUTES):
+                    cost.MAX_PREDICTION_VALUES, cost.MAX_PREDICTION_SECONDS, cost.MAX_TRAINING_MINUTES):
         assert SETTINGS[setting.variable] is setting and setting.secret_key and setting.meaning
         assert f"`{setting.variable}`" in describe()
     defaults = cost.server_limits()
