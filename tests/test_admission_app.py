@@ -91,8 +91,8 @@ def test_R_beyond_the_budget_is_lowered_with_a_message(tmp_path, monkeypatch):
     warnings = texts(at.warning)
     assert any("R = 100 over 500 inputs" in w and "R up to 10 fits: showing R = 10" in w for w in warnings), warnings
     assert resident_bytes() - before < RSS_MARGIN_BYTES
-    # Uncertainty predicts 1000 OOD inputs too: the largest input set sets the cap.
+    # Uncertainty also predicts its 60 x 60 decision surface: the largest input set sets the cap.
     at.switch_page("views/uncertainty.py").run()
     assert not at.exception, [e.value for e in at.exception]
     warnings = texts(at.warning)
-    assert any("over 1,000 inputs" in w and "R up to 5 fits" in w for w in warnings), warnings
+    assert any("over 3,600 inputs" in w and "R up to 1 fits: showing R = 1" in w for w in warnings), warnings

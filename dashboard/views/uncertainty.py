@@ -12,6 +12,7 @@ from dashboard.ui import guard
 MAX_SAMPLES = 100
 N_IMAGES = 6
 OOD_INPUTS = 1000
+SURFACE_SIDE = 60  # a 2-D classifier's decision surface: cache.surface's default grid
 
 run = state.run_page("Uncertainty")
 run_id = run.run_id
@@ -34,7 +35,8 @@ with guard("Reading the settings"):
     draws = samples if backend.mode_draws_samples(mode) else 1  # mean and mpm-mean draw nothing
     # The largest input set this page predicts with R draws (test set, plotting grid, OOD sets) is
     # costed first: R is lowered to what fits, and the page says so.
-    largest_inputs = max(int(dataset.n_test), OOD_INPUTS, 0 if dataset.x_grid is None else len(dataset.x_grid))
+    largest_inputs = max(int(dataset.n_test), OOD_INPUTS, 0 if dataset.x_grid is None else len(dataset.x_grid),
+                         SURFACE_SIDE ** 2 if dataset.in_features == 2 else 0)
     draws, lowered = backend.samples_allowed(run, largest_inputs, draws)
     if lowered:
         (st.warning if draws >= 1 else st.error)(lowered)
