@@ -20,8 +20,15 @@ benchmarks/results/admission_model.md) counts:
   the chunked activations (core.predict.engine bounds one chunk) and the drawn weights.
 
 Time is work divided by the speed of this machine, measured once per process by `measure_speed`
-(a timed matrix product, an elementwise pass and a burst of tiny operations): a loaded or slow
-server gets longer estimates.
+(a timed matrix product and an elementwise pass on one thread): `Cost.seconds` are CPU seconds of
+one core, and `Cost.wall_seconds()` multiplies them by the current load per core, so a loaded
+server shows longer waits. A running training's time left follows its measured epochs
+(`remaining_seconds`).
+
+Limits are registered settings (core.settings): the dashboard reads them with secrets.toml as the
+fallback (`server_limits`); the command line limits only memory, to half the machine
+(`command_line_limits`); the generators bound their counts of points themselves
+(BNN_MAX_GENERATED_POINTS, core.data.params.point_count).
 """
 
 from __future__ import annotations
@@ -476,12 +483,11 @@ def _widths_text(widths: Sequence[int]) -> str:
     return ",".join(str(int(w)) for w in widths)
 
 
-def _fits_training(config: Any, shape: DataShape, limits: Limits, speed: Speed, weight_limit: int | None,
-                   cost_of=None) -> bool:
-    cost = (cost_of or training_cost)(config, shape, speed)
-    return ((limits.memory_bytes is None or cost.bytes <= limits.memory_bytes)
-            and (weight_limit is None or cost.weights <= weight_limit)
-            and (limits.training_seconds is None or cost_of is not None or cost.seconds <= limits.training_seconds))
+def _fits_in_size(config: Any, shape: DataShape, limits: Limits, speed: Speed, weight_limit: int | None) -> bool:
+    """Memory and weights within the limits (what widths decide; time also depends on epochs)."""
+    need = training_cost(config, shape, speed)
+    return ((limits.memory_bytes is None or need.bytes <= limits.memory_bytes)
+            and (weight_limit is None or need.weights <= weight_limit))
 
 
 def widths_that_fit(config: Any, shape: DataShape, fits) -> tuple[int, ...] | None:
@@ -528,8 +534,7 @@ def admit_training(config: Any, shape: DataShape, limits: Limits, speed: Speed |
         problems.append(f"about {size_text(cost.bytes)} of memory (limit {size_text(limits.memory_bytes)})")
     slow = limits.training_seconds is not None and cost.seconds > limits.training_seconds
     if problems:
-        fit = widths_that_fit(config, shape, lambda c: _fits_training(c, shape, limits, speed, limits.max_weights,
-                                                                        cost_of=training_cost))
+        fit = widths_that_fit(config, shape, lambda c: _fits_in_size(c, shape, limits, speed, limits.max_weights))
         hint = f"widths up to {_widths_text(fit)} fit" if fit else "no widths fit this dataset"
         raise AdmissionError(f"widths {widths} need {' and '.join(problems)} on {limits.where}; {hint}")
     if slow:
@@ -553,9 +558,7 @@ def admit_playground(config: Any, shape: DataShape, limits: Limits, speed: Speed
         problems.append(f"about {size_text(cost.bytes)} of memory (limit {size_text(limits.memory_bytes)})")
     if problems:
         def fits(candidate: Any) -> bool:
-            need = training_cost(candidate, shape, speed)
-            return ((limits.playground_weights is None or need.weights <= limits.playground_weights)
-                    and (limits.memory_bytes is None or need.bytes <= limits.memory_bytes))
+            return _fits_in_size(candidate, shape, limits, speed, limits.playground_weights)
         fit = widths_that_fit(config, shape, fits)
         hint = f"widths up to {_widths_text(fit)} fit" if fit else "no widths fit"
         raise AdmissionError(f"widths {_widths_text(config.hidden)} need {' and '.join(problems)}; {hint}")
