@@ -494,37 +494,73 @@ def run_labels(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
     return labels
 
 
-# A rough cost model of one training, checked before it starts. Parameters per weight with the
-# optimiser's state: LBBNN's mean, scale and inclusion logit, each with a gradient and two Adam moments.
-FLOATS_PER_WEIGHT = 12
-BYTES_PER_FLOAT = 4
-# CPU seconds per weight per training example (forward and backward, local reparameterisation),
-# measured on this project's 2-core machine: 784-100-100-10 on 10k images, 30 epochs in about 6 s.
-SECONDS_PER_WEIGHT_EXAMPLE = 2.5e-10
-MEMORY_FRACTION_REFUSED = 0.5  # of the machine's memory
+# --- admission: every request that allocates is costed by core.cost before anything is built ----------
+
+def admission_limits() -> Any:
+    """This server's limits (core.cost.Limits; settings from the environment or secrets.toml)."""
+    from dashboard.settings import admission_limits as limits
+    return limits()
 
 
-def physical_memory_bytes() -> int | None:
+def data_shape(dataset: str, params: dict[str, Any] | None = None) -> Any:
+    """A dataset's sizes from its name and generator parameters, without loading it (core.cost.DataShape)."""
+    from core.cost import dataset_shape
+    return dataset_shape(dataset, params)
+
+
+def training_estimate(config: Any) -> dict[str, Any]:
+    """Weights, memory (bytes), CPU seconds on this server (its measured speed) and seconds now (times
+    its current load) of a training of `config`; `refusal` is core.cost's message, or None."""
+    from core import cost
+    limits = admission_limits()
+    shape = cost.dataset_shape(config.dataset, config.dataset_params)
+    refusal = None
     try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return None
+        cost.admit_dataset(config.dataset, config.dataset_params, limits)
+        need = cost.admit_training(config, shape, limits)
+    except cost.AdmissionError as exc:
+        refusal = str(exc)
+        need = cost.training_cost(config, shape)
+    return {"weights": need.weights, "memory_bytes": need.bytes, "seconds": need.seconds,
+            "wall_seconds": need.wall_seconds(), "epochs": need.epochs, "n_train": shape.n_train,
+            "refusal": refusal}
 
 
-def training_estimate(config: Any, n_train: int | None, in_features: int, n_outputs: int) -> dict[str, Any]:
-    """Weights, memory (bytes) and CPU time (seconds) a training of `config` needs, roughly, and
-    whether it must be refused (memory above half the machine's)."""
-    widths = [int(in_features), *[int(h) for h in config.hidden], int(n_outputs)]
-    n_weights = sum((a + 1) * b for a, b in zip(widths, widths[1:]))
-    batch = int(config.train.batch_size)
-    activations = batch * sum(widths) * 8  # pre-activations, their variances, samples, gradients
-    memory = (n_weights * FLOATS_PER_WEIGHT + activations) * BYTES_PER_FLOAT
-    epochs = total_epochs(config)
-    seconds = SECONDS_PER_WEIGHT_EXAMPLE * n_weights * (n_train or 0) * epochs
-    limit = physical_memory_bytes()
-    refused = limit is not None and memory > MEMORY_FRACTION_REFUSED * limit
-    return {"weights": n_weights, "memory_bytes": memory, "seconds": seconds, "epochs": epochs,
-            "memory_limit_bytes": None if limit is None else MEMORY_FRACTION_REFUSED * limit, "refused": refused}
+def size_text(n_bytes: float) -> str:
+    from core.cost import size_text as core_size_text
+    return core_size_text(n_bytes)
+
+
+def time_text(seconds: float) -> str:
+    from core.cost import time_text as core_time_text
+    return core_time_text(seconds)
+
+
+def estimate_seconds(config: Any, loaded: bool = True) -> float:
+    """Expected seconds of a training on this server (core.cost.estimate_seconds; times the current
+    load when `loaded`): for the queue."""
+    from core.cost import estimate_seconds as core_estimate
+    return core_estimate(config, loaded=loaded)
+
+
+def remaining_seconds(epoch_seconds: Sequence[float], total_epochs: int, estimated_seconds: float | None,
+                      elapsed: float) -> float | None:
+    """A running training's time left (core.cost.remaining_seconds): estimate, then measured epochs."""
+    from core.cost import remaining_seconds as core_remaining
+    return core_remaining(epoch_seconds, total_epochs, estimated_seconds, elapsed)
+
+
+def samples_allowed(run: Any, n_inputs: int, samples: int) -> tuple[int, str | None]:
+    """(R to compute, why R was lowered or None): the largest R <= samples whose prediction over
+    n_inputs inputs fits this server's limits (0 when not even R = 1 fits)."""
+    from core import cost
+    limits = admission_limits()
+    config = run.config
+    shape = cost.dataset_shape(config.dataset, config.dataset_params)
+    allowed = cost.largest_samples(config, shape, int(n_inputs), limits, int(samples))
+    if allowed >= int(samples):
+        return int(samples), None
+    return allowed, cost.samples_message(int(n_inputs), int(samples), allowed, config, shape, limits)
 
 
 def device_message(text: str) -> str:
@@ -693,7 +729,31 @@ def playground_defaults(dataset: str) -> dict[str, Any]:
     config = RunConfig(dataset=dataset, train={"batch_size": 500})
     return {"noise": float(GENERATOR_DEFAULTS[dataset]["noise"]), "hidden": list(config.hidden),
             "epochs": int(config.train.epochs)}
-PLAYGROUND_MAX_WEIGHTS = 5000  # a class's server trains these in its own process: keep them tiny
+def playground_max_weights() -> int | None:
+    """A class's server trains playground networks in its own process: BNN_PLAYGROUND_MAX_WEIGHTS."""
+    return admission_limits().playground_weights
+
+
+def admit_playground(values: dict[str, Any]) -> Any:
+    """core.cost's admission of a playground fit, from the form's values alone (nothing is built):
+    the config, or AdmissionError saying why not and what widths fit."""
+    from core import cost
+    config = make_config(values)
+    limits = admission_limits()
+    shape = cost.admit_dataset(config.dataset, config.dataset_params, limits)
+    cost.admit_playground(config, shape, limits)
+    return config
+
+
+def playground_refusal(values: dict[str, Any]) -> str | None:
+    """Why the playground refuses these values (core.cost's message), or None."""
+    from core.errors import BNNError
+    try:
+        admit_playground(values)
+    except BNNError as exc:
+        return str(exc)
+    return None
+
 
 
 class PlaygroundTraining:
@@ -716,6 +776,7 @@ class PlaygroundTraining:
         import threading
 
         self.config = make_config(values)
+        self._values = dict(values)
         self.every = max(1, int(every))
         self.samples = int(samples)
         # The training waits (at most this long) for first_picture_drawn(): the page's first
@@ -792,11 +853,12 @@ class PlaygroundTraining:
     def _prepare(self) -> None:
         from core.models.network import build_model
 
+        # Costed from the sizes before anything is built: building 12000-12000 first took the server
+        # from 1.2 to 3.3 GB before the old size check refused it.
+        admit_playground(self._values)
         dataset = self.config.load_dataset()
         model = build_model(self.config.model_config(dataset), "cpu",
                             torch.Generator(device="cpu").manual_seed(self.config.seed))
-        if model.n_weights() > PLAYGROUND_MAX_WEIGHTS:
-            raise ConfigError(f"playground: {model.n_weights()} weights; keep it under {PLAYGROUND_MAX_WEIGHTS}")
         if dataset.in_features == 1:
             x_plot = dataset.x_grid
         else:

@@ -179,10 +179,6 @@ QUEUE_PER_SESSION = register(Setting(
     "trainings one session (a browser; a tab where the browser is not recognised) may have running or "
     "queued at once (2: one running and one queued)",
     low=1, high=100, secret_key="queue_per_session"))
-TRAINING_SECONDS_MAX = register(Setting(
-    "BNN_TRAINING_SECONDS_MAX", "real", 600.0,
-    "estimated seconds one training may take; a longer one is refused, saying how many epochs would fit",
-    low=1, high=7 * 86400, secret_key="training_seconds_max"))
 QUEUE_SESSION_SECONDS = register(Setting(
     "BNN_QUEUE_SESSION_SECONDS", "real", 1200.0,
     "estimated seconds of the trainings one session may have running or queued at once",
@@ -210,7 +206,8 @@ def queue_limits() -> Any:
 
     return QueueLimits(per_session=QUEUE_PER_SESSION.read(fallback=_secret),
                        session_seconds=QUEUE_SESSION_SECONDS.read(fallback=_secret),
-                       training_seconds=TRAINING_SECONDS_MAX.read(fallback=_secret),
+                       # one limit for the form and the queue: core.cost's BNN_MAX_TRAINING_MINUTES
+                       training_seconds=admission_limits().training_seconds,
                        grace_seconds=QUEUE_GRACE_SECONDS.read(fallback=_secret),
                        short_seconds=SHORT_TRAINING_SECONDS.read(fallback=_secret))
 
@@ -301,3 +298,14 @@ def check_teacher_token(candidate: str, who: str, throttle: GuessThrottle | None
     log.warning("wrong teacher token from %s (%d from this session, %d on the server); next try in %.0f s",
                 who, mine, server, wait)
     return TokenCheck(False, f"That is not the teacher token. The next try is possible in {math.ceil(wait)} s.")
+
+
+# --- admission limits (core.cost declares them; the dashboard reads secrets.toml as the fallback) ---------
+
+def admission_limits() -> Any:
+    """What one request may cost on this server (core.cost.Limits): BNN_MEMORY_BUDGET_MB,
+    BNN_MAX_WEIGHTS, BNN_PLAYGROUND_MAX_WEIGHTS, BNN_MAX_GENERATED_POINTS, BNN_MAX_PREDICTION_VALUES,
+    BNN_MAX_PREDICTION_SECONDS and BNN_MAX_TRAINING_MINUTES, each from the environment, else its key
+    in secrets.toml, else its default (the table: core.settings.describe())."""
+    from core.cost import server_limits
+    return server_limits(fallback=_secret)

@@ -107,10 +107,10 @@ def test_a_network_too_large_for_memory_is_refused_before_training(tmp_path, mon
 def test_training_estimate_counts_weights_exactly():
     from dashboard import backend
     config = backend.make_config({"dataset": "two-moons", "hidden": [8, 4], "train": {"epochs": 3}})
-    estimate = backend.training_estimate(config, n_train=500, in_features=2, n_outputs=2)
+    estimate = backend.training_estimate(config)
     assert estimate["weights"] == (2 + 1) * 8 + (8 + 1) * 4 + (4 + 1) * 2
-    assert estimate["seconds"] == pytest.approx(backend.SECONDS_PER_WEIGHT_EXAMPLE * estimate["weights"] * 500 * 3)
-    assert not estimate["refused"]
+    assert estimate["epochs"] == 3 and estimate["n_train"] == 500 and estimate["seconds"] > 0
+    assert estimate["refusal"] is None
 
 
 # --- defect 17: device message in the form's words; bundled page icon ------------------------------------
@@ -759,7 +759,7 @@ def test_playground_too_large_a_network_is_a_message_not_a_thread():
                                       "train": {"epochs": 10, "batch_size": 500}}).start()
     job.join(timeout=5)
     assert job.done and not job.running and job.snapshot() is None
-    assert "weights; keep it under" in job.error
+    assert "widths 100,100 need 10,602 weights" in job.error and "widths up to 67,67 fit" in job.error
 
 
 def test_network_graph_draws_each_kept_connection():

@@ -140,7 +140,7 @@ def test_a_session_queues_one_training_behind_its_running_one_and_no_more():
 
 
 def test_a_training_above_the_time_cap_is_refused_with_what_would_fit(monkeypatch):
-    monkeypatch.setenv("BNN_TRAINING_SECONDS_MAX", "600")
+    monkeypatch.setenv("BNN_MAX_TRAINING_MINUTES", "10")
     at = open_train_page()
     at.text_input(key="train_epochs").input("100000").run()  # mnist-small: about 6 h by the estimate
     refusals = [e.value for e in at.error if "one training may take" in e.value]
@@ -225,13 +225,13 @@ def test_queue_limits_come_from_the_environment_then_secrets_then_the_defaults(m
     from core.errors import InputError
     from dashboard import settings
 
-    for variable in ("BNN_QUEUE_PER_SESSION", "BNN_QUEUE_SESSION_SECONDS", "BNN_TRAINING_SECONDS_MAX",
-                     "BNN_QUEUE_GRACE_SECONDS"):
+    for variable in ("BNN_QUEUE_PER_SESSION", "BNN_QUEUE_SESSION_SECONDS", "BNN_MAX_TRAINING_MINUTES",
+                     "BNN_QUEUE_GRACE_SECONDS", "BNN_SHORT_TRAINING_SECONDS"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setattr(settings, "_secret", lambda name: {"queue_grace_seconds": 30}.get(name))
     limits = settings.queue_limits()
-    assert (limits.per_session, limits.session_seconds, limits.training_seconds, limits.grace_seconds) == (
-        2, 1200.0, 600.0, 30.0)
+    assert (limits.per_session, limits.session_seconds, limits.training_seconds, limits.grace_seconds,
+            limits.short_seconds) == (2, 1200.0, 600.0, 30.0, 300.0)
     monkeypatch.setenv("BNN_QUEUE_PER_SESSION", "3")
     monkeypatch.setenv("BNN_QUEUE_GRACE_SECONDS", "5")
     limits = settings.queue_limits()

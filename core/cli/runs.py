@@ -234,11 +234,19 @@ def _epoch_printer(config: RunConfig):
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from core import cost
     from core.runs.training import train_run
 
     config = config_from_args(args)
     started = time.perf_counter()
     print(f"run: {config.label()}", file=sys.stderr, flush=True)
+    # Costed before anything is allocated. The command line trains on the user's own machine: only
+    # memory is limited (half of it, or $BNN_MEMORY_BUDGET_MB), not weights or time as on a server.
+    limits = cost.command_line_limits()
+    need = cost.admit_training(config, cost.admit_dataset(config.dataset, config.dataset_params, limits), limits)
+    if not args.quiet:
+        print(f"estimate: {need.weights:,} weights, about {cost.size_text(need.bytes)} of memory"
+              + (f", {cost.time_text(need.wall_seconds())}" if need.epochs else ""), file=sys.stderr, flush=True)
     run = train_run(config, cache_dir=args.cache_dir, progress=None if args.quiet else _epoch_printer(config),
                     force=args.force, data_dir=args.data_dir)
     seconds = time.perf_counter() - started

@@ -17,14 +17,26 @@ def merge_params(name: str, defaults: dict[str, Any], given: dict[str, Any]) -> 
     return {**defaults, **given}
 
 
-def positive_int(name: str, key: str, value: Any, minimum: int = 1) -> int:
+def positive_int(name: str, key: str, value: Any, minimum: int = 1, maximum: int | None = None) -> int:
+    """A whole number in [minimum, maximum]. The generators pass maximum for counts of points
+    (core.cost.max_generated_points), checked here before any array of that length exists."""
+    from core.validate import shown
     try:
         as_int = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         as_int = None
     if as_int is None or as_int != value or as_int < minimum:
-        raise DataError(f"{name}: {key} must be an integer >= {minimum}, got {value!r}")
+        raise DataError(f"{name}: {key} must be an integer >= {minimum}, got {shown(value)}")
+    if maximum is not None and as_int > maximum:
+        raise DataError(f"{name}: {key}={shown(value)} is above the {maximum:,} points a generated set may have "
+                        f"(BNN_MAX_GENERATED_POINTS); give {key} of at most {maximum:,}")
     return as_int
+
+
+def point_count(name: str, key: str, value: Any, minimum: int = 1) -> int:
+    """A count of generated points: positive_int up to $BNN_MAX_GENERATED_POINTS."""
+    from core.cost import max_generated_points
+    return positive_int(name, key, value, minimum, maximum=max_generated_points())
 
 
 def non_negative_float(name: str, key: str, value: Any) -> float:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from core.data.dataset import Dataset, make_dataset
-from core.data.params import interval_list, merge_params, non_negative_float, positive_int
+from core.data.params import interval_list, merge_params, non_negative_float, point_count
 from core.errors import DataError
 
 # ---------------------------------------------------------------- 1-D regression
@@ -56,9 +56,9 @@ def _regression_1d(name: str, x_train, y_train, x_test, y_test, grid, grid_mean,
 def _sine_gaps_params(given: dict) -> tuple:
     name = "toy-sine-gaps"
     p = merge_params(name, SINE_GAPS_DEFAULTS, given)
-    return (p, positive_int(name, "n", p["n"]), positive_int(name, "n_pool", p["n_pool"]),
+    return (p, point_count(name, "n", p["n"]), point_count(name, "n_pool", p["n_pool"]),
             non_negative_float(name, "noise", p["noise"]), interval_list(name, "gaps", p["gaps"], *SINE_RANGE),
-            positive_int(name, "n_test", p["n_test"]), positive_int(name, "n_grid", p["n_grid"], minimum=2))
+            point_count(name, "n_test", p["n_test"]), point_count(name, "n_grid", p["n_grid"], minimum=2))
 
 
 def make_sine_gaps(seed: int = 0, **given: Any) -> Dataset:
@@ -84,9 +84,9 @@ def make_sine_gaps(seed: int = 0, **given: Any) -> Dataset:
 def _cubic_params(given: dict) -> tuple:
     name = "toy-cubic"
     p = merge_params(name, CUBIC_DEFAULTS, given)
-    return (p, positive_int(name, "n", p["n"]), non_negative_float(name, "noise", p["noise"]),
+    return (p, point_count(name, "n", p["n"]), non_negative_float(name, "noise", p["noise"]),
             interval_list(name, "intervals", p["intervals"], *CUBIC_RANGE),
-            positive_int(name, "n_test", p["n_test"]), positive_int(name, "n_grid", p["n_grid"], minimum=2))
+            point_count(name, "n_test", p["n_test"]), point_count(name, "n_grid", p["n_grid"], minimum=2))
 
 
 def make_cubic(seed: int = 0, **given: Any) -> Dataset:
@@ -112,9 +112,9 @@ def make_cubic(seed: int = 0, **given: Any) -> Dataset:
 def _hetero_params(given: dict) -> tuple:
     name = "toy-hetero"
     p = merge_params(name, HETERO_DEFAULTS, given)
-    return (p, positive_int(name, "n", p["n"]), non_negative_float(name, "noise", p["noise"]),
-            non_negative_float(name, "noise_slope", p["noise_slope"]), positive_int(name, "n_test", p["n_test"]),
-            positive_int(name, "n_grid", p["n_grid"], minimum=2))
+    return (p, point_count(name, "n", p["n"]), non_negative_float(name, "noise", p["noise"]),
+            non_negative_float(name, "noise_slope", p["noise_slope"]), point_count(name, "n_test", p["n_test"]),
+            point_count(name, "n_grid", p["n_grid"], minimum=2))
 
 
 def make_hetero(seed: int = 0, **given: Any) -> Dataset:
@@ -181,7 +181,7 @@ def _spirals(count: int, noise: float, rng: np.random.Generator) -> tuple:
 
 def _2d_params(name: str, given: dict) -> tuple:
     p = merge_params(name, CLASSIFICATION_2D_DEFAULTS, given)
-    return (p, positive_int(name, "n", p["n"], minimum=2), positive_int(name, "n_test", p["n_test"], minimum=2),
+    return (p, point_count(name, "n", p["n"], minimum=2), point_count(name, "n_test", p["n_test"], minimum=2),
             non_negative_float(name, "noise", p["noise"]))
 
 

@@ -36,7 +36,7 @@ dataset = left.selectbox("Data", list(backend.PLAYGROUND_SETS), key="play_datase
 method = middle.selectbox("Family", ["lbbnn", "bnn", "horseshoe", "sparse-vd"], key="play_method")
 start = backend.playground_defaults(dataset)
 hidden_text = right.text_input("Hidden widths", ", ".join(map(str, start["hidden"])), key=f"play_hidden_{dataset}",
-                               help=f"at most {backend.PLAYGROUND_MAX_WEIGHTS} weights")
+                               help=f"at most {backend.playground_max_weights() or 'any number of'} weights")
 left, middle, right = st.columns(3)
 noise = left.number_input("Data noise", value=start["noise"], step=0.01 if start["noise"] < 1 else 0.5,
                           format="%.3f", key=f"play_noise_{dataset}",
@@ -62,6 +62,14 @@ with guard("Invalid setting"):
               "dataset_params": {"noise": float(noise)}, "family_options": options,
               "train": {"epochs": int(epochs), "batch_size": 500, "kl_weight": float(kl_weight)}}
 if values is None:
+    st.stop()
+# Refused from the sizes alone, before a model or a dataset is built in this (shared) process.
+refusal = backend.playground_refusal(values)
+if refusal is not None:
+    job = st.session_state.pop(JOB_KEY, None)
+    if job is not None:
+        job[1].cancel()
+    st.error(f"Too large for the playground: {refusal}")
     st.stop()
 
 # Any change restarts the training: the class sees a prior act within seconds.

@@ -9,7 +9,6 @@ import logging
 import time
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -290,25 +289,21 @@ def config_form() -> dict[str, Any] | None:
 
 
 def estimate_section(config: Any, info: dict[str, Any]) -> bool:
-    """The training's size, memory and time, before it starts; False (Train disabled) when it
-    would not fit in memory."""
-    shape = info.get("input_shape") or ()
-    in_features = int(np.prod(shape)) if shape else 1
-    outputs = int(info.get("n_classes") or 0) or (2 if info["task"] == "regression" else 1)
-    estimate = backend.training_estimate(config, info.get("n_train"), in_features, outputs)
-    minutes = estimate["seconds"] / 60
-    if info.get("n_train"):
-        duration = (f"{estimate['epochs']} epochs take roughly "
-                    + (f"{estimate['seconds']:.0f} s" if minutes < 2 else f"{minutes:,.0f} min") + " on this CPU")
+    """The training's size, memory and time (core.cost, on this server's measured speed and load),
+    before it starts; False (Train disabled) when this server's limits refuse it: the message says
+    why and what would fit."""
+    estimate = backend.training_estimate(config)
+    if estimate["n_train"]:
+        duration = (f"{estimate['epochs']} epochs take about {backend.time_text(estimate['wall_seconds'])} "
+                    "on this server now")
     else:  # the training-set size is known only once the file is read
         duration = "the time depends on the training-set size, known once the data is loaded"
-    text = f"{estimate['weights']:,} weights, about {estimate['memory_bytes'] / 2 ** 20:,.0f} MB of memory; {duration}"
-    if estimate["refused"]:
-        st.error(f"Too large for this machine: {text}, above the "
-                 f"{estimate['memory_limit_bytes'] / 2 ** 30:.1f} GB allowed (half its memory). "
-                 "Choose smaller hidden widths.")
+    text = (f"{estimate['weights']:,} weights, about {backend.size_text(estimate['memory_bytes'])} of memory; "
+            f"{duration}")
+    if estimate["refusal"]:
+        st.error(f"Too large for this server: {estimate['refusal']}.")
         return False
-    if minutes > 10:
+    if estimate["wall_seconds"] > 600:
         st.warning(f"A long training: {text}.")
     else:
         st.caption(f"Estimate: {text}.")
@@ -341,17 +336,10 @@ TRAIN_PARAM = "train"  # ?train=<request token>: a reloaded page finds its train
 
 
 def training_seconds(config: Any) -> float | None:
-    """The estimated seconds of a training of `config` that the queue's limits are checked
-    against: the estimate this page shows (backend.training_estimate); None when it is unknown
-    (the training-set size is known only once the data is read). The one place to repoint when
-    a better cost model lands."""
-    info = next((row for row in dataset_table() if row["name"] == config.dataset), None)
-    if info is None or not info.get("n_train"):
-        return None
-    shape = info.get("input_shape") or ()
-    in_features = int(np.prod(shape)) if shape else 1
-    outputs = int(info.get("n_classes") or 0) or (2 if info["task"] == "regression" else 1)
-    return float(backend.training_estimate(config, info["n_train"], in_features, outputs)["seconds"])
+    """The estimated seconds of a training of `config` that the queue's limits and turns are
+    checked against (core.cost's estimate on this server's measured speed, the same number the
+    form's refusal uses), once per config and session; None when it cannot be estimated."""
+    return training_seconds_estimate(config)
 
 
 def queue_key(config: Any) -> str:
@@ -401,6 +389,20 @@ def other_requests(current: Any) -> None:
             st.rerun()
 
 
+def training_seconds_estimate(config: Any) -> float | None:
+    """The training's estimated seconds on this server (its measured speed, not today's load: the
+    queue's limits must not move with the load), once per config and session."""
+    if not hasattr(config, "canonical_json"):
+        return None
+    key = f"training_seconds_estimate:{config.canonical_json()}"
+    if key not in st.session_state:
+        try:
+            st.session_state[key] = backend.estimate_seconds(config, loaded=False)
+        except BNNError:
+            st.session_state[key] = None
+    return st.session_state[key]
+
+
 @st.fragment(run_every=POLL_SECONDS)
 def training_progress() -> None:
     """Polled view of the running worker; a full rerun once it has finished."""
@@ -431,14 +433,17 @@ def training_progress() -> None:
     st.markdown(f"**Training** {plain(worker.label)}{shared}")
     last = snapshot.history[-1] if snapshot.history else None
     elapsed = time.time() - snapshot.started if snapshot.started else 0.0
+    # Time left: the estimate until an epoch is done, then the epochs' measured seconds x epochs left
+    # (the elapsed time includes the process's start and the data's loading, which do not repeat).
+    left = backend.remaining_seconds([record.get("seconds", 0.0) for record in snapshot.history],
+                                     snapshot.total_epochs, training_seconds_estimate(worker.config), elapsed)
+    to_go = "" if left is None else f", about {backend.time_text(left)} to go"
     if last:
-        per_epoch = elapsed / max(1, snapshot.finished_epochs)
         text = (f"epoch {snapshot.finished_epochs}/{snapshot.total_epochs}: loss {last['loss']:.4f}, "
-                f"density {last['density']:.4f}; {elapsed:.0f} s so far, about "
-                f"{per_epoch * (snapshot.total_epochs - snapshot.finished_epochs):.0f} s to go")
+                f"density {last['density']:.4f}; {elapsed:.0f} s so far{to_go}")
     else:
         # Large nets spend long in their first epoch: show that time passes.
-        text = f"epoch 1/{snapshot.total_epochs} under way: {elapsed:.0f} s so far"
+        text = f"epoch 1/{snapshot.total_epochs} under way: {elapsed:.0f} s so far{to_go} (estimated)"
     st.progress(snapshot.fraction, text=text)
     if snapshot.history:
         st.vega_lite_chart(altair_spec.spec(figures.training_curves(

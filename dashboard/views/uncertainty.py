@@ -12,6 +12,7 @@ from dashboard.ui import guard
 
 N_IMAGES = 6
 OOD_INPUTS = 1000
+SURFACE_SIDE = 60  # a 2-D classifier's decision surface: cache.surface's default grid
 
 run = state.run_page("Uncertainty")
 run_id = run.run_id
@@ -33,6 +34,16 @@ with guard("Reading the settings"):
         threshold = state.threshold_slider(run_id, spec, disabled_reason=reason)
     effective = backend.mode_threshold(mode, threshold, spec.default)
     draws = samples if backend.mode_draws_samples(mode) else 1  # mean and mpm-mean draw nothing
+    # The largest input set this page predicts with R draws (test set, plotting grid, OOD sets) is
+    # costed first: R is lowered to what fits, and the page says so.
+    largest_inputs = max(int(dataset.n_test), OOD_INPUTS, 0 if dataset.x_grid is None else len(dataset.x_grid),
+                         SURFACE_SIDE ** 2 if dataset.in_features == 2 else 0)
+    draws, lowered = backend.samples_allowed(run, largest_inputs, draws)
+    if lowered:
+        (st.warning if draws >= 1 else st.error)(lowered)
+        if draws < 1:
+            st.stop()
+        samples = min(samples, draws)
     st.caption(backend.MODE_HELP[mode] + (f" ({reason} The slider is not used.)" if reason else ""))
     settings_read = True
 if not settings_read:  # the error is shown above; the sections below need every setting
