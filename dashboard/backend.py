@@ -497,9 +497,13 @@ def run_labels(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
 # --- admission: every request that allocates is costed by core.cost before anything is built ----------
 
 def admission_limits() -> Any:
-    """This server's limits (core.cost.Limits; settings from the environment or secrets.toml)."""
-    from dashboard.settings import admission_limits as limits
-    return limits()
+    """What one request may cost on this server (core.cost.Limits): BNN_MEMORY_BUDGET_MB,
+    BNN_MAX_WEIGHTS, BNN_PLAYGROUND_MAX_WEIGHTS, BNN_MAX_GENERATED_POINTS, BNN_MAX_PREDICTION_VALUES,
+    BNN_MAX_PREDICTION_SECONDS and BNN_MAX_TRAINING_MINUTES (declared in core.cost), each from the
+    environment, else its key in secrets.toml, else its default."""
+    from core.cost import server_limits
+    from dashboard.settings import _secret
+    return server_limits(fallback=_secret)
 
 
 def data_shape(dataset: str, params: dict[str, Any] | None = None) -> Any:

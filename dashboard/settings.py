@@ -202,12 +202,13 @@ TEACHER_BACKOFF_MAX = register(Setting(
 
 def queue_limits() -> Any:
     """The training queue's QueueLimits from the settings above (read when the queue is made)."""
+    from dashboard import backend
     from dashboard.worker import QueueLimits
 
     return QueueLimits(per_session=QUEUE_PER_SESSION.read(fallback=_secret),
                        session_seconds=QUEUE_SESSION_SECONDS.read(fallback=_secret),
                        # one limit for the form and the queue: core.cost's BNN_MAX_TRAINING_MINUTES
-                       training_seconds=admission_limits().training_seconds,
+                       training_seconds=backend.admission_limits().training_seconds,
                        grace_seconds=QUEUE_GRACE_SECONDS.read(fallback=_secret),
                        short_seconds=SHORT_TRAINING_SECONDS.read(fallback=_secret))
 
@@ -298,14 +299,3 @@ def check_teacher_token(candidate: str, who: str, throttle: GuessThrottle | None
     log.warning("wrong teacher token from %s (%d from this session, %d on the server); next try in %.0f s",
                 who, mine, server, wait)
     return TokenCheck(False, f"That is not the teacher token. The next try is possible in {math.ceil(wait)} s.")
-
-
-# --- admission limits (core.cost declares them; the dashboard reads secrets.toml as the fallback) ---------
-
-def admission_limits() -> Any:
-    """What one request may cost on this server (core.cost.Limits): BNN_MEMORY_BUDGET_MB,
-    BNN_MAX_WEIGHTS, BNN_PLAYGROUND_MAX_WEIGHTS, BNN_MAX_GENERATED_POINTS, BNN_MAX_PREDICTION_VALUES,
-    BNN_MAX_PREDICTION_SECONDS and BNN_MAX_TRAINING_MINUTES, each from the environment, else its key
-    in secrets.toml, else its default (the table: core.settings.describe())."""
-    from core.cost import server_limits
-    return server_limits(fallback=_secret)

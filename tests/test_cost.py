@@ -20,6 +20,15 @@ LIMITS = cost.Limits(memory_bytes=1536 * cost.MB, max_weights=3_000_000, playgro
                      generated_points=100_000, prediction_values=10_000_000, training_seconds=1800.0)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def widths_beyond_the_request_limit():
+    """The cost model is tested on widths past BNN_MAX_HIDDEN_WIDTH (4096): in use that limit refuses
+    such a config first, but the model's estimates and its 'what fits' must hold beyond it too."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BNN_MAX_HIDDEN_WIDTH", "1000000")
+        yield
+
+
 def config_of(hidden, dataset="two-moons", method="lbbnn", epochs=10, batch_size=100, params=None):
     return RunConfig(dataset=dataset, method=method, hidden=tuple(hidden), dataset_params=params or {},
                      train={"epochs": epochs, "batch_size": batch_size})

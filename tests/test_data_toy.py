@@ -144,5 +144,8 @@ def test_check_params_draws_nothing():
 
     from core.data import toy
     started = time.perf_counter()
-    toy.check_params("two-moons", {"n": 10 ** 12})  # generating this would need terabytes
+    # Generating these would need terabytes: each is refused by its count limit, at once.
+    with pytest.raises(DataError, match="BNN_MAX_GENERATED_POINTS"):
+        toy.check_params("two-moons", {"n": 10 ** 12})
+    toy.check_params("two-moons", {"n": 100_000})  # at the limit: checked, not generated
     assert time.perf_counter() - started < 0.1
