@@ -241,37 +241,23 @@ def effective_threshold(mode: str, threshold: float | None) -> float | None:
 
 # Per-draw outputs of sampled predictions, shared by every session of the server: moving the R
 # slider up computes only the new draws, moving it down none (core.predict.draw_cache).
-DRAW_CACHE_VARIABLE = "BNN_DRAW_CACHE_MB"
-DEFAULT_DRAW_CACHE_MB = 256
-
-
 def draw_cache_bytes() -> int:
-    """The draw cache's bound: $BNN_DRAW_CACHE_MB megabytes (default 256; 0 keeps nothing)."""
-    text = os.environ.get(DRAW_CACHE_VARIABLE, "").strip()
-    try:
-        megabytes = float(text) if text else DEFAULT_DRAW_CACHE_MB
-    except ValueError:
-        megabytes = DEFAULT_DRAW_CACHE_MB
-    return int(max(0.0, megabytes) * 2**20)
-
-
-PREDICT_SLOTS_VARIABLE = "BNN_PREDICT_SLOTS"
+    """The draw cache's bound: $BNN_DRAW_CACHE_MB megabytes (default 256; 0 keeps nothing; a value
+    that is not a number >= 0 is refused, never replaced: dashboard/settings.py)."""
+    from dashboard.settings import draw_cache_bytes as bound
+    return bound()
 
 
 def predict_slots() -> int | None:
     """Computations run at once, the rest queued first come, first served
-    (core.predict.draw_cache.FairTurns): $BNN_PREDICT_SLOTS; unset, 0 or not a number: no limit.
+    (core.predict.draw_cache.FairTurns): $BNN_PREDICT_SLOTS; unset or 0: no limit.
     Measured with the 30-session classroom load test (benchmarks/results/classroom_load_slots.md,
     two runs each): the p95 slider move was 6.0-6.8 s at every setting (the class asks for more
     new draws than two cores compute); 2 slots answered the median move in 0.08 s against 0.4 s
     with no limit, but the slowest in 14 s against 8-9 s (a request arriving behind a long queue
     waits for all of it), so no limit is the default."""
-    text = os.environ.get(PREDICT_SLOTS_VARIABLE, "").strip()
-    try:
-        slots = int(text) if text else 0
-    except ValueError:
-        slots = 0
-    return slots if slots > 0 else None
+    from dashboard.settings import predict_slots as slots
+    return slots()
 
 
 DRAW_CACHE = DrawCache(draw_cache_bytes(), compute_slots=predict_slots())

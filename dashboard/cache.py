@@ -48,19 +48,29 @@ import numpy as np
 import streamlit as st
 
 from dashboard import altair_spec, backend
+from dashboard.bounded_cache import BoundedCache
 
-CACHED_RUNS_VARIABLE = "BNN_CACHED_RUNS"
 
+def _prediction_cache_bytes() -> int:
+    from dashboard.settings import prediction_cache_bytes
+    return prediction_cache_bytes()
+
+
+def spinning(text: Any, compute: Callable, *args: Any, **kwargs: Any) -> Any:
+    """compute(*args, **kwargs) under st.spinner(text) when `text` is a message."""
+    if isinstance(text, str) and text:
+        with st.spinner(text):
+            return compute(*args, **kwargs)
+    return compute(*args, **kwargs)
 
 def _cached_runs_setting() -> int:
-    text = os.environ.get(CACHED_RUNS_VARIABLE, "").strip()
-    try:
-        return max(1, int(text)) if text else 32
-    except ValueError:
-        return 32
+    from dashboard.settings import cached_runs
+    return cached_runs()
 
 
 MAX_CACHED_RUNS = _cached_runs_setting()
+# The pages' prediction arrays, bounded by bytes (st.cache_data bounds entries by count only).
+PREDICTIONS = BoundedCache(_prediction_cache_bytes(), ttl=3600)
 # Derived entries live at most this long unused-or-not (seconds): a class moves on.
 DERIVED_TTL = 3600
 
@@ -109,12 +119,14 @@ def prediction_key(mode: str, samples: int, threshold: float | None, seed: int,
             "weights": None}
 
 
-def per_run(canonical_prediction: bool = False, **cache_options: Any) -> Callable:
+def per_run(canonical_prediction: bool = False, bounded: BoundedCache | None = None,
+            **cache_options: Any) -> Callable:
     """st.cache_data for a function whose first argument is a run id, keyed by the run's
     generation too, so that forget_run(run_id) drops that run's entries and no other.
 
     canonical_prediction: the function takes (mode, samples, threshold, seed, weights) among its
-    arguments; they are put in `prediction_key`'s form before the lookup."""
+    arguments; they are put in `prediction_key`'s form before the lookup.
+    bounded: keep the values in this byte-bounded cache instead of st.cache_data (large arrays)."""
     def decorate(compute: Callable) -> Callable:
         def entry(run_id: str, run_generation: int, *args: Any, **kwargs: Any) -> Any:
             return compute(run_id, *args, **kwargs)
@@ -135,10 +147,13 @@ def per_run(canonical_prediction: bool = False, **cache_options: Any) -> Callabl
                 args, kwargs = tuple(values.values())[1:], {}
             run_generation = generation(run_id)
             key = (entry.__qualname__, run_id, run_generation, args, tuple(sorted(kwargs.items())))
+            if bounded is not None:
+                return once_at_a_time(key, lambda: bounded.get_or_compute(
+                    key, lambda: spinning(cache_options.get("show_spinner"), compute, run_id, *args, **kwargs)))
             return once_at_a_time(key, lambda: cached(run_id, run_generation, *args, **kwargs))
 
         lookup.__name__, lookup.__doc__, lookup.__wrapped__ = compute.__name__, compute.__doc__, compute
-        lookup.clear = cached.clear
+        lookup.clear = cached.clear if bounded is None else bounded.clear
         return lookup
     return decorate
 
@@ -201,6 +216,7 @@ def clear_all() -> None:
     """Empty the run and result caches of every session (the teacher's button); the training
     queue is kept."""
     st.cache_data.clear()
+    PREDICTIONS.clear()
     _clear_run_list()
     _cached_run.clear()
     cached_dataset.clear()
@@ -321,7 +337,7 @@ def conditional_mean_weights(run_id: str) -> list[np.ndarray]:
     return backend.conditional_mean_weights(cached_run(run_id).model)
 
 
-@per_run(canonical_prediction=True, max_entries=64, ttl=DERIVED_TTL, show_spinner="Predicting the test set ...")
+@per_run(canonical_prediction=True, bounded=PREDICTIONS, show_spinner="Predicting the test set ...")
 def test_prediction(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
                     weights: str | None = None) -> dict[str, np.ndarray]:
     """Arrays of a prediction on the whole test set. Pass `backend.effective_threshold` so that
@@ -345,7 +361,7 @@ def sweep(run_id: str) -> dict[str, Any]:
             "metric": curve.metric}
 
 
-@per_run(canonical_prediction=True, max_entries=64, ttl=DERIVED_TTL, show_spinner="Predicting on the grid ...")
+@per_run(canonical_prediction=True, bounded=PREDICTIONS, show_spinner="Predicting on the grid ...")
 def grid_prediction(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
                     weights: str | None = None) -> dict[str, np.ndarray]:
     run = cached_run(run_id)

@@ -1,15 +1,12 @@
 """Server settings of the dashboard: environment variables first, then `.streamlit/secrets.toml`.
 
-| environment variable | secrets.toml key | meaning |
-|---|---|---|
-| `BNN_CLASSROOM` (1/true/yes) | `classroom = true` | classroom mode: sessions cannot delete runs or clear caches |
-| `BNN_TEACHER_TOKEN` | `teacher_token = "..."` | the token that unlocks deleting and clearing in classroom mode |
-| `BNN_MAX_TRAININGS` | `max_trainings = 2` | trainings at once (default 1 on a CPU, 2 with a GPU) |
-| `BNN_CACHED_RUNS` | | loaded runs kept in memory (default 32) |
-| `BNN_COMPUTE_THREADS` | `compute_threads = 1` | PyTorch threads per computation, in the server and its trainings (default: 1 in classroom mode, else PyTorch's own) |
+Every setting is declared once with core.settings (its variable, its rule, its default and what it
+means), here or beside the code that uses it (core/cost.py, core/limits.py); docs/classroom.md shows
+the table `python scripts/settings_table.py` renders from those declarations. A value that breaks a
+setting's rule is refused with a message naming the variable, never replaced by the default.
 
-The token is a secret, so it belongs in the environment or in secrets.toml
-(never committed), not in config.toml.
+The token is a secret, so it belongs in the environment or in secrets.toml (never committed), not
+in config.toml.
 """
 
 from __future__ import annotations
@@ -29,7 +26,6 @@ from core.settings import Setting, register
 
 CLASSROOM_VARIABLE = "BNN_CLASSROOM"
 TEACHER_TOKEN_VARIABLE = "BNN_TEACHER_TOKEN"
-TRUE_WORDS = ("1", "true", "yes", "on")
 
 
 def _secret(name: str) -> Any:
@@ -53,16 +49,23 @@ def _secrets() -> dict[str, Any]:
         return {}
 
 
+CLASSROOM = register(Setting(
+    CLASSROOM_VARIABLE, "flag", False, "classroom mode: sessions cannot delete runs or clear caches; every "
+    "computation uses one PyTorch thread unless BNN_COMPUTE_THREADS says otherwise", secret_key="classroom"))
+TEACHER_TOKEN = register(Setting(
+    TEACHER_TOKEN_VARIABLE, "text", None, "the token that unlocks deleting runs, clearing caches and the "
+    "training queue's panel in classroom mode (a secret: environment or secrets.toml, never config.toml)",
+    secret_key="teacher_token"))
+
+
 def classroom_mode() -> bool:
-    text = os.environ.get(CLASSROOM_VARIABLE)
-    if text is not None and text.strip():
-        return text.strip().lower() in TRUE_WORDS
-    value = _secret("classroom")
-    return str(value).strip().lower() in TRUE_WORDS if value is not None else False
+    """BNN_CLASSROOM (or classroom in secrets.toml); a value that is no yes/no word is refused, never
+    read as "off" (a typo must not leave a class's server unprotected)."""
+    return bool(CLASSROOM.read(fallback=_secret))
 
 
 def teacher_token() -> str | None:
-    token = os.environ.get(TEACHER_TOKEN_VARIABLE, "").strip() or str(_secret("teacher_token") or "").strip()
+    token = TEACHER_TOKEN.read(fallback=_secret)
     return token or None
 
 
@@ -76,34 +79,20 @@ def is_teacher_token(candidate: str) -> bool:
 
 
 MAX_TRAININGS_VARIABLE = "BNN_MAX_TRAININGS"
-
-
-def _whole_number_setting(variable: str, secret_key: str) -> int | None:
-    """$variable, else `secret_key` in secrets.toml, as a positive whole number; None when neither is
-    set; a ConfigError naming the variable for anything else."""
-    from core.errors import ConfigError
-
-    text = os.environ.get(variable, "").strip()
-    if not text:
-        value = _secret(secret_key)
-        text = "" if value is None else str(value).strip()
-    if not text:
-        return None
-    try:
-        number = int(text)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise ConfigError(f"{variable}: must be a positive whole number, got {text!r}")
-    return number
+MAX_TRAININGS = register(Setting(
+    MAX_TRAININGS_VARIABLE, "whole", None, "trainings at once (unset: 1 on a CPU, 2 with a GPU)", low=1,
+    high=1000, secret_key="max_trainings"))
+COMPUTE_THREADS_VARIABLE = "BNN_COMPUTE_THREADS"
+COMPUTE_THREADS = register(Setting(
+    COMPUTE_THREADS_VARIABLE, "whole", None, "PyTorch threads per computation, in the server and its "
+    "trainings (unset: 1 in classroom mode, else PyTorch's own)", low=1, high=4096,
+    secret_key="compute_threads"))
 
 
 def max_trainings_setting() -> int | None:
     """The configured number of concurrent trainings, or None (the worker's default)."""
-    return _whole_number_setting(MAX_TRAININGS_VARIABLE, "max_trainings")
+    return MAX_TRAININGS.read(fallback=_secret)
 
-
-COMPUTE_THREADS_VARIABLE = "BNN_COMPUTE_THREADS"
 
 
 def compute_threads() -> int | None:
@@ -117,7 +106,7 @@ def compute_threads() -> int | None:
     5.3 s with 1 thread against 5.6 s with PyTorch's default (fast-mnist runs; 6.6 against 7.3 s
     with 1-epoch runs), and the two trainings beside the class ran 41-49 epochs instead of 4-5
     (benchmarks/results/classroom_load_threads.md)."""
-    threads = _whole_number_setting(COMPUTE_THREADS_VARIABLE, "compute_threads")
+    threads = COMPUTE_THREADS.read(fallback=_secret)
     if threads is None:
         return 1 if classroom_mode() else None
     return threads
@@ -299,3 +288,40 @@ def check_teacher_token(candidate: str, who: str, throttle: GuessThrottle | None
     log.warning("wrong teacher token from %s (%d from this session, %d on the server); next try in %.0f s",
                 who, mine, server, wait)
     return TokenCheck(False, f"That is not the teacher token. The next try is possible in {math.ceil(wait)} s.")
+
+
+# --- the server's caches (shared by every session; together they bound what browsing can hold) ----
+# Worst case with the defaults: 32 loaded runs of 784-400-600-10 (about 11 MB each, 350 MB), the
+# draw cache (256 MB) and the prediction cache (512 MB): about 1.1 GB above an idle server, inside
+# the 2 GB a class's server is meant to grow by at most.
+
+CACHED_RUNS = register(Setting(
+    "BNN_CACHED_RUNS", "whole", 32, "loaded runs kept in memory, shared by every session (about 11 MB "
+    "each for 784-400-600-10)", low=1, high=10_000, secret_key="cached_runs"))
+DRAW_CACHE_MB = register(Setting(
+    "BNN_DRAW_CACHE_MB", "real", 256.0, "megabytes of sampled predictions' per-draw outputs kept "
+    "(least recently used dropped first; 0 keeps nothing)", low=0, high=10 ** 6, secret_key="draw_cache_mb"))
+PREDICTION_CACHE_MB = register(Setting(
+    "BNN_PREDICTION_CACHE_MB", "real", 512.0, "megabytes of the pages' test-set and grid predictions kept "
+    "(least recently used dropped first; a full MNIST test set at R = 100 is 40 MB)", low=0, high=10 ** 6,
+    secret_key="prediction_cache_mb"))
+PREDICT_SLOTS = register(Setting(
+    "BNN_PREDICT_SLOTS", "whole", 0, "predictions computed at once, the others queued first come, first "
+    "served (0: no limit)", low=0, high=10_000, secret_key="predict_slots"))
+
+
+def cached_runs() -> int:
+    return CACHED_RUNS.read(fallback=_secret)
+
+
+def draw_cache_bytes() -> int:
+    return int(DRAW_CACHE_MB.read(fallback=_secret) * 2 ** 20)
+
+
+def prediction_cache_bytes() -> int:
+    return int(PREDICTION_CACHE_MB.read(fallback=_secret) * 2 ** 20)
+
+
+def predict_slots() -> int | None:
+    slots = PREDICT_SLOTS.read(fallback=_secret)
+    return slots or None

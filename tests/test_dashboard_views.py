@@ -98,6 +98,9 @@ def test_a_network_too_large_for_memory_is_refused_before_training(tmp_path, mon
     at.text_input(key="train_hidden").input("8").run()
     assert any("Estimate" in c and "weights" in c for c in texts(at.caption)), texts(at.caption)
     at.text_input(key="train_hidden").input("100000, 100000").run()
+    assert not at.exception  # past the widest layer any run may ask for: refused by that limit
+    assert any("above the limit 4096" in e for e in texts(at.error)), texts(at.error)
+    at.text_input(key="train_hidden").input("4000, 4000, 4000").run()
     assert not at.exception
     assert any("Too large" in e and "GB" in e for e in texts(at.error)), texts(at.error)
     assert at.button(key="train_button").disabled

@@ -368,10 +368,13 @@ def test_the_draw_cache_bound_is_read_from_the_environment(monkeypatch):
     assert backend.draw_cache_bytes() == 64 * 2**20
     monkeypatch.setenv("BNN_DRAW_CACHE_MB", "0")
     assert backend.draw_cache_bytes() == 0
-    monkeypatch.setenv("BNN_DRAW_CACHE_MB", "lots")
-    assert backend.draw_cache_bytes() == backend.DEFAULT_DRAW_CACHE_MB * 2**20
+    from core.errors import InputError
+    for bad in ("lots", "-1"):  # refused with the variable's name, never replaced by the default
+        monkeypatch.setenv("BNN_DRAW_CACHE_MB", bad)
+        with pytest.raises(InputError, match="BNN_DRAW_CACHE_MB"):
+            backend.draw_cache_bytes()
     monkeypatch.delenv("BNN_DRAW_CACHE_MB")
-    assert backend.draw_cache_bytes() == backend.DEFAULT_DRAW_CACHE_MB * 2**20
+    assert backend.draw_cache_bytes() == 256 * 2**20
 
 
 def test_a_computation_that_fails_midway_leaves_no_half_entry(monkeypatch):

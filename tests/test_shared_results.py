@@ -247,9 +247,14 @@ def test_predict_slots_setting(monkeypatch):
     from dashboard import backend
     monkeypatch.delenv("BNN_PREDICT_SLOTS", raising=False)
     assert backend.predict_slots() is None  # no limit by default (see predict_slots: measured)
-    for text, slots in (("3", 3), ("1", 1), ("0", None), ("-2", None), ("many", None)):
+    for text, slots in (("3", 3), ("1", 1), ("0", None)):
         monkeypatch.setenv("BNN_PREDICT_SLOTS", text)
         assert backend.predict_slots() == slots
+    from core.errors import InputError
+    for bad in ("-2", "many"):  # refused with the variable's name, never read as "no limit"
+        monkeypatch.setenv("BNN_PREDICT_SLOTS", bad)
+        with pytest.raises(InputError, match="BNN_PREDICT_SLOTS"):
+            backend.predict_slots()
 
 
 def test_no_page_relies_on_streamlit_magic():
