@@ -42,9 +42,18 @@ def shown(value: Any) -> str:
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&])")
 
 
+# GitHub-flavoured Markdown (Streamlit's) turns bare addresses into links even when their characters
+# are escaped: Chromium showed 'http\://evil.example' from a link's value as a clickable link. A
+# zero-width space inside each pattern that starts one (scheme, www., e-mail) keeps it text.
+_AUTOLINK_STARTS = re.compile(r"(?i)(?<=:)(?=//)|(?<=www)(?=\.)|(?=@)")
+ZERO_WIDTH_SPACE = "\u200b"
+
+
 def plain(text: Any) -> str:
-    """Outside text escaped for Markdown (and HTML) so that it renders as the literal characters."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", str(text)).replace("\n", " ")
+    """Outside text escaped for Markdown (and HTML) so that it renders as the literal characters:
+    no link, image, emphasis or tag, and no bare address made clickable."""
+    broken = _AUTOLINK_STARTS.sub(ZERO_WIDTH_SPACE, str(text))
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", broken).replace("\n", " ")
 
 
 def _number_text(value: float) -> str:

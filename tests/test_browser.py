@@ -87,6 +87,9 @@ def train_runs(cache: Path, configs: str) -> list[str]:
     return trained.stdout.split()
 
 
+SERVER_PIDS: dict[str, int] = {}  # url -> the streamlit process serving it
+
+
 @contextmanager
 def serve(cache: Path) -> Iterator[tuple[str, Path]]:
     """A dashboard server on a free port over the store `cache`: (url, its log)."""
@@ -99,6 +102,7 @@ def serve(cache: Path) -> Iterator[tuple[str, Path]]:
              "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
             cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
+    SERVER_PIDS[url] = process.pid
     try:
         wait_until_healthy(url, process, log)
         yield url, log
@@ -377,5 +381,82 @@ def test_play_replays_the_epochs_in_the_browser(server, browser):
     assert seen[-2:] == ["1", "2"], seen  # started again at the first epoch, played to the last
     page.get_by_role("button", name="Play", exact=True).wait_for(timeout=RENDER_TIMEOUT)  # and stopped
     assert_no_traceback(page)
+    page.close()
+    assert "Traceback" not in log.read_text()
+
+
+# --- a hostile student's links and requests ------------------------------------------------------------------
+
+def unquote(text: str) -> str:
+    from urllib.parse import unquote as decode
+    return decode(text)
+
+
+def resident_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+HOSTILE_LINKS = [  # (page, query, the parameter the warning names)
+    ("pruning", "R=-5", "R"),
+    ("uncertainty", "R=100000", "R"),
+    ("pruning", "run=[Teacher says: log in again](http://evil.example/login)", "run"),
+    ("pruning", "run=![x](http://evil.example/track.png)", "run"),
+    ("pruning", "threshold=![x](http://evil.example/track.png)", "threshold"),
+    ("pruning", "threshold=5", "threshold"),
+    ("pruning", "mode=bogus", "mode"),
+    ("", "page=nonsense", "page"),
+    ("uncertainty", "ood=<img src=http://evil.example/t.png>", "ood"),
+]
+
+
+def test_hostile_links_and_oversized_requests_leave_the_server_whole(server, browser):
+    """Each link is refused with one warning naming its parameter, nothing from it renders as a link or an
+    image, no page breaks; oversized requests are refused before anything is built, and the server's
+    memory stays within the default budget (BNN_MEMORY_BUDGET_MB, 1.5 GB) of where it started."""
+    url, log = server
+    pid = SERVER_PIDS[url]
+    page = browser.new_page(viewport={"width": 1400, "height": 1800})
+    page.goto(url)
+    page.get_by_role("heading", name="Train a sparse Bayesian network").wait_for(timeout=RENDER_TIMEOUT)
+    start_mb = resident_mb(pid)
+    for path, query, param in HOSTILE_LINKS:
+        page.goto(f"{url}/{path}?{query}")
+        page.locator("[data-testid='stAlert']", has_text=f"The link's {param} was not applied").first.wait_for(
+            timeout=RENDER_TIMEOUT)
+        assert page.locator("a[href*='evil.example']").count() == 0, (
+            query, [a.evaluate("e => e.parentElement.outerHTML") for a in page.locator("a[href*='evil.example']").all()])
+        assert page.locator("img[src*='evil.example']").count() == 0, query
+        # the refused value left the address (the page may write its own setting there again)
+        assert query not in unquote(page.url.replace("+", " ")), (query, page.url)
+        assert_no_traceback(page)
+        assert page.locator("[data-testid='stException']").count() == 0, query
+    # the same session goes on working: a page switch after the refusals draws its charts
+    page.goto(f"{url}/pruning")
+    page.get_by_role("heading", name="Pruning", exact=True).wait_for(timeout=RENDER_TIMEOUT)
+    wait_for_charts(page, 1)
+    # oversized requests: refused from their sizes alone
+    page.goto(f"{url}/playground")
+    page.get_by_role("heading", name="Playground", exact=True).wait_for(timeout=RENDER_TIMEOUT)
+    hidden = page.get_by_role("textbox", name="Hidden widths")
+    for widths, said in (("35000, 35000", "limit 4096"), ("4000, 4000", "Too large for the playground")):
+        hidden.fill(widths)
+        hidden.press("Enter")
+        page.locator("[data-testid='stAlert']", has_text=said).first.wait_for(timeout=RENDER_TIMEOUT)
+    page.goto(url)
+    page.get_by_role("heading", name="Train a sparse Bayesian network").wait_for(timeout=RENDER_TIMEOUT)
+    page.get_by_role("combobox", name="Dataset").click()
+    page.get_by_role("option", name="two-moons").first.click()
+    params = page.get_by_role("textbox", name=re.compile("Generator parameters"))
+    params.fill("n=1e9, n_test=1000000")
+    params.press("Enter")
+    page.locator("[data-testid='stAlert']", has_text="BNN_MAX_GENERATED_POINTS").first.wait_for(
+        timeout=RENDER_TIMEOUT)
+    assert page.get_by_role("button", name="Train", exact=True).is_disabled()
+    assert_no_traceback(page)
+    grown = resident_mb(pid) - start_mb
+    assert grown < 1536, f"the server grew by {grown:.0f} MB"
     page.close()
     assert "Traceback" not in log.read_text()
