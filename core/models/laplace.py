@@ -304,8 +304,10 @@ class LaplacePosterior(nn.Module):
         return self.unflatten(variance.clamp_min(0).sqrt())
 
     def noise(self, n: int, seed_of: Callable[[int], int], start: int, device: torch.device) -> Tensor:
-        """Sigma^(1/2) z for draws start .. start+n-1, draw r from its own generator seeded seed_of(r)."""
-        self._require_fit()
+        """Sigma^(1/2) z for draws start .. start+n-1, draw r from its own generator seeded seed_of(r).
+        Before the fit the posterior is a point mass at the weights (as for an untrained `fnn`): zeros."""
+        if not self.is_fitted:
+            return torch.zeros((n, self.n_weights), dtype=self.eigenvectors.dtype, device=device)
         delta, u = float(self.prior_precision), self.eigenvectors
         shrink = 1.0 / (delta + self.eigenvalues).sqrt() - 1.0 / math.sqrt(delta)
         out = torch.empty((n, self.n_weights), dtype=u.dtype, device=device)
