@@ -29,7 +29,10 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
 DATASETS = ("toy-sine-gaps", "toy-cubic")
 # The targets this benchmark checks (mean-field families reach 0.70-0.84 on toy-sine-gaps; NUTS 2.17).
-GAP_RATIO_TARGET, RMSE_TARGET, FIT_SECONDS_TARGET = 1.5, 0.16, 1.0
+GAP_RATIO_TARGET, FIT_SECONDS_TARGET = 1.5, 1.0
+# bma RMSE target per set (data units): none for toy-cubic, whose noise sd is 3.0 (no model gets below ~3;
+# `bnn` 3.38, `lbbnn` 3.42 in benchmarks/results/toy_regression.md).
+RMSE_TARGETS = {"toy-sine-gaps": 0.16}
 
 
 def measure(dataset_name: str, seed: int, hidden: list[int] | None, cache_dir: str | None) -> dict[str, Any]:
@@ -58,7 +61,8 @@ def measure(dataset_name: str, seed: int, hidden: list[int] | None, cache_dir: s
         model.fit_posterior(x, y)
         times.append(time.perf_counter() - started)
     return {"dataset": dataset_name, "seed": seed, "hidden": list(run.config.hidden), "run_id": run.run_id,
-            "n_weights": model.n_weights(), "rmse": float(rmse), "gap_ratio": sampled["gap_ratio"],
+            "n_weights": model.n_weights(), "rmse": float(rmse),
+            "map_rmse": float(evaluate(model, dataset, "mean", 1)["rmse"]), "gap_ratio": sampled["gap_ratio"],
             "outside_ratio": sampled["outside_ratio"], "gap_ratio_closed_form": closed["gap_ratio"],
             "outside_ratio_closed_form": closed["outside_ratio"],
             "prior_precision": float(model.posterior.prior_precision), "fit_seconds": min(times),
@@ -74,15 +78,19 @@ def render(result: dict[str, Any]) -> str:
              "RMSE in the data's units; gap / outside ratio: mean epistemic sd in the gaps / outside the data over "
              "its mean within 5% of the span of a training point (band_width_ratios); 'closed form' is the same "
              "ratio of the exact linearised sd. Fit: the Laplace fit alone (best of 3), on this machine. "
-             f"Targets: gap ratio >= {GAP_RATIO_TARGET}, RMSE <= {RMSE_TARGET}, fit <= {FIT_SECONDS_TARGET} s.", "",
-             "| dataset | seed | net | weights | RMSE | gap ratio | gap ratio (closed form) | outside ratio | "
+             f"Targets: gap ratio >= {GAP_RATIO_TARGET}, fit <= {FIT_SECONDS_TARGET} s, bma RMSE <= "
+             f"{RMSE_TARGETS['toy-sine-gaps']} on toy-sine-gaps (none on toy-cubic: its noise sd is 3.0, and `bnn` "
+             "reaches 3.38). MAP RMSE: the mean mode (the MAP net), which bma's mean approaches as R grows.", "",
+             "| dataset | seed | net | weights | RMSE | MAP RMSE | gap ratio | gap ratio (closed form) | outside ratio | "
              "prior precision | GGN rank | fit (s) | meets targets |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for row in result["rows"]:
-        ok = (row["gap_ratio"] >= GAP_RATIO_TARGET and row["rmse"] <= RMSE_TARGET
+        rmse_target = RMSE_TARGETS.get(row["dataset"], float("inf"))
+        ok = (row["gap_ratio"] >= GAP_RATIO_TARGET and row["rmse"] <= rmse_target
               and row["fit_seconds"] <= FIT_SECONDS_TARGET)
         lines.append(f"| {row['dataset']} | {row['seed']} | 1-{'-'.join(map(str, row['hidden']))}-1 | "
-                     f"{row['n_weights']} | {row['rmse']:.3f} | {row['gap_ratio']:.2f} | "
+                     f"{row['n_weights']} | {row['rmse']:.3f} | {row['map_rmse']:.3f} | "
+                     f"{row['gap_ratio']:.2f} | "
                      f"{row['gap_ratio_closed_form']:.2f} | {row['outside_ratio']:.2f} | {row['prior_precision']:.3g} | "
                      f"{row['ggn_rank']} | {row['fit_seconds']:.3f} | {'yes' if ok else 'no'} |")
     lines.append("")

@@ -213,5 +213,30 @@ def test_a_trained_run_round_trips_through_the_store(tmp_path):
     first, second = run.predict(x, "bma", samples=5), again.predict(x, "bma", samples=5)
     np.testing.assert_array_equal(first.mean_per_draw, second.mean_per_draw)
     assert (run.model.posterior.state_dict().keys() ==
-            {"eigenvectors", "eigenvalues", "prior_precision", "log_evidence", "fit_seconds", "fitted"})
+            {"eigenvectors", "eigenvalues", "prior_precision", "log_evidence", "fit_seconds", "fitted", "kept"})
     np.testing.assert_array_equal(run.predict(x, "mean").mean, again.predict(x, "mean").mean)
+
+
+def test_post_hoc_fit_on_a_pruned_network_covers_the_kept_weights_only():
+    from core.models.laplace import fit_laplace
+
+    torch.manual_seed(2)
+    config = ModelConfig(in_features=1, out_classes=None, hidden=(4,), family="bnn", activation="tanh",
+                         likelihood="gaussian", likelihood_options={"noise": "fixed", "noise_std": SIGMA})
+    model = build_model(config)
+    x, y = torch.linspace(-1, 1, 15).unsqueeze(1), torch.linspace(-1, 1, 15) ** 2
+    masks = [torch.rand(layer.shape, generator=torch.Generator().manual_seed(i)) > 0.3
+             for i, layer in enumerate(model.layers)]
+    posterior = fit_laplace(model, x, y, masks=masks, prior_precision=0.7, tune_prior=False)
+    with torch.no_grad():
+        weights = [w.double() * m for w, m in zip(model.conditional_mean_weights(masks), masks)]
+    kept = posterior.flatten(masks).bool()
+    _, jacobian = output_jacobian(x.double(), weights, torch.tanh)
+    j = jacobian[:, 0][:, kept]
+    expected = torch.linalg.inv(0.7 * torch.eye(int(kept.sum()), dtype=torch.float64) + j.T @ j / SIGMA ** 2)
+    covariance = posterior.covariance()
+    torch.testing.assert_close(covariance[kept][:, kept], expected, rtol=1e-6, atol=1e-9)
+    assert covariance[~kept].abs().max() == 0 and covariance[:, ~kept].abs().max() == 0
+    # draws leave the pruned weights where they are
+    noise = posterior.noise(50, lambda r: r, 0, torch.device("cpu"))
+    assert noise[:, ~kept].abs().max() == 0

@@ -235,9 +235,11 @@ class LaplacePosterior(nn.Module):
         self.register_buffer("log_evidence", torch.tensor(float("nan"), dtype=torch.float64))
         self.register_buffer("fit_seconds", torch.tensor(float("nan"), dtype=torch.float64))
         self.register_buffer("fitted", torch.tensor(False))
+        # The weights the posterior covers: all, or a pruned network's kept ones (the rest are exactly 0).
+        self.register_buffer("kept", torch.ones(self.n_weights, dtype=torch.bool))
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        for name in ("eigenvectors", "eigenvalues"):
+        for name in ("eigenvectors", "eigenvalues", "kept"):
             stored = state_dict.get(prefix + name)
             if stored is not None:
                 setattr(self, name, torch.empty_like(stored, device=getattr(self, name).device))
@@ -257,14 +259,24 @@ class LaplacePosterior(nn.Module):
     # --- fitting ----------------------------------------------------------------------------------
     @torch.no_grad()
     def fit(self, weights: Sequence[Tensor], activation: Callable[[Tensor], Tensor], likelihood: nn.Module,
-            x: Tensor, y: Tensor) -> dict[str, float]:
-        """Fit at the weights `weights` (the MAP) on the training set; returns what the fit found."""
+            x: Tensor, y: Tensor, masks: Sequence[Tensor] | None = None) -> dict[str, float]:
+        """Fit at the weights `weights` (the MAP) on the training set; returns what the fit found.
+        With `masks` the posterior covers the kept weights only (the pruned ones stay exactly 0)."""
         started = time.perf_counter()
         weights = [w.detach().to(torch.float64) for w in weights]
+        kept = (torch.ones(self.n_weights, dtype=torch.bool, device=weights[0].device) if masks is None
+                else self.flatten([m.to(device=weights[0].device) for m in masks]).bool())
+        if masks is not None:
+            weights = [w * m.to(w) for w, m in zip(weights, masks)]
         x = x.to(device=weights[0].device, dtype=torch.float64)
         outputs, jacobian = output_jacobian(x, weights, activation)
-        factor = curvature_factor(likelihood, outputs, jacobian)
+        factor = curvature_factor(likelihood, outputs, jacobian[..., kept] if masks is not None else jacobian)
         values, vectors = ggn_eigen(factor)
+        if masks is not None:  # back to all P coordinates, zero on the pruned ones
+            full = vectors.new_zeros((self.n_weights, vectors.shape[1]))
+            full[kept] = vectors
+            vectors = full
+        self.kept = kept
         flat = self.flatten(weights)
         norm2 = float(flat @ flat)
         log_lik = float(likelihood.log_prob(outputs.to(torch.float32), y.to(outputs.device)).double().sum())
@@ -293,14 +305,14 @@ class LaplacePosterior(nn.Module):
         self._require_fit()
         delta, u = float(self.prior_precision), self.eigenvectors
         scale = 1.0 / (delta + self.eigenvalues) - 1.0 / delta
-        return torch.eye(self.n_weights, dtype=u.dtype, device=u.device) / delta + (u * scale) @ u.T
+        return torch.diag(self.kept.to(u.dtype)) / delta + (u * scale) @ u.T
 
     def marginal_std(self) -> list[Tensor]:
         """Per layer, the marginal posterior sd of each weight (out, in + 1)."""
         self._require_fit()
         delta, u = float(self.prior_precision), self.eigenvectors
         scale = 1.0 / (delta + self.eigenvalues) - 1.0 / delta
-        variance = 1.0 / delta + (u * u * scale).sum(dim=1)
+        variance = self.kept.to(u.dtype) / delta + (u * u * scale).sum(dim=1)
         return self.unflatten(variance.clamp_min(0).sqrt())
 
     def noise(self, n: int, seed_of: Callable[[int], int], start: int, device: torch.device) -> Tensor:
@@ -314,6 +326,7 @@ class LaplacePosterior(nn.Module):
         for offset, draw in enumerate(range(start, start + n)):
             generator = torch.Generator(device=device).manual_seed(int(seed_of(draw)))
             z = torch.randn(self.n_weights, generator=generator, dtype=u.dtype, device=device)
+            z = z * self.kept.to(z.dtype)
             out[offset] = z / math.sqrt(delta) + u @ (shrink * (u.T @ z))
         return out
 
@@ -327,7 +340,7 @@ class LaplacePosterior(nn.Module):
         delta, u = float(self.prior_precision), self.eigenvectors
         scale = 1.0 / (delta + self.eigenvalues) - 1.0 / delta
         projected = jacobian @ u  # (n, K, k)
-        variance = (jacobian * jacobian).sum(-1) / delta + (projected * projected * scale).sum(-1)
+        variance = (jacobian * jacobian * self.kept.to(u.dtype)).sum(-1) / delta + (projected * projected * scale).sum(-1)
         return outputs, variance.clamp_min(0)
 
 
@@ -349,3 +362,17 @@ def linearised_forward(x: Tensor, centre: Sequence[Tensor], tangent: Sequence[Te
 
 
 LaplaceLayer.network_posterior = LaplacePosterior
+
+
+def fit_laplace(model: nn.Module, x: Tensor, y: Tensor, masks: Sequence[Tensor] | None = None,
+                prior_precision: float = 1.0, tune_prior: bool = True) -> LaplacePosterior:
+    """A Laplace posterior fitted post hoc at any family's network (a BayesianMLP): at its posterior-mean
+    weights, or with `masks` at its pruned network (conditional means, kept weights only). The model is
+    not changed; `posterior.predictive_variance(x, weights, model.activation)` with the same weights
+    gives the linearised band (what the Uncertainty page can set beside the family's own)."""
+    with torch.no_grad():
+        weights = model.mean_weights() if masks is None else model.conditional_mean_weights(masks)
+    posterior = LaplacePosterior([tuple(w.shape) for w in weights],
+                                 LaplaceOptions(prior_precision=prior_precision, tune_prior=tune_prior))
+    posterior.fit(weights, model.activation, model.likelihood, x, y, masks)
+    return posterior.to(weights[0].device)
