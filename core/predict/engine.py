@@ -7,6 +7,8 @@ network's `sample_weights`, which seeds it from (seed, r), and its products
 have the same shapes whatever R is, so its outputs depend only on (seed, r)
 and x, bit for bit: R=20 reuses the first 10 outputs of R=10, chunking changes
 nothing, and `core.predict.draw_cache` can add draws 10..19 to a kept R=10.
+A linearised posterior (`laplace`) draws its weights jointly over layers and runs each draw as
+the network linearised about its mean, f(x; mean) + J(x)(w_r - mean) (core.models.laplace).
 
 Forward passes run transposed, (features, n), through core.predict.compact:
 a network with one known structure (mpm, mpm-mean, prune, mean) drops its
