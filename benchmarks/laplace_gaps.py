@@ -35,7 +35,8 @@ GAP_RATIO_TARGET, FIT_SECONDS_TARGET = 1.5, 1.0
 RMSE_TARGETS = {"toy-sine-gaps": 0.16}
 
 
-def measure(dataset_name: str, seed: int, hidden: list[int] | None, cache_dir: str | None) -> dict[str, Any]:
+def measure(dataset_name: str, seed: int, hidden: list[int] | None, cache_dir: str | None,
+            activation: str | None = None) -> dict[str, Any]:
     import torch
 
     from core.predict import evaluate, predict
@@ -46,6 +47,8 @@ def measure(dataset_name: str, seed: int, hidden: list[int] | None, cache_dir: s
     values: dict[str, Any] = {"dataset": dataset_name, "method": "laplace", "seed": seed}
     if hidden:
         values["hidden"] = hidden
+    if activation:
+        values["activation"] = activation
     run = train_run(RunConfig.from_dict(values), cache_dir=cache_dir)
     dataset, model = run.dataset(), run.model
     rmse = evaluate(model, dataset, "bma", 100)["rmse"]
@@ -60,7 +63,7 @@ def measure(dataset_name: str, seed: int, hidden: list[int] | None, cache_dir: s
         started = time.perf_counter()
         model.fit_posterior(x, y)
         times.append(time.perf_counter() - started)
-    return {"dataset": dataset_name, "seed": seed, "hidden": list(run.config.hidden), "run_id": run.run_id,
+    return {"dataset": dataset_name, "seed": seed, "hidden": list(run.config.hidden), "activation": run.config.activation, "run_id": run.run_id,
             "n_weights": model.n_weights(), "rmse": float(rmse),
             "map_rmse": float(evaluate(model, dataset, "mean", 1)["rmse"]), "gap_ratio": sampled["gap_ratio"],
             "outside_ratio": sampled["outside_ratio"], "gap_ratio_closed_form": closed["gap_ratio"],
@@ -88,7 +91,7 @@ def render(result: dict[str, Any]) -> str:
         rmse_target = RMSE_TARGETS.get(row["dataset"], float("inf"))
         ok = (row["gap_ratio"] >= GAP_RATIO_TARGET and row["rmse"] <= rmse_target
               and row["fit_seconds"] <= FIT_SECONDS_TARGET)
-        lines.append(f"| {row['dataset']} | {row['seed']} | 1-{'-'.join(map(str, row['hidden']))}-1 | "
+        lines.append(f"| {row['dataset']} | {row['seed']} | 1-{'-'.join(map(str, row['hidden']))}-1 {row.get('activation', 'relu')} | "
                      f"{row['n_weights']} | {row['rmse']:.3f} | {row['map_rmse']:.3f} | "
                      f"{row['gap_ratio']:.2f} | "
                      f"{row['gap_ratio_closed_form']:.2f} | {row['outside_ratio']:.2f} | {row['prior_precision']:.3g} | "
@@ -106,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--datasets", default=",".join(DATASETS))
     parser.add_argument("--hidden", default="", help="hidden widths, e.g. 16,16 (default: the dataset's default)")
+    parser.add_argument("--activation", default="", help="the nets' activation (default: the config's, relu)")
     parser.add_argument("--cache-dir", default=os.environ.get("BNN_CACHE_DIR"))
     parser.add_argument("--output", default="laplace_gaps", help="name of the result files in benchmarks/results")
     args = parser.parse_args(argv)
@@ -113,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for dataset in [d for d in args.datasets.split(",") if d]:
         for seed in [int(s) for s in args.seeds.split(",")]:
-            rows.append(measure(dataset, seed, hidden, args.cache_dir))
+            rows.append(measure(dataset, seed, hidden, args.cache_dir, args.activation or None))
             print(json.dumps(rows[-1]), flush=True)
     result = {"command": "OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/laplace_gaps.py " + " ".join(argv or sys.argv[1:]),
               "date": datetime.date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
