@@ -144,6 +144,7 @@ class TrainResult:
     history: list[dict[str, Any]]
     seconds: float
     snapshots: TrainingSnapshots | None = None  # one per history record (core/snapshots.py)
+    posterior_fit: dict[str, float] = field(default_factory=dict)  # what a network-level posterior's fit found
 
     @property
     def seconds_per_epoch(self) -> float:
@@ -279,8 +280,10 @@ def train(
                     for param in layer.parameter_groups().get("inclusion", []):
                         param.requires_grad_(False)
             run_phase("posttrain", config.posttrain_epochs, config.learning_rates, offset)
+        # A network-level posterior (laplace) is fitted at the trained weights: milliseconds on the toys.
+        posterior_fit = model.fit_posterior(x_train, y_train) if device.type != "meta" else {}
     return TrainResult(history=history, seconds=time.perf_counter() - started,
-                       snapshots=None if recorder is None else recorder.result())
+                       snapshots=None if recorder is None else recorder.result(), posterior_fit=posterior_fit)
 
 
 def learning_rate_factor(schedule: LearningRateSchedule | str, epoch: int, epochs: int) -> float:

@@ -59,6 +59,8 @@ VARIANTS = [
     ("sparse-vd", {}),
     ("sparse-vd", {"estimator": "weight-sampling"}),
     ("fnn", {}),
+    ("laplace", {}),
+    ("laplace", {"prior_precision": 4.0, "tune_prior": False}),
 ]
 VARIANT_IDS = [f"{family}-{'-'.join(str(v) for v in options.values()) or 'default'}" for family, options in VARIANTS]
 

@@ -20,7 +20,7 @@ from tests.support import VARIANT_IDS, VARIANTS, perturb
 # Families whose kl() is an exact KL (or a sum of exact KL terms), hence >= 0.
 # bnn-mixture and the Student-t slab use a one-draw Monte Carlo KL; concrete
 # dropout drops an infinite constant (see its module docstring).
-EXACT_KL = {"lbbnn", "lbbnn-lfmvn", "bnn", "variational-dense", "horseshoe", "sparse-vd", "fnn"}
+EXACT_KL = {"lbbnn", "lbbnn-lfmvn", "bnn", "variational-dense", "horseshoe", "sparse-vd", "fnn", "laplace"}
 # Prior constants that must be registered buffers (or frozen parameters) of a layer.
 PRIOR_NAMES = {
     "lbbnn": ["log_slab_variance", "prior_inclusion_logit", "log_beta_a", "log_beta_b"],
@@ -33,6 +33,7 @@ PRIOR_NAMES = {
                   "slab_scale", "prune_delta"],
     "sparse-vd": [],  # the log-uniform prior has no parameters
     "fnn": [],
+    "laplace": ["prior_precision"],
 }
 
 
@@ -134,6 +135,9 @@ def _signal_and_noise(layer, family: str) -> tuple[tuple[int, int], tuple[int, i
             layer.weight_mu[prune], layer.weight_rho[prune] = 0.0, 1.0
         elif family in ("concrete-dropout", "fnn"):
             layer.weight[keep], layer.weight[prune] = 0.5, 0.0
+        elif family == "laplace":  # |w| / posterior sd, as after a fit
+            layer.weight[keep], layer.posterior_std[keep] = 0.5, 0.1
+            layer.weight[prune], layer.posterior_std[prune] = 0.0, 1.0
         elif family == "sparse-vd":
             layer.theta[keep], layer.log_sigma2[keep] = 1.0, -10.0
             layer.theta[prune], layer.log_sigma2[prune] = 1e-3, 0.0
@@ -419,6 +423,8 @@ def independent_forward_and_kl(layer, x: torch.Tensor) -> tuple[torch.Tensor, to
     family, options = layer.family, layer.options
     if family == "fnn":  # maximum likelihood: no prior, no KL
         return _affine(x, layer.weight), torch.zeros((), dtype=x.dtype)
+    if family == "laplace":  # MAP: the "KL" is -log N(w; 0, 1/delta_0) without its constant
+        return _affine(x, layer.weight), 0.5 * options.prior_precision * (layer.weight ** 2).sum()
     if family == "concrete-dropout":
         # Gal et al. 2017: relaxed Bernoulli drop of each input, inverted scaling; KL up to a constant.
         p = torch.sigmoid(layer.dropout_logit)

@@ -228,6 +228,9 @@ class SparseLayer(nn.Module, ABC):
     Options: ClassVar[type[LayerOptions]] = LayerOptions
     # True where q has inclusion indicators that `sample_weights` draws.
     has_structure: ClassVar[bool] = False
+    # A posterior over the whole network's weights (built by BayesianMLP as `posterior` from the layer
+    # shapes and options) where q is not per layer (laplace); None: the layers' q is the posterior.
+    network_posterior: ClassVar[type | None] = None
 
     def __init__(self, in_features: int, out_features: int, options: LayerOptions | None = None,
                  is_output: bool = False):

@@ -75,6 +75,10 @@ class BayesianMLP(nn.Module):
                 for i, (w_in, w_out) in enumerate(zip(widths[:-1], widths[1:]))
             )
         self.activation = ACTIVATIONS[config.activation]()
+        # A posterior over all weights at once (the `laplace` family's), which the layers' own q cannot
+        # express; None for every family whose q is per layer.
+        posterior = getattr(family_class(config.family), "network_posterior", None)
+        self.posterior = None if posterior is None else posterior([layer.shape for layer in self.layers], options)
 
     @property
     def family(self) -> str:
@@ -153,7 +157,14 @@ class BayesianMLP(nn.Module):
         """Draws start .. start+n-1 of the network. Layer l of draw r depends only on
         (seed, r, l), so R=20 reuses R=10's draws, a caller may draw in chunks
         (start=0, 10, ...), and families that consume different amounts of
-        randomness in one layer do not shift the draws of the next."""
+        randomness in one layer do not shift the draws of the next. A network-level posterior draws all
+        layers together, draw r from the generator of (seed, r, 0)."""
+        if self.posterior is not None:
+            means = self.mean_weights() if masks is None else self.conditional_mean_weights(masks)
+            noise = self.posterior.unflatten(self.posterior.noise(n, lambda draw: draw_seed(seed, draw, 0), start,
+                                                                  self.device))
+            return [mean + change.to(mean.dtype) * (1.0 if masks is None else mask)
+                    for mean, change, mask in zip(means, noise, masks or [None] * len(means))]
         per_layer = []
         for index, layer in enumerate(self.layers):
             draws = None
@@ -168,6 +179,23 @@ class BayesianMLP(nn.Module):
                 draws[offset] = value
             per_layer.append(draws)
         return per_layer
+
+    def fit_posterior(self, x: Tensor, y: Tensor) -> dict[str, float]:
+        """Fit a network-level posterior at the trained weights (after training); {} where there is none."""
+        if self.posterior is None:
+            return {}
+        report = self.posterior.fit(self.mean_weights(), self.activation, self.likelihood, x, y)
+        with torch.no_grad():
+            for layer, std in zip(self.layers, self.posterior.marginal_std()):
+                layer.posterior_std.copy_(std.to(layer.posterior_std))
+        return report
+
+    def linearisation_point(self, masks: Sequence[Tensor] | None = None) -> list[Tensor] | None:
+        """The weights a linearised posterior predicts about (its draws are f(x; these) + J(x)(w - these)),
+        or None where draws run through the network itself (every family but `laplace`)."""
+        if self.posterior is None:
+            return None
+        return self.mean_weights() if masks is None else self.conditional_mean_weights(masks)
 
     # --- sparsity -------------------------------------------------------------------------
     def native_statistics(self) -> list[Tensor]:

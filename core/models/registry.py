@@ -24,6 +24,7 @@ FAMILY_PATHS: dict[str, str] = {
     "horseshoe": "core.models.horseshoe:HorseshoeLayer",
     "sparse-vd": "core.models.sparse_vd:SparseVDLayer",
     "fnn": "core.models.fnn:DeterministicLayer",
+    "laplace": "core.models.laplace:LaplaceLayer",
 }
 
 # Paper names (seed 000 tables, seed 004) accepted on input, case-insensitive.
@@ -38,6 +39,7 @@ ALIASES: dict[str, str] = {
     "sparse-variational-dropout": "sparse-vd",
     "vd": "variational-dense",
     "deterministic": "fnn",
+    "linearised-laplace": "laplace",
 }
 
 

@@ -70,6 +70,10 @@ def last_layer_conditional(model, last: Tensor, seed: int) -> tuple[Tensor, Tens
     family = layer.family
     if family in ("fnn", "concrete-dropout"):  # a point mass given the (sampled) dropout mask
         return last, torch.zeros_like(last)
+    if family == "laplace":
+        # Its draws are joint over all layers: the last layer is drawn with the rest and kept as drawn
+        # (a point mass given the draw); collapsed then runs the draws through the nonlinear net.
+        return last, torch.zeros_like(last)
     if family == "horseshoe":
         # Given the output scale s (drawn first by sample_weights, from the same generator), w = s * beta
         # with beta ~ N(mu, sigma^2).

@@ -7,6 +7,8 @@ network's `sample_weights`, which seeds it from (seed, r), and its products
 have the same shapes whatever R is, so its outputs depend only on (seed, r)
 and x, bit for bit: R=20 reuses the first 10 outputs of R=10, chunking changes
 nothing, and `core.predict.draw_cache` can add draws 10..19 to a kept R=10.
+A linearised posterior (`laplace`) draws its weights jointly over layers and runs each draw as
+the network linearised about its mean, f(x; mean) + J(x)(w_r - mean) (core.models.laplace).
 
 Forward passes run transposed, (features, n), through core.predict.compact:
 a network with one known structure (mpm, mpm-mean, prune, mean) drops its
@@ -36,6 +38,7 @@ import torch
 from torch import Tensor
 
 from core.errors import PredictionError
+from core.models.laplace import linearised_forward
 from core.models.network import BayesianMLP
 from core.predict.compact import CompactNetwork, compact_network, dense_network, run_chunked
 from core.predict.modes import PredictionMode, WeightChoice, parse_mode, parse_weight_choice
@@ -299,15 +302,23 @@ def sampled_forward(model: BayesianMLP, plan: Plan, x: Tensor, seed: int, masks:
     chunk = max(1, min(len(draws), draws_per_chunk(model, replace(plan, samples=max(1, len(draws))), x.shape[0],
                                                    memory_budget)))
     outputs = None
+    # A linearised posterior (laplace) predicts f(x; centre) + J(x)(w - centre), not f(x; w).
+    centre = model.linearisation_point(masks)
     for start in range(draws.start, draws.stop, chunk):
         count = min(chunk, draws.stop - start)
         weights = model.sample_weights(count, int(seed), masks=masks, start=start)
-        if masks is None:  # bma: every draw has its own structure
+        if centre is not None:
+            network = None
+        elif masks is None:  # bma: every draw has its own structure
             network = dense_network(weights, model.activation)
         else:
             network = masked_network(model, weights, masks)
         for index in range(count):
-            out = run_network(network.draw(index), x, batch_size, memory_budget)
+            if network is None:
+                tangent = [w[index] - c for w, c in zip(weights, centre)]
+                out = linearised_forward(x, centre, tangent, model.activation).unsqueeze(0)
+            else:
+                out = run_network(network.draw(index), x, batch_size, memory_budget)
             if outputs is None:
                 outputs = torch.empty((len(draws), *out.shape[1:]), dtype=out.dtype, device=out.device)
             outputs[start - draws.start + index] = out[0]

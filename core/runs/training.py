@@ -122,6 +122,7 @@ def _train(config: RunConfig, dataset, run_id: str, device: torch.device, progre
     metrics = final_metrics(model, dataset)
     metrics["seconds_per_epoch"] = result.seconds_per_epoch
     metrics["train_seconds"] = result.seconds
+    metrics.update(result.posterior_fit)  # laplace: its prior precision, evidence, fit time
     if result.history:
         metrics["final_loss"] = result.history[-1]["loss"]
     summaries = final_summaries(model, dataset, config.seed)
