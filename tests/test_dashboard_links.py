@@ -62,7 +62,7 @@ def open_link(params: dict[str, str], run_id: str | None = None) -> AppTest:
 
 def unescaped(text: str) -> str:
     """Markdown's backslash escapes removed: the text a reader sees."""
-    return re.sub(r"\\(.)", r"\1", text)
+    return re.sub(r"\\(.)", r"\1", text).replace("\u200b", "")  # and the zero-width spaces that break autolinks
 
 
 def bodies(at: AppTest) -> list[str]:
