@@ -323,12 +323,9 @@ class QueueLimits:
 
 
 def duration_text(seconds: float) -> str:
-    """'45 s', '12 min', '3.5 h': for messages about estimates."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+    """'45 s', '12 min', '3.5 h': for messages about estimates (the cost model's one wording)."""
+    from dashboard import backend
+    return backend.time_text(seconds)
 
 
 class _Session:
