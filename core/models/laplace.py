@@ -241,8 +241,9 @@ class LaplacePosterior(nn.Module):
         self.register_buffer("eigenvectors", torch.zeros(self.n_weights, 0, dtype=torch.float64))
         self.register_buffer("eigenvalues", torch.zeros(0, dtype=torch.float64))
         self.register_buffer("prior_precision", torch.tensor(float(options.prior_precision), dtype=torch.float64))
-        self.register_buffer("log_evidence", torch.tensor(float("nan"), dtype=torch.float64))
-        self.register_buffer("fit_seconds", torch.tensor(float("nan"), dtype=torch.float64))
+        # 0 until fitted (`fitted` says which): a NaN would make two identical models' states unequal.
+        self.register_buffer("log_evidence", torch.tensor(0.0, dtype=torch.float64))
+        self.register_buffer("fit_seconds", torch.tensor(0.0, dtype=torch.float64))
         self.register_buffer("fitted", torch.tensor(False))
         # The weights the posterior covers: all, or a pruned network's kept ones (the rest are exactly 0).
         self.register_buffer("kept", torch.ones(self.n_weights, dtype=torch.bool))
@@ -299,6 +300,8 @@ class LaplacePosterior(nn.Module):
         return self.report()
 
     def report(self) -> dict[str, float]:
+        if not self.is_fitted:
+            return {}
         return {"laplace_prior_precision": float(self.prior_precision),
                 "laplace_log_evidence": float(self.log_evidence),
                 "laplace_fit_seconds": float(self.fit_seconds),
