@@ -266,29 +266,31 @@ ACTIVATION_FLOATS_PER_UNIT = 8
 # concatenation and shuffled copy, and the float32 arrays the Dataset keeps. Measured 14-18 bytes
 # over two runs (two-moons and toy-hetero with 1,000,000 + 1,000,000 points); toy-sine-gaps' pool is
 # one float64 draw per point, filtered (13-16 MB with 200,000 points from a pool of 1,000,000). CPU
-# per point, in elementwise passes of the probe: two-moons' and two-spirals' trig, noise and permutation 270 (0.70 s for 2,000,000 points), toy-hetero's 83 (0.23 s),
-# toy-sine-gaps' 28 per point of its pool (0.04 s for 1,000,000 + 200,000). An earlier run at load
-# 7-8 read 350, 145 and 53: these short runs vary with the machine's load by up to 1.9 x.
+# per point, in elementwise passes of the probe, read in three runs (load 2-10): two-moons' and
+# two-spirals' trig, noise and permutation 270-350 (0.70-0.84 s for 2,000,000 points), toy-hetero's
+# 83-145 (0.23-0.33 s), toy-sine-gaps' 28-53 per point of its pool (0.04-0.07 s for 1,000,000 +
+# 200,000): these short runs vary with the machine's load by up to 1.9 x.
 DATASET_BYTES_PER_VALUE = 20
 POOL_BYTES_PER_POINT = 10
-GENERATOR_PASSES_PER_POINT = {"two-moons": 330, "two-spirals": 330, "toy-hetero": 100, "toy-cubic": 100,
-                              "toy-sine-gaps": 36}
+GENERATOR_PASSES_PER_POINT = {"two-moons": 380, "two-spirals": 380, "toy-hetero": 150, "toy-cubic": 150,
+                              "toy-sine-gaps": 40}
 # A prediction and the page's metrics of it, per value of R x inputs x outputs: the outputs, the
 # probabilities, the page cache's copy and the metrics' float64 copies: measured 24-26 bytes for
 # classification (R x inputs = 1 and 10 million on two-moons); regression keeps a mean and an sd per
 # draw, 34 bytes (toy-hetero, 200,000 inputs, R = 50).
 PREDICTION_BYTES_PER_VALUE = {"classification": 30, "regression": 40}
 PREDICTION_FIXED_BYTES = 16 * MB
-# Its CPU, besides each draw's forward pass (below): per value, classification's probabilities and
-# per-draw accuracies are a few passes (lbbnn 16-16 on two-moons: 10,000 inputs at R = 100 and
-# 100,000 at R = 100 differ by 2.0 s for 18 million values, nearly all of it the forward passes);
-# regression's metrics take quantiles of the mixture over draws, about 2,600 passes per value
-# (toy-hetero, 200,000 inputs, R = 50: 71 s). Per input, whatever R: the metrics over the test set
-# (sorting for the calibration and the doubt counts), about 1,900 passes (100,000 inputs at R = 10
-# against 10,000 at R = 100, and 1,000,000 at R = 10 against 100,000 at R = 100: the same values and
-# forward work, 0.17 s and 2.0 s apart).
-PREDICTION_PASSES_PER_VALUE = {"classification": 20, "regression": 3200}
-PREDICTION_PASSES_PER_INPUT = 2300
+# Its CPU, besides each draw's forward pass (below), per value: classification's probabilities,
+# per-draw accuracies and copies, regression's quantiles of the mixture over draws; both slower once
+# the values no longer fit the cache (the cache term below). lbbnn 16-16 on two-moons, quiet run at
+# load 3-4: 2,000,000 values (10,000 inputs at R = 100, 100,000 at R = 10) 0.23-0.24 s, 20 million
+# (100,000 at R = 100, 1,000,000 at R = 10) 2.8-3.0 s, about 110-120 passes per value with the
+# forward pass; bnn 64-64 on toy-hetero, 200,000 inputs at R = 50: 60-71 s, 2,000-2,600 passes per
+# value. Per input, whatever R, the metrics over the test set: 0.3 s more for 1,000,000 inputs at
+# R = 10 than for 100,000 at R = 100 (the same values and forward work). A run beside other work at
+# load 7-12 read up to 1.4 x these.
+PREDICTION_PASSES_PER_VALUE = {"classification": 45, "regression": 2200}  # x the cache term
+PREDICTION_PASSES_PER_INPUT = 200
 # Each draw's forward pass: the products, and per input and unit a few elementwise passes (the
 # pre-activation's mean and variance, the sample, the activation).
 PREDICTION_PASSES_PER_UNIT = 4
@@ -308,17 +310,17 @@ TRAINING_FIXED_PASSES = 1.8e9
 # and unit (the activations' means, variances, samples and their gradients: lbbnn 100-100 on
 # toy-hetero with 100,000 points, 200 steps of 500, took 6.8 ms a step where its weights' share is
 # 1.5 ms), and PyTorch's dispatch per layer, which differs by family (16-16 nets on two-moons, 300
-# steps of 60 epochs, less the 200-200 runs' time: about 1.3 ms per layer and step for lbbnn, 0.8
-# for bnn, 2.0 for horseshoe, whose prior adds per-unit scales).
+# steps of 60 epochs, against 200-200 nets' 50 steps of 10 epochs, in two runs: lbbnn 0.4-1.3 ms per
+# layer and step, bnn 0.1-0.4, horseshoe 1.5-1.8, whose prior adds per-unit scales).
 MATMULS_PER_STEP = 6
 ELEMENTWISE_PASSES_PER_STEP = 30
 STEP_PASSES_PER_ACTIVATION = 40
-DISPATCH_PASSES_PER_LAYER_STEP = {"lbbnn": 1.1e6, "bnn": 0.7e6, "horseshoe": 2.0e6}
+DISPATCH_PASSES_PER_LAYER_STEP = {"lbbnn": 0.9e6, "bnn": 0.4e6, "horseshoe": 1.8e6}
 # Per epoch: the KL of each layer and the training snapshot (a histogram of the family's statistic):
 # 120-190 passes over the weights (1 million weights, 2 epochs with and without snapshots) and
-# about 0.8 ms per layer (lbbnn 64-64 on toy-sine-gaps: 300 epochs of one step each, 4.1 s).
+# about 0.5 ms per layer (lbbnn 64-64 on toy-sine-gaps: 300 epochs of one step each, 3.2-4.1 s).
 EPOCH_PASSES_PER_WEIGHT = 200
-EPOCH_PASSES_PER_LAYER = 0.6e6
+EPOCH_PASSES_PER_LAYER = 0.4e6
 # After the loop, the final evaluations (5 modes, 22 draws), the summaries (R = 10 and the stored
 # sweep's masked copies) and the saved state, per weight by family: timed alone at 1 million weights
 # (1000-1000 on two-moons, final_metrics + final_summaries) lbbnn 2,800, bnn 2,550, horseshoe 3,300
@@ -327,14 +329,14 @@ EPOCH_PASSES_PER_LAYER = 0.6e6
 # (the cache term below). The old single constant (4,600, fitted at 9 million weights on the
 # dearest family) overestimated the 1000-1000 trainings 1.6 x. A family not measured is costed as
 # the dearest.
-PASSES_AFTER_TRAINING = {"lbbnn": 2800, "bnn": 2300, "horseshoe": 3300}
+PASSES_AFTER_TRAINING = {"lbbnn": 2800, "bnn": 2300, "horseshoe": 3000}
 # Passes over weight-sized arrays slow down once those no longer fit the processor's cache (32 MiB
 # of L3 on the benchmark machine; the probe's vector, 4 MB, fits): the after-loop work cost 1.2-1.7 x
 # as much per weight at 9 million weights (3000-3000 nets, 36 MB per float32 copy) as at 1 million
 # (4 MB). The per-weight passes of a training are scaled by 1 + this x (weights x 4 bytes / the
 # cache, at most 1): 1.05 at 1 million weights, 1.4 from 8.4 million.
 CACHE_BYTES = 32 * MB
-BEYOND_CACHE_SLOWDOWN = 0.4
+BEYOND_CACHE_SLOWDOWN = 0.5
 # Building a model draws its initial values: 4.4-5.5 passes per float of the family's state (lbbnn,
 # 5 floats per weight: 1.08 s for 36 million weights; horseshoe, 3 floats: 0.29 s for 16 million; the
 # single 25 passes per weight made horseshoe's 2 x its measured time).
@@ -348,9 +350,9 @@ def _by_family(table: Mapping[str, float], family: str) -> float:
     return table.get(family, max(table.values()))
 
 
-def _beyond_cache(weights: int) -> float:
-    """How much slower a pass over weight-sized arrays is than the probe's in-cache pass."""
-    return 1.0 + BEYOND_CACHE_SLOWDOWN * min(1.0, weights * BYTES_PER_FLOAT / CACHE_BYTES)
+def _beyond_cache(floats: int) -> float:
+    """How much slower a pass over arrays of `floats` float32 values is than the probe's in-cache pass."""
+    return 1.0 + BEYOND_CACHE_SLOWDOWN * min(1.0, floats * BYTES_PER_FLOAT / CACHE_BYTES)
 
 
 def _train_epochs(config: Any, n_train: int) -> int:
@@ -432,8 +434,8 @@ def prediction_cost(config: Any, shape: DataShape, n_inputs: int, samples: int, 
                  + PREDICTION_FIXED_BYTES)
     seconds = (samples * (2 * weights * n_inputs / speed.matmul_flops + 10 * weights / speed.elements_per_second
                           + n_inputs * sum(widths) * PREDICTION_PASSES_PER_UNIT / speed.elements_per_second)
-               + (values * PREDICTION_PASSES_PER_VALUE[task] + n_inputs * PREDICTION_PASSES_PER_INPUT)
-               / speed.elements_per_second)
+               + (values * PREDICTION_PASSES_PER_VALUE[task] * _beyond_cache(values)
+                  + n_inputs * PREDICTION_PASSES_PER_INPUT) / speed.elements_per_second)
     return Cost(memory, seconds, weights=weights)
 
 
