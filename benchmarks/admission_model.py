@@ -264,7 +264,8 @@ def write_table(measured: dict) -> None:
         "",
         f"The machine: {os.cpu_count()} cores shared with several other engineers' test and benchmark runs",
         "while this ran: the load column (start / end of the case) shows how loaded. The times are noisy:",
-        "the wall-clock ratios most of all, since the load changed during a case.",
+        "the wall-clock ratios most of all, since the load changed during a case. A work's share of a",
+        "core near 1 at a load of 3-4 means the 1-minute load average overstated the contention it met.",
         "",
     ]
     if ratios["memory"]:

@@ -115,7 +115,12 @@ def server_speed() -> Speed:
 
 def load_factor() -> float:
     """How much longer work takes now than on an idle machine: the 1-minute load average per core,
-    at least 1 (the benchmark's trainings at load 4 on 2 cores took 1.8-2.3 x their CPU seconds)."""
+    at least 1. A rough guide only: on the shared benchmark machine (2 cores) trainings at load 4 took
+    1.8-2.3 x their CPU seconds in one run, while in a later run at load 2.7-4 (the average still
+    falling from an earlier peak) 24 of 28 cases had a core to themselves (1.0-1.1 x). The load
+    averaged over a case read within 0.1 of the load at its start: the 1-minute average lags, so
+    sampling it more often does not help; a running training's time left follows its measured epochs
+    instead (remaining_seconds)."""
     import os
     try:
         load = os.getloadavg()[0]
