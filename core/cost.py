@@ -115,7 +115,12 @@ def server_speed() -> Speed:
 
 def load_factor() -> float:
     """How much longer work takes now than on an idle machine: the 1-minute load average per core,
-    at least 1 (the benchmark's trainings at load 4 on 2 cores took 1.8-2.3 x their CPU seconds)."""
+    at least 1. A rough guide only: on the shared benchmark machine (2 cores) trainings at load 4 took
+    1.8-2.3 x their CPU seconds in one run, while in a later run at load 2.7-4 (the average still
+    falling from an earlier peak) 24 of 28 cases had a core to themselves (1.0-1.1 x). The load
+    averaged over a case read within 0.1 of the load at its start: the 1-minute average lags, so
+    sampling it more often does not help; a running training's time left follows its measured epochs
+    instead (remaining_seconds)."""
     import os
     try:
         load = os.getloadavg()[0]
@@ -263,41 +268,96 @@ TRAINING_FLOATS_BEYOND_STATE = 41
 # sample and the activation, and their gradients.
 ACTIVATION_FLOATS_PER_UNIT = 8
 # Generated data, per value of a point (its features and target): numpy's float64 draws, noise,
-# concatenation and shuffled copy, and the float32 arrays the Dataset keeps. Measured 17-18 bytes
-# (two-moons and toy-hetero with 1,000,000 + 1,000,000 points); toy-sine-gaps' pool is one float64
-# draw per point, filtered. CPU per point in elementwise passes: two-moons' and two-spirals' trig,
-# noise and permutation cost 2.5 x toy-hetero's (0.8 s against 0.33 s for 2,000,000 points).
-DATASET_BYTES_PER_VALUE = 24
-POOL_BYTES_PER_POINT = 12
-GENERATOR_PASSES_PER_POINT = {"two-moons": 420, "two-spirals": 420, "toy-hetero": 170, "toy-cubic": 170,
-                              "toy-sine-gaps": 70}
+# concatenation and shuffled copy, and the float32 arrays the Dataset keeps. Measured 14-18 bytes
+# over two runs (two-moons and toy-hetero with 1,000,000 + 1,000,000 points); toy-sine-gaps' pool is
+# one float64 draw per point, filtered (13-16 MB with 200,000 points from a pool of 1,000,000). CPU
+# per point, in elementwise passes of the probe, read in three runs (load 2-10): two-moons' and
+# two-spirals' trig, noise and permutation 270-350 (0.70-0.84 s for 2,000,000 points), toy-hetero's
+# 83-145 (0.23-0.33 s), toy-sine-gaps' 28-53 per point of its pool (0.04-0.07 s for 1,000,000 +
+# 200,000): these short runs vary with the machine's load by up to 1.9 x.
+DATASET_BYTES_PER_VALUE = 20
+POOL_BYTES_PER_POINT = 10
+GENERATOR_PASSES_PER_POINT = {"two-moons": 380, "two-spirals": 380, "toy-hetero": 150, "toy-cubic": 150,
+                              "toy-sine-gaps": 40}
 # A prediction and the page's metrics of it, per value of R x inputs x outputs: the outputs, the
-# probabilities, the page cache's copy and the metrics' float64 copies. Classification: measured 24-26
-# bytes and about 140 elementwise passes of CPU per value (R x inputs = 1 and 10 million on
-# two-moons). Regression keeps a mean and an sd per draw and its metrics take quantiles of the
-# mixture over draws: 34 bytes and about 2,900 passes per value (toy-hetero, 200,000 inputs, R = 50:
-# 73 s of CPU).
+# probabilities, the page cache's copy and the metrics' float64 copies: measured 24-26 bytes for
+# classification (R x inputs = 1 and 10 million on two-moons); regression keeps a mean and an sd per
+# draw, 34 bytes (toy-hetero, 200,000 inputs, R = 50).
 PREDICTION_BYTES_PER_VALUE = {"classification": 30, "regression": 40}
-PREDICTION_PASSES_PER_VALUE = {"classification": 150, "regression": 3200}
 PREDICTION_FIXED_BYTES = 16 * MB
+# Its CPU, besides each draw's forward pass (below), per value: classification's probabilities,
+# per-draw accuracies and copies, regression's quantiles of the mixture over draws; both slower once
+# the values no longer fit the cache (the cache term below). lbbnn 16-16 on two-moons, quiet run at
+# load 3-4: 2,000,000 values (10,000 inputs at R = 100, 100,000 at R = 10) 0.23-0.24 s, 20 million
+# (100,000 at R = 100, 1,000,000 at R = 10) 2.8-3.0 s, about 110-120 passes per value with the
+# forward pass; bnn 64-64 on toy-hetero, 200,000 inputs at R = 50: 60-71 s, 2,000-2,600 passes per
+# value. Per input, whatever R, the metrics over the test set: 0.3 s more for 1,000,000 inputs at
+# R = 10 than for 100,000 at R = 100 (the same values and forward work). A run beside other work at
+# load 7-12 read up to 1.4 x these.
+PREDICTION_PASSES_PER_VALUE = {"classification": 45, "regression": 2200}  # x the cache term
+PREDICTION_PASSES_PER_INPUT = 200
+# Each draw's forward pass: the products, and per input and unit a few elementwise passes (the
+# pre-activation's mean and variance, the sample, the activation).
+PREDICTION_PASSES_PER_UNIT = 4
 # Time, in the units the speed probe measures (elementwise passes, multiply-adds). The tiny-operation
 # probe read either 1.4 or 2.5-3.4 microseconds from one process to the next on the benchmark
 # machine while the trainings' CPU seconds did not follow it, so the fixed and per-step overheads
-# are counted in elementwise passes, the steadier reading (7-9 x 10^8 per second). A training
-# process spends about 2.3-2.9 s of CPU on its own (the run store, snapshots, the sweep's set-up);
-# per step: the multiply-adds (mean and variance products forward, twice that backward), about 30
-# elementwise passes over the weights (sampling, the KL and its gradient, Adam) and PyTorch's
-# dispatch (2.3 ms per layer, measured on 16-16 nets); after the loop the stored sweep and the
-# snapshots, about 4,600 passes over the weights (5 s for 1 million weights, 45-52 s for 9 million).
-TRAINING_FIXED_PASSES = 2.1e9
-DISPATCH_PASSES_PER_LAYER_STEP = 1.84e6
+# are counted in elementwise passes, the steadier reading (7-9 x 10^8 per second).
+#
+# A training process spends about 2.1 s of CPU whatever the size: the first training step's set-up
+# (a first train() call took 1.9-2.7 s more than a second one in the same process, at 41,000 and
+# 1 million weights), the run store and the evaluations' fixed work (200-200 nets, 10 epochs on
+# two-moons: 2.6 s in all, each of the three families). Counted with a little margin: 2.4 s at the
+# probe's usual 7.5 x 10^8 passes per second.
+TRAINING_FIXED_PASSES = 1.8e9
+# Per step: the multiply-adds (mean and variance products forward, twice that backward), about 30
+# elementwise passes over the weights (sampling, the KL and its gradient, Adam), about 40 per example
+# and unit (the activations' means, variances, samples and their gradients: lbbnn 100-100 on
+# toy-hetero with 100,000 points, 200 steps of 500, took 6.8 ms a step where its weights' share is
+# 1.5 ms), and PyTorch's dispatch per layer, which differs by family (16-16 nets on two-moons, 300
+# steps of 60 epochs, against 200-200 nets' 50 steps of 10 epochs, in two runs: lbbnn 0.4-1.3 ms per
+# layer and step, bnn 0.1-0.4, horseshoe 1.5-1.8, whose prior adds per-unit scales).
 MATMULS_PER_STEP = 6
 ELEMENTWISE_PASSES_PER_STEP = 30
-PASSES_AFTER_TRAINING = 4600
-# Building a model draws its initial values: about 25 passes over the weights (1.1 s for 36 million).
-BUILD_PASSES_PER_WEIGHT = 25
+STEP_PASSES_PER_ACTIVATION = 40
+DISPATCH_PASSES_PER_LAYER_STEP = {"lbbnn": 0.9e6, "bnn": 0.4e6, "horseshoe": 1.8e6}
+# Per epoch: the KL of each layer and the training snapshot (a histogram of the family's statistic):
+# 120-190 passes over the weights (1 million weights, 2 epochs with and without snapshots) and
+# about 0.5 ms per layer (lbbnn 64-64 on toy-sine-gaps: 300 epochs of one step each, 3.2-4.1 s).
+EPOCH_PASSES_PER_WEIGHT = 200
+EPOCH_PASSES_PER_LAYER = 0.4e6
+# After the loop, the final evaluations (5 modes, 22 draws), the summaries (R = 10 and the stored
+# sweep's masked copies) and the saved state, per weight by family: timed alone at 1 million weights
+# (1000-1000 on two-moons, final_metrics + final_summaries) lbbnn 2,800, bnn 2,550, horseshoe 3,300
+# passes. The whole trainings agree: 1000-1000 for 2 epochs took 6.5, 5.5 and 6.7 s of CPU, 3000-3000
+# (9 million weights) for 1 epoch 52, 40 and 51 s, most of it this work, slower per weight there
+# (the cache term below). The old single constant (4,600, fitted at 9 million weights on the
+# dearest family) overestimated the 1000-1000 trainings 1.6 x. A family not measured is costed as
+# the dearest.
+PASSES_AFTER_TRAINING = {"lbbnn": 2800, "bnn": 2300, "horseshoe": 3000}
+# Passes over weight-sized arrays slow down once those no longer fit the processor's cache (32 MiB
+# of L3 on the benchmark machine; the probe's vector, 4 MB, fits): the after-loop work cost 1.2-1.7 x
+# as much per weight at 9 million weights (3000-3000 nets, 36 MB per float32 copy) as at 1 million
+# (4 MB). The per-weight passes of a training are scaled by 1 + this x (weights x 4 bytes / the
+# cache, at most 1): 1.05 at 1 million weights, 1.4 from 8.4 million.
+CACHE_BYTES = 32 * MB
+BEYOND_CACHE_SLOWDOWN = 0.5
+# Building a model draws its initial values: 4.4-5.5 passes per float of the family's state (lbbnn,
+# 5 floats per weight: 1.08 s for 36 million weights; horseshoe, 3 floats: 0.29 s for 16 million; the
+# single 25 passes per weight made horseshoe's 2 x its measured time).
+BUILD_PASSES_PER_STATE_FLOAT = 6
 # The stored sweep predicts the test set at this many thresholds.
 SWEEP_THRESHOLDS = 30
+
+
+def _by_family(table: Mapping[str, float], family: str) -> float:
+    """A family's measured constant; the dearest measured one for a family not measured."""
+    return table.get(family, max(table.values()))
+
+
+def _beyond_cache(floats: int) -> float:
+    """How much slower a pass over arrays of `floats` float32 values is than the probe's in-cache pass."""
+    return 1.0 + BEYOND_CACHE_SLOWDOWN * min(1.0, floats * BYTES_PER_FLOAT / CACHE_BYTES)
 
 
 def _train_epochs(config: Any, n_train: int) -> int:
@@ -311,7 +371,7 @@ def model_build_cost(config: Any, shape: DataShape, speed: Speed | None = None) 
     parameters, buffers = state_floats(config.family, widths)
     weights = n_weights(widths)
     return Cost(int((parameters + buffers + weights) * BYTES_PER_FLOAT),
-                BUILD_PASSES_PER_WEIGHT * weights / speed.elements_per_second, weights=weights)
+                BUILD_PASSES_PER_STATE_FLOAT * (parameters + buffers) / speed.elements_per_second, weights=weights)
 
 
 def dataset_cost(name: str, params: Mapping[str, Any] | None = None, shape: DataShape | None = None,
@@ -348,12 +408,17 @@ def training_cost(config: Any, shape: DataShape, speed: Speed | None = None) -> 
 
     epochs = _train_epochs(config, n_train) if n_train else 0
     steps = epochs * math.ceil(n_train / batch) if n_train else 0
+    layers = len(widths) - 1
+    family = str(config.family)
+    per_pass = weights * _beyond_cache(weights) / speed.elements_per_second  # one pass over the weights
     products = 2 * weights * batch * mc * MATMULS_PER_STEP / speed.matmul_flops
-    passes = weights * ELEMENTWISE_PASSES_PER_STEP / speed.elements_per_second
-    dispatch = DISPATCH_PASSES_PER_LAYER_STEP * (len(widths) - 1) / speed.elements_per_second
-    after = (PASSES_AFTER_TRAINING * weights / speed.elements_per_second
+    dispatch = _by_family(DISPATCH_PASSES_PER_LAYER_STEP, family) * layers / speed.elements_per_second
+    activations = STEP_PASSES_PER_ACTIVATION * batch * mc * units / speed.elements_per_second
+    step = products + ELEMENTWISE_PASSES_PER_STEP * per_pass + activations + dispatch
+    epoch = EPOCH_PASSES_PER_WEIGHT * per_pass + EPOCH_PASSES_PER_LAYER * layers / speed.elements_per_second
+    after = (_by_family(PASSES_AFTER_TRAINING, family) * per_pass
              + SWEEP_THRESHOLDS * 2 * weights * n_test / speed.matmul_flops)
-    seconds = (TRAINING_FIXED_PASSES / speed.elements_per_second + steps * (products + passes + dispatch) + after
+    seconds = (TRAINING_FIXED_PASSES / speed.elements_per_second + steps * step + epochs * epoch + after
                + data.seconds)
     return Cost(memory, seconds, weights=weights, epochs=epochs)
 
@@ -373,8 +438,9 @@ def prediction_cost(config: Any, shape: DataShape, n_inputs: int, samples: int, 
     memory = int(values * PREDICTION_BYTES_PER_VALUE[task] + activations + drawn * BYTES_PER_FLOAT * 4
                  + PREDICTION_FIXED_BYTES)
     seconds = (samples * (2 * weights * n_inputs / speed.matmul_flops + 10 * weights / speed.elements_per_second
-                          + n_inputs * sum(widths) * 4 / speed.elements_per_second)
-               + values * PREDICTION_PASSES_PER_VALUE[task] / speed.elements_per_second)
+                          + n_inputs * sum(widths) * PREDICTION_PASSES_PER_UNIT / speed.elements_per_second)
+               + (values * PREDICTION_PASSES_PER_VALUE[task] * _beyond_cache(values)
+                  + n_inputs * PREDICTION_PASSES_PER_INPUT) / speed.elements_per_second)
     return Cost(memory, seconds, weights=weights)
 
 
