@@ -27,6 +27,7 @@ the trainings are cancelled and the server is stopped.
 from __future__ import annotations
 
 import argparse
+import re
 import asyncio
 import json
 import os
@@ -390,6 +391,7 @@ def check_result(session: Session, result: RunResult, report: Report, kind: str,
     run_id = expect.get("run_id")
     if run_id:
         for text in texts:
+            text = re.sub(r"\\(.)", r"\1", text)  # the caption is Markdown-escaped (core.validate.plain)
             if text.startswith("Run ") and ":" in text:
                 shown = text[4:].split(":", 1)[0]
                 if shown != run_id:
