@@ -96,12 +96,12 @@ def injected(switch: KillSwitch | None = None, **replacements):
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory) -> Path:
-    """A store with runs r1 and r2 (tag 1 each), copied by every scenario."""
+    """A store with runs a1 and b2 (tag 1 each), copied by every scenario."""
     root = tmp_path_factory.mktemp("template")
     store = RunStore(root)
     with injected():
-        store.write("r1", contents(1))
-        store.write("r2", contents(1))
+        store.write("a1", contents(1))
+        store.write("b2", contents(1))
     return root
 
 
@@ -113,9 +113,9 @@ def leftovers(root: Path) -> list[str]:
 
 # What each operation of a scenario may leave: id -> the tags it may have after a kill (None: absent).
 OPERATIONS = {
-    "write-new": (lambda store: store.write("r3", contents(1)), {"r1": {1}, "r2": {1}, "r3": {None, 1}}),
-    "replace": (lambda store: store.write("r1", contents(2), replace=True), {"r1": {1, 2}, "r2": {1}}),
-    "delete": (lambda store: store.delete("r2"), {"r1": {1}, "r2": {None, 1}}),
+    "write-new": (lambda store: store.write("c3", contents(1)), {"a1": {1}, "b2": {1}, "c3": {None, 1}}),
+    "replace": (lambda store: store.write("a1", contents(2), replace=True), {"a1": {1, 2}, "b2": {1}}),
+    "delete": (lambda store: store.delete("b2"), {"a1": {1}, "b2": {None, 1}}),
 }
 
 
@@ -220,24 +220,24 @@ def test_a_replace_killed_between_its_renames_keeps_the_old_run(template, tmp_pa
         raise Killed
 
     with injected(_rename=rename_then_die), pytest.raises(Killed):
-        RunStore(tmp_path).write("r1", contents(2), replace=True)
-    assert renames[0].parent.name == ".trash" and not (tmp_path / "runs" / "r1").exists()
+        RunStore(tmp_path).write("a1", contents(2), replace=True)
+    assert renames[0].parent.name == ".trash" and not (tmp_path / "runs" / "a1").exists()
     # The next reader (any fresh store) finds the old run, not "no runs".
-    assert RunStore(tmp_path).read("r1", touch=False).metrics["tag"] == 1
-    assert check_after_restart(tmp_path, {"r1": {1}, "r2": {1}}) == {"r1": 1, "r2": 1}
+    assert RunStore(tmp_path).read("a1", touch=False).metrics["tag"] == 1
+    assert check_after_restart(tmp_path, {"a1": {1}, "b2": {1}}) == {"a1": 1, "b2": 1}
 
 
 def _writer_child(root: Path, ready_fd: int) -> None:
-    """In a forked child: replace r1 and write/delete r3 over and over until killed."""
+    """In a forked child: replace a1 and write/delete c3 over and over until killed."""
     try:
         store = RunStore(root)
         tag = 2
         while True:
-            store.write("r1", contents(tag), replace=True)
-            store.write("r3", contents(tag), replace=True)
+            store.write("a1", contents(tag), replace=True)
+            store.write("c3", contents(tag), replace=True)
             if tag == 2:
                 os.write(ready_fd, b"x")
-            store.delete("r3")
+            store.delete("c3")
             tag += 1
     finally:
         os._exit(0)
@@ -256,15 +256,15 @@ def test_real_sigkills_of_a_writer_lose_no_run(template, tmp_path):
             _writer_child(root, write_end)
         os.close(write_end)
         try:
-            assert os.read(read_end, 1) == b"x"  # it has replaced r1 once at least
+            assert os.read(read_end, 1) == b"x"  # it has replaced a1 once at least
             time.sleep(rng.uniform(0.0, 0.05))
         finally:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             os.close(read_end)
-        found = check_after_restart(root, {"r1": set(range(1, 10_000)), "r2": {1},
-                                           "r3": {None, *range(1, 10_000)}})
-        assert found["r1"] >= 2
+        found = check_after_restart(root, {"a1": set(range(1, 10_000)), "b2": {1},
+                                           "c3": {None, *range(1, 10_000)}})
+        assert found["a1"] >= 2
 
 
 # --- damaged files ----------------------------------------------------------------------------------
@@ -292,12 +292,12 @@ def test_damaged_files_are_listed_as_damaged_and_never_loaded(template, kind, ho
         shutil.copytree(template, root, dirs_exist_ok=True)
         store = RunStore(root)
         assert [row.status for row in store.list()] == ["ok", "ok"]  # verdicts cached as healthy first
-        _damage(store.path("r1") / kind, how, where)
+        _damage(store.path("a1") / kind, how, where)
         rows = {row.run_id: row for row in RunStore(root).list()}
-        assert rows["r1"].status == "corrupt" and rows["r1"].metrics == {} and "\n" not in rows["r1"].error
-        assert rows["r2"].status == "ok"
-        with pytest.raises(RunStoreError, match="r1"):
-            RunStore(root).read("r1")
+        assert rows["a1"].status == "corrupt" and rows["a1"].metrics == {} and "\n" not in rows["a1"].error
+        assert rows["b2"].status == "ok"
+        with pytest.raises(RunStoreError, match="a1"):
+            RunStore(root).read("a1")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -307,17 +307,17 @@ def test_every_byte_flip_of_the_manifest_is_found(template, tmp_path):
     every 4th byte of the files' entries."""
     shutil.copytree(template, tmp_path, dirs_exist_ok=True)
     store = RunStore(tmp_path)
-    manifest = store.path("r1") / "manifest.json"
+    manifest = store.path("a1") / "manifest.json"
     original = manifest.read_bytes()
     own_fields = original.index(b'"own_sha256"')
     for offset in [*range(0, own_fields, 4), *range(own_fields - 8, len(original))]:
         flipped = bytearray(original)
         flipped[offset] ^= 0x01
         manifest.write_bytes(bytes(flipped))
-        row = store.info("r1")
+        row = store.info("a1")
         assert row.status == "corrupt", f"a flip at byte {offset} of {len(original)} went unnoticed"
     manifest.write_bytes(original)
-    assert RunStore(tmp_path).info("r1").status == "ok"
+    assert RunStore(tmp_path).info("a1").status == "ok"
 
 
 def test_a_verdict_is_kept_in_the_folder_and_any_change_to_a_file_voids_it(template, tmp_path, monkeypatch):
@@ -332,13 +332,13 @@ def test_a_verdict_is_kept_in_the_folder_and_any_change_to_a_file_voids_it(templ
     monkeypatch.setattr(RunStore, "_read_folder", no_hashing)
     assert [row.status for row in RunStore(tmp_path).list()] == ["ok", "ok"]
     monkeypatch.setattr(RunStore, "_read_folder", real)
-    weights = RunStore(tmp_path).path("r1") / "weights.safetensors"
+    weights = RunStore(tmp_path).path("a1") / "weights.safetensors"
     before = weights.stat()
     _damage(weights, "flip", 0.9)  # same size, and the modification time put back
     os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))
     store_module._verdicts.clear()
     rows = {row.run_id: row for row in RunStore(tmp_path).list()}
-    assert rows["r1"].status == "corrupt" and "checksum" in rows["r1"].error and rows["r2"].status == "ok"
+    assert rows["a1"].status == "corrupt" and "checksum" in rows["a1"].error and rows["b2"].status == "ok"
 
 
 def _vouch(folder: Path, name: str) -> None:
@@ -363,37 +363,37 @@ WRONG_SHAPES = {
 def test_a_file_the_manifest_vouches_for_but_of_the_wrong_shape_breaks_nobody(template, tmp_path, capsys, name,
                                                                               text):
     shutil.copytree(template, tmp_path, dirs_exist_ok=True)
-    folder = RunStore(tmp_path).path("r1")
+    folder = RunStore(tmp_path).path("a1")
     (folder / name).write_text(text)
     if name != "manifest.json":
         _vouch(folder, name)
     rows = {row.run_id: row for row in RunStore(tmp_path).list()}
-    assert rows["r1"].status == "corrupt" and rows["r2"].status == "ok"
+    assert rows["a1"].status == "corrupt" and rows["b2"].status == "ok"
     with pytest.raises(RunStoreError):
-        RunStore(tmp_path).read("r1")
+        RunStore(tmp_path).read("a1")
     assert cli_main(["runs", "--cache-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "CORRUPT" in out and out.count("\n") == 3  # a header and one line per run
     assert cli_main(["runs", "--json", "--cache-dir", str(tmp_path)]) == 0
-    assert {r["run_id"]: r["status"] for r in json.loads(capsys.readouterr().out)} == {"r1": "corrupt", "r2": "ok"}
+    assert {r["run_id"]: r["status"] for r in json.loads(capsys.readouterr().out)} == {"a1": "corrupt", "b2": "ok"}
     # The teacher can still delete it.
-    assert cli_main(["rm", "r1", "--yes", "--cache-dir", str(tmp_path)]) == 0
-    assert [row.run_id for row in RunStore(tmp_path).list()] == ["r2"]
+    assert cli_main(["rm", "a1", "--yes", "--cache-dir", str(tmp_path)]) == 0
+    assert [row.run_id for row in RunStore(tmp_path).list()] == ["b2"]
 
 
 def test_an_exception_reading_one_folder_becomes_its_row(template, tmp_path, monkeypatch):
     shutil.copytree(template, tmp_path, dirs_exist_ok=True)
 
     def broken(self, run_id, folder, seen):
-        if run_id == "r1":
+        if run_id == "a1":
             raise ZeroDivisionError("something nobody foresaw")
         return real(self, run_id, folder, seen)
 
     real = RunStore._checked_row
     monkeypatch.setattr(RunStore, "_checked_row", broken)
     rows = {row.run_id: row for row in RunStore(tmp_path).list()}
-    assert rows["r1"].status == "corrupt" and "ZeroDivisionError" in rows["r1"].error
-    assert rows["r2"].status == "ok"
+    assert rows["a1"].status == "corrupt" and "ZeroDivisionError" in rows["a1"].error
+    assert rows["b2"].status == "ok"
 
 
 # --- threads writing, deleting, reading, listing at once -------------------------------------------
@@ -459,7 +459,7 @@ def test_concurrent_writers_deleters_and_readers(template, tmp_path):
             thread.join(timeout=30)
     assert problems == []
     assert counts["replaces"] > 5 and counts["keep-reads"] > 5 and counts["listings"] > 2, counts
-    check_after_restart(tmp_path, {"r1": {1}, "r2": {1}, "keep": set(range(1, 100)), "churn": {None, 1}})
+    check_after_restart(tmp_path, {"a1": {1}, "b2": {1}, "keep": set(range(1, 100)), "churn": {None, 1}})
 
 
 def test_a_delete_racing_a_read_says_the_run_was_deleted(template, tmp_path, monkeypatch):
@@ -468,15 +468,15 @@ def test_a_delete_racing_a_read_says_the_run_was_deleted(template, tmp_path, mon
 
     def read_then_delete(self, name):
         data = real(self, name)
-        if name == "manifest.json" and self.path.name == "r1" and self.path.exists():
-            RunStore(tmp_path).delete("r1")  # another session deletes it right now
+        if name == "manifest.json" and self.path.name == "a1" and self.path.exists():
+            RunStore(tmp_path).delete("a1")  # another session deletes it right now
         return data
 
     monkeypatch.setattr(store_module._Folder, "read_bytes", read_then_delete)
-    with pytest.raises(RunStoreError, match="r1 was deleted") as info:
-        RunStore(tmp_path).read("r1")
+    with pytest.raises(RunStoreError, match="a1 was deleted") as info:
+        RunStore(tmp_path).read("a1")
     assert "checksum" not in str(info.value) and "corrupt" not in str(info.value)
-    assert [row.run_id for row in RunStore(tmp_path).list()] == ["r2"]  # gone, not "corrupt"
+    assert [row.run_id for row in RunStore(tmp_path).list()] == ["b2"]  # gone, not "corrupt"
 
 
 def test_a_replace_racing_a_read_gives_the_new_run(template, tmp_path, monkeypatch):
@@ -486,30 +486,30 @@ def test_a_replace_racing_a_read_gives_the_new_run(template, tmp_path, monkeypat
 
     def read_then_replace(self, name):
         data = real(self, name)
-        if name == "manifest.json" and self.path.name == "r1" and not replaced:
+        if name == "manifest.json" and self.path.name == "a1" and not replaced:
             replaced.append(True)
-            RunStore(tmp_path).write("r1", contents(2), replace=True)
+            RunStore(tmp_path).write("a1", contents(2), replace=True)
         return data
 
     monkeypatch.setattr(store_module._Folder, "read_bytes", read_then_replace)
-    assert RunStore(tmp_path).read("r1").metrics["tag"] == 2
+    assert RunStore(tmp_path).read("a1").metrics["tag"] == 2
 
 
 # --- leftovers and the size cap ----------------------------------------------------------------------
 def test_leftovers_count_towards_the_cap_until_cleaned_and_live_writers_keep_theirs(template, tmp_path):
     shutil.copytree(template, tmp_path, dirs_exist_ok=True)
     runs = tmp_path / "runs"
-    for name in ("r9.12345.dead0001", "r1.99999.dead0002"):  # what two killed writers left
+    for name in ("e9.12345.dead0001", "a1.99999.dead0002"):  # what two killed writers left
         (runs / ".tmp" / name).mkdir(parents=True)
         (runs / ".tmp" / name / "weights.safetensors").write_bytes(b"\0" * 50_000)
-    (runs / ".locks" / "r9.lock").write_text("")
-    live = runs / ".tmp" / "r7.1.live0003"  # a writer still at work: it holds r7's lock
+    (runs / ".locks" / "e9.lock").write_text("")
+    live = runs / ".tmp" / "d7.1.live0003"  # a writer still at work: it holds d7's lock
     live.mkdir()
     (live / "weights.safetensors").write_bytes(b"\0" * 200_000)
     held, release = threading.Event(), threading.Event()
 
     def writer():
-        with RunStore(tmp_path).lock("r7"):
+        with RunStore(tmp_path).lock("d7"):
             held.set()
             release.wait(30)
 
@@ -517,11 +517,12 @@ def test_leftovers_count_towards_the_cap_until_cleaned_and_live_writers_keep_the
     thread.start()
     try:
         held.wait(10)
-        one_run = store_module._folder_size(runs / "r1")
+        # the smaller of the two runs (their JSON can differ by a digit)
+        one_run = min(store_module._folder_size(runs / name) for name in ("a1", "b2"))
         capped = RunStore(tmp_path, max_bytes=2 * one_run + 100_000)
         assert capped.total_bytes() >= 2 * one_run + 200_000  # the live writer's folder counts
-        assert sorted(path.name for path in (runs / ".tmp").iterdir()) == ["r7.1.live0003"]
-        assert not (runs / ".locks" / "r9.lock").exists()
+        assert sorted(path.name for path in (runs / ".tmp").iterdir()) == ["d7.1.live0003"]
+        assert not (runs / ".locks" / "e9.lock").exists()
         assert len(capped.enforce_cap()) >= 1  # its bytes push runs out of a full store
     finally:
         release.set()
@@ -549,9 +550,9 @@ def test_a_full_disk_while_writing_leaves_no_partial_run_and_one_line(template, 
         real(path, data)
 
     with injected(_write_file=fill_up), pytest.raises(RunStoreError, match="no space left") as info:
-        RunStore(tmp_path).write("r1", contents(2), replace=True)
+        RunStore(tmp_path).write("a1", contents(2), replace=True)
     assert "\n" not in str(info.value) and str(tmp_path) in str(info.value)
-    assert RunStore(tmp_path).read("r1").metrics["tag"] == 1
+    assert RunStore(tmp_path).read("a1").metrics["tag"] == 1
     assert leftovers(tmp_path) == []
 
 
@@ -562,9 +563,9 @@ def test_a_read_only_store_lists_and_loads_and_refuses_writes_in_one_line(templa
                                                "_open_lock_file")}
     with injected(**failing):
         assert [row.status for row in RunStore(tmp_path).list()] == ["ok", "ok"]
-        assert RunStore(tmp_path).read("r1").metrics["tag"] == 1
-        for action in (lambda: RunStore(tmp_path).write("r3", contents(1)),
-                       lambda: RunStore(tmp_path).delete("r1")):
+        assert RunStore(tmp_path).read("a1").metrics["tag"] == 1
+        for action in (lambda: RunStore(tmp_path).write("c3", contents(1)),
+                       lambda: RunStore(tmp_path).delete("a1")):
             with pytest.raises(RunStoreError, match="cannot be written") as info:
                 action()
             assert "BNN_CACHE_DIR" in str(info.value) and "\n" not in str(info.value)
@@ -572,10 +573,10 @@ def test_a_read_only_store_lists_and_loads_and_refuses_writes_in_one_line(templa
         with pytest.raises(RunStoreError, match="cannot be written"):
             train_run(TINY.replace(seed=7), cache_dir=tmp_path, progress=calls.append)
         assert calls == []  # refused before training, not after
-        assert cli_main(["rm", "r1", "--yes", "--cache-dir", str(tmp_path)]) == 2
+        assert cli_main(["rm", "a1", "--yes", "--cache-dir", str(tmp_path)]) == 2
         err = capsys.readouterr().err
-        assert err.startswith("error: run r1: the run store") and "cannot be written" in err and err.count("\n") == 1
-    assert RunStore(tmp_path).read("r1").metrics["tag"] == 1
+        assert err.startswith("error: run a1: the run store") and "cannot be written" in err and err.count("\n") == 1
+    assert RunStore(tmp_path).read("a1").metrics["tag"] == 1
 
 
 def test_training_is_refused_before_it_starts_when_the_disk_is_too_full(tmp_path, monkeypatch):
@@ -604,19 +605,19 @@ def test_the_dashboard_lists_a_damaged_run_for_deleting_and_never_as_a_run_to_sh
     from tests.support import clear_dashboard_caches
 
     shutil.copytree(template, tmp_path, dirs_exist_ok=True)
-    folder = RunStore(tmp_path).path("r1")
+    folder = RunStore(tmp_path).path("a1")
     (folder / "config.json").write_text('{"dataset": "two-moons", "hidden": "16", "train": [1]}')
     _vouch(folder, "config.json")
-    (RunStore(tmp_path).path("r2") / "config.json").write_text("[]")  # not vouched for: damaged
+    (RunStore(tmp_path).path("b2") / "config.json").write_text("[]")  # not vouched for: damaged
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
     clear_dashboard_caches()
     try:
         rows = {row["run_id"]: row for row in cache.cached_run_list()}
-        assert set(rows) == {"r1", "r2"}
-        assert rows["r2"]["status"] == "corrupt" and rows["r2"]["config"] == {} and rows["r2"]["metrics"] == {}
-        assert rows["r1"]["hidden"] is None and rows["r1"]["epochs"] is None  # odd fields never break the list
-        assert set(cache.cached_run_labels()) == {"r1"}
-        backend.delete_run("r2")  # what the teacher's Delete button calls
-        assert [row["run_id"] for row in cache.cached_run_list()] == ["r1"]
+        assert set(rows) == {"a1", "b2"}
+        assert rows["b2"]["status"] == "corrupt" and rows["b2"]["config"] == {} and rows["b2"]["metrics"] == {}
+        assert rows["a1"]["hidden"] is None and rows["a1"]["epochs"] is None  # odd fields never break the list
+        assert set(cache.cached_run_labels()) == {"a1"}
+        backend.delete_run("b2")  # what the teacher's Delete button calls
+        assert [row["run_id"] for row in cache.cached_run_list()] == ["a1"]
     finally:
         clear_dashboard_caches()

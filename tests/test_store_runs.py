@@ -121,6 +121,7 @@ def test_unparseable_json_with_a_matching_checksum_is_reported(store_copy):
     (folder / "metrics.json").write_text('{"accuracy": 0.9')
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["files"]["metrics.json"]["sha256"] = sha256_file(folder / "metrics.json")
+    manifest["files"]["metrics.json"]["bytes"] = (folder / "metrics.json").stat().st_size
     (folder / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(RunStoreError, match="cannot parse .*metrics.json"):
         load_run(run_id, cache)

@@ -829,10 +829,12 @@ class RunStore:
             data = folder.read_bytes(name)
         except FileNotFoundError:
             raise RunStoreError(f"run {run_id}: {path} is missing; {_fix_hint(run_id)}") from None
+        # Sizes first, as the listing checks them: a manifest whose size entry alone was changed (one
+        # flipped digit) is as damaged as a file whose bytes were.
+        if len(data) != entry["bytes"]:
+            raise RunStoreError(f"run {run_id}: {path} has {len(data)} bytes, its manifest says "
+                                f"{entry['bytes']} (truncated or modified); {_fix_hint(run_id)}")
         if hashlib.sha256(data).hexdigest() != entry["sha256"]:
-            if len(data) != entry["bytes"]:
-                raise RunStoreError(f"run {run_id}: {path} has {len(data)} bytes, its manifest says "
-                                    f"{entry['bytes']} (truncated or modified); {_fix_hint(run_id)}")
             raise RunStoreError(f"run {run_id}: {path} does not match its checksum (corrupted or modified); "
                                 f"{_fix_hint(run_id)}")
         return data
