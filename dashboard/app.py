@@ -35,7 +35,7 @@ LINKED_RUN_KEY = "linked_run"  # the last link followed
 
 def run_picker() -> None:
     """Sidebar: choose the current run among the cached ones."""
-    from core.validate import plain
+    from dashboard.backend import plain
     from dashboard import cache, links, state
     from dashboard.ui import guard
 

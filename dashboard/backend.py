@@ -23,6 +23,10 @@ from core.predict.draw_cache import DrawCache
 from core.predict.metrics.classification import DOUBT_LEVEL
 from core.predict.modes import PredictionMode
 from core.runs import parsing
+# The shared rules for outside values and the settings declarations, for the pages (the one door):
+from core import limits, validate  # noqa: F401
+from core.settings import Setting, register  # noqa: F401
+from core.validate import plain  # noqa: F401
 
 # The vocabulary and its help live on PredictionMode; these are the dashboard's views of it.
 PREDICTION_MODES: tuple[str, ...] = tuple(mode.value for mode in PredictionMode)

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import streamlit as st
 
-from core import validate
+from dashboard.backend import validate
 from core.errors import BNNError, InputError
 
 RUN, PAGE, THRESHOLD, MODE, SAMPLES, OOD, EPOCH, TRAIN = "run", "page", "threshold", "mode", "R", "ood", "epoch", "train"

@@ -44,7 +44,7 @@ from typing import Any
 
 import streamlit as st
 
-from core.validate import plain
+from dashboard.backend import plain
 from dashboard import backend, cache, links
 
 RUN_KEY = "selected_run_id"

@@ -20,7 +20,7 @@ from typing import Iterator
 import streamlit as st
 
 from core.errors import BNNError
-from core.validate import plain
+from dashboard.backend import plain
 
 log = logging.getLogger("dashboard")
 

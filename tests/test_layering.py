@@ -1,8 +1,6 @@
-"""The dashboard reaches core only through dashboard/backend.py, and core never imports the dashboard.
-
-The exceptions are the shared kernel every layer uses alike: the errors (core.errors), the one rule for
-outside values (core.validate), the declared settings (core.settings) and the request-size limits
-(core.limits): a page that checks a typed value must apply the very rule the command line applies."""
+"""The dashboard reaches core only through dashboard/backend.py (core.errors aside), and core
+never imports the dashboard. The rules for outside values (core.validate, core.limits) and the
+settings declarations (core.settings) reach the pages through backend too."""
 
 from __future__ import annotations
 
@@ -25,10 +23,12 @@ def imported_modules(path: Path) -> set[str]:
 def test_dashboard_reaches_core_only_through_backend():
     leaks = {}
     for path in sorted((ROOT / "dashboard").rglob("*.py")):
-        if path.name == "backend.py":
+        # backend.py is the door; settings.py declares the dashboard's settings with core.settings and is
+        # read by backend at its import (the draw cache's bound), so it cannot go through backend itself.
+        if path.name == "backend.py" or (path.name == "settings.py" and path.parent.name == "dashboard"):
             continue
         core = {m for m in imported_modules(path) if m == "core" or m.startswith("core.")}
-        core -= {"core", "core.errors", "core.validate", "core.settings", "core.limits"}
+        core -= {"core.errors"}
         if core:
             leaks[str(path.relative_to(ROOT))] = sorted(core)
     assert not leaks, f"import core through dashboard/backend.py instead: {leaks}"

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from core.validate import plain
+from dashboard.backend import plain
 from dashboard import altair_spec, backend, explain, figures, state
 from dashboard.ui import guard, without_server_paths
 

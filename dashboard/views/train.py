@@ -12,9 +12,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from core import limits, validate
 from core.errors import BNNError, InputError
-from core.validate import plain
+from dashboard.backend import limits, plain, validate
 from dashboard import altair_spec, backend, cache, explain, figures, priors, state
 from dashboard.ui import guard, without_server_paths
 from dashboard.worker import WorkerStatus, duration_text

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from core.validate import plain
+from dashboard.backend import plain
 from dashboard import altair_spec, backend, cache, explain, figures, links, state
 from dashboard.ui import guard
 
