@@ -1,9 +1,9 @@
-"""Regression bands of every family against the NUTS reference posterior (issue 15).
+"""Regression bands of every family against the NUTS reference posterior.
 
 For each toy set: train every regression family (settings from `band_config`, the one
 place to change after the training defaults move), predict on the dataset's dense x
 grid with bma, mpm, the collapsed predictive (Gaussian last layer) and its box
-variant (seed 003), and compare with the cached NUTS reference (`python -m core
+variant (Zeng & Van den Broeck 2023), and compare with the cached NUTS reference (`python -m core
 reference DATASET`, computed here when missing):
 
 - MAE of the predictive mean, of the 5% and of the 95% quantile against the
@@ -48,7 +48,7 @@ LEVELS = (0.05, 0.95)
 SEED = 0
 
 # Training for the bands: full batch, a deterministic warm start, then the KL annealed in.
-# Set BAND_TRAIN = None to use the shipped defaults (e.g. after issue 10's new defaults).
+# Set BAND_TRAIN = None to use the shipped defaults (e.g. after a change of the small-regression defaults).
 BAND_TRAIN: dict[str, Any] | None = {
     "warm_start_epochs": 1000, "epochs": 3000, "kl_anneal_epochs": 1000,
     "learning_rates": {"weights": 1e-2, "scales": 1e-2, "likelihood": 1e-2},
@@ -137,14 +137,14 @@ def run_benchmark(datasets, families, predictions) -> dict[str, Any]:
 
 def render_section(results: dict[str, Any]) -> str:
     """The markdown section (tables per dataset) for benchmarks/RESULTS.md."""
-    lines = ["## Regression bands vs the NUTS reference (issue 15)", "",
+    lines = ["## Regression bands vs the NUTS reference", "",
              "Each family trained on the toy set (settings: `benchmarks/bands_vs_reference.py:BAND_TRAIN`, "
              f"`{json.dumps(results.get('train'))}`, full batch), predicted with R = {results['samples']} draws on "
              "the dataset's 400-point x grid, against the NUTS posterior of the `bnn` model (same widths, N(0, 1) "
              "prior, sampled noise scale; `python -m core reference DATASET`). MAE of the predictive mean and of the "
              "5% / 95% quantiles over the grid, in the data's units; coverage: share of the 200 held-out points in "
              f"the central 90% interval. collapsed-box integrates the {results['box_terms']} widest last-layer terms "
-             "out under a box q (seed 003). `bnn` and `variational-dense` are the same model and q (same rows); "
+             "out under a box q (Zeng & Van den Broeck 2023). `bnn` and `variational-dense` are the same model and q (same rows); "
              "fnn and concrete-dropout have point-mass last layers, so their collapsed rows equal bma up to the "
              "box's triangular noise. Plot: `bands_vs_reference.png`; printed output: `bands_vs_reference.log`.", ""]
     for name, entry in results["datasets"].items():

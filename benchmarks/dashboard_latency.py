@@ -1,7 +1,7 @@
-"""Issue 13's latency targets, measured through a real browser against `streamlit run`.
+"""The dashboard's latency targets, measured through a real browser against `streamlit run`.
 
     python benchmarks/dashboard_latency.py                       # mnist-small 784-400-600-10, bundled data
-    BNN_DATA_DIR=/work/shared/data python benchmarks/dashboard_latency.py --dataset mnist
+    BNN_DATA_DIR=DATA python benchmarks/dashboard_latency.py --dataset mnist
                                                                  # the issue's setting: full MNIST
     # writes benchmarks/results/dashboard_latency.md (--out to write elsewhere)
 
@@ -53,7 +53,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 VIEWPORT = {"width": 1400, "height": 2000}
 
-# Issue 13's targets, in seconds.
+# The targets a teaching demo needs (a page answers before a student looks away), in seconds.
 TARGETS = {"threshold_p95": 0.300, "page_load_p95": 2.0, "first_picture": 1.0, "converged_fit": 10.0}
 
 # (path, heading, charts drawn when the page is complete). Train has no chart: its form is the page.
@@ -354,7 +354,7 @@ def _ms(value: float) -> str:
 
 
 def table(measured: Measurements) -> str:
-    lines = ["# Dashboard latency through the browser (issue 13)", "",
+    lines = ["# Dashboard latency through the browser", "",
              "Setting: " + ", ".join(f"{k} {v}" for k, v in measured.setting.items()) + "; "
              f"headless chromium against `streamlit run` on 127.0.0.1, {os.cpu_count()} CPU cores.", "",
              f"Machine load average (1/5/15 min) before {'/'.join(f'{v:.2f}' for v in measured.load_before)}, "

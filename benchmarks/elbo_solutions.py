@@ -2,7 +2,7 @@
 
     python benchmarks/elbo_solutions.py [--preset fast-mnist] [--epochs 20] [--draws 5]
 
-1. Trains (or loads from the run store) the preset: a tempered objective that stops near seed 000
+1. Trains (or loads from the run store) the preset: a tempered objective that stops near Hubin & Storvik (2024)
    Table 2's density.
 2. Continues from that network with the untempered objective (kl_weight = 1, the ELBO itself),
    every other setting unchanged, for --epochs epochs, measuring after each epoch the MED-MEA test

@@ -2,7 +2,7 @@
 
     python benchmarks/epoch_time.py [--dataset mnist] [--device auto] [--families lbbnn,bnn,...] [--repeats 3]
 
-Full MNIST, 784-400-600-10, batch 100, M = 1 (seed 000's setup). Each family
+Full MNIST, 784-400-600-10, batch 100, M = 1 (Hubin & Storvik 2024's setup). Each family
 runs in its own subprocess so the peak memory is its own; all of them run in
 one invocation, interleaved over --repeats rounds, so the ratios compare like
 with like on a shared machine. The plain MLP is torch's nn.Linear/ReLU stack

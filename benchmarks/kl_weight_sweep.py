@@ -79,7 +79,7 @@ def plot(entries: list[dict[str, Any]], path: Path) -> None:
         label = f"KL x {e['kl_weight']:g}" + (" (ELBO)" if e["kl_weight"] == 1 else "")
         ax_density.plot(epochs, [r["density"] for r in e["rows"]], marker=".", label=label)
         ax_acc.plot(epochs, [r["mpm_mean_accuracy"] for r in e["rows"]], marker=".", label=label)
-    ax_density.axhspan(0.079, 0.090, color="grey", alpha=0.2, label="seed 000 Table 2")
+    ax_density.axhspan(0.079, 0.090, color="grey", alpha=0.2, label="Hubin & Storvik 2024 Table 2")
     ax_density.set(xlabel="epoch after the warm start", ylabel="density of the MPM", yscale="log")
     ax_acc.axhline(0.981, color="grey", ls="--", lw=1, label="Table 2 MED-MEA")
     ax_acc.set(xlabel="epoch after the warm start", ylabel="MED-MEA test accuracy", ylim=(0.9, 0.99))

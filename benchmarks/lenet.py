@@ -1,4 +1,4 @@
-"""Seed 004's LeNet-300-100 experiment: sparse VD and variational dense, from scratch and from a
+"""Bleahu's (2025) LeNet-300-100 experiment: sparse VD and variational dense, from scratch and from a
 trained deterministic net, pruned by the learned statistic and pruned at random at the same rates.
 
     python benchmarks/lenet.py [--datasets mnist,fashion-mnist] [--methods sparse-vd,variational-dense]
@@ -12,18 +12,18 @@ over 50, Adam at 1e-3, batch 100); "scratch" is the same with no warm start. --e
 (the KL is then annealed over half of it unless --kl-anneal-epochs says otherwise); the table says so.
 
 For each run, on the test set, with the posterior-mean weights (one deterministic network each):
-- per-layer sparsity: the fraction of the layer's weight matrix (biases excluded, as seed 004
+- per-layer sparsity: the fraction of the layer's weight matrix (biases excluded, as Bleahu 2025
   counts) pruned at the family's default cut (sparse VD: log alpha > 3; variational dense:
   |mu|/sigma < 0.83);
 - accuracy unpruned (every weight kept), pruned (the family's cut), and randomly pruned: each layer
   keeps the same number of weights (and of biases) as the learned mask, chosen uniformly at random,
   mean and sd over --random-masks masks from a fixed seed;
-- pruning at seed 004's published per-layer rates, by our learned ranking and at random (the
+- pruning at Bleahu's (2025) published per-layer rates, by our learned ranking and at random (the
   paper's rates differ from ours, and accuracy depends steeply on the rate: these columns separate
   the rate from the rest);
 - the stored final evaluations of the run (SIM-SIM R=10, MED-SIM R=10) and the training seconds.
 
-Seed 004 reports accuracies over 200 Monte Carlo weight draws (its Tables 4.3 and 4.4); the
+Bleahu (2025) reports accuracies over 200 Monte Carlo weight draws (its Tables 4.3 and 4.4); the
 R=10 columns are the sampled counterparts here.
 
 Results: benchmarks/results/lenet.json (one entry per dataset, method, start and schedule, replaced
@@ -59,7 +59,7 @@ PRESETS = {"mnist": "lenet-300-100", "fashion-mnist": "lenet-300-100-fmnist"}
 RANDOM_MASK_SEED = 2024
 PAPER_R = 200  # Monte Carlo draws behind every published accuracy
 
-# Seed 004 (the thesis in /work/shared/seeds/004_*.txt), section 4.2: Table 4.3 (variational dense,
+# Bleahu (2025, MSc thesis), section 4.2: Table 4.3 (variational dense,
 # section 4.2.3, p. 55) and the unnumbered table after Figure 4.10 ("Final accuracies ... additive
 # reparameterisation (Variational Dropout)", section 4.2.4, p. 57; the text calls it Table 4.4).
 # "Frequentist" pre-training = a deterministic net trained to convergence (100 epochs) whose weights
@@ -88,7 +88,7 @@ PAPER: dict[str, dict[str, dict[str, dict[str, Any]]]] = {
         },
     },
 }
-PAPER_SOURCE = ("seed 004 (thesis), section 4.2: Table 4.3 (variational dense, section 4.2.3) and the table "
+PAPER_SOURCE = ("Bleahu 2025 (thesis), section 4.2: Table 4.3 (variational dense, section 4.2.3) and the table "
                 "after Figure 4.10 (variational dropout = sparse VD, additive reparameterisation, section 4.2.4); "
                 "'Frequentist' pre-training = our warm start, 'Bayesian' = our scratch; accuracies over 200 MC draws")
 
@@ -96,7 +96,7 @@ PAPER_SOURCE = ("seed 004 (thesis), section 4.2: Table 4.3 (variational dense, s
 # --- pure helpers ----------------------------------------------------------------------------------
 def layer_sparsity(masks: Sequence[torch.Tensor]) -> list[float]:
     """Per layer, the fraction of the weight matrix pruned; masks are (out, in + 1) with the bias
-    in the last column, which is left out (seed 004 counts the weight matrices only)."""
+    in the last column, which is left out (Bleahu 2025 counts the weight matrices only)."""
     return [1.0 - float(mask[:, :-1].float().mean()) for mask in masks]
 
 
@@ -285,7 +285,7 @@ def _sparsity(values: Sequence[float] | None, scale: float = 100.0) -> str:
 
 
 def render_table(entries: list[dict[str, Any]]) -> str:
-    """The markdown table of all entries, each beside seed 004's row for the same cell."""
+    """The markdown table of all entries, each beside Bleahu's (2025) row for the same cell."""
     lines = ["| data | method | start | schedule | sparsity % per layer (ours / paper) | unpruned % (ours / paper) "
              "| pruned % (ours / paper) | pruned at paper's rates % | random % (ours, sd / paper) "
              "| random at paper's rates % | SIM-SIM R=10 % | MED-SIM R=10 % | train s | run |",
@@ -311,7 +311,7 @@ def render_table(entries: list[dict[str, Any]]) -> str:
 
 
 def accuracy_gaps(entry: dict[str, Any], limit: float = 1.0) -> list[tuple[str, float, float]]:
-    """(column, ours %, paper %) where our accuracy differs from seed 004's by more than `limit` points."""
+    """(column, ours %, paper %) where our accuracy differs from Bleahu's (2025) by more than `limit` points."""
     paper = PAPER.get(entry["dataset"], {}).get(entry["method"], {}).get(entry["start"])
     if not paper:
         return []
@@ -325,8 +325,8 @@ def accuracy_gaps(entry: dict[str, Any], limit: float = 1.0) -> list[tuple[str, 
 
 COMMAND = "python benchmarks/lenet.py --datasets mnist"
 SETUP_DIFFERENCES = (
-    "Known differences of setup, none of them measured yet as a cause: seed 004's code scales the KL by "
-    "1/N^2 relative to the standard ELBO (METHODS.md section 4; we use the standard ELBO, so our KL weighs "
+    "Known differences of setup, none of them measured yet as a cause: Bleahu's (2025) Algorithm 1 scales the KL by "
+    "1/N relative to the standard ELBO (its loss is (N/M) L + lambda KL / N; we use the standard ELBO, so our KL weighs "
     "N times more and prunes more); its deterministic pre-training runs 100 epochs (ours 10) and its "
     "'Bayesian' pre-training 100 KL-free Bayesian epochs (ours: none, the KL is annealed from the first "
     "epoch); its batch is 256 (ours 100); its accuracies average 200 weight draws (ours: the mean weights; "
@@ -334,7 +334,7 @@ SETUP_DIFFERENCES = (
 
 
 def gap_notes(entries: list[dict[str, Any]], limit: float = 1.0) -> list[str]:
-    """One line per table row whose accuracy differs from seed 004's by more than `limit` points,
+    """One line per table row whose accuracy differs from Bleahu's (2025) by more than `limit` points,
     with what is measured about the cause."""
     notes = []
     for e in entries:
@@ -387,7 +387,7 @@ def gap_notes(entries: list[dict[str, Any]], limit: float = 1.0) -> list[str]:
 
 
 def results_section(results: dict[str, Any] | None = None) -> str:
-    """The RESULTS.md section: the table from lenet.json beside seed 004's numbers, with every gap
+    """The RESULTS.md section: the table from lenet.json beside Bleahu's (2025) numbers, with every gap
     larger than one point of accuracy explained (measured) or marked not yet measured."""
     if results is None:
         results = load_results()
@@ -395,13 +395,13 @@ def results_section(results: dict[str, Any] | None = None) -> str:
     if not entries:
         return f"Not run yet: `{COMMAND}` (add `--datasets mnist,fashion-mnist` for both).\n"
     n_random = sorted({e["result"]["random_masks"] for e in entries})
-    out = ["Seed 004's experiment: LeNet-300-100 (784-300-100-10) with sparse VD (prune at log alpha > 3) "
+    out = ["Bleahu's (2025) experiment: LeNet-300-100 (784-300-100-10) with sparse VD (prune at log alpha > 3) "
            "and variational dense (N(0, 1) prior, prune at |mu|/sigma < 0.83), each from a deterministic "
            "warm start and from scratch, with the `lenet-300-100` preset's schedule (Adam 1e-3, batch 100) "
            "unless the row says *shortened*. Accuracies (test set, %) use the posterior-mean weights: "
            "*unpruned* keeps every weight, *pruned* the family's cut, *random* keeps as many weights (and "
            f"biases) per layer as the cut at random (mean (sd) over {'/'.join(map(str, n_random))} masks, fixed "
-           "seed); *pruned at paper's rates* cuts our learned statistic (the same ranking) at seed 004's "
+           "seed); *pruned at paper's rates* cuts our learned statistic (the same ranking) at Bleahu's (2025) "
            "published per-layer sparsity instead of the family's threshold; *random at paper's rates* prunes our "
            "net at random at those rates. Sparsity: share of each weight matrix pruned (784x300, 300x100, 100x10). Paper: "
            + PAPER_SOURCE + ".", ""]
@@ -411,13 +411,13 @@ def results_section(results: dict[str, Any] | None = None) -> str:
     out += ["", render_table(entries), ""]
     notes = gap_notes(entries)
     if notes:
-        out += ["Gaps of more than 1 point of accuracy from seed 004:", ""] + notes + [""]
+        out += ["Gaps of more than 1 point of accuracy from Bleahu (2025):", ""] + notes + [""]
     out += [SETUP_DIFFERENCES, ""]
     return "\n".join(out)
 
 
 def render_markdown(results: dict[str, Any]) -> str:
-    return "# Seed 004's LeNet-300-100: sparse VD and variational dense\n\n" + results_section(results)
+    return "# Bleahu's (2025) LeNet-300-100: sparse VD and variational dense\n\n" + results_section(results)
 
 
 def _progress(record: dict[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""Prediction benchmarks (issue 4) on 784-400-600-10 LBBNNs and the 10k MNIST test set.
+"""Prediction benchmarks on 784-400-600-10 LBBNNs and the 10k MNIST test set.
 
 Targets on the 2-core CPU: one mpm-mean evaluation at a new threshold < 200 ms,
 a 51-point sweep < 5 s, bma with R=10 < 2 s; plus the inference speed-up of an
@@ -12,7 +12,7 @@ Two models, because the sparse paths' speed depends on the densities:
   probabilities still spread around their initial 0.1..0.9).
 Each trained state_dict is cached under $BNN_BENCH_CACHE (default
 /tmp/bnn-predict-bench), so reruns only time predictions. Full MNIST comes from
-$BNN_DATA_DIR (or ../shared/data); without it mnist-small is used.
+$BNN_DATA_DIR; without it mnist-small is used.
 
     PYTHONPATH=. python benchmarks/predict_bench.py [--threads N] [--models sparse,dense-ish]
 """

@@ -4,7 +4,7 @@
 
 No number on the page is typed by hand: our numbers come from the run store ($BNN_CACHE_DIR) and
 from the JSON files the benchmark commands write into benchmarks/results/; the paper's numbers are
-the published medians of seed 000 (Tables 2, 3, 5), kept in PAPER below with their table names.
+the published medians of Hubin & Storvik (2024) (Tables 2, 3, 5), kept in PAPER below with their table names.
 A section whose runs are not cached yet says which command makes them. Runs are found by their
 config (schema version aside), so the page reads runs trained by earlier versions of the code too
 whatever schema version they were trained under.
@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 RESULTS = ROOT / "benchmarks" / "results"
 PAGE = ROOT / "benchmarks" / "RESULTS.md"
 
-# Seed 000, medians of 10 runs. Keys: (dataset, family) -> {our metric key: paper value}.
+# Hubin & Storvik (2024), medians of 10 runs. Keys: (dataset, family) -> {our metric key: paper value}.
 PAPER: dict[tuple[str, str], dict[str, float]] = {
     ("mnist", "lbbnn"): {"SIM-SIM R=1 accuracy": 0.968, "SIM-SIM R=10 accuracy": 0.981, "ALL-MEA R=1 accuracy": 0.981,
                          "MED-SIM R=10 accuracy": 0.980, "MED-MEA R=1 accuracy": 0.981, "density": 0.079,
@@ -72,7 +72,7 @@ GAP_REASONS = {
              "the temperature, not by the prior",
     "bnn": "23 epochs at step size 1e-3 (fast grid) against the paper's 250 epochs at 1e-4; the KL is tempered "
            "by 0.05, so the posterior is narrower and one draw (R=1) is close to the mean",
-    "fnn": "not in seed 000's Table 2 (magnitude pruning is Table A5)",
+    "fnn": "not in Hubin & Storvik's (2024) Table 2 (magnitude pruning is Table A5)",
     # bnn-mixture: the paper's own mean is as good as ours (0.983), its single draw is not, so the gap
     # is the posterior's width; horseshoe: the paper's mean is as far below ours as its draw.
     "bnn-mixture": "the fast grid's KL is tempered by 0.05 (the data weighted 20 times against the prior), so "
@@ -140,7 +140,7 @@ def find_runs(store, config) -> list:
 
 
 def seed_table(store, setups: dict[str, Any], dataset: str) -> tuple[str, list[tuple[str, str, float, float]]]:
-    """Seed 000 Table 2/3 layout: one block per family, modes as rows, ours beside the paper's."""
+    """Hubin & Storvik (2024) Table 2/3 layout: one block per family, modes as rows, ours beside the paper's."""
     lines = ["| family | prediction (R) | ours: median (min, max) over seeds | paper | doubt@0.95 acc / count | "
              "density (MPM) | per-layer mean statistic | seeds |",
              "|---|---|---|---|---|---|---|---|"]
@@ -218,7 +218,7 @@ def gap_notes(gaps: list[tuple[str, str, float, float]], reasons: dict[str, str]
 
 
 def accuracy_vs_samples_section(store, setups, dataset, data_dir, figure: Path | None) -> str:
-    """Seed 002 figure 1: accuracy of SIM-SIM as the number of posterior draws R grows."""
+    """Hubin & Storvik (2019) figure 1: accuracy of SIM-SIM as the number of posterior draws R grows."""
     from core.predict import evaluate
     from core.runs.training import load_run
 
@@ -244,7 +244,7 @@ def accuracy_vs_samples_section(store, setups, dataset, data_dir, figure: Path |
 
 
 def ood_section(store, setups_by_dataset, data_dir, figure: Path | None) -> str:
-    """Seed 002 figure 2: entropy ECDFs in and out of domain, AUROC per family."""
+    """Hubin & Storvik (2019) figure 2: entropy ECDFs in and out of domain, AUROC per family."""
     from core.predict import evaluate
     from core.runs.training import load_run
 
@@ -342,8 +342,8 @@ def build_page(cache_dir=None, data_dir=None, figures: bool = True) -> str:
     out.append("## Summary\n")
     out.append(summary_table(store, setups))
 
-    for dataset, title in (("mnist", "MNIST (seed 000 Table 2 layout)"),
-                           ("fashion-mnist", "Fashion-MNIST (seed 000 Table 3 layout)")):
+    for dataset, title in (("mnist", "MNIST (Hubin & Storvik 2024 Table 2 layout)"),
+                           ("fashion-mnist", "Fashion-MNIST (Hubin & Storvik 2024 Table 3 layout)")):
         out.append(f"## {title}\n")
         out.append("Every family trained with the `fast` grid's schedule (`python -m core grid fast`): a 3-epoch "
                    "deterministic warm start, then 20 epochs at KL weight 0.05. The paper's medians over 10 "
@@ -366,11 +366,11 @@ def build_page(cache_dir=None, data_dir=None, figures: bool = True) -> str:
                        "empty after one epoch, chance accuracy by epoch 18): see "
                        "`docs/why-lbbnn-over-prunes.md`, \"The paper's schedule taken literally\".\n")
 
-    out.append("## Accuracy against the number of posterior draws R (seed 002 figure 1), MNIST\n")
+    out.append("## Accuracy against the number of posterior draws R (Hubin & Storvik 2019 figure 1), MNIST\n")
     out.append(accuracy_vs_samples_section(store, setups["mnist"], "mnist", data_dir,
                                            RESULTS / "accuracy_vs_samples.png" if figures else None))
     out.append("![accuracy vs R](results/accuracy_vs_samples.png)\n")
-    out.append("## Out-of-domain entropy (seed 002 figure 2)\n")
+    out.append("## Out-of-domain entropy (Hubin & Storvik 2019 figure 2)\n")
     out.append(ood_section(store, setups, data_dir, RESULTS / "ood_entropy_ecdf.png" if figures else None))
     out.append("![entropy ECDFs](results/ood_entropy_ecdf.png)\n")
 
@@ -389,7 +389,7 @@ def build_page(cache_dir=None, data_dir=None, figures: bool = True) -> str:
                              "python benchmarks/kl_weight_sweep.py"))
     out.append("![KL weight sweep](results/kl_weight_sweep.png)\n")
 
-    out.append("## Seed 004: LeNet-300-100 with sparse VD and variational dense (`python benchmarks/lenet.py`)\n")
+    out.append("## Bleahu 2025: LeNet-300-100 with sparse VD and variational dense (`python benchmarks/lenet.py`)\n")
     out.append(_file_section("lenet.json", lenet.results_section, lenet.COMMAND))
 
     # Both sections write their own "##" heading. The UCI section compares with MC dropout's

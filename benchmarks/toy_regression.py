@@ -1,4 +1,4 @@
-"""Why the 1-D toy fits were straight lines, and what the small-regression defaults change (issue 10, item 3).
+"""Why the 1-D toy fits were straight lines, and what the small-regression defaults change.
 
 Trains `lbbnn` and `bnn` on toy-sine-gaps and toy-cubic with the shipped defaults, with the
 defaults before them (16-16, no KL annealing, LBBNN biases with inclusion indicators and initial
@@ -130,7 +130,7 @@ def reference_gap_ratio(dataset_name: str, cache_dir: str | None) -> dict[str, f
 
 
 def render(result: dict[str, Any]) -> str:
-    lines = ["## Toy regression: the small-regression defaults (issue 10, item 3)", "",
+    lines = ["## Toy regression: the small-regression defaults", "",
              f"Command: `{result['command']}` ({result['date']}, {result['machine']}). bma with R = 100; "
              "RMSE and noise sd in the data's units; band ratios: mean epistemic sd in the gaps / outside "
              "the data over its mean within 5% of the training points. Each cell: one run per seed.", ""]

@@ -1,4 +1,4 @@
-"""Why our best family loses to MC dropout on some UCI sets (issue 11): variants of the shipped
+"""Why our best family loses to MC dropout on some UCI sets: variants of the shipped
 `uci-*` presets on a few splits, beside MC dropout on the same splits.
 
     python benchmarks/uci_misses.py [--splits 0-2] [--cache-dir DIR] [--data-dir DIR]

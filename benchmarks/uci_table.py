@@ -18,7 +18,7 @@ Evaluation: test log-likelihood per test point in original units, averaged over 
 as the reference computes it; `bma` averages R posterior draws (structure and weights), `mpm` uses
 the median probability model (the family's default threshold) with R weight draws, `collapsed`
 integrates the last layer out (core/predict/collapsed.py; lbbnn, bnn, sparse-vd). The reference
-is MC dropout from ../shared/data/uci-regression/<set>/results/ (4000 epochs, dropout rate and
+is MC dropout from $BNN_DATA_DIR/uci-regression/<set>/results/ (4000 epochs, dropout rate and
 noise precision tuned on a validation split, 10,000 MC samples): test_ll_* and test_MC_rmse_*.
 Means and standard errors are over each row's splits; MC dropout is averaged over the same splits.
 """

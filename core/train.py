@@ -5,14 +5,14 @@ minibatch B of a training set of size N, minimise
 
     loss = -(1/|B|) sum_{i in B} (1/M) sum_m log p(y_i | x_i, w_m) + kl_weight * KL(q || p) / N
 
-which is -ELBO / N in expectation. (Seed 004 divides the KL by N^2; that is a
+which is -ELBO / N in expectation. (Bleahu 2025 divides the KL by N^2; that is a
 bug we do not copy.) kl_weight follows a linear annealing schedule from 0 to 1
 over `kl_anneal_epochs` and is 1 afterwards.
 
 Phases: optional warm start (a deterministic net of the same shape trained
 first, its weights copied into the variational means), pre-training (own
 learning rates; empirical Bayes on the prior hyperparameters if asked),
-main training, and post-training with the structure fixed (seed 000 section
+main training, and post-training with the structure fixed (Hubin & Storvik 2024 section
 3.4.5): "mpm" fixes the median probability model, "alpha" freezes the
 inclusion probabilities.
 """
@@ -41,17 +41,17 @@ enable_flush_denormals()
 # with the inclusion logits at the weights' step size (1e-2) nearly every alpha is
 # pulled below 0.5 within three epochs and the median probability model
 # disconnects; at 3e-3 the density falls steadily (0.43 -> 0.17 over six
-# epochs, MPM accuracy 0.92). The paper's 250-epoch schedule (seed 000 Table 1)
+# epochs, MPM accuracy 0.92). The paper's 250-epoch schedule (Hubin & Storvik (2024) Table 1)
 # is the `paper-*` presets' business.
 DEFAULT_LEARNING_RATES = {
     "weights": 1e-2,
     "scales": 1e-2,
     "inclusion": 3e-3,
     "prior": 1e-3,  # inclusion-prior hyperparameters (psi, or a_psi and b_psi) in empirical Bayes
-    "slab_prior": 1e-3,  # slab hyperparameters (sigma_beta^2, or a_beta and b_beta); seed 000 Table 1: 1e-5
+    "slab_prior": 1e-3,  # slab hyperparameters (sigma_beta^2, or a_beta and b_beta); Hubin & Storvik (2024) Table 1: 1e-5
     "likelihood": 1e-2,
 }
-# Seed 000 Table 1 raises the inclusion step size during pre-training.
+# Hubin & Storvik (2024) Table 1 raises the inclusion step size during pre-training.
 DEFAULT_PRETRAIN_LEARNING_RATES = {**DEFAULT_LEARNING_RATES, "inclusion": 1e-2}
 POSTTRAIN_STRUCTURES = tuple(PosttrainStructure)
 

@@ -347,12 +347,12 @@ def load_ood_inputs(dataset: Any, name: str, n: int | None = None, seed: int = 0
     return load_ood(dataset, name, seed=seed, n=n)
 
 
-# --- collapsed predictive and the NUTS reference (issue 15) -----------------------------------------
+# --- collapsed predictive and the NUTS reference -----------------------------------------
 
 REGRESSION_PREDICTIVES = {
     "mode": "the prediction mode above (mean, epistemic and total 95% bands)",
     "collapsed": "collapsed: body sampled, last layer's Gaussian q integrated out exactly",
-    "collapsed-box": "collapsed, box q on the widest last-layer terms and triangular noise (seed 003)",
+    "collapsed-box": "collapsed, box q on the widest last-layer terms and triangular noise (Zeng & Van den Broeck 2023)",
 }
 BAND_LEVELS = (0.05, 0.95)
 
@@ -384,7 +384,7 @@ def reference_bands(run: Any, x: np.ndarray) -> dict[str, Any] | None:
             "diagnostics": dict(posterior.diagnostics)}
 
 
-# --- issue 13: what the pages add (labels, estimates, mode semantics, surfaces, priors, take-away) ----------
+# --- what the pages add (labels, estimates, mode semantics, surfaces, priors, take-away) ----------
 
 # Modes that cut at the family's default (the median probability model), whatever the slider says.
 DEFAULT_CUT_MODES = ("mpm", "mpm-mean")
@@ -689,7 +689,7 @@ def setting_key(config_fields: dict[str, Any]) -> str:
     return json.dumps(fields, sort_keys=True, default=str)
 
 
-# The seed-000 table: (column, mode, R) for the Compare page.
+# The Hubin & Storvik (2024) table: (column, mode, R) for the Compare page.
 COMPARE_MODES = (("SIM-SIM R=1", "bma", 1), ("SIM-SIM R=10", "bma", 10), ("MED-SIM R=1", "mpm", 1),
                  ("MED-SIM R=10", "mpm", 10), ("MED-MEA", "mpm-mean", 1), ("ALL-MEA", "mean", 1))
 
@@ -700,7 +700,7 @@ def samples_structure(statistic_name: str) -> bool:
 
 
 def sample_structure(statistics: Sequence[np.ndarray], statistic_name: str, seed: int = 0) -> list[np.ndarray] | None:
-    """One structure drawn from the posterior, gamma ~ Bernoulli(alpha) per weight (seed 002's
+    """One structure drawn from the posterior, gamma ~ Bernoulli(alpha) per weight (Hubin & Storvik 2019's
     'sampled structure'); None for families whose statistic is not an inclusion probability."""
     if not samples_structure(statistic_name):
         return None

@@ -523,7 +523,7 @@ def ecdf_frame(samples: Mapping[str, np.ndarray]) -> pd.DataFrame:
 
 def entropy_ecdf(samples: Mapping[str, np.ndarray], max_entropy: float | None = None,
                  max_points: int = 1000) -> alt.Chart:
-    """ECDFs of predictive entropy: in-domain rises early, OOD late (seed 002 fig 2)."""
+    """ECDFs of predictive entropy: in-domain rises early, OOD late (Hubin & Storvik 2019 fig 2)."""
     frame = _thin_ecdf(ecdf_frame(samples), max_points)
     x_scale = alt.Scale(domain=[0, max_entropy], nice=False) if max_entropy else alt.Scale(nice=False)
     return alt.Chart(frame).mark_line(interpolate="step-after").encode(
@@ -745,7 +745,7 @@ def summary_over_seeds(records: Sequence[Mapping[str, Any]], group: str = "setti
     return pd.DataFrame(rows)
 
 
-# --- masks as in seed 002 (figures 4-5): receptive fields, two masks side by side or as a difference ----------
+# --- masks as in Hubin & Storvik (2019) (figures 4-5): receptive fields, two masks side by side or as a difference ----------
 
 def receptive_field_frame(first_layer_weights: np.ndarray, first_layer_mask: np.ndarray, units: Sequence[int],
                           input_shape: Sequence[int]) -> pd.DataFrame:

@@ -54,7 +54,7 @@ OPTION_WIDGETS: dict[str, OptionWidget] = {
         "integrated out."),
     "prior_inclusion": OptionWidget(
         "Prior inclusion probability psi", "prior probability that a weight is in the network (unitless, "
-        "between 0 and 1). Seed 002 uses exp(-2) = 0.135; smaller values prune more.", **PROBABILITY),
+        "between 0 and 1). Hubin & Storvik (2019) uses exp(-2) = 0.135; smaller values prune more.", **PROBABILITY),
     "beta_a": OptionWidget("Beta a (a_psi)", "first shape of the Beta prior on psi: prior mean a / (a + b)",
                            **POSITIVE),
     "beta_b": OptionWidget("Beta b (b_psi)", "second shape of the Beta prior on psi: larger b, sparser prior",

@@ -4,7 +4,7 @@ Reproducible: a fixed seed and a stratified draw (class proportions of the
 full set), rows kept in their original order. The row indices into the full
 set are stored too, so anyone can check a subset against the original.
 
-    python scripts/make_bundled_subsets.py --data-dir ../shared/data --out assets
+    python scripts/make_bundled_subsets.py --data-dir DATA --out assets
 """
 
 from __future__ import annotations

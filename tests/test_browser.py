@@ -180,7 +180,7 @@ def test_pages_render_in_chromium(server, browser, tmp_path):
     assert "Traceback" not in log.read_text()
 
 
-# --- issue 13: click to tune, share the view, take the model away; screenshots for the README ----------------
+# --- click to tune, share the view, take the model away; screenshots for the README ----------------
 
 SCREENSHOT_DIR_VARIABLE = "BNN_SCREENSHOT_DIR"  # set it (e.g. to assets/screenshots) to keep the screenshots
 

@@ -62,7 +62,7 @@ def test_students_cannot_delete_but_the_teacher_can(store, monkeypatch):
     assert [b for b in teacher.button if b.key == "clear_caches"]
     teacher.selectbox(key="cached_run_choice").set_value(store[1]).run()
     teacher.button(key="delete_run").click().run()
-    teacher.button(key="confirm_delete").click().run()  # delete asks first (issue 13)
+    teacher.button(key="confirm_delete").click().run()  # delete asks first (a mis-click must not lose a class's run)
     assert not teacher.exception and not teacher.error
     from core.runs import list_runs
     assert [info.run_id for info in list_runs()] == [store[0]]

@@ -1,4 +1,4 @@
-"""Trainings in one process do not disturb each other (issue 14): every random draw of a
+"""Trainings in one process do not disturb each other: every random draw of a
 training comes from generators the run owns, and no training switches a process setting
 off under another one.
 

@@ -163,8 +163,8 @@ def test_toml_and_json_files_give_the_same_run(tmp_path):
         load_config(broken)
 
 
-def test_paper_presets_follow_seed_000():
-    """Section 4 and Table 1 of seed 000, restated here from the paper (not from presets.py)."""
+def test_paper_presets_follow_hubin_storvik_2024():
+    """Section 4 and Table 1 of Hubin & Storvik (2024), restated here from the paper (not from presets.py)."""
     for name, dataset in (("paper-mnist", "mnist"), ("paper-fmnist", "fashion-mnist")):
         paper = PRESETS[name]
         assert paper.dataset == dataset and paper.hidden == (400, 600) and paper.method == "lbbnn"
@@ -188,8 +188,8 @@ def test_paper_presets_follow_seed_000():
     assert PRESETS["regression-1-64-1"].hidden == (64,)
 
 
-def test_paper_grid_baselines_follow_seed_000_section_4():
-    """Seed 000 section 4: 10 repeats; BNN-GP-MF, BNN-MGP-MF (mixture 0.5 N(0, 1) + 0.5 N(0, 2.479e-3)),
+def test_paper_grid_baselines_follow_hubin_storvik_2024_section_4():
+    """Hubin & Storvik (2024) section 4: 10 repeats; BNN-GP-MF, BNN-MGP-MF (mixture 0.5 N(0, 1) + 0.5 N(0, 2.479e-3)),
     BNN-GP-CMF, BNN-HP-MF and FNN beside the LBBNN; 400-600 hidden units; baselines 250 epochs of Adam
     at 1e-4 for every parameter, batch 100, no pre- or post-training. (Restated from the paper.)"""
     from core.models.network import build_model
@@ -221,8 +221,8 @@ def _model_config(config: RunConfig, in_features: int, classes: int):
                        family_options=dict(config.family_options))
 
 
-def test_paper_grid_lbbnn_cells_use_the_prior_of_seed_000_section_4():
-    """Seed 000 section 4: "Priors for the parameters and model indicators were chosen according to (3)"."""
+def test_paper_grid_lbbnn_cells_use_the_prior_of_hubin_storvik_2024_section_4():
+    """Hubin & Storvik (2024) section 4: "Priors for the parameters and model indicators were chosen according to (3)"."""
     for label, method, seed, _, config in PRESETS["paper"].cells():
         if method.startswith("lbbnn"):
             options = config.family_options
@@ -232,11 +232,11 @@ def test_paper_grid_lbbnn_cells_use_the_prior_of_seed_000_section_4():
             assert options["estimator"] == "relaxed-bernoulli"
 
 
-def test_seed_004_presets_follow_the_thesis():
-    """Seed 004: LeNet-300-100 (784-300-100-10) with variational dropout, frequentist pre-training at
+def test_bleahu_2025_presets_follow_the_thesis():
+    """Bleahu (2025): LeNet-300-100 (784-300-100-10) with variational dropout, frequentist pre-training at
     learning rate 1e-3 then the KL annealed in (section 4.2); a 1-64-1 MLP on the gapped sine toy with
     150 warm-up epochs without KL, then the KL annealed over the remaining 250 at learning rate 0.01
-    (section 4.3). Both use the standard ELBO (METHODS.md: the thesis's 1/N^2 KL scale is a bug)."""
+    (section 4.3). Both use the standard ELBO (the thesis's Algorithm 1 divides the KL by N relative to it)."""
     for name, dataset in (("lenet-300-100", "mnist"), ("lenet-300-100-mnist", "mnist"),
                           ("lenet-300-100-fmnist", "fashion-mnist")):
         lenet = PRESETS[name]
@@ -252,9 +252,9 @@ def test_seed_004_presets_follow_the_thesis():
 
 
 def test_family_defaults_follow_the_papers():
-    """METHODS.md, restated: sparse VD prunes at log alpha > 3 and clips log alpha to [-8, 8] (seed 004);
-    variational dense prunes at |mu|/sigma < 0.83 (seed 004); the horseshoe drops a unit when
-    P(tau v < 1e-3) > 0.9 (seed 001); LBBNN's median probability model cuts alpha at 0.5 (seed 000)."""
+    """The papers' rules, restated: sparse VD prunes at log alpha > 3 and clips log alpha to [-8, 8] (Bleahu 2025);
+    variational dense prunes at |mu|/sigma < 0.83 (Bleahu 2025); the horseshoe drops a unit when
+    P(tau v < 1e-3) > 0.9 (Ghosh, Yao & Doshi-Velez 2018); LBBNN's median probability model cuts alpha at 0.5 (Hubin & Storvik 2024)."""
     from core.models.base import Keep
     from core.models.horseshoe import HorseshoeOptions
     from core.models.registry import family_class

@@ -181,7 +181,7 @@ def test_bad_hyperparameters_show_an_error_message_not_a_traceback(tmp_path, mon
 
     at.text_input(key="train_hidden").input("8").run()
     at.text_input(key="train_lr_weights").input("-1").run()
-    # validated as you type (issue 13, defect 4): the message at once, Train disabled, nothing started
+    # validated as you type: the message at once, Train disabled, nothing started
     assert not at.exception
     assert any("learning\\_rates\\.weights" in e.value for e in at.error), [e.value for e in at.error]
     assert at.button(key="train_button").disabled

@@ -1,4 +1,4 @@
-"""Chart defects of issue 13: layout, scales and ranges that a user saw wrong."""
+"""Chart defects a user saw: layout, scales and ranges that a user saw wrong."""
 
 from __future__ import annotations
 

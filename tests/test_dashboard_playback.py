@@ -1,4 +1,4 @@
-"""Issue 13, build item 4 (playback) and item 1's fixed family colours, on the pages and in the
+"""Playback and the fixed family colours, on the pages and in the
 pure figure builders."""
 
 from __future__ import annotations
@@ -246,7 +246,7 @@ def test_density_over_epochs_marks_the_epoch_and_shades_the_warm_start():
     assert len(epochs) <= 101 and {1, 555, 1000} <= set(epochs)
 
 
-# --- item 1: one colour per family on every page ----------------------------------------------------------------
+# --- one colour per family on every page ----------------------------------------------------------------
 
 def test_family_colour_is_the_one_palette():
     from dashboard import figures

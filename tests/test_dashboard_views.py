@@ -1,4 +1,4 @@
-"""Issue 13 under AppTest: the defects a new user found, and the controls added for them."""
+"""The pages under AppTest: the defects a new user found, and the controls added for them."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def texts(elements) -> list[str]:
     return [re.sub(r"\\(.)", r"\1", e.value) for e in elements]
 
 
-# --- defect 2: out-of-range numbers are reported, never replaced ---------------------------------------
+# --- out-of-range numbers are reported, never replaced ---------------------------------------
 
 def test_out_of_range_numbers_disable_train_with_a_message(tmp_path, monkeypatch):
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
@@ -90,7 +90,7 @@ def test_out_of_range_numbers_disable_train_with_a_message(tmp_path, monkeypatch
     assert any("Batch size" in e for e in texts(at.error)) and at.button(key="train_button").disabled
 
 
-# --- defect 5: memory and time estimate before training ------------------------------------------------
+# --- memory and time estimate before training ------------------------------------------------
 
 def test_a_network_too_large_for_memory_is_refused_before_training(tmp_path, monkeypatch):
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
@@ -116,7 +116,7 @@ def test_training_estimate_counts_weights_exactly():
     assert estimate["refusal"] is None
 
 
-# --- defect 17: device message in the form's words; bundled page icon ------------------------------------
+# --- device message in the form's words; bundled page icon ------------------------------------
 
 def test_device_problem_names_the_form_control_not_a_cli_flag():
     import torch
@@ -157,7 +157,7 @@ def test_the_sidebar_keys_every_family_colour_on_every_page(tmp_path, monkeypatc
         assert sorted(r["family"] for r in rows) == sorted(figures.FAMILY_COLOURS)
 
 
-# --- defect 3: delete asks first, and the other sessions are told -------------------------------------------
+# --- delete asks first, and the other sessions are told -------------------------------------------
 
 def test_delete_asks_for_confirmation_and_other_sessions_are_told(tmp_path, monkeypatch):
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
@@ -262,7 +262,7 @@ def test_finished_jobs_refresh_the_run_list_at_once():
     assert calls == ["cleared"]
 
 
-# --- defect 9: labels say what differs ----------------------------------------------------------------------
+# --- labels say what differs ----------------------------------------------------------------------
 
 def test_run_labels_name_the_fields_that_differ():
     from dashboard import backend
@@ -325,7 +325,7 @@ def test_regression_card_and_curve_point_agree_in_original_units(store):
     assert 0 < point["density"] < 1
 
 
-# --- defect 10: the decision surface of 2-D classifiers ---------------------------------------------------------
+# --- the decision surface of 2-D classifiers ---------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["moons", "moons_bnn"])
 def test_two_d_classifiers_draw_their_decision_surface(store, name):
@@ -349,7 +349,7 @@ def test_surface_arrays_against_direct_computation():
     assert arrays["spread"] == pytest.approx([0.1, 0.1])  # sd of (0.9, 0.7) and of (0.5, 0.7)
 
 
-# --- build item 2: priors you can see ------------------------------------------------------------------------
+# --- priors you can see ------------------------------------------------------------------------
 
 def test_prior_widgets_have_ranges_help_and_fold_advanced_options(tmp_path, monkeypatch):
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
@@ -442,7 +442,7 @@ def test_inclusion_page_mask_comparison_is_built_once_for_every_session(store, m
     assert f"A keeps {sum(int(m.sum()) for m in masks_a)} weights, B keeps {kept_b}." in texts(at.caption)
 
 
-# --- build item 6: tune and take away ---------------------------------------------------------------------------
+# --- tune and take away ---------------------------------------------------------------------------
 
 def test_suggested_threshold_is_the_sparsest_within_the_loss():
     from dashboard import backend
@@ -505,7 +505,7 @@ def test_downloads_are_the_export_and_the_curve(store, tmp_path):
     assert any(b.proto.deferred_file_id for b in buttons)  # the model's zip is built only when clicked
 
 
-# --- build item 7: shareable views ------------------------------------------------------------------------------
+# --- shareable views ------------------------------------------------------------------------------
 
 def test_a_copied_link_reproduces_the_view(store):
     run_id = store["mnist"]
@@ -540,7 +540,7 @@ def test_a_link_with_a_page_opens_that_page(store):
     assert any("Pruning" in h.value for h in at.header)
 
 
-# --- build item 8: explain --------------------------------------------------------------------------------------
+# --- explain --------------------------------------------------------------------------------------
 
 def test_every_page_opens_with_its_explanation_and_the_glossary_names_the_modes(store):
     from dashboard import explain
@@ -561,7 +561,7 @@ def test_every_page_opens_with_its_explanation_and_the_glossary_names_the_modes(
         assert help_text.split(":")[0] in body
 
 
-# --- build item 1: compare runs ------------------------------------------------------------------------------
+# --- compare runs ------------------------------------------------------------------------------
 
 def test_summary_over_seeds_gives_median_min_max():
     from dashboard import figures
@@ -625,7 +625,7 @@ def test_a_set_that_needs_a_download_offline_disables_train_before_training(tmp_
     assert at.button(key="train_button").disabled
 
 
-# --- build item 5: masks as in seed 002 -----------------------------------------------------------------------
+# --- masks as in Hubin & Storvik (2019) -----------------------------------------------------------------------
 
 def test_mask_difference_counts_every_weight_in_its_state():
     from dashboard import figures
@@ -677,7 +677,7 @@ def test_inclusion_page_compares_two_masks_and_shows_receptive_fields(store):
     assert any(f"B keeps {kept_b}." in c for c in texts(at.caption)), texts(at.caption)
 
 
-# --- build item 3: the live playground -------------------------------------------------------------------------
+# --- the live playground -------------------------------------------------------------------------
 
 def test_playground_training_draws_while_it_trains():
     import time
@@ -806,7 +806,7 @@ def test_a_shared_link_does_not_hand_over_someone_elses_training(held_training, 
 
 
 def test_inclusion_threshold_step_swaps_chart_data_and_keeps_every_spec(store):
-    """Issue 13's threshold target: on a threshold step the browser only swaps the data of the
+    """The threshold target: on a threshold step the browser only swaps the data of the
     histogram and of the mask pictures (their specs stay), and the pictures follow the threshold."""
     at = open_app(store["mnist"])
     at.switch_page("views/inclusion.py").run()

@@ -1,4 +1,4 @@
-"""A machine without internet is reported offline (issue 13, defect 11), not only BNN_OFFLINE=1."""
+"""A machine without internet is reported offline, not only BNN_OFFLINE=1."""
 
 from __future__ import annotations
 

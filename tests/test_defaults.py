@@ -1,4 +1,4 @@
-"""The shipped defaults teach the right picture (issue: recipes, item 3).
+"""The shipped defaults teach the right picture.
 
 Every family trained with nothing but a dataset and a method name (the CLI's and the dashboard's
 defaults are RunConfig's): the median probability model scores within a few points of the

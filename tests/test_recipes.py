@@ -1,4 +1,4 @@
-"""The pieces of the training recipes: the tempered objective, seed 000's prior (3), honest
+"""The pieces of the training recipes: the tempered objective, Hubin & Storvik's (2024) prior (3), honest
 labels after post-training, and the benchmark tables' arithmetic."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def test_cli_kl_weight_flag_reaches_the_config():
 
 
 def test_beta_bernoulli_prior_is_bernoulli_with_psi_a_over_a_plus_b():
-    """Seed 000 equation (3): BetaBinomial(gamma; 1, a, b) is Bernoulli(a / (a + b))."""
+    """Hubin & Storvik (2024) equation (3): BetaBinomial(gamma; 1, a, b) is Bernoulli(a / (a + b))."""
     torch.manual_seed(0)
     a, b = 2.0, 5.0
     layer = LBBNNLayer(6, 4, LBBNNOptions(inclusion_prior="beta-bernoulli", beta_a=a, beta_b=b))
@@ -81,7 +81,7 @@ def test_beta_bernoulli_prior_is_bernoulli_with_psi_a_over_a_plus_b():
 
 
 def test_empirical_bayes_moves_psi_and_leaves_slab_at_its_own_step_size():
-    """Separate step sizes (seed 000 Table 1): with the slab's at 1e-12 only the inclusion prior moves."""
+    """Separate step sizes (Hubin & Storvik 2024 Table 1): with the slab's at 1e-12 only the inclusion prior moves."""
     torch.manual_seed(0)
     x, y = torch.randn(64, 3), torch.randint(0, 2, (64,))
     # psi starts at 0.1, far below the inclusion probabilities' mean (about 0.5): empirical Bayes raises it.

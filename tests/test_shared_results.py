@@ -1,4 +1,4 @@
-"""Results shared by a class (issue 14): settings that compute the same numbers share one cache entry,
+"""Results shared by a class: settings that compute the same numbers share one cache entry,
 a cached number is the number a fresh prediction gives, entries of different runs stay apart,
 predictions take turns (compute slots), the run list is read once per change of the store, and
 chart specs are kept with their data already encoded (the same rows)."""

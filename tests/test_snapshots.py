@@ -1,4 +1,4 @@
-"""Per-epoch snapshots of the statistic (issue 13, playback): recorded while training, stored
+"""Per-epoch snapshots of the statistic (for playback): recorded while training, stored
 beside the run, and equal to what the final model says at the last epoch."""
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def _register_train(subparsers: argparse._SubParsersAction) -> None:
     noise.add_argument("--noise-init", default=None, choices=("value", "data"),
                        help="start at --noise-std, or at the residual sd of a least-squares fit")
     noise.add_argument("--precision-prior", default=None, metavar="none|gamma|A,B",
-                       help="Gamma(A, B) prior on the noise precision ('gamma' = Gamma(6, 6), seed 001)")
+                       help="Gamma(A, B) prior on the noise precision ('gamma' = Gamma(6, 6), as in Hernandez-Lobato & Adams 2015)")
     schedule = parser.add_argument_group("training")
     schedule.add_argument("--epochs", type=int, default=None)
     schedule.add_argument("--pretrain-epochs", type=int, default=None)

@@ -1,4 +1,4 @@
-"""`concrete-dropout` (BNN-GP-CMF of seed 000): Gal, Hron & Kendall (2017).
+"""`concrete-dropout` (BNN-GP-CMF of Hubin & Storvik 2024): Gal, Hron & Kendall (2017).
 
 Each layer drops its *inputs* with a learned rate p = sigmoid(p_logit)
 ("inverted" dropout: kept inputs are scaled by 1/(1-p)). As a variational

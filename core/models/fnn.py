@@ -1,4 +1,4 @@
-"""`fnn`: the deterministic network, pruned by weight magnitude (seed 000's FNN baseline).
+"""`fnn`: the deterministic network, pruned by weight magnitude (Hubin & Storvik 2024's FNN baseline).
 
 Maximum likelihood: no prior, so the KL term is zero and every "draw" is the
 same network. Its statistic |w| makes magnitude pruning one more threshold.

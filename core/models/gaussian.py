@@ -1,5 +1,5 @@
 """Mean-field Gaussian families: `bnn` (BNN-GP-MF), `bnn-mixture` (BNN-MGP-MF)
-and `variational-dense` (seed 004's Graves-style layer with |mu|/sigma pruning).
+and `variational-dense` (Bleahu 2025's Graves-style layer with |mu|/sigma pruning).
 
 q(w) = N(mu, sigma^2) per weight, sigma = softplus(rho). The native statistic
 is the signal-to-noise ratio |mu| / sigma, keep above lambda.
@@ -51,7 +51,7 @@ class GaussianOptions(LayerOptions):
 
 @dataclass(frozen=True)
 class MixtureOptions(GaussianOptions):
-    # Seed 000's BNN-MGP-MF prior: 0.5 N(0, 1) + 0.5 N(0, 2.479e-3).
+    # Hubin & Storvik's (2024) BNN-MGP-MF prior: 0.5 N(0, 1) + 0.5 N(0, 2.479e-3).
     mixture_weight: float = 0.5
     prior_variance_2: float = 2.479e-3
 
@@ -124,7 +124,7 @@ class GaussianLayer(SparseLayer):
 
 
 class VariationalDenseLayer(GaussianLayer):
-    """Seed 004's variational dense layer: `bnn` under another name (the same q, prior and pruning
+    """Bleahu's (2025) variational dense layer: `bnn` under another name (the same q, prior and pruning
     rule, |mu|/sigma kept above 0.83); its runs have their own ids because their configs name it."""
 
     family = "variational-dense"

@@ -1,5 +1,5 @@
-"""`horseshoe` (BNN-HP-MF): the regularised horseshoe BNN of seed 001 (Ghosh, Yao & Doshi-Velez 2018),
-with the factorised or the structured variational family. METHODS.md section 3.
+"""`horseshoe` (BNN-HP-MF): the regularised horseshoe BNN of Ghosh, Yao & Doshi-Velez (2018),
+with the factorised or the structured variational family.
 
 Model of a hidden layer (non-centred), for unit k with augmented incoming
 weights w_k (its bias included):
@@ -32,7 +32,7 @@ log(tau_k v) is normal under q, so this is a normal CDF. The statistic is
 broadcast over the unit's incoming weights and bias; output units are never
 pruned (statistic 0).
 
-Structured family (option variational_family="structured", seed 001 section
+Structured family (option variational_family="structured", Ghosh, Yao & Doshi-Velez 2018 section
 4.1), hidden layers only (the output layer has no tau and stays factorised):
 for unit k stack z_k = [beta_k; log tau_k] (length n = in + 2, bias last among
 the beta rows). The layer's Z = [z_1 .. z_out] is matrix normal,
@@ -40,7 +40,7 @@ vec(Z) ~ N(vec(M), V kron U), U = diag(psi) + h h^T shared by the units,
 V = diag(v): z_k ~ N(m_k, v_k U), units independent. Everything else (layer
 scale, slab, auxiliaries, pruning rule) is as in the factorised family, with
 q(log tau_k) now the marginal N(m_u,k, v_k U_uu), U_uu = psi_u + h_u^2.
-- Training (seed 001 eq. 8): one draw of log tau_k per minibatch from its
+- Training (Ghosh, Yao & Doshi-Velez 2018 eq. 8): one draw of log tau_k per minibatch from its
   marginal; given it, x.beta_k is Gaussian with mean
   x.m_k + (x.h_beta) h_u / U_uu (u_k - m_u,k) and variance
   v_k [(x*x).psi_beta + (x.h_beta)^2 psi_u / U_uu].
@@ -277,7 +277,7 @@ class HorseshoeLayer(SparseLayer):
 
     def forward(self, x: Tensor) -> Tensor:
         # One draw of the scales per minibatch; given them, the pre-activation of
-        # unit k is s_k x.beta_k, Gaussian: local reparameterisation over beta (seed 001 eq. 9).
+        # unit k is s_k x.beta_k, Gaussian: local reparameterisation over beta (Ghosh, Yao & Doshi-Velez 2018 eq. 9).
         scale = torch.exp(self._draw_log_scale(None, self.noise_generator))
         mu, sigma = self.weight_mu * self.fixed_mask, self.weight_sigma * self.fixed_mask
         return scale * local_reparameterisation(x, mu, sigma * sigma, self.noise_generator)
@@ -447,7 +447,7 @@ class StructuredHorseshoeLayer(HorseshoeLayer):
         return self.column_variances()[:, None] * h[None, :-1] * h[-1]
 
     def conditional_pre_activation_moments(self, x: Tensor, log_tau_noise: Tensor) -> tuple[Tensor, Tensor]:
-        """Mean and variance of x.beta_k given log tau_k = m_u,k + sd_k * log_tau_noise_k (seed 001 eq. 8).
+        """Mean and variance of x.beta_k given log tau_k = m_u,k + sd_k * log_tau_noise_k (Ghosh, Yao & Doshi-Velez 2018 eq. 8).
 
         Two inner products per unit (x.h_beta and (x*x).psi_beta) besides the mean; the
         fixed structure zeroes the masked betas (and their h entries) of each unit.

@@ -1,6 +1,6 @@
 """LBBNN-SSP-MF: latent binary BNN with a spike-and-slab prior, mean-field q.
 
-Seed 000 (Hubin & Storvik 2024), section 2; METHODS.md section 1.
+Hubin & Storvik (2024), section 2.
 q(w, gamma) = alpha N(w; mu, sigma^2) [gamma = 1] + (1 - alpha) delta_0(w) [gamma = 0]
 with alpha = sigmoid(omega), sigma = softplus(rho).
 
@@ -59,24 +59,24 @@ BIAS_PRIORS = ("spike-and-slab", "gaussian")
 @dataclass(frozen=True)
 class LBBNNOptions(LayerOptions):
     slab: Slab = Slab.GAUSSIAN
-    slab_variance: float = 1.0  # sigma_beta^2 of the Gaussian slab (seed 002)
+    slab_variance: float = 1.0  # sigma_beta^2 of the Gaussian slab (Hubin & Storvik 2019)
     slab_a: float = 1.0  # a_beta: Student-t with 2 a_beta degrees of freedom
     slab_b: float = 1.0  # b_beta: Student-t scale^2 = b_beta / a_beta
-    # "bernoulli": fixed psi. "beta-bernoulli": seed 000 equation (3), gamma ~ BetaBinomial(1, a_psi, b_psi)
+    # "bernoulli": fixed psi. "beta-bernoulli": Hubin & Storvik (2024) equation (3), gamma ~ BetaBinomial(1, a_psi, b_psi)
     # per weight, i.e. Bernoulli(a_psi / (a_psi + b_psi)) with a_psi, b_psi learnable by empirical Bayes.
     # "beta-binomial": psi ~ Beta(a_psi, b_psi) shared by the layer and integrated out (count prior).
     # The prior's form (inclusion_prior) and its inclusion probability psi (prior_inclusion; under
     # beta-bernoulli psi = beta_a / (beta_a + beta_b) instead). Stored configs name both: kept as is.
     inclusion_prior: InclusionPrior = InclusionPrior.BERNOULLI
-    prior_inclusion: float = math.exp(-2.0)  # psi, seed 002's choice
+    prior_inclusion: float = math.exp(-2.0)  # psi, Hubin & Storvik's (2019) choice
     beta_a: float = 1.0  # a_psi
     beta_b: float = 1.0  # b_psi
     estimator: Estimator = Estimator.LOCAL_REPARAMETERISATION
-    temperature: float = 0.5  # relaxed Bernoulli; seed 000's 1e-3 nearly stops gradients to omega
+    temperature: float = 0.5  # relaxed Bernoulli; Hubin & Storvik's (2024) 1e-3 nearly stops gradients to omega
     init_inclusion_low: float = 0.1  # initial alpha spread uniformly in logit space
     init_inclusion_high: float = 0.9
     init_sigma: float = 0.01
-    # "spike-and-slab": the bias has an inclusion indicator like any weight (seed 000's intercept);
+    # "spike-and-slab": the bias has an inclusion indicator like any weight (Hubin & Storvik 2024's intercept);
     # "gaussian": a plain slab prior on the bias, always included, no indicator.
     bias_prior: Literal["spike-and-slab", "gaussian"] = "spike-and-slab"
     # "fan-in": the Gaussian slab's variance is slab_variance / in_features in each layer.

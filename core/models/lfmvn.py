@@ -1,4 +1,4 @@
-"""`lbbnn-lfmvn` (LBBNN-SSP-LFMVN, seed 000 section 2.3): LBBNN whose inclusion
+"""`lbbnn-lfmvn` (LBBNN-SSP-LFMVN, Hubin & Storvik 2024 section 2.3): LBBNN whose inclusion
 logits of a layer are jointly Gaussian with a low-rank-plus-diagonal covariance.
 
 Variational family, per layer with d = out (in + 1) weights:

@@ -92,7 +92,7 @@ class GaussianOptions:
     noise: "point" learns one noise sd by maximising the ELBO (with precision_prior="gamma" the
     Gamma prior on the precision tau = 1/sd^2 is added: a MAP / empirical-Bayes update);
     "fixed" keeps it at its initial value; "variational" gives tau a Gamma prior and a Gamma
-    posterior q(tau) learned with the network (seed 001: Gamma(6, 6)).
+    posterior q(tau) learned with the network (Hernandez-Lobato & Adams 2015 use Gamma(6, 6)).
     noise_init: "value" starts at noise_std; "data" at the residual sd of a least-squares linear
     fit to the training set (computed when training starts).
     """

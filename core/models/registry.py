@@ -17,7 +17,7 @@ FAMILY_PATHS: dict[str, str] = {
     "lbbnn-lfmvn": "core.models.lfmvn:LowRankLBBNNLayer",
     "bnn": "core.models.gaussian:GaussianLayer",
     "bnn-mixture": "core.models.gaussian:MixtureGaussianLayer",
-    # `bnn` under seed 004's name: the same q, prior, training and pruning rule. A name of its own
+    # `bnn` under Bleahu's (2025) name: the same q, prior, training and pruning rule. A name of its own
     # (not an alias) because stored configs and run ids name it; new work should say `bnn`.
     "variational-dense": "core.models.gaussian:VariationalDenseLayer",
     "concrete-dropout": "core.models.concrete_dropout:ConcreteDropoutLayer",
@@ -27,7 +27,7 @@ FAMILY_PATHS: dict[str, str] = {
     "laplace": "core.models.laplace:LaplaceLayer",
 }
 
-# Paper names (seed 000 tables, seed 004) accepted on input, case-insensitive.
+# Paper names (Hubin & Storvik 2024 tables, Bleahu 2025) accepted on input, case-insensitive.
 ALIASES: dict[str, str] = {
     "lbbnn-ssp-mf": "lbbnn",
     "lbbnn-ssp-lfmvn": "lbbnn-lfmvn",
@@ -54,7 +54,7 @@ def canonical_family(name: str) -> str:
 
 
 # A family whose option picks another class for its hidden layers: family -> (option, {value: path}).
-# The output layer keeps the family's class (seed 004: the output layer's scale is not structured).
+# The output layer keeps the family's class (Bleahu 2025: the output layer's scale is not structured).
 HIDDEN_LAYER_VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "horseshoe": ("variational_family", {"structured": "core.models.horseshoe:StructuredHorseshoeLayer"}),
 }

@@ -1,4 +1,4 @@
-"""`sparse-vd`: sparse variational dropout (Molchanov et al. 2017; seed 004, METHODS.md section 4).
+"""`sparse-vd`: sparse variational dropout (Molchanov et al. 2017; Bleahu 2025).
 
 q(w) = N(theta, sigma^2) per weight with sigma^2 = alpha theta^2, parameterised
 additively by (theta, log sigma^2) so that the gradient noise does not grow

@@ -1,4 +1,4 @@
-"""Collapsed predictive for regression (CIBER-style, seed 003; METHODS.md section 5).
+"""Collapsed predictive for regression (CIBER-style, Zeng & Van den Broeck 2023).
 
 Sample the body (every layer but the last, plus whatever of the last layer is
 not Gaussian given the rest: LBBNN's inclusion mask, the horseshoe's output

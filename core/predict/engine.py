@@ -20,8 +20,8 @@ Density reported (fraction of weights a prediction needs):
 - `mean`: nonzero posterior-mean weights (1.0 unless a structure is fixed);
 - `bma`: for R = 1 the density of the one sampled network; for R > 1 the
   weights any draw may use (nonzero mean or used by some draw), 1.0 for a
-  dense family, as seed 000 reports for full BMA. `draw_density` always holds
-  the mean density of the sampled networks (seed 000's R=1 density).
+  dense family, as Hubin & Storvik (2024) reports for full BMA. `draw_density` always holds
+  the mean density of the sampled networks (Hubin & Storvik 2024's R=1 density).
 
 Predicting never changes the model: everything runs under no_grad, draws use
 their own generators (the global RNG is untouched) and no train()/eval()
@@ -410,7 +410,7 @@ def structure_fixed(model: BayesianMLP) -> bool:
 
 
 def fixed_structure_warning(plan: Plan) -> str:
-    # Seed 000 Table A8 labels post-trained results by what they are: bma and mean no longer exist.
+    # Hubin & Storvik (2024) Table A8 labels post-trained results by what they are: bma and mean no longer exist.
     same = "MED-SIM (mpm)" if plan.mode is PredictionMode.BMA else "MED-MEA (mpm-mean)"
     return (f"this model was post-trained with its structure fixed to the median probability model, so "
             f"{plan.mode.value} ({plan.mode.paper_name}) no longer exists: these are the predictions of {same}")

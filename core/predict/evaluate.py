@@ -20,7 +20,7 @@ ECDF_POINTS = 101
 
 
 def mean_statistic(model) -> list[float]:
-    """Mean of the native statistic per layer (for LBBNN: seed 000 Table 5's mean inclusion probability;
+    """Mean of the native statistic per layer (for LBBNN: Hubin & Storvik 2024 Table 5's mean inclusion probability;
     for other families their own statistic, |mu|/sigma, log alpha ...)."""
     with torch.no_grad():
         return [float(torch.mean(stat, dtype=torch.float64)) for stat in model.native_statistics()]

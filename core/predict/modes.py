@@ -1,4 +1,4 @@
-"""Prediction modes (seed 000 section 3.4; METHODS.md section 1, "Prediction modes").
+"""Prediction modes (Hubin & Storvik 2024, section 3.4).
 
 | mode       | paper name | structure                       | weights              |
 |------------|------------|---------------------------------|----------------------|
@@ -94,7 +94,7 @@ def modes_help() -> str:
     names = ", ".join(m.value for m in PredictionMode)
     papers = ", ".join(m.paper_name for m in PredictionMode)
     return (f"{names} (paper names {papers}); regression also collapsed (Gaussian last layer integrated out) "
-            "or collapsed-box (seed 003's box)")
+            "or collapsed-box (Zeng & Van den Broeck 2023's box)")
 
 
 def collapsed_variant(value: str | PredictionMode) -> str | None:

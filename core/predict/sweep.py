@@ -324,7 +324,7 @@ def thresholds_for_densities(model: BayesianMLP, densities: Sequence[float]) -> 
 def sweep_at_densities(model_or_run: Any, dataset, densities: Sequence[float], mode: str = "mpm-mean",
                        samples: int = 1, seed: int = 0, weights: str | None = None) -> SweepResult:
     """Sweep at thresholds chosen so the density matches `densities` (e.g. another run's sweep),
-    so that the FNN pruned by magnitude and a BNN give comparable curves (seed 000 appendix B)."""
+    so that the FNN pruned by magnitude and a BNN give comparable curves (Hubin & Storvik 2024 appendix B)."""
     model = resolve_model(model_or_run)
     result = sweep(model, dataset, thresholds_for_densities(model, densities), mode=mode, samples=samples,
                    seed=seed, weights=weights)

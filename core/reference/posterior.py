@@ -42,8 +42,8 @@ RHAT_LIMIT = 1.1
 ESS_LIMIT = 100.0
 JIT_MIN_WEIGHTS = 100
 
-# Reference networks per dataset: the sizes the benchmark's families use (toy-sine-gaps is seed 004's
-# 1-64-1 setup). Seed 003's cubic uses a 2x1000 net; 1-64-1 keeps NUTS at a few minutes on one CPU core.
+# Reference networks per dataset: the sizes the benchmark's families use (toy-sine-gaps is Bleahu 2025's
+# 1-64-1 setup). Zeng & Van den Broeck's (2023) cubic uses a 2x1000 net; 1-64-1 keeps NUTS at a few minutes on one CPU core.
 DEFAULT_HIDDEN = {"toy-sine-gaps": (64,), "toy-cubic": (64,), "toy-hetero": (64,)}
 
 

@@ -324,7 +324,7 @@ def _split_metric(name: str) -> tuple[str, str]:
 
 
 def summary_markdown(result: GridResult) -> str:
-    """Seed 000 Tables 2-5 layout: per setup, one row per method and prediction mode
+    """Hubin & Storvik (2024) Tables 2-5 layout: per setup, one row per method and prediction mode
     (M beta, R), columns the metrics, cells 'median (min, max)' over seeds; then
     one row per method of the run-level numbers (density, mean inclusion, time)."""
     columns = metric_columns(result.cells)

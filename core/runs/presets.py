@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from core.errors import ConfigError
 from core.runs.config import RunConfig
 
-# Seed 000 section 4 and Table 1 (LBBNN-SSP-MF). Prior (3): gamma ~ BetaBinomial(1, a_psi, b_psi) per
+# Hubin & Storvik (2024) section 4 and Table 1 (LBBNN-SSP-MF). Prior (3): gamma ~ BetaBinomial(1, a_psi, b_psi) per
 # weight and a Student-t slab t_{2 a_beta}(0, b_beta / a_beta), the four hyperparameters learned by
 # empirical Bayes during 20 pre-training epochs, then frozen. Step sizes (Table 1): mu and rho 1e-4
 # throughout; omega 1e-1 in pre-training, then 1e-4; a_psi, b_psi 1e-3 and a_beta, b_beta 1e-5 in
@@ -27,20 +27,20 @@ PAPER_TRAIN = {"pretrain_epochs": 20, "epochs": 230, "posttrain_epochs": 0, "pos
                "batch_size": 100, "mc_samples": 1, "empirical_bayes": True, "kl_weight": 1.0,
                "learning_rates": PAPER_RATES, "pretrain_learning_rates": PAPER_PRETRAIN_RATES}
 PAPER_POSTTRAIN = {**PAPER_TRAIN, "posttrain_epochs": 50}
-# The hyperparameters start at psi = e^-2 (seed 002's fixed choice: a_psi = 1, b_psi = e^2 - 1) and a
+# The hyperparameters start at psi = e^-2 (Hubin & Storvik 2019's fixed choice: a_psi = 1, b_psi = e^2 - 1) and a
 # Student-t slab with 2 degrees of freedom and scale 1 (a_beta = b_beta = 1).
 PAPER_PRIOR = {"inclusion_prior": "beta-bernoulli", "beta_a": 1.0, "beta_b": math.exp(2.0) - 1.0,
                "slab": "student-t", "slab_a": 1.0, "slab_b": 1.0, "estimator": "relaxed-bernoulli"}
 PAPER_PRIOR_LOW_RANK = {**{k: v for k, v in PAPER_PRIOR.items() if k not in ("inclusion_prior", "beta_a", "beta_b")},
                         "prior_inclusion": math.exp(-2.0)}
-# Seed 000's baselines: Adam at 1e-4 for every parameter, 250 epochs, no pre-/post-training.
+# Hubin & Storvik's (2024) baselines: Adam at 1e-4 for every parameter, 250 epochs, no pre-/post-training.
 PAPER_BASELINE_TRAIN = {"pretrain_epochs": 0, "epochs": 250, "posttrain_epochs": 0, "empirical_bayes": False,
                         "learning_rates": {g: 1e-4 for g in PAPER_RATES}}
 QUICK_TRAIN = {"epochs": 3, "batch_size": 100}
 
 # The fast recipe (docs/why-lbbnn-over-prunes.md): a deterministic warm start of 3 epochs, then the
 # LBBNN objective with the KL tempered by 0.05 (the ELBO itself converges to a far sparser and less
-# accurate network than seed 000's Table 2 reports), weights at 1e-3 and inclusion logits at 3e-3.
+# accurate network than Hubin & Storvik's (2024) Table 2 reports), weights at 1e-3 and inclusion logits at 3e-3.
 # Gaussian slab N(0, 1), fixed psi = e^-2, local reparameterisation (the fused training path).
 FAST_TRAIN = {"warm_start_epochs": 3, "epochs": 20, "kl_weight": 0.05, "batch_size": 100,
               "learning_rates": {"weights": 1e-3, "scales": 1e-3, "inclusion": 3e-3}}
@@ -60,24 +60,24 @@ def _quick(dataset: str) -> RunConfig:
 
 
 def _lenet(dataset: str) -> RunConfig:
-    # Seed 004: LeNet-300-100 with sparse variational dropout, a deterministic warm start, then KL annealing.
+    # Bleahu (2025): LeNet-300-100 with sparse variational dropout, a deterministic warm start, then KL annealing.
     return RunConfig(dataset=dataset, method="sparse-vd", hidden=(300, 100),
                      train={"warm_start_epochs": 10, "epochs": 100, "kl_anneal_epochs": 50, "batch_size": 100, "kl_weight": 1.0,
                             "learning_rates": {"weights": 1e-3, "scales": 1e-3}})
 
 
 def _regression_1_64_1() -> RunConfig:
-    # Seed 004 section 4.3: one hidden layer of 64, 150 epochs without KL (here: a deterministic warm
+    # Bleahu (2025) section 4.3: one hidden layer of 64, 150 epochs without KL (here: a deterministic warm
     # start), then the KL annealed in over 250 epochs at learning rate 1e-2.
     return RunConfig(dataset="toy-sine-gaps", method="sparse-vd", hidden=(64,),
                      train={"warm_start_epochs": 150, "epochs": 250, "kl_anneal_epochs": 250, "batch_size": 40, "kl_weight": 1.0,
                             "learning_rates": {"weights": 1e-2, "scales": 1e-2, "likelihood": 1e-2}})
 
 
-# The UCI regression protocol (Hernandez-Lobato & Adams 2015; seed 001): one hidden layer of 50 ReLU
+# The UCI regression protocol (Hernandez-Lobato & Adams 2015; Ghosh, Yao & Doshi-Velez 2018): one hidden layer of 50 ReLU
 # units (100 for protein), 20 train/test splits (5 for protein). What the MC-dropout reference tunes
 # on a validation split (noise precision, regularisation) is learned here: a vague Gamma(1, 0.01)
-# prior on the noise precision (seed 001's Gamma(6, 6) says "noise sd ~ 1 target sd", worth 12
+# prior on the noise precision (the Gamma(6, 6) of Hernandez-Lobato & Adams 2015 says "noise sd ~ 1 target sd", worth 12
 # pseudo-observations: on yacht it inflates the noise sd 3x, docs/uci-regression.md) with a
 # variational Gamma posterior, started at the residual sd of a least-squares fit, and weight priors
 # scaled by fan-in. Training length is a budget of about 6000 Adam steps per
@@ -102,7 +102,7 @@ UCI_FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
 }
 UCI_METHODS = ("lbbnn", "bnn", "horseshoe", "concrete-dropout", "sparse-vd")
 # The mean-field families start from a deterministic net trained for a third of the epochs and
-# anneal the KL in over the first third (seed 004's recipe): from a cold start the KL inflates
+# anneal the KL in over the first third (Bleahu 2025's recipe): from a cold start the KL inflates
 # the weight variances before the means have found the function (energy, bnn: test LL -1.75 ->
 # -1.21; docs/uci-regression.md). Concrete dropout has point weights and trains from scratch.
 UCI_COLD_START = ("concrete-dropout",)
@@ -193,13 +193,13 @@ def _paper_grid() -> GridSpec:
         setups={"paper-mnist": _paper("mnist"), "paper-fmnist": _paper("fashion-mnist")},
         methods=PAPER_METHODS,
         seeds=tuple(range(10)),
-        # Seed 000 section 4: the LBBNN variants use prior (3) (a grid cell keeps only the options given
+        # Hubin & Storvik (2024) section 4: the LBBNN variants use prior (3) (a grid cell keeps only the options given
         # here). The low-rank variant's Gaussian prior on the inclusion logits is centred on prior (3)'s mean
         # inclusion a_psi / (a_psi + b_psi) = e^-2, with the same Student-t slab.
         method_overrides={**{m: baseline for m in PAPER_METHODS if not m.startswith("lbbnn")},
                           "lbbnn": {"family_options": dict(PAPER_PRIOR)},
                           "lbbnn-lfmvn": {"family_options": PAPER_PRIOR_LOW_RANK}},
-        description="seed 000 Tables 2-3: 10 repeats x 7 methods x MNIST/FMNIST, 250 epochs (GPU-sized)",
+        description="Hubin & Storvik (2024) Tables 2-3: 10 repeats x 7 methods x MNIST/FMNIST, 250 epochs (GPU-sized)",
     )
 
 
@@ -263,7 +263,7 @@ def _build_presets() -> dict[str, RunConfig | GridSpec]:
 
 PRESETS: dict[str, RunConfig | GridSpec] = _build_presets()
 
-_PAPER_TEXT = ("seed 000 {table}: LBBNN-SSP-MF with prior (3) (Beta-Binomial(1, a_psi, b_psi) inclusion, Student-t "
+_PAPER_TEXT = ("Hubin & Storvik 2024 {table}: LBBNN-SSP-MF with prior (3) (Beta-Binomial(1, a_psi, b_psi) inclusion, Student-t "
                "slab), empirical Bayes in 20 pre-training epochs, Table 1 step sizes, 250 epochs, relaxed-Bernoulli "
                "(Concrete) estimator{post}")
 _FAST_TEXT = ("fast recipe on {data}: 3 deterministic warm-start epochs, then 20 epochs of LBBNN with the KL "
@@ -282,11 +282,11 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
     "fast-fmnist": _FAST_TEXT.format(data="full Fashion-MNIST"),
     "quick-mnist": "3 epochs of LBBNN with the default settings on the bundled MNIST subset",
     "quick-fmnist": "3 epochs of LBBNN with the default settings on the bundled Fashion-MNIST subset",
-    "lenet-300-100": "seed 004: LeNet-300-100 with sparse variational dropout on MNIST, 10 deterministic warm-start "
+    "lenet-300-100": "Bleahu (2025): LeNet-300-100 with sparse variational dropout on MNIST, 10 deterministic warm-start "
                      "epochs, then 100 epochs with the KL annealed in over 50",
     "lenet-300-100-mnist": "the same as lenet-300-100",
     "lenet-300-100-fmnist": "lenet-300-100 on Fashion-MNIST",
-    "regression-1-64-1": "seed 004 section 4.3: a 1-64-1 sparse-VD MLP on toy-sine-gaps, warm start then KL annealing",
+    "regression-1-64-1": "Bleahu (2025) section 4.3: a 1-64-1 sparse-VD MLP on toy-sine-gaps, warm start then KL annealing",
 }
 
 

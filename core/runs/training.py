@@ -157,7 +157,7 @@ NOT_METRICS = ("samples", "seed", "n_test", "threshold", "ece_bins", "draw_densi
 
 
 def final_metrics(model: BayesianMLP, dataset) -> dict[str, Any]:
-    """Seed 000's evaluation grid: every prediction mode at its R, keyed "MODE R=n metric"."""
+    """Hubin & Storvik's (2024) evaluation grid: every prediction mode at its R, keyed "MODE R=n metric"."""
     with torch.no_grad():
         metrics: dict[str, Any] = {"density": model.density(model.keep_masks())}
     from core.predict.engine import structure_fixed
@@ -165,7 +165,7 @@ def final_metrics(model: BayesianMLP, dataset) -> dict[str, Any]:
     evaluations = FINAL_EVALUATIONS
     if structure_fixed(model):
         # Post-trained on the median probability model: SIM-SIM and ALL-MEA would be the MPM's own
-        # predictions under other names (seed 000 Table A8 reports MED rows only), so they are not stored.
+        # predictions under other names (Hubin & Storvik 2024 Table A8 reports MED rows only), so they are not stored.
         evaluations = tuple((mode, r) for mode, r in FINAL_EVALUATIONS if mode.startswith("MED")) + (("MED-SIM", 1),)
         metrics["structure_fixed"] = 1.0
     for mode, samples in evaluations:
@@ -180,7 +180,7 @@ def final_metrics(model: BayesianMLP, dataset) -> dict[str, Any]:
             metrics[f"{mode} R={samples} doubt_count"] = float(doubt["count"])
             if doubt.get("accuracy") is not None:  # None when no case clears the threshold
                 metrics[f"{mode} R={samples} doubt_accuracy"] = float(doubt["accuracy"])
-        # Seed 000 Table 5's "mean inclusion per layer"; other families' own statistic.
+        # Hubin & Storvik (2024) Table 5's "mean inclusion per layer"; other families' own statistic.
         for layer, mean_statistic in enumerate(result.get("mean_statistic") or [], start=1):
             metrics[f"mean_{result.get('statistic', 'statistic')}_layer_{layer}"] = float(mean_statistic)
     return metrics

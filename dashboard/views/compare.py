@@ -1,4 +1,4 @@
-"""Compare runs of one dataset: pruning curves, entropy ECDFs and the seed-000 table."""
+"""Compare runs of one dataset: pruning curves, entropy ECDFs and the Hubin & Storvik (2024) table."""
 
 from __future__ import annotations
 
@@ -91,6 +91,6 @@ with guard("The table of modes"):
     table = figures.summary_over_seeds(records)
     table.insert(0, "runs", table.pop("setting").map(lambda key: names.get(key, key)))
     st.dataframe(table, hide_index=True, width="stretch")
-    st.caption(f"Test {score} per prediction mode (seed 000's table: SIM = sampled, MED = median probability "
+    st.caption(f"Test {score} per prediction mode (Hubin & Storvik 2024's table: SIM = sampled, MED = median probability "
                "model, MEA = mean weights, ALL = every weight). Runs that differ only by seed are one row: "
                "median (min, max) over the seeds.")

@@ -8,7 +8,7 @@ import streamlit as st
 from dashboard import backend, cache, explain, figures, state
 from dashboard.ui import guard
 
-PAGE_DEFAULT_MODE = "prune"  # the mode the threshold acts on (issue 13, defect 8)
+PAGE_DEFAULT_MODE = "prune"  # the mode the threshold acts on (mpm would ignore the slider's threshold)
 TOLERANCE_KEY = "suggest_tolerance"
 
 run = state.run_page("Pruning")

@@ -320,7 +320,7 @@ def noise_model_controls(errors: FormErrors) -> dict[str, Any]:
         std = number_box(right, "Noise sd (standardised)", 0.5, "train_noise_std", positive("Noise sd"), errors,
                          help="a positive number, in units of the standardised target")
         prior = left.selectbox("Precision prior", ["none", "gamma"], index=1 if noise == "variational" else 0,
-                               key="train_precision_prior", help="Gamma(a, b) on 1/sd^2; seed 001 uses (6, 6)")
+                               key="train_precision_prior", help="Gamma(a, b) on 1/sd^2; Hernandez-Lobato & Adams (2015) use (6, 6)")
         a = number_box(middle, "Gamma a", 6, "train_precision_a", positive("Gamma a"), errors, help="a positive number")
         b = number_box(right, "Gamma b", 6, "train_precision_b", positive("Gamma b"), errors, help="a positive number")
     return {"noise": noise, "noise_init": init, "noise_std": std, "precision_prior": prior,

@@ -154,7 +154,7 @@ def ood_section() -> None:
 
 
 def surface_section() -> None:
-    """2-D inputs: the decision surface over the input plane and its uncertainty (issue 13, defect 10)."""
+    """2-D inputs: the decision surface over the input plane and its uncertainty."""
     st.subheader("Decision surface")
     arrays = cache.surface(run_id, mode, draws, effective, 0)
     names = list(dataset.class_names) if dataset.class_names else None

@@ -12,7 +12,7 @@ import numpy as np
 
 from core.predict.metrics.ood import predictive_entropy
 
-# Seed 000's "doubt" column: a case is decided when its max class probability exceeds this.
+# Hubin & Storvik's (2024) "doubt" column: a case is decided when its max class probability exceeds this.
 DOUBT_LEVEL = 0.95
 
 # Softmax probabilities can underflow to 0 in float32; the log-likelihood of a
@@ -81,7 +81,7 @@ def ece(probs: np.ndarray, y: np.ndarray, n_bins: int = 15) -> float:
 
 
 def doubt_decision(probs: np.ndarray, y: np.ndarray, threshold: float = DOUBT_LEVEL) -> dict[str, float | int | None]:
-    """Classify only where the max class probability exceeds `threshold` (seed 000's DOUBT_LEVEL column).
+    """Classify only where the max class probability exceeds `threshold` (Hubin & Storvik 2024's DOUBT_LEVEL column).
 
     accuracy is over the decided cases (None when none is decided).
     """
@@ -151,7 +151,7 @@ def entropy_split(probs_per_draw: np.ndarray) -> dict[str, np.ndarray]:
 
 def accuracy_vs_samples(probs_per_draw: np.ndarray, y: np.ndarray,
                         sample_counts: Sequence[int] | None = None) -> dict[str, list]:
-    """Accuracy of the average of the first r draws for each r (seed 002 figure 1)."""
+    """Accuracy of the average of the first r draws for each r (Hubin & Storvik 2019 figure 1)."""
     draws = _per_draw(probs_per_draw).astype(np.float64)
     total = draws.shape[0]
     counts = list(range(1, total + 1)) if sample_counts is None else [int(c) for c in sample_counts]

@@ -1,4 +1,4 @@
-"""Out-of-distribution detection from predictive uncertainty (seed 002 figure 2)."""
+"""Out-of-distribution detection from predictive uncertainty (Hubin & Storvik 2019 figure 2)."""
 
 from __future__ import annotations
 
