@@ -184,7 +184,7 @@ def test_delete_asks_for_confirmation_and_other_sessions_are_told(tmp_path, monk
     assert any(doomed[:8] in i and "no longer" in i for i in texts(watcher.sidebar.info)), texts(watcher.sidebar.info)
 
 
-# --- defects 1, 7, 15: training status survives reloads and page switches, and its end is announced ----------
+# --- training status survives reloads and page switches, and its end is announced ----------
 
 @pytest.fixture
 def held_training(monkeypatch, store):
@@ -291,7 +291,7 @@ def test_sidebar_labels_tell_two_seeds_apart(store):
     assert len(moons) == 2 and any("seed=1" in o for o in moons) and any("seed=0" in o for o in moons)
 
 
-# --- defects 8, 13, 14: modes and units on the Pruning page ---------------------------------------------------
+# --- modes and units on the Pruning page ---------------------------------------------------
 
 def test_bma_density_card_is_the_expected_density_of_a_sampled_network(store):
     from core.runs import load_run
@@ -604,7 +604,7 @@ def test_compare_page_overlays_runs_and_tables_modes_over_seeds(store):
     assert "(" in lbbnn["SIM-SIM R=10"] and lbbnn["runs"].startswith("lbbnn [8] on two-moons")
 
 
-# --- defects 6 and 11 on the pages ----------------------------------------------------------------------------
+# --- a count has no arrow; an offline set says so before training --------------------------------------------
 
 def test_doubt_card_count_has_no_arrow(store):
     at = open_app(store["mnist"])
