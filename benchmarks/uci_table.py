@@ -18,7 +18,7 @@ Evaluation: test log-likelihood per test point in original units, averaged over 
 as the reference computes it; `bma` averages R posterior draws (structure and weights), `mpm` uses
 the median probability model (the family's default threshold) with R weight draws, `collapsed`
 integrates the last layer out (core/predict/collapsed.py; lbbnn, bnn, sparse-vd). The reference
-is MC dropout from $BNN_DATA_DIR/uci-regression/<set>/results/ (4000 epochs, dropout rate and
+is MC dropout from $BNN_DATA_DIR/uci-regression/<set>/results/ (4000 epochs, protein 2000; dropout rate and
 noise precision tuned on a validation split, 10,000 MC samples): test_ll_* and test_MC_rmse_*.
 Means and standard errors are over each row's splits; MC dropout is averaged over the same splits.
 """
@@ -334,7 +334,7 @@ def render_markdown(summary: dict[str, Any] | None = None, *, records: list[dict
     lines = ["## UCI regression: test log-likelihood and RMSE against MC dropout", "",
              "One hidden layer of 50 ReLU units (100 for protein), the `uci-*` presets as shipped, the standard "
              "train/test splits. Test LL per test point in original units; mean ± standard error over the "
-             "row's splits (MC dropout's numbers are the per-split files of the reference: 4000 epochs, dropout rate and noise precision tuned on a "
+             "row's splits (MC dropout's numbers are the per-split files of the reference: 4000 epochs (protein 2000), dropout rate and noise precision tuned on a "
              "validation split, 10,000 samples). Modes: `bma` averages posterior draws of structure and weights, "
              "`mpm` is the median probability model (sparse families), `collapsed` integrates the last layer "
              "out. **Bold**: better mean test LL than MC dropout on the row's own splits (next column). Density: fraction of weights used "
