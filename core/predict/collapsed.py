@@ -87,6 +87,9 @@ def last_layer_conditional(model, last: Tensor, seed: int) -> tuple[Tensor, Tens
         mean, var = layer.weight_mu * layer.fixed_mask, layer.weight_sigma ** 2 * layer.fixed_mask
     elif hasattr(layer, "theta") and hasattr(layer, "log_sigma2"):  # sparse variational dropout
         mean, var = layer.theta * layer.fixed_mask, layer.log_sigma2.exp() * layer.fixed_mask
+    elif layer.conditional_normal() is not None:  # any other family whose q(w | kept) is Gaussian (the interface)
+        mean, std = layer.conditional_normal()
+        mean, var = mean * layer.fixed_mask, std ** 2 * layer.fixed_mask
     else:
         raise PredictionError(f"collapsed predictive: no conditional Gaussian known for the last layer of "
                               f"family {family!r}")
