@@ -8,7 +8,7 @@ Forbidden anywhere in a tracked text file:
 - paths outside the repository (the shared data folder beside the checkout, or an absolute path
   under the development machine's work folder); the data directory is described by its
   variable, BNN_DATA_DIR;
-- an issue or defect number used as a reason ("issue 13", "defect 8", "#12").
+- an issue or defect number used as a reason (the word and a number, or "#" and a number).
 
 The patterns are assembled from pieces so that this file does not match itself.
 """
@@ -31,7 +31,7 @@ FORBIDDEN = [
     (re.compile(re.escape(".." + "/shared")), "a path outside the repository"),
     (re.compile(re.escape("/wo" + "rk/")), "an absolute path on the development machine"),
     (re.compile(r"\b(?:issue|defect)s?\s*#?\d+", re.IGNORECASE), "an issue or defect number as a reason"),
-    # "#12" as a tracker reference; colours (#1f77b4, #000000) and comments ("# 1") do not match.
+    # "#" and up to three digits as a tracker reference; colours (#1f77b4, #000000) and comments ("# 1") do not match.
     (re.compile(r"(?<![\w&#/])#\d{1,3}(?![\w])"), "an issue number as a reason"),
 ]
 
@@ -77,7 +77,7 @@ def violations(text: str) -> list[tuple[int, str, str]]:
 def test_the_patterns_catch_what_they_should_and_nothing_else():
     bad = [SEED + " 000", SEED.capitalize() + " 004's thesis", "test_follows_" + SEED + "_000",
            "see " + "METHODS" + ".md section 4", "BNN_DATA_DIR=" + ".." + "/shared/data",
-           "cache " + "/wo" + "rk/cache-uci", "(issue 13, defect 8)", "Issue #11.", "fixed in #12"]
+           "cache " + "/wo" + "rk/cache-uci", "(issue " + "13, defect " + "8)", "Issue #" + "11.", "fixed in #" + "12"]
     good = ["seed 0, 1 and 2", "--seeds 0,1,2", "colour #1f77b4", "#000000", "# 1. a comment",
             "Hubin & Storvik (2024)", "the shared data directory (BNN_DATA_DIR)", "a&#39;b", "CPython gh-106905"]
     assert all(violations(text) for text in bad), [t for t in bad if not violations(t)]
