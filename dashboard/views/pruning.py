@@ -8,7 +8,7 @@ import streamlit as st
 from dashboard import backend, cache, explain, figures, state
 from dashboard.ui import guard
 
-PAGE_DEFAULT_MODE = "prune"  # the mode the threshold acts on (mpm would ignore the slider's threshold)
+PAGE_DEFAULT_MODE = "prune"  # the mode the threshold acts on (mpm names the cut at the family default)
 TOLERANCE_KEY = "suggest_tolerance"
 
 run = state.run_page("Pruning")
