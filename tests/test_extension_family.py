@@ -105,11 +105,12 @@ def kept_fraction(run, threshold: float) -> float:
 
 
 def test_the_registered_family_is_a_family_like_any_other(registered):
+    from core.errors import ConfigError
     from core.runs import RunConfig
 
     config = RunConfig(dataset="two-moons", method="RIDGE-MF", hidden=(6,), family_options={"prior_sd": 2.0})
     assert config.method == FAMILY and config.family_options == {"prior_sd": 2.0, "init_sd": 1e-3}
-    with pytest.raises(Exception, match="prior_sd"):
+    with pytest.raises(ConfigError, match="prior_sd: must be positive"):
         RunConfig(dataset="two-moons", method=FAMILY, family_options={"prior_sd": -1.0})
 
 
