@@ -11,8 +11,9 @@ docs/*.md:
   epochs, seeds, section numbers) are settings, not measurements, and so are numbers after a
   comparison or an equals sign (keep > 0.83); write other settings in backticks (`kl_weight = 0.1`).
 - Such a unit passes when it carries a command, or the unit just before it introduces it (ends
-  with a colon) and carries one, or (for a table) the unit just after it carries one: a command in backticks (`python ...`, `sparse-bnn ...`, `streamlit ...`,
-  `VAR=value python ...`), or a `command:` line; or when it quotes a paper's table, figure, section
+  with a colon) and carries one, or (for a table) the unit just after it carries one: a command
+  in backticks (`python ...`, `sparse-bnn ...`, `streamlit ...`, `VAR=value python ...`), or a
+  `command:` line; or when it quotes a paper's table, figure, section
   or algorithm by authors and year (Hubin & Storvik (2024), Table 2): those numbers are the paper's.
 - Generated blocks are exempt: the lines between `<!-- NAME: begin (COMMAND) -->` and
   `<!-- NAME: end -->`, which say in their opening marker the command that writes them.
@@ -30,9 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "references.md") + [ROOT / "README.md"]
 
 CODE_SPAN = re.compile(r"`[^`]*`")
-MEASURED = re.compile(r"(?<![\w.<>=])(?<![<>=] )(?:\d+\.\d+(?:e-?\d+)?|\d+(?:\.\d+)?\s?%|\d{1,3}(?:,\d{3})+)(?!\w|\.\d)")
-COMMAND = re.compile(r"`(?:[A-Z_]+=\S+\s+)*(?:python3?|sparse-bnn|streamlit)\s[^`]*`|^\s*command:", re.IGNORECASE | re.MULTILINE)
-PAPER_QUOTE = re.compile(r"[A-Z][A-Za-z-]+(?:,? [A-Z][A-Za-z-]+)*(?: et al\.)?(?: & [A-Z][A-Za-z -]+)? \(?(?:19|20)\d\d\)?,?"
+MEASURED = re.compile(r"(?<![\w.<>=])(?<![<>=] )"
+                      r"(?:\d+\.\d+(?:e-?\d+)?|\d+(?:\.\d+)?\s?%|\d{1,3}(?:,\d{3})+)(?!\w|\.\d)")
+COMMAND = re.compile(r"`(?:[A-Z_]+=\S+\s+)*(?:python3?|sparse-bnn|streamlit)\s[^`]*`|^\s*command:",
+                     re.IGNORECASE | re.MULTILINE)
+PAPER_QUOTE = re.compile(r"[A-Z][A-Za-z-]+(?:,? [A-Z][A-Za-z-]+)*(?: et al\.)?(?: & [A-Z][A-Za-z -]+)? "
+                         r"\(?(?:19|20)\d\d\)?,?"
                          r"(?:'s)? (?:its )?(?:Tables?|Figures?|fig\.|section|Algorithm|appendix) [A-Z]?\d")
 BEGIN = re.compile(r"^<!-- [\w -]+: begin \((?P<command>[^)]+)\) -->$")
 END = re.compile(r"^<!-- [\w -]+: end -->$")
@@ -91,7 +95,8 @@ def introduction(blocks: list[tuple[int, str, bool]], i: int) -> str | None:
     list (the items of a list follow each other line by line), when that ends with a colon or is a
     command line."""
     j = i - 1
-    while j >= 0 and ITEM.match(blocks[i][1]) and ITEM.match(blocks[j][1]) and blocks[j][0] + blocks[j][1].count("\n") + 1 == blocks[j + 1][0]:
+    while (j >= 0 and ITEM.match(blocks[i][1]) and ITEM.match(blocks[j][1])
+           and blocks[j][0] + blocks[j][1].count("\n") + 1 == blocks[j + 1][0]):
         j -= 1
     if j < 0:
         return None
@@ -120,7 +125,8 @@ def unsourced(text: str) -> list[tuple[int, str]]:
 
 def test_the_convention_on_examples():
     ok = ["Density 0.07 after 23 epochs (`python -m core train --preset fast-mnist`).",
-          "`BNN_DATA_DIR=DATA python benchmarks/epoch_time.py --repeats 3`:\n\n| family | ratio |\n|---|---|\n| lbbnn | 3.10 |",
+          ("`BNN_DATA_DIR=DATA python benchmarks/epoch_time.py --repeats 3`:\n\n"
+           "| family | ratio |\n|---|---|\n| lbbnn | 3.10 |"),
           "| a | b |\n|---|---|\n| x | 0.5 |\n\ncommand: python benchmarks/x.py",
           "Hubin & Storvik (2024), Table 2, report MED-MEA 0.981 at density 0.079.",
           "`python benchmarks/kl_weight_sweep.py` gives, per KL weight:\n\n- 1: density 0.0038\n- 0.1: density 0.042",

@@ -16,8 +16,15 @@ import torch
 from torch import Tensor, nn
 
 from core.models import registry
-from core.models.base import (Keep, LayerOptions, SparseLayer, StatisticSpec, inverse_softplus,
-                              local_reparameterisation, require)
+from core.models.base import (
+    Keep,
+    LayerOptions,
+    SparseLayer,
+    StatisticSpec,
+    inverse_softplus,
+    local_reparameterisation,
+    require,
+)
 
 FAMILY = "ridge-mf"
 

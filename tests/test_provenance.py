@@ -94,10 +94,11 @@ def test_no_private_file_numbers_issue_numbers_or_outside_paths_in_tracked_text(
             continue
         for number, found, why in violations(text):
             problems.append(f"{path.relative_to(ROOT)}:{number}: {found!r} ({why})")
-    assert not problems, "cite papers by authors and year (docs/references.md), give the reason:\n" + "\n".join(problems)
+    assert not problems, ("cite papers by authors and year (docs/references.md), give the reason:\n"
+                          + "\n".join(problems))
 
 
-@pytest.mark.parametrize("short", ["Hubin & Storvik (2024)", "Hubin & Storvik (2019)", "Ghosh, Yao & Doshi-Velez (2018)",
-                                   "Zeng & Van den Broeck (2023)", "Bleahu (2025)"])
+@pytest.mark.parametrize("short", ["Hubin & Storvik (2024)", "Hubin & Storvik (2019)",
+                                   "Ghosh, Yao & Doshi-Velez (2018)", "Zeng & Van den Broeck (2023)", "Bleahu (2025)"])
 def test_references_list_the_papers_the_project_implements(short):
     assert f"| {short} |" in (ROOT / "docs" / "references.md").read_text(encoding="utf-8")
