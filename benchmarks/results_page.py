@@ -389,7 +389,7 @@ def build_page(cache_dir=None, data_dir=None, figures: bool = True) -> str:
                              "python benchmarks/kl_weight_sweep.py"))
     out.append("![KL weight sweep](results/kl_weight_sweep.png)\n")
 
-    out.append("## Bleahu 2025: LeNet-300-100 with sparse VD and variational dense (`python benchmarks/lenet.py`)\n")
+    out.append("## Bleahu (2025): LeNet-300-100 with sparse VD and variational dense (`python benchmarks/lenet.py`)\n")
     out.append(_file_section("lenet.json", lenet.results_section, lenet.COMMAND))
 
     # Both sections write their own "##" heading. The UCI section compares with MC dropout's
