@@ -34,10 +34,10 @@ if [ -z "${BNN_DATA_DIR:-}" ]; then
 fi
 
 if [ "$QUICK" = 1 ]; then
-  DEVICE=cpu; DATASET=mnist-small; HIDDEN=32; PRESET=quick-mnist; SAMPLES=4
-  FAMILIES="plain-mlp,lbbnn,fnn"; THROUGHPUT_FAMILIES="lbbnn"
+  DEVICE=cpu; DATASET=mnist-small; HIDDEN=16; PRESET=quick-mnist; SAMPLES=4
+  FAMILIES="plain-mlp,lbbnn"; THROUGHPUT_FAMILIES="lbbnn"
   OUT="${GPU_CHECK_OUT:-$(mktemp -d)}"
-  CAP_TESTS=120; CAP_EPOCHS=300; CAP_QUALITY=300; CAP_THROUGHPUT=120; BUDGET_MINUTES=0.05
+  CAP_TESTS=300; CAP_EPOCHS=600; CAP_QUALITY=600; CAP_THROUGHPUT=300; BUDGET_MINUTES=0.05
   TESTS_SELECTION=(tests/test_gpu.py -m gpu)
 else
   DEVICE=cuda; DATASET=mnist; HIDDEN=400,600; PRESET=fast-mnist; SAMPLES=100
@@ -81,7 +81,8 @@ step "epoch time vs plain MLP" "$CAP_EPOCHS" \
 QUALITY_NAME=time_to_quality_gpu
 step "$PRESET to Table 2's quality" "$CAP_QUALITY" \
   python benchmarks/time_to_quality.py --preset "$PRESET" --seeds 0 --device "$DEVICE" \
-    --target-accuracy 0.981 --target-density 0.08 --budget-minutes "$BUDGET_MINUTES" --name "$QUALITY_NAME" --results-dir "$OUT"
+    --target-accuracy 0.981 --target-density 0.08 --budget-minutes "$BUDGET_MINUTES" --name "$QUALITY_NAME" --results-dir "$OUT" \
+    --hidden "$HIDDEN"
 step "prediction throughput" "$CAP_THROUGHPUT" \
   python benchmarks/gpu_throughput.py --device "$DEVICE" --dataset "$DATASET" --hidden "$HIDDEN" \
     --families "$THROUGHPUT_FAMILIES" --samples "$SAMPLES" --out "$OUT/gpu_throughput.md"

@@ -39,7 +39,8 @@ class _Stop(Exception):
 
 
 def run_seed(preset: str, seed: int, target_accuracy: float, target_density: float, budget_seconds: float,
-             stop_at_target: bool, data_dir: str | None, echo=print, device: str = "cpu") -> dict[str, Any]:
+             stop_at_target: bool, data_dir: str | None, echo=print, device: str = "cpu",
+             hidden: tuple[int, ...] | None = None) -> dict[str, Any]:
     import numpy as np
     import torch
 
@@ -50,6 +51,8 @@ def run_seed(preset: str, seed: int, target_accuracy: float, target_density: flo
     from core.train import train
 
     config = get_preset(preset).replace(seed=seed)
+    if hidden is not None:
+        config = config.replace(hidden=hidden)
     dataset = config.load_dataset(data_dir)
     run_id = config.run_id(dataset.fingerprint)
     from core.device import resolve_device
@@ -193,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu (the recorded tables), cuda, auto")
     parser.add_argument("--name", default="time_to_quality",
                         help="results basename under benchmarks/results (the GPU check writes time_to_quality_gpu)")
+    parser.add_argument("--hidden", default=None, help="hidden widths instead of the preset's (e.g. 16,16)")
     parser.add_argument("--results-dir", default=str(RESULTS), help="where the json, table and plot go")
     args = parser.parse_args(argv)
 
@@ -202,8 +206,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.render_only:
         from core.runs.presets import get_preset
 
+        hidden = tuple(int(h) for h in args.hidden.split(",")) if args.hidden else None
         for seed in (int(s) for s in args.seeds.split(",") if s.strip()):
             config = get_preset(args.preset).replace(seed=seed)
+            if hidden is not None:
+                config = config.replace(hidden=hidden)
             run_id = config.run_id(config.load_dataset(args.data_dir).fingerprint)
             done = [e for e in entries if e["run_id"] == run_id and e["target_accuracy"] == args.target_accuracy
                     and e["target_density"] == args.target_density]
@@ -212,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             print(f"{args.preset} seed {seed} (run id {run_id})", flush=True)
             entry = run_seed(args.preset, seed, args.target_accuracy, args.target_density,
-                             args.budget_minutes * 60, not args.no_stop, args.data_dir, device=args.device)
+                             args.budget_minutes * 60, not args.no_stop, args.data_dir, device=args.device,
+                             hidden=hidden)
             entries = [e for e in entries if e not in done] + [entry]
             save_entries(entries, json_path)
     table = render_markdown(entries)
