@@ -39,7 +39,8 @@ class _Stop(Exception):
 
 
 def run_seed(preset: str, seed: int, target_accuracy: float, target_density: float, budget_seconds: float,
-             stop_at_target: bool, data_dir: str | None, echo=print) -> dict[str, Any]:
+             stop_at_target: bool, data_dir: str | None, echo=print, device: str = "cpu",
+             hidden: tuple[int, ...] | None = None) -> dict[str, Any]:
     import numpy as np
     import torch
 
@@ -50,12 +51,17 @@ def run_seed(preset: str, seed: int, target_accuracy: float, target_density: flo
     from core.train import train
 
     config = get_preset(preset).replace(seed=seed)
+    if hidden is not None:
+        config = config.replace(hidden=hidden)
     dataset = config.load_dataset(data_dir)
     run_id = config.run_id(dataset.fingerprint)
+    from core.device import resolve_device
+
+    target = resolve_device(device)
     torch.manual_seed(config.seed)
-    model = build_model(config.model_config(dataset), "cpu")
-    x = torch.from_numpy(np.ascontiguousarray(dataset.x_train))
-    y = torch.from_numpy(np.ascontiguousarray(dataset.y_train))
+    model = build_model(config.model_config(dataset), target)
+    x = torch.from_numpy(np.ascontiguousarray(dataset.x_train)).to(target)
+    y = torch.from_numpy(np.ascontiguousarray(dataset.y_train)).to(target)
     rows: list[dict[str, Any]] = []
     state = {"seconds": 0.0, "reached": None, "stop": False}
 
@@ -85,16 +91,20 @@ def run_seed(preset: str, seed: int, target_accuracy: float, target_density: flo
     return {"preset": preset, "seed": seed, "run_id": run_id, "config": config.to_dict(),
             "target_accuracy": target_accuracy, "target_density": target_density,
             "budget_seconds": budget_seconds, "reached": state["reached"], "rows": rows,
-            "wall_seconds": round(time.time() - started, 1), "machine": machine(),
+            "wall_seconds": round(time.time() - started, 1), "machine": machine(target),
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
-def machine() -> dict[str, Any]:
+def machine(device: Any = "cpu") -> dict[str, Any]:
     import torch
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return {"cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "python": platform.python_version(), "platform": platform.platform(), "load_at_end": load}
+    info = {"cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "python": platform.python_version(), "platform": platform.platform(), "load_at_end": load,
+            "device": str(device)}
+    if getattr(device, "type", device) == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
 
 
 def load_entries(path: Path = JSON_PATH) -> list[dict[str, Any]]:
@@ -183,14 +193,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--force", action="store_true", help="rerun seeds already recorded")
     parser.add_argument("--render-only", action="store_true", help="rewrite the table and plot, train nothing")
+    parser.add_argument("--device", default="cpu", help="cpu (the recorded tables), cuda, auto")
+    parser.add_argument("--name", default="time_to_quality",
+                        help="results basename under benchmarks/results (the GPU check writes time_to_quality_gpu)")
+    parser.add_argument("--hidden", default=None, help="hidden widths instead of the preset's (e.g. 16,16)")
+    parser.add_argument("--results-dir", default=str(RESULTS), help="where the json, table and plot go")
     args = parser.parse_args(argv)
 
-    entries = load_entries()
+    results = Path(args.results_dir)
+    json_path = results / f"{args.name}.json"
+    entries = load_entries(json_path)
     if not args.render_only:
         from core.runs.presets import get_preset
 
+        hidden = tuple(int(h) for h in args.hidden.split(",")) if args.hidden else None
         for seed in (int(s) for s in args.seeds.split(",") if s.strip()):
             config = get_preset(args.preset).replace(seed=seed)
+            if hidden is not None:
+                config = config.replace(hidden=hidden)
             run_id = config.run_id(config.load_dataset(args.data_dir).fingerprint)
             done = [e for e in entries if e["run_id"] == run_id and e["target_accuracy"] == args.target_accuracy
                     and e["target_density"] == args.target_density]
@@ -199,15 +219,17 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             print(f"{args.preset} seed {seed} (run id {run_id})", flush=True)
             entry = run_seed(args.preset, seed, args.target_accuracy, args.target_density,
-                             args.budget_minutes * 60, not args.no_stop, args.data_dir)
+                             args.budget_minutes * 60, not args.no_stop, args.data_dir, device=args.device,
+                             hidden=hidden)
             entries = [e for e in entries if e not in done] + [entry]
-            save_entries(entries)
+            save_entries(entries, json_path)
     table = render_markdown(entries)
-    header = ("# Time to quality\n\nGenerated by `python benchmarks/time_to_quality.py` from "
-              "`time_to_quality.json`. Training seconds only (evaluation after each epoch excluded).\n\n")
-    (RESULTS / "time_to_quality.md").write_text(header + table)
+    header = (f"# Time to quality\n\nGenerated by `python benchmarks/time_to_quality.py` from "
+              f"`{json_path.name}`. Training seconds only (evaluation after each epoch excluded).\n\n")
+    results.mkdir(parents=True, exist_ok=True)
+    (results / f"{args.name}.md").write_text(header + table)
     if entries:
-        plot(entries, RESULTS / "time_to_quality.png")
+        plot(entries, results / f"{args.name}.png")
     print(table)
     return 0
 

@@ -18,6 +18,7 @@ os.environ["BNN_OFFLINE"] = "1"
 
 
 def pytest_collection_modifyitems(config, items):
+    _deselect_gpu_tests_without_cuda(config, items)
     for item in items:
         if "data_dir" in getattr(item, "fixturenames", ()) and item.get_closest_marker("fulldata") is None:
             item.add_marker(pytest.mark.fulldata)
@@ -44,3 +45,27 @@ def isolated_data_env(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("BNN_CACHE_DIR", str(cache))
     monkeypatch.setenv("BNN_OFFLINE", "1")
     return cache
+
+
+# --- GPU tests (`-m gpu`, tests/test_gpu.py) ------------------------------------------------------
+# Without CUDA they are deselected, never skipped-as-passed: the summary says how many did not run.
+_GPU_NOT_RUN: list[str] = []
+
+
+def _deselect_gpu_tests_without_cuda(config, items) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if gpu:
+        _GPU_NOT_RUN.extend(item.nodeid for item in gpu)
+        items[:] = [item for item in items if item.get_closest_marker("gpu") is None]
+        config.hook.pytest_deselected(items=gpu)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if _GPU_NOT_RUN:
+        terminalreporter.write_line(
+            f"GPU tests NOT RUN: {len(_GPU_NOT_RUN)} (no CUDA device here; benchmarks/gpu_check.sh runs them "
+            "on a CUDA machine)", yellow=True)

@@ -1,0 +1,98 @@
+"""Every family on a CUDA GPU: trains, predicts in every mode, round-trips through the store,
+and agrees with the CPU.
+
+Run with `python -m pytest -m gpu` (benchmarks/gpu_check.sh does). Without CUDA these tests are
+deselected and the session's summary says how many were not run (tests/conftest.py): they are
+never reported as passed on a machine that cannot run them.
+
+What "agrees" means here. The GPU and the CPU draw different random numbers, so a network trained
+on each differs; what must agree is (1) the same weights giving the same numbers on both devices
+(deterministic modes to 1e-4 in probability: float32 matmuls reassociate differently), and (2) a
+GPU-trained run reaching the accuracy a CPU-trained run of the same config reaches, within the
+spread seeds give on this tiny problem (0.1 on two-moons).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from core.predict.modes import PredictionMode
+from core.runs import RunConfig
+from core.runs.training import load_run, train_run
+
+from tests.support import VARIANT_IDS, VARIANTS
+
+pytestmark = pytest.mark.gpu
+
+CUDA = torch.device("cuda")
+DETERMINISTIC_MODES = [mode.value for mode in PredictionMode if not mode.draws_samples()]
+
+
+def tiny_config(family: str, options: dict, **changes) -> RunConfig:
+    values = {"dataset": "two-moons", "hidden": [16, 16], "method": family, "family_options": dict(options),
+              "train": {"epochs": 30}, "seed": 0}
+    values.update(changes)
+    return RunConfig.from_dict(values)
+
+
+@pytest.fixture(scope="module")
+def cuda_available():
+    if not torch.cuda.is_available():  # deselected by conftest; this guards a direct `pytest tests/test_gpu.py::...`
+        pytest.skip("no CUDA device: the GPU tests were not run")
+
+
+@pytest.mark.parametrize("family,options", VARIANTS, ids=VARIANT_IDS)
+def test_family_trains_predicts_and_round_trips_on_the_gpu(family, options, tmp_path, cuda_available):
+    check_family_on("cuda", family, options, tmp_path)
+
+
+def check_family_on(device: str, family: str, options: dict, tmp_path) -> None:
+    """The checks, for any device (run on "cpu" it checks the checks' own plumbing)."""
+    config = tiny_config(family, options)
+    run = train_run(config, cache_dir=tmp_path, device=device)
+    assert all(p.device.type == device for p in run.model.parameters())
+    x_test = run.dataset().x_test
+    gpu_predictions = {}
+    for mode in PredictionMode:
+        prediction = run.predict(x_test, mode=mode.value, samples=8, seed=3)
+        assert np.isfinite(prediction.probs).all(), mode
+        np.testing.assert_allclose(prediction.probs.sum(axis=1), 1.0, atol=1e-5)
+        gpu_predictions[mode.value] = prediction.probs
+
+    # The store: loaded back onto the GPU, the same numbers bit for bit (same device, same seed).
+    again = load_run(run.run_id, cache_dir=tmp_path, device=device)
+    for mode, probs in gpu_predictions.items():
+        np.testing.assert_array_equal(again.predict(x_test, mode=mode, samples=8, seed=3).probs, probs)
+
+    # The same weights on the CPU: deterministic modes agree to float32 reassociation.
+    on_cpu = load_run(run.run_id, cache_dir=tmp_path, device="cpu")
+    for mode in DETERMINISTIC_MODES:
+        np.testing.assert_allclose(on_cpu.predict(x_test, mode=mode).probs, gpu_predictions[mode], atol=1e-4)
+
+    # A CPU-trained run of the same config reaches the same quality.
+    cpu_run = train_run(config, cache_dir=tmp_path / "cpu", device="cpu")
+    gpu_accuracy = float((gpu_predictions["mpm-mean"].argmax(axis=1) == run.dataset().y_test).mean())
+    cpu_accuracy = float((cpu_run.predict(x_test, mode="mpm-mean").probs.argmax(axis=1)
+                          == run.dataset().y_test).mean())
+    assert abs(gpu_accuracy - cpu_accuracy) <= 0.1, (gpu_accuracy, cpu_accuracy)
+
+
+def test_regression_run_on_the_gpu_matches_the_cpu(tmp_path, cuda_available):
+    config = tiny_config("lbbnn", {}, dataset="toy-sine-gaps", likelihood="gaussian", train={"epochs": 40})
+    run = train_run(config, cache_dir=tmp_path, device="cuda")
+    on_cpu = load_run(run.run_id, cache_dir=tmp_path, device="cpu")
+    x = run.dataset().x_test
+    np.testing.assert_allclose(on_cpu.predict(x, mode="mean").mean, run.predict(x, mode="mean").mean,
+                               rtol=1e-4, atol=1e-4)
+    assert np.isfinite(run.predict(x, mode="bma", samples=16).mean).all()
+
+
+def test_the_gpu_is_where_the_work_runs(tmp_path, cuda_available):
+    """A guard on the check itself: train_run(device="cuda") must not silently fall back to the CPU."""
+    config = tiny_config("lbbnn", {}, train={"epochs": 1})
+    before = torch.cuda.memory_allocated(CUDA)
+    run = train_run(config, cache_dir=tmp_path, device="cuda")
+    assert next(run.model.parameters()).device.type == "cuda"
+    assert torch.cuda.memory_allocated(CUDA) > before
