@@ -11,7 +11,8 @@
 #   3. `fast-mnist` to Table 2's quality on the GPU (benchmarks/time_to_quality.py);
 #   4. prediction throughput: sampled networks per second on the 10,000 test images
 #      (benchmarks/gpu_throughput.py).
-# Full MNIST comes from $BNN_DATA_DIR, else ../shared/data or shared/data when present.
+# Full MNIST comes from $BNN_DATA_DIR, else the shared data folder beside the clone (as .ci/run sets it)
+# or shared/data inside it, when present.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
@@ -28,7 +29,7 @@ for arg in "$@"; do
 done
 
 if [ -z "${BNN_DATA_DIR:-}" ]; then
-  for candidate in ../shared/data shared/data; do
+  for candidate in "$(cd .. && pwd)/shared/data" "$ROOT/shared/data"; do
     if [ -d "$candidate" ]; then export BNN_DATA_DIR="$(cd "$candidate" && pwd)"; break; fi
   done
 fi
