@@ -11,7 +11,7 @@ A lesson is a small TOML file (schema in docs/lessons.md; the shipped ones are i
     text = "Markdown shown in the lesson panel."
     run = { dataset = "two-moons", method = "lbbnn", hidden = [16, 16] }   # a RunConfig, or
     # preset = "quick-mnist"              # a preset's name (one of run / preset, or neither)
-    view = { threshold = 0.5, mode = "mpm-mean", R = 20, ood = ["uniform-noise"] }
+    view = { threshold = 0.5, mode = "mpm-mean", R = 20, ood = ["uniform-noise"] }   # as a shared link
     hide = ["method", "prior"]            # controls the step hides (names in HIDEABLE_CONTROLS)
 
 Every value is checked by one rule here before the app uses it: a file that does not parse, a key
@@ -37,7 +37,7 @@ PAGES = ("train", "inclusion", "pruning", "uncertainty", "compare", "playground"
 # What a step can hide, as TensorFlow Playground's per-control flags: each name is a control of the app.
 HIDEABLE_CONTROLS = ("dataset", "method", "hidden", "prior", "epochs", "seed", "threshold", "mode", "samples",
                      "ood", "weights", "download", "train_button", "sidebar_runs", "playback")
-VIEW_KEYS = ("threshold", "mode", "R", "ood", "weights", "epoch")
+VIEW_KEYS = ("threshold", "mode", "R", "ood", "epoch")  # what a shared link sets (dashboard/links.py)
 STEP_KEYS = ("page", "title", "text", "run", "preset", "view", "hide")
 LESSON_KEYS = ("title", "summary", "step")
 NAME_PATTERN = r"[a-z0-9][a-z0-9-]{0,47}"
@@ -65,6 +65,11 @@ class LessonStep:
         if self.preset is not None:
             return get_preset(self.preset)
         return RunConfig.from_dict(dict(self.run)) if self.run is not None else None
+
+    def run_id(self, data_dir: Any = None) -> str | None:
+        """The stored id the step's run has (or would have once trained); None when it shows none."""
+        config = self.run_config()
+        return None if config is None else config.run_id(config.load_dataset(data_dir).fingerprint)
 
 
 @dataclass(frozen=True)
@@ -105,7 +110,7 @@ def _text(value: Any, where: str, max_chars: int = MAX_TEXT_CHARS) -> str:
 
 
 def _view(value: Any, where: str) -> dict[str, Any]:
-    from core.predict.modes import PredictionMode, WeightChoice
+    from core.predict.modes import PredictionMode
 
     if not isinstance(value, Mapping):
         raise InputError(f"{where}: expected a table like {{ threshold = 0.5, R = 20 }}")
@@ -117,8 +122,6 @@ def _view(value: Any, where: str) -> dict[str, Any]:
         view["mode"] = validate.one_of(value["mode"], f"{where}.mode", [m.value for m in PredictionMode])
     if "R" in value:
         view["R"] = validate.whole_number(value["R"], f"{where}.R", 1, VIEW_MAX_SAMPLES)
-    if "weights" in value:
-        view["weights"] = validate.one_of(value["weights"], f"{where}.weights", [w.value for w in WeightChoice])
     if "epoch" in value:
         view["epoch"] = validate.whole_number(value["epoch"], f"{where}.epoch", 0, 100_000)
     if "ood" in value:

@@ -194,7 +194,14 @@ def render(page_out: list | None = None) -> None:
     navigation = st.navigation(pages)
     if page_out is not None:
         page_out.append(navigation.url_path or DEFAULT_PAGE)
+    names = {page.url_path or DEFAULT_PAGE: page for page in pages}
+    from dashboard import lesson_panel
+
+    with guard("Lesson link"):
+        lesson_panel.follow_address(names)  # ?lesson=&step=&hide= (a step opens its page: before any drawing)
     st.sidebar.title(APP_TITLE)
+    with guard("Lesson"):
+        lesson_panel.render(names)
     # No st.spinner here: it starts a timer thread on every rerun of every session, and the run
     # list is read from memory (the first paint of a fresh server says "Starting" above).
     run_picker()
@@ -205,7 +212,6 @@ def render(page_out: list | None = None) -> None:
 
     if PAGE_PARAM in st.query_params and not st.session_state.get("page_link_followed"):
         st.session_state["page_link_followed"] = True
-        names = {page.url_path or DEFAULT_PAGE: page for page in pages}
         requested = links.accept(PAGE_PARAM, lambda text: links.parse_page(text, names))
         if requested is not None and requested != (navigation.url_path or DEFAULT_PAGE):
             st.switch_page(names[requested])

@@ -27,6 +27,7 @@ from core.runs import parsing
 from core import limits, validate  # noqa: F401
 from core.settings import Setting, register  # noqa: F401
 from core.validate import plain  # noqa: F401
+from core.lessons import HIDEABLE_CONTROLS, load_lesson, lesson_names  # noqa: F401  (the lesson panel's door)
 
 # The vocabulary and its help live on PredictionMode; these are the dashboard's views of it.
 PREDICTION_MODES: tuple[str, ...] = tuple(mode.value for mode in PredictionMode)
