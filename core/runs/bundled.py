@@ -1,0 +1,55 @@
+"""Runs shipped with the app, so that a class opening a shipped lesson waits for no training.
+
+The bundle (assets/lessons/store/) is an ordinary run store: the same folders, manifests and
+checksums as the user's. On the app's first start each bundled run the user's store lacks is read
+through the bundle store's verified read (every checksum checked) and written into the user's store
+by its atomic write, like any trained run; a damaged bundled run is skipped and said, never copied.
+`python -m scripts.bundle_lesson_runs` trains the shipped lessons' runs and writes the bundle.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.data.locations import ASSETS_DIR
+from core.errors import RunStoreError
+from core.runs.store import RunContents, RunStore
+
+BUNDLE_DIR = ASSETS_DIR / "lessons" / "store"
+
+
+def bundle_store(folder: str | Path | None = None) -> RunStore:
+    return RunStore(BUNDLE_DIR if folder is None else folder)
+
+
+def bundled_run_ids(folder: str | Path | None = None) -> list[str]:
+    store = bundle_store(folder)
+    return [run_id for run_id in store.run_ids() if store.exists(run_id)]
+
+
+def copy_run(source: RunStore, target: RunStore, run_id: str) -> None:
+    """One run from `source` into `target`, verified on reading and written atomically."""
+    stored = source.read(run_id, touch=False)
+    contents = RunContents(config=stored.config, info=stored.info, state_dict=stored.state_dict,
+                           metrics=stored.metrics, history=stored.history, summaries=stored.summaries,
+                           snapshots=source.read_snapshots(run_id))
+    target.write(run_id, contents, replace=False)
+
+
+def install_bundled_runs(store: RunStore | str | Path | None = None, folder: str | Path | None = None
+                         ) -> tuple[list[str], list[str]]:
+    """Copy every bundled run the store lacks into it. Returns (installed ids, problems): a bundled
+    run that fails its checks is a problem (one line), not an installed run."""
+    target = store if isinstance(store, RunStore) else RunStore(store)
+    source = bundle_store(folder)
+    installed, problems = [], []
+    for run_id in bundled_run_ids(folder):
+        if target.exists(run_id):
+            continue
+        try:
+            copy_run(source, target, run_id)
+        except RunStoreError as exc:
+            problems.append(f"bundled run {run_id} was not installed: {exc}")
+            continue
+        installed.append(run_id)
+    return installed, problems

@@ -1,0 +1,56 @@
+"""Train the shipped lessons' runs and write them into the bundle (assets/lessons/store/).
+
+    python -m scripts.bundle_lesson_runs [--check]
+
+Each distinct run of every lesson in assets/lessons/ is trained (or taken from the cache when it
+is there) and copied into the bundle; runs no lesson shows any more are removed from it. With
+--check nothing is trained: the command fails, naming them, when a lesson's run is not bundled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only check that every lesson's run is bundled")
+    args = parser.parse_args(argv)
+
+    from core.lessons import lesson_names, load_lesson
+    from core.runs import train_run
+    from core.runs.bundled import BUNDLE_DIR, bundle_store, bundled_run_ids, copy_run
+    from core.runs.store import RunStore
+
+    wanted: dict[str, object] = {}
+    for name in lesson_names():
+        for config in load_lesson(name).run_configs():
+            wanted[config.run_id(config.load_dataset().fingerprint)] = (name, config)
+    bundled = set(bundled_run_ids())
+    if args.check:
+        missing = [f"{run_id} ({name}: {config.method} on {config.dataset})"
+                   for run_id, (name, config) in wanted.items() if run_id not in bundled]
+        if missing:
+            print("not bundled: " + "; ".join(missing) + ". Run `python -m scripts.bundle_lesson_runs`.",
+                  file=sys.stderr)
+            return 1
+        print(f"all {len(wanted)} lesson runs are bundled")
+        return 0
+    bundle, cache = bundle_store(), RunStore()
+    for run_id, (name, config) in wanted.items():
+        if run_id in bundled:
+            continue
+        print(f"{name}: training {config.method} on {config.dataset} ({run_id})", flush=True)
+        run = train_run(config, cache_dir=None)
+        copy_run(cache, bundle, run.run_id)
+    for run_id in bundled - set(wanted):
+        print(f"removing {run_id}: no lesson shows it")
+        shutil.rmtree(BUNDLE_DIR / "runs" / run_id)
+    print(f"{len(wanted)} runs bundled in {BUNDLE_DIR}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

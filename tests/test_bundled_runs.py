@@ -1,0 +1,59 @@
+"""Runs shipped with the app (core/runs/bundled.py): installed into the user's store verified and
+whole, a damaged one refused, and every shipped lesson's run bundled (so a lesson starts at once)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.runs import RunConfig, load_run, train_run
+from core.runs.bundled import bundled_run_ids, install_bundled_runs
+from core.runs.store import RunStore
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bundle")
+    run = train_run(RunConfig(dataset="two-moons", hidden=(6,), train={"epochs": 2}), cache_dir=folder)
+    return folder, run.run_id
+
+
+def test_a_bundled_run_installs_verified_and_predicts_the_same(bundle, tmp_path):
+    folder, run_id = bundle
+    installed, problems = install_bundled_runs(tmp_path, folder=folder)
+    assert installed == [run_id] and problems == []
+    original, copy = load_run(run_id, cache_dir=folder), load_run(run_id, cache_dir=tmp_path)
+    x = original.dataset().x_test
+    np.testing.assert_array_equal(copy.predict(x, mode="bma", samples=4).probs,
+                                  original.predict(x, mode="bma", samples=4).probs)
+    assert copy.snapshots() is not None and copy.snapshots().n_epochs == original.snapshots().n_epochs
+    # a second start installs nothing and changes nothing
+    assert install_bundled_runs(tmp_path, folder=folder) == ([], [])
+
+
+def test_a_damaged_bundled_run_is_refused_not_copied(bundle, tmp_path):
+    folder, run_id = bundle
+    damaged = tmp_path / "damaged"
+    import shutil
+
+    shutil.copytree(folder, damaged)
+    weights = next((damaged / "runs" / run_id).glob("*.safetensors"))
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    target = tmp_path / "store"
+    installed, problems = install_bundled_runs(target, folder=damaged)
+    assert installed == [] and len(problems) == 1 and run_id in problems[0] and "\n" not in problems[0]
+    assert not RunStore(target).exists(run_id)
+
+
+def test_every_shipped_lesson_run_is_bundled():
+    """A class opening a shipped lesson waits for no training: each of its runs is in the bundle."""
+    from core.lessons import lesson_names, load_lesson
+
+    bundled = set(bundled_run_ids())
+    for name in lesson_names():
+        for config in load_lesson(name).run_configs():
+            run_id = config.run_id(config.load_dataset().fingerprint)
+            assert run_id in bundled, (f"lesson {name}: {config.method} on {config.dataset} ({run_id}) is not "
+                                       "bundled; run `python -m scripts.bundle_lesson_runs`")
