@@ -948,3 +948,124 @@ def server_folders() -> list[tuple[Path, str]]:
     if data_dir is not None:
         folders.append((Path(data_dir), f"${DATA_DIR_ENV}"))
     return folders
+
+
+# --- issue 27: calibration and decision views; the gap lesson side by side (one block, the calib door) ------
+# The numbers are core.predict.metrics'; these only pick the arrays a cached prediction holds
+# (original units for regression: target_std 1) and return plain numpy / dicts for the caches.
+
+CALIBRATION_BINS = 15  # the reliability diagram's bins: `evaluate`'s default ece_bins, so the ECEs agree
+INTERVAL_LEVELS = (0.5, 0.8, 0.9, 0.95, 0.99)  # central intervals offered on the pages
+# A NUTS reference is trusted only at these diagnostics (issue 27's targets; stricter than the
+# warnings core.reference attaches): otherwise drawn with a warning and never called truth.
+TRUST_RHAT, TRUST_ESS = 1.01, 400.0
+GAP_DRAWS = 100  # draws of the side-by-side bands (benchmarks/toy_regression.py and laplace_gaps.py use 100)
+NON_FACTORISED_FAMILY = "laplace"
+
+
+def classifier_calibration(arrays: dict[str, np.ndarray], y: np.ndarray, bins: int = CALIBRATION_BINS
+                           ) -> dict[str, Any]:
+    """The reliability diagram's bins and ECE, the risk-coverage curve with its AURC, and the
+    per-input entropy split's means, of a test-set prediction's arrays."""
+    from core.predict.metrics import classification
+    table = classification.reliability(arrays["probs"], y, bins)
+    curve = classification.risk_coverage(arrays["probs"], y, DOUBT_LEVEL)
+    return {"reliability": table, "risk_coverage": curve,
+            "entropy_split": entropy_split_means(arrays["probs_per_draw"])}
+
+
+def entropy_split_means(probs_per_draw: np.ndarray) -> dict[str, float]:
+    """Means over inputs of core's entropy split (total, aleatoric, epistemic; nats)."""
+    from core.predict.metrics import classification
+    return {part: float(values.mean()) for part, values in classification.entropy_split(probs_per_draw).items()}
+
+
+def doubt_point(probs: np.ndarray, y: np.ndarray, level: float) -> dict[str, Any]:
+    """The decision at one doubt level: decide where the max probability exceeds it (core's rule)."""
+    from core.predict.metrics import classification
+    point = classification.doubt_decision(probs, y, level)
+    return {"level": float(level), "coverage": point["fraction"], "count": point["count"],
+            "accuracy": point["accuracy"], "risk": None if point["accuracy"] is None else 1.0 - point["accuracy"]}
+
+
+def regression_calibration(arrays: dict[str, np.ndarray], y: np.ndarray,
+                           levels: Sequence[float] = INTERVAL_LEVELS) -> dict[str, Any]:
+    """The calibration curve, the PIT histogram and interval coverage / mean width at `levels` of a
+    prediction's Gaussian mixture over draws (arrays and y in original units)."""
+    from core.predict.metrics import regression
+    means, stds = arrays["mean_per_draw"], arrays["std_per_draw"]
+    pit = regression.pit_values(means, stds, y)
+    return {"curve": regression.calibration_curve_of_pit(pit), "pit": regression.pit_histogram(pit),
+            "intervals": regression.interval_metrics_of(
+                pit, lambda q: regression.mixture_quantiles(means, stds, q), levels)}
+
+
+def gap_ratio(x_grid: np.ndarray, x_train: np.ndarray, band: np.ndarray) -> float:
+    """Band width inside the gaps over width near the data (core's band_width_ratios)."""
+    from core.predict.metrics.regression import band_width_ratios
+    return band_width_ratios(x_grid, x_train, band)["gap_ratio"]
+
+
+def reference_warning(diagnostics: dict[str, Any]) -> str | None:
+    """Why a NUTS reference is not to be trusted (R-hat > TRUST_RHAT or ESS < TRUST_ESS, or none
+    recorded), or None when it passes both."""
+    rhat = diagnostics.get("function_rhat_max")
+    ess = diagnostics.get("function_ess_min")
+    noise_rhat, noise_ess = diagnostics.get("noise_rhat"), diagnostics.get("noise_ess")
+    rhat = max([v for v in (rhat, noise_rhat) if v is not None], default=None)
+    ess = min([v for v in (ess, noise_ess) if v is not None], default=None)
+    failed = []
+    if rhat is None or not math.isfinite(rhat) or rhat > TRUST_RHAT:
+        failed.append(f"R-hat {'?' if rhat is None else f'{rhat:.3f}'} > {TRUST_RHAT}")
+    if ess is None or not math.isfinite(ess) or ess < TRUST_ESS:
+        failed.append(f"ESS {'?' if ess is None else f'{ess:.0f}'} < {TRUST_ESS:.0f}")
+    return f"not converged ({', '.join(failed)}): not the truth" if failed else None
+
+
+def architecture(hidden: Sequence[int], in_features: int = 1) -> str:
+    return "-".join(str(w) for w in (in_features, *hidden, 1))
+
+
+def reference_function_band(run: Any, x: np.ndarray) -> dict[str, Any] | None:
+    """The cached NUTS reference of the run's data (as reference_bands finds it): mean and sd of its
+    function draws on x (original units), its gap ratio, architecture and trust; None when none."""
+    from core.reference import ReferenceStore
+    store = ReferenceStore()
+    dataset = run.dataset()
+    ref_id = store.find_for_dataset(dataset.fingerprint, hidden=tuple(run.config.hidden))
+    if ref_id is None:
+        return None
+    posterior = store.read(ref_id)
+    means, _ = posterior.predictive(x)
+    sd = means.std(axis=0)
+    diagnostics = dict(posterior.diagnostics)
+    return {"mean": means.mean(axis=0), "sd": sd, "gap_ratio": gap_ratio(x, dataset.x_train, sd),
+            "reference_id": ref_id, "hidden": list(posterior.config.hidden),
+            "architecture": architecture(posterior.config.hidden, dataset.in_features),
+            "draws": posterior.n_samples, "diagnostics": diagnostics, "warning": reference_warning(diagnostics)}
+
+
+def partner_run_id(rows: Sequence[dict[str, Any]], run: Any, non_factorised: bool) -> str | None:
+    """A cached run of the same dataset to draw beside `run`: of the non-factorised family (or, with
+    False, of a mean-field one), the same seed first, then the newest. None when there is none."""
+    def wanted(row: dict[str, Any]) -> bool:
+        if row.get("status", "ok") != "ok" or row.get("dataset") != run.config.dataset:
+            return False
+        if row.get("run_id") == getattr(run, "run_id", None):
+            return False
+        is_nf = row.get("method") == NON_FACTORISED_FAMILY
+        return is_nf if non_factorised else (not is_nf and row.get("method") != "fnn")
+    candidates = [r for r in rows if wanted(r)]
+    if not candidates:
+        return None
+    same_seed = [r for r in candidates if (r.get("config") or {}).get("seed") == run.config.seed]
+    return str((same_seed or candidates)[-1]["run_id"])
+
+
+def non_factorised_config(run: Any) -> Any:
+    """The `laplace` run offered beside `run`: same dataset, split and seed, the family's defaults."""
+    from core.runs.config import RunConfig
+    config = run.config
+    return RunConfig.from_dict({"dataset": config.dataset, "split": config.split,
+                                "dataset_params": dict(config.dataset_params or {}), "data_seed": config.data_seed,
+                                "method": NON_FACTORISED_FAMILY, "seed": config.seed})

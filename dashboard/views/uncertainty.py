@@ -1,4 +1,5 @@
-"""Predictive uncertainty: regression bands, per-image class probabilities, OOD entropy ECDFs."""
+"""Predictive uncertainty: regression bands, per-image class probabilities, OOD entropy ECDFs, and the
+calibration and decision views (dashboard/calibration_panels.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import streamlit as st
 
 from dashboard.backend import plain
 from dashboard import altair_spec, backend, cache, explain, figures, links, state
+from dashboard import calibration_panels as calibration
 from dashboard.ui import guard
 
 N_IMAGES = 6
@@ -95,9 +97,16 @@ def regression_section() -> None:
                    "(needs requirements-reference.txt) adds one to this chart.")
     else:
         d = reference["diagnostics"]
-        st.caption(f"NUTS reference {reference['reference_id']} (1-{'-'.join(map(str, reference['hidden']))}-1, "
+        net = backend.architecture(reference["hidden"], dataset.in_features)
+        if list(reference["hidden"]) != list(run.config.hidden):
+            net += f", not the run's {backend.architecture(run.config.hidden, dataset.in_features)}"
+        st.caption(f"NUTS reference {reference['reference_id']} ({net}, "
                    f"{reference['draws']} draws; function R-hat max {d.get('function_rhat_max', float('nan')):.3f}, "
                    f"ESS min {d.get('function_ess_min', float('nan')):.0f}).")
+        untrusted = backend.reference_warning(d)
+        if untrusted:
+            st.warning(plain(f"NUTS reference {untrusted}: its band is one more approximation (trusted at R-hat <= "
+                             f"{backend.TRUST_RHAT} and ESS >= {backend.TRUST_ESS:.0f})."))
         for warning in d.get("warnings", []):
             st.warning(plain(f"NUTS reference: {warning}"))
 
@@ -170,6 +179,11 @@ def surface_section() -> None:
 if dataset.task == "regression":
     with guard("Predicting the bands"):
         regression_section()
+    with guard("Calibration"):
+        calibration.regression_section(run_id, mode, draws, effective)
+    if dataset.x_grid is not None and dataset.in_features == 1:
+        with guard("Mean-field, non-factorised and NUTS bands"):
+            calibration.gap_lesson(run, dataset)
 else:
     if dataset.in_features == 2:
         with guard("Predicting the decision surface"):
@@ -178,3 +192,6 @@ else:
         per_image_section()
     with guard("Predicting the OOD sets"):
         ood_section()
+    with guard("Calibration and decisions"):
+        calibration.classifier_section(run_id, dataset, mode, draws, effective,
+                                       tuple(st.session_state.get("ood_sets") or ()), OOD_INPUTS)
