@@ -110,8 +110,9 @@ def doubt_slider(key: str = "doubt_level") -> float:
                            help=f"{backend.DOUBT_LEVEL:g} is the doubt level of the metric cards (marked on the curve)"))
 
 
-def classifier_section(run_id: str, dataset: Any, mode: str, samples: int, threshold: float | None,
-                       ood_sets: Sequence[str], n_ood: int) -> None:
+def classifier_section(run_id: str, dataset: Any, mode: str, samples: int, threshold: float | None) -> None:
+    """Reliability diagram and risk-coverage curve with the doubt slider: first on the page, so the
+    diagram is drawn before the per-input and OOD predictions run."""
     st.subheader("Calibration and decisions")
     level = doubt_slider()
     numbers = classifier_calibration(run_id, mode, samples, threshold, 0)
@@ -129,6 +130,13 @@ def classifier_section(run_id: str, dataset: Any, mode: str, samples: int, thres
                f"ranking of the same errors: {curve['optimal_aurc']:.4f}, excess {curve['excess_aurc']:.4f}). "
                f"At doubt level {level:g}: {point['count']} of {dataset.n_test} inputs decided "
                f"(coverage {point['coverage']:.3f}), {decided}.")
+
+
+def entropy_split_section(run_id: str, dataset: Any, mode: str, samples: int, threshold: float | None,
+                          ood_sets: Sequence[str], n_ood: int) -> None:
+    """Mean entropy split in-domain and on the OOD sets the page's OOD section uses."""
+    st.subheader("Entropy split: aleatoric and epistemic")
+    numbers = classifier_calibration(run_id, mode, samples, threshold, 0)
     parts = {f"{dataset.name} (in-domain)": numbers["entropy_split"]}
     for name in ood_sets:
         with guard(f"OOD set {name}"):

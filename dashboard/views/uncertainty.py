@@ -185,6 +185,8 @@ if dataset.task == "regression":
         with guard("Mean-field, non-factorised and NUTS bands"):
             calibration.gap_lesson(run, dataset)
 else:
+    with guard("Calibration and decisions"):
+        calibration.classifier_section(run_id, dataset, mode, draws, effective)
     if dataset.in_features == 2:
         with guard("Predicting the decision surface"):
             surface_section()
@@ -192,6 +194,6 @@ else:
         per_image_section()
     with guard("Predicting the OOD sets"):
         ood_section()
-    with guard("Calibration and decisions"):
-        calibration.classifier_section(run_id, dataset, mode, draws, effective,
-                                       tuple(st.session_state.get("ood_sets") or ()), OOD_INPUTS)
+    with guard("Splitting the entropy"):
+        calibration.entropy_split_section(run_id, dataset, mode, draws, effective,
+                                          tuple(st.session_state.get("ood_sets") or ()), OOD_INPUTS)
