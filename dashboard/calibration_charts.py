@@ -102,7 +102,7 @@ def risk_coverage_curve(coverage: Sequence[float], risk: Sequence[float], aurc: 
                         colour: str | None = None) -> alt.LayerChart:
     """Risk (error rate of the decided inputs) against coverage (the fraction decided) as the doubt
     level moves from the top confidence down (Geifman & El-Yaniv 2017); AURC in the title.
-    points: decisions to mark, name -> {level, coverage, risk} (the slider's and the 0.95 level)."""
+    points: decisions to mark, name -> {level, coverage, risk}; the first in red (the 0.95 level)."""
     frame = risk_coverage_frame(coverage, risk, threshold)
     tooltip = [alt.Tooltip("coverage:Q", format=".3f"), alt.Tooltip("risk:Q", format=".4f")]
     if threshold is not None:
@@ -115,7 +115,7 @@ def risk_coverage_curve(coverage: Sequence[float], risk: Sequence[float], aurc: 
         layers.append(alt.Chart(marks).mark_point(size=90, filled=True).encode(
             x="coverage:Q", y="risk:Q",
             color=alt.Color("decision:N", title="doubt level", legend=alt.Legend(orient="bottom"),
-                            scale=alt.Scale(range=[MARK_COLOUR, "black"])),
+                            scale=alt.Scale(domain=list(points), range=[MARK_COLOUR, "black"])),
             shape="decision:N", tooltip=["decision:N", alt.Tooltip("level:Q", format=".4f"),
                                          alt.Tooltip("coverage:Q", format=".3f"), alt.Tooltip("risk:Q", format=".4f")]))
     return alt.layer(*layers).properties(title=f"risk-coverage: AURC {aurc:.4f}", width=WIDTH, height=HEIGHT)

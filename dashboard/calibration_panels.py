@@ -244,13 +244,28 @@ def offer_non_factorised(run: Any) -> None:
 
 # --- the Compare page ------------------------------------------------------------------------------------
 
+def compare_mode() -> str:
+    return st.selectbox("Prediction mode", list(backend.PREDICTION_MODES), key="compare_calibration_mode",
+                        format_func=lambda m: f"{m} ({backend.MODE_HELP[m].split(':')[0]})",
+                        help="every run predicts in this mode; modes with a cut use each family's default threshold")
+
+
+def run_setting(run_id: str, mode: str) -> tuple[int, float | None]:
+    """(R, threshold) of `mode` for one run on the Compare page: R = COMPARE_SAMPLES where the mode
+    draws, the family's default cut where it cuts (as the table of modes does)."""
+    spec = cache.threshold_range(run_id)
+    samples = COMPARE_SAMPLES if backend.mode_draws_samples(mode) else 1
+    return samples, backend.mode_threshold(mode, spec.default, spec.default)
+
+
 def compare_section(shown: Sequence[tuple[str, str, str]], task: str) -> None:
-    """Calibration of several runs (bma, R = COMPARE_SAMPLES, seed 0), overlaid in family colours."""
+    """Calibration of several runs in one mode (R = COMPARE_SAMPLES, seed 0), overlaid in family colours."""
     st.subheader("Calibration")
+    mode = compare_mode()
     if task == "classification":
         runs, rows = [], []
         for run_id, label, family in shown:
-            numbers = classifier_calibration(run_id, "bma", COMPARE_SAMPLES, None, 0)
+            numbers = classifier_calibration(run_id, mode, *run_setting(run_id, mode), 0)
             table, curve, split = numbers["reliability"], numbers["risk_coverage"], numbers["entropy_split"]
             runs.append({"label": label, "family": family, **{k: table[k] for k in
                                                               ("edges", "count", "confidence", "accuracy", "ece")},
@@ -264,14 +279,14 @@ def compare_section(shown: Sequence[tuple[str, str, str]], task: str) -> None:
             st.vega_lite_chart(altair_spec.spec(charts.compare_risk_coverage(runs)), key="compare_risk_coverage")
         st.dataframe(pd.DataFrame(rows).style.format({c: "{:.4f}" for c in rows[0] if c != "run"}),
                      hide_index=True, key="compare_calibration_table")
-        st.caption(f"bma, R = {COMPARE_SAMPLES}, test set. ECE over {backend.CALIBRATION_BINS} bins; AURC: area under "
+        st.caption(f"{mode}, R = {COMPARE_SAMPLES} where it draws, test set. ECE over {backend.CALIBRATION_BINS} bins; AURC: area under "
                    "risk against coverage (excess: above the best ranking of the same errors); aleatoric and "
                    "epistemic: mean entropy split (nats).")
     else:
         levels = level_select("compare_interval_levels")
         runs, rows = [], []
         for run_id, label, family in shown:
-            numbers = regression_calibration(run_id, "bma", COMPARE_SAMPLES, None, 0, levels)
+            numbers = regression_calibration(run_id, mode, *run_setting(run_id, mode), 0, levels)
             curve = numbers["curve"]
             runs.append({"label": label, "family": family, "nominal": curve["nominal"], "observed": curve["observed"]})
             row = {"run": label, "calibration gap": curve["mean_abs_gap"], "PIT KS": numbers["pit"]["ks_statistic"]}
@@ -281,5 +296,5 @@ def compare_section(shown: Sequence[tuple[str, str, str]], task: str) -> None:
         st.vega_lite_chart(altair_spec.spec(charts.compare_calibration_curves(runs)), key="compare_calibration_curves")
         st.dataframe(pd.DataFrame(rows).style.format({c: "{:.4g}" for c in rows[0] if c != "run"}),
                      hide_index=True, key="compare_calibration_table")
-        st.caption(f"bma, R = {COMPARE_SAMPLES}, test set, original units. Calibration gap: mean |observed - "
+        st.caption(f"{mode}, R = {COMPARE_SAMPLES} where it draws, test set, original units. Calibration gap: mean |observed - "
                    "nominal| coverage over 19 levels; PIT KS: distance of the PIT values from uniform.")

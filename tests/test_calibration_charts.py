@@ -90,6 +90,8 @@ def test_risk_coverage_chart_thins_the_curve_and_keeps_its_ends():
     assert marks == [{"decision": "0.95", "level": 0.95, "coverage": pytest.approx(at["coverage"]),
                       "risk": pytest.approx(at["risk"])}]
     assert any(f"AURC {curve['aurc']:.4f}" in t for t in titles(spec))
+    (scale,) = [e["scale"] for e in _encodings(spec, "color") if "scale" in e]
+    assert scale["domain"] == ["0.95"] and scale["range"][0] == charts.MARK_COLOUR  # 0.95 in red
 
 
 def test_doubt_point_is_the_brute_force_decision():

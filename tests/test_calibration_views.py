@@ -214,6 +214,17 @@ def test_compare_page_tables_cores_calibration_for_classifiers_and_regressions(s
         assert table["ECE"].iloc[position] == pytest.approx(expected["ece"])
         assert table["AURC"].iloc[position] == pytest.approx(expected["aurc"])
         assert table["epistemic"].iloc[position] == pytest.approx(expected["entropy_split"]["epistemic"])
+    # Another mode: every run predicts in it (mean weights: one network, no epistemic part).
+    at.selectbox(key="compare_calibration_mode").set_value("mean").run()
+    assert_clean(at)
+    table = table_with(at, "AURC")
+    from core.predict import evaluate
+    for position, key in enumerate(("moons", "moons_bnn")):
+        expected = evaluate(store[key].model, store[key].dataset(), "mean", 1, seed=0)
+        assert table["ECE"].iloc[position] == pytest.approx(expected["ece"])
+        assert table["AURC"].iloc[position] == pytest.approx(expected["aurc"])
+        assert table["epistemic"].iloc[position] == pytest.approx(0.0, abs=1e-12)
+    at.selectbox(key="compare_calibration_mode").set_value("bma").run()
     at.selectbox(key="compare_dataset").set_value("toy-sine-gaps").run()
     at.multiselect(key="compare_runs").set_value([store["sine"].run_id, store["laplace"].run_id]).run()
     assert_clean(at)
