@@ -293,3 +293,14 @@ def gap_panels(x_grid: Sequence[float], panels: Sequence[Mapping[str, Any]], x_t
     highs = [float(np.nanmax(_floats(p["high"]))) for p in panels] + [float(np.max(_floats(y_train)))]
     domain = (min(lows), max(highs))
     return alt.hconcat(*[gap_panel(x_grid, p, x_train, y_train, domain) for p in panels])
+
+
+def with_warning(chart: alt.TopLevelMixin, warning: str | None) -> alt.TopLevelMixin:
+    """`chart` with `warning` as a red subtitle under its title (unchanged when None): a failed
+    reference is said on the chart itself, not only beside it."""
+    if not warning:
+        return chart
+    title = chart.title
+    text = title.text if isinstance(title, alt.TitleParams) else (title if isinstance(title, str) else "")
+    return chart.properties(title=alt.TitleParams(text=text, subtitle=[warning], subtitleColor=WARNING_COLOUR,
+                                                  subtitleFontWeight="bold"))

@@ -270,3 +270,17 @@ def test_partner_run_prefers_the_same_seed_and_the_right_kind():
     assert backend.partner_run_id(rows[:1], run, non_factorised=True) == "a"
     assert backend.partner_run_id(rows, run, non_factorised=False) == "d"
     assert backend.partner_run_id(rows[2:3], run, non_factorised=True) is None
+
+
+def test_a_failed_reference_is_said_on_the_bands_chart_itself():
+    grid = np.linspace(0, 1, 5)
+    reference = {"low": grid - 1, "high": grid + 1, "mean": grid}
+    bands = figures.regression_bands(grid[:, None], grid, grid * 0 + 0.1, grid * 0 + 0.2, grid[:, None], grid,
+                                     reference=reference)
+    plain = altair_spec.spec(charts.with_warning(bands, None))
+    assert plain["title"] == altair_spec.spec(bands)["title"]
+    warning = backend.reference_warning({"function_rhat_max": 1.12, "function_ess_min": 10.0})
+    title = altair_spec.spec(charts.with_warning(bands, f"NUTS reference {warning}"))["title"]
+    assert title["text"] == plain["title"] and "purple: NUTS reference" in title["text"]
+    assert title["subtitle"] == ["NUTS reference not converged (R-hat 1.120 > 1.01, ESS 10 < 400): not the truth"]
+    assert title["subtitleColor"] == charts.WARNING_COLOUR

@@ -181,6 +181,7 @@ def test_mean_field_laplace_and_nuts_side_by_side_with_gap_ratios_and_a_warning(
     from dashboard.calibration_charts import REFERENCE_COLOUR
     bands = (at.get("arrow_vega_lite_chart") + at.get("vega_lite_chart"))[0].proto.spec
     assert "NUTS reference" in bands and REFERENCE_COLOUR in bands and "#f58518" not in bands
+    assert json.loads(bands)["title"]["subtitle"][0].startswith("NUTS reference not converged (ESS 40 < 400)")
     assert "1-16-1, not the run's 1-8-1" in captions(at)
     # On the laplace run, the mean-field run is its partner, drawn first.
     at = open_page(laplace.run_id, "uncertainty")
