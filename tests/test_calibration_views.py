@@ -236,3 +236,24 @@ def test_compare_page_tables_cores_calibration_for_classifiers_and_regressions(s
         assert table["calibration gap"].iloc[position] == pytest.approx(expected["calibration_gap"])
         assert table["PIT KS"].iloc[position] == pytest.approx(expected["pit_ks"])
         assert table["width 0.95"].iloc[position] == pytest.approx(expected["intervals"]["0.95"]["width"], rel=1e-6)
+
+
+# --- the Playground ---------------------------------------------------------------------------------------------
+
+def test_playground_prints_the_gap_ratio_of_its_band(tmp_path, monkeypatch):
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.run()
+    at.switch_page("views/playground.py").run()
+    assert_clean(at)
+    at.slider(key="play_epochs").set_value(200).run()
+    training = at.session_state["playground_job"][1]
+    training.join(timeout=120)
+    at.run()
+    assert_clean(at)
+    picture = training.snapshot()
+    data = training._dataset
+    assert data.in_features == 1  # the playground opens on a 1-D toy
+    from core.predict.metrics.regression import band_width_ratios
+    expected = band_width_ratios(picture["x_plot"], data.x_train, picture["epistemic_std"])["gap_ratio"]
+    assert any(t.endswith(f"gap ratio of the epistemic band {expected:.2f}") for t in spec_titles(at)), spec_titles(at)
