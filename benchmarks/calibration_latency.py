@@ -95,20 +95,20 @@ def main(argv: list[str] | None = None) -> int:
 
     net = "-".join(map(str, (784, *hidden, 10)))
     lines = ["# Reliability diagram latency on the Uncertainty page (issue 27)", "",
-             f"Setting: {args.dataset}, LBBNN {net}, {args.epochs} epoch(s), run {run.run_id}, bma R = 10 (the page's "
-             f"default), {run.dataset().n_test} test inputs; server side under streamlit's AppTest, 2 CPU cores shared.",
-             "", f"Command: `BNN_OFFLINE=1 PYTHONPATH=. python benchmarks/calibration_latency.py --hidden {args.hidden} "
-             f"--repeats {args.repeats}`", "",
-             f"Machine load average (1/5/15 min) before {'/'.join(f'{v:.2f}' for v in load_before)}, after "
-             f"{'/'.join(f'{v:.2f}' for v in load_after)}.", "",
-             "| open (time from opening the page until the diagram's spec is built) | n | median ms | max ms | "
-             "target ms | verdict |", "|---|---|---|---|---|---|",
+             (f"Setting: {args.dataset}, LBBNN {net}, {args.epochs} epoch(s), run {run.run_id}, bma R = 10 (the page's "
+             f"default), {run.dataset().n_test} test inputs; server side under streamlit's AppTest, 2 CPU cores shared."),
+             "", (f"Command: `BNN_OFFLINE=1 PYTHONPATH=. python benchmarks/calibration_latency.py --hidden {args.hidden} "
+             f"--repeats {args.repeats}`"), "",
+             (f"Machine load average (1/5/15 min) before {'/'.join(f'{v:.2f}' for v in load_before)}, after "
+             f"{'/'.join(f'{v:.2f}' for v in load_after)}."), "",
+             ("| open (time from opening the page until the diagram's spec is built) | n | median ms | max ms | "
+             "target ms | verdict |"), "|---|---|---|---|---|---|",
              row("first open (predicts the test set)", [first[0]]),
              row("cached opens (new sessions)", [c[0] for c in cached]), "",
              "| whole page script | n | median ms | max ms |", "|---|---|---|---|",
              f"| first open | 1 | {first[1] * 1000:.0f} | {first[1] * 1000:.0f} |",
-             f"| cached opens | {len(cached)} | {statistics.median(c[1] for c in cached) * 1000:.0f} | "
-             f"{max(c[1] for c in cached) * 1000:.0f} |", ""]
+             (f"| cached opens | {len(cached)} | {statistics.median(c[1] for c in cached) * 1000:.0f} | "
+             f"{max(c[1] for c in cached) * 1000:.0f} |"), ""]
     Path(args.out).write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))
     return 0
