@@ -154,7 +154,9 @@ def entropy_split_section(run_id: str, dataset: Any, mode: str, samples: int, th
 def level_select(key: str = "interval_levels") -> tuple[float, ...]:
     chosen = st.multiselect("Interval levels", list(backend.INTERVAL_LEVELS), default=list(DEFAULT_LEVELS),
                             key=key, format_func=lambda v: f"{v:g}")
-    return tuple(sorted(float(v) for v in chosen)) or DEFAULT_LEVELS
+    if not chosen:
+        st.info("Choose one or more interval levels: the table below lists none.")
+    return tuple(sorted(float(v) for v in chosen))
 
 
 def regression_section(run_id: str, mode: str, samples: int, threshold: float | None) -> None:
@@ -258,8 +260,10 @@ def run_setting(run_id: str, mode: str) -> tuple[int, float | None]:
     return samples, backend.mode_threshold(mode, spec.default, spec.default)
 
 
-def compare_section(shown: Sequence[tuple[str, str, str]], task: str) -> None:
-    """Calibration of several runs in one mode (R = COMPARE_SAMPLES, seed 0), overlaid in family colours."""
+def compare_section(shown: Sequence[tuple[str, str, str]], task: str, ood: str | None = None,
+                    n_ood: int = 1000) -> None:
+    """Calibration of several runs in one mode (R = COMPARE_SAMPLES, seed 0), overlaid in family colours;
+    for classifiers also the epistemic entropy on OOD set `ood` (n_ood inputs, as the page's ECDFs)."""
     st.subheader("Calibration")
     mode = compare_mode()
     if task == "classification":
@@ -272,6 +276,9 @@ def compare_section(shown: Sequence[tuple[str, str, str]], task: str) -> None:
                          "coverage": curve["coverage"], "risk": curve["risk"], "aurc": curve["aurc"]})
             rows.append({"run": label, "ECE": table["ece"], "AURC": curve["aurc"], "excess AURC": curve["excess_aurc"],
                          "aleatoric": split["aleatoric"], "epistemic": split["epistemic"]})
+            if ood is not None:
+                out = ood_entropy_split(run_id, ood, mode, *run_setting(run_id, mode), 0, n_ood)
+                rows[-1].update({f"aleatoric ({ood})": out["aleatoric"], f"epistemic ({ood})": out["epistemic"]})
         left, right = st.columns(2)
         with left:
             st.vega_lite_chart(altair_spec.spec(charts.compare_reliability(runs)), key="compare_reliability")
@@ -281,7 +288,7 @@ def compare_section(shown: Sequence[tuple[str, str, str]], task: str) -> None:
                      hide_index=True, key="compare_calibration_table")
         st.caption(f"{mode}, R = {COMPARE_SAMPLES} where it draws, test set. ECE over {backend.CALIBRATION_BINS} bins; AURC: area under "
                    "risk against coverage (excess: above the best ranking of the same errors); aleatoric and "
-                   "epistemic: mean entropy split (nats).")
+                   "epistemic: mean entropy split (nats), on the test set and on the OOD set chosen above.")
     else:
         levels = level_select("compare_interval_levels")
         runs, rows = [], []

@@ -100,6 +100,16 @@ def core_evaluate(run, **options):
     return evaluate(run.model, run.dataset(), "bma", 10, seed=0, **options)
 
 
+def ood_split(run, name, n=1000):
+    from core.data import load_ood
+    from core.predict import predict
+    from core.predict.metrics.classification import entropy_split
+    dataset = run.dataset()
+    x = load_ood(dataset, name, seed=0, n=min(n, len(dataset.x_test)))
+    split = entropy_split(predict(run.model, x, "bma", 10, seed=0).probs_per_draw)
+    return {part: float(values.mean()) for part, values in split.items()}
+
+
 # --- the Uncertainty page --------------------------------------------------------------------------------
 
 def test_classifier_panels_show_cores_ece_aurc_entropy_split_and_the_doubt_slider(store):
@@ -119,6 +129,10 @@ def test_classifier_panels_show_cores_ece_aurc_entropy_split_and_the_doubt_slide
     for part in ("total", "aleatoric", "epistemic"):
         assert inside[part] == pytest.approx(expected["entropy_split"][part], rel=1e-9)
     assert len(split) >= 2  # the page's OOD sets, out of domain
+    for _, row in split[split["set"] != "two-moons (in-domain)"].iterrows():
+        expected_out = ood_split(run, row["set"])
+        assert row["epistemic"] == pytest.approx(expected_out["epistemic"], rel=1e-9)
+        assert row["aleatoric"] == pytest.approx(expected_out["aleatoric"], rel=1e-9)
     assert np.allclose(split["aleatoric"] + split["epistemic"], split["total"])
     # The doubt slider moves the decision: the caption counts what core's rule decides at 0.8.
     at.slider(key="doubt_level").set_value(0.8).run()
@@ -215,6 +229,10 @@ def test_compare_page_tables_cores_calibration_for_classifiers_and_regressions(s
         assert table["ECE"].iloc[position] == pytest.approx(expected["ece"])
         assert table["AURC"].iloc[position] == pytest.approx(expected["aurc"])
         assert table["epistemic"].iloc[position] == pytest.approx(expected["entropy_split"]["epistemic"])
+        # Out of domain: the split of the page's OOD set (its first n inputs, seed 0), from core's functions.
+        ood = at.selectbox(key="compare_ood").value
+        assert table[f"epistemic ({ood})"].iloc[position] == pytest.approx(
+            ood_split(store[key], ood)["epistemic"], rel=1e-9)
     # Another mode: every run predicts in it (mean weights: one network, no epistemic part).
     at.selectbox(key="compare_calibration_mode").set_value("mean").run()
     assert_clean(at)

@@ -49,6 +49,7 @@ with guard("Comparing pruning curves"):
                "and predicts with the mean weights of what it keeps. Add an `fnn` run of this dataset to see "
                "plain magnitude pruning of a deterministic network at the same densities.")
 
+ood = None  # the OOD set chosen below (classifiers); the calibration table reads it too
 with guard("Comparing uncertainty"):
     if first.task == "classification":
         choices = backend.ood_set_names(first)
@@ -66,7 +67,7 @@ with guard("Comparing uncertainty"):
                    "solid one (AUROC near 1).")
 
 with guard("Comparing calibration"):
-    calibration.compare_section(shown, first.task)
+    calibration.compare_section(shown, first.task, ood, OOD_INPUTS)
 
 with guard("The table of modes"):
     records = []
