@@ -162,6 +162,10 @@ def test_regression_panels_show_cores_calibration_curve_and_intervals(store):
     assert list(intervals["level"]) == [0.8, 0.99]
     assert list(intervals["mean width"]) == pytest.approx([expected["intervals"][k]["width"] for k in ("0.8", "0.99")],
                                                           rel=1e-6)
+    at.multiselect(key="interval_levels").set_value([]).run()  # none chosen: said, never silently the defaults
+    assert_clean(at)
+    assert any("Choose one or more interval levels" in i.value for i in at.info)
+    assert table_with(at, "mean width").empty
 
 
 def band_gap_ratio(run, samples=100):
