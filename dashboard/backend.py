@@ -949,3 +949,12 @@ def server_folders() -> list[tuple[Path, str]]:
     if data_dir is not None:
         folders.append((Path(data_dir), f"${DATA_DIR_ENV}"))
     return folders
+
+
+# The calibration and decision views and the gap lesson's side-by-side bands: their rules live in core.
+from core.predict.metrics.calibration import (CALIBRATION_BINS, GAP_DRAWS, INTERVAL_LEVELS,  # noqa: E402,F401
+                                              classifier_calibration, doubt_point, entropy_split_means,
+                                              gap_ratio, regression_calibration)
+from core.reference.trust import (TRUST_ESS, TRUST_RHAT, architecture, reference_function_band,  # noqa: E402,F401
+                                  reference_warning)
+from core.runs.partners import NON_FACTORISED_FAMILY, non_factorised_config, partner_run_id  # noqa: E402,F401

@@ -34,6 +34,7 @@ FAMILY_COLOURS = {
     "sparse-vd": "#D55E00", "fnn": "#000000", "laplace": "#882255",
 }
 OTHER_FAMILY_COLOUR = "#666666"  # a family missing from the table (none should be)
+REFERENCE_COLOUR = "#5E3C99"  # the NUTS reference: no family's, far from bnn's orange (calibration_charts too)
 
 
 def family_colour(family: str | None) -> str:
@@ -393,7 +394,7 @@ def regression_frame(x_grid: np.ndarray, mean: np.ndarray, epistemic_std: np.nda
 
 
 def reference_layers(x_grid: np.ndarray, reference: dict | None) -> list:
-    """The NUTS reference's 5-95% band (orange outline) and mean (orange dashes), when given."""
+    """The NUTS reference's 5-95% band (purple outline) and mean (purple dashes), when given."""
     if reference is None:
         return []
     frame = pd.DataFrame({"x": np.asarray(x_grid, dtype=np.float64).ravel(),
@@ -401,9 +402,9 @@ def reference_layers(x_grid: np.ndarray, reference: dict | None) -> list:
                           "ref_high": np.asarray(reference["high"], dtype=np.float64).ravel(),
                           "ref_mean": np.asarray(reference["mean"], dtype=np.float64).ravel()})
     base = alt.Chart(frame).encode(x="x:Q")
-    return [base.mark_line(color="#f58518", strokeWidth=1.5).encode(y="ref_low:Q"),
-            base.mark_line(color="#f58518", strokeWidth=1.5).encode(y="ref_high:Q"),
-            base.mark_line(color="#f58518", strokeDash=[2, 2]).encode(y="ref_mean:Q")]
+    return [base.mark_line(color=REFERENCE_COLOUR, strokeWidth=1.5).encode(y="ref_low:Q"),
+            base.mark_line(color=REFERENCE_COLOUR, strokeWidth=1.5).encode(y="ref_high:Q"),
+            base.mark_line(color=REFERENCE_COLOUR, strokeDash=[2, 2]).encode(y="ref_mean:Q")]
 
 
 BAND_COLOUR, MEAN_COLOUR = "#4c78a8", "#1f3b73"  # a model's bands and mean where no family is given
@@ -434,7 +435,7 @@ def _finish_bands(layers: list, x: Any, x_train: np.ndarray, y_train: np.ndarray
                            "y": np.asarray(y_train, dtype=np.float64).ravel()})
     layers.append(alt.Chart(points).mark_circle(color="#e45756", size=18, opacity=0.8).encode(x="x:Q", y="y:Q"))
     if reference is not None:
-        title += "; orange: NUTS reference 5-95% and mean"
+        title += "; purple: NUTS reference 5-95% and mean"
     return alt.layer(*layers).properties(title=title, width=640, height=340)
 
 

@@ -1,4 +1,4 @@
-"""Compare runs of one dataset: pruning curves, entropy ECDFs and the Hubin & Storvik (2024) table."""
+"""Compare runs of one dataset: pruning curves, entropy ECDFs, calibration and the Hubin & Storvik (2024) table."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import backend, cache, explain, figures, state
+from dashboard import calibration_panels as calibration
 from dashboard.ui import guard
 
 MAX_RUNS = 8
@@ -48,6 +49,7 @@ with guard("Comparing pruning curves"):
                "and predicts with the mean weights of what it keeps. Add an `fnn` run of this dataset to see "
                "plain magnitude pruning of a deterministic network at the same densities.")
 
+ood = None  # the OOD set chosen below (classifiers); the calibration table reads it too
 with guard("Comparing uncertainty"):
     if first.task == "classification":
         choices = backend.ood_set_names(first)
@@ -63,6 +65,9 @@ with guard("Comparing uncertainty"):
             st.dataframe(pd.DataFrame(aurocs).style.format({f"AUROC ({ood})": "{:.3f}"}), hide_index=True)
         st.caption("bma with R = 10 draws. A run that tells OOD inputs apart has its dashed curve far right of its "
                    "solid one (AUROC near 1).")
+
+with guard("Comparing calibration"):
+    calibration.compare_section(shown, first.task, ood, OOD_INPUTS)
 
 with guard("The table of modes"):
     records = []

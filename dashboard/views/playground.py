@@ -109,6 +109,9 @@ def chart_specs(training: backend.PlaygroundTraining, picture: dict, show_main: 
         main = figures.regression_bands(picture["x_plot"], picture["mean"], picture["epistemic_std"],
                                         picture["total_std"], data.x_train, data.unstandardise(data.y_train),
                                         true_mean, colour=figures.family_colour(training.config.method))
+        if data.in_features == 1:  # the gap lesson's number, as the Uncertainty page prints it
+            ratio = backend.gap_ratio(picture["x_plot"], data.x_train, picture["epistemic_std"])
+            main = main.properties(title=f"{main.title}; gap ratio of the epistemic band {ratio:.2f}")
     else:
         xs = np.unique(picture["x_plot"][:, 0])
         ys = np.unique(picture["x_plot"][:, 1])

@@ -1,4 +1,5 @@
-"""Predictive uncertainty: regression bands, per-image class probabilities, OOD entropy ECDFs."""
+"""Predictive uncertainty: regression bands, per-image class probabilities, OOD entropy ECDFs, and the
+calibration and decision views (dashboard/calibration_panels.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import streamlit as st
 
 from dashboard.backend import plain
 from dashboard import altair_spec, backend, cache, explain, figures, links, state
+from dashboard import calibration_charts, calibration_panels as calibration
 from dashboard.ui import guard
 
 N_IMAGES = 6
@@ -75,29 +77,39 @@ def regression_section() -> None:
         reference = reference_grid(run_id)
     true_mean = None if dataset.y_grid_mean is None else dataset.unstandardise(dataset.y_grid_mean)
     y_train = dataset.unstandardise(dataset.y_train)
+    # A reference that fails the diagnostics says so on the chart (calibration_charts.with_warning).
+    untrusted = None if reference is None else backend.reference_warning(reference["diagnostics"])
+    on_chart = None if untrusted is None else f"NUTS reference {untrusted}"
     if predictive == "mode":
         arrays = cache.grid_prediction(run_id, mode, draws, effective, 0)
-        st.vega_lite_chart(altair_spec.spec(figures.regression_bands(
+        st.vega_lite_chart(altair_spec.spec(calibration_charts.with_warning(figures.regression_bands(
             dataset.x_grid, arrays["mean"], np.sqrt(arrays["epistemic_variance"]), np.sqrt(arrays["total_variance"]),
-            dataset.x_train, y_train, true_mean, reference=reference, colour=figures.family_colour(run.config.method))))
+            dataset.x_train, y_train, true_mean, reference=reference, colour=figures.family_colour(run.config.method)),
+            on_chart)))
         st.caption("Epistemic: variance of the R draws' means; total adds the mean aleatoric variance. "
                    "With R = 1 or a mean mode the epistemic band is empty.")
     else:
         variant = "box" if predictive == "collapsed-box" else "gaussian"
         arrays = collapsed_grid(run_id, variant, samples, 0)
-        st.vega_lite_chart(altair_spec.spec(figures.quantile_bands(
+        st.vega_lite_chart(altair_spec.spec(calibration_charts.with_warning(figures.quantile_bands(
             dataset.x_grid, arrays["mean"], arrays["low"], arrays["high"], dataset.x_train, y_train, true_mean,
             reference=reference, title=f"collapsed ({variant}) predictive: mean and 5-95% band, R = {samples}",
-            colour=figures.family_colour(run.config.method))))
+            colour=figures.family_colour(run.config.method)), on_chart)))
         st.caption("The R bodies are those of bma with the same seed; the threshold is not used.")
     if reference is None:
         st.caption(f"No NUTS reference is cached for this dataset: `python -m core reference {dataset.name}` "
                    "(needs requirements-reference.txt) adds one to this chart.")
     else:
         d = reference["diagnostics"]
-        st.caption(f"NUTS reference {reference['reference_id']} (1-{'-'.join(map(str, reference['hidden']))}-1, "
+        net = backend.architecture(reference["hidden"], dataset.in_features)
+        if list(reference["hidden"]) != list(run.config.hidden):
+            net += f", not the run's {backend.architecture(run.config.hidden, dataset.in_features)}"
+        st.caption(f"NUTS reference {reference['reference_id']} ({net}, "
                    f"{reference['draws']} draws; function R-hat max {d.get('function_rhat_max', float('nan')):.3f}, "
                    f"ESS min {d.get('function_ess_min', float('nan')):.0f}).")
+        if untrusted:
+            st.warning(plain(f"NUTS reference {untrusted}: its band is one more approximation (trusted at R-hat <= "
+                             f"{backend.TRUST_RHAT} and ESS >= {backend.TRUST_ESS:.0f})."))
         for warning in d.get("warnings", []):
             st.warning(plain(f"NUTS reference: {warning}"))
 
@@ -170,7 +182,14 @@ def surface_section() -> None:
 if dataset.task == "regression":
     with guard("Predicting the bands"):
         regression_section()
+    with guard("Calibration"):
+        calibration.regression_section(run_id, mode, draws, effective)
+    if dataset.x_grid is not None and dataset.in_features == 1:
+        with guard("Mean-field, non-factorised and NUTS bands"):
+            calibration.gap_lesson(run, dataset)
 else:
+    with guard("Calibration and decisions"):
+        calibration.classifier_section(run_id, dataset, mode, draws, effective)
     if dataset.in_features == 2:
         with guard("Predicting the decision surface"):
             surface_section()
@@ -178,3 +197,6 @@ else:
         per_image_section()
     with guard("Predicting the OOD sets"):
         ood_section()
+    with guard("Splitting the entropy"):
+        calibration.entropy_split_section(run_id, dataset, mode, draws, effective,
+                                          tuple(st.session_state.get("ood_sets") or ()), OOD_INPUTS)
