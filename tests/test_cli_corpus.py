@@ -226,7 +226,7 @@ def _run_in_thread(argv: list[str]) -> tuple[object, str, str]:
             result.append(main(argv))
         except SystemExit as exc:  # argparse
             result.append(exc.code)
-        except BaseException as exc:  # noqa: BLE001: reported below as the failure it is
+        except BaseException as exc:  # reported below as the failure it is
             import traceback
             err.write(traceback.format_exc())
             result.append(exc)
