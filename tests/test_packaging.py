@@ -146,7 +146,7 @@ def setting_sys_path(tree: ast.AST) -> list[int]:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(is_sys_path(t) or (isinstance(t, ast.Subscript) and is_sys_path(t.value)) for t in targets):
                 lines.append(node.lineno)
-    return lines
+    return sorted(lines)
 
 
 def test_the_sys_path_finder_finds_each_form():
