@@ -108,6 +108,7 @@ def test_grid_cli_runs_only_the_named_setups(tmp_path, capsys):
     assert [cell["setup"] for cell in cells] == ["other"]
 
 
+@pytest.mark.slow  # starting a local Ray instance: 12 s in CI
 def test_ray_backend_on_a_local_instance(tmp_path, grid_file):
     import ray  # a declared test dependency (requirements-test.txt)
 
