@@ -164,6 +164,7 @@ def test_slots_come_from_the_environment(monkeypatch):
 
 # --- the dashboard's train function: a child process ------------------------------------------------
 
+@pytest.mark.slow  # trains in a child process: 8 s CPU
 def test_a_training_in_a_child_process_stores_the_run_this_process_would_train(tmp_path, monkeypatch):
     import torch
 
