@@ -32,6 +32,7 @@ def _csv_rows(path):
         return {row["method"]: row for row in csv.DictReader(handle)}
 
 
+@pytest.mark.slow  # two worker processes, each importing torch: 16 s CPU
 def test_local_grid_with_two_workers_writes_medians_min_max(tmp_path, grid_file):
     lines = []
     result = run_grid(load_grid(str(grid_file)), cache_dir=tmp_path / "cache", backend="local", workers=2,
