@@ -1,8 +1,8 @@
 """The admission cost model (core.cost) against measurement: peak memory and time of real work.
 
-    python benchmarks/admission_model.py            # measures what is missing, writes the table
-    python benchmarks/admission_model.py --table    # only rewrites the table from the measurements
-    python benchmarks/admission_model.py --quick    # the cases under a million weights only
+    python -m benchmarks.admission_model            # measures what is missing, writes the table
+    python -m benchmarks.admission_model --table    # only rewrites the table from the measurements
+    python -m benchmarks.admission_model --quick    # the cases under a million weights only
 
 Each case runs in a fresh child process (one PyTorch thread, the classroom setting): the child
 imports torch and core, runs the speed probe the server runs at start-up (core.cost.measure_speed),
@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
 MEASURED = RESULTS / "admission_model.json"
 TABLE = RESULTS / "admission_model.md"
@@ -174,7 +173,7 @@ def measure(cases: list[dict]) -> dict:
         print(f"measuring {key}", flush=True)
         with tempfile.TemporaryDirectory() as store:
             env = {**os.environ, "BNN_CACHE_DIR": store, "OMP_NUM_THREADS": "1", **BEYOND_LIMITS}
-            done = subprocess.run([sys.executable, __file__, "--child", key], cwd=ROOT, env=env,
+            done = subprocess.run([sys.executable, "-m", "benchmarks.admission_model", "--child", key], cwd=ROOT, env=env,
                                   capture_output=True, text=True, timeout=900)
         if done.returncode != 0:
             print(done.stderr[-3000:], flush=True)
@@ -252,7 +251,7 @@ def write_table(measured: dict) -> None:
     lines = [
         "# Admission cost model against measurement",
         "",
-        "`python benchmarks/admission_model.py` (each case in a fresh child process, one PyTorch thread;",
+        "`python -m benchmarks.admission_model` (each case in a fresh child process, one PyTorch thread;",
         "`--table` rewrites this table from benchmarks/results/admission_model.json with the current model).",
         "",
         "Memory: peak resident set added by the work (VmHWM after, minus VmRSS before; the peak is reset",
@@ -296,7 +295,6 @@ def main() -> None:
                              "load 4-10, mostly the 3000-wide trainings)")
     args = parser.parse_args()
     if args.child:
-        sys.path.insert(0, str(ROOT))
         print(json.dumps(child(json.loads(args.child))))
         return
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ reference DATASET`, computed here when missing):
 Writes benchmarks/results/bands_vs_reference.{md,json,png}. Needs
 requirements-reference.txt (pyro-ppl, matplotlib).
 
-    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/bands_vs_reference.py [--datasets toy-cubic] [--families bnn,lbbnn]
+    OMP_NUM_THREADS=1 python -m benchmarks.bands_vs_reference [--datasets toy-cubic] [--families bnn,lbbnn]
 
 `results_section()` returns the markdown section from the stored JSON, for the
 generated benchmarks/RESULTS.md.
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,6 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "benchmarks" / "results"
 JSON_PATH = RESULTS / "bands_vs_reference.json"

@@ -1,6 +1,6 @@
 """A classroom against one `streamlit run`: N concurrent sessions, two of them training.
 
-    python benchmarks/classroom_load.py --sessions 30          # writes benchmarks/results/classroom_load.md
+    python -m benchmarks.classroom_load --sessions 30          # writes benchmarks/results/classroom_load.md
 
 Starts `streamlit run dashboard/app.py` on 127.0.0.1 (a free port, never another
 address) with its own run store, trains the browsed runs into it first if they
@@ -588,7 +588,7 @@ async def run_class(url: str, runs: list[str], scenario: Scenario, report: Repor
                 for s in sessions[:trainers]]
     await asyncio.sleep(3.0)  # the trainings start first, as in class
     browsing = []
-    for index, session in enumerate(sessions[trainers:]):
+    for session in sessions[trainers:]:
         browsing.append(asyncio.create_task(browse(session, report, scenario, runs, deadline, trainer_labels,
                                                    random.Random(rng.random()))))
         await asyncio.sleep(0.1)  # students do not all click in the same millisecond
@@ -678,7 +678,8 @@ def table(report: Report) -> str:
         "- server: " + ", ".join(f"{name}={value}" for name, value in report.server_settings.items()),
         f"- errors: {len(report.errors)}; cross-session leaks: {len(report.leaks)}",
         f"- server memory (resident): {rss[0] if rss else float('nan'):.0f} MB after the teacher's first page, "
-        f"{max(rss) if rss else float('nan'):.0f} MB at most while sampled, peak (VmHWM) {report.peak_memory_mb:.0f} MB",
+        f"{max(rss) if rss else float('nan'):.0f} MB at most while sampled, "
+        f"peak (VmHWM) {report.peak_memory_mb:.0f} MB",
         f"- trainings: epochs seen by the two training sessions {sorted(report.training_epochs_seen.values())} "
         f"(BNN_MAX_TRAININGS=2, {s.training_hidden.replace(', ', '-')} on {s.dataset}, {s.training_epochs} epochs, "
         f"seeds {s.training_seed_base} and {s.training_seed_base + 1}: configs no earlier class stored; both "
@@ -730,7 +731,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--sessions: at least 3 (two of them train)")
     dataset = args.dataset
     if args.preset:
-        sys.path.insert(0, str(ROOT))
         from core.runs import RunConfig, get_preset
         preset = get_preset(args.preset)
         if not isinstance(preset, RunConfig):
@@ -745,7 +745,7 @@ def main(argv: list[str] | None = None) -> int:
     report = run_load_test(scenario, cache_dir=args.cache_dir)
     text = table(report)
     body = [f"# Classroom load test: {args.sessions} sessions on one `streamlit run`", "",
-            f"`python benchmarks/classroom_load.py --sessions {args.sessions}"
+            f"`python -m benchmarks.classroom_load --sessions {args.sessions}"
             f"{f' --preset {args.preset}' if args.preset else f' --dataset {dataset}'}"
             f"{'' if args.predict_slots is None else f' --predict-slots {args.predict_slots}'}` on "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "", text]

@@ -1,7 +1,7 @@
 """The dashboard's latency targets, measured through a real browser against `streamlit run`.
 
-    python benchmarks/dashboard_latency.py                       # mnist-small 784-400-600-10, bundled data
-    BNN_DATA_DIR=DATA python benchmarks/dashboard_latency.py --dataset mnist
+    python -m benchmarks.dashboard_latency                       # mnist-small 784-400-600-10, bundled data
+    BNN_DATA_DIR=DATA python -m benchmarks.dashboard_latency --dataset mnist
                                                                  # the issue's setting: full MNIST
     # writes benchmarks/results/dashboard_latency.md (--out to write elsewhere)
 
@@ -42,11 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # `python benchmarks/dashboard_latency.py` puts benchmarks/ first, not the root
-    sys.path.insert(0, str(ROOT))
+from benchmarks.classroom_load import Server, percentile
 
-from benchmarks.classroom_load import Server, percentile  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 RESULTS = ROOT / "benchmarks" / "results"
 CHROMIUM = "/usr/bin/chromium"

@@ -1,6 +1,6 @@
 """Why LBBNN over-prunes: the ELBO of the recipe's network against the ELBO-converged one.
 
-    python benchmarks/elbo_solutions.py [--preset fast-mnist] [--epochs 20] [--draws 5]
+    python -m benchmarks.elbo_solutions [--preset fast-mnist] [--epochs 20] [--draws 5]
 
 1. Trains (or loads from the run store) the preset: a tempered objective that stops near Hubin & Storvik (2024)
    Table 2's density.
@@ -20,13 +20,11 @@ import argparse
 import copy
 import dataclasses
 import json
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
 
 
@@ -134,13 +132,14 @@ def render_markdown(result: dict[str, Any]) -> str:
     gain = result["elbo_converged"]["elbo"] - result["recipe"]["elbo"]
     lines.append("")
     lines.append(f"The ELBO-trained network's ELBO is {gain:+.0f} nats ({gain / n:+.3f} per training example) "
-                 f"against the recipe's: {'higher, so the mean-field optimum is sparser than the recipe' if gain > 0 else 'lower'}. "
+                 "against the recipe's: "
+                 f"{'higher, so the mean-field optimum is sparser than the recipe' if gain > 0 else 'lower'}. "
                  f"N = {n}; {result['draws']} Monte Carlo passes; {result['date']}.")
     return "\n".join(lines) + "\n"
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    from figures import save, subplots
+    from benchmarks.figures import save, subplots
 
     t = result["trajectory"]
     epochs = [0] + [r["epoch"] for r in t]

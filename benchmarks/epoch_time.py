@@ -1,6 +1,6 @@
 """Time one training epoch per family against the plain deterministic MLP.
 
-    python benchmarks/epoch_time.py [--dataset mnist] [--device auto] [--families lbbnn,bnn,...] [--repeats 3]
+    python -m benchmarks.epoch_time [--dataset mnist] [--device auto] [--families lbbnn,bnn,...] [--repeats 3]
 
 Full MNIST, 784-400-600-10, batch 100, M = 1 (Hubin & Storvik 2024's setup). Each family
 runs in its own subprocess so the peak memory is its own; all of them run in
@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 PLAIN = "plain-mlp"
 

@@ -77,15 +77,15 @@ step() {  # step NAME CAP_SECONDS COMMAND...: runs, records status and seconds, 
 step "device tests (pytest -m gpu)" "$CAP_TESTS" \
   python -m pytest -q -p no:cacheprovider "${TESTS_SELECTION[@]}" --junitxml="$OUT/gpu_tests.xml"
 step "epoch time vs plain MLP" "$CAP_EPOCHS" \
-  python benchmarks/epoch_time.py --device "$DEVICE" --dataset "$DATASET" --hidden "$HIDDEN" \
+  python -m benchmarks.epoch_time --device "$DEVICE" --dataset "$DATASET" --hidden "$HIDDEN" \
     --families "$FAMILIES" --out "$OUT/epoch_time_gpu.md"
 QUALITY_NAME=time_to_quality_gpu
 step "$PRESET to Table 2's quality" "$CAP_QUALITY" \
-  python benchmarks/time_to_quality.py --preset "$PRESET" --seeds 0 --device "$DEVICE" \
+  python -m benchmarks.time_to_quality --preset "$PRESET" --seeds 0 --device "$DEVICE" \
     --target-accuracy 0.981 --target-density 0.08 --budget-minutes "$BUDGET_MINUTES" --name "$QUALITY_NAME" --results-dir "$OUT" \
     --hidden "$HIDDEN"
 step "prediction throughput" "$CAP_THROUGHPUT" \
-  python benchmarks/gpu_throughput.py --device "$DEVICE" --dataset "$DATASET" --hidden "$HIDDEN" \
+  python -m benchmarks.gpu_throughput --device "$DEVICE" --dataset "$DATASET" --hidden "$HIDDEN" \
     --families "$THROUGHPUT_FAMILIES" --samples "$SAMPLES" --out "$OUT/gpu_throughput.md"
 
 {

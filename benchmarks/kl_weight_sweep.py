@@ -1,6 +1,6 @@
 """Density and MED-MEA accuracy per epoch of LBBNN on full MNIST for several KL weights.
 
-    python benchmarks/kl_weight_sweep.py [--weights 1,0.1,0.05,0.02] [--epochs 15] [--preset fast-mnist]
+    python -m benchmarks.kl_weight_sweep [--weights 1,0.1,0.05,0.02] [--epochs 15] [--preset fast-mnist]
 
 Every run starts like the preset (a 3-epoch deterministic warm start, the same step sizes) and
 differs only in the KL's weight: 1 is the ELBO. After every epoch the median probability model
@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
 JSON_PATH = RESULTS / "kl_weight_sweep.json"
 
@@ -71,7 +69,7 @@ def render_markdown(entries: list[dict[str, Any]]) -> str:
 
 
 def plot(entries: list[dict[str, Any]], path: Path) -> None:
-    from figures import save, subplots
+    from benchmarks.figures import save, subplots
 
     fig, (ax_density, ax_acc) = subplots(2, (10, 3.8))
     for e in sorted(entries, key=lambda e: -e["kl_weight"]):

@@ -7,7 +7,7 @@ core.predict.metrics.regression.band_width_ratios, R = 100 draws as benchmarks/t
 measures them), the same ratios of the closed-form linearised band (no sampling), the tuned prior
 precision and the Laplace fit's time (the fit alone, timed again on the trained MAP net).
 
-    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/laplace_gaps.py [--seeds 0,1,2] [--hidden 64,64]
+    OMP_NUM_THREADS=1 python -m benchmarks.laplace_gaps [--seeds 0,1,2] [--hidden 64,64]
 
 Writes benchmarks/results/laplace_gaps.{md,json}; runs are cached in $BNN_CACHE_DIR.
 """
@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "benchmarks" / "results"
 DATASETS = ("toy-sine-gaps", "toy-cubic")
@@ -91,7 +90,8 @@ def render(result: dict[str, Any]) -> str:
         rmse_target = RMSE_TARGETS.get(row["dataset"], float("inf"))
         ok = (row["gap_ratio"] >= GAP_RATIO_TARGET and row["rmse"] <= rmse_target
               and row["fit_seconds"] <= FIT_SECONDS_TARGET)
-        lines.append(f"| {row['dataset']} | {row['seed']} | 1-{'-'.join(map(str, row['hidden']))}-1 {row.get('activation', 'relu')} | "
+        lines.append(f"| {row['dataset']} | {row['seed']} | "
+                     f"1-{'-'.join(map(str, row['hidden']))}-1 {row.get('activation', 'relu')} | "
                      f"{row['n_weights']} | {row['rmse']:.3f} | {row['map_rmse']:.3f} | "
                      f"{row['gap_ratio']:.2f} | "
                      f"{row['gap_ratio_closed_form']:.2f} | {row['outside_ratio']:.2f} | {row['prior_precision']:.3g} | "
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         for seed in [int(s) for s in args.seeds.split(",")]:
             rows.append(measure(dataset, seed, hidden, args.cache_dir, args.activation or None))
             print(json.dumps(rows[-1]), flush=True)
-    result = {"command": "OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/laplace_gaps.py " + " ".join(argv or sys.argv[1:]),
+    result = {"command": "OMP_NUM_THREADS=1 python -m benchmarks.laplace_gaps " + " ".join(argv or sys.argv[1:]),
               "date": datetime.date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
               "rows": rows}
     RESULTS.mkdir(parents=True, exist_ok=True)

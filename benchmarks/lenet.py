@@ -1,7 +1,7 @@
 """Bleahu's (2025) LeNet-300-100 experiment: sparse VD and variational dense, from scratch and from a
 trained deterministic net, pruned by the learned statistic and pruned at random at the same rates.
 
-    python benchmarks/lenet.py [--datasets mnist,fashion-mnist] [--methods sparse-vd,variational-dense]
+    python -m benchmarks.lenet [--datasets mnist,fashion-mnist] [--methods sparse-vd,variational-dense]
         [--starts warm-start,scratch] [--epochs E] [--warm-start-epochs W] [--kl-anneal-epochs A]
         [--random-masks 5] [--seed 0] [--data-dir DIR] [--cache-dir DIR]
 
@@ -47,7 +47,6 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "benchmarks" / "results"
 JSON_PATH = RESULTS / "lenet.json"
@@ -323,7 +322,7 @@ def accuracy_gaps(entry: dict[str, Any], limit: float = 1.0) -> list[tuple[str, 
     return gaps
 
 
-COMMAND = "python benchmarks/lenet.py --datasets mnist"
+COMMAND = "python -m benchmarks.lenet --datasets mnist"
 SETUP_DIFFERENCES = (
     "Known differences of setup, none of them measured yet as a cause: Bleahu's (2025) Algorithm 1 scales the KL by "
     "1/N relative to the standard ELBO (its loss is (N/M) L + lambda KL / N; we use the standard ELBO, so our KL weighs "
@@ -366,7 +365,8 @@ def gap_notes(entries: list[dict[str, Any]], limit: float = 1.0) -> list[str]:
                 if at_rates is not None and abs(100 * at_rates - published) <= limit:
                     text += (f": cutting our learned statistic at the paper's sparsity "
                              f"{_sparsity(paper['sparsity'], 1.0)} % instead of ours gives {100 * at_rates:.2f} % "
-                             f"(measured: within {limit:g} point of the paper at its sparsity, so our higher sparsity is the cause)")
+                             f"(measured: within {limit:g} point of the paper at its sparsity, "
+                             "so our higher sparsity is the cause)")
                 else:
                     text += ": cause not yet measured"
                     if at_rates is not None:
@@ -453,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--starts: unknown {s!r}; choose from {', '.join(STARTS)}")
     if args.random_masks < 1:
         parser.error("--random-masks: must be >= 1")
-    command = "python benchmarks/lenet.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    command = "python -m benchmarks.lenet " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     results = load_results()
     for dataset in datasets:
         for method in methods:

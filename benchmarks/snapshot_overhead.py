@@ -1,6 +1,6 @@
 """What the per-epoch snapshots (core/snapshots.py) cost: epoch time with and without, and bytes.
 
-    python benchmarks/snapshot_overhead.py [--dataset mnist-small] [--hidden 400,600] [--epochs 3] [--rounds 3]
+    python -m benchmarks.snapshot_overhead [--dataset mnist-small] [--hidden 400,600] [--epochs 3] [--rounds 3]
 
 Trains the same LBBNN (same seed) with snapshots on and off, interleaved over --rounds rounds so
 that both see the same load on a shared machine, and reports the median epoch time of each and
@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def timed_epochs(dataset, hidden, epochs: int, snapshots: bool) -> list[float]:
@@ -94,7 +92,7 @@ def main() -> None:
     lines = [
         "# Per-epoch snapshots: cost",
         "",
-        f"`python benchmarks/snapshot_overhead.py --dataset {args.dataset} --hidden {args.hidden} "
+        f"`python -m benchmarks.snapshot_overhead --dataset {args.dataset} --hidden {args.hidden} "
         f"--epochs {args.epochs} --rounds {args.rounds}` (1 thread, LBBNN, batch 100; {len(times[True])} epochs "
         "timed each way, interleaved; each epoch timed from one progress call to the next, so it includes its "
         "snapshot).",

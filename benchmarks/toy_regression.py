@@ -8,7 +8,7 @@ density, and the epistemic band (R = 100) inside the gaps and outside the data, 
 near the training points. The NUTS reference's gap ratio is added when a cached reference of the
 set exists (`python -m core reference toy-sine-gaps`, found in --reference-cache).
 
-    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/toy_regression.py [--seeds 0,1] [--reference-cache DIR]
+    OMP_NUM_THREADS=1 python -m benchmarks.toy_regression [--seeds 0,1] [--reference-cache DIR]
 
 Writes benchmarks/results/toy_regression.{md,json}; runs are cached in $BNN_CACHE_DIR.
 """
@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # core and benchmarks.* importable when run as a script
 
 RESULTS = ROOT / "benchmarks" / "results"
 OLD_LBBNN = {"bias_prior": "spike-and-slab", "init_inclusion_low": 0.1, "init_inclusion_high": 0.9}
@@ -180,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                            **measure(config_for(dataset, method, changes, seed), args.cache_dir)}
                     rows.append(row)
                     print(json.dumps(row), flush=True)
-    result = {"command": "python benchmarks/toy_regression.py " + " ".join(argv or sys.argv[1:]),
+    result = {"command": "python -m benchmarks.toy_regression " + " ".join(argv or sys.argv[1:]),
               "date": datetime.date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
               "datasets": datasets, "rows": rows,
               "references": {d: reference_gap_ratio(d, args.reference_cache) for d in datasets},

@@ -1,7 +1,7 @@
 """Why our best family loses to MC dropout on some UCI sets: variants of the shipped
 `uci-*` presets on a few splits, beside MC dropout on the same splits.
 
-    python benchmarks/uci_misses.py [--splits 0-2] [--cache-dir DIR] [--data-dir DIR]
+    python -m benchmarks.uci_misses [--splits 0-2] [--cache-dir DIR] [--data-dir DIR]
 
 Variants (each a `uci-*` preset with one change; trained runs are cached, so a rerun only
 evaluates): the presets' earlier constant step sizes (they now decay on a cosine); a deterministic
@@ -13,20 +13,16 @@ benchmarks/results/uci_misses.md: test LL and RMSE (original units, R = 100) per
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-for path in (ROOT, ROOT / "benchmarks"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+from benchmarks import uci_table
+from core.runs.presets import UCI_SCHEDULES, _uci
+from core.runs.training import train_run
 
-import uci_table  # noqa: E402
-from core.runs.presets import UCI_SCHEDULES, _uci  # noqa: E402
-from core.runs.training import train_run  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 OUT = ROOT / "benchmarks" / "results" / "uci_misses.md"
 
@@ -144,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     splits = uci_table.parse_splits(args.splits)
     rows = measure(splits, args.cache_dir, args.data_dir)
-    command = "python benchmarks/uci_misses.py --splits " + args.splits
+    command = "python -m benchmarks.uci_misses --splits " + args.splits
     args.out.write_text(render(rows, command), encoding="utf-8")
     print(f"wrote {args.out}")
     return 0

@@ -1,6 +1,6 @@
 """Time one training step of each UCI family against a plain PyTorch MLP of the same shape.
 
-    python benchmarks/uci_step_time.py [--set kin8nm] [--steps 1000] [--rounds 3] [--data-dir DIR]
+    python -m benchmarks.uci_step_time [--set kin8nm] [--steps 1000] [--rounds 3] [--data-dir DIR]
 
 The `uci-*` preset of each family (one hidden layer of 50, its batch size, the variational Gamma
 noise), split 0; the plain MLP is torch's nn.Linear/ReLU stack with a squared-error loss and the
@@ -17,13 +17,10 @@ import argparse
 import platform
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 OUT = ROOT / "benchmarks" / "results" / "uci_step_time.md"
 PLAIN = "plain-mlp"
@@ -105,7 +102,8 @@ def render(ms: dict[str, float], dataset: str, command: str) -> str:
     revision = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True).stdout.strip() or "unknown"
     lines = ["# UCI training step time", "",
-             f"`{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.processor() or platform.machine()}, "
+             f"`{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+             f"{platform.processor() or platform.machine()}, "
              f"torch {torch.__version__}, one thread, revision {revision}. Median over the rounds; the ratio is to "
              f"the plain MLP measured in the same rounds.", "",
              f"| family ({dataset}, `uci-*` preset) | ms per step | x plain MLP |", "|---|---|---|"]
@@ -124,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     dataset = args.set if args.set.startswith("uci-") else f"uci-{args.set}"
     ms = measure(dataset, args.steps, args.rounds, args.data_dir)
-    command = f"python benchmarks/uci_step_time.py --set {args.set} --steps {args.steps} --rounds {args.rounds}"
+    command = f"python -m benchmarks.uci_step_time --set {args.set} --steps {args.steps} --rounds {args.rounds}"
     text = render(ms, dataset, command)
     args.out.write_text(text, encoding="utf-8")
     print(text)

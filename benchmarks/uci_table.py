@@ -1,8 +1,8 @@
 """The UCI regression table: our families beside MC dropout on identical splits.
 
-    python benchmarks/uci_table.py run [--methods lbbnn,bnn,...] [--workers 2] [--sets boston,yacht]
+    python -m benchmarks.uci_table run [--methods lbbnn,bnn,...] [--workers 2] [--sets boston,yacht]
                                        [--splits 0-19] [--chunk 5]
-    python benchmarks/uci_table.py render [--methods ...] [--samples 100]
+    python -m benchmarks.uci_table render [--methods ...] [--samples 100]
 
 `run` trains every (set, family, split) of the `uci` grid preset that is not in the run store yet
 (`python -m core grid uci` trains the same runs; this command orders them split-major, in chunks of
@@ -36,14 +36,12 @@ from typing import Any, Iterable
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from core.data.locations import resolve_data_dir
+from core.data.uci import UCI_REGRESSION
+from core.errors import BNNError
+from core.runs.presets import PRESETS, UCI_DATASETS, GridSpec
 
-from core.data.locations import resolve_data_dir  # noqa: E402
-from core.data.uci import UCI_REGRESSION  # noqa: E402
-from core.errors import BNNError  # noqa: E402
-from core.runs.presets import PRESETS, UCI_DATASETS, GridSpec  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 FAMILIES = ("lbbnn", "bnn", "horseshoe", "concrete-dropout", "sparse-vd")
 SPARSE_FAMILIES = ("lbbnn", "horseshoe", "sparse-vd")
@@ -334,13 +332,15 @@ def render_markdown(summary: dict[str, Any] | None = None, *, records: list[dict
     lines = ["## UCI regression: test log-likelihood and RMSE against MC dropout", "",
              "One hidden layer of 50 ReLU units (100 for protein), the `uci-*` presets as shipped, the standard "
              "train/test splits. Test LL per test point in original units; mean ± standard error over the "
-             "row's splits (MC dropout's numbers are the per-split files of the reference: 4000 epochs (protein 2000), dropout rate and noise precision tuned on a "
+             "row's splits (MC dropout's numbers are the per-split files of the reference: 4000 epochs (protein 2000), "
+             "dropout rate and noise precision tuned on a "
              "validation split, 10,000 samples). Modes: `bma` averages posterior draws of structure and weights, "
              "`mpm` is the median probability model (sparse families), `collapsed` integrates the last layer "
-             "out. **Bold**: better mean test LL than MC dropout on the row's own splits (next column). Density: fraction of weights used "
+             "out. **Bold**: better mean test LL than MC dropout on the row's own splits (next column). "
+             "Density: fraction of weights used "
              "in that mode.", ""]
     if not summary["sets"]:
-        return "\n".join(lines + ["No UCI runs are stored yet: `python benchmarks/uci_table.py run`.", ""])
+        return "\n".join(lines + ["No UCI runs are stored yet: `python -m benchmarks.uci_table run`.", ""])
     coverage = []
     for dataset, entry in summary["sets"].items():
         splits = entry["splits"]

@@ -10,17 +10,14 @@ from __future__ import annotations
 import functools
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-# `streamlit run dashboard/app.py` puts dashboard/ on sys.path, not the project root.
+import streamlit as st
+
+# `streamlit run dashboard/app.py` finds the packages core and dashboard once the project is installed
+# (`pip install -e .`, the README's set-up command); Streamlit itself only adds dashboard/ to sys.path.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-if str(PROJECT_ROOT) not in sys.path:
-    sys.path.insert(0, str(PROJECT_ROOT))
-
-import streamlit as st  # noqa: E402
-
 APP_TITLE = "Sparse BNN Explorer"
 # A bundled file, not ":material/...": the favicon must not come from a font server (offline classrooms).
 PAGE_ICON = PROJECT_ROOT / "assets" / "icon.png"

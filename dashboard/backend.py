@@ -20,7 +20,7 @@ from core.enums import LearningRateSchedule
 from core.errors import ConfigError
 from core.models.base import Keep, StatisticSpec
 from core.predict.draw_cache import DrawCache
-from core.predict.metrics.classification import DOUBT_LEVEL
+from core.predict.metrics.classification import DOUBT_LEVEL  # the doubt decision's level, for figures and captions
 from core.predict.modes import PredictionMode
 from core.runs import parsing
 # The shared rules for outside values and the settings declarations, for the pages (the one door):
@@ -33,7 +33,6 @@ from core.lessons import HIDEABLE_CONTROLS, load_lesson, lesson_names  # noqa: F
 PREDICTION_MODES: tuple[str, ...] = tuple(mode.value for mode in PredictionMode)
 MODE_HELP = {mode.value: mode.description for mode in PredictionMode}
 LR_SCHEDULES = LearningRateSchedule.values()  # constant first: the default
-DOUBT_LEVEL = DOUBT_LEVEL  # the doubt decision's level (figures and captions show it)
 DEFAULT_DATASET = "mnist-small"
 OOD_PARTNER = {"mnist-small": "fashion-mnist-small", "fashion-mnist-small": "mnist-small",
                "mnist": "fashion-mnist", "fashion-mnist": "mnist"}
@@ -507,12 +506,12 @@ def training_estimate(config: Any) -> dict[str, Any]:
     """Weights, memory (bytes), CPU seconds on this server (its measured speed) and seconds now (times
     its current load) of a training of `config`; `refusal` is core.cost's message, or None."""
     from core import cost
-    limits = admission_limits()
+    server = admission_limits()
     shape = cost.dataset_shape(config.dataset, config.dataset_params)
     refusal = None
     try:
-        cost.admit_dataset(config.dataset, config.dataset_params, limits)
-        need = cost.admit_training(config, shape, limits)
+        cost.admit_dataset(config.dataset, config.dataset_params, server)
+        need = cost.admit_training(config, shape, server)
     except cost.AdmissionError as exc:
         refusal = str(exc)
         need = cost.training_cost(config, shape)
@@ -549,13 +548,13 @@ def samples_allowed(run: Any, n_inputs: int, samples: int) -> tuple[int, str | N
     """(R to compute, why R was lowered or None): the largest R <= samples whose prediction over
     n_inputs inputs fits this server's limits (0 when not even R = 1 fits)."""
     from core import cost
-    limits = admission_limits()
+    server = admission_limits()
     config = run.config
     shape = cost.dataset_shape(config.dataset, config.dataset_params)
-    allowed = cost.largest_samples(config, shape, int(n_inputs), limits, int(samples))
+    allowed = cost.largest_samples(config, shape, int(n_inputs), server, int(samples))
     if allowed >= int(samples):
         return int(samples), None
-    return allowed, cost.samples_message(int(n_inputs), int(samples), allowed, config, shape, limits)
+    return allowed, cost.samples_message(int(n_inputs), int(samples), allowed, config, shape, server)
 
 
 def device_message(text: str) -> str:
@@ -734,9 +733,9 @@ def admit_playground(values: dict[str, Any]) -> Any:
     the config, or AdmissionError saying why not and what widths fit."""
     from core import cost
     config = make_config(values)
-    limits = admission_limits()
-    shape = cost.admit_dataset(config.dataset, config.dataset_params, limits)
-    cost.admit_playground(config, shape, limits)
+    server = admission_limits()
+    shape = cost.admit_dataset(config.dataset, config.dataset_params, server)
+    cost.admit_playground(config, shape, server)
     return config
 
 

@@ -464,7 +464,8 @@ def tuning_chart(run_id: str, threshold: float, tolerance: float) -> dict[str, A
         curve["thresholds"], curve["density"], curve["values"], curve["metric"],
         current=(here["density"], here[curve["metric"]]), suggested=suggested, selectable=True,
         colour=figures.family_colour(family(run_id)),
-        title=f"{curve['metric']} vs density: prune at each threshold, mean weights (click a point to prune there)"
+        title=f"{curve['metric']} vs density: prune at each threshold, mean weights "
+              "(click a point to prune there)"
     )))
 
 

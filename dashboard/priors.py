@@ -30,7 +30,9 @@ class OptionWidget:
             return ""
         low = "-inf" if self.low is None else f"{self.low:g}"
         high = "inf" if self.high is None else f"{self.high:g}"
-        return f"{'(' if self.low_open or self.low is None else '['}{low}, {high}{')' if self.high_open or self.high is None else ']'}"
+        opening = "(" if self.low_open or self.low is None else "["
+        closing = ")" if self.high_open or self.high is None else "]"
+        return f"{opening}{low}, {high}{closing}"
 
     def check(self, name: str, value: float) -> str | None:
         """A message when `value` lies outside the accepted range (never clamped), else None."""

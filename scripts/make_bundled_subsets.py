@@ -15,10 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from core.data.images import BUNDLED_SETS, read_full_image_arrays  # noqa: E402
-from core.data.sampling import stratified_subset  # noqa: E402
+from core.data.images import BUNDLED_SETS, read_full_image_arrays
+from core.data.sampling import stratified_subset
 
 
 def make_subset(full_name: str, data_dir: Path, n_train: int, n_test: int, seed: int) -> dict:

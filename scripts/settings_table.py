@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,8 +21,6 @@ DECLARING_MODULES = ("core.limits", "core.cost", "core.models.laplace", "dashboa
 
 
 def table() -> str:
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
     for name in DECLARING_MODULES:
         importlib.import_module(name)
     from core.settings import describe

@@ -48,6 +48,7 @@ def open_app(run_id: str | None = None) -> AppTest:
     return at.run()
 
 
+@pytest.mark.slow  # the app through AppTest over several refusals: 4 s CPU
 def test_oversized_playground_and_generator_parameters_are_refused_without_allocating(tmp_path, monkeypatch):
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
     at = open_app()

@@ -21,7 +21,9 @@ from typing import Iterator
 
 import pytest
 
-pytestmark = pytest.mark.browser
+# Each test starts a Streamlit server and Chromium (15-40 s on the CI machine, a server's first start up to
+# 300 s when it is loaded): slow, with a longer limit than the suite's 600 s.
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "dashboard" / "app.py"

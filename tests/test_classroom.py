@@ -37,6 +37,7 @@ def delete_buttons(at: AppTest) -> list:
     return [b for b in at.button if b.key == "delete_run"]
 
 
+@pytest.mark.slow  # trains and opens two sessions
 def test_students_cannot_delete_but_the_teacher_can(store, monkeypatch):
     monkeypatch.setenv("BNN_CLASSROOM", "1")
     monkeypatch.setenv("BNN_TEACHER_TOKEN", TOKEN)
@@ -127,6 +128,7 @@ def test_runs_of_one_dataset_share_one_loaded_copy(store):
     assert first.dataset() is second.dataset()
 
 
+@pytest.mark.slow  # trains in a child process: 11 s CPU
 def test_two_sessions_asking_for_one_config_share_one_training(tmp_path, monkeypatch):
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
     st.cache_data.clear()

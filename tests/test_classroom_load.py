@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.load
+pytestmark = [pytest.mark.load, pytest.mark.slow, pytest.mark.timeout(1200)]  # a server, 10 sessions: 30 s in CI
 
 
 def test_ten_sessions_two_trainings_no_errors_and_no_leaks(tmp_path):

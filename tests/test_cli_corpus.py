@@ -226,7 +226,7 @@ def _run_in_thread(argv: list[str]) -> tuple[object, str, str]:
             result.append(main(argv))
         except SystemExit as exc:  # argparse
             result.append(exc.code)
-        except BaseException as exc:  # noqa: BLE001: reported below as the failure it is
+        except BaseException as exc:  # reported below as the failure it is
             import traceback
             err.write(traceback.format_exc())
             result.append(exc)
@@ -304,6 +304,7 @@ def test_the_corpus_covers_every_subcommand():
     ["export", "{RUN}", "--threshold", "0.5", "--out", ""],
     ["train", "--config", "{CFG:nested.json}"],
 ], ids=["sweep-1e-9", "hidden-1e20", "export-empty-out", "nested-config"])
+@pytest.mark.slow  # a Python process each, importing torch: 5 s CPU
 def test_a_real_process_refuses_in_one_line(argv, corpus_env, tmp_path):
     env = corpus_env
     project = Path(__file__).resolve().parents[1]

@@ -73,6 +73,7 @@ def test_collapsed_mean_and_variance_are_those_of_the_sampled_last_layer(family,
         assert np.allclose(predictive.cdf(low), 0.05, atol=1e-6) and np.allclose(predictive.cdf(high), 0.95, atol=1e-6)
 
 
+@pytest.mark.slow  # Monte Carlo moments: 7 s CPU
 def test_box_variant_matches_the_gaussian_variants_moments_when_every_term_is_collapsed():
     model = regression_model("bnn", hidden=(3,), activation="tanh")  # no feature exactly 0
     gaussian = collapsed_predict(model, X, samples=20, seed=0)

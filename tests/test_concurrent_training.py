@@ -87,6 +87,7 @@ def train_side_by_side(configs: list[RunConfig], cache_dir) -> list:
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=[f"{a[0]}+{b[0]}" for a, b in PAIRS])
+@pytest.mark.slow  # four trainings per pair: 7-12 s CPU
 def test_two_configs_trained_at_the_same_time_get_exactly_the_weights_each_gets_alone(pair, tmp_path):
     configs = [run_config(*pair[0], seed=1), run_config(*pair[1], seed=2)]
     alone = [weights(train_run(config, cache_dir=tmp_path / f"alone{i}")) for i, config in enumerate(configs)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -136,7 +137,7 @@ def test_unknown_top_level_field_is_named():
 
 
 def test_config_is_frozen():
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         tiny().seed = 3  # type: ignore[misc]
 
 
@@ -199,7 +200,7 @@ def test_paper_grid_baselines_follow_hubin_storvik_2024_section_4():
     assert {c[0] for c in cells} == {"paper-mnist", "paper-fmnist"}
     assert set(grid.seeds) == set(range(10))
     assert set(grid.methods) == {"lbbnn", "lbbnn-lfmvn", "bnn", "bnn-mixture", "concrete-dropout", "horseshoe", "fnn"}
-    for label, method, seed, _, config in cells:
+    for label, method, _seed, _, config in cells:
         assert config.hidden == (400, 600) and config.train.batch_size == 100, (label, method)
         assert config.dataset == {"paper-mnist": "mnist", "paper-fmnist": "fashion-mnist"}[label]
         schedule = config.train

@@ -61,6 +61,7 @@ def test_gaussian_closed_form_kl_matches_monte_carlo():
         assert abs(layer.kl().item() - per_draw.mean().item()) < 4 * per_draw.std().item() / math.sqrt(len(per_draw))
 
 
+@pytest.mark.slow  # Monte Carlo KL: 4 s CPU
 def test_mixture_prior_kl_is_unbiased_for_the_numerical_kl():
     torch.manual_seed(0)
     layer = MixtureGaussianLayer(2, 1)
@@ -113,6 +114,7 @@ def test_local_reparameterisation_and_weight_sampling_give_the_same_preactivatio
         assert torch.allclose(draws.var(0), exact_var, rtol=0.02)
 
 
+@pytest.mark.slow  # trains at several temperatures: 4 s CPU
 def test_relaxed_bernoulli_estimator_approaches_hard_sampling_at_low_temperature():
     layer = randomised_lbbnn(in_features=4, out_features=3, seed=4, estimator="relaxed-bernoulli", temperature=0.05)
     x = torch.tensor([[0.5, -1.0, 2.0, 0.3]])

@@ -194,7 +194,12 @@ def test_default_epochs_give_about_the_default_number_of_steps():
     assert default_epochs(40, 100) == 3000  # one step an epoch, capped at 3000 epochs
 
 
-def test_train_fills_in_the_default_epochs_from_the_training_set():
+def test_train_fills_in_the_default_epochs_from_the_training_set(monkeypatch):
+    import core.train
+
+    assert default_epochs(250, 100) == 1000  # the shipped step budget: 3000 steps of 3 batches
+    # Trained with a budget of 30 steps (10 epochs of 3 batches), not 3000: the fill-in is what is checked.
+    monkeypatch.setattr(core.train, "DEFAULT_STEPS", 30)
     x, y = torch.randn(250, 4), torch.randint(0, 3, (250,))
     config = TrainConfig(batch_size=100)
     assert config.epochs is None
@@ -202,7 +207,7 @@ def test_train_fills_in_the_default_epochs_from_the_training_set():
     torch.manual_seed(0)
     model = BayesianMLP(ModelConfig(in_features=4, out_classes=3, hidden=(3,), family="bnn"))
     train(model, x, y, config, progress=records.append)
-    assert len(records) == default_epochs(250, 100) == 1000
+    assert len(records) == default_epochs(250, 100) == 10
 
 
 def test_cosine_schedule_factor_starts_at_one_and_decays_to_near_zero():

@@ -112,6 +112,7 @@ def test_pruning_cards_match_a_direct_prediction(store):
     assert at.slider(key=f"widget:samples:{store['mnist']}").disabled  # mpm-mean draws nothing
 
 
+@pytest.mark.slow  # every page, twice: 3 s CPU
 def test_settings_survive_a_page_switch(store):
     at = open_app(store["moons"])
     at.switch_page("views/pruning.py").run()
@@ -195,6 +196,7 @@ def test_bad_hyperparameters_show_an_error_message_not_a_traceback(tmp_path, mon
     assert at.button(key="train_button").disabled
 
 
+@pytest.mark.slow  # trains through the form: 10 s CPU
 def test_training_from_the_form_stores_and_selects_the_run(tmp_path, monkeypatch):
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
     at = open_app()

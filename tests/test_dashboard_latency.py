@@ -62,6 +62,7 @@ def test_table_reports_targets_verdicts_and_load():
 
 @pytest.mark.browser
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # about 110 s in CI: the suite's longest test
 def test_a_small_benchmark_run_through_the_browser(tmp_path, monkeypatch):
     """Three threshold steps per page, one load per page and one playground run on a tiny MNIST net."""
     from tests.test_browser import chromium_path  # Debian's chromium: skips locally without it, fails under CI

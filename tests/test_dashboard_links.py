@@ -143,6 +143,7 @@ TEXT = strategies.one_of(strategies.text(max_size=60), strategies.from_regex(r"-
 
 @settings(max_examples=200, deadline=None)
 @given(text=TEXT, low=strategies.floats(-10, 10, allow_subnormal=False), width=strategies.floats(0, 10, allow_subnormal=False), n_epochs=strategies.integers(0, 50))
+@pytest.mark.slow  # many app runs: 3 s CPU
 def test_any_text_is_accepted_within_range_or_refused_with_an_input_error(text, low, width, n_epochs):
     spec = SimpleNamespace(low=low, high=low + width)
     checks = [
@@ -227,6 +228,7 @@ def test_each_page_refuses_bad_view_values_and_shows_valid_settings(store, page)
     assert not any(unescaped(w.value).startswith("The link's") for w in at.warning)
 
 
+@pytest.mark.slow  # many app runs: 3 s CPU
 def test_good_values_open_the_view_they_name(store):
     params = {"run": store[:6], "page": "uncertainty", "threshold": "0.3", "R": "7", "mode": "prune",
               "ood": "uniform-noise"}

@@ -114,6 +114,7 @@ def histogram_counts(histograms: dict) -> list[list[int]]:
 
 # --- the control ---------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # 3 s CPU
 def test_epoch_slider_changes_the_histograms_marker_and_address(store):
     from core.runs import load_run
     snapshots = load_run(store["moons"]).snapshots()
@@ -141,6 +142,7 @@ def test_epoch_slider_changes_the_histograms_marker_and_address(store):
     assert kept == sum(int(m.sum()) for m in replayed)
 
 
+@pytest.mark.slow  # 3 s CPU
 def test_a_link_with_an_epoch_opens_there_and_a_bad_one_is_a_warning(store):
     at = open_page(store["moons"], "views/inclusion.py", {"epoch": "3"})
     assert_clean(at)
@@ -161,6 +163,7 @@ def test_a_link_with_an_epoch_opens_there_and_a_bad_one_is_a_warning(store):
     assert any("epoch" in w.value and "'abc'" in w.value for w in first.warning)
 
 
+@pytest.mark.slow  # plays every epoch: 3 s CPU
 def test_play_starts_from_the_first_epoch_advances_and_stops_at_the_end(store):
     from dashboard import playback
     run_id = store["moons"]

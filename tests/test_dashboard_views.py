@@ -159,6 +159,7 @@ def test_the_sidebar_keys_every_family_colour_on_every_page(tmp_path, monkeypatc
 
 # --- delete asks first, and the other sessions are told -------------------------------------------
 
+@pytest.mark.slow  # 3 s CPU
 def test_delete_asks_for_confirmation_and_other_sessions_are_told(tmp_path, monkeypatch):
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
     from core.runs import RunConfig, list_runs, train_run
@@ -205,6 +206,7 @@ def held_training(monkeypatch, store):
     release.set()
 
 
+@pytest.mark.slow  # trains from the form: 2.4 s CPU
 def test_train_page_status_right_after_clicking_and_after_a_reload(held_training, store):
     at = open_app(store["moons"])
     at.selectbox(key="train_dataset").set_value("two-moons").run()
@@ -392,6 +394,7 @@ def test_prior_of_the_statistic_is_the_beta_density_or_the_point_psi():
     assert backend.prior_of_statistic("bnn", {}) is None
 
 
+@pytest.mark.slow  # trains its own runs: 3 s CPU
 def test_inclusion_page_draws_the_prior_beside_the_posterior(store):
     at = open_app(store["mnist"])
     at.switch_page("views/inclusion.py").run()
@@ -413,6 +416,7 @@ def test_inclusion_page_draws_the_prior_beside_the_posterior(store):
 
 
 
+@pytest.mark.slow  # several sessions: 2.4 s CPU
 def test_inclusion_page_mask_comparison_is_built_once_for_every_session(store, monkeypatch):
     """The compared masks and receptive fields are shared cache entries: a second session on the same
     setting builds no chart, and the counts it shows are the masks' own."""
@@ -507,6 +511,7 @@ def test_downloads_are_the_export_and_the_curve(store, tmp_path):
 
 # --- shareable views ------------------------------------------------------------------------------
 
+@pytest.mark.slow  # 5 s CPU
 def test_a_copied_link_reproduces_the_view(store):
     run_id = store["mnist"]
     at = open_app(run_id)
@@ -557,7 +562,7 @@ def test_every_page_opens_with_its_explanation_and_the_glossary_names_the_modes(
         assert f"**{name}" in body, name
     # the modes' help on every page uses the glossary's names
     from dashboard import backend
-    for mode, help_text in backend.MODE_HELP.items():
+    for help_text in backend.MODE_HELP.values():
         assert help_text.split(":")[0] in body
 
 
@@ -662,6 +667,7 @@ def test_receptive_fields_are_square_images_of_kept_weights():
     assert spec["spec"]["width"] == spec["spec"]["height"]
 
 
+@pytest.mark.slow  # 2.5 s CPU
 def test_inclusion_page_compares_two_masks_and_shows_receptive_fields(store):
     at = open_app(store["mnist"])
     at.switch_page("views/inclusion.py").run()
@@ -729,6 +735,7 @@ def test_playground_has_its_first_picture_when_start_returns_and_trains_after_it
     assert job.done and job.error is None and job.snapshot()["epoch"] == 100
 
 
+@pytest.mark.slow  # playground trainings: 3.5 s CPU
 def test_playground_training_of_a_closed_tab_stops_and_a_present_one_finishes(monkeypatch):
     """Nothing keeps a playground fit: once its browser session is gone (for ABANDONED_SECONDS) the
     training stops; a session that comes back within the grace keeps it."""
@@ -773,18 +780,19 @@ def test_network_graph_draws_each_kept_connection():
     assert len(edges) == 2 + 2  # bias columns are not edges
 
 
+@pytest.mark.slow  # two playground trainings
 def test_playground_page_restarts_when_the_prior_changes(tmp_path, monkeypatch):
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.run()
     at.switch_page("views/playground.py").run()
     assert_clean(at)
-    at.slider(key="play_epochs").set_value(200).run()
+    at.slider(key="play_epochs").set_value(100).run()  # the slider's least: the restart is what is tested
     first = at.session_state["playground_job"][1]
     first.join(timeout=60)
     at.run()
     assert_clean(at)
-    assert any("done: epoch 200/200" in (p.proto.text or "") for p in at.get("progress"))
+    assert any("done: epoch 100/100" in (p.proto.text or "") for p in at.get("progress"))
     at.slider(key="play_psi").set_value(0.5).run()
     second = at.session_state["playground_job"][1]
     assert second is not first and second.config.family_options["prior_inclusion"] == 0.5

@@ -4,13 +4,11 @@ variable the docs or the code name is declared or listed as read elsewhere."""
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+from scripts import settings_table
 
-import settings_table  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 # Read by the command line and the server before any setting module loads (core/data, core/runs/store).
 READ_ELSEWHERE = {"BNN_DATA_DIR", "BNN_CACHE_DIR", "BNN_CACHE_MAX_MB", "BNN_OFFLINE", "BNN_RERUN_LOG",

@@ -32,6 +32,7 @@ def _csv_rows(path):
         return {row["method"]: row for row in csv.DictReader(handle)}
 
 
+@pytest.mark.slow  # two worker processes, each importing torch: 16 s CPU
 def test_local_grid_with_two_workers_writes_medians_min_max(tmp_path, grid_file):
     lines = []
     result = run_grid(load_grid(str(grid_file)), cache_dir=tmp_path / "cache", backend="local", workers=2,
@@ -108,6 +109,7 @@ def test_grid_cli_runs_only_the_named_setups(tmp_path, capsys):
     assert [cell["setup"] for cell in cells] == ["other"]
 
 
+@pytest.mark.slow  # starting a local Ray instance: 12 s in CI
 def test_ray_backend_on_a_local_instance(tmp_path, grid_file):
     import ray  # a declared test dependency (requirements-test.txt)
 

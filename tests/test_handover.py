@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from core.runs import RunConfig, load_run, run_from_handover, run_handover, train_run
@@ -25,6 +26,7 @@ def test_a_handed_over_run_is_the_stored_run(tmp_path):
                                   stored.predict(x, mode="bma", samples=3).probs)
 
 
+@pytest.mark.slow  # trains in a child process: 8 s CPU
 def test_the_child_process_hands_its_run_over(tmp_path, monkeypatch):
     from dashboard.worker import TrainingWorker, WorkerStatus, train_in_subprocess
 

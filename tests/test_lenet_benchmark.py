@@ -4,18 +4,14 @@ sparsity, pruning at published rates, the masked accuracy against the prediction
 configs, and the table's gap detection. Tiny masks and nets only."""
 
 import itertools
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import lenet  # noqa: E402
-
-from core.models.network import ModelConfig, build_model  # noqa: E402
-from core.predict.engine import forward_masked  # noqa: E402
+from benchmarks import lenet
+from core.models.network import ModelConfig, build_model
+from core.predict.engine import forward_masked
 
 
 def mask_from(rows):
@@ -124,7 +120,7 @@ def test_run_configs_differ_only_in_the_warm_start(method):
 def entry(unpruned, pruned, random, method="variational-dense", start="warm-start"):
     return {"dataset": "mnist", "method": method, "start": start,
             "schedule": {"warm_start_epochs": 10, "epochs": 100, "kl_anneal_epochs": 50}, "shortened": False,
-            "run_id": "abc", "train_seconds": 12.0, "command": "python benchmarks/lenet.py", "date": "today",
+            "run_id": "abc", "train_seconds": 12.0, "command": "python -m benchmarks.lenet", "date": "today",
             "machine": {"cpu": "cpu", "cpu_count": 2},
             "result": {"layer_sparsity": [0.9, 0.8, 0.1], "density": 0.15, "unpruned": unpruned, "pruned": pruned,
                        "random": random, "random_sd": 0.01, "random_masks": 5, "random_at_paper_rates": 0.11,
@@ -144,7 +140,7 @@ def test_accuracy_gaps_flag_only_differences_above_one_point():
 
 def test_results_section_says_how_to_run_when_empty():
     text = lenet.results_section({"entries": []})
-    assert "Not run yet" in text and "python benchmarks/lenet.py" in text
+    assert "Not run yet" in text and "python -m benchmarks.lenet" in text
 
 
 def test_evaluate_run_agrees_with_the_run_verbs():
@@ -177,7 +173,7 @@ def test_evaluate_run_agrees_with_the_run_verbs():
 def test_results_page_section_renders_from_lenet_json(tmp_path, monkeypatch):
     import json
 
-    import results_page
+    from benchmarks import results_page
 
     monkeypatch.setattr(results_page, "RESULTS", tmp_path)
     missing = results_page._file_section("lenet.json", lenet.results_section, lenet.COMMAND)

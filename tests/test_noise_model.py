@@ -72,6 +72,7 @@ def test_variational_expected_log_likelihood_matches_monte_carlo_over_q_tau():
     assert float(std[0].detach()) == pytest.approx(math.sqrt(2.5 / 9.0))
 
 
+@pytest.mark.slow  # trains to convergence: 3.6 s CPU
 def test_q_tau_trained_on_fixed_residuals_reaches_the_conjugate_posterior():
     # With the network output fixed, the optimum of E_q log p(y | f, tau) - KL(q || Gamma(a0, b0)) is
     # Gamma(a0 + N/2, b0 + sum (y - f)^2 / 2) exactly.
@@ -90,6 +91,7 @@ def test_q_tau_trained_on_fixed_residuals_reaches_the_conjugate_posterior():
     assert float(likelihood.log_q_rate.exp()) == pytest.approx(b0 + float((residual ** 2).sum()) / 2, rel=2e-2)
 
 
+@pytest.mark.slow  # trains to convergence: 3 s CPU
 def test_point_noise_with_gamma_prior_is_the_map_estimate():
     torch.manual_seed(1)
     n, a0, b0 = 50, 6.0, 6.0
@@ -124,6 +126,7 @@ def test_noise_initialised_from_the_data_is_the_least_squares_residual_sd():
         assert float(likelihood.log_noise_std.exp()) == pytest.approx(expected, rel=1e-3)
 
 
+@pytest.mark.slow  # two trainings: 5 s CPU
 def test_fixed_noise_does_not_train_and_variational_noise_learns_the_noise_level():
     generator = torch.Generator().manual_seed(3)
     x = torch.randn(300, 2, generator=generator)

@@ -118,7 +118,7 @@ def test_a_sessions_second_training_waits_behind_every_other_sessions_first():
     wait_for(lambda: a1.snapshot().status is WorkerStatus.RUNNING)
     assert [r.snapshot().position for r in (b1, c1, a2)] == [1, 2, 3]
     for request in (a1, b1, c1, a2):
-        wait_for(lambda: request.snapshot().status is WorkerStatus.RUNNING)
+        wait_for(lambda request=request: request.snapshot().status is WorkerStatus.RUNNING)
         finish(queue, gates, request)
     assert gates.started == ["a1", "b1", "c1", "a2"]
 

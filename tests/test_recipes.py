@@ -4,8 +4,6 @@ labels after post-training, and the benchmark tables' arithmetic."""
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,8 +14,6 @@ from core.models.network import BayesianMLP, ModelConfig
 from core.predict import predict
 from core.runs.config import RunConfig
 from core.train import TrainConfig, train
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_kl_weight_must_lie_in_zero_one():
@@ -138,8 +134,7 @@ def test_stored_metrics_after_mpm_posttraining_keep_only_the_med_modes():
 
 
 def test_time_to_quality_table_reports_the_first_epoch_at_target_and_the_median():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from time_to_quality import render_markdown
+    from benchmarks.time_to_quality import render_markdown
 
     def entry(seed, reached_seconds, reached=True):
         rows = [{"epoch": 1, "phase": "train", "train_seconds": 10.0, "mpm_mean_accuracy": 0.97, "density": 0.3},

@@ -40,6 +40,7 @@ def linear_dataset(n=30, seed=0):
                         source="generated")
 
 
+@pytest.mark.slow  # NUTS chains: 11 s CPU
 def test_nuts_matches_the_closed_form_posterior_of_bayesian_linear_regression(pyro_installed):
     # No hidden layer and a fixed noise std: the posterior of [w1, w2, b] is Gaussian in closed form.
     dataset = linear_dataset()
@@ -86,6 +87,7 @@ TINY = dict(dataset="toy-cubic", dataset_params={"n": 12}, hidden=(3,), samples=
             max_tree_depth=4)
 
 
+@pytest.mark.slow  # NUTS chains: 5 s CPU
 def test_cache_round_trip_and_corruption(pyro_installed, tmp_path):
     messages = []
     config = ReferenceConfig(**TINY)
@@ -118,6 +120,7 @@ def test_cache_round_trip_and_corruption(pyro_installed, tmp_path):
     assert store.find_for_dataset("no-such-data") is None
 
 
+@pytest.mark.slow  # NUTS chains through the CLI: 4 s CPU
 def test_cli_reference_prints_diagnostics_and_warns(pyro_installed, tmp_path, capsys):
     args = ["reference", "toy-cubic", "--hidden", "2", "--samples", "20", "--warmup", "10", "--chains", "2",
             "--max-tree-depth", "4", "--cache-dir", str(tmp_path)]

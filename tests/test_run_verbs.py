@@ -111,8 +111,8 @@ def test_summary_of_a_gaussian_family_gives_its_prior(tmp_path):
     summary = run.summary()
     assert [layer["prior"] for layer in summary["layers"]] == [{"prior_variance": 0.5}] * 2
     assert summary["statistic"] == "signal_to_noise"
-    means = [float((l.weight_mu.abs() / torch.nn.functional.softplus(l.weight_rho)).detach().double().mean())
-             for l in run.model.layers]
+    means = [float((m.weight_mu.abs() / torch.nn.functional.softplus(m.weight_rho)).detach().double().mean())
+             for m in run.model.layers]
     assert [layer["mean_statistic"] for layer in summary["layers"]] == pytest.approx(means)
 
 

@@ -38,6 +38,7 @@ def _wait_for_first_epoch(process: subprocess.Popen, timeout: float = 60.0) -> N
     pytest.fail("no epoch line within the timeout")
 
 
+@pytest.mark.slow  # Python processes that train: 7 s CPU
 def test_killing_a_training_process_leaves_the_store_consistent(tmp_path):
     process = _start(tmp_path)
     try:
@@ -60,6 +61,7 @@ def test_killing_a_training_process_leaves_the_store_consistent(tmp_path):
     assert list((tmp_path / "runs" / ".tmp").iterdir()) == []  # the killed writer's leftovers are gone
 
 
+@pytest.mark.slow  # two Python processes that train: 13 s CPU
 def test_two_processes_training_the_same_run_agree(tmp_path):
     first, second = _start(tmp_path), _start(tmp_path)
     outputs = [p.communicate(timeout=120) for p in (first, second)]

@@ -164,6 +164,7 @@ def test_slots_come_from_the_environment(monkeypatch):
 
 # --- the dashboard's train function: a child process ------------------------------------------------
 
+@pytest.mark.slow  # trains in a child process: 8 s CPU
 def test_a_training_in_a_child_process_stores_the_run_this_process_would_train(tmp_path, monkeypatch):
     import torch
 
@@ -181,6 +182,7 @@ def test_a_training_in_a_child_process_stores_the_run_this_process_would_train(t
     assert all(torch.equal(from_child[k], here[k]) for k in here)
 
 
+@pytest.mark.slow  # two child processes, each importing torch: 12 s in CI
 def test_cancel_and_errors_come_back_from_the_child(tmp_path, monkeypatch):
     from core.errors import DataError
     from core.runs import RunConfig, list_runs

@@ -4,16 +4,13 @@ MC-dropout reference on the same splits and the win counts, on synthetic per-run
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import uci_table  # noqa: E402
-
-from core.runs.presets import PRESETS  # noqa: E402
+from benchmarks import uci_table
+from core.runs.presets import PRESETS
 
 
 def write_reference(root: Path, folder: str, lls, rmses) -> None:
@@ -124,7 +121,7 @@ def test_misses_table_lists_only_sets_our_best_row_loses(tmp_path):
 
 
 def test_misses_benchmark_table_means_over_splits():
-    import uci_misses
+    from benchmarks import uci_misses
     rows = [{"set": "uci-wine", "variant": "fnn", "split": s, "run_id": "x", "log_likelihood": ll, "rmse": rmse,
              "noise_std": 0.5, "mc_dropout": (ref_ll, ref_rmse)}
             for s, ll, rmse, ref_ll, ref_rmse in ((0, -1.0, 0.6, -0.9, 0.5), (1, -2.0, 0.8, -1.1, 0.7))]
@@ -134,7 +131,7 @@ def test_misses_benchmark_table_means_over_splits():
 
 
 def test_step_time_benchmark_times_every_uci_family_against_the_plain_mlp(data_dir):
-    import uci_step_time
+    from benchmarks import uci_step_time
     from core.runs.presets import UCI_METHODS
 
     ms = uci_step_time.measure("uci-boston", steps=3, rounds=1, data_dir=str(data_dir))

@@ -44,6 +44,7 @@ def captions(at: AppTest) -> str:
     return "\n".join(c.value for c in at.caption)
 
 
+@pytest.mark.slow  # trains three runs and a reference: 2.5 s CPU
 def test_collapsed_variants_and_the_reference_overlay(sine_run):
     cache, run = sine_run
     at = open_uncertainty(run.run_id)

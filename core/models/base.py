@@ -145,7 +145,8 @@ class LayerOptions:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ConfigError(
-                f"unknown option(s) {', '.join(unknown)} for {cls.__name__}; known: {', '.join(sorted(known)) or 'none'}"
+                f"unknown option(s) {', '.join(unknown)} for {cls.__name__}; "
+                f"known: {', '.join(sorted(known)) or 'none'}"
             )
         options = cls(**values)
         options.validate()

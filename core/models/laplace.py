@@ -36,7 +36,8 @@ active only between two nearby training points has unconstrained weights, and it
 raise the band's mean near the data (seed 2: mean 0.52, median 0.09).
 
 Why not the `laplace-torch` package: `pip install --dry-run laplace-torch` (0.3) would replace this
-project's CPU torch with torch 2.14.1 and pull the CUDA 13 wheels, backpack and curvlinops; and it works on nn.Linear-style modules and its own curvature
+project's CPU torch with torch 2.14.1 and pull the CUDA 13 wheels, backpack and curvlinops; and it
+works on nn.Linear-style modules and its own curvature
 backends; this project's layers hold augmented (out, in + 1) matrices, masks and their own draws, and
 its stores must round-trip through safetensors, so a small implementation (Jacobian by hand, one
 eigh) is simpler than adapting it.

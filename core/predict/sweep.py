@@ -76,7 +76,7 @@ class SweepResult:
         for i, threshold in enumerate(self.thresholds):
             row = {"threshold": float(threshold), "density": float(self.density[i]),
                    self.metric: float(self.values[i]), "disconnected": bool(self.disconnected[i])}
-            row.update({f"density_layer_{l}": float(d) for l, d in enumerate(self.layer_density[i])})
+            row.update({f"density_layer_{k}": float(d) for k, d in enumerate(self.layer_density[i])})
             rows.append(row)
         return rows
 

@@ -123,7 +123,8 @@ DEFAULT_HIDDEN = (100, 100)
 DEFAULT_HIDDEN_LOW_DIMENSIONAL = (16, 16)
 
 # Small regression sets (the 1-D toys: 40-200 points), measured in docs/why-lbbnn-over-prunes.md
-# ("Small regression sets"): with the general defaults every family fits a straight line there. A 16-16 net cannot fit the sine even
+# ("Small regression sets"): with the general defaults every family fits a straight line there.
+# A 16-16 net cannot fit the sine even
 # deterministically; without annealing the KL the learned noise absorbs the signal; an LBBNN whose
 # biases carry inclusion indicators switches them off (every ReLU kink then sits at x = 0), and one
 # started at alpha in [0.1, 0.9] drowns the fit in gating noise before it can settle.

@@ -84,7 +84,8 @@ def _regression_1_64_1() -> RunConfig:
 # run (batch grows with the set); docs/uci-regression.md has the convergence measurements.
 UCI_DATASETS = ("uci-boston", "uci-concrete", "uci-energy", "uci-kin8nm", "uci-naval", "uci-power",
                 "uci-protein", "uci-wine", "uci-yacht")
-# (batch size, epochs) per set: ~6000 steps each, kin8nm ~21000, protein ~26000. kin8nm: at 100 epochs the training objective was still falling (split 0, last
+# (batch size, epochs) per set: ~6000 steps each, kin8nm ~21000, protein ~26000. kin8nm: at 100
+# epochs the training objective was still falling (split 0, last
 # 10 epochs: lbbnn 0.477 against 0.446 after 400, sparse-vd 0.399 against 0.362; docs/uci-regression.md).
 # protein: at 40 epochs likewise (splits 0-2, final loss 40 -> 160 epochs: concrete dropout 1.057 -> 1.022,
 # fnn 1.054 -> 1.006, bnn 1.156 -> 1.140; docs/uci-regression.md section 9).

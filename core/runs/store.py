@@ -30,7 +30,8 @@ their sizes, the JSON files parse as what they should be; the sha256 checksums a
 full read run once per state of the folder (keyed by the files' inodes, sizes, mtimes and ctimes;
 any write or utime changes a ctime), and the verdict is kept, in the process and in the folder's
 `verified` file, so a listing hashes only what changed since the last one (measured: 20 runs of
-8 MB list in 1.3 s the first time, then in 0.04-0.07 s in a new process and 9 ms in the same one). A run that fails gets status "corrupt" and a one-line
+8 MB list in 1.3 s the first time, then in 0.04-0.07 s in a new process and 9 ms in the same one).
+A run that fails gets status "corrupt" and a one-line
 reason; one bad folder never breaks the listing. Reading (`read`) checks everything every time.
 Nothing is ever unpickled: tensors come from safetensors, everything else from JSON.
 
