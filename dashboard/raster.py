@@ -8,18 +8,18 @@ colour schemes) in a single image mark, with the colour legend kept.
 
 The specs are plain Vega-Lite dicts, not Altair objects: building and validating an Altair chart
 cost tens of milliseconds a chart, more than the picture itself (tests validate the dicts).
-Pure: numpy and zlib (Altair only for its schema URL); nothing here imports Streamlit or torch.
+Pure: numpy and Pillow (Altair only for its schema URL); nothing here imports Streamlit or torch.
 """
 
 from __future__ import annotations
 
 import base64
-import struct
-import zlib
+import io
 from typing import Any, Sequence
 
 import altair as alt
 import numpy as np
+from PIL import Image
 
 from dashboard import figures
 
@@ -59,18 +59,13 @@ def colour_ramp(values: np.ndarray, scheme: str, low: float, high: float) -> np.
 
 
 def png_bytes(rgb: np.ndarray) -> bytes:
-    """A (height, width, 3) uint8 array as an 8-bit RGB PNG file."""
+    """A (height, width, 3) uint8 array as an 8-bit RGB PNG file (Pillow, which Streamlit needs anyway)."""
     image = np.ascontiguousarray(rgb, dtype=np.uint8)
     if image.ndim != 3 or image.shape[2] != 3 or min(image.shape[:2]) < 1:
         raise ValueError(f"expected a (height, width, 3) image, got shape {image.shape}")
-    height, width = image.shape[:2]
-
-    def chunk(kind: bytes, payload: bytes) -> bytes:
-        return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
-
-    rows = np.concatenate([np.zeros((height, 1), dtype=np.uint8), image.reshape(height, width * 3)], axis=1)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(rows.tobytes(), 6)) + chunk(b"IEND", b""))
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG", compress_level=6)
+    return buffer.getvalue()
 
 
 def data_url(rgb: np.ndarray) -> str:
