@@ -21,6 +21,8 @@ from typing import Iterator
 
 import pytest
 
+from tests.support import require_module
+
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,10 +67,7 @@ def wait_until_healthy(url: str, process: subprocess.Popen, log: Path) -> None:
 
 @pytest.fixture(scope="module")
 def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("playwright not installed: pip install playwright")
+    sync_playwright = require_module("playwright.sync_api", "pip install playwright").sync_playwright
     executable = chromium_path()
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)

@@ -128,11 +128,26 @@ def test_device_problem_names_the_form_control_not_a_cli_flag():
     assert backend.device_problem("auto") is None
 
 
-def test_page_icon_is_a_bundled_file():
-    source = APP.read_text()
-    assert 'page_icon=str(PAGE_ICON)' in source and ':material/hub:' not in source
-    icon = APP.parent.parent / "assets" / "icon.png"
-    assert icon.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+def test_page_icon_is_a_bundled_file(tmp_path, monkeypatch):
+    """The icon the app hands to st.set_page_config (recorded while the app runs) is a PNG file of the
+    project, not a Material icon name that needs the internet."""
+    import streamlit as st
+    from PIL import Image
+
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    calls, real = [], st.set_page_config
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(st, "set_page_config", recording)
+    assert_clean(AppTest.from_file(str(APP), default_timeout=TIMEOUT).run())
+    assert calls, "the app never called st.set_page_config"
+    icon = Path(calls[0]["page_icon"])
+    assert icon.is_file() and icon.resolve().is_relative_to(APP.resolve().parent.parent / "assets")
+    with Image.open(icon) as image:
+        assert image.format == "PNG"
 
 
 def test_the_sidebar_keys_every_family_colour_on_every_page(tmp_path, monkeypatch):
