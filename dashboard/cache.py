@@ -47,7 +47,7 @@ from typing import Any, Callable
 import numpy as np
 import streamlit as st
 
-from dashboard import altair_spec, backend
+from dashboard import altair_spec, backend, streamlit_compat
 from dashboard.bounded_cache import BoundedCache
 
 
@@ -429,13 +429,11 @@ def shipped(spec: dict[str, Any]) -> dict[str, Any]:
     datasets = spec.get("datasets")
     if not datasets:
         return spec
-    try:
-        from streamlit import dataframe_util
-    except ImportError:  # a Streamlit without it converts on each call, as before
+    encoded = {name: rows if isinstance(rows, bytes) or not isinstance(rows, list) else streamlit_compat.arrow_bytes(rows)
+               for name, rows in datasets.items()}
+    if any(value is None for value in encoded.values()):  # a Streamlit without the converter: as before
         return spec
-    spec["datasets"] = {name: rows if isinstance(rows, bytes) or not isinstance(rows, list)
-                        else dataframe_util.convert_anything_to_arrow_bytes(rows)
-                        for name, rows in datasets.items()}
+    spec["datasets"] = encoded
     return spec
 
 
