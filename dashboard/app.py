@@ -155,8 +155,8 @@ def log_rerun(path: str, started: float, cpu_seconds: float, page: str | None) -
 
 @functools.lru_cache(maxsize=1)
 def family_key_spec() -> dict:
-    from dashboard import altair_spec, figures
-    return altair_spec.spec(figures.family_key())
+    from dashboard import altair_spec, charts
+    return altair_spec.spec(charts.family_key())
 
 
 def family_key() -> None:

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import threading
 import time
 from typing import Any, Callable
@@ -48,6 +47,7 @@ import numpy as np
 import streamlit as st
 
 from dashboard import altair_spec, backend, streamlit_compat
+from dashboard import surface as decision_surface
 from dashboard.bounded_cache import BoundedCache
 
 
@@ -440,28 +440,28 @@ def shipped(spec: dict[str, Any]) -> dict[str, Any]:
 @per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
 def density_chart(run_id: str, threshold: float) -> dict[str, Any]:
     """The Pruning page's metric-vs-density curve with the current threshold's point."""
-    from dashboard import figures
+    from dashboard import charts
     curve = sweep(run_id)
     # The marker is read off the sweep (no second prediction of the test set).
     here = backend.curve_point(backend.SweepCurve(curve["thresholds"], curve["density"], curve["values"],
                                                   curve["metric"]), threshold)
-    return shipped(altair_spec.spec(figures.metric_vs_density(
+    return shipped(altair_spec.spec(charts.metric_vs_density(
         curve["thresholds"], curve["density"], curve["values"], curve["metric"], current=here,
-        colour=figures.family_colour(family(run_id)))))
+        colour=charts.family_colour(family(run_id)))))
 
 
 @per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
 def tuning_chart(run_id: str, threshold: float, tolerance: float) -> dict[str, Any]:
     """density_chart plus the suggested threshold (a star) and a click selection of a point."""
-    from dashboard import figures
+    from dashboard import charts
     curve = sweep(run_id)
     here = test_metrics(run_id, backend.SWEEP_MODE, 1, threshold, 0)
     suggested = backend.suggested_threshold(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
                                             tolerance)
-    return shipped(altair_spec.spec(figures.metric_vs_density(
+    return shipped(altair_spec.spec(charts.metric_vs_density(
         curve["thresholds"], curve["density"], curve["values"], curve["metric"],
         current=(here["density"], here[curve["metric"]]), suggested=suggested, selectable=True,
-        colour=figures.family_colour(family(run_id)),
+        colour=charts.family_colour(family(run_id)),
         title=f"{curve['metric']} vs density: prune at each threshold, mean weights (click a point to prune there)"
     )))
 
@@ -477,9 +477,9 @@ def surface(run_id: str, mode: str, samples: int, threshold: float | None, seed:
     """The decision surface of a 2-D classifier: grid axes and per-point class, confidence,
     predictive entropy and the spread of the R draws."""
     run = cached_run(run_id)
-    points, xs, ys = backend.input_grid_2d(run.dataset().x_train, n)
+    points, xs, ys = decision_surface.input_grid_2d(run.dataset().x_train, n)
     prediction = backend.predict(run, points, mode, samples, threshold, seed, weights, inputs=("surface", n))
-    arrays = backend.surface_arrays(np.asarray(prediction.probs_per_draw))
+    arrays = decision_surface.surface_arrays(np.asarray(prediction.probs_per_draw))
     return {"xs": xs, "ys": ys, **arrays}
 
 
@@ -487,11 +487,11 @@ def surface(run_id: str, mode: str, samples: int, threshold: float | None, seed:
 def accuracy_by_samples_chart(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
                               weights: str | None = None) -> dict[str, Any]:
     """Accuracy vs R on the test set for R = 1 .. samples."""
-    from dashboard import figures
+    from dashboard import charts
     arrays = test_prediction(run_id, mode, samples, threshold, seed, weights)
     ladder = backend.accuracy_by_samples(arrays["probs_per_draw"], cached_run(run_id).dataset().y_test, samples)
-    return shipped(altair_spec.spec(figures.metric_vs_samples(ladder["samples"], ladder["accuracy"], "accuracy",
-                                                              colour=figures.family_colour(family(run_id)))))
+    return shipped(altair_spec.spec(charts.metric_vs_samples(ladder["samples"], ladder["accuracy"], "accuracy",
+                                                              colour=charts.family_colour(family(run_id)))))
 
 
 @per_run(canonical_prediction=True, max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
@@ -499,33 +499,33 @@ def class_probability_charts(run_id: str, indices: tuple[int, ...], mode: str, s
                              threshold: float | None, seed: int, weights: str | None = None) -> list[dict[str, Any]]:
     """The Uncertainty page's class-probability bars of test inputs `indices` (one spec per input;
     six Altair charts built on every rerun were three quarters of the page's cached rerun)."""
-    from dashboard import figures
+    from dashboard import charts
     dataset = cached_run(run_id).dataset()
     arrays = selected_prediction(run_id, indices, mode, samples, threshold, seed, weights)
     names = list(dataset.class_names) if dataset.class_names else None
-    charts = []
+    specs = []
     for position, index in enumerate(indices):
         probs = arrays["probs_per_draw"][:, position, :]
         label = int(dataset.y_test[index])
         guess = int(probs.mean(axis=0).argmax())
         title = f"#{index}: true {names[label] if names else label}, predicted {names[guess] if names else guess}"
-        charts.append(shipped(altair_spec.spec(figures.class_probability_bars(probs, names, title=title,
-                                                                              doubt_level=backend.DOUBT_LEVEL))))
-    return charts
+        specs.append(shipped(altair_spec.spec(charts.class_probability_bars(probs, names, title=title,
+                                                                             doubt_level=backend.DOUBT_LEVEL))))
+    return specs
 
 
 @per_run(canonical_prediction=True, max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
 def entropy_ecdf_chart(run_id: str, ood_sets: tuple[str, ...], mode: str, samples: int, threshold: float | None,
                        seed: int, n: int, weights: str | None = None) -> dict[str, Any]:
     """The Uncertainty page's entropy ECDFs: the test set and the OOD sets `ood_sets` (n inputs each)."""
-    from dashboard import figures
+    from dashboard import charts
     dataset = cached_run(run_id).dataset()
     arrays = test_prediction(run_id, mode, samples, threshold, seed, weights)
     entropies = {f"{dataset.name} (in-domain)": backend.predictive_entropy(arrays["probs"])}
     for name in ood_sets:
         entropies[name] = ood_entropy(run_id, name, mode, samples, threshold, seed, n, weights)
     max_entropy = float(np.log(dataset.n_classes)) if dataset.n_classes else None
-    return shipped(altair_spec.spec(figures.entropy_ecdf(entropies, max_entropy=max_entropy)))
+    return shipped(altair_spec.spec(charts.entropy_ecdf(entropies, max_entropy=max_entropy)))
 
 
 def compare_curves_chart(runs: list[tuple[str, str, str]]) -> dict[str, Any]:
@@ -535,9 +535,9 @@ def compare_curves_chart(runs: list[tuple[str, str, str]]) -> dict[str, Any]:
 
 @st.cache_data(max_entries=64, ttl=DERIVED_TTL, show_spinner=False)
 def _compare_curves_chart(runs: tuple[tuple[str, int, str, str], ...]) -> dict[str, Any]:
-    from dashboard import figures
+    from dashboard import charts
     curves = [{"label": label, "family": fam, **sweep(run_id)} for run_id, _, label, fam in runs]
-    return shipped(altair_spec.spec(figures.compare_curves(curves, curves[0]["metric"])))
+    return shipped(altair_spec.spec(charts.compare_curves(curves, curves[0]["metric"])))
 
 
 def compare_ecdf_chart(runs: list[tuple[str, str, str]], ood: str | None, samples: int, n: int,
@@ -550,7 +550,7 @@ def compare_ecdf_chart(runs: list[tuple[str, str, str]], ood: str | None, sample
 @st.cache_data(max_entries=64, ttl=DERIVED_TTL, show_spinner=False)
 def _compare_ecdf_chart(runs: tuple[tuple[str, int, str, str], ...], ood: str | None, samples: int, n: int,
                         max_entropy: float | None) -> dict[str, Any]:
-    from dashboard import figures
+    from dashboard import charts
     entropies = []
     for run_id, _, label, fam in runs:
         inside = backend.predictive_entropy(test_prediction(run_id, "bma", samples, None, 0)["probs"])
@@ -559,20 +559,20 @@ def _compare_ecdf_chart(runs: tuple[tuple[str, int, str, str], ...], ood: str | 
         if ood is not None:
             entropies.append({"label": label, "family": fam, "set": f"{label} out", "domain": "out-of-domain",
                               "values": ood_entropy(run_id, ood, "bma", samples, None, 0, n)})
-    return shipped(altair_spec.spec(figures.compare_ecdf(entropies, max_entropy)))
+    return shipped(altair_spec.spec(charts.compare_ecdf(entropies, max_entropy)))
 
 
 @per_run(max_entries=64, ttl=DERIVED_TTL, show_spinner=False)
 def histogram_without_threshold(run_id: str, log_counts: bool) -> dict[str, Any]:
     """The Inclusion page's histograms (and the prior beside them) with no threshold rule: the same for
-    every threshold, so a threshold step only adds its rule (figures.with_threshold_rules)."""
-    from dashboard import figures
+    every threshold, so a threshold step only adds its rule (charts.with_threshold_rules)."""
+    from dashboard import charts
     spec = threshold_range(run_id)
     stats = statistics(run_id)
-    labels = [figures.layer_label(i, s.shape) for i, s in enumerate(stats)]
-    return altair_spec.spec(figures.statistic_histogram(
+    labels = [charts.layer_label(i, s.shape) for i, s in enumerate(stats)]
+    return altair_spec.spec(charts.statistic_histogram(
         stats, None, spec.name, log_counts=log_counts, labels=labels, value_range=(spec.low, spec.high),
-        prior=prior_of_statistic(run_id), colour=figures.family_colour(family(run_id))))
+        prior=prior_of_statistic(run_id), colour=charts.family_colour(family(run_id))))
 
 
 @per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
@@ -581,9 +581,9 @@ def inclusion_charts(run_id: str, threshold: float, log_counts: bool, masked_wei
     weights) picture per layer, and for image inputs the kept inputs as an image. The matrices are
     pictures (dashboard.raster): a threshold step redraws a few small images, not thousands of marks."""
     import numpy as np
-    from dashboard import figures, raster
+    from dashboard import charts, raster
     stats = statistics(run_id)
-    labels = [figures.layer_label(i, s.shape) for i, s in enumerate(stats)]
+    labels = [charts.layer_label(i, s.shape) for i, s in enumerate(stats)]
     layer_masks = masks(run_id, threshold)
     weights = conditional_mean_weights(run_id) if masked_weights else None
     pictures = [raster.mask_picture(mask, labels[index]) if weights is None else
@@ -591,7 +591,7 @@ def inclusion_charts(run_id: str, threshold: float, log_counts: bool, masked_wei
                 for index, mask in enumerate(layer_masks)]
     input_shape = tuple(cached_run(run_id).dataset().input_shape)
     return {
-        "histogram": figures.with_threshold_rules(histogram_without_threshold(run_id, log_counts), threshold),
+        "histogram": charts.with_threshold_rules(histogram_without_threshold(run_id, log_counts), threshold),
         "masks": pictures,
         "pixels": raster.kept_per_input_picture(layer_masks[0], input_shape) if len(input_shape) == 2 else None,
     }
@@ -602,7 +602,7 @@ def mask_comparison(run_id: str, threshold: float, second: float | None, draw: i
     """The Inclusion page's masks compared: A = the mask at `threshold`, B = the mask at `second`, or
     (second None) the structure sampled with seed `draw`. One picture per layer and both kept counts;
     built once per setting for every session."""
-    from dashboard import figures, raster
+    from dashboard import charts, raster
     spec = threshold_range(run_id)
     stats = statistics(run_id)
     masks_a = masks(run_id, threshold)
@@ -610,7 +610,7 @@ def mask_comparison(run_id: str, threshold: float, second: float | None, draw: i
                else backend.sample_structure(stats, spec.name, seed=int(draw)))
     if masks_b is None:
         raise ValueError(f"mask_comparison: {spec.name} is not an inclusion probability; give a second threshold")
-    labels = [figures.layer_label(i, s.shape) for i, s in enumerate(stats)]
+    labels = [charts.layer_label(i, s.shape) for i, s in enumerate(stats)]
     return {"charts": [raster.mask_difference_picture(a, b, labels[index])
                        for index, (a, b) in enumerate(zip(masks_a, masks_b))],
             "kept_a": sum(int(np.sum(m)) for m in masks_a), "kept_b": sum(int(np.sum(m)) for m in masks_b)}

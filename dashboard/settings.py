@@ -15,7 +15,6 @@ import functools
 import hmac
 import logging
 import math
-import os
 import threading
 import time
 from dataclasses import dataclass

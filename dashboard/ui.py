@@ -11,7 +11,6 @@ absolute server path (without_server_paths).
 from __future__ import annotations
 
 import logging
-import os
 import re
 from contextlib import contextmanager
 from pathlib import Path

@@ -14,7 +14,7 @@ import streamlit as st
 
 from core.errors import BNNError, InputError
 from dashboard.backend import limits, plain, validate
-from dashboard import altair_spec, backend, cache, explain, figures, priors, state
+from dashboard import altair_spec, backend, cache, charts, explain, priors, state
 from dashboard.ui import guard, without_server_paths
 from dashboard.worker import WorkerStatus, duration_text
 
@@ -445,8 +445,8 @@ def training_progress() -> None:
         text = f"epoch 1/{snapshot.total_epochs} under way: {elapsed:.0f} s so far{to_go} (estimated)"
     st.progress(snapshot.fraction, text=text)
     if snapshot.history:
-        st.vega_lite_chart(altair_spec.spec(figures.training_curves(
-            snapshot.history, colour=figures.family_colour(getattr(worker.config, "method", None)))))
+        st.vega_lite_chart(altair_spec.spec(charts.training_curves(
+            snapshot.history, colour=charts.family_colour(getattr(worker.config, "method", None)))))
     if worker.cancel_requested:
         st.caption("Cancelling after the current minibatch ...")
     elif cancellable and st.button("Cancel", key="cancel_training", type="secondary",
@@ -468,8 +468,8 @@ def finished_training() -> None:
         seconds = (snapshot.finished or 0) - (snapshot.started or 0)
         st.success(plain(f"Finished {worker.label} in {seconds:.1f} s: stored as run {snapshot.run_id} and selected."))
         if snapshot.history:
-            st.vega_lite_chart(altair_spec.spec(figures.training_curves(
-                snapshot.history, colour=figures.family_colour(getattr(worker.config, "method", None)))))
+            st.vega_lite_chart(altair_spec.spec(charts.training_curves(
+                snapshot.history, colour=charts.family_colour(getattr(worker.config, "method", None)))))
     elif snapshot.status == WorkerStatus.CANCELLED:
         st.warning(plain(without_server_paths(f"Training cancelled: {snapshot.error}.")))
     elif snapshot.status == WorkerStatus.FAILED:
