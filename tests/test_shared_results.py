@@ -43,7 +43,7 @@ def fresh_metrics(run, mode, samples, threshold, weights=None):
 # --- one entry for settings that compute the same numbers ------------------------------------------
 
 def test_prediction_key_merges_settings_that_compute_the_same_numbers():
-    from dashboard.cache import prediction_key
+    from dashboard.caching import prediction_key
     assert prediction_key("prune", 7, 0.3, 0, "mean") == prediction_key("mpm-mean", 1, 0.3, 0) == {
         "mode": "mpm-mean", "samples": 1, "threshold": 0.3, "seed": 0, "weights": None}
     assert prediction_key("prune", 7, 0.3, 2, "sample") == prediction_key("mpm", 7, 0.3, 2)
