@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import re
 import time
-import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from benchmarks.classroom.serving import free_port, wait_until_healthy
 from tests.support import require_module
 
 pytestmark = pytest.mark.browser
@@ -43,26 +42,6 @@ def chromium_path() -> str:
     if found is None:
         _unavailable("chromium not installed: apt-get install chromium")
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_until_healthy(url: str, process: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"streamlit exited with {process.returncode}:\n{log.read_text()}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise AssertionError(f"streamlit did not answer within {START_TIMEOUT} s:\n{log.read_text()}")
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +82,7 @@ def serve(cache: Path) -> Iterator[tuple[str, Path]]:
     url = f"http://127.0.0.1:{port}"
     SERVER_PIDS[url] = process.pid
     try:
-        wait_until_healthy(url, process, log)
+        wait_until_healthy(url, process, log, START_TIMEOUT)
         yield url, log
     finally:
         process.terminate()
