@@ -9,8 +9,9 @@ with st.error.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Hashable
 
 import numpy as np
 
@@ -84,10 +85,8 @@ def dataset_table() -> list[dict[str, Any]]:
     return [info.to_dict() for info in list_datasets()]
 
 
-def family_option_fields() -> dict[str, list[Any]]:
-    """Each family's Options dataclass fields (dataclasses.Field), by family name."""
-    import dataclasses
-
+def family_option_fields() -> dict[str, list[dataclasses.Field]]:
+    """Each family's Options dataclass fields, by family name."""
     from core.models.registry import FAMILY_PATHS, family_class
     return {name: list(dataclasses.fields(family_class(name).Options)) for name in FAMILY_PATHS}
 
@@ -178,7 +177,7 @@ DRAW_CACHE = DrawCache(draw_cache_bytes(), compute_slots=predict_slots())
 
 
 def predict(run: Run, x: np.ndarray, mode: str, samples: int, threshold: float | None, seed: int = 0,
-            weights: str | None = None, inputs: Any = None) -> Prediction:
+            weights: str | None = None, inputs: Hashable | None = None) -> Prediction:
     """Run.predict with the threshold dropped for modes that take none; regression in original units.
 
     `inputs` names x for the draw cache ("test", ("ood", name, n, seed), ...): one name must always
