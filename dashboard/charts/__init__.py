@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dashboard.charts.style import (  # noqa: F401
     CHART_WIDTH, CLASS_COLOURS, DOUBT_LEVEL, FAMILY_COLOURS, FIXED_SIZE, GRADIENT_LEGEND,
-    HISTOGRAMS_PER_ROW, MAX_HEATMAP_CELLS, OTHER_FAMILY_COLOUR, _colour, family_colour, family_key,
+    HISTOGRAMS_PER_ROW, MAX_HEATMAP_CELLS, OTHER_FAMILY_COLOUR, family_colour, family_key,
     layer_label)
 from dashboard.charts.histograms import (  # noqa: F401
     THRESHOLD_DATASET, histogram_frame, histogram_range, inline_datasets, prior_chart, statistic_histogram,
@@ -26,9 +26,9 @@ from dashboard.charts.curves import (  # noqa: F401
     PICK, compare_curves, compare_ecdf, family_colour_scale, history_frame, metric_vs_density,
     metric_vs_samples, picked_threshold, summary_over_seeds, sweep_frame, training_curves)
 from dashboard.charts.predictions import (  # noqa: F401
-    _finish_bands, _thin_ecdf, class_probability_bars, class_probability_frame, decision_surface,
+    class_probability_bars, class_probability_frame, decision_surface,
     ecdf_frame, entropy_ecdf, quantile_bands, reference_layers, regression_bands, regression_frame,
     surface_frame)
 from dashboard.charts.playback import (  # noqa: F401
-    MAX_CURVE_EPOCHS, _log_binned, density_over_epochs, density_over_epochs_frame, snapshot_histogram_frame,
+    MAX_CURVE_EPOCHS, density_over_epochs, density_over_epochs_frame, snapshot_histogram_frame,
     snapshot_histograms)
