@@ -53,7 +53,7 @@ def open_page(run_id: str, page: str, params: dict | None = None) -> AppTest:
     return at.switch_page(page).run()
 
 
-def charts(at: AppTest) -> list:
+def chart_elements(at: AppTest) -> list:
     return [c for kind in ("arrow_vega_lite_chart", "vega_lite_chart") for c in at.get(kind)]
 
 
@@ -73,7 +73,7 @@ def inline_rows(spec: dict, data_name: str) -> list[dict]:
 
 def find(at: AppTest, text: str) -> list[dict]:
     """Specs whose title mentions `text`."""
-    return [s for s in (spec_of(c) for c in charts(at)) if text in json.dumps(s.get("title", ""))]
+    return [s for s in (spec_of(c) for c in chart_elements(at)) if text in json.dumps(s.get("title", ""))]
 
 
 def mark_colours(spec) -> set[str]:
@@ -131,7 +131,7 @@ def test_epoch_slider_changes_the_histograms_marker_and_address(store):
     assert at.query_params["epoch"] in ("1", ["1"])
     assert any("warm-start" in c.value and "Warm start" in c.value for c in at.caption)
     # a small net: its masks at the page's threshold, replayed from the recorded statistic
-    masks = [s for s in (spec_of(c) for c in charts(at)) if "at epoch 1" in json.dumps(s.get("title", ""))
+    masks = [s for s in (spec_of(c) for c in chart_elements(at)) if "at epoch 1" in json.dumps(s.get("title", ""))
              and "concat" not in s]
     assert len(masks) == 2
     # each mask is a picture whose tooltip counts its kept weights
@@ -263,7 +263,7 @@ def test_inclusion_and_pruning_draw_the_family_in_its_colour(store, name, family
     others = set(charts.FAMILY_COLOURS.values()) - {colour, "#009E73"}  # green: the prior and the star
     at = open_page(store[name], "views/inclusion.py")
     assert_clean(at)
-    (histogram,) = [spec_of(c) for c in charts(at) if '"prior"' in c.proto.spec or
+    (histogram,) = [spec_of(c) for c in chart_elements(at) if '"prior"' in c.proto.spec or
                     (family == "bnn" and "concat" in spec_of(c) and "at epoch" not in c.proto.spec)][:1]
     assert colour in mark_colours(histogram) and not mark_colours(histogram) & others
     _, playback_histograms, density = playback_state(at, store[name])
