@@ -30,7 +30,7 @@ PLAIN = "plain-mlp"
 def time_one(family: str, dataset: str, device_name: str, epochs: int, hidden: tuple[int, ...]) -> dict:
     import torch
 
-    from core.cpu_settings import flush_denormals
+    from core.cpu_settings import enable_flush_denormals
     from core.data import load_dataset
     from core.device import resolve_device
     from core.models.network import BayesianMLP, ModelConfig
@@ -51,8 +51,8 @@ def time_one(family: str, dataset: str, device_name: str, epochs: int, hidden: t
                 layers.append(torch.nn.ReLU())
         net = torch.nn.Sequential(*layers).to(device)
         optimizer = _adam([{"params": list(net.parameters()), "lr": 1e-3}])
-        with flush_denormals():  # as train() does for the families
-            seconds = _plain_epochs(net, optimizer, x, y, epochs, device)
+        enable_flush_denormals()  # as train() does for the families (it stays on)
+        seconds = _plain_epochs(net, optimizer, x, y, epochs, device)
     else:
         # "lbbnn+compile": the same family trained with TrainConfig(compile=True).
         family_name, _, compiled = family.partition("+")

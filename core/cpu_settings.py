@@ -12,8 +12,6 @@ pages.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 
@@ -39,10 +37,3 @@ def enable_flush_denormals() -> bool:
     """
     return torch.set_flush_denormal(True)
 
-
-@contextlib.contextmanager
-def flush_denormals():
-    """`enable_flush_denormals()` as a context manager (kept for callers that used it):
-    the flag stays on afterwards, for the reason given there."""
-    enable_flush_denormals()
-    yield

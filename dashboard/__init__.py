@@ -1,6 +1,6 @@
 """Streamlit dashboard of the Sparse BNN Explorer: `streamlit run dashboard/app.py`.
 
-figures.py (pure Altair charts), backend.py (the one door into core, no
+charts/ (pure Altair charts by topic), backend.py (the one door into core, no
 Streamlit), worker.py (background training), cache.py / state.py / ui.py
 (Streamlit caching, session state, error display), views/ (one file per page).
 """

@@ -14,13 +14,10 @@ so taking turns costs no throughput.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
-try:  # the lock st.altair_chart holds while it switches Altair's global settings
-    from streamlit.elements.vega_charts import _altair_globals_lock as ALTAIR_GLOBALS_LOCK
-except ImportError:  # a Streamlit without it: the pages never call st.altair_chart, so ours suffices
-    ALTAIR_GLOBALS_LOCK = threading.Lock()
+# the lock st.altair_chart holds while it switches Altair's global settings
+from dashboard.streamlit_compat import ALTAIR_GLOBALS_LOCK
 
 
 def spec(chart: Any, validate: bool = True) -> dict[str, Any]:

@@ -137,12 +137,8 @@ def main() -> None:
 
 
 def log_rerun(path: str, started: float, cpu_seconds: float, page: str | None) -> None:
-    try:
-        from streamlit.runtime.scriptrunner import get_script_run_ctx
-        ctx = get_script_run_ctx()
-        session = ctx.session_id if ctx is not None else None
-    except Exception:  # no runtime (bare mode)
-        session = None
+    from dashboard.streamlit_compat import script_session_id
+    session = script_session_id()
     line = json.dumps({"session": session, "page": page, "start": started, "end": time.time(),
                        "cpu": cpu_seconds}) + "\n"
     # One write to a file opened for appending: concurrent sessions' lines do not interleave
@@ -156,8 +152,8 @@ def log_rerun(path: str, started: float, cpu_seconds: float, page: str | None) -
 
 @functools.lru_cache(maxsize=1)
 def family_key_spec() -> dict:
-    from dashboard import altair_spec, figures
-    return altair_spec.spec(figures.family_key())
+    from dashboard import altair_spec, charts
+    return altair_spec.spec(charts.family_key())
 
 
 def family_key() -> None:

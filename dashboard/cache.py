@@ -1,4 +1,5 @@
-"""Streamlit caches around dashboard.backend, shared by every session of the server.
+"""Streamlit caches around dashboard.backend, shared by every session of the server (the machinery:
+dashboard/caching.py).
 
 - `cached_run(run_id)`: st.cache_resource, the loaded run (model + dataset).
   Shared by every session, so nothing may mutate it: predictions never do.
@@ -37,31 +38,18 @@ kept. Forgetting a run drops its draws too.
 
 from __future__ import annotations
 
-import inspect
 import json
-import os
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import streamlit as st
 
-from dashboard import altair_spec, backend
-from dashboard.bounded_cache import BoundedCache
+from dashboard import altair_spec, backend, streamlit_compat
+from dashboard import surface as decision_surface
+from dashboard.caching import DERIVED_TTL, PREDICTIONS, generation, next_generation, once_at_a_time, per_run
 
-
-def _prediction_cache_bytes() -> int:
-    from dashboard.settings import prediction_cache_bytes
-    return prediction_cache_bytes()
-
-
-def spinning(text: Any, compute: Callable, *args: Any, **kwargs: Any) -> Any:
-    """compute(*args, **kwargs) under st.spinner(text) when `text` is a message."""
-    if isinstance(text, str) and text:
-        with st.spinner(text):
-            return compute(*args, **kwargs)
-    return compute(*args, **kwargs)
 
 def _cached_runs_setting() -> int:
     from dashboard.settings import cached_runs
@@ -69,93 +57,6 @@ def _cached_runs_setting() -> int:
 
 
 MAX_CACHED_RUNS = _cached_runs_setting()
-# The pages' prediction arrays, bounded by bytes (st.cache_data bounds entries by count only).
-PREDICTIONS = BoundedCache(_prediction_cache_bytes(), ttl=3600)
-# Derived entries live at most this long unused-or-not (seconds): a class moves on.
-DERIVED_TTL = 3600
-
-_generation_lock = threading.Lock()
-_generations: dict[str, int] = {}  # run id -> times it was forgotten
-
-
-def generation(run_id: str) -> int:
-    with _generation_lock:
-        return _generations.get(run_id, 0)
-
-
-# Streamlit's caches do not make concurrent callers of one missing entry wait for each
-# other: 30 sessions opening a page at once would all compute (or load) the same thing.
-# One lock per entry being computed lets the first compute it and the rest read it.
-_inflight_lock = threading.Lock()
-_inflight: dict[tuple, threading.Lock] = {}
-
-
-def once_at_a_time(key: tuple, compute: Callable[[], Any]) -> Any:
-    with _inflight_lock:
-        lock = _inflight.setdefault(key, threading.Lock())
-    try:
-        with lock:
-            return compute()
-    finally:
-        with _inflight_lock:
-            if _inflight.get(key) is lock and not lock.locked():
-                del _inflight[key]
-
-
-def prediction_key(mode: str, samples: int, threshold: float | None, seed: int,
-                   weights: str | None = None) -> dict[str, Any]:
-    """The arguments of a prediction in one canonical form, so that settings which compute the same
-    numbers share one cache entry (and one computation):
-
-    - prune with the kept weights' means is mpm-mean at that threshold, and prune with sampled
-      weights is mpm at that threshold (core.predict runs the same network and the same draws);
-    - a mode that draws nothing (mean, mpm-mean) ignores R and the seed: R = 1, seed 0;
-    - a mode without a threshold (bma, mean) has threshold None.
-    """
-    same = backend.same_numbers_mode(mode, weights)
-    draws = backend.mode_draws_samples(same)
-    return {"mode": same, "samples": int(samples) if draws else 1, "seed": int(seed) if draws else 0,
-            "threshold": float(threshold) if backend.uses_threshold(same) and threshold is not None else None,
-            "weights": None}
-
-
-def per_run(canonical_prediction: bool = False, bounded: BoundedCache | None = None,
-            **cache_options: Any) -> Callable:
-    """st.cache_data for a function whose first argument is a run id, keyed by the run's
-    generation too, so that forget_run(run_id) drops that run's entries and no other.
-
-    canonical_prediction: the function takes (mode, samples, threshold, seed, weights) among its
-    arguments; they are put in `prediction_key`'s form before the lookup.
-    bounded: keep the values in this byte-bounded cache instead of st.cache_data (large arrays)."""
-    def decorate(compute: Callable) -> Callable:
-        def entry(run_id: str, run_generation: int, *args: Any, **kwargs: Any) -> Any:
-            return compute(run_id, *args, **kwargs)
-        # st.cache_data tells functions apart by module and qualified name (the source is the same here).
-        entry.__name__ = compute.__name__
-        entry.__qualname__ = f"{compute.__qualname__}.per_run"
-        entry.__module__ = compute.__module__
-        cached = st.cache_data(**cache_options)(entry)
-        signature = inspect.signature(compute)
-
-        def lookup(run_id: str, *args: Any, **kwargs: Any) -> Any:
-            if canonical_prediction:
-                bound = signature.bind(run_id, *args, **kwargs)
-                bound.apply_defaults()
-                values = bound.arguments
-                values.update(prediction_key(values["mode"], values["samples"], values["threshold"],
-                                             values["seed"], values.get("weights")))
-                args, kwargs = tuple(values.values())[1:], {}
-            run_generation = generation(run_id)
-            key = (entry.__qualname__, run_id, run_generation, args, tuple(sorted(kwargs.items())))
-            if bounded is not None:
-                return once_at_a_time(key, lambda: bounded.get_or_compute(
-                    key, lambda: spinning(cache_options.get("show_spinner"), compute, run_id, *args, **kwargs)))
-            return once_at_a_time(key, lambda: cached(run_id, run_generation, *args, **kwargs))
-
-        lookup.__name__, lookup.__doc__, lookup.__wrapped__ = compute.__name__, compute.__doc__, compute
-        lookup.clear = cached.clear if bounded is None else bounded.clear
-        return lookup
-    return decorate
 
 
 @st.cache_resource(max_entries=8, show_spinner="Loading the dataset ...")
@@ -205,8 +106,7 @@ def _cached_run(run_id: str) -> Any:
 
 def forget_run(run_id: str) -> None:
     """Drop a deleted or retrained run from every cache, and nothing else."""
-    with _generation_lock:
-        _generations[run_id] = _generations.get(run_id, 0) + 1
+    next_generation(run_id)
     _cached_run.clear(run_id)
     backend.forget_draws(run_id)
     cached_run_list.clear()
@@ -429,41 +329,39 @@ def shipped(spec: dict[str, Any]) -> dict[str, Any]:
     datasets = spec.get("datasets")
     if not datasets:
         return spec
-    try:
-        from streamlit import dataframe_util
-    except ImportError:  # a Streamlit without it converts on each call, as before
+    encoded = {name: rows if isinstance(rows, bytes) or not isinstance(rows, list) else streamlit_compat.arrow_bytes(rows)
+               for name, rows in datasets.items()}
+    if any(value is None for value in encoded.values()):  # a Streamlit without the converter: as before
         return spec
-    spec["datasets"] = {name: rows if isinstance(rows, bytes) or not isinstance(rows, list)
-                        else dataframe_util.convert_anything_to_arrow_bytes(rows)
-                        for name, rows in datasets.items()}
+    spec["datasets"] = encoded
     return spec
 
 
 @per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
 def density_chart(run_id: str, threshold: float) -> dict[str, Any]:
     """The Pruning page's metric-vs-density curve with the current threshold's point."""
-    from dashboard import figures
+    from dashboard import charts
     curve = sweep(run_id)
     # The marker is read off the sweep (no second prediction of the test set).
     here = backend.curve_point(backend.SweepCurve(curve["thresholds"], curve["density"], curve["values"],
                                                   curve["metric"]), threshold)
-    return shipped(altair_spec.spec(figures.metric_vs_density(
+    return shipped(altair_spec.spec(charts.metric_vs_density(
         curve["thresholds"], curve["density"], curve["values"], curve["metric"], current=here,
-        colour=figures.family_colour(family(run_id)))))
+        colour=charts.family_colour(family(run_id)))))
 
 
 @per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
 def tuning_chart(run_id: str, threshold: float, tolerance: float) -> dict[str, Any]:
     """density_chart plus the suggested threshold (a star) and a click selection of a point."""
-    from dashboard import figures
+    from dashboard import charts
     curve = sweep(run_id)
     here = test_metrics(run_id, backend.SWEEP_MODE, 1, threshold, 0)
     suggested = backend.suggested_threshold(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
                                             tolerance)
-    return shipped(altair_spec.spec(figures.metric_vs_density(
+    return shipped(altair_spec.spec(charts.metric_vs_density(
         curve["thresholds"], curve["density"], curve["values"], curve["metric"],
         current=(here["density"], here[curve["metric"]]), suggested=suggested, selectable=True,
-        colour=figures.family_colour(family(run_id)),
+        colour=charts.family_colour(family(run_id)),
         title=f"{curve['metric']} vs density: prune at each threshold, mean weights "
               "(click a point to prune there)"
     )))
@@ -480,9 +378,9 @@ def surface(run_id: str, mode: str, samples: int, threshold: float | None, seed:
     """The decision surface of a 2-D classifier: grid axes and per-point class, confidence,
     predictive entropy and the spread of the R draws."""
     run = cached_run(run_id)
-    points, xs, ys = backend.input_grid_2d(run.dataset().x_train, n)
+    points, xs, ys = decision_surface.input_grid_2d(run.dataset().x_train, n)
     prediction = backend.predict(run, points, mode, samples, threshold, seed, weights, inputs=("surface", n))
-    arrays = backend.surface_arrays(np.asarray(prediction.probs_per_draw))
+    arrays = decision_surface.surface_arrays(np.asarray(prediction.probs_per_draw))
     return {"xs": xs, "ys": ys, **arrays}
 
 
@@ -490,11 +388,11 @@ def surface(run_id: str, mode: str, samples: int, threshold: float | None, seed:
 def accuracy_by_samples_chart(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
                               weights: str | None = None) -> dict[str, Any]:
     """Accuracy vs R on the test set for R = 1 .. samples."""
-    from dashboard import figures
+    from dashboard import charts
     arrays = test_prediction(run_id, mode, samples, threshold, seed, weights)
     ladder = backend.accuracy_by_samples(arrays["probs_per_draw"], cached_run(run_id).dataset().y_test, samples)
-    return shipped(altair_spec.spec(figures.metric_vs_samples(ladder["samples"], ladder["accuracy"], "accuracy",
-                                                              colour=figures.family_colour(family(run_id)))))
+    return shipped(altair_spec.spec(charts.metric_vs_samples(ladder["samples"], ladder["accuracy"], "accuracy",
+                                                              colour=charts.family_colour(family(run_id)))))
 
 
 @per_run(canonical_prediction=True, max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
@@ -502,33 +400,33 @@ def class_probability_charts(run_id: str, indices: tuple[int, ...], mode: str, s
                              threshold: float | None, seed: int, weights: str | None = None) -> list[dict[str, Any]]:
     """The Uncertainty page's class-probability bars of test inputs `indices` (one spec per input;
     six Altair charts built on every rerun were three quarters of the page's cached rerun)."""
-    from dashboard import figures
+    from dashboard import charts
     dataset = cached_run(run_id).dataset()
     arrays = selected_prediction(run_id, indices, mode, samples, threshold, seed, weights)
     names = list(dataset.class_names) if dataset.class_names else None
-    charts = []
+    specs = []
     for position, index in enumerate(indices):
         probs = arrays["probs_per_draw"][:, position, :]
         label = int(dataset.y_test[index])
         guess = int(probs.mean(axis=0).argmax())
         title = f"#{index}: true {names[label] if names else label}, predicted {names[guess] if names else guess}"
-        charts.append(shipped(altair_spec.spec(figures.class_probability_bars(probs, names, title=title,
-                                                                              doubt_level=backend.DOUBT_LEVEL))))
-    return charts
+        specs.append(shipped(altair_spec.spec(charts.class_probability_bars(probs, names, title=title,
+                                                                             doubt_level=backend.DOUBT_LEVEL))))
+    return specs
 
 
 @per_run(canonical_prediction=True, max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
 def entropy_ecdf_chart(run_id: str, ood_sets: tuple[str, ...], mode: str, samples: int, threshold: float | None,
                        seed: int, n: int, weights: str | None = None) -> dict[str, Any]:
     """The Uncertainty page's entropy ECDFs: the test set and the OOD sets `ood_sets` (n inputs each)."""
-    from dashboard import figures
+    from dashboard import charts
     dataset = cached_run(run_id).dataset()
     arrays = test_prediction(run_id, mode, samples, threshold, seed, weights)
     entropies = {f"{dataset.name} (in-domain)": backend.predictive_entropy(arrays["probs"])}
     for name in ood_sets:
         entropies[name] = ood_entropy(run_id, name, mode, samples, threshold, seed, n, weights)
     max_entropy = float(np.log(dataset.n_classes)) if dataset.n_classes else None
-    return shipped(altair_spec.spec(figures.entropy_ecdf(entropies, max_entropy=max_entropy)))
+    return shipped(altair_spec.spec(charts.entropy_ecdf(entropies, max_entropy=max_entropy)))
 
 
 def compare_curves_chart(runs: list[tuple[str, str, str]]) -> dict[str, Any]:
@@ -538,9 +436,9 @@ def compare_curves_chart(runs: list[tuple[str, str, str]]) -> dict[str, Any]:
 
 @st.cache_data(max_entries=64, ttl=DERIVED_TTL, show_spinner=False)
 def _compare_curves_chart(runs: tuple[tuple[str, int, str, str], ...]) -> dict[str, Any]:
-    from dashboard import figures
+    from dashboard import charts
     curves = [{"label": label, "family": fam, **sweep(run_id)} for run_id, _, label, fam in runs]
-    return shipped(altair_spec.spec(figures.compare_curves(curves, curves[0]["metric"])))
+    return shipped(altair_spec.spec(charts.compare_curves(curves, curves[0]["metric"])))
 
 
 def compare_ecdf_chart(runs: list[tuple[str, str, str]], ood: str | None, samples: int, n: int,
@@ -553,7 +451,7 @@ def compare_ecdf_chart(runs: list[tuple[str, str, str]], ood: str | None, sample
 @st.cache_data(max_entries=64, ttl=DERIVED_TTL, show_spinner=False)
 def _compare_ecdf_chart(runs: tuple[tuple[str, int, str, str], ...], ood: str | None, samples: int, n: int,
                         max_entropy: float | None) -> dict[str, Any]:
-    from dashboard import figures
+    from dashboard import charts
     entropies = []
     for run_id, _, label, fam in runs:
         inside = backend.predictive_entropy(test_prediction(run_id, "bma", samples, None, 0)["probs"])
@@ -562,20 +460,20 @@ def _compare_ecdf_chart(runs: tuple[tuple[str, int, str, str], ...], ood: str | 
         if ood is not None:
             entropies.append({"label": label, "family": fam, "set": f"{label} out", "domain": "out-of-domain",
                               "values": ood_entropy(run_id, ood, "bma", samples, None, 0, n)})
-    return shipped(altair_spec.spec(figures.compare_ecdf(entropies, max_entropy)))
+    return shipped(altair_spec.spec(charts.compare_ecdf(entropies, max_entropy)))
 
 
 @per_run(max_entries=64, ttl=DERIVED_TTL, show_spinner=False)
 def histogram_without_threshold(run_id: str, log_counts: bool) -> dict[str, Any]:
     """The Inclusion page's histograms (and the prior beside them) with no threshold rule: the same for
-    every threshold, so a threshold step only adds its rule (figures.with_threshold_rules)."""
-    from dashboard import figures
+    every threshold, so a threshold step only adds its rule (charts.with_threshold_rules)."""
+    from dashboard import charts
     spec = threshold_range(run_id)
     stats = statistics(run_id)
-    labels = [figures.layer_label(i, s.shape) for i, s in enumerate(stats)]
-    return altair_spec.spec(figures.statistic_histogram(
+    labels = [charts.layer_label(i, s.shape) for i, s in enumerate(stats)]
+    return altair_spec.spec(charts.statistic_histogram(
         stats, None, spec.name, log_counts=log_counts, labels=labels, value_range=(spec.low, spec.high),
-        prior=prior_of_statistic(run_id), colour=figures.family_colour(family(run_id))))
+        prior=prior_of_statistic(run_id), colour=charts.family_colour(family(run_id))))
 
 
 @per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
@@ -584,9 +482,9 @@ def inclusion_charts(run_id: str, threshold: float, log_counts: bool, masked_wei
     weights) picture per layer, and for image inputs the kept inputs as an image. The matrices are
     pictures (dashboard.raster): a threshold step redraws a few small images, not thousands of marks."""
     import numpy as np
-    from dashboard import figures, raster
+    from dashboard import charts, raster
     stats = statistics(run_id)
-    labels = [figures.layer_label(i, s.shape) for i, s in enumerate(stats)]
+    labels = [charts.layer_label(i, s.shape) for i, s in enumerate(stats)]
     layer_masks = masks(run_id, threshold)
     weights = conditional_mean_weights(run_id) if masked_weights else None
     pictures = [raster.mask_picture(mask, labels[index]) if weights is None else
@@ -594,7 +492,7 @@ def inclusion_charts(run_id: str, threshold: float, log_counts: bool, masked_wei
                 for index, mask in enumerate(layer_masks)]
     input_shape = tuple(cached_run(run_id).dataset().input_shape)
     return {
-        "histogram": figures.with_threshold_rules(histogram_without_threshold(run_id, log_counts), threshold),
+        "histogram": charts.with_threshold_rules(histogram_without_threshold(run_id, log_counts), threshold),
         "masks": pictures,
         "pixels": raster.kept_per_input_picture(layer_masks[0], input_shape) if len(input_shape) == 2 else None,
     }
@@ -605,7 +503,7 @@ def mask_comparison(run_id: str, threshold: float, second: float | None, draw: i
     """The Inclusion page's masks compared: A = the mask at `threshold`, B = the mask at `second`, or
     (second None) the structure sampled with seed `draw`. One picture per layer and both kept counts;
     built once per setting for every session."""
-    from dashboard import figures, raster
+    from dashboard import charts, raster
     spec = threshold_range(run_id)
     stats = statistics(run_id)
     masks_a = masks(run_id, threshold)
@@ -613,7 +511,7 @@ def mask_comparison(run_id: str, threshold: float, second: float | None, draw: i
                else backend.sample_structure(stats, spec.name, seed=int(draw)))
     if masks_b is None:
         raise ValueError(f"mask_comparison: {spec.name} is not an inclusion probability; give a second threshold")
-    labels = [figures.layer_label(i, s.shape) for i, s in enumerate(stats)]
+    labels = [charts.layer_label(i, s.shape) for i, s in enumerate(stats)]
     return {"charts": [raster.mask_difference_picture(a, b, labels[index])
                        for index, (a, b) in enumerate(zip(masks_a, masks_b))],
             "kept_a": sum(int(np.sum(m)) for m in masks_a), "kept_b": sum(int(np.sum(m)) for m in masks_b)}

@@ -14,11 +14,9 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from dashboard.figures import family_colour
-
-# The NUTS reference's own colour: a purple no family uses (figures.FAMILY_COLOURS), far from bnn's
-# orange; figures.reference_layers draws the overlay in the same colour.
-REFERENCE_COLOUR = "#5E3C99"
+# The NUTS reference's own colour (charts.style): a purple no family uses, far from bnn's orange;
+# charts.predictions.reference_layers draws the overlay in the same colour.
+from dashboard.charts import REFERENCE_COLOUR, family_colour
 # A reference whose diagnostics fail is drawn dashed and grey-purple, with the warning on the chart.
 UNTRUSTED_REFERENCE_COLOUR = "#9E9AC8"
 WARNING_COLOUR = "#B2182B"

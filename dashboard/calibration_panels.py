@@ -18,7 +18,7 @@ import streamlit as st
 
 from dashboard import altair_spec, backend, cache, state
 from dashboard import calibration_charts as charts
-from dashboard.figures import family_colour
+from dashboard.charts import family_colour
 from dashboard.ui import guard
 
 DOUBT_LEVEL_RANGE = (0.5, 0.999)  # the doubt slider's ends: below 1/2 every binary input is decided

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 import streamlit as st
 
-from dashboard import altair_spec, figures, links, raster, state
+from dashboard import altair_spec, charts, links, raster, state
 
 PLAY_SECONDS = 0.6  # between frames while playing
 FRAMES = 60  # a playback shows about this many frames, however long the training
@@ -58,7 +58,7 @@ def render(run_id: str, family: str, snapshots: Any, threshold: float, labels: S
     st.session_state[key] = int(min(n, max(1, int(st.session_state[key]))))
     playing = bool(st.session_state.get(playing_now, False))
     max_count = int(snapshots.histogram.max()) if snapshots.histogram.size else 1
-    colour = figures.family_colour(family)
+    colour = charts.family_colour(family)
 
     def toggle() -> None:
         if st.session_state.get(playing_now):
@@ -98,10 +98,10 @@ def render(run_id: str, family: str, snapshots: Any, threshold: float, labels: S
         st.caption(f"Epoch {epoch} of {n} ({phase}, epoch {int(snapshots.epoch[index])} of that phase): "
                    f"density {density:.4f} at the default threshold {snapshots.default_threshold:g}.{note}")
         # The threshold's rule is data (with_threshold_rules): a threshold step swaps it in the drawn chart.
-        st.vega_lite_chart(figures.with_threshold_rules(altair_spec.spec(figures.snapshot_histograms(
+        st.vega_lite_chart(charts.with_threshold_rules(altair_spec.spec(charts.snapshot_histograms(
             snapshots.histogram[index], snapshots.edges, snapshots.statistic, labels, threshold=None,
             colour=colour, max_count=max_count, title=f"{snapshots.statistic} at epoch {epoch}")), threshold))
-        st.vega_lite_chart(altair_spec.spec(figures.density_over_epochs(
+        st.vega_lite_chart(altair_spec.spec(charts.density_over_epochs(
             snapshots.density, snapshots.overall_density, list(snapshots.phase), labels, epoch, colour=colour,
             threshold=snapshots.default_threshold)))
         replay = snapshots.masks_at(index, threshold)

@@ -3,25 +3,25 @@
 The Inclusion page draws about a dozen matrices (masks, masked weights, the two compared masks, the
 kept inputs, receptive fields). As rectangle marks those were some 30,000 marks and 2.5 MB of chart
 data, and the browser took about a second to redraw them after every threshold step. Each matrix is
-now a small PNG (the same blocks and the same colours as before: figures.block_frame, the Vega
+now a small PNG (the same blocks and the same colours as before: charts.block_frame, the Vega
 colour schemes) in a single image mark, with the colour legend kept.
 
 The specs are plain Vega-Lite dicts, not Altair objects: building and validating an Altair chart
 cost tens of milliseconds a chart, more than the picture itself (tests validate the dicts).
-Pure: numpy and zlib (Altair only for its schema URL); nothing here imports Streamlit or torch.
+Pure: numpy and Pillow (Altair only for its schema URL); nothing here imports Streamlit or torch.
 """
 
 from __future__ import annotations
 
 import base64
-import struct
-import zlib
+import io
 from typing import Any, Sequence
 
 import altair as alt
 import numpy as np
+from PIL import Image
 
-from dashboard import figures
+from dashboard import charts
 
 # Vega's continuous colour schemes (vega-scale), as the evenly spaced stops it interpolates
 # linearly in RGB: the pictures take the colours the legends show.
@@ -59,18 +59,13 @@ def colour_ramp(values: np.ndarray, scheme: str, low: float, high: float) -> np.
 
 
 def png_bytes(rgb: np.ndarray) -> bytes:
-    """A (height, width, 3) uint8 array as an 8-bit RGB PNG file."""
+    """A (height, width, 3) uint8 array as an 8-bit RGB PNG file (Pillow, which Streamlit needs anyway)."""
     image = np.ascontiguousarray(rgb, dtype=np.uint8)
     if image.ndim != 3 or image.shape[2] != 3 or min(image.shape[:2]) < 1:
         raise ValueError(f"expected a (height, width, 3) image, got shape {image.shape}")
-    height, width = image.shape[:2]
-
-    def chunk(kind: bytes, payload: bytes) -> bytes:
-        return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
-
-    rows = np.concatenate([np.zeros((height, 1), dtype=np.uint8), image.reshape(height, width * 3)], axis=1)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(rows.tobytes(), 6)) + chunk(b"IEND", b""))
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG", compress_level=6)
+    return buffer.getvalue()
 
 
 def data_url(rgb: np.ndarray) -> str:
@@ -80,16 +75,16 @@ def data_url(rgb: np.ndarray) -> str:
 SCHEMA = alt.SCHEMA_URL  # the Vega-Lite version the installed Altair (and the other charts) speak
 
 
-def block_sums(matrices: np.ndarray, max_cells: int = figures.MAX_HEATMAP_CELLS) -> tuple[np.ndarray, np.ndarray]:
-    """Sums and sizes of the blocks of figures.block_frame for a (..., rows, cols) stack of matrices:
+def block_sums(matrices: np.ndarray, max_cells: int = charts.MAX_HEATMAP_CELLS) -> tuple[np.ndarray, np.ndarray]:
+    """Sums and sizes of the blocks of charts.block_frame for a (..., rows, cols) stack of matrices:
     (..., block rows, block cols) sums and the (block rows, block cols) entry counts. Booleans are
     summed as integers (exact counts)."""
     matrices = np.asarray(matrices)
     if matrices.dtype == bool:
         matrices = matrices.view(np.uint8)
     rows, cols = matrices.shape[-2:]
-    row_edges = figures._block_edges(rows, max_cells)
-    col_edges = figures._block_edges(cols, max_cells)
+    row_edges = charts._block_edges(rows, max_cells)
+    col_edges = charts._block_edges(cols, max_cells)
     # One pass over the entries (reduceat), then a pass over the row sums: a few milliseconds for 400 x 785.
     accumulate = np.int64 if matrices.dtype.kind in "biu" else np.float64
     sums = np.add.reduceat(np.add.reduceat(matrices, row_edges[:-1], axis=-2, dtype=accumulate),
@@ -97,16 +92,16 @@ def block_sums(matrices: np.ndarray, max_cells: int = figures.MAX_HEATMAP_CELLS)
     return sums, np.outer(np.diff(row_edges), np.diff(col_edges))
 
 
-def block_means(matrix: np.ndarray, max_cells: int = figures.MAX_HEATMAP_CELLS) -> np.ndarray:
-    """figures.block_frame's block means as a (block rows, block columns) array."""
+def block_means(matrix: np.ndarray, max_cells: int = charts.MAX_HEATMAP_CELLS) -> np.ndarray:
+    """charts.block_frame's block means as a (block rows, block columns) array."""
     sums, sizes = block_sums(matrix, max_cells)
     return sums / sizes
 
 
-def block_states(mask_a: np.ndarray, mask_b: np.ndarray, max_cells: int = figures.MAX_HEATMAP_CELLS
+def block_states(mask_a: np.ndarray, mask_b: np.ndarray, max_cells: int = charts.MAX_HEATMAP_CELLS
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """figures.mask_difference_frame as arrays: each block's majority state (an index into
-    figures.MASK_STATES, the first on ties) and the (4,) weight counts per state."""
+    """charts.mask_difference_frame as arrays: each block's majority state (an index into
+    charts.MASK_STATES, the first on ties) and the (4,) weight counts per state."""
     a, b = np.asarray(mask_a, dtype=bool), np.asarray(mask_b, dtype=bool)
     if a.shape != b.shape:
         raise ValueError(f"masks differ in shape: {a.shape} and {b.shape}")
@@ -163,7 +158,7 @@ def image_spec(rgb: np.ndarray, title: Any, width: float, height: float, colour:
     # The picture fills the plot at whatever width Streamlit gives the chart (a column narrower than
     # `width` shrinks the plot; a fixed-size image would spill over its neighbour).
     panel["layer"][0]["mark"].update(width={"expr": "width"}, height={"expr": "height"})
-    return {"$schema": SCHEMA, **panel, "autosize": dict(figures.FIXED_SIZE), "datasets": {"picture": rows}}
+    return {"$schema": SCHEMA, **panel, "autosize": dict(charts.FIXED_SIZE), "datasets": {"picture": rows}}
 
 
 def _data_domain_scale(scheme: str) -> dict[str, Any]:
@@ -177,30 +172,30 @@ def _kept_summary(mask: np.ndarray) -> str:
     return f"kept {kept} of {total} weights (density {kept / total if total else 0.0:.4f})"
 
 
-def mask_picture(mask: np.ndarray, title: str, max_cells: int = figures.MAX_HEATMAP_CELLS) -> dict[str, Any]:
-    """figures.mask_heatmap as one picture: kept (1) / pruned (0), blocks show the kept fraction."""
+def mask_picture(mask: np.ndarray, title: str, max_cells: int = charts.MAX_HEATMAP_CELLS) -> dict[str, Any]:
+    """charts.mask_heatmap as one picture: kept (1) / pruned (0), blocks show the kept fraction."""
     means = block_means(np.asarray(mask, dtype=bool), max_cells)
     blocked = means.shape != np.shape(mask)
     colour = _colour_channel("value", "quantitative", "kept fraction" if blocked else "kept",
-                             {"domain": [0, 1], "scheme": "greys"}, dict(figures.GRADIENT_LEGEND))
-    return image_spec(colour_ramp(means, "greys", 0.0, 1.0), title, figures.CHART_WIDTH, figures.CHART_WIDTH * 0.6,
+                             {"domain": [0, 1], "scheme": "greys"}, dict(charts.GRADIENT_LEGEND))
+    return image_spec(colour_ramp(means, "greys", 0.0, 1.0), title, charts.CHART_WIDTH, charts.CHART_WIDTH * 0.6,
                       colour, [0.0, 1.0], tooltip=_kept_summary(mask))
 
 
-def weight_picture(weights: np.ndarray, title: str, max_cells: int = figures.MAX_HEATMAP_CELLS) -> dict[str, Any]:
-    """figures.weight_heatmap as one picture: block means, diverging colours centred on 0."""
+def weight_picture(weights: np.ndarray, title: str, max_cells: int = charts.MAX_HEATMAP_CELLS) -> dict[str, Any]:
+    """charts.weight_heatmap as one picture: block means, diverging colours centred on 0."""
     means = block_means(weights, max_cells)
     bound = float(np.abs(means).max()) or 1.0
     colour = _colour_channel("value", "quantitative", "weight", _data_domain_scale("redblue"),
-                             dict(figures.GRADIENT_LEGEND))
-    return image_spec(colour_ramp(means, "redblue", -bound, bound), title, figures.CHART_WIDTH,
-                      figures.CHART_WIDTH * 0.6, colour, [-bound, bound])
+                             dict(charts.GRADIENT_LEGEND))
+    return image_spec(colour_ramp(means, "redblue", -bound, bound), title, charts.CHART_WIDTH,
+                      charts.CHART_WIDTH * 0.6, colour, [-bound, bound])
 
 
 def kept_per_input_picture(first_layer_mask: np.ndarray, input_shape: Sequence[int],
                            side: int = 240) -> dict[str, Any]:
-    """figures.kept_per_input_image as one picture: one square cell per input pixel."""
-    frame = figures.kept_per_input_frame(first_layer_mask, input_shape)
+    """charts.kept_per_input_image as one picture: one square cell per input pixel."""
+    frame = charts.kept_per_input_frame(first_layer_mask, input_shape)
     height, width = int(input_shape[0]), int(input_shape[1])
     counts = frame["kept"].to_numpy().reshape(height, width)
     low, high = float(counts.min()), float(counts.max())
@@ -208,27 +203,27 @@ def kept_per_input_picture(first_layer_mask: np.ndarray, input_shape: Sequence[i
         high = low + 1.0
     cell = side / max(height, width)
     colour = _colour_channel("kept", "quantitative", "kept weights", _data_domain_scale("viridis"),
-                             dict(figures.GRADIENT_LEGEND))
+                             dict(charts.GRADIENT_LEGEND))
     return image_spec(colour_ramp(counts, "viridis", low, high), "kept weights per input pixel", cell * width,
                       cell * height, colour, [low, high])
 
 
 def mask_difference_picture(mask_a: np.ndarray, mask_b: np.ndarray, title: str,
-                            max_cells: int = figures.MAX_HEATMAP_CELLS) -> dict[str, Any]:
-    """figures.mask_difference as one picture: each block in the colour of its majority state."""
+                            max_cells: int = charts.MAX_HEATMAP_CELLS) -> dict[str, Any]:
+    """charts.mask_difference as one picture: each block in the colour of its majority state."""
     states, counts = block_states(mask_a, mask_b, max_cells)
-    palette = np.stack([_rgb(c) for c in figures.MASK_STATE_COLOURS]).astype(np.uint8)
-    colour = _colour_channel("state", "nominal", "weight", {"domain": list(figures.MASK_STATES),
-                                                             "range": list(figures.MASK_STATE_COLOURS)},
+    palette = np.stack([_rgb(c) for c in charts.MASK_STATE_COLOURS]).astype(np.uint8)
+    colour = _colour_channel("state", "nominal", "weight", {"domain": list(charts.MASK_STATES),
+                                                             "range": list(charts.MASK_STATE_COLOURS)},
                              {"orient": "bottom", "columns": 2})
-    about = ", ".join(f"{name} {int(n)}" for name, n in zip(figures.MASK_STATES[:3], counts[:3]))
-    return image_spec(palette[states], title, figures.CHART_WIDTH, figures.CHART_WIDTH * 0.6, colour,
-                      list(figures.MASK_STATES), tooltip=about)
+    about = ", ".join(f"{name} {int(n)}" for name, n in zip(charts.MASK_STATES[:3], counts[:3]))
+    return image_spec(palette[states], title, charts.CHART_WIDTH, charts.CHART_WIDTH * 0.6, colour,
+                      list(charts.MASK_STATES), tooltip=about)
 
 
 def receptive_field_pictures(first_layer_weights: np.ndarray, first_layer_mask: np.ndarray, units: Sequence[int],
                              input_shape: Sequence[int], side: int = 140, columns: int = 5) -> dict[str, Any]:
-    """figures.receptive_fields as one picture per unit: its kept weights on the image grid,
+    """charts.receptive_fields as one picture per unit: its kept weights on the image grid,
     diverging colours centred on 0 shared by every unit, pruned weights white."""
     height, width = int(input_shape[0]), int(input_shape[1])
     units = [int(u) for u in units]
@@ -241,7 +236,7 @@ def receptive_field_pictures(first_layer_weights: np.ndarray, first_layer_mask: 
     bound = bound or 1.0
     cell = side / max(height, width)
     colour = _colour_channel("weight", "quantitative", None, _data_domain_scale("redblue"),
-                             dict(figures.GRADIENT_LEGEND))
+                             dict(charts.GRADIENT_LEGEND))
     pruned = _rgb(PRUNED_COLOUR).astype(np.uint8)
     panels, rows = [], []
     for position, unit in enumerate(units):
@@ -255,4 +250,4 @@ def receptive_field_pictures(first_layer_weights: np.ndarray, first_layer_mask: 
         panels.append(panel)
         rows += panel_rows
     return {"$schema": SCHEMA, "title": "receptive fields: kept weights into each unit", "concat": panels,
-            "columns": int(columns), "autosize": dict(figures.FIXED_SIZE), "datasets": {"picture": rows}}
+            "columns": int(columns), "autosize": dict(charts.FIXED_SIZE), "datasets": {"picture": rows}}

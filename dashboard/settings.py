@@ -15,7 +15,6 @@ import functools
 import hmac
 import logging
 import math
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -137,24 +136,8 @@ def refuse_streamlit_cache_clearing() -> bool:
     guard is in place (it is installed once per process)."""
     if not classroom_mode():
         return False
-    try:
-        from streamlit.runtime.app_session import AppSession
-    except ImportError:  # a Streamlit without this module: nothing to guard
-        return False
-    handler = getattr(AppSession, "_handle_clear_cache_request", None)
-    if handler is None:
-        return False
-    if getattr(handler, "classroom_guard", False):
-        return True
-
-    def guarded(session, *args, **kwargs):
-        if classroom_mode():
-            return None
-        return handler(session, *args, **kwargs)
-
-    guarded.classroom_guard = True
-    AppSession._handle_clear_cache_request = guarded
-    return True
+    from dashboard.streamlit_compat import guard_clear_cache_request
+    return guard_clear_cache_request(classroom_mode)
 
 
 # --- the training queue's limits and the teacher token's throttle ---------------------------------

@@ -36,7 +36,6 @@ identity ever goes into the address, which is exactly what copied links leak.
 
 from __future__ import annotations
 
-import binascii
 import hashlib
 import hmac
 import secrets
@@ -46,25 +45,14 @@ import streamlit as st
 
 from dashboard.backend import plain
 from dashboard import backend, cache, links
+# Streamlit's internals, kept in one place (re-exported: the pages and tests call them through state)
+from dashboard.streamlit_compat import XSRF_COOKIE, browser_token, session_presence, xsrf_token  # noqa: F401
 
 RUN_KEY = "selected_run_id"
 WORKER_KEY = "training_worker"
 SETTINGS_KEY = "run_settings"  # {run_id: {"threshold": ..., "mode": ..., "samples": ...}}
 HANDLED_KEY = "handled_worker"  # the finished worker whose run was already selected
 TEACHER_KEY = "is_teacher"
-
-
-def session_presence() -> Any:
-    """A callable telling whether this browser session is still connected (thread-safe; for work
-    that runs on after the script, like the playground's training), or None outside a server."""
-    from streamlit.runtime import Runtime
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
-
-    ctx = get_script_run_ctx()
-    if ctx is None or not Runtime.exists():
-        return None
-    runtime, session_id = Runtime.instance(), ctx.session_id
-    return lambda: runtime.is_active_session(session_id)
 
 
 def selected_run_id() -> str | None:
@@ -102,7 +90,6 @@ def unlock_teacher(token: str) -> Any:
 
 OWNER_KEY = "session_owner"
 PRESENCE_KEY = "session_presence"
-XSRF_COOKIE = "_streamlit_xsrf"
 # Owners are HMACs of the browsers' tokens under a key of this server process: they mean nothing
 # elsewhere, and the queue they are used in lives no longer than the process.
 _OWNER_KEY_BYTES = secrets.token_bytes(32)
@@ -119,30 +106,6 @@ def session_owner() -> str:
                  else "session:" + secrets.token_urlsafe(18))
         st.session_state[OWNER_KEY] = owner
     return owner
-
-
-def browser_token() -> bytes | None:
-    """The random token of this browser's XSRF cookie, or None when there is none."""
-    try:
-        raw = st.context.cookies.get(XSRF_COOKIE)
-    except Exception:  # no runtime, or a Streamlit without it
-        return None
-    return xsrf_token(raw) if isinstance(raw, str) else None
-
-
-def xsrf_token(cookie: str) -> bytes | None:
-    """The token of an XSRF cookie in its version-2 form '2|mask|masked token|timestamp' (the
-    server masks it afresh on every page load; the token under the mask stays), else None."""
-    parts = cookie.strip("\"'").split("|")
-    if len(parts) != 4 or parts[0] != "2":
-        return None
-    try:
-        mask, masked = binascii.a2b_hex(parts[1]), binascii.a2b_hex(parts[2])
-    except (binascii.Error, ValueError):
-        return None
-    if len(mask) != 4 or len(masked) < 16:  # a forged short token would make a weak identity
-        return None
-    return bytes(byte ^ mask[i % 4] for i, byte in enumerate(masked))
 
 
 def queue_presence() -> Any:

@@ -11,7 +11,6 @@ absolute server path (without_server_paths).
 from __future__ import annotations
 
 import logging
-import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
@@ -65,10 +64,6 @@ def guard(what: str | None = None) -> Iterator[None]:
         yield
     except BNNError as exc:
         st.error(plain(without_server_paths(f"{what}: {exc}" if what else str(exc))))
-    except ImportError as exc:  # a core module still missing in this checkout
-        log.exception("missing module")
-        st.error(plain(f"{what + ': ' if what else ''}a core module is not available ({without_server_paths(str(exc))}). "
-                       "Update the checkout or reinstall the project."))
     except Exception as exc:  # a bug: keep the page alive, the traceback goes to the server log
         log.exception("dashboard error")
         st.error(plain(f"{UNEXPECTED_PREFIX}{' while ' + what.lower() if what else ''} "

@@ -21,6 +21,17 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+def require_module(name: str, install: str):
+    """The module `name` imported, or a skip naming `install` (a failure under CI=true, as for data):
+    the suite's importorskip, which the no-importorskip rule can see (tests/test_suite_rules.py)."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        unavailable(f"{name} is not installed: {install}")
+
+
 def perturb(module: torch.nn.Module, seed: int, scale: float = 0.1) -> None:
     """Move every parameter of a model or layer away from its initial value (so a round trip or an
     equality cannot pass by accident), then refresh its closed-form auxiliaries."""

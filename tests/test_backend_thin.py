@@ -47,8 +47,26 @@ def test_masks_modes_and_range_are_core_s(runs):
     for threshold in (0.2, 0.5, 0.8):
         ours = backend.masks_at(stats, threshold, limits.keep_above)
         assert all(np.array_equal(a, b.numpy()) for a, b in zip(ours, run.masks(threshold)))
-    assert backend.PREDICTION_MODES == tuple(m.value for m in PredictionMode)
-    assert backend.MODE_HELP["mpm"] == PredictionMode.MPM.description and "MED-SIM" in backend.MODE_HELP["mpm"]
+
+
+def test_every_offered_mode_predicts_core_s_numbers_and_its_help_names_it(runs):
+    """The mode box offers every mode core predicts with, each gives Run.predict's numbers through the
+    door, and the paper name its help starts with is one core's parser reads back as that mode."""
+    from core.predict.modes import parse_mode
+
+    assert {parse_mode(mode) for mode in backend.PREDICTION_MODES} == set(PredictionMode)
+    for run in runs:
+        x = run.dataset().x_test[:16]
+        for mode in backend.PREDICTION_MODES:
+            threshold = 0.5 if parse_mode(mode).uses_threshold else None
+            ours = backend.predict(run, x, mode, 3, 0.5, seed=1)
+            theirs = run.predict(x, mode=mode, samples=3, threshold=threshold, seed=1)
+            for name in ("probs", "mean", "density"):
+                if getattr(theirs, name) is not None:
+                    np.testing.assert_allclose(np.asarray(getattr(ours, name)), np.asarray(getattr(theirs, name)),
+                                               rtol=1e-6, err_msg=f"{mode} {name}")
+            paper_name, _, what = backend.MODE_HELP[mode].partition(": ")
+            assert parse_mode(paper_name).value == mode and what, mode
 
 
 def test_the_marker_is_read_off_the_sweep(runs):

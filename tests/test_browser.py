@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import re
 import time
-import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from benchmarks.classroom.serving import free_port, wait_until_healthy
+from tests.support import require_module
 
 # Each test starts a Streamlit server and Chromium (15-40 s on the CI machine, a server's first start up to
 # 300 s when it is loaded): slow, with a longer limit than the suite's 600 s.
@@ -45,32 +46,9 @@ def chromium_path() -> str:
     return found
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_until_healthy(url: str, process: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"streamlit exited with {process.returncode}:\n{log.read_text()}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise AssertionError(f"streamlit did not answer within {START_TIMEOUT} s:\n{log.read_text()}")
-
-
 @pytest.fixture(scope="module")
 def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("playwright not installed: pip install playwright")
+    sync_playwright = require_module("playwright.sync_api", "pip install playwright").sync_playwright
     executable = chromium_path()
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
@@ -106,7 +84,7 @@ def serve(cache: Path) -> Iterator[tuple[str, Path]]:
     url = f"http://127.0.0.1:{port}"
     SERVER_PIDS[url] = process.pid
     try:
-        wait_until_healthy(url, process, log)
+        wait_until_healthy(url, process, log, START_TIMEOUT)
         yield url, log
     finally:
         process.terminate()

@@ -8,7 +8,7 @@ import pytest
 
 from core.cli import build_parser, main
 from core.runs import PRESETS, RunStore
-from core.runs.cli import config_from_args
+from core.cli.runs import config_from_args
 
 TINY = ["--dataset", "two-moons", "--hidden", "16", "--epochs", "1", "--device", "cpu"]
 

@@ -137,8 +137,14 @@ def test_unknown_top_level_field_is_named():
 
 
 def test_config_is_frozen():
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        tiny().seed = 3  # type: ignore[misc]
+    import dataclasses
+
+    config = tiny()
+    with pytest.raises(dataclasses.FrozenInstanceError, match="seed"):
+        config.seed = 3  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError, match="hidden"):
+        config.hidden = (4,)  # type: ignore[misc]
+    assert config.seed == tiny().seed and config.hidden == tiny().hidden
 
 
 def test_model_config_takes_shapes_from_the_dataset():

@@ -5,7 +5,7 @@ import threading
 import pytest
 import torch
 
-from core.cpu_settings import enable_flush_denormals, flush_denormals
+from core.cpu_settings import enable_flush_denormals
 
 from tests.support import subnormal
 
@@ -15,9 +15,8 @@ def test_flushing_stays_on_and_threads_started_afterwards_inherit_it():
     if not enable_flush_denormals():
         pytest.skip("this CPU cannot flush denormals")
     assert float(tiny * 1.0) == 0.0
-    with flush_denormals():
-        assert float(tiny * 1.0) == 0.0
-    assert float(tiny * 1.0) == 0.0  # never switched off, not even by the context manager
+    enable_flush_denormals()  # a second call (every training makes one) changes nothing
+    assert float(tiny * 1.0) == 0.0
     seen = []
     thread = threading.Thread(target=lambda: seen.append(float(tiny * 1.0)))
     thread.start()
@@ -43,3 +42,4 @@ def test_the_flag_belongs_to_each_thread():
     thread.join()
     assert seen[0] > 0.0 and seen[1] == 0.0
     assert float(tiny * 1.0) == 0.0  # switching it off there did not touch this thread
+

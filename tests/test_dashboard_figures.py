@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dashboard import figures
+from dashboard import charts
 
 
 def _datasets(spec: dict) -> dict[str, list[dict]]:
@@ -36,7 +36,7 @@ def _rows_with(spec: dict, column: str) -> list[list[dict]]:
 def test_histogram_counts_every_weight_of_every_layer():
     rng = np.random.default_rng(0)
     statistics = [rng.uniform(0, 1, size=(20, 11)), rng.beta(0.2, 0.2, size=(3, 21))]
-    frame = figures.histogram_frame(statistics, bins=17, value_range=(0.0, 1.0), labels=["a", "b"])
+    frame = charts.histogram_frame(statistics, bins=17, value_range=(0.0, 1.0), labels=["a", "b"])
     counts = frame.groupby("layer", sort=False)["count"].sum()
     assert counts["a"] == 220 and counts["b"] == 63
     assert len(frame) == 2 * 17
@@ -50,7 +50,7 @@ def test_histogram_counts_every_weight_of_every_layer():
 
 def test_histogram_counts_infinite_statistics_in_the_end_bins():
     statistic = np.array([[0.5, np.inf, 2.0, 1.0]])
-    frame = figures.histogram_frame([statistic], bins=4)
+    frame = charts.histogram_frame([statistic], bins=4)
     assert frame["count"].sum() == 4
     assert frame["count"].iloc[-1] == 2  # 2.0 and +inf
 
@@ -58,7 +58,7 @@ def test_histogram_counts_infinite_statistics_in_the_end_bins():
 def test_histogram_chart_data_and_threshold_rule():
     rng = np.random.default_rng(1)
     statistics = [rng.uniform(0, 1, size=(8, 5)), rng.uniform(0, 1, size=(4, 9))]
-    spec = figures.statistic_histogram(statistics, 0.37, "inclusion_probability", bins=10).to_dict()
+    spec = charts.statistic_histogram(statistics, 0.37, "inclusion_probability", bins=10).to_dict()
     count_tables = _rows_with(spec, "count")
     assert sum(row["count"] for rows in count_tables for row in rows) == 40 + 36
     rules = _find(spec, lambda d: d.get("mark") == "rule" or (isinstance(d.get("mark"), dict)
@@ -71,7 +71,7 @@ def test_histogram_chart_data_and_threshold_rule():
 
 
 def test_histogram_range_includes_a_threshold_outside_the_data():
-    low, high = figures.histogram_range([np.array([0.2, 0.4])], threshold=0.9)
+    low, high = charts.histogram_range([np.array([0.2, 0.4])], threshold=0.9)
     assert low == pytest.approx(0.2) and high == pytest.approx(0.9)
 
 
@@ -80,7 +80,7 @@ def test_histogram_range_includes_a_threshold_outside_the_data():
 def test_small_mask_heatmap_has_one_cell_per_weight_and_the_right_ones():
     rng = np.random.default_rng(2)
     mask = rng.uniform(size=(7, 13)) > 0.6
-    spec = figures.mask_heatmap(mask, "layer 1").to_dict()
+    spec = charts.mask_heatmap(mask, "layer 1").to_dict()
     (rows,) = _rows_with(spec, "mean")
     assert len(rows) == mask.size
     assert sum(row["mean"] for row in rows) == mask.sum()
@@ -91,7 +91,7 @@ def test_small_mask_heatmap_has_one_cell_per_weight_and_the_right_ones():
 def test_large_mask_is_block_aggregated_without_losing_kept_weights():
     rng = np.random.default_rng(3)
     mask = rng.uniform(size=(400, 785)) > 0.9
-    frame = figures.block_frame(mask, max_cells=50)
+    frame = charts.block_frame(mask, max_cells=50)
     assert frame["row"].nunique() <= 50 and frame["col"].nunique() <= 50
     assert frame["size"].sum() == mask.size
     assert frame["total"].sum() == pytest.approx(mask.sum())
@@ -105,7 +105,7 @@ def test_large_mask_is_block_aggregated_without_losing_kept_weights():
 
 def test_weight_heatmap_colour_scale_is_symmetric_about_zero():
     weights = np.array([[0.5, -2.0], [1.0, 0.0]])
-    spec = figures.weight_heatmap(weights, "w").to_dict()
+    spec = charts.weight_heatmap(weights, "w").to_dict()
     domains = _find(spec, lambda d: "domain" in d and "scheme" in d)
     assert domains[0]["domain"] == [-2.0, 2.0]
 
@@ -115,17 +115,17 @@ def test_kept_per_input_pixel_counts_outgoing_kept_weights():
     mask[:, 5] = True  # pixel (1, 1) used by all 3 units
     mask[0, 15] = True  # pixel (3, 3) by one unit
     mask[:, -1] = True  # bias, not a pixel
-    frame = figures.kept_per_input_frame(mask, (4, 4))
+    frame = charts.kept_per_input_frame(mask, (4, 4))
     assert frame["kept"].sum() == 4
     assert frame.set_index(["row", "col"]).loc[(1, 1), "kept"] == 3
     assert frame.set_index(["row", "col"]).loc[(3, 3), "kept"] == 1
     with pytest.raises(ValueError):
-        figures.kept_per_input_frame(mask, (5, 5))
+        charts.kept_per_input_frame(mask, (5, 5))
 
 
 def test_density_frame_per_layer_and_overall():
     masks = [np.array([[1, 0, 1]], dtype=bool), np.array([[0, 0], [0, 1]], dtype=bool)]
-    frame = figures.density_frame(masks).set_index("layer")
+    frame = charts.density_frame(masks).set_index("layer")
     assert frame.loc["layer 1 (2 -> 1)", "density"] == pytest.approx(2 / 3)
     assert frame.loc["layer 2 (1 -> 2)", "kept"] == 1
     assert frame.loc["all", "kept"] == 3 and frame.loc["all", "total"] == 7
@@ -137,21 +137,21 @@ def test_metric_vs_density_marks_the_current_point():
     thresholds = np.linspace(0, 1, 5)
     density = np.array([1.0, 0.5, 0.2, 0.1, 0.01])
     accuracy = np.array([0.98, 0.97, 0.95, 0.9, 0.3])
-    spec = figures.metric_vs_density(thresholds, density, accuracy, "accuracy", current=(0.2, 0.95)).to_dict()
+    spec = charts.metric_vs_density(thresholds, density, accuracy, "accuracy", current=(0.2, 0.95)).to_dict()
     (curve,) = _rows_with(spec, "threshold")
     assert [row["density"] for row in curve] == sorted(density)
     points = [rows for rows in _rows_with(spec, "value") if "threshold" not in rows[0]]
     assert points == [[{"density": 0.2, "value": 0.95}]]
     x_encodings = _find(spec, lambda d: d.get("field") == "density" and d.get("title"))
     assert x_encodings and all(d["scale"] == {"type": "log"} for d in x_encodings)  # densities span decades
-    linear = figures.metric_vs_density(np.append(thresholds, 1.1), np.append(density, 0.0), np.append(accuracy, 0.1),
+    linear = charts.metric_vs_density(np.append(thresholds, 1.1), np.append(density, 0.0), np.append(accuracy, 0.1),
                                        "accuracy")
     # a zero density has no place on a log axis: the axis falls back to linear
     assert all("type" not in d.get("scale", {}) for d in _find(linear.to_dict(), lambda d: d.get("field") == "density"))
 
 
 def test_metric_vs_samples_frame():
-    spec = figures.metric_vs_samples([1, 2, 5], [0.9, 0.93, 0.95], "accuracy").to_dict()
+    spec = charts.metric_vs_samples([1, 2, 5], [0.9, 0.93, 0.95], "accuracy").to_dict()
     (rows,) = _rows_with(spec, "samples")
     assert [(r["samples"], r["value"]) for r in rows] == [(1, 0.9), (2, 0.93), (5, 0.95)]
 
@@ -161,31 +161,31 @@ def test_regression_bands_are_nested_around_the_mean():
     mean = np.sin(3 * x)
     epistemic = 0.1 + 0.2 * np.abs(x)
     total = np.sqrt(epistemic ** 2 + 0.3 ** 2)
-    frame = figures.regression_frame(x, mean, epistemic, total)
+    frame = charts.regression_frame(x, mean, epistemic, total)
     assert np.allclose(frame["epistemic_high"] - frame["mean"], 1.96 * epistemic)
     assert (frame["total_low"] <= frame["epistemic_low"]).all()
     assert (frame["epistemic_high"] <= frame["total_high"]).all()
-    spec = figures.regression_bands(x, mean, epistemic, total, x[:7], mean[:7], true_mean=mean).to_dict()
+    spec = charts.regression_bands(x, mean, epistemic, total, x[:7], mean[:7], true_mean=mean).to_dict()
     (points,) = [rows for rows in _rows_with(spec, "y") if "mean" not in rows[0]]
     assert len(points) == 7
 
 
 def test_class_probability_frame_and_doubt_line():
     probs = np.array([[0.9, 0.05, 0.05], [0.7, 0.2, 0.1]])
-    frame = figures.class_probability_frame(probs, ["a", "b", "c"])
+    frame = charts.class_probability_frame(probs, ["a", "b", "c"])
     assert len(frame) == 6
     assert frame.groupby("draw")["probability"].sum().tolist() == pytest.approx([1.0, 1.0])
-    spec = figures.class_probability_bars(probs, ["a", "b", "c"], doubt_level=0.95).to_dict()
+    spec = charts.class_probability_bars(probs, ["a", "b", "c"], doubt_level=0.95).to_dict()
     means = [rows for rows in _rows_with(spec, "probability") if "draw" not in rows[0] and "class" in rows[0]]
     assert {r["class"]: r["probability"] for r in means[0]} == pytest.approx({"a": 0.8, "b": 0.125, "c": 0.075})
     assert [{"probability": 0.95}] in _rows_with(spec, "probability")
     with pytest.raises(ValueError):
-        figures.class_probability_frame(np.ones((2, 3, 4)))
+        charts.class_probability_frame(np.ones((2, 3, 4)))
 
 
 def test_ecdf_is_monotone_and_ends_at_one():
     rng = np.random.default_rng(4)
-    frame = figures.ecdf_frame({"in": rng.exponential(size=300), "out": rng.uniform(1, 2, size=50)})
+    frame = charts.ecdf_frame({"in": rng.exponential(size=300), "out": rng.uniform(1, 2, size=50)})
     for _, part in frame.groupby("set"):
         assert np.all(np.diff(part["entropy"]) >= 0)
         assert np.all(np.diff(part["ecdf"]) > 0)
@@ -196,7 +196,7 @@ def test_ecdf_is_monotone_and_ends_at_one():
 
 def test_entropy_ecdf_chart_is_thinned_but_keeps_the_end_point():
     values = np.random.default_rng(5).uniform(size=5000)
-    spec = figures.entropy_ecdf({"a": values}, max_entropy=np.log(10), max_points=200).to_dict()
+    spec = charts.entropy_ecdf({"a": values}, max_entropy=np.log(10), max_points=200).to_dict()
     (rows,) = _rows_with(spec, "ecdf")
     assert len(rows) <= 200
     assert rows[-1]["ecdf"] == 1.0 and rows[-1]["entropy"] == pytest.approx(values.max())
@@ -211,17 +211,17 @@ def test_entropy_ecdf_chart_is_thinned_but_keeps_the_end_point():
 def test_history_frame_has_loss_and_density_per_epoch():
     history = [{"epoch": 1, "phase": "train", "loss": 2.0, "density": 0.9},
                {"epoch": 2, "phase": "train", "loss": 1.5, "density": 0.7}]
-    frame = figures.history_frame(history)
+    frame = charts.history_frame(history)
     assert frame[frame["quantity"] == "loss"]["value"].tolist() == [2.0, 1.5]
     assert frame[frame["quantity"] == "density"]["step"].tolist() == [1, 2]
-    assert figures.history_frame([]).empty and isinstance(figures.history_frame([]), pd.DataFrame)
+    assert charts.history_frame([]).empty and isinstance(charts.history_frame([]), pd.DataFrame)
 
 
 def test_training_curves_plot_loss_and_density_per_epoch_coloured_by_phase():
     history = [{"epoch": 1, "phase": "pretrain", "loss": 3.0, "density": 1.0},
                {"epoch": 2, "phase": "train", "loss": 2.0},  # no density recorded this epoch
                {"epoch": 3, "phase": "train", "loss": 1.5, "density": 0.4}]
-    spec = figures.training_curves(history).to_dict()
+    spec = charts.training_curves(history).to_dict()
     left, right = spec["hconcat"]
     expected = {
         "loss (-ELBO / N)": [(1, "pretrain", 3.0), (2, "train", 2.0), (3, "train", 1.5)],

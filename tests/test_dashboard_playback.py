@@ -53,7 +53,7 @@ def open_page(run_id: str, page: str, params: dict | None = None) -> AppTest:
     return at.switch_page(page).run()
 
 
-def charts(at: AppTest) -> list:
+def chart_elements(at: AppTest) -> list:
     return [c for kind in ("arrow_vega_lite_chart", "vega_lite_chart") for c in at.get(kind)]
 
 
@@ -73,7 +73,7 @@ def inline_rows(spec: dict, data_name: str) -> list[dict]:
 
 def find(at: AppTest, text: str) -> list[dict]:
     """Specs whose title mentions `text`."""
-    return [s for s in (spec_of(c) for c in charts(at)) if text in json.dumps(s.get("title", ""))]
+    return [s for s in (spec_of(c) for c in chart_elements(at)) if text in json.dumps(s.get("title", ""))]
 
 
 def mark_colours(spec) -> set[str]:
@@ -132,7 +132,7 @@ def test_epoch_slider_changes_the_histograms_marker_and_address(store):
     assert at.query_params["epoch"] in ("1", ["1"])
     assert any("warm-start" in c.value and "Warm start" in c.value for c in at.caption)
     # a small net: its masks at the page's threshold, replayed from the recorded statistic
-    masks = [s for s in (spec_of(c) for c in charts(at)) if "at epoch 1" in json.dumps(s.get("title", ""))
+    masks = [s for s in (spec_of(c) for c in chart_elements(at)) if "at epoch 1" in json.dumps(s.get("title", ""))
              and "concat" not in s]
     assert len(masks) == 2
     # each mask is a picture whose tooltip counts its kept weights
@@ -210,40 +210,40 @@ def test_next_epoch_and_step_size():
 
 
 def test_snapshot_histograms_draw_the_counts_on_fixed_axes():
-    from dashboard import figures
+    from dashboard import charts
     edges = np.linspace(0, 1, 5)
     counts = np.array([[3, 0, 1, 6], [0, 2, 2, 0]])
-    spec = figures.snapshot_histograms(counts, edges, "p", ["a", "b"], threshold=0.5, colour="#E69F00",
+    spec = charts.snapshot_histograms(counts, edges, "p", ["a", "b"], threshold=0.5, colour="#E69F00",
                                        max_count=40).to_dict()
     assert histogram_counts(spec) == counts.tolist()
     bars = spec["concat"][0]["layer"][0]
     assert bars["mark"]["color"] == "#E69F00"
     assert bars["encoding"]["y"]["scale"]["domain"] == [0, 40]
     assert bars["encoding"]["x"]["scale"]["domain"] == [0.0, 1.0]
-    frame = figures.snapshot_histogram_frame(counts, edges, ["a", "b"])
+    frame = charts.snapshot_histogram_frame(counts, edges, ["a", "b"])
     assert frame.groupby("layer")["count"].sum().to_dict() == {"a": 10, "b": 4}
     log_edges = [0.0, *np.geomspace(1e-3, 1e3, 4)]
-    log_spec = figures.snapshot_histograms(counts, log_edges, "snr", ["a", "b"]).to_dict()
+    log_spec = charts.snapshot_histograms(counts, log_edges, "snr", ["a", "b"]).to_dict()
     scale = log_spec["concat"][0]["layer"][0]["encoding"]["x"]["scale"]
     assert scale["type"] == "symlog" and scale["constant"] == pytest.approx(1e-3)
     with pytest.raises(ValueError):
-        figures.snapshot_histogram_frame(counts[:, :3], edges, ["a", "b"])
+        charts.snapshot_histogram_frame(counts[:, :3], edges, ["a", "b"])
 
 
 def test_density_over_epochs_marks_the_epoch_and_shades_the_warm_start():
-    from dashboard import figures
+    from dashboard import charts
     density = np.array([[1.0, 1.0], [0.8, 0.5], [0.6, 0.4]])
     overall = np.array([1.0, 0.7, 0.55])
-    spec = figures.density_over_epochs(density, overall, ["warm-start", "train", "train"], ["l1", "l2"], 2,
+    spec = charts.density_over_epochs(density, overall, ["warm-start", "train", "train"], ["l1", "l2"], 2,
                                        colour="#0072B2").to_dict()
     marks = [layer["mark"] for layer in spec["layer"]]
     assert marks[0]["type"] == "rect" and marks[1] == {"type": "line", "color": "#0072B2", "strokeWidth": 2}
     assert marker_epoch(spec) == 2
     points = inline_rows(spec, spec["layer"][3]["data"]["name"])
     assert sorted(p["density"] for p in points) == [0.5, 0.7, 0.8]
-    frame = figures.density_over_epochs_frame(density, overall, ["w", "t", "t"], ["l1", "l2"])
+    frame = charts.density_over_epochs_frame(density, overall, ["w", "t", "t"], ["l1", "l2"])
     assert frame[frame["layer"] == "all weights"]["density"].tolist() == overall.tolist()
-    long = figures.density_over_epochs_frame(np.zeros((1000, 1)), np.zeros(1000), ["t"] * 1000, ["l1"],
+    long = charts.density_over_epochs_frame(np.zeros((1000, 1)), np.zeros(1000), ["t"] * 1000, ["l1"],
                                              max_epochs=100, keep_epoch=555)
     epochs = long[long["layer"] == "l1"]["epoch"]
     assert len(epochs) <= 101 and {1, 555, 1000} <= set(epochs)
@@ -252,21 +252,21 @@ def test_density_over_epochs_marks_the_epoch_and_shades_the_warm_start():
 # --- one colour per family on every page ----------------------------------------------------------------
 
 def test_family_colour_is_the_one_palette():
-    from dashboard import figures
-    assert figures.family_colour("bnn") == figures.FAMILY_COLOURS["bnn"]
-    assert figures.family_colour("no-such-family") == figures.OTHER_FAMILY_COLOUR
-    scale = figures.family_colour_scale(["x"], ["sparse-vd"]).to_dict()
-    assert scale["range"] == [figures.FAMILY_COLOURS["sparse-vd"]]
+    from dashboard import charts
+    assert charts.family_colour("bnn") == charts.FAMILY_COLOURS["bnn"]
+    assert charts.family_colour("no-such-family") == charts.OTHER_FAMILY_COLOUR
+    scale = charts.family_colour_scale(["x"], ["sparse-vd"]).to_dict()
+    assert scale["range"] == [charts.FAMILY_COLOURS["sparse-vd"]]
 
 
 @pytest.mark.parametrize("name,family", [("moons", "lbbnn"), ("moons_bnn", "bnn")])
 def test_inclusion_and_pruning_draw_the_family_in_its_colour(store, name, family):
-    from dashboard import figures
-    colour = figures.FAMILY_COLOURS[family]
-    others = set(figures.FAMILY_COLOURS.values()) - {colour, "#009E73"}  # green: the prior and the star
+    from dashboard import charts
+    colour = charts.FAMILY_COLOURS[family]
+    others = set(charts.FAMILY_COLOURS.values()) - {colour, "#009E73"}  # green: the prior and the star
     at = open_page(store[name], "views/inclusion.py")
     assert_clean(at)
-    (histogram,) = [spec_of(c) for c in charts(at) if '"prior"' in c.proto.spec or
+    (histogram,) = [spec_of(c) for c in chart_elements(at) if '"prior"' in c.proto.spec or
                     (family == "bnn" and "concat" in spec_of(c) and "at epoch" not in c.proto.spec)][:1]
     assert colour in mark_colours(histogram) and not mark_colours(histogram) & others
     _, playback_histograms, density = playback_state(at, store[name])
@@ -278,30 +278,30 @@ def test_inclusion_and_pruning_draw_the_family_in_its_colour(store, name, family
 
 
 def test_uncertainty_bands_are_in_the_family_colour(store):
-    from dashboard import figures
+    from dashboard import charts
     at = open_page(store["sine"], "views/uncertainty.py")
     assert_clean(at)
     (bands,) = find(at, "95% bands")
-    assert figures.FAMILY_COLOURS["bnn"] in mark_colours(bands)
+    assert charts.FAMILY_COLOURS["bnn"] in mark_colours(bands)
 
 
 def test_playground_figures_take_the_family_colour():
-    from dashboard import figures
-    colour = figures.FAMILY_COLOURS["horseshoe"]
+    from dashboard import charts
+    colour = charts.FAMILY_COLOURS["horseshoe"]
     masks = [np.ones((3, 3), dtype=bool), np.ones((1, 4), dtype=bool)]
-    assert colour in mark_colours(figures.network_graph(masks, colour=colour).to_dict())
+    assert colour in mark_colours(charts.network_graph(masks, colour=colour).to_dict())
     grid = np.linspace(0, 1, 5)
-    bands = figures.regression_bands(grid, grid, grid * 0 + 0.1, grid * 0 + 0.2, grid, grid, colour=colour).to_dict()
+    bands = charts.regression_bands(grid, grid, grid * 0 + 0.1, grid * 0 + 0.2, grid, grid, colour=colour).to_dict()
     assert colour in mark_colours(bands)
-    histogram = figures.statistic_histogram([np.linspace(0, 1, 10)], 0.5, "p", colour=colour).to_dict()
+    histogram = charts.statistic_histogram([np.linspace(0, 1, 10)], 0.5, "p", colour=colour).to_dict()
     assert colour in mark_colours(histogram)
 
 
 def test_training_curves_take_the_family_colour_and_dash_the_phases():
-    from dashboard import figures
-    colour = figures.FAMILY_COLOURS["bnn"]
+    from dashboard import charts
+    colour = charts.FAMILY_COLOURS["bnn"]
     history = [{"loss": 1.0, "density": 1.0, "phase": "warm-start"}, {"loss": 0.5, "density": 0.4, "phase": "train"}]
-    spec = figures.training_curves(history, colour=colour).to_dict()
+    spec = charts.training_curves(history, colour=colour).to_dict()
     for panel in spec["hconcat"]:
         assert mark_colours(panel) == {colour}
         assert panel["layer"][0]["encoding"]["strokeDash"]["field"] == "phase"

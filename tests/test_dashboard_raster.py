@@ -1,37 +1,29 @@
-"""dashboard.raster (weight matrices as pictures in one image mark) and figures.with_threshold_rules:
+"""dashboard.raster (weight matrices as pictures in one image mark) and charts.with_threshold_rules:
 the pictures show what the old rectangle heatmaps showed, and a threshold step changes only data."""
 
 from __future__ import annotations
 
 import base64
+import io
 import json
-import struct
-import zlib
 
 import altair as alt
 import numpy as np
 import pytest
+from PIL import Image
 
-from dashboard import figures, raster
+from dashboard import charts, raster
 
 
 def decode_png(data: bytes) -> np.ndarray:
-    """An 8-bit RGB PNG without filters (what raster.png_bytes writes) as a (height, width, 3) array;
-    checks the signature and every chunk's CRC."""
+    """A PNG file as a (height, width, 3) array, decoded by Pillow (checks the signature and the CRCs);
+    the file must be 8-bit RGB, as raster.png_bytes promises."""
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    position, chunks = 8, {}
-    while position < len(data):
-        (length,) = struct.unpack(">I", data[position:position + 4])
-        kind, payload = data[position + 4:position + 8], data[position + 8:position + 8 + length]
-        (crc,) = struct.unpack(">I", data[position + 8 + length:position + 12 + length])
-        assert crc == zlib.crc32(kind + payload), kind
-        chunks[kind] = chunks.get(kind, b"") + payload
-        position += 12 + length
-    width, height, depth, colour_type = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
-    assert (depth, colour_type) == (8, 2) and b"IEND" in chunks
-    rows = np.frombuffer(zlib.decompress(chunks[b"IDAT"]), dtype=np.uint8).reshape(height, 1 + width * 3)
-    assert not rows[:, 0].any()  # filter type 0 on every row
-    return rows[:, 1:].reshape(height, width, 3)
+    with Image.open(io.BytesIO(data)) as image:
+        image.verify()  # every chunk's CRC
+    with Image.open(io.BytesIO(data)) as image:
+        assert image.format == "PNG" and image.mode == "RGB"
+        return np.asarray(image).copy()
 
 
 def picture_of(spec: dict, panel: int | None = None) -> np.ndarray:
@@ -76,13 +68,13 @@ def test_block_means_and_states_are_those_of_the_rectangle_heatmaps(shape):
     rng = np.random.default_rng(sum(shape))
     mask, other, weights = rng.random(shape) < 0.3, rng.random(shape) < 0.6, rng.normal(size=shape)
     for matrix in (mask, weights):
-        frame = figures.block_frame(np.asarray(matrix, dtype=np.float64))
+        frame = charts.block_frame(np.asarray(matrix, dtype=np.float64))
         means = raster.block_means(matrix)
         assert means.shape == (frame["row"].max() + 1, frame["col"].max() + 1)
         assert means.ravel() == pytest.approx(frame["mean"].to_numpy())
-    frame = figures.mask_difference_frame(mask, other)
+    frame = charts.mask_difference_frame(mask, other)
     states, counts = raster.block_states(mask, other)
-    index = {state: k for k, state in enumerate(figures.MASK_STATES)}
+    index = {state: k for k, state in enumerate(charts.MASK_STATES)}
     assert states.ravel().tolist() == [index[s] for s in frame["state"]]
     assert counts.tolist() == [int(mask[...].__and__(other).sum()), int((mask & ~other).sum()),
                                int((~mask & other).sum()), int((~mask & ~other).sum())]
@@ -101,7 +93,7 @@ def test_mask_picture_has_one_pixel_per_weight_of_a_small_mask_in_the_legend_col
     assert legend["scale"] == {"domain": [0, 1], "scheme": "greys"} and legend["title"] == "kept"
     assert legend["legend"]["orient"] == "bottom"
     (image,) = [layer for layer in spec["layer"] if layer["mark"]["type"] == "image"]
-    assert image["mark"]["smooth"] is False and spec["width"] == figures.CHART_WIDTH
+    assert image["mark"]["smooth"] is False and spec["width"] == charts.CHART_WIDTH
     assert image["mark"]["width"] == {"expr": "width"}  # the picture fills the plot at any column width
     assert any("kept 3 of 6 weights" in (r.get("about") or "") for r in spec["datasets"]["picture"])
 
@@ -110,7 +102,7 @@ def test_large_masks_are_drawn_in_blocks_with_the_kept_fraction():
     mask = np.random.default_rng(1).random((400, 785)) < 0.25
     spec = raster.mask_picture(mask, "layer 1")
     picture = picture_of(spec)
-    assert picture.shape == (figures.MAX_HEATMAP_CELLS, figures.MAX_HEATMAP_CELLS, 3)
+    assert picture.shape == (charts.MAX_HEATMAP_CELLS, charts.MAX_HEATMAP_CELLS, 3)
     expected = raster.colour_ramp(raster.block_means(mask), "greys", 0.0, 1.0)
     assert np.array_equal(picture, expected)
     assert spec["layer"][1]["encoding"]["color"]["title"] == "kept fraction"
@@ -182,24 +174,24 @@ def test_with_threshold_rules_draws_the_rule_in_every_histogram_from_one_dataset
     rng = np.random.default_rng(4)
     stats = [rng.random((20, 9)), rng.random((4, 21))]
     prior = {"kind": "point", "value": 0.3, "label": "psi = 0.3"}
-    base = figures.statistic_histogram(stats, None, "p", value_range=(0.0, 1.0), labels=["a", "b"],
+    base = charts.statistic_histogram(stats, None, "p", value_range=(0.0, 1.0), labels=["a", "b"],
                                        prior=prior).to_dict()
     frozen = json.dumps(base, sort_keys=True)
-    at_04, at_07 = figures.with_threshold_rules(base, 0.4), figures.with_threshold_rules(base, 0.7)
+    at_04, at_07 = charts.with_threshold_rules(base, 0.4), charts.with_threshold_rules(base, 0.7)
     assert json.dumps(base, sort_keys=True) == frozen  # the input is not changed
     assert_valid(at_04)
     assert without_data(at_04) == without_data(at_07)
-    assert at_04["datasets"] == {figures.THRESHOLD_DATASET: [{"threshold": 0.4}]}
+    assert at_04["datasets"] == {charts.THRESHOLD_DATASET: [{"threshold": 0.4}]}
     histograms = [p for p in at_04["concat"] if "layer" in p]
     assert len(histograms) == 2 and len(at_04["concat"]) == 3  # the prior panel has no rule
     for panel in histograms:
         rules = [layer for layer in panel["layer"] if layer["mark"]["type"] == "rule"]
-        assert len(rules) == 1 and rules[0]["data"] == {"name": figures.THRESHOLD_DATASET}
+        assert len(rules) == 1 and rules[0]["data"] == {"name": charts.THRESHOLD_DATASET}
     # the bars carry the counts statistic_histogram computes, inline
-    direct = figures.statistic_histogram(stats, 0.4, "p", value_range=(0.0, 1.0), labels=["a", "b"]).to_dict()
+    direct = charts.statistic_histogram(stats, 0.4, "p", value_range=(0.0, 1.0), labels=["a", "b"]).to_dict()
     counts = [r["count"] for rows in direct["datasets"].values() for r in rows if "count" in r]
     inline = [r["count"] for p in histograms for r in p["data"]["values"]]
     assert sorted(inline) == sorted(counts) and sum(inline) == sum(s.size for s in stats)
     assert "name" not in json.dumps([p.get("data", {}) for p in at_04["concat"]]).replace(
-        f'"name": "{figures.THRESHOLD_DATASET}"', "")
-    assert "threshold_rule" not in json.dumps(figures.with_threshold_rules(base, None))
+        f'"name": "{charts.THRESHOLD_DATASET}"', "")
+    assert "threshold_rule" not in json.dumps(charts.with_threshold_rules(base, None))

@@ -128,17 +128,32 @@ def test_device_problem_names_the_form_control_not_a_cli_flag():
     assert backend.device_problem("auto") is None
 
 
-def test_page_icon_is_a_bundled_file():
-    source = APP.read_text()
-    assert 'page_icon=str(PAGE_ICON)' in source and ':material/hub:' not in source
-    icon = APP.parent.parent / "assets" / "icon.png"
-    assert icon.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+def test_page_icon_is_a_bundled_file(tmp_path, monkeypatch):
+    """The icon the app hands to st.set_page_config (recorded while the app runs) is a PNG file of the
+    project, not a Material icon name that needs the internet."""
+    import streamlit as st
+    from PIL import Image
+
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    calls, real = [], st.set_page_config
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(st, "set_page_config", recording)
+    assert_clean(AppTest.from_file(str(APP), default_timeout=TIMEOUT).run())
+    assert calls, "the app never called st.set_page_config"
+    icon = Path(calls[0]["page_icon"])
+    assert icon.is_file() and icon.resolve().is_relative_to(APP.resolve().parent.parent / "assets")
+    with Image.open(icon) as image:
+        assert image.format == "PNG"
 
 
 def test_the_sidebar_keys_every_family_colour_on_every_page(tmp_path, monkeypatch):
-    """One key of the family colours (figures.FAMILY_COLOURS, used by every chart), in the sidebar of
+    """One key of the family colours (charts.FAMILY_COLOURS, used by every chart), in the sidebar of
     every page, drawn before the page itself (it also loads the browser's chart library early)."""
-    from dashboard import figures
+    from dashboard import charts
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
     at = open_app()
     for page in (None, "views/glossary.py", "views/playground.py"):
@@ -150,11 +165,11 @@ def test_the_sidebar_keys_every_family_colour_on_every_page(tmp_path, monkeypatc
         spec = json.loads(keys[0].proto.spec)
         layer = spec["layer"][0]
         scale = layer["encoding"]["color"]["scale"]
-        assert scale["domain"] == list(figures.FAMILY_COLOURS)
-        assert scale["range"] == [figures.FAMILY_COLOURS[f] for f in figures.FAMILY_COLOURS]
+        assert scale["domain"] == list(charts.FAMILY_COLOURS)
+        assert scale["range"] == [charts.FAMILY_COLOURS[f] for f in charts.FAMILY_COLOURS]
         rows = chart_rows(keys[0], spec["data"]["name"]) if "name" in spec.get("data", {}) else \
             chart_rows(keys[0], layer["data"]["name"])
-        assert sorted(r["family"] for r in rows) == sorted(figures.FAMILY_COLOURS)
+        assert sorted(r["family"] for r in rows) == sorted(charts.FAMILY_COLOURS)
 
 
 # --- delete asks first, and the other sessions are told -------------------------------------------
@@ -340,9 +355,9 @@ def test_two_d_classifiers_draw_their_decision_surface(store, name):
 
 
 def test_surface_arrays_against_direct_computation():
-    from dashboard import backend
+    from dashboard import surface
     probs = np.array([[[0.9, 0.1], [0.5, 0.5]], [[0.7, 0.3], [0.3, 0.7]]])  # R=2, N=2, K=2
-    arrays = backend.surface_arrays(probs)
+    arrays = surface.surface_arrays(probs)
     # averaged probabilities (0.8, 0.2) and (0.4, 0.6)
     assert list(arrays["predicted"]) == [0, 1]
     assert arrays["confidence"] == pytest.approx([0.8, 0.6])
@@ -383,11 +398,11 @@ def test_prior_widgets_have_ranges_help_and_fold_advanced_options(tmp_path, monk
 
 
 def test_prior_of_the_statistic_is_the_beta_density_or_the_point_psi():
-    from scipy import stats
     from dashboard import backend
     prior = backend.prior_of_statistic("lbbnn", {"inclusion_prior": "beta-bernoulli", "beta_a": 2.0, "beta_b": 5.0})
-    assert prior["kind"] == "density"
-    assert prior["density"] == pytest.approx(stats.beta(2, 5).pdf(prior["x"]), rel=1e-9)
+    assert prior["kind"] == "density" and prior["mean"] == pytest.approx(2 / 7)
+    x = prior["x"]
+    assert prior["density"] == pytest.approx(30 * x * (1 - x) ** 4, rel=1e-9)  # Beta(2, 5): 1 / B(2, 5) = 30
     assert np.trapezoid(prior["density"], prior["x"]) == pytest.approx(1.0, abs=1e-3)
     point = backend.prior_of_statistic("lbbnn", {"prior_inclusion": 0.2})
     assert point == {"kind": "point", "value": 0.2, "label": "prior inclusion probability psi = 0.2"}
@@ -462,14 +477,14 @@ def test_suggested_threshold_is_the_sparsest_within_the_loss():
 
 
 def test_curve_click_and_suggestion_set_the_threshold(store):
-    from dashboard import figures
+    from dashboard import charts
     run_id = store["mnist"]
     at = open_app(run_id)
     at.switch_page("views/pruning.py").run()
     assert_clean(at)
     spec = json.loads([c for c in at.get("vega_lite_chart") if "density" in c.proto.spec][0].proto.spec)
     params = spec.get("params", []) + [p for layer in spec["layer"] for p in layer.get("params", [])]
-    assert any(p.get("name") == figures.PICK and p["select"]["on"] == "click" for p in params)
+    assert any(p.get("name") == charts.PICK and p["select"]["on"] == "click" for p in params)
     assert "green star" in " ".join(texts(at.markdown))
     at.button(key="apply_suggestion").click().run()
     assert_clean(at)
@@ -477,12 +492,12 @@ def test_curve_click_and_suggestion_set_the_threshold(store):
     assert at.slider(key=f"widget:threshold:{run_id}").value == pytest.approx(suggested)
     assert f"{suggested:.4g}" in " ".join(texts(at.markdown))
     # a click on the curve arrives as the chart's selection state
-    assert figures.picked_threshold({"selection": {figures.PICK: [{"threshold": 0.42}]}}) == 0.42
-    assert figures.picked_threshold({"selection": {figures.PICK: []}}) is None
+    assert charts.picked_threshold({"selection": {charts.PICK: [{"threshold": 0.42}]}}) == 0.42
+    assert charts.picked_threshold({"selection": {charts.PICK: []}}) is None
 
 
 def test_downloads_are_the_export_and_the_curve(store, tmp_path):
-    from dashboard import backend, cache
+    from dashboard import backend
     run = backend.load_run(store["mnist"])
     data = backend.export_zip(run, 0.5)
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
@@ -569,24 +584,24 @@ def test_every_page_opens_with_its_explanation_and_the_glossary_names_the_modes(
 # --- compare runs ------------------------------------------------------------------------------
 
 def test_summary_over_seeds_gives_median_min_max():
-    from dashboard import figures
+    from dashboard import charts
     records = [{"setting": "a", "acc": 0.9}, {"setting": "a", "acc": 0.8}, {"setting": "a", "acc": 0.95},
                {"setting": "b", "acc": 0.7}]
-    table = figures.summary_over_seeds(records).set_index("setting")
+    table = charts.summary_over_seeds(records).set_index("setting")
     assert table.loc["a", "acc"] == "0.9 (0.8, 0.95)" and table.loc["a", "seeds"] == 3
     assert table.loc["b", "acc"] == "0.7" and table.loc["b", "seeds"] == 1
 
 
 def test_family_colours_are_fixed_and_distinct():
-    from dashboard import figures
-    colours = list(figures.FAMILY_COLOURS.values())
+    from dashboard import charts
+    colours = list(charts.FAMILY_COLOURS.values())
     assert len(set(colours)) == len(colours)
-    scale = figures.family_colour_scale(["x", "y"], ["bnn", "lbbnn"]).to_dict()
-    assert scale["range"] == [figures.FAMILY_COLOURS["bnn"], figures.FAMILY_COLOURS["lbbnn"]]
+    scale = charts.family_colour_scale(["x", "y"], ["bnn", "lbbnn"]).to_dict()
+    assert scale["range"] == [charts.FAMILY_COLOURS["bnn"], charts.FAMILY_COLOURS["lbbnn"]]
 
 
 def test_compare_page_overlays_runs_and_tables_modes_over_seeds(store):
-    from dashboard import figures
+    from dashboard import charts
     at = open_app(store["moons"])
     at.switch_page("views/compare.py").run()
     assert_clean(at)
@@ -597,8 +612,8 @@ def test_compare_page_overlays_runs_and_tables_modes_over_seeds(store):
     (curves,) = [s for s in specs if "each family pruned" in json.dumps(s.get("title", ""))]
     colour = curves["layer"][0]["encoding"]["color"]["scale"] if "encoding" in curves["layer"][0] else \
         curves["encoding"]["color"]["scale"]
-    assert colour["range"].count(figures.FAMILY_COLOURS["lbbnn"]) == 2
-    assert colour["range"].count(figures.FAMILY_COLOURS["bnn"]) == 1
+    assert colour["range"].count(charts.FAMILY_COLOURS["lbbnn"]) == 2
+    assert colour["range"].count(charts.FAMILY_COLOURS["bnn"]) == 1
     assert any("entropy ECDFs" in json.dumps(s.get("title", "")) for s in specs)
     tables = [getattr(d.value, "data", d.value) for d in at.dataframe]
     (aurocs,) = [t for t in tables if any(str(c).startswith("AUROC") for c in t.columns)]
@@ -633,14 +648,14 @@ def test_a_set_that_needs_a_download_offline_disables_train_before_training(tmp_
 # --- masks as in Hubin & Storvik (2019) -----------------------------------------------------------------------
 
 def test_mask_difference_counts_every_weight_in_its_state():
-    from dashboard import figures
+    from dashboard import charts
     a = np.array([[1, 1, 0, 0]], dtype=bool)
     b = np.array([[1, 0, 1, 0]], dtype=bool)
-    frame = figures.mask_difference_frame(a, b)
+    frame = charts.mask_difference_frame(a, b)
     assert list(frame["state"]) == ["kept in both", "only in A", "only in B", "in neither"]
     big_a = np.random.default_rng(0).random((300, 785)) < 0.3
     big_b = np.random.default_rng(1).random((300, 785)) < 0.3
-    frame = figures.mask_difference_frame(big_a, big_b)
+    frame = charts.mask_difference_frame(big_a, big_b)
     assert frame["both"].sum() == int((big_a & big_b).sum())
     assert frame["only_a"].sum() == int((big_a & ~big_b).sum())
     assert frame["only_b"].sum() == int((~big_a & big_b).sum())
@@ -656,14 +671,14 @@ def test_sampled_structure_keeps_weights_at_their_inclusion_rates():
 
 
 def test_receptive_fields_are_square_images_of_kept_weights():
-    from dashboard import figures
+    from dashboard import charts
     rng = np.random.default_rng(0)
     weights, mask = rng.normal(size=(5, 785)), rng.random((5, 785)) < 0.5
-    frame = figures.receptive_field_frame(weights, mask, [1, 3], (28, 28))
+    frame = charts.receptive_field_frame(weights, mask, [1, 3], (28, 28))
     unit3 = frame[frame["unit"] == "unit 3"]
     assert len(unit3) == 784
     assert unit3["weight"].to_numpy() == pytest.approx(np.where(mask[3, :-1], weights[3, :-1], 0.0))
-    spec = figures.receptive_fields(weights, mask, [1, 3], (28, 28)).to_dict()
+    spec = charts.receptive_fields(weights, mask, [1, 3], (28, 28)).to_dict()
     assert spec["spec"]["width"] == spec["spec"]["height"]
 
 
@@ -687,8 +702,8 @@ def test_inclusion_page_compares_two_masks_and_shows_receptive_fields(store):
 
 def test_playground_training_draws_while_it_trains():
     import time
-    from dashboard import backend
-    job = backend.PlaygroundTraining({"dataset": "toy-sine-gaps", "hidden": [8], "dataset_params": {"noise": 0.05},
+    from dashboard import playground_training
+    job = playground_training.PlaygroundTraining({"dataset": "toy-sine-gaps", "hidden": [8], "dataset_params": {"noise": 0.05},
                                       "train": {"epochs": 200, "batch_size": 500}}, every=20)
     epochs = []
     job.start()
@@ -708,8 +723,8 @@ def test_playground_training_draws_while_it_trains():
 
 def test_playground_cancel_stops_quickly():
     import time
-    from dashboard import backend
-    job = backend.PlaygroundTraining({"dataset": "two-moons", "hidden": [8],
+    from dashboard import playground_training
+    job = playground_training.PlaygroundTraining({"dataset": "two-moons", "hidden": [8],
                                       "train": {"epochs": 3000, "batch_size": 500}}, every=50).start()
     while job.snapshot() is None:
         time.sleep(0.01)
@@ -723,8 +738,8 @@ def test_playground_has_its_first_picture_when_start_returns_and_trains_after_it
     """The page draws the untrained fit in its first run; the training waits for that picture
     (at most hold_seconds) so the two do not compete for the interpreter."""
     import time
-    from dashboard import backend
-    job = backend.PlaygroundTraining({"dataset": "toy-sine-gaps", "hidden": [8],
+    from dashboard import playground_training
+    job = playground_training.PlaygroundTraining({"dataset": "toy-sine-gaps", "hidden": [8],
                                       "train": {"epochs": 100, "batch_size": 500}}, every=10, hold_seconds=60).start()
     picture = job.snapshot()
     assert picture is not None and picture["epoch"] == 0 and picture["mean"].shape == (len(picture["x_plot"]),)
@@ -740,11 +755,11 @@ def test_playground_training_of_a_closed_tab_stops_and_a_present_one_finishes(mo
     """Nothing keeps a playground fit: once its browser session is gone (for ABANDONED_SECONDS) the
     training stops; a session that comes back within the grace keeps it."""
     import time
-    from dashboard import backend
-    monkeypatch.setattr(backend.PlaygroundTraining, "ABANDONED_SECONDS", 0.3)
-    monkeypatch.setattr(backend.PlaygroundTraining, "PRESENCE_CHECK_SECONDS", 0.05)
+    from dashboard import playground_training
+    monkeypatch.setattr(playground_training.PlaygroundTraining, "ABANDONED_SECONDS", 0.3)
+    monkeypatch.setattr(playground_training.PlaygroundTraining, "PRESENCE_CHECK_SECONDS", 0.05)
     values = {"dataset": "two-moons", "hidden": [8], "train": {"epochs": 100000, "batch_size": 500}}
-    gone = backend.PlaygroundTraining(values, every=500, present=lambda: False).start()
+    gone = playground_training.PlaygroundTraining(values, every=500, present=lambda: False).start()
     gone.first_picture_drawn()
     gone.join(timeout=30)
     assert gone.done and not gone.running and gone.abandoned and gone.error is None
@@ -752,20 +767,20 @@ def test_playground_training_of_a_closed_tab_stops_and_a_present_one_finishes(mo
     # away for one check, back before the grace ends: trains to the end
     answers = iter([True, False] + [True] * 10**6)
     values = dict(values, train={"epochs": 300, "batch_size": 500})
-    back = backend.PlaygroundTraining(values, every=100, present=lambda: next(answers)).start()
+    back = playground_training.PlaygroundTraining(values, every=100, present=lambda: next(answers)).start()
     back.first_picture_drawn()
     back.join(timeout=60)
     assert back.done and not back.abandoned and back.snapshot()["epoch"] == 300
     started = time.monotonic()
-    steady = backend.PlaygroundTraining(values, every=100, present=None).start()  # no server: never stops
+    steady = playground_training.PlaygroundTraining(values, every=100, present=None).start()  # no server: never stops
     steady.first_picture_drawn()
     steady.join(timeout=60)
     assert steady.snapshot()["epoch"] == 300 and not steady.abandoned and time.monotonic() - started < 60
 
 
 def test_playground_too_large_a_network_is_a_message_not_a_thread():
-    from dashboard import backend
-    job = backend.PlaygroundTraining({"dataset": "two-moons", "hidden": [100, 100],
+    from dashboard import playground_training
+    job = playground_training.PlaygroundTraining({"dataset": "two-moons", "hidden": [100, 100],
                                       "train": {"epochs": 10, "batch_size": 500}}).start()
     job.join(timeout=5)
     assert job.done and not job.running and job.snapshot() is None
@@ -773,9 +788,9 @@ def test_playground_too_large_a_network_is_a_message_not_a_thread():
 
 
 def test_network_graph_draws_each_kept_connection():
-    from dashboard import figures
+    from dashboard import charts
     masks = [np.array([[1, 0, 1], [0, 1, 0]], dtype=bool), np.array([[1, 1, 1]], dtype=bool)]
-    nodes, edges = figures.network_graph_frames(masks)
+    nodes, edges = charts.network_graph_frames(masks)
     assert len(nodes) == 2 + 2 + 1
     assert len(edges) == 2 + 2  # bias columns are not edges
 

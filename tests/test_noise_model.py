@@ -217,7 +217,7 @@ def test_old_state_dicts_load_into_the_new_layers():
 
 def test_cli_flags_set_the_noise_model_and_the_bias_prior():
     from core.cli import build_parser
-    from core.runs.cli import config_from_args
+    from core.cli.runs import config_from_args
 
     def config(*argv):
         return config_from_args(build_parser().parse_args(["train", *argv]))

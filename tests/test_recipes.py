@@ -49,7 +49,7 @@ def test_kl_weight_scales_the_kl_gradient_exactly():
 def test_cli_kl_weight_flag_reaches_the_config():
     import argparse
 
-    from core.runs import cli as runs_cli
+    from core.cli import runs as runs_cli
 
     parser = argparse.ArgumentParser()
     runs_cli.register(parser.add_subparsers())

@@ -8,7 +8,6 @@ where they fail.
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import numpy as np
@@ -20,16 +19,12 @@ from core.data.dataset import make_dataset
 from core.reference import (PyroMissingError, ReferenceConfig, ReferenceStore, ReferenceStoreError, compute_reference,
                             diagnostic_warnings, require_pyro, run_nuts)
 from core.reference.posterior import split_rhat_and_ess
+from tests.support import require_module
 
 
 @pytest.fixture
 def pyro_installed():
-    try:
-        import pyro  # noqa: F401
-    except ImportError:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("pyro-ppl is missing: CI must install requirements-reference.txt")
-        pytest.skip("pyro-ppl not installed (pip install -r requirements-reference.txt)")
+    require_module("pyro", "pip install -r requirements-reference.txt")
 
 
 def linear_dataset(n=30, seed=0):

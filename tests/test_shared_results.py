@@ -43,7 +43,7 @@ def fresh_metrics(run, mode, samples, threshold, weights=None):
 # --- one entry for settings that compute the same numbers ------------------------------------------
 
 def test_prediction_key_merges_settings_that_compute_the_same_numbers():
-    from dashboard.cache import prediction_key
+    from dashboard.caching import prediction_key
     assert prediction_key("prune", 7, 0.3, 0, "mean") == prediction_key("mpm-mean", 1, 0.3, 0) == {
         "mode": "mpm-mean", "samples": 1, "threshold": 0.3, "seed": 0, "weights": None}
     assert prediction_key("prune", 7, 0.3, 2, "sample") == prediction_key("mpm", 7, 0.3, 2)
@@ -188,8 +188,8 @@ def arrow_rows(data: bytes) -> list[dict]:
 
 
 def test_shipped_spec_holds_the_same_rows_as_arrow():
-    from dashboard import cache, figures
-    spec = figures.metric_vs_density(np.array([0.1, 0.5, 0.9]), np.array([0.9, 0.4, 0.1]),
+    from dashboard import cache, charts
+    spec = charts.metric_vs_density(np.array([0.1, 0.5, 0.9]), np.array([0.9, 0.4, 0.1]),
                                      np.array([0.95, 0.94, 0.5]), "accuracy", current=(0.4, 0.94)).to_dict()
     plain = {name: list(rows) for name, rows in spec["datasets"].items()}
     shipped = cache.shipped(spec)
@@ -200,16 +200,16 @@ def test_shipped_spec_holds_the_same_rows_as_arrow():
 
 
 def test_cached_uncertainty_charts_are_built_from_the_shared_prediction(runs):
-    from dashboard import backend, cache, figures
+    from dashboard import backend, cache, charts
     run_id = runs[0]
     run = cache.cached_run(run_id)
     indices = (3, 4, 5)
-    charts = cache.class_probability_charts(run_id, indices, "prune", 4, 0.4, 0, "sample")
+    specs = cache.class_probability_charts(run_id, indices, "prune", 4, 0.4, 0, "sample")
     fresh = run.predict(run.dataset().x_test[list(indices)], mode="prune", samples=4, threshold=0.4, seed=0,
                         weights="sample")
-    assert len(charts) == len(indices)
-    for position, spec in enumerate(charts):
-        expected = figures.class_probability_bars(fresh.probs_per_draw[:, position, :],
+    assert len(specs) == len(indices)
+    for position, spec in enumerate(specs):
+        expected = charts.class_probability_bars(fresh.probs_per_draw[:, position, :],
                                                   list(run.dataset().class_names or []) or None,
                                                   doubt_level=backend.DOUBT_LEVEL).to_dict()
         expected_rows = sorted(tuple(sorted(r.items())) for rows in expected["datasets"].values() for r in rows)

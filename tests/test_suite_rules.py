@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import full_data_dir
+from tests.support import full_data_dir, require_module
 
 ROOT = Path(__file__).resolve().parents[1]
 IMPORT_NAMES = {"pyro-ppl": "pyro"}  # distribution name -> the module a test imports
@@ -59,4 +59,37 @@ def test_no_importorskip_on_a_declared_dependency():
                 module = str(node.args[0].value).split(".")[0].lower()
                 if module in declared:
                     offenders.append(f"{path.name}: importorskip({module!r})")
+    assert not offenders, offenders
+
+
+def test_a_missing_module_skips_locally_and_fails_under_ci(monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="no_such_module_here.*pip install it"):
+        require_module("no_such_module_here", "pip install it")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="no_such_module_here.*CI=true"):
+        require_module("no_such_module_here", "pip install it")
+    import json
+    assert require_module("json", "never needed") is json
+
+
+def _skips_in_handler(handler: ast.ExceptHandler) -> bool:
+    names = {getattr(node.func, "attr", getattr(node.func, "id", None))
+             for node in ast.walk(handler) if isinstance(node, ast.Call)}
+    return bool(names & {"skip", "unavailable", "_unavailable"})
+
+
+def test_no_hand_written_skip_on_a_failed_import():
+    """`try: import x / except ImportError: pytest.skip(...)` is an importorskip the rule above cannot
+    see, and it skips under CI=true too: tests use tests.support.require_module instead."""
+    offenders = []
+    for path in (ROOT / "tests").glob("*.py"):
+        if path.name == "support.py":  # require_module itself
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ExceptHandler) and node.type is not None:
+                caught = {getattr(t, "id", None) for t in (node.type.elts if isinstance(node.type, ast.Tuple)
+                                                          else [node.type])}
+                if caught & {"ImportError", "ModuleNotFoundError"} and _skips_in_handler(node):
+                    offenders.append(f"{path.name}:{node.lineno}")
     assert not offenders, offenders

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboard import backend, cache, explain, figures, state
+from dashboard import backend, cache, explain, state
+from dashboard import charts as figures
 from dashboard import calibration_panels as calibration
 from dashboard.ui import guard
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from dashboard import backend, cache, explain, figures, playback, state
+from dashboard import backend, cache, charts, explain, playback, state
 from dashboard.ui import guard
 
 run = state.run_page("Inclusion statistics and masks")
@@ -16,7 +16,7 @@ with guard("Computing the statistics"):
     spec = cache.threshold_range(run_id)
     statistics = cache.statistics(run_id)
     threshold = state.threshold_slider(run_id, spec)
-    labels = [figures.layer_label(i, s.shape) for i, s in enumerate(statistics)]
+    labels = [charts.layer_label(i, s.shape) for i, s in enumerate(statistics)]
 
     log_counts = st.toggle("log-scale counts", value=True, key="hist_log")
     # Placeholder until the mask view is chosen below; the charts come built from the cache.
@@ -29,7 +29,7 @@ with guard("Computing the statistics"):
                    "only the posterior is drawn.")
 
     masks = cache.masks(run_id, threshold)
-    table = figures.density_frame(masks)
+    table = charts.density_frame(masks)
     st.subheader("Density per layer")
     # A column format, not a pandas Styler: the Styler cost about 20 ms of every threshold step.
     st.dataframe(table, hide_index=True, column_config={"density": st.column_config.NumberColumn(format="%.4f")})
@@ -38,18 +38,18 @@ with guard("Computing the statistics"):
 
     st.subheader("Masks")
     view = st.radio("Show", ["mask (kept weights)", "masked mean weights"], horizontal=True, key="mask_view")
-    charts = cache.inclusion_charts(run_id, threshold, log_counts, view.startswith("masked"))
-    histogram.vega_lite_chart(charts["histogram"])
+    specs = cache.inclusion_charts(run_id, threshold, log_counts, view.startswith("masked"))
+    histogram.vega_lite_chart(specs["histogram"])
     columns = st.columns(min(3, len(masks)))
-    for index, chart in enumerate(charts["masks"]):
+    for index, chart in enumerate(specs["masks"]):
         columns[index % len(columns)].vega_lite_chart(chart)
-    if any(max(m.shape) > figures.MAX_HEATMAP_CELLS for m in masks):
-        st.caption(f"Large matrices are drawn as blocks of up to {figures.MAX_HEATMAP_CELLS} per side; "
+    if any(max(m.shape) > charts.MAX_HEATMAP_CELLS for m in masks):
+        st.caption(f"Large matrices are drawn as blocks of up to {charts.MAX_HEATMAP_CELLS} per side; "
                    "the colour is the block's kept fraction (or mean weight). Last column: bias.")
 
-    if charts["pixels"] is not None:
+    if specs["pixels"] is not None:
         st.subheader("Input pixels the first layer still reads")
-        st.vega_lite_chart(charts["pixels"], width="content")
+        st.vega_lite_chart(specs["pixels"], width="content")
 
 with guard("Playback"):
     st.subheader("Playback: how training moved the statistic")

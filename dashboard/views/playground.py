@@ -10,7 +10,7 @@ import numpy as np
 import streamlit as st
 
 from dashboard.backend import plain
-from dashboard import altair_spec, backend, explain, figures, state
+from dashboard import altair_spec, backend, charts, explain, playground_training, state
 from dashboard.ui import guard, without_server_paths
 
 JOB_KEY = "playground_job"
@@ -32,11 +32,11 @@ st.header("Playground")
 st.markdown(explain.PAGE_INTROS["playground"])
 
 left, middle, right = st.columns(3)
-dataset = left.selectbox("Data", list(backend.PLAYGROUND_SETS), key="play_dataset")
+dataset = left.selectbox("Data", list(playground_training.PLAYGROUND_SETS), key="play_dataset")
 method = middle.selectbox("Family", ["lbbnn", "bnn", "horseshoe", "sparse-vd"], key="play_method")
-start = backend.playground_defaults(dataset)
+start = playground_training.playground_defaults(dataset)
 hidden_text = right.text_input("Hidden widths", ", ".join(map(str, start["hidden"])), key=f"play_hidden_{dataset}",
-                               help=f"at most {backend.playground_max_weights() or 'any number of'} weights")
+                               help=f"at most {playground_training.playground_max_weights() or 'any number of'} weights")
 left, middle, right = st.columns(3)
 noise = left.number_input("Data noise", value=start["noise"], step=0.01 if start["noise"] < 1 else 0.5,
                           format="%.3f", key=f"play_noise_{dataset}",
@@ -64,7 +64,7 @@ with guard("Invalid setting"):
 if values is None:
     st.stop()
 # Refused from the sizes alone, before a model or a dataset is built in this (shared) process.
-refusal = backend.playground_refusal(values)
+refusal = playground_training.playground_refusal(values)
 if refusal is not None:
     job = st.session_state.pop(JOB_KEY, None)
     if job is not None:
@@ -79,7 +79,7 @@ if job is None or job[0] != key:
     if job is not None:
         job[1].cancel()
     with guard("Cannot start the playground"):
-        st.session_state[JOB_KEY] = (key, backend.PlaygroundTraining(
+        st.session_state[JOB_KEY] = (key, playground_training.PlaygroundTraining(
             values, every=max(1, int(epochs) // PICTURES), hold_seconds=FIRST_PICTURE_HOLD_SECONDS,
             present=state.session_presence()).start())
 job = st.session_state.get(JOB_KEY)
@@ -87,12 +87,12 @@ if job is not None and job[0] != key:
     st.stop()
 
 
-def picture_was_drawn(training: backend.PlaygroundTraining, picture: dict) -> bool:
+def picture_was_drawn(training: playground_training.PlaygroundTraining, picture: dict) -> bool:
     cached = st.session_state.get(CHARTS_KEY)
     return cached is not None and cached["training"] is training and cached["picture"] is picture
 
 
-def chart_specs(training: backend.PlaygroundTraining, picture: dict, show_main: Any = None) -> dict:
+def chart_specs(training: playground_training.PlaygroundTraining, picture: dict, show_main: Any = None) -> dict:
     """Vega-Lite specs of the picture's three charts, built once per picture and at most every
     REDRAW_SECONDS while it trains; the histogram and the network graph (once per set of masks) at
     most every GRAPH_SECONDS while it trains; the last picture always. show_main(spec), when given, draws the main
@@ -106,16 +106,16 @@ def chart_specs(training: backend.PlaygroundTraining, picture: dict, show_main: 
     data = training._dataset
     if data.task == "regression":
         true_mean = None if data.y_grid_mean is None else data.unstandardise(data.y_grid_mean)
-        main = figures.regression_bands(picture["x_plot"], picture["mean"], picture["epistemic_std"],
+        main = charts.regression_bands(picture["x_plot"], picture["mean"], picture["epistemic_std"],
                                         picture["total_std"], data.x_train, data.unstandardise(data.y_train),
-                                        true_mean, colour=figures.family_colour(training.config.method))
+                                        true_mean, colour=charts.family_colour(training.config.method))
         if data.in_features == 1:  # the gap lesson's number, as the Uncertainty page prints it
             ratio = backend.gap_ratio(picture["x_plot"], data.x_train, picture["epistemic_std"])
             main = main.properties(title=f"{main.title}; gap ratio of the epistemic band {ratio:.2f}")
     else:
         xs = np.unique(picture["x_plot"][:, 0])
         ys = np.unique(picture["x_plot"][:, 1])
-        main = figures.decision_surface(xs, ys, picture, data.x_train, data.y_train, size=200,
+        main = charts.decision_surface(xs, ys, picture, data.x_train, data.y_train, size=200,
                                         samples=training.samples)
     main = altair_spec.spec(main, validate=False)
     if show_main is not None:
@@ -123,17 +123,17 @@ def chart_specs(training: backend.PlaygroundTraining, picture: dict, show_main: 
     masks_key = (picture["default"], tuple(np.packbits(m).tobytes() for m in picture["masks"]))
     same_training = cached is not None and cached["training"] is training
     side_built = cached["side_built"] if same_training else 0.0
-    colour = figures.family_colour(training.config.method)
+    colour = charts.family_colour(training.config.method)
     if same_training and not training.done and time.monotonic() - side_built < GRAPH_SECONDS:
         histogram, graph, masks_key = cached["specs"]["histogram"], cached["specs"]["graph"], cached["masks_key"]
     else:
-        histogram = altair_spec.spec(figures.statistic_histogram(
+        histogram = altair_spec.spec(charts.statistic_histogram(
             picture["statistics"], picture["default"], picture["statistic"], log_counts=False, labels=None,
             colour=colour), validate=False)
         if same_training and cached["masks_key"] == masks_key:
             graph = cached["specs"]["graph"]
         else:
-            graph = altair_spec.spec(figures.network_graph(
+            graph = altair_spec.spec(charts.network_graph(
                 picture["masks"], title=f"kept at the default cut ({picture['default']:g})", colour=colour),
                 validate=False)
         side_built = time.monotonic()
@@ -143,7 +143,7 @@ def chart_specs(training: backend.PlaygroundTraining, picture: dict, show_main: 
     return specs
 
 
-def draw(training: backend.PlaygroundTraining) -> None:
+def draw(training: playground_training.PlaygroundTraining) -> None:
     picture = training.snapshot()
     if training.error:
         st.error(plain(without_server_paths(f"Training failed: {training.error}")))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import backend, cache, explain, figures, state
+from dashboard import backend, cache, charts, explain, state
 from dashboard.ui import guard
 
 PAGE_DEFAULT_MODE = "prune"  # the mode the threshold acts on (mpm names the cut at the family default)
@@ -21,7 +21,7 @@ applied_key = f"curve_pick_applied:{run_id}"
 
 def follow_curve_click() -> None:
     """A click on the curve (the chart's selection state) moves the threshold, once per click."""
-    picked = figures.picked_threshold(st.session_state.get(curve_key))
+    picked = charts.picked_threshold(st.session_state.get(curve_key))
     if picked is not None and picked != st.session_state.get(applied_key):
         st.session_state[applied_key] = picked
         state.store_setting(run_id, "threshold", picked)
@@ -114,7 +114,7 @@ with guard("Sweeping thresholds"):
     suggested = backend.suggested_threshold(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
                                             tolerance)
     st.vega_lite_chart(cache.tuning_chart(run_id, threshold, tolerance), on_select="rerun", key=curve_key,
-                       selection_mode=figures.PICK)
+                       selection_mode=charts.PICK)
     if suggested is not None:
         left, right = st.columns([3, 1])
         left.markdown(f"Suggested threshold **{suggested['threshold']:.4g}** (green star): density "

@@ -8,7 +8,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboard.backend import plain
-from dashboard import altair_spec, backend, cache, explain, figures, links, state
+from dashboard import altair_spec, backend, cache, explain, links, state
+from dashboard import charts as figures
 from dashboard import calibration_charts, calibration_panels as calibration
 from dashboard.ui import guard
 

@@ -1,0 +1,161 @@
+"""One session speaking Streamlit's websocket protocol (the protobuf BackMsg / ForwardMsg messages a
+browser sends and receives), and the widget states it sends."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+
+# --- one session speaking Streamlit's protocol ----------------------------------------------------
+
+class RunResult:
+    """What one script run sent: its elements in order, and how it ended."""
+
+    def __init__(self) -> None:
+        self.elements: list[tuple[str, Any]] = []
+        self.status: int | None = None
+
+    def of_type(self, kind: str) -> list[Any]:
+        return [element for name, element in self.elements if name == kind]
+
+    def texts(self) -> list[str]:
+        texts = []
+        for name, element in self.elements:
+            if name in ("markdown", "heading", "alert", "text"):
+                texts.append(getattr(element, "body", ""))
+            elif name == "progress":
+                texts.append(element.text)
+        return texts
+
+
+class Session:
+    def __init__(self, index: int, url: str, run_id: str | None, timeout: float = 120.0):
+        self.index = index
+        self.ws_url = url.replace("http://", "ws://") + "/_stcore/stream"
+        self.run_id = run_id
+        self.timeout = timeout
+        self.pages: dict[str, str] = {}  # page name -> script hash
+        self.page = ""
+        self.server_session: str | None = None  # the server's session id (new_session message)
+        self.widgets: dict[str, Any] = {}  # widget id -> WidgetState (what the browser would resend)
+        self.last: RunResult | None = None
+        self._ws = None
+        self._reader: asyncio.Task | None = None
+        self._current: RunResult | None = None
+        self._finished: asyncio.Future | None = None
+
+    async def connect(self) -> None:
+        import websockets
+        self._ws = await websockets.connect(self.ws_url, subprotocols=["streamlit"], max_size=None,
+                                            open_timeout=self.timeout, ping_interval=None)
+        self._reader = asyncio.create_task(self._read())
+        self._reader.add_done_callback(self._reader_ended)
+
+    def _reader_ended(self, task: asyncio.Task) -> None:
+        """A dropped connection or an unreadable message fails the interaction waiting for it."""
+        if task.cancelled():
+            return
+        error = task.exception() or ConnectionError("the server closed the connection")
+        if self._finished is not None and not self._finished.done():
+            self._finished.set_exception(error)
+
+    async def close(self) -> None:
+        if self._ws is not None:
+            await self._ws.close()
+        if self._reader is not None:
+            self._reader.cancel()
+
+    async def _read(self) -> None:
+        from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+        async for data in self._ws:
+            msg = ForwardMsg()
+            msg.ParseFromString(data)
+            kind = msg.WhichOneof("type")
+            if kind == "new_session":
+                self._current = RunResult()
+                self.server_session = msg.new_session.initialize.session_id or self.server_session
+            elif kind == "navigation":
+                self.pages = {page.page_name: page.page_script_hash for page in msg.navigation.app_pages}
+                current = [p.page_name for p in msg.navigation.app_pages
+                           if p.page_script_hash == msg.navigation.page_script_hash]
+                self.page = current[0] if current else self.page
+            elif kind == "delta" and msg.delta.WhichOneof("type") == "new_element" and self._current is not None:
+                element = msg.delta.new_element
+                name = element.WhichOneof("type")
+                if name is not None:
+                    self._current.elements.append((name, getattr(element, name)))
+            elif kind == "script_finished":
+                # A fragment's own run, or a run the app itself cut short with st.rerun() (the
+                # next one follows at once): wait for the run that finishes.
+                if msg.script_finished in (ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY,
+                                           ForwardMsg.FINISHED_EARLY_FOR_RERUN):
+                    continue
+                if self._current is not None:
+                    self._current.status = msg.script_finished
+                if self._finished is not None and not self._finished.done():
+                    self._finished.set_result(self._current)
+
+    async def rerun(self, page: str | None = None, changes: dict[str, Any] | None = None) -> RunResult:
+        """Rerun the script (on `page`, with widget `changes` by id) and wait for it to finish."""
+        from streamlit.proto.BackMsg_pb2 import BackMsg
+
+        states = dict(self.widgets)
+        states.update(changes or {})
+        msg = BackMsg()
+        client = msg.rerun_script
+        client.SetInParent()  # an empty ClientState must still make this a rerun request
+        if self.run_id:
+            client.query_string = f"run={self.run_id}"
+        if page is not None:
+            client.page_script_hash = self.pages.get(page, "")
+            client.page_name = page
+        elif self.page and self.page in self.pages:
+            client.page_script_hash = self.pages[self.page]
+        for state in states.values():
+            if not state.HasField("trigger_value"):
+                client.widget_states.widgets.append(state)
+        for state in (changes or {}).values():
+            if state.HasField("trigger_value"):
+                client.widget_states.widgets.append(state)
+        self._finished = asyncio.get_running_loop().create_future()
+        await self._ws.send(msg.SerializeToString())
+        result = await asyncio.wait_for(self._finished, self.timeout)
+        self.last = result
+        self._remember_widgets(result)
+        return result
+
+    def _remember_widgets(self, result: RunResult) -> None:
+        """Keep the value widgets show, as the browser keeps its widget states."""
+        for name, element in result.elements:
+            if name == "slider":
+                self.widgets[element.id] = slider_state(element.id, list(element.value))
+
+    def find(self, kind: str, label_start: str) -> Any:
+        assert self.last is not None
+        for element in self.last.of_type(kind):
+            if element.label.startswith(label_start):
+                return element
+        return None
+
+
+def slider_state(widget_id: str, values: list[float]) -> Any:
+    from streamlit.proto.WidgetStates_pb2 import WidgetState
+    state = WidgetState(id=widget_id)
+    state.double_array_value.data.extend(values)
+    return state
+
+
+def number_state(widget_id: str, value: int) -> Any:
+    from streamlit.proto.WidgetStates_pb2 import WidgetState
+    return WidgetState(id=widget_id, int_value=int(value))
+
+
+def text_state(widget_id: str, value: str) -> Any:
+    from streamlit.proto.WidgetStates_pb2 import WidgetState
+    return WidgetState(id=widget_id, string_value=value)
+
+
+def trigger_state(widget_id: str) -> Any:
+    from streamlit.proto.WidgetStates_pb2 import WidgetState
+    return WidgetState(id=widget_id, trigger_value=True)

@@ -1,0 +1,151 @@
+"""The load test's record and its table: every interaction's latency and server CPU, what went
+wrong, and the Markdown table benchmarks/results/classroom_load.md is made of."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from benchmarks.classroom.scenario import Scenario
+
+
+@dataclass
+class Interaction:
+    session: int
+    kind: str
+    seconds: float
+    ok: bool
+    started: float = 0.0  # wall clock (time.time()) when the widget value was sent
+    server_session: str | None = None  # the server's id of the session (to match its script runs)
+    cpu_seconds: float = 0.0  # thread CPU of the server's script runs for this interaction
+
+
+SERVER_SETTINGS = ("BNN_CLASSROOM", "BNN_COMPUTE_THREADS", "BNN_PREDICT_SLOTS", "OMP_NUM_THREADS")  # named in the table
+
+
+@dataclass
+class Report:
+    scenario: Scenario
+    interactions: list[Interaction] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    leaks: list[str] = field(default_factory=list)
+    memory_mb: list[float] = field(default_factory=list)
+    peak_memory_mb: float = 0.0
+    wall_seconds: float = 0.0
+    training_epochs_seen: dict[int, int] = field(default_factory=dict)
+    trainers_saw_own_progress: dict[int, bool] = field(default_factory=dict)
+    load_average: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    server_cpu_seconds: float = float("nan")  # the server process's CPU time during the class
+    client_cpu_seconds: float = float("nan")  # this process's (the sessions') CPU time during the class
+    script_cpu_seconds: float = float("nan")  # of which the script runs' own threads (from the rerun log)
+    started: float = 0.0  # wall clock when the class began (after the teacher's first page)
+    server_settings: dict[str, str] = field(default_factory=dict)  # the server's environment, as given to it
+
+    def latencies(self, kinds: tuple[str, ...] | None = None) -> list[float]:
+        return [i.seconds for i in self.interactions if kinds is None or i.kind in kinds]
+
+    def cpu_by_kind(self) -> dict[str, tuple[int, float]]:
+        """Interaction kind -> (count, mean thread CPU of its script runs on the server)."""
+        kinds: dict[str, list[float]] = {}
+        for interaction in self.interactions:
+            kinds.setdefault(interaction.kind, []).append(interaction.cpu_seconds)
+        return {kind: (len(values), sum(values) / len(values)) for kind, values in kinds.items()}
+
+    def summary(self, kinds: tuple[str, ...] | None = None) -> dict[str, float]:
+        values = sorted(self.latencies(kinds))
+        if not values:
+            return {"n": 0, "p50": float("nan"), "p95": float("nan"), "max": float("nan")}
+        return {"n": len(values), "p50": statistics.median(values), "p95": percentile(values, 0.95),
+                "max": values[-1]}
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """The q-quantile by linear interpolation between order statistics."""
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    position = q * (len(sorted_values) - 1)
+    low = int(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+
+
+def attribute_script_cpu(report: Report, rerun_log: Path) -> None:
+    """Each script run the server logged (dashboard/app.py, $BNN_RERUN_LOG) goes to the interaction of
+    its session that was under way when it started; runs of the class's time count in
+    report.script_cpu_seconds."""
+    try:
+        runs = [json.loads(line) for line in rerun_log.read_text().splitlines() if line.strip()]
+    except OSError:
+        return
+    by_session: dict[str, list[Interaction]] = {}
+    for interaction in report.interactions:
+        if interaction.server_session:
+            by_session.setdefault(interaction.server_session, []).append(interaction)
+    total = 0.0
+    for run in runs:
+        if run.get("start", 0.0) < report.started or not run.get("session"):
+            continue  # before the class, or not a session's (a process outside the server)
+        total += run.get("cpu", 0.0)
+        for interaction in by_session.get(run.get("session"), []):
+            if interaction.started - 0.05 <= run["start"] <= interaction.started + interaction.seconds + 0.05:
+                interaction.cpu_seconds += run.get("cpu", 0.0)
+                break
+    report.script_cpu_seconds = total
+
+
+# --- the table -------------------------------------------------------------------------------------
+
+def table(report: Report) -> str:
+    s = report.scenario
+    lines = [
+        "| interaction | n | p50 (s) | p95 (s) | max (s) |",
+        "|---|---|---|---|---|",
+    ]
+    groups = [("slider release -> cards and charts (threshold, R)", ("threshold", "samples")),
+              ("threshold slider", ("threshold",)), ("R slider", ("samples",)), ("page switch", ("page switch",)),
+              ("open a shared link", ("open link",)), ("training sessions' polls", ("train poll",))]
+    for label, kinds in groups:
+        summary = report.summary(kinds)
+        lines.append(f"| {label} | {summary['n']} | {summary['p50']:.2f} | {summary['p95']:.2f} | "
+                     f"{summary['max']:.2f} |")
+    rss = [m for m in report.memory_mb if m == m]
+    browsed = (f"preset {s.preset}, seeds 0-{s.browsed_runs - 1}" if s.preset
+               else f"{s.train_epochs} epoch(s) with the default settings")
+    lines += [
+        "",
+        f"- sessions: {s.sessions} (2 training, {s.sessions - 2} browsing {s.browsed_runs} cached {s.dataset} "
+        f"{'-'.join(['784', *map(str, s.hidden), '10'])} runs: {browsed}), up to {s.interactions} interactions each, "
+        f"think time {s.think_seconds} s (x0.5-1.5)",
+        "- server: " + ", ".join(f"{name}={value}" for name, value in report.server_settings.items()),
+        f"- errors: {len(report.errors)}; cross-session leaks: {len(report.leaks)}",
+        f"- server memory (resident): {rss[0] if rss else float('nan'):.0f} MB after the teacher's first page, "
+        f"{max(rss) if rss else float('nan'):.0f} MB at most while sampled, peak (VmHWM) {report.peak_memory_mb:.0f} MB",
+        f"- trainings: epochs seen by the two training sessions {sorted(report.training_epochs_seen.values())} "
+        f"(BNN_MAX_TRAININGS=2, {s.training_hidden.replace(', ', '-')} on {s.dataset}, {s.training_epochs} epochs, "
+        f"seeds {s.training_seed_base} and {s.training_seed_base + 1}: configs no earlier class stored; both "
+        f"cancelled at the end)",
+        f"- CPU time during the class: server {report.server_cpu_seconds:.0f} s "
+        f"({report.server_cpu_seconds / max(len(report.interactions), 1):.3f} s per interaction, all kinds), "
+        f"load-test client {report.client_cpu_seconds:.0f} s",
+        f"- wall time {report.wall_seconds:.0f} s; load average at the end {report.load_average[0]:.1f} / "
+        f"{report.load_average[1]:.1f} / {report.load_average[2]:.1f} (1/5/15 min) on {os.cpu_count()} cores",
+    ]
+    by_kind = report.cpu_by_kind()
+    if report.script_cpu_seconds == report.script_cpu_seconds:  # a rerun log was read
+        lines += ["", "Server CPU per interaction kind (thread CPU of the script runs each interaction caused; "
+                      "the rest of the server's CPU is its event loop, sending messages and the fragments' polls):",
+                  "", "| interaction | n | CPU per interaction (s) | CPU in all (s) |", "|---|---|---|---|"]
+        for kind in ("threshold", "samples", "weights", "page switch", "open link", "train", "train poll", "cancel"):
+            if kind in by_kind:
+                count, mean = by_kind[kind]
+                lines.append(f"| {kind} | {count} | {mean:.3f} | {count * mean:.1f} |")
+        lines.append(f"| script runs in all / server process | | | {report.script_cpu_seconds:.1f} / "
+                     f"{report.server_cpu_seconds:.1f} |")
+    if report.errors or report.leaks:
+        lines += ["", "First problems:"] + [f"- {p}" for p in (report.errors + report.leaks)[:10]]
+    return "\n".join(lines)

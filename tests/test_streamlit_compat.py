@@ -1,0 +1,116 @@
+"""dashboard/streamlit_compat.py: one test per private Streamlit hook, each failing loudly when the
+installed Streamlit no longer provides it (the app would fall back quietly), and no other dashboard
+module reaching into Streamlit's internals."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import threading
+from pathlib import Path
+
+from dashboard import streamlit_compat as compat
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_altair_globals_lock_is_the_one_st_altair_chart_holds():
+    from streamlit.elements import vega_charts
+
+    assert compat.HAS_ALTAIR_GLOBALS_LOCK, "streamlit.elements.vega_charts._altair_globals_lock is gone"
+    assert compat.ALTAIR_GLOBALS_LOCK is vega_charts._altair_globals_lock
+    # Held by us, Streamlit's conversion must wait: another thread cannot take it.
+    with compat.ALTAIR_GLOBALS_LOCK:
+        taken = []
+        thread = threading.Thread(target=lambda: taken.append(vega_charts._altair_globals_lock.acquire(timeout=0.05)))
+        thread.start()
+        thread.join()
+        assert taken == [False]
+
+
+def test_arrow_bytes_are_the_rows_streamlit_ships():
+    import pyarrow as pa
+
+    rows = [{"x": 0.5, "y": 1, "kind": "a"}, {"x": -2.0, "y": 3, "kind": "b"}]
+    encoded = compat.arrow_bytes(rows)
+    assert isinstance(encoded, bytes), "streamlit.dataframe_util.convert_anything_to_arrow_bytes is gone"
+    decoded = pa.ipc.open_stream(encoded).read_all().to_pandas()
+    assert decoded[["x", "y", "kind"]].to_dict("records") == rows
+
+
+def test_clear_cache_request_handler_can_be_guarded(monkeypatch):
+    from streamlit.runtime.app_session import AppSession
+
+    original = getattr(AppSession, compat.CLEAR_CACHE_HANDLER, None)
+    assert callable(original), f"AppSession.{compat.CLEAR_CACHE_HANDLER} is gone"
+    calls = []
+    monkeypatch.setattr(AppSession, compat.CLEAR_CACHE_HANDLER, lambda session: calls.append(session))
+    refuse = [True]
+    assert compat.guard_clear_cache_request(lambda: refuse[0])
+    assert compat.guard_clear_cache_request(lambda: True)  # installed once: the second call keeps the first
+    handler = getattr(AppSession, compat.CLEAR_CACHE_HANDLER)
+    handler("session")
+    assert calls == []
+    refuse[0] = False
+    handler("session")
+    assert calls == ["session"]
+
+
+def test_xsrf_cookie_name_and_format_are_streamlit_s():
+    from streamlit.web.server.starlette import starlette_app_utils, starlette_server_config
+
+    assert starlette_server_config.XSRF_COOKIE_NAME == compat.XSRF_COOKIE
+    token = hashlib.sha256(b"a browser").digest()[:16]
+    for mask in (b"\x00\x00\x00\x00", b"\x08\x3d\x8c\xb9", b"\xff\x01\x7e\x80"):
+        masked = bytes(byte ^ mask[i % 4] for i, byte in enumerate(token))
+        cookie = f"2|{mask.hex()}|{masked.hex()}|1795684499"
+        theirs, timestamp = starlette_app_utils.decode_xsrf_token_string(cookie)
+        assert theirs == token and timestamp == 1795684499
+        assert compat.xsrf_token(cookie) == token
+    assert compat.xsrf_token("1|abc") is None and compat.xsrf_token("2|zz|zz|1") is None
+
+
+def test_session_presence_hooks_exist_and_answer_none_outside_a_server():
+    from streamlit.runtime import Runtime
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    assert callable(get_script_run_ctx) and callable(Runtime.exists) and callable(Runtime.instance)
+    assert callable(getattr(Runtime, "is_active_session", None)), "Runtime.is_active_session is gone"
+    # This thread runs no script: no session, nothing to watch.
+    assert compat.script_session_id() is None and compat.session_presence() is None
+
+
+def test_session_presence_reports_a_session_that_left(monkeypatch):
+    from streamlit.runtime import Runtime
+
+    active = {"abc": True}
+    fake = type("FakeRuntime", (), {"is_active_session": lambda self, sid: active.get(sid, False)})()
+    monkeypatch.setattr(compat, "script_session_id", lambda: "abc")
+    monkeypatch.setattr(Runtime, "exists", staticmethod(lambda: True))
+    monkeypatch.setattr(Runtime, "instance", staticmethod(lambda: fake))
+    present = compat.session_presence()
+    assert present is not None and present()
+    active["abc"] = False
+    assert not present()
+
+
+PRIVATE_STREAMLIT = ("streamlit.runtime", "streamlit.elements", "streamlit.web", "streamlit.dataframe_util",
+                     "streamlit.proto")
+
+
+def test_only_the_compat_module_imports_streamlit_internals():
+    offenders = {}
+    for path in sorted((ROOT / "dashboard").rglob("*.py")):
+        if path.name == "streamlit_compat.py":
+            continue
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+                names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        private = sorted(n for n in names if n.startswith(PRIVATE_STREAMLIT))
+        if private:
+            offenders[str(path.relative_to(ROOT))] = private
+    assert not offenders, offenders
