@@ -115,8 +115,10 @@ def export_command(model_or_run, dataset, args: argparse.Namespace, out=None):
     run = _as_run(model_or_run, dataset)
     threshold = _float("threshold", args.threshold)
     path, metrics = run.export(threshold, folder)
-    print(f"exported {run.model.family} at threshold {threshold:g} (density {metrics['density']:.4f}) to {path}",
-          file=out)
+    active = metrics.get("active_density")
+    on_paths = f", {active:.4f} on active paths" if active is not None else ""
+    print(f"exported {run.model.family} at threshold {threshold:g} (density {metrics['density']:.4f}{on_paths}) "
+          f"to {path}", file=out)
     return path
 
 
