@@ -133,3 +133,27 @@ def overall_density(masks: Sequence[Tensor], counts: Sequence[int] | None = None
 def active_density(masks: Sequence[Tensor]) -> float:
     """The density of the entries on an input-to-output path (`active_masks`) among all weights."""
     return overall_density(active_masks(masks))
+
+
+def active_network(weights: Sequence[Tensor], masks: Sequence[Tensor], activation) -> list[Tensor]:
+    """The pruned network (`weights` outside `masks` set to 0) written with its active entries only
+    (`active_masks`): per layer an (out, in+1) matrix, zero off the active entries, that computes the
+    same outputs for every x. A unit that does not depend on the input is a constant; its value,
+    activation(its folded bias), is added into the biases of the units it feeds (in float64) and its
+    weights dropped. Weights (out, in+1) per layer, one network (no draw dimension)."""
+    active = active_masks(masks)
+    depends = input_dependence(masks)
+    result = []
+    constant = None  # per unit of the previous layer: its value where it is constant, else 0
+    for index, (weight, mask, keep) in enumerate(zip(weights, masks, active)):
+        kept = weight.double() * mask
+        bias = kept[:, -1].clone()
+        if index > 0:
+            width = masks[index - 1].shape[-2]
+            bias = bias + kept[:, :width] @ constant
+        out = torch.where(keep[:, :-1], kept[:, :-1], torch.zeros_like(kept[:, :-1]))
+        if index < len(weights) - 1:
+            constant = torch.where(depends[index], torch.zeros_like(bias), activation(bias))
+        bias = torch.where(keep[:, -1], bias, torch.zeros_like(bias))
+        result.append(torch.cat([out, bias.unsqueeze(-1)], dim=-1).to(weight.dtype))
+    return result
