@@ -7,6 +7,7 @@ question it (in the spirit of the R package LBBNN's predict / summary / coef).
     run.coef()                                  # the kept weights with their posterior intervals
     run.masks(threshold)                        # the keep masks at a threshold (default: the family's)
     run.active_paths(threshold)                 # those of the kept weights on an input-to-output path
+    run.explain(x, threshold, samples)          # each feature's local contribution, median and 95 % interval
     run.sweep()                                 # the metric against density over thresholds
     run.evaluate(mode="bma", samples=10)        # test-set metrics of one mode (JSON-ready)
     run.export(threshold, "pruned/")            # the pruned mean network, safetensors + JSON
@@ -33,6 +34,8 @@ from core.predict import Prediction, SweepResult, evaluate, export_pruned, mean_
 from core.predict.engine import check_samples, check_threshold
 from core.predict.metrics import headline_metric
 from core.predict.metrics.classification import DOUBT_LEVEL
+from core.predict.explain import DEFAULT_LEVEL, Explanation, explain
+from core.predict.explain import DEFAULT_SAMPLES as DEFAULT_EXPLAIN_SAMPLES
 from core.predict.structure import active_masks, overall_density
 from core.predict.sweep import DEFAULT_POINTS, SortedStatistics, active_density_at, disconnected_at
 from core.runs.store import read_snapshot_arrays
@@ -211,6 +214,15 @@ class Run:
         (see core.predict.structure.active_masks). The export writes exactly these weights."""
         with torch.no_grad():
             return active_masks(self.masks(threshold))
+
+    def explain(self, x: Any, threshold: float | None = None, samples: int = DEFAULT_EXPLAIN_SAMPLES, seed: int = 0,
+                output: int | None = None, level: float = DEFAULT_LEVEL) -> Explanation:
+        """For one input x, each feature's contribution to output `output` (default: the predicted
+        class's logit; regression: the mean, in the units the model was trained in) through the
+        active paths of the network pruned at `threshold`: per posterior draw the Jacobian of the
+        sampled network at x (the exact local linear coefficients for ReLU nets) times x, reported as
+        median and central `level` interval over `samples` draws (core.predict.explain)."""
+        return explain(self.model, x, threshold=threshold, samples=samples, seed=seed, output=output, level=level)
 
     def coef(self, threshold: float | None = None, level: float = INTERVAL_LEVEL, samples: int = COEF_SAMPLES,
              seed: int = 0, method: str = "auto") -> list[LayerCoefficients]:
