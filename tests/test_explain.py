@@ -116,3 +116,60 @@ def test_regression_explains_the_mean_and_bad_inputs_are_refused():
         explain(classifier, X, samples=0)
     with pytest.raises(BNNError, match="threshold"):
         explain(classifier, X, threshold=1.5)
+
+
+def _dataset(n_test=6):
+    from core.data.dataset import make_dataset
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(10 + n_test, 4)).astype(np.float32)
+    y = rng.integers(0, 3, size=10 + n_test)
+    return make_dataset(name="explain", task="classification", x_train=x[:10], y_train=y[:10], x_test=x[10:],
+                        y_test=y[10:], source="generated", n_classes=3)
+
+
+def _args(**given):
+    import argparse
+
+    from core.cli import build_parser
+
+    argv = ["explain", "0"] + [item for key, value in given.items() for item in (f"--{key}", str(value))]
+    args = build_parser().parse_args(argv)
+    assert isinstance(args, argparse.Namespace)
+    return args
+
+
+def test_cli_prints_the_table_of_one_test_example():
+    import io
+    import json
+
+    from core.cli.predict import explain_command
+
+    model, data = model_of("lbbnn", seed=3), _dataset()
+    out = io.StringIO()
+    result = explain_command(model, data, _args(index=2, samples=30, top=2), out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("test example 2: logit of class") and len(lines) == 1 + 1 + 2
+    expected = explain(model, data.x_test[2], samples=30)
+    np.testing.assert_array_equal(result.coefficients, expected.coefficients)
+    biggest = max(expected.table(), key=lambda row: abs(row["contribution"]))
+    assert lines[2].split()[0] == str(biggest["feature"])
+    out = io.StringIO()
+    args = _args(index=0, samples=5, output=1)
+    args.json = True
+    explain_command(model, data, args, out)
+    assert json.loads(out.getvalue())["output"] == 1
+
+
+@pytest.mark.parametrize("given,message", [({"index": 6}, "index"), ({"index": -1}, "index"),
+                                           ({"index": "a"}, "index"), ({"index": 0, "top": 0}, "top"),
+                                           ({"index": 0, "top": 5}, "top"), ({"index": 0, "samples": 0}, "samples"),
+                                           ({"index": 0, "output": 7}, "output"),
+                                           ({"index": 0, "threshold": "x"}, "threshold")])
+def test_cli_refuses_bad_values_in_one_line(given, message):
+    import io
+
+    from core.cli.predict import explain_command
+
+    with pytest.raises(BNNError, match=message):
+        explain_command(model_of("lbbnn"), _dataset(), _args(**given), io.StringIO())
