@@ -378,6 +378,8 @@ def _train_dict(train: TrainConfig) -> dict[str, Any]:
     values = _plain(dataclasses.asdict(train), "train")
     if values.get("lr_schedule") == "constant":
         values.pop("lr_schedule")
+    if values.get("target_density") is None:  # unset: the runs made before the option keep their ids
+        values.pop("target_density", None)
     return values
 
 
