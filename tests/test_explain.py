@@ -173,3 +173,15 @@ def test_cli_refuses_bad_values_in_one_line(given, message):
 
     with pytest.raises(BNNError, match=message):
         explain_command(model_of("lbbnn"), _dataset(), _args(**given), io.StringIO())
+
+
+def test_the_dashboard_backend_is_the_run_verb():
+    from dashboard import backend
+
+    model = model_of("lbbnn", skip=True, seed=7)
+    run = Run.of(model)
+    shown = backend.explanation(run, X, threshold=0.4, samples=12, seed=2)
+    assert shown == explain(model, X, threshold=0.4, samples=12, seed=2).to_dict()
+    densities = backend.active_path_densities(run, 0.4)
+    assert densities["active_density"] == pytest.approx(BayesianMLP.density(active_masks(model.keep_masks(0.4))))
+    assert densities["density"] == pytest.approx(BayesianMLP.density(model.keep_masks(0.4)))
