@@ -93,6 +93,11 @@ class TrainConfig:
     # The main phase's step sizes: constant, or a cosine decay to zero over its epochs (every group),
     # so the last epochs average out the minibatch noise instead of bouncing around at full step.
     lr_schedule: LearningRateSchedule = LearningRateSchedule.CONSTANT
+    # Train to a target density (as the R package LBBNN's min_density): the main phase stops after the
+    # first epoch whose end-of-epoch density (the median probability model's: weights kept at the
+    # family's default threshold over all weights, each record's "density") is at most this, in
+    # (0, 1]. Pre-training never stops early; post-training follows as configured. None: every epoch.
+    target_density: float | None = None
 
     def __post_init__(self) -> None:
         def check(ok: bool, name: str, message: str) -> None:
@@ -113,6 +118,10 @@ class TrainConfig:
         check(isinstance(self.kl_weight, (int, float)) and math.isfinite(self.kl_weight) and 0 < self.kl_weight <= 1,
               "kl_weight", f"must lie in (0, 1] (1 is the ELBO; below 1 tempers the KL), got {self.kl_weight!r}")
         check(self.warm_start_epochs >= 0, "warm_start_epochs", f"must be >= 0, got {self.warm_start_epochs}")
+        target = self.target_density
+        check(target is None or (isinstance(target, (int, float)) and not isinstance(target, bool)
+                                 and math.isfinite(target) and 0 < target <= 1),
+              "target_density", f"must be a number in (0, 1] (or unset), got {target!r}")
         for label, rates in (("learning_rates", self.learning_rates),
                              ("pretrain_learning_rates", self.pretrain_learning_rates)):
             unknown = sorted(set(rates) - set(DEFAULT_LEARNING_RATES))
@@ -253,7 +262,13 @@ def train(
                                     cancel, phase, global_epoch)
                 if decay:
                     record["learning_rate_factor"] = factor
+                reached = (phase == "train" and config.target_density is not None
+                           and record["density"] <= config.target_density)
+                if reached:
+                    record["target_density_reached"] = True
                 finish_epoch(record)
+                if reached:  # the median probability model is as sparse as asked: stop the main phase
+                    break
 
         for layer in model.layers:
             layer.use_compiled_kernels(config.compile)
@@ -379,7 +394,8 @@ def _warm_start(model, x_train, y_train, config, seed, batch_generator, noise_ge
 
     point_config = ModelConfig(in_features=model.config.in_features, out_classes=model.config.out_classes,
                                hidden=model.config.hidden, family="fnn", activation=model.config.activation,
-                               likelihood=model.config.likelihood)
+                               likelihood=model.config.likelihood,
+                               family_options={"input_skip": True} if model.input_skip else {})
     # On a CPU the point net's initial values continue the noise stream, as they did
     # when both came from the global generator; elsewhere they come from the CPU stream.
     on_cpu = model.device.type == "cpu"

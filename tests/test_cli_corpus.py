@@ -160,6 +160,15 @@ CASES: list[list[str]] = [
                                                           "/proc/1/x", "/proc/1", "{RO}", "{RO}/x")],
     *[[*X, "--out", "{DIR}/out", "--threshold", bad] for bad in ("nan", "", "abc", "inf", "1e400", "-5")],
     [*X, "--threshold", "0.5"], ["export", "nope", "--threshold", "0.5", "--out", "{DIR}/out"],
+    # explain
+    *[["explain", "{RUN}", "--index", bad] for bad in ("", "-1", "x", "1e20", HUGE, "2.5", "nan", "99999")],
+    *[["explain", "{RUN}", "--index", "0", flag, bad] for flag in ("--samples", "--top", "--output", "--seed")
+      for bad in ("0" if flag != "--output" and flag != "--seed" else "-1", "x", HUGE)],
+    ["explain", "{RUN}", "--index", "0", "--threshold", "nan"], ["explain", "{RUN}"], ["explain", "nope", "--index", "0"],
+    # train: input skip and target density
+    [*T, "--option", "input_skip=yes"], ["train", "--dataset", "toy-sine-gaps", "--method", "laplace", "--hidden", "4",
+                                         "--epochs", "1", "--quiet", "--option", "input_skip=true"],
+    *[[*T, "--target-density", bad] for bad in ("0", "-1", "1.5", "nan", "inf", "x", "")],
     # reference (refused before any sampling)
     ["reference", "nope"], ["reference", ""], ["reference", "mnist-small", "--samples", "0"],
     *[[*R, "--samples", bad] for bad in ("0", "5", HUGE, "x")],

@@ -1,4 +1,4 @@
-"""`python -m core evaluate | sweep | export`: thin calls to the verbs of core.runs.Run.
+"""`python -m core evaluate | sweep | export | explain`: thin calls to the verbs of core.runs.Run.
 
 RUN is a run id (or unique prefix) of the run store. The `*_command` functions take a Run, or a
 model and its dataset (wrapped as `Run.of(model, dataset)`), so they work without a store.
@@ -115,9 +115,39 @@ def export_command(model_or_run, dataset, args: argparse.Namespace, out=None):
     run = _as_run(model_or_run, dataset)
     threshold = _float("threshold", args.threshold)
     path, metrics = run.export(threshold, folder)
-    print(f"exported {run.model.family} at threshold {threshold:g} (density {metrics['density']:.4f}) to {path}",
-          file=out)
+    active = metrics.get("active_density")
+    on_paths = f", {active:.4f} on active paths" if active is not None else ""
+    print(f"exported {run.model.family} at threshold {threshold:g} (density {metrics['density']:.4f}{on_paths}) "
+          f"to {path}", file=out)
     return path
+
+
+def explain_command(model_or_run, dataset, args: argparse.Namespace, out=None):
+    """One test example's local explanation: per feature the coefficient and contribution, median and
+    95 % interval over posterior draws, the largest |median contribution| first (--top rows)."""
+    out = out or sys.stdout
+    run = _as_run(model_or_run, dataset)
+    data = run.dataset()
+    index = validate.whole_number(args.index, "index", 0, int(data.n_test) - 1)
+    samples = _positive_int(str(args.samples))
+    threshold = _float("threshold", args.threshold)
+    output = None if args.output is None else validate.whole_number(args.output, "output", 0, None)
+    features = int(data.in_features)
+    top = features if args.top is None else validate.whole_number(args.top, "top", 1, features)
+    result = run.explain(data.x_test[index], threshold=threshold, samples=samples, seed=limits.seed(args.seed),
+                         output=output)
+    if args.json:
+        print(json.dumps({"index": index, **result.to_dict()}), file=out)
+        return result
+    summary = result.to_dict()
+    value, intercept = summary["value"], summary["intercept"]
+    print(f"test example {index}: {result.output_name} = {value['median']:.4g} "
+          f"[{value['lower']:.4g}, {value['upper']:.4g}], intercept {intercept['median']:.4g} "
+          f"[{intercept['lower']:.4g}, {intercept['upper']:.4g}] ({result.samples} draws, threshold "
+          f"{result.threshold:g}, {int(result.level * 100)} % intervals)", file=out)
+    rows = sorted(result.table(), key=lambda row: -abs(row["contribution"]))[:top]
+    print(format_table(rows), file=out)
+    return result
 
 
 def _handler(command):
@@ -156,6 +186,19 @@ def register(subparsers) -> None:
     sweep_parser.add_argument("--seed", type=int, default=0)
     sweep_parser.add_argument("--json", action="store_true")
     sweep_parser.set_defaults(handler=_handler(sweep_command))
+
+    explain_parser = subparsers.add_parser(
+        "explain", help="one test example's local explanation: each feature's contribution with 95% intervals")
+    _common(explain_parser)
+    explain_parser.add_argument("--index", required=True, help="test example to explain (0 .. n_test - 1)")
+    explain_parser.add_argument("--threshold", default=None, help="cut of the native statistic (default: the family's)")
+    explain_parser.add_argument("--samples", default="100", help="posterior draws R (>= 1)")
+    explain_parser.add_argument("--output", default=None,
+                                help="class whose logit is explained (default: the predicted class)")
+    explain_parser.add_argument("--top", default=None, help="rows shown, largest |contribution| first (default: all)")
+    explain_parser.add_argument("--seed", default="0")
+    explain_parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    explain_parser.set_defaults(handler=_handler(explain_command))
 
     export_parser = subparsers.add_parser("export", help="write the pruned mean network (safetensors + JSON)")
     _common(export_parser)

@@ -122,6 +122,9 @@ def _register_train(subparsers: argparse._SubParsersAction) -> None:
                                "objective (see docs/why-lbbnn-over-prunes.md)")
     schedule.add_argument("--lr-schedule", default=None, choices=("constant", "cosine"),
                           help="step sizes of the main phase: constant, or a cosine decay to zero over its epochs")
+    schedule.add_argument("--target-density", default=None, metavar="D",
+                          help="stop the main phase after the first epoch whose median-probability-model "
+                               "density is at most D, 0 < D <= 1 (as the R package LBBNN's min_density)")
     schedule.add_argument("--empirical-bayes", action=argparse.BooleanOptionalAction, default=None)
     schedule.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                           help="torch.compile LBBNN's training kernels (~20 s once, then faster epochs)")
@@ -196,7 +199,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                 "batch_size": args.batch_size, "mc_samples": args.mc_samples,
                 "kl_anneal_epochs": args.kl_anneal_epochs, "warm_start_epochs": args.warm_start_epochs,
                 "kl_weight": args.kl_weight, "empirical_bayes": args.empirical_bayes, "compile": args.compile,
-                "lr_schedule": args.lr_schedule}
+                "lr_schedule": args.lr_schedule,
+                "target_density": None if args.target_density is None else validate.real_number(
+                    args.target_density, "target-density", 0.0, 1.0, low_open=True)}
     train.update({k: v for k, v in schedule.items() if v is not None})
     if args.lr is not None:
         train["learning_rates"] = {**train.get("learning_rates", {}), **_rates(args.lr, "--lr")}

@@ -129,9 +129,17 @@ class LayerOptions:
 
     A field annotated with an OptionEnum (core.enums) accepts the member or its string and holds
     the member (equal to, and serialised as, the string).
+
+    `input_skip` (every family whose posterior is per layer): every layer after the first also
+    reads the inputs (core.models.network). Stored configs leave it out when false (RunConfig), so
+    runs made before it existed keep their ids.
     """
 
+    input_skip: bool = False
+
     def __post_init__(self) -> None:
+        if not isinstance(self.input_skip, bool):
+            raise ConfigError(f"input_skip: must be true or false, got {self.input_skip!r}")
         for name, kind in _enum_fields(type(self)).items():
             object.__setattr__(self, name, kind.parse(getattr(self, name), name))
 

@@ -2,6 +2,13 @@
 
 Nothing here branches on the family: every family answers the same calls
 (see core.models.base).
+
+With the `input_skip` option (any per-layer family; Hubin, Storvik et al.'s input-skip LBBNN)
+every layer after the first also reads the inputs: layer l's augmented matrix is
+(out, width_{l-1} + d + 1), the previous layer's units first, then the d inputs, then the bias.
+The skip weights are ordinary entries of that matrix, so each has its own inclusion variable
+(statistic, mask, draw) and counts in the density; a posterior that excludes every hidden unit's
+path keeps a shallow (even linear) model through the skips.
 """
 
 from __future__ import annotations
@@ -54,10 +61,19 @@ class ModelConfig:
             raise ConfigError(f"activation: unknown {self.activation!r}; choose one of {', '.join(ACTIVATIONS)}")
         # Parsed once, here, so a bad option fails before any training; the model reads this copy.
         object.__setattr__(self, "_layer_options", family_class(self.family).Options.from_dict(self.family_options))
+        check_input_skip(self.family, self._layer_options)
         make_likelihood(self.likelihood, self.likelihood_options).n_outputs(self.out_classes)
 
     def layer_options(self) -> LayerOptions:
         return self._layer_options
+
+
+def check_input_skip(family: str, options: LayerOptions) -> None:
+    """Refuse `input_skip` where the posterior is over the whole network (laplace): its linearised
+    forward runs the plain layer chain."""
+    if getattr(options, "input_skip", False) and getattr(family_class(family), "network_posterior", None):
+        raise ConfigError(f"input_skip: the {family!r} family's posterior spans the whole network and "
+                          f"has no input-skip form; use a per-layer family such as lbbnn, bnn, sparse-vd or fnn")
 
 
 class BayesianMLP(nn.Module):
@@ -68,11 +84,14 @@ class BayesianMLP(nn.Module):
         self.likelihood: Likelihood = make_likelihood(config.likelihood, config.likelihood_options)
         options = config.layer_options()
         widths = [config.in_features, *config.hidden, self.likelihood.n_outputs(config.out_classes)]
+        self.input_skip = bool(getattr(options, "input_skip", False))
+        # Fan-ins: a skipping layer reads the previous layer's units and then the inputs.
+        fan_ins = [w + (config.in_features if self.input_skip and i > 0 else 0) for i, w in enumerate(widths[:-1])]
         with initial_draws_from(generator):
             last = len(widths) - 2
             self.layers = nn.ModuleList(
                 layer_class(config.family, options, i == last)(w_in, w_out, options, is_output=(i == last))
-                for i, (w_in, w_out) in enumerate(zip(widths[:-1], widths[1:]))
+                for i, (w_in, w_out) in enumerate(zip(fan_ins, widths[1:]))
             )
         self.activation = ACTIVATIONS[config.activation]()
         # A posterior over all weights at once (the `laplace` family's), which the layers' own q cannot
@@ -93,12 +112,20 @@ class BayesianMLP(nn.Module):
         return self.layers[0].fixed_mask.device
 
     # --- stochastic training forward ---------------------------------------------------
+    def layer_input(self, index: int, h: Tensor, x: Tensor) -> Tensor:
+        """What layer `index` reads: h, with the inputs x appended where the layer skips
+        (x broadcast over any leading draw dimension of h)."""
+        if index == 0 or not self.input_skip:
+            return h
+        return torch.cat([h, x.expand(h.shape[:-1] + x.shape[-1:])], dim=-1)
+
     def forward(self, x: Tensor) -> Tensor:
+        h = x
         for i, layer in enumerate(self.layers):
-            x = layer(x)
+            h = layer(self.layer_input(i, h, x))
             if i < len(self.layers) - 1:
-                x = self.activation(x)
-        return x
+                h = self.activation(h)
+        return h
 
     def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:
         """A training forward plus KL(q || p), computed together where a family fuses them.
@@ -107,13 +134,14 @@ class BayesianMLP(nn.Module):
         but not the right value (see SparseLayer.forward_with_kl).
         """
         kl = x.new_zeros(())
+        h = x
         for i, layer in enumerate(self.layers):
-            x, layer_kl = layer.forward_with_kl(x, kl_value)
+            h, layer_kl = layer.forward_with_kl(self.layer_input(i, h, x), kl_value)
             kl = kl + layer_kl
             if i < len(self.layers) - 1:
-                x = self.activation(x)
+                h = self.activation(h)
         noise_kl = self.likelihood.kl()  # the noise model's own term (a Gamma prior on the precision)
-        return x, kl if noise_kl is None else kl + noise_kl
+        return h, kl if noise_kl is None else kl + noise_kl
 
     def kl(self) -> Tensor:
         noise_kl = self.likelihood.kl()
@@ -139,11 +167,12 @@ class BayesianMLP(nn.Module):
     # --- forward with explicit weights (prediction) ---------------------------------------
     def forward_with_weights(self, x: Tensor, weights: Sequence[Tensor]) -> Tensor:
         """Outputs for given weights: each (out, in+1), or (R, out, in+1) for R networks at once."""
+        h = x
         for i, weight in enumerate(weights):
-            x = augmented_linear(x, weight)
+            h = augmented_linear(self.layer_input(i, h, x), weight)
             if i < len(weights) - 1:
-                x = self.activation(x)
-        return x
+                h = self.activation(h)
+        return h
 
     def mean_weights(self) -> list[Tensor]:
         return [layer.mean_weights() for layer in self.layers]

@@ -123,6 +123,7 @@ def collapsed_parts(model_or_run: Any, x: Any, samples: int, seed: int) -> Colla
         mean_w, var_w = last_layer_conditional(model, last, int(seed))
         if len(draws) > 1:
             hidden = model.activation(forward_draws(model, inputs, draws[:-1]))
+            hidden = model.layer_input(len(draws) - 1, hidden, inputs)  # input skip: the last layer reads x too
         else:
             hidden = inputs.expand(samples, -1, -1)
         phi = torch.cat([hidden, torch.ones_like(hidden[..., :1])], dim=-1)

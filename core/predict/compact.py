@@ -18,6 +18,11 @@ dimension (R, out, in+1) when all draws share one mask (mpm / prune with
 sampled weights); those layers stay dense and run as one batched product, but
 a single draw taken out (`CompactNetwork.draw`, how sampled predictions run
 each draw) multiplies its layers below the crossover as sparse matrices too.
+
+Input-skip networks (a layer reading the previous layer's units and then the inputs, see
+core.predict.structure.skip_layers) keep the gathered inputs and append them below the
+previous layer's activations before each skipping layer; their gathered inputs are those any
+kept unit of any layer reads.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
-from core.predict.structure import input_dependence, useful_units
+from core.predict.structure import input_dependence, skip_layers, useful_units
 
 # Below this fraction of kept weights in a compact layer the sparse product is
 # faster than the dense one: CSR @ (in, 10000) against a dense addmm on 2 cores, float32 and
@@ -117,6 +122,7 @@ class CompactNetwork:
     activation: nn.Module
     n_inputs: int
     disconnected: bool | None = None  # no output depends on the input (None: not worked out)
+    skip: tuple[bool, ...] = ()  # per layer: does it also read the gathered inputs (input skip)? () none
 
     @property
     def n_draws(self) -> int | None:
@@ -128,7 +134,7 @@ class CompactNetwork:
 
     def draws(self, start: int, stop: int) -> "CompactNetwork":
         return CompactNetwork(self.input_index, [layer.draws(start, stop) for layer in self.layers],
-                              self.activation, self.n_inputs, self.disconnected)
+                              self.activation, self.n_inputs, self.disconnected, self.skip)
 
     def draw(self, index: int) -> "CompactNetwork":
         """Draw `index` alone (a network of one draw): run by itself, its products have the same
@@ -138,7 +144,7 @@ class CompactNetwork:
         with 2 threads)."""
         part = self.draws(index, index + 1)
         return CompactNetwork(part.input_index, [layer.detached_copy() for layer in part.layers],
-                              part.activation, part.n_inputs, part.disconnected)
+                              part.activation, part.n_inputs, part.disconnected, part.skip)
 
     def gather_inputs(self, x: Tensor) -> Tensor:
         """x (n, d) -> the used features, transposed (k, n)."""
@@ -150,7 +156,10 @@ class CompactNetwork:
     def forward_transposed(self, h: Tensor) -> Tensor:
         """Gathered inputs (k, n) -> outputs (out, n) or (R, out, n)."""
         last = len(self.layers) - 1
+        inputs = h
         for i, layer in enumerate(self.layers):
+            if i < len(self.skip) and self.skip[i]:
+                h = torch.cat([h, inputs.expand(h.shape[:-2] + inputs.shape[-2:])], dim=-2)
             h = layer.apply(h)
             if i < last:
                 h = activate_(self.activation, h)
@@ -174,11 +183,18 @@ def compact_network(weights: Sequence[Tensor], masks: Sequence[Tensor], activati
     useful = useful_units(masks)
     depends = input_dependence(masks) if fold_constants else [torch.ones_like(u) for u in useful]
     keep = [d & u for d, u in zip(depends[:-1], useful[:-1])] + [torch.ones_like(useful[-1])]
+    skip = skip_layers([mask.shape for mask in masks])
     first = masks[0]
-    used_inputs = (first[:, :-1] & keep[0].unsqueeze(1)).any(dim=0)
     n_inputs = first.shape[1] - 1
+    used_inputs = (first[:, :-1] & keep[0].unsqueeze(1)).any(dim=0)
+    for index in range(1, len(masks)):
+        if skip[index]:  # the inputs a skipping layer's kept units read are gathered too
+            width = masks[index - 1].shape[-2]
+            skipped = masks[index][:, width:width + n_inputs] & keep[index].unsqueeze(1)
+            used_inputs = used_inputs | skipped.any(dim=0)
     columns = used_inputs.nonzero().squeeze(1)
     input_index = None if len(columns) == n_inputs else columns
+    input_columns = columns
     batch = weights[0].shape[:-2]
     # Values of dropped constant units of the previous layer, folded into the biases (in float64).
     const_index = columns.new_zeros(0)
@@ -190,6 +206,8 @@ def compact_network(weights: Sequence[Tensor], masks: Sequence[Tensor], activati
             folded = (weight[..., const_index] * mask[:, const_index]).double()
             bias = bias + fold_constants_of(folded, const_value)
         rows = keep[index].nonzero().squeeze(1)
+        if skip[index]:  # the gathered inputs' columns follow the previous layer's units
+            columns = torch.cat([columns, masks[index - 1].shape[-2] + input_columns])
         block = (rows.unsqueeze(1), columns)  # one gather per tensor (fewer ops: each costs a thread sync)
         kept = mask[block]
         compact = weight[(...,) + block] * kept
@@ -205,7 +223,7 @@ def compact_network(weights: Sequence[Tensor], masks: Sequence[Tensor], activati
             const_value = activation(bias.index_select(-1, const_index))
             columns = rows
     disconnected = not bool(depends[-1].any()) if fold_constants else None
-    return CompactNetwork(input_index, layers, activation, n_inputs, disconnected)
+    return CompactNetwork(input_index, layers, activation, n_inputs, disconnected, tuple(skip) if any(skip) else ())
 
 
 def fold_constants_of(folded: Tensor, const_value: Tensor) -> Tensor:
@@ -241,7 +259,8 @@ def quiet_sparse_beta():
 def dense_network(weights: Sequence[Tensor], activation: nn.Module) -> CompactNetwork:
     """The network as it is (no masks known): dense layers on views of the augmented weights."""
     layers = [CompactLayer(w[..., :-1], w[..., -1:], LayerFormat.DENSE) for w in weights]
-    return CompactNetwork(None, layers, activation, weights[0].shape[-1] - 1)
+    skip = skip_layers([w.shape for w in weights])
+    return CompactNetwork(None, layers, activation, weights[0].shape[-1] - 1, skip=tuple(skip) if any(skip) else ())
 
 
 def run_chunked(network: CompactNetwork, x: Tensor, memory_budget: int, batch_size: int | None = None) -> Tensor:
@@ -249,7 +268,7 @@ def run_chunked(network: CompactNetwork, x: Tensor, memory_budget: int, batch_si
     the activations of one chunk (two layers alive) stay below `memory_budget` bytes."""
     n_draws = network.n_draws or 1
     n = x.shape[0]
-    widest = max([x.shape[1]] + network.units)
+    widest = max([x.shape[1]] + network.units) + (x.shape[1] if network.skip else 0)
     per_item = 2 * widest * x.element_size()
     draw_chunk = max(1, min(n_draws, memory_budget // max(1, n * per_item)))
     input_chunk = n if draw_chunk * n * per_item <= memory_budget else max(1, memory_budget // (draw_chunk * per_item))

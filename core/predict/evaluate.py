@@ -15,6 +15,8 @@ from core.predict.metrics import classification as cls_metrics
 from core.predict.metrics import ood as ood_metrics
 from core.predict.metrics import regression as reg_metrics
 from core.predict.metrics.headline import prediction_metrics
+from core.predict.modes import PredictionMode
+from core.predict.structure import active_density
 
 ECDF_POINTS = 101
 
@@ -104,6 +106,18 @@ def load_ood_inputs(dataset, name: str, data_dir=None) -> np.ndarray:
     return x
 
 
+def active_density_of(model, prediction) -> float | None:
+    """The density of the weights on an input-to-output path (core.predict.structure.active_masks)
+    of the one structure a prediction used: the keep masks at its threshold, or the nonzero weights
+    of the posterior-mean network; None for bma, whose draws each have their own."""
+    with torch.no_grad():
+        if prediction.threshold is not None:
+            return active_density(model.keep_masks(prediction.threshold))
+        if prediction.mode is PredictionMode.MEAN:
+            return active_density([w != 0 for w in model.mean_weights()])
+    return None
+
+
 def evaluate(model_or_run: Any, dataset, mode: str = "bma", samples: int = 10, threshold: float | None = None,
              seed: int = 0, ood: str | Sequence[str] | None = None, ece_bins: int = 15,
              doubt_threshold: float = cls_metrics.DOUBT_LEVEL, weights: str | None = None,
@@ -140,6 +154,7 @@ def evaluate(model_or_run: Any, dataset, mode: str = "bma", samples: int = 10, t
         "density": prediction.density,
         "layer_density": prediction.layer_density,
         "draw_density": prediction.draw_density,
+        "active_density": active_density_of(model, prediction),
         "mean_statistic": mean_statistic(model),
         "statistic": model.spec.name,
         "disconnected": prediction.disconnected,

@@ -1,7 +1,8 @@
 """Export a pruned network: only the kept weights, dead hidden units removed.
 
 At threshold t the exported net computes exactly the `mpm-mean` / `prune`
-(weights="mean") prediction of the model at t:
+(weights="mean") prediction of the model at t, and holds only the active weights
+(those on an input-to-output path, core.predict.structure.active_masks):
 - a hidden unit is kept if it depends on the input and can reach an output
   (core.predict.structure);
 - a hidden unit that does not depend on the input is a constant: its value is
@@ -11,7 +12,8 @@ At threshold t the exported net computes exactly the `mpm-mean` / `prune`
 
 Files: `<dir>/model.safetensors` (per layer the kept weights as flat indices
 into the compact matrix plus values, the folded bias; the input index) and
-`<dir>/model.json` (model config, threshold, density, per-layer shapes, metrics).
+`<dir>/model.json` (model config, threshold, density raw and on active paths, per-layer
+shapes, which layers also read the gathered inputs (`input_skip`), metrics).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from core.models.network import ACTIVATIONS, BayesianMLP
 from core.predict.compact import CompactLayer, CompactNetwork, choose_format, compact_network, to_format
 from core.predict.engine import check_threshold, resolve_model
 from core.jsonable import jsonable
-from core.predict.structure import layer_densities, overall_density
+from core.predict.structure import active_masks, layer_densities, overall_density
 
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
@@ -54,12 +56,18 @@ def compact_layers(model: BayesianMLP, threshold: float) -> tuple[Tensor, list[T
     return input_index, weights, biases, [weight != 0 for weight in weights]
 
 
+def compact_skip(model: BayesianMLP) -> list[bool]:
+    """Per compact layer, whether it also reads the gathered inputs (the model's input_skip)."""
+    return [model.input_skip and index > 0 for index in range(len(model.layers))]
+
+
 class ExportedMLP(nn.Module):
     """A small deterministic MLP: gather used inputs, then compact layers (sparse ones as sparse matrices)."""
 
     def __init__(self, input_index: Tensor, weights: list[Tensor], biases: list[Tensor], activation: str,
-                 likelihood: str, noise_std: float | None = None):
+                 likelihood: str, noise_std: float | None = None, skip: list[bool] | None = None):
         super().__init__()
+        self.skip = tuple(bool(flag) for flag in skip) if skip and any(skip) else ()
         self.register_buffer("input_index", input_index.long())
         for i, (w, b) in enumerate(zip(weights, biases)):
             self.register_buffer(f"weight_{i}", w.float().contiguous())
@@ -85,7 +93,8 @@ class ExportedMLP(nn.Module):
                 layer_format = choose_format(int(torch.count_nonzero(weight)), weight.numel())
                 layers.append(CompactLayer(to_format(weight, layer_format), getattr(self, f"bias_{i}").unsqueeze(1),
                                            layer_format))
-            self._network = CompactNetwork(self.input_index, layers, self.activation, int(self.input_index.numel()))
+            self._network = CompactNetwork(self.input_index, layers, self.activation, int(self.input_index.numel()),
+                                           skip=self.skip)
             self._network_key = key
         return self._network
 
@@ -105,6 +114,7 @@ def export_pruned(model_or_run: Any, threshold: float | None, path: str | Path,
     threshold = model.spec.default_threshold if threshold is None else check_threshold(model, threshold)
     with torch.no_grad():
         masks = model.keep_masks(threshold)
+        active = active_masks(masks)
         input_index, weights, biases, kept = compact_layers(model, threshold)
         tensors = {"input_index": input_index.cpu().contiguous()}
         shapes = []
@@ -126,6 +136,9 @@ def export_pruned(model_or_run: Any, threshold: float | None, path: str | Path,
         "threshold": threshold,
         "density": overall_density(masks),
         "layer_density": layer_densities(masks),
+        "active_density": overall_density(active),
+        "active_layer_density": layer_densities(active),
+        "input_skip": compact_skip(model),
         "n_weights_kept": int(sum(int(m.sum()) for m in kept)),
         "n_weights_dense": model.n_weights(),
         "layer_shapes": shapes,
@@ -163,6 +176,6 @@ def load_exported(path: str | Path) -> ExportedMLP:
         weights.append(dense.reshape(shape))
         biases.append(tensors[f"layer_{i}.bias"])
     module = ExportedMLP(tensors["input_index"], weights, biases, meta["activation"], meta["likelihood"],
-                         meta.get("noise_std"))
+                         meta.get("noise_std"), meta.get("input_skip"))
     module.meta = meta
     return module.eval()

@@ -41,7 +41,7 @@ from core.predict.metrics import classification as cls_metrics
 from core.predict.metrics import regression as reg_metrics
 from core.predict.metrics.headline import headline_metric
 from core.predict.modes import PredictionMode, WeightChoice, parse_mode, parse_weight_choice
-from core.predict.structure import is_disconnected
+from core.predict.structure import active_masks, is_disconnected
 
 DEFAULT_POINTS = 51
 MASK_BLOCK = 64  # thresholds whose masks are built at once (memory: MASK_BLOCK bytes per weight)
@@ -62,13 +62,16 @@ class SweepResult:
     samples: int
     seed: int
     extra: dict[str, Any] = field(default_factory=dict)
+    # (T,) the density of the kept weights on an input-to-output path (core.predict.structure.active_masks)
+    active_density: np.ndarray | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        active = {} if self.active_density is None else {"active_density": self.active_density}
         return jsonable({
             "mode": self.mode, "weights": self.weights, "statistic": self.statistic, "keep": self.keep,
             "thresholds": self.thresholds, "density": self.density, "layer_density": self.layer_density,
             "metric": self.metric, "values": self.values, "disconnected": self.disconnected,
-            "samples": self.samples, "seed": self.seed, **self.extra,
+            "samples": self.samples, "seed": self.seed, **active, **self.extra,
         })
 
     def to_rows(self) -> list[dict[str, Any]]:
@@ -76,6 +79,8 @@ class SweepResult:
         for i, threshold in enumerate(self.thresholds):
             row = {"threshold": float(threshold), "density": float(self.density[i]),
                    self.metric: float(self.values[i]), "disconnected": bool(self.disconnected[i])}
+            if self.active_density is not None:
+                row["active_density"] = float(self.active_density[i])
             row.update({f"density_layer_{k}": float(d) for k, d in enumerate(self.layer_density[i])})
             rows.append(row)
         return rows
@@ -120,6 +125,16 @@ def disconnected_at(stats: SortedStatistics, grid: np.ndarray) -> np.ndarray:
     with torch.no_grad():
         return np.concatenate([is_disconnected(stats.stacked_masks(grid[i:i + MASK_BLOCK])).cpu().numpy()
                                for i in range(0, len(grid), MASK_BLOCK)])
+
+
+def active_density_at(stats: SortedStatistics, grid: np.ndarray) -> np.ndarray:
+    """(T,) the active-path density (core.predict.structure.active_masks) of the network cut at each threshold."""
+    total = sum(float(np.prod(shape)) for shape in stats.shapes)
+    with torch.no_grad():
+        return np.concatenate([
+            sum(mask.reshape(mask.shape[0], -1).sum(dim=1) for mask in active_masks(
+                stats.stacked_masks(grid[i:i + MASK_BLOCK]))).double().cpu().numpy() / total
+            for i in range(0, len(grid), MASK_BLOCK)])
 
 
 def default_thresholds(model: BayesianMLP, n_points: int = DEFAULT_POINTS) -> np.ndarray:
@@ -214,6 +229,8 @@ def _incremental_mean_outputs(model: BayesianMLP, x: Tensor, stats: SortedStatis
     a compact network (dead units dropped, sparse layers sparse) per threshold.
     """
     weights = model.conditional_mean_weights()
+    if model.input_skip:  # later layers read the inputs too: each point runs its own compact network
+        return torch.stack([forward_masked(model, x, weights, stats.masks(t))[0] for t in thresholds])
     n = x.shape[0]
     first = weights[0].double()
     width, fan_in = first.shape
@@ -297,7 +314,8 @@ def sweep(model_or_run: Any, dataset, thresholds: Sequence[float] | str | None =
     return SweepResult(mode=parse_mode(mode).value, weights=choice.value, statistic=model.spec.name,
                        keep=model.spec.keep.value, thresholds=grid, density=counts.sum(1) / sizes.sum(),
                        layer_density=counts / sizes, metric=metric, values=np.array(values),
-                       disconnected=disconnected, samples=samples, seed=int(seed))
+                       disconnected=disconnected, samples=samples, seed=int(seed),
+                       active_density=active_density_at(stats, grid))
 
 
 def thresholds_for_densities(model: BayesianMLP, densities: Sequence[float]) -> np.ndarray:

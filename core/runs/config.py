@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from core import limits, validate
 from core.errors import BNNError, ConfigError
 from core.models.likelihoods import LIKELIHOODS, likelihood_options
-from core.models.network import ACTIVATIONS, ModelConfig
+from core.models.network import ACTIVATIONS, ModelConfig, check_input_skip
 from core.models.registry import canonical_family, family_class
 from core.runs.parsing import check_hidden, parse_hidden
 from core.train import DEFAULT_LEARNING_RATES, DEFAULT_PRETRAIN_LEARNING_RATES, TrainConfig
@@ -281,8 +281,16 @@ class RunConfig:
             raise ConfigError(f"family_options ({self.method}): {exc}") from None
         except TypeError as exc:
             raise ConfigError(f"family_options ({self.method}): {exc}") from None
-        # Defaults filled in: an option given at its default value is the same run.
-        put("family_options", _plain(dataclasses.asdict(options), "family_options"))
+        try:
+            check_input_skip(self.method, options)
+        except ConfigError as exc:
+            raise ConfigError(f"family_options ({self.method}): {exc}") from None
+        # Defaults filled in: an option given at its default value is the same run. input_skip off is
+        # left out: runs made before the option existed keep their ids.
+        family_options = _plain(dataclasses.asdict(options), "family_options")
+        if family_options.get("input_skip") is False:
+            family_options.pop("input_skip")
+        put("family_options", family_options)
         train = _train_from(self.train)
         put("train", train.resolved(_training_size(self.dataset, self.dataset_params),
                                     SMALL_REGRESSION_KL_ANNEAL_FRACTION if small_regression else 0.0))
@@ -371,6 +379,8 @@ def _train_dict(train: TrainConfig) -> dict[str, Any]:
     values = _plain(dataclasses.asdict(train), "train")
     if values.get("lr_schedule") == "constant":
         values.pop("lr_schedule")
+    if values.get("target_density") is None:  # unset: the runs made before the option keep their ids
+        values.pop("target_density", None)
     return values
 
 

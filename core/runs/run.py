@@ -6,6 +6,8 @@ question it (in the spirit of the R package LBBNN's predict / summary / coef).
     run.summary()                               # per-layer density, mean statistic, prior values, headline metrics
     run.coef()                                  # the kept weights with their posterior intervals
     run.masks(threshold)                        # the keep masks at a threshold (default: the family's)
+    run.active_paths(threshold)                 # those of the kept weights on an input-to-output path
+    run.explain(x, threshold, samples)          # each feature's local contribution, median and 95 % interval
     run.sweep()                                 # the metric against density over thresholds
     run.evaluate(mode="bma", samples=10)        # test-set metrics of one mode (JSON-ready)
     run.export(threshold, "pruned/")            # the pruned mean network, safetensors + JSON
@@ -32,14 +34,17 @@ from core.predict import Prediction, SweepResult, evaluate, export_pruned, mean_
 from core.predict.engine import check_samples, check_threshold
 from core.predict.metrics import headline_metric
 from core.predict.metrics.classification import DOUBT_LEVEL
-from core.predict.sweep import DEFAULT_POINTS, SortedStatistics, disconnected_at
+from core.predict.explain import DEFAULT_LEVEL, Explanation, explain
+from core.predict.explain import DEFAULT_SAMPLES as DEFAULT_EXPLAIN_SAMPLES
+from core.predict.structure import active_masks, overall_density
+from core.predict.sweep import DEFAULT_POINTS, SortedStatistics, active_density_at, disconnected_at
 from core.runs.store import read_snapshot_arrays
 from core.snapshots import TrainingSnapshots
 
 # Credible level of the intervals `coef` reports by default: the level the doubt decision uses.
 INTERVAL_LEVEL = DOUBT_LEVEL
 COEF_SAMPLES = 1000  # draws for families whose q(w | kept) has no closed-form quantiles
-EXPORTED_METRICS = ("accuracy", "nll", "ece", "rmse", "log_likelihood", "density")  # written beside an export
+EXPORTED_METRICS = ("accuracy", "nll", "ece", "rmse", "log_likelihood", "density", "active_density")  # written beside an export
 # Stored final evaluations whose headline metric `summary` lists, in this order.
 SUMMARY_MODES = ("SIM-SIM R=10", "MED-SIM R=10", "MED-MEA R=1", "ALL-MEA R=1")
 
@@ -182,7 +187,8 @@ class Run:
                                layer_density=(np.asarray(layer_density, dtype=np.float64) if layer_density is not None
                                               else np.empty((len(grid), 0))),
                                metric=metric, values=np.asarray(stored[f"sweep_{metric}"], dtype=np.float64),
-                               disconnected=disconnected, samples=1, seed=0)
+                               disconnected=disconnected, samples=1, seed=0,
+                               active_density=active_density_at(SortedStatistics(self.model), grid))
         return self.sweep(n_points=n_points)
 
     def export(self, threshold: float | None, folder: str | Path) -> tuple[Path, dict[str, Any]]:
@@ -199,6 +205,24 @@ class Run:
             threshold = check_threshold(self.model, threshold)
         with torch.no_grad():
             return [mask.detach() for mask in self.model.keep_masks(threshold)]
+
+    def active_paths(self, threshold: float | None = None) -> list[Tensor]:
+        """Per layer, (out, in + 1) bool: the weights kept at `threshold` (default: the family's) that
+        lie on at least one input-to-output path of the pruned network (paths through input-skip
+        weights count). Weights into units with no kept outgoing weight and out of units with no kept
+        incoming one are dropped, to the fixed point; a unit's bias stays where the unit is on a path
+        (see core.predict.structure.active_masks). The export writes exactly these weights."""
+        with torch.no_grad():
+            return active_masks(self.masks(threshold))
+
+    def explain(self, x: Any, threshold: float | None = None, samples: int = DEFAULT_EXPLAIN_SAMPLES, seed: int = 0,
+                output: int | None = None, level: float = DEFAULT_LEVEL) -> Explanation:
+        """For one input x, each feature's contribution to output `output` (default: the predicted
+        class's logit; regression: the mean, in the units the model was trained in) through the
+        active paths of the network pruned at `threshold`: per posterior draw the Jacobian of the
+        sampled network at x (the exact local linear coefficients for ReLU nets) times x, reported as
+        median and central `level` interval over `samples` draws (core.predict.explain)."""
+        return explain(self.model, x, threshold=threshold, samples=samples, seed=seed, output=output, level=level)
 
     def coef(self, threshold: float | None = None, level: float = INTERVAL_LEVEL, samples: int = COEF_SAMPLES,
              seed: int = 0, method: str = "auto") -> list[LayerCoefficients]:
@@ -282,6 +306,7 @@ class Run:
             "keep": spec.keep.value,
             "threshold": spec.default_threshold if threshold is None else float(threshold),
             "density": kept / total,
+            "active_density": overall_density(active_masks(masks)),
             "layers": layers,
             **noise,
             "metrics": self.headline_metrics(),
