@@ -44,6 +44,7 @@ from core.models.prior_summary import prior_of_statistic  # noqa: F401
 from core.runs.folders import server_folders  # noqa: F401  (a page names them instead of showing paths)
 from core.lessons import HIDEABLE_CONTROLS, lesson_names, load_lesson  # noqa: F401  (the lesson panel)
 from core.runs.bundled import install_bundled_runs  # noqa: F401  (the lessons' runs on first start)
+from core.runs.sparsity_views import active_path_densities, explanation  # noqa: F401
 # The calibration and decision views and the gap lesson's side-by-side bands: their rules live in core.
 from core.predict.metrics.calibration import (CALIBRATION_BINS, GAP_DRAWS, INTERVAL_LEVELS,  # noqa: F401
                                               classifier_calibration, doubt_point, entropy_split_means,
