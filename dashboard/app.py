@@ -67,8 +67,13 @@ def run_picker() -> None:
         # The selection may change elsewhere (training finished): push it into the widget.
         if st.session_state.get(SIDEBAR_RUN_KEY) != current:
             st.session_state[SIDEBAR_RUN_KEY] = current
-        st.sidebar.selectbox("Current run", ids, format_func=labels.get, key=SIDEBAR_RUN_KEY,
-                             on_change=lambda: state.select_run(st.session_state[SIDEBAR_RUN_KEY]))
+        from dashboard import lesson_panel
+
+        if lesson_panel.hidden("sidebar_runs"):  # a lesson picks the run: shown, not offered
+            st.sidebar.caption(f"Current run: {plain(labels[current])}")
+        else:
+            st.sidebar.selectbox("Current run", ids, format_func=labels.get, key=SIDEBAR_RUN_KEY,
+                                 on_change=lambda: state.select_run(st.session_state[SIDEBAR_RUN_KEY]))
         state.apply_link_view(state.selected_run_id())
         # The address names the current run, so a link to this page opens the same run.
         if st.query_params.get(RUN_PARAM) != state.selected_run_id():

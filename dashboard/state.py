@@ -44,7 +44,7 @@ from typing import Any
 import streamlit as st
 
 from dashboard.backend import plain
-from dashboard import backend, cache, links
+from dashboard import backend, cache, lesson_panel, links
 # Streamlit's internals, kept in one place (re-exported: the pages and tests call them through state)
 from dashboard.streamlit_compat import XSRF_COOKIE, browser_token, session_presence, xsrf_token  # noqa: F401
 
@@ -248,6 +248,12 @@ def persistent_widget(widget: Any, run_id: str, name: str, default: Any, label: 
     """A widget whose value is remembered per run across pages; link_text(value), when given, is how
     the address writes it."""
     key = f"widget:{name}:{run_id}"
+    if lesson_panel.hidden(name):  # hidden by ?hide= or the lesson step: the value stays, undrawn
+        value = setting(run_id, name, default)
+        store_setting(run_id, name, value)
+        if name in VIEW_PARAMS:
+            publish(name, value, link_text(value) if link_text is not None else None)
+        return value
     # Always (re)seed the widget from our store: after a page switch Streamlit may
     # have discarded or reset the widget's own state.
     st.session_state[key] = setting(run_id, name, default)
@@ -270,6 +276,9 @@ def prediction_mode_select(run_id: str, default: str = "bma") -> str:
     current = setting(run_id, "mode", default) if chosen else default
     if current not in backend.PREDICTION_MODES:
         current = default
+    if lesson_panel.hidden("mode"):
+        publish("mode", current)
+        return current
     st.session_state[key] = current
 
     def remember() -> None:

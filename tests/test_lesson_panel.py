@@ -127,3 +127,22 @@ def test_hide_names_are_checked_by_one_parser():
     for bad in ("seed,everything", "SEED", "seed method", "x" * 1000):
         with pytest.raises(InputError, match="^hide: "):
             parse_hide(bad)
+
+
+@pytest.mark.slow
+def test_hidden_controls_are_not_drawn_and_keep_their_values(store):
+    at = open_address({"hide": "samples,mode,sidebar_runs", "run": store, "page": "uncertainty", "R": "7"})
+    assert_healthy(at)
+    for widget, key in ((at.slider, f"widget:samples:{store}"), (at.selectbox, f"widget:mode:{store}")):
+        with pytest.raises(KeyError):
+            widget(key=key)
+    assert not [s for s in at.sidebar.selectbox if s.label == "Current run"]
+    assert param(at, "R") == "7"  # the linked value still applies, undrawn
+    # the Train page's form: hidden seed, method and Train button are not drawn
+    train = open_address({"hide": "seed,method,train_button"})
+    assert_healthy(train)
+    assert not [b for b in train.button if b.key == "train_button"]
+    assert not [s for s in train.selectbox if s.key == "train_method"]
+    assert not [t for t in train.text_input if t.key == "train_seed"]
+    shown = open_address({})
+    assert [b for b in shown.button if b.key == "train_button"] and [s for s in shown.selectbox if s.key == "train_method"]

@@ -12,7 +12,7 @@ import streamlit as st
 
 from core.errors import BNNError, InputError
 from dashboard.backend import limits, plain, validate
-from dashboard import altair_spec, backend, cache, charts, explain, priors, state
+from dashboard import altair_spec, backend, cache, charts, explain, lesson_panel, priors, state
 from dashboard.run_admin import cached_runs_section, eta_text, teacher_section
 from dashboard.ui import guard, without_server_paths
 from dashboard.worker import WorkerStatus
@@ -183,10 +183,14 @@ def config_form() -> dict[str, Any] | None:
     datasets = {row["name"]: row for row in dataset_table()}
     names = list(datasets)
     errors = FormErrors()
-    dataset = st.selectbox(
-        "Dataset", names, index=names.index(backend.DEFAULT_DATASET), key="train_dataset",
-        format_func=lambda n: f"{n}  ({datasets[n]['availability']})",
-        help="bundled and generated sets work offline; others need $BNN_DATA_DIR or a download.")
+    if lesson_panel.hidden("dataset"):  # ?hide= or a lesson step: the choice stays, undrawn
+        dataset = st.session_state.get("train_dataset", backend.DEFAULT_DATASET)
+        dataset = dataset if dataset in datasets else backend.DEFAULT_DATASET
+    else:
+        dataset = st.selectbox(
+            "Dataset", names, index=names.index(backend.DEFAULT_DATASET), key="train_dataset",
+            format_func=lambda n: f"{n}  ({datasets[n]['availability']})",
+            help="bundled and generated sets work offline; others need $BNN_DATA_DIR or a download.")
     info = datasets[dataset]
     # The detail names the dataset's folder: as the store's or data folder's name, never the server's path.
     detail = without_server_paths(info["detail"])
@@ -197,8 +201,12 @@ def config_form() -> dict[str, Any] | None:
 
     methods = method_options()
     method_names = list(methods)
-    method = st.selectbox("Method (family)", method_names, key="train_method",
-                          index=method_names.index("lbbnn") if "lbbnn" in method_names else 0)
+    if lesson_panel.hidden("method"):
+        method = st.session_state.get("train_method", "lbbnn")
+        method = method if method in method_names else method_names[0]
+    else:
+        method = st.selectbox("Method (family)", method_names, key="train_method",
+                              index=method_names.index("lbbnn") if "lbbnn" in method_names else 0)
     try:  # the default epochs follow the batch size typed (the box says when it is wrong)
         typed_batch = validate.whole_number(st.session_state.get("train_batch", 100), "Batch size", 1, MAX_BATCH)
     except InputError:
@@ -209,7 +217,8 @@ def config_form() -> dict[str, Any] | None:
     hidden_text = left.text_input("Hidden widths", "", key="train_hidden", placeholder=f"default: {default_hidden}",
                                   help=f"comma-separated layer widths; empty: {default_hidden} for this dataset "
                                        f"(the paper uses 400, 600 on MNIST)")
-    seed = number_box(right, "Seed", "0", "train_seed", parse_seed, errors, help=f"a whole number from 0 to {SEED_MAX}")
+    seed = 0 if lesson_panel.hidden("seed") else number_box(
+        right, "Seed", "0", "train_seed", parse_seed, errors, help=f"a whole number from 0 to {SEED_MAX}")
     left, middle, right = st.columns(3)
     # Text boxes parsed by core.validate: a value out of range is reported beside its box and disables Train.
     epochs = number_box(left, f"Epochs (0: {defaults['epochs']}, about 3000 steps)", 0, "train_epochs",
@@ -494,10 +503,11 @@ if form_values is not None:
         refusal = queue_refusal(form_values)
 if refusal:
     st.error(refusal)
-st.button("Train", type="primary", disabled=form_values is None or refusal is not None, key="train_button",
-          on_click=request_training,
-          help="queued behind your training already under way"
-          if running and state.owns(state.worker()) and not refusal else None)
+if not lesson_panel.hidden("train_button"):
+    st.button("Train", type="primary", disabled=form_values is None or refusal is not None, key="train_button",
+              on_click=request_training,
+              help="queued behind your training already under way"
+              if running and state.owns(state.worker()) and not refusal else None)
 if running:
     training_progress()
 else:
