@@ -518,9 +518,8 @@ def physical_memory_bytes() -> int | None:
 def command_line_limits() -> Limits:
     """The command line trains on the user's own machine: only memory is limited, to half of it
     (or $BNN_MEMORY_BUDGET_MB when set), and generated sets by BNN_MAX_GENERATED_POINTS."""
-    import os
     physical = physical_memory_bytes()
-    memory = (MEMORY_BUDGET.read() * MB if os.environ.get(MEMORY_BUDGET.variable, "").strip()
+    memory = (MEMORY_BUDGET.read() * MB if MEMORY_BUDGET.is_set()
               else None if physical is None else physical // 2)
     return Limits(memory_bytes=memory, generated_points=MAX_GENERATED_POINTS.read(), where="this machine")
 

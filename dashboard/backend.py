@@ -8,7 +8,6 @@ get wrong raises a core BNNError with a message; pages show it with st.error.
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -940,10 +939,11 @@ def server_folders() -> list[tuple[Path, str]]:
     $BNN_DATA_DIR when set."""
     from core.data.locations import CACHE_DIR_ENV, DATA_DIR_ENV, resolve_data_dir, user_cache_dir
     from core.runs.store import default_cache_dir
+    from core.settings import CACHE_DIR
     folders = [(Path(user_cache_dir()), "the download cache"), (default_cache_dir() / "runs", "the run store"),
                (default_cache_dir(), "the cache folder")]
-    if os.environ.get(CACHE_DIR_ENV, "").strip():
-        folders.append((Path(os.environ[CACHE_DIR_ENV].strip()).expanduser(), f"${CACHE_DIR_ENV}"))
+    if CACHE_DIR.is_set():
+        folders.append((Path(CACHE_DIR.read()).expanduser(), f"${CACHE_DIR_ENV}"))
     data_dir = resolve_data_dir()
     if data_dir is not None:
         folders.append((Path(data_dir), f"${DATA_DIR_ENV}"))

@@ -61,12 +61,13 @@ import numpy as np
 import torch
 from filelock import Timeout
 
+from core.data.locations import CACHE_DIR_ENV  # the one home of the variable's name
 from core.data.npz import read_npz
 from core.errors import RunStoreError
 from core.jsonable import jsonable
+from core.settings import CACHE_DIR, CACHE_MAX_MB
 
-CACHE_DIR_ENV = "BNN_CACHE_DIR"
-CACHE_MAX_MB_ENV = "BNN_CACHE_MAX_MB"
+CACHE_MAX_MB_ENV = CACHE_MAX_MB.variable
 MANIFEST = "manifest.json"
 LAST_USED = "last_used"
 VERIFIED = "verified"
@@ -86,7 +87,7 @@ REPLACE_WAIT_SECONDS = 2.0
 
 def default_cache_dir() -> Path:
     """$BNN_CACHE_DIR, else platformdirs' user cache dir for bnn-explorer. Runs live in <this>/runs."""
-    override = os.environ.get(CACHE_DIR_ENV, "").strip()
+    override = CACHE_DIR.read()
     if override:
         return Path(override).expanduser()
     from platformdirs import user_cache_dir
@@ -446,12 +447,9 @@ class RunStore:
         base = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
         self.root = base / "runs"
         if max_bytes is None:
-            env = os.environ.get(CACHE_MAX_MB_ENV, "").strip()
-            if env:
-                try:
-                    max_bytes = int(float(env) * 1024 * 1024)
-                except ValueError:
-                    raise RunStoreError(f"{CACHE_MAX_MB_ENV}: must be a number of megabytes, got {env!r}") from None
+            megabytes = CACHE_MAX_MB.read()
+            if megabytes is not None:
+                max_bytes = int(megabytes * 1024 * 1024)
         self.max_bytes = max_bytes
         self._started = False
 
