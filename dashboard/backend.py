@@ -20,7 +20,7 @@ from core.errors import ConfigError
 from core.models.base import Keep, StatisticSpec
 from core.predict.draw_cache import DrawCache
 from core.predict.metrics.classification import DOUBT_LEVEL
-from core.predict.modes import PredictionMode
+from core.predict.modes import REGRESSION_PREDICTIVES, PredictionMode, WeightChoice  # noqa: F401
 from core.runs import parsing
 # The shared rules for outside values and the settings declarations, for the pages (the one door):
 from core import limits, validate  # noqa: F401
@@ -30,6 +30,7 @@ from core.validate import plain  # noqa: F401
 # The vocabulary and its help live on PredictionMode; these are the dashboard's views of it.
 PREDICTION_MODES: tuple[str, ...] = tuple(mode.value for mode in PredictionMode)
 MODE_HELP = {mode.value: mode.description for mode in PredictionMode}
+WEIGHT_CHOICES = WeightChoice.choices()  # prune's weights, as the Pruning page offers them
 LR_SCHEDULES = LearningRateSchedule.values()  # constant first: the default
 DOUBT_LEVEL = DOUBT_LEVEL  # the doubt decision's level (figures and captions show it)
 DEFAULT_DATASET = "mnist-small"
@@ -125,6 +126,12 @@ def headline_text(metrics: dict[str, Any]) -> str:
     from core.predict.metrics.headline import stored_headline
     headline = stored_headline(metrics)
     return "" if headline is None else f"{headline[0]}: {headline[1]:.4f}"
+
+
+def headline_metric(task: str) -> str:
+    """The metric a run of `task` is judged by first (core's HEADLINE_METRIC: accuracy or rmse)."""
+    from core.predict.metrics.headline import headline_metric as core_headline_metric
+    return core_headline_metric(task)
 
 
 def total_epochs(config: Any) -> int:
@@ -348,11 +355,6 @@ def load_ood_inputs(dataset: Any, name: str, n: int | None = None, seed: int = 0
 
 # --- collapsed predictive and the NUTS reference (issue 15) -----------------------------------------
 
-REGRESSION_PREDICTIVES = {
-    "mode": "the prediction mode above (mean, epistemic and total 95% bands)",
-    "collapsed": "collapsed: body sampled, last layer's Gaussian q integrated out exactly",
-    "collapsed-box": "collapsed, box q on the widest last-layer terms and triangular noise (seed 003)",
-}
 BAND_LEVELS = (0.05, 0.95)
 
 
@@ -386,7 +388,7 @@ def reference_bands(run: Any, x: np.ndarray) -> dict[str, Any] | None:
 # --- issue 13: what the pages add (labels, estimates, mode semantics, surfaces, priors, take-away) ----------
 
 # Modes that cut at the family's default (the median probability model), whatever the slider says.
-DEFAULT_CUT_MODES = ("mpm", "mpm-mean")
+DEFAULT_CUT_MODES = tuple(mode.value for mode in PredictionMode.default_cut_modes())
 
 
 def mode_threshold(mode: str, threshold: float | None, default: float) -> float | None:
@@ -422,7 +424,7 @@ def run_store_folder() -> Any:
 def expected_density(statistics: Sequence[np.ndarray], statistic_name: str) -> float | None:
     """Expected fraction of weights in a sampled network, for families that sample the structure
     (the mean inclusion probability); None when every draw uses every weight."""
-    if "inclusion" not in statistic_name:
+    if not samples_structure(statistic_name):
         return None
     values = np.concatenate([np.asarray(s, dtype=np.float64).ravel() for s in statistics])
     return float(values.mean()) if values.size else None
@@ -689,13 +691,13 @@ def setting_key(config_fields: dict[str, Any]) -> str:
 
 
 # The seed-000 table: (column, mode, R) for the Compare page.
-COMPARE_MODES = (("SIM-SIM R=1", "bma", 1), ("SIM-SIM R=10", "bma", 10), ("MED-SIM R=1", "mpm", 1),
-                 ("MED-SIM R=10", "mpm", 10), ("MED-MEA", "mpm-mean", 1), ("ALL-MEA", "mean", 1))
+COMPARE_MODES = tuple((column, mode.value, r) for column, mode, r in PredictionMode.paper_table())
 
 
 def samples_structure(statistic_name: str) -> bool:
     """Whether the statistic is an inclusion probability, so that a structure can be drawn from it."""
-    return "inclusion" in statistic_name
+    from core.models.registry import statistic_samples_structure
+    return statistic_samples_structure(statistic_name)
 
 
 def sample_structure(statistics: Sequence[np.ndarray], statistic_name: str, seed: int = 0) -> list[np.ndarray] | None:

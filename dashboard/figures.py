@@ -16,7 +16,6 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-DOUBT_LEVEL = 0.95  # default only: pages pass backend.DOUBT_LEVEL (core's constant); figures stay free of torch
 MAX_HEATMAP_CELLS = 64  # blocks per side of a drawn weight matrix
 CHART_WIDTH = 320
 HISTOGRAMS_PER_ROW = 2
@@ -479,8 +478,9 @@ def class_probability_frame(probs_per_draw: np.ndarray, class_names: Sequence[st
 
 
 def class_probability_bars(probs_per_draw: np.ndarray, class_names: Sequence[str] | None = None,
-                           title: str = "", doubt_level: float = DOUBT_LEVEL) -> alt.LayerChart:
-    """Model-averaged probability per class (bars), each draw's probability (ticks), doubt line."""
+                           title: str = "", *, doubt_level: float) -> alt.LayerChart:
+    """Model-averaged probability per class (bars), each draw's probability (ticks), doubt line
+    (at `doubt_level`: pages pass backend.DOUBT_LEVEL, core's one constant; figures stay free of torch)."""
     frame = class_probability_frame(probs_per_draw, class_names)
     order = list(dict.fromkeys(frame["class"]))
     mean = frame.groupby("class", sort=False, as_index=False)["probability"].mean()

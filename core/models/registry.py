@@ -43,6 +43,10 @@ ALIASES: dict[str, str] = {
 }
 
 
+# The family list: every other list of families (presets, the dashboard's colours) derives from it.
+FAMILIES: tuple[str, ...] = tuple(FAMILY_PATHS)
+
+
 def canonical_family(name: str) -> str:
     key = str(name).strip().lower()
     key = ALIASES.get(key, key)
@@ -78,3 +82,9 @@ def layer_class(name: str, options: object, is_output: bool) -> type[SparseLayer
     if not is_output and value in variants:
         return _import(variants[value])
     return family_class(family)
+
+
+def statistic_samples_structure(statistic_name: str) -> bool:
+    """Whether a structure can be drawn from `statistic_name`: it is the native statistic of a family
+    whose q has inclusion indicators (`SparseLayer.has_structure`)."""
+    return any(cls.has_structure for cls in map(family_class, FAMILIES) if cls.spec.name == str(statistic_name))

@@ -66,7 +66,7 @@ with guard("Comparing uncertainty"):
 
 with guard("The table of modes"):
     records = []
-    score = "accuracy" if first.task == "classification" else "rmse"
+    score = backend.headline_metric(first.task)
     for run_id in chosen:
         run = cache.cached_run(run_id)
         spec = cache.threshold_range(run_id)
