@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from core.enums import LearningRateSchedule
+from core.enums import InclusionPrior, LearningRateSchedule
 from core.errors import ConfigError
 from core.models.base import Keep, StatisticSpec
 from core.predict.draw_cache import DrawCache
@@ -32,6 +32,7 @@ PREDICTION_MODES: tuple[str, ...] = tuple(mode.value for mode in PredictionMode)
 MODE_HELP = {mode.value: mode.description for mode in PredictionMode}
 WEIGHT_CHOICES = WeightChoice.choices()  # prune's weights, as the Pruning page offers them
 LR_SCHEDULES = LearningRateSchedule.values()  # constant first: the default
+BETA_PRIORS = InclusionPrior.beta_priors()  # the form offers empirical Bayes for these
 DOUBT_LEVEL = DOUBT_LEVEL  # the doubt decision's level (figures and captions show it)
 DEFAULT_DATASET = "mnist-small"
 OOD_PARTNER = {"mnist-small": "fashion-mnist-small", "fashion-mnist-small": "mnist-small",
@@ -75,6 +76,17 @@ def family_option_fields() -> dict[str, list[Any]]:
 
     from core.models.registry import FAMILY_PATHS, family_class
     return {name: list(dataclasses.fields(family_class(name).Options)) for name in FAMILY_PATHS}
+
+
+def option_specs(method: str) -> dict[str, Any]:
+    """Each option's declaration (core.models.options.OptionSpec) of family `method`, by name."""
+    from core.models.registry import family_class
+    return family_class(method).Options.option_specs()
+
+
+def undeclared_option(name: str) -> Any:
+    from core.models.options import undeclared
+    return undeclared(name)
 
 
 def family_option_defaults(method: str, dataset: str) -> dict[str, Any]:
