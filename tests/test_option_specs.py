@@ -54,7 +54,7 @@ def test_each_range_is_enforced_by_the_family_at_its_bounds(family, name, spec):
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(index=st.integers(0, len(RANGED) - 1), value=st.floats(-10.0, 10.0, allow_nan=False))
+@given(index=st.integers(0, len(RANGED) - 1), value=st.floats(-10.0, 10.0, allow_nan=False, allow_subnormal=False))
 def test_the_form_and_the_family_agree_on_every_value(index, value):
     family, name, spec = RANGED[index]
     if spec.kind == "whole":
