@@ -43,7 +43,8 @@ ALIASES: dict[str, str] = {
 }
 
 
-# The family list: every other list of families (presets, the dashboard's colours) derives from it.
+# The family list (the built-in families, as registered above): every other list of families
+# (presets, the dashboard's colours) derives from it.
 FAMILIES: tuple[str, ...] = tuple(FAMILY_PATHS)
 
 
@@ -87,4 +88,5 @@ def layer_class(name: str, options: object, is_output: bool) -> type[SparseLayer
 def statistic_samples_structure(statistic_name: str) -> bool:
     """Whether a structure can be drawn from `statistic_name`: it is the native statistic of a family
     whose q has inclusion indicators (`SparseLayer.has_structure`)."""
-    return any(cls.has_structure for cls in map(family_class, FAMILIES) if cls.spec.name == str(statistic_name))
+    # FAMILY_PATHS itself, not the FAMILIES snapshot: a family registered later counts too.
+    return any(cls.has_structure for cls in map(family_class, FAMILY_PATHS) if cls.spec.name == str(statistic_name))
