@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--datasets", default=",".join(DATASETS))
     parser.add_argument("--hidden", default="", help="hidden widths, e.g. 16,16 (default: the dataset's default)")
     parser.add_argument("--activation", default="", help="the nets' activation (default: the config's, relu)")
-    parser.add_argument("--cache-dir", default=os.environ.get("BNN_CACHE_DIR"))
+    from core.settings import CACHE_DIR  # BNN_CACHE_DIR, read (and checked) where every BNN_* is
+    parser.add_argument("--cache-dir", default=CACHE_DIR.read())
     parser.add_argument("--output", default="laplace_gaps", help="name of the result files in benchmarks/results")
     args = parser.parse_args(argv)
     hidden = [int(h) for h in args.hidden.split(",") if h] or None

@@ -68,7 +68,8 @@ def timed(fn, repeats=3):
 
 
 def load_mnist():
-    candidates = [os.environ.get("BNN_DATA_DIR"), str(Path(__file__).resolve().parents[2] / "shared" / "data")]
+    from core.settings import DATA_DIR  # BNN_DATA_DIR, read (and checked) where every BNN_* is
+    candidates = [DATA_DIR.read(), str(Path(__file__).resolve().parents[2] / "shared" / "data")]
     for data_dir in filter(None, candidates):
         try:
             return load_dataset("mnist", data_dir=data_dir)

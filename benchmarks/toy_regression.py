@@ -166,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--datasets", default=",".join(DATASETS))
     parser.add_argument("--reference-cache", default=None, help="run store with cached NUTS references")
-    parser.add_argument("--cache-dir", default=os.environ.get("BNN_CACHE_DIR"))
+    from core.settings import CACHE_DIR  # BNN_CACHE_DIR, read (and checked) where every BNN_* is
+    parser.add_argument("--cache-dir", default=CACHE_DIR.read())
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     datasets = [d for d in args.datasets.split(",") if d]

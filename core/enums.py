@@ -59,6 +59,11 @@ class InclusionPrior(OptionEnum):
     BETA_BERNOULLI = "beta-bernoulli"
     BETA_BINOMIAL = "beta-binomial"
 
+    @classmethod
+    def beta_priors(cls) -> tuple[str, ...]:
+        """The priors with a Beta(a, b) on psi (options beta_a, beta_b; empirical Bayes may fit them)."""
+        return (cls.BETA_BERNOULLI.value, cls.BETA_BINOMIAL.value)
+
 
 class VariationalFamily(OptionEnum):
     FACTORISED = "factorised"

@@ -1,7 +1,7 @@
 """The dashboard's one door into core: runs, predictions, statistics as numpy.
 
 A facade: each function hands a page's request to core (the logic lives there: core.predict.thresholds,
-core.runs.labels, core.admission, core.models.prior_summary) and returns plain values. No Streamlit
+core.runs.labels, core.admission_estimates, core.models.prior_summary) and returns plain values. No Streamlit
 here (the cached wrappers live in dashboard/cache.py), so the worker thread and the tests can call
 these directly. Everything a user can get wrong raises a core BNNError with a message; pages show it
 with st.error.
@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable
 
 import numpy as np
 
-from core.enums import LearningRateSchedule
+from core.enums import InclusionPrior, LearningRateSchedule
 from core.errors import ConfigError
 from core.predict.draw_cache import DrawCache
 from core.predict.metrics.classification import DOUBT_LEVEL  # noqa: F401  (figures and captions show it)
-from core.predict.modes import PredictionMode, parse_mode
+from core.predict.modes import REGRESSION_PREDICTIVES, PredictionMode, WeightChoice, parse_mode  # noqa: F401
 from core import runs
 from core.runs import delete_run, load_run, parsing, run_from_handover, run_handover  # noqa: F401
 # The shared rules for outside values and the settings declarations, for the pages (the one door):
@@ -45,6 +45,8 @@ from core.runs.folders import server_folders  # noqa: F401  (a page names them i
 from core.lessons import HIDEABLE_CONTROLS, lesson_names, load_lesson  # noqa: F401  (the lesson panel)
 from core.runs.bundled import install_bundled_runs  # noqa: F401  (the lessons' runs on first start)
 from core.runs.sparsity_views import active_path_densities, explanation  # noqa: F401
+from core.predict.metrics.headline import headline_metric  # noqa: F401
+from core.models.options import undeclared as undeclared_option  # noqa: F401
 # The calibration and decision views and the gap lesson's side-by-side bands: their rules live in core.
 from core.predict.metrics.calibration import (CALIBRATION_BINS, GAP_DRAWS, INTERVAL_LEVELS,  # noqa: F401
                                               classifier_calibration, doubt_point, entropy_split_means,
@@ -68,6 +70,8 @@ if TYPE_CHECKING:
 PREDICTION_MODES: tuple[str, ...] = tuple(mode.value for mode in PredictionMode)
 MODE_HELP = {mode.value: mode.description for mode in PredictionMode}
 LR_SCHEDULES = LearningRateSchedule.values()  # constant first: the default
+WEIGHT_CHOICES = WeightChoice.choices()  # prune's weights, as the Pruning page offers them
+BETA_PRIORS = InclusionPrior.beta_priors()  # the form offers empirical Bayes for these
 DEFAULT_DATASET = "mnist-small"
 
 
@@ -119,6 +123,12 @@ def make_config(values: dict[str, Any]) -> RunConfig:
 
 
 config_from_fields = make_config  # a stored or posted config's fields
+
+
+def option_specs(method: str) -> dict[str, Any]:
+    """Each option's declaration (core.models.options.OptionSpec) of family `method`, by name."""
+    from core.models.registry import family_class
+    return family_class(method).Options.option_specs()
 
 
 def total_epochs(config: RunConfig) -> int:
@@ -222,17 +232,10 @@ def sweep(run: Run, n_points: int = 30) -> SweepCurve:
 
 # --- regression bands: the collapsed predictive and the NUTS reference ------------------------------------
 
-REGRESSION_PREDICTIVES = {
-    "mode": "the prediction mode above (mean, epistemic and total 95% bands)",
-    "collapsed": "collapsed: body sampled, last layer's Gaussian q integrated out exactly",
-    "collapsed-box": "collapsed, box q on the widest last-layer terms, triangular noise (Zeng & Van den Broeck 2023)",
-}
-
-
 # --- what a mode means on the pages ------------------------------------------------------------------------
 
 # Modes that cut at the family's default (the median probability model), whatever the slider says.
-DEFAULT_CUT_MODES = ("mpm", "mpm-mean")
+DEFAULT_CUT_MODES = tuple(mode.value for mode in PredictionMode.default_cut_modes())
 
 
 def mode_threshold(mode: str, threshold: float | None, default: float) -> float | None:
@@ -255,8 +258,7 @@ def same_numbers_mode(mode: str, weights: str | None = None) -> str:
 
 
 # The Compare page's table: (column, mode, R), as Hubin & Storvik (2024) tabulate them.
-COMPARE_MODES = (("SIM-SIM R=1", "bma", 1), ("SIM-SIM R=10", "bma", 10), ("MED-SIM R=1", "mpm", 1),
-                 ("MED-SIM R=10", "mpm", 10), ("MED-MEA", "mpm-mean", 1), ("ALL-MEA", "mean", 1))
+COMPARE_MODES = tuple((column, mode.value, r) for column, mode, r in PredictionMode.paper_table())
 
 
 # --- admission: every request that allocates is costed by core.cost before anything is built ----------
@@ -276,8 +278,8 @@ def data_shape(dataset: str, params: dict[str, Any] | None = None) -> DataShape:
 
 
 def training_estimate(config: RunConfig) -> dict[str, Any]:
-    """core.admission.training_estimate under this server's limits."""
-    from core.admission import training_estimate as estimate
+    """core.admission_estimates.training_estimate under this server's limits."""
+    from core.admission_estimates import training_estimate as estimate
     return estimate(config, admission_limits())
 
 
@@ -288,14 +290,14 @@ def estimate_seconds(config: RunConfig, loaded: bool = True) -> float:
 
 
 def samples_allowed(run: Run, n_inputs: int, samples: int) -> tuple[int, str | None]:
-    """core.admission.samples_allowed for the run's config under this server's limits."""
-    from core.admission import samples_allowed as allowed
+    """core.admission_estimates.samples_allowed for the run's config under this server's limits."""
+    from core.admission_estimates import samples_allowed as allowed
     return allowed(run.config, n_inputs, samples, admission_limits())
 
 
 def admit_fit(config: RunConfig) -> RunConfig:
-    """core.admission.admit_fit under this server's limits (AdmissionError when refused)."""
-    from core.admission import admit_fit as admit
+    """core.admission_estimates.admit_fit under this server's limits (AdmissionError when refused)."""
+    from core.admission_estimates import admit_fit as admit
     return admit(config, admission_limits())
 
 

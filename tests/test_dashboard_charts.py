@@ -42,7 +42,7 @@ def test_pixel_map_is_square_for_a_square_image():
 
 def test_class_probability_layers_share_one_unpadded_unit_scale():
     probs = np.array([[0.97, 0.03], [0.9, 0.1]])
-    spec = charts.class_probability_bars(probs, ["a", "b"]).to_dict()
+    spec = charts.class_probability_bars(probs, ["a", "b"], doubt_level=0.95).to_dict()
     y_encodings = [layer["encoding"]["y"] for layer in spec["layer"]]
     assert len(y_encodings) == 3
     for y in y_encodings:

@@ -10,9 +10,8 @@ from scripts import settings_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Read by the command line and the server before any setting module loads (core/data, core/runs/store).
-READ_ELSEWHERE = {"BNN_DATA_DIR", "BNN_CACHE_DIR", "BNN_CACHE_MAX_MB", "BNN_OFFLINE", "BNN_RERUN_LOG",
-                  "BNN_SCREENSHOT_DIR"}
+# Not settings of the app or the command line: the load test's log and the screenshot tool's folder.
+READ_ELSEWHERE = {"BNN_RERUN_LOG", "BNN_SCREENSHOT_DIR"}
 
 
 def test_the_docs_table_is_the_declarations():
@@ -44,3 +43,41 @@ def test_a_declared_setting_refuses_a_bad_value_naming_its_variable(monkeypatch)
             setting.read()
         monkeypatch.delenv(variable)
         assert setting.read() == setting.default
+
+
+def test_the_location_settings_refuse_bad_values_where_they_are_read(monkeypatch, tmp_path):
+    """The store's cap and offline mode are read through their settings: a bad value is refused
+    naming the variable (it was once a RunStoreError for one and silently 'online' for the other)."""
+    import pytest
+
+    from core.data.locations import is_offline
+    from core.errors import InputError
+    from core.runs.store import RunStore
+    monkeypatch.setenv("BNN_CACHE_MAX_MB", "lots")
+    with pytest.raises(InputError, match="BNN_CACHE_MAX_MB"):
+        RunStore(tmp_path)
+    monkeypatch.setenv("BNN_CACHE_MAX_MB", "-1")
+    with pytest.raises(InputError, match="BNN_CACHE_MAX_MB"):
+        RunStore(tmp_path)
+    monkeypatch.setenv("BNN_CACHE_MAX_MB", "2")
+    assert RunStore(tmp_path).max_bytes == 2 * 1024 * 1024
+    monkeypatch.setenv("BNN_OFFLINE", "perhaps")
+    with pytest.raises(InputError, match="BNN_OFFLINE"):
+        is_offline()
+    monkeypatch.setenv("BNN_OFFLINE", "no")
+    assert is_offline() is False
+    monkeypatch.setenv("BNN_OFFLINE", " ON ")
+    assert is_offline() is True
+
+
+def test_no_bnn_variable_is_read_outside_core_settings():
+    """One home: core and the dashboard read BNN_* variables only through core.settings' Setting."""
+    offenders = []
+    for folder in ("core", "dashboard"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if path.name == "app.py" and "RERUN_LOG" in line:
+                    continue  # the load test's instrumentation, not a setting (READ_ELSEWHERE)
+                if re.search(r"(environ|getenv)\b.*BNN_|(environ|getenv)\b.*_(ENV|VARIABLE)\b", line):
+                    offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not offenders, offenders

@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import core.runs.store as store_module
+import core.runs.store_disk as disk_module  # the store's doors: every disk change goes through them
 from core.cli import main as cli_main
 from core.errors import RunStoreError
 from core.runs import RunConfig, RunStore, train_run
@@ -80,18 +81,18 @@ class KillSwitch:
 def injected(switch: KillSwitch | None = None, **replacements):
     """The store's doors wrapped by `switch` (and/or replaced), fsync a no-op (durability is not
     what these tests are about, and it costs milliseconds per file); everything restored after."""
-    saved = {name: getattr(store_module, name) for name in DOORS}
+    saved = {name: getattr(disk_module, name) for name in DOORS}
     saved_fsync = os.fsync
     try:
         os.fsync = lambda fd: None
         for name in DOORS:
             real = replacements.get(name, saved[name])
-            setattr(store_module, name, switch.door(name, real) if switch is not None else real)
+            setattr(disk_module, name, switch.door(name, real) if switch is not None else real)
         yield switch
     finally:
         os.fsync = saved_fsync
         for name, real in saved.items():
-            setattr(store_module, name, real)
+            setattr(disk_module, name, real)
 
 
 @pytest.fixture(scope="module")
@@ -541,7 +542,7 @@ def _raise(code: int):
 def test_a_full_disk_while_writing_leaves_no_partial_run_and_one_line(template, tmp_path):
     shutil.copytree(template, tmp_path, dirs_exist_ok=True)
     written = []
-    real = store_module._write_file
+    real = disk_module._write_file
 
     def fill_up(path, data):
         written.append(path)

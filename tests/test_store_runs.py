@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import core.runs.store as store_module
+import core.runs.store_disk as disk_module  # the store's doors: every disk change goes through them
 from core.errors import RunStoreError, TrainingCancelled, TrainingDivergedError
 from core.runs import RunConfig, RunStore, delete_run, list_runs, load_run, train_run
 from core.runs.store import RunContents, sha256_file
@@ -161,14 +162,14 @@ def test_cancel_leaves_nothing(tmp_path):
 
 
 def test_interrupt_while_writing_removes_the_temporary_folder(tmp_path, monkeypatch):
-    real = store_module._write_json
+    real = disk_module._write_json
 
     def interrupted(path, value):
         if path.name == "history.json":
             raise KeyboardInterrupt
         real(path, value)
 
-    monkeypatch.setattr(store_module, "_write_json", interrupted)
+    monkeypatch.setattr(disk_module, "_write_json", interrupted)
     with pytest.raises(KeyboardInterrupt):
         train_run(TINY, cache_dir=tmp_path)
     assert list_runs(tmp_path) == []
@@ -308,7 +309,7 @@ def test_retraining_killed_before_the_new_run_is_in_keeps_the_old_one(store_copy
     moved in, the next start finds the old run (not 'no runs')."""
     cache, run_id = store_copy
     before = load_run(run_id, cache).metrics
-    real_rename, renames = store_module._rename, []
+    real_rename, renames = disk_module._rename, []
 
     class Killed(BaseException):
         pass
@@ -319,10 +320,10 @@ def test_retraining_killed_before_the_new_run_is_in_keeps_the_old_one(store_copy
         renames.append(target)
         real_rename(source, target)
 
-    monkeypatch.setattr(store_module, "_rename", rename)
+    monkeypatch.setattr(disk_module, "_rename", rename)
     with pytest.raises(Killed):
         train_run(TINY, cache_dir=cache, force=True)
-    monkeypatch.setattr(store_module, "_rename", real_rename)
+    monkeypatch.setattr(disk_module, "_rename", real_rename)
     assert Path(renames[0]).name.endswith(".replaced") and not RunStore(cache).path(run_id).exists()
     [info] = list_runs(cache)
     assert info.run_id == run_id and info.status == "ok"

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 
 from core import validate
 from core.errors import BNNError
+from core.settings import CACHE_DIR
 
 # Modules that add subcommands, in the order `--help` lists them.
 COMMAND_MODULES = [
@@ -52,7 +52,7 @@ def check_folders(args: argparse.Namespace) -> None:
         if args.cache_dir is not None:
             given, name = args.cache_dir, "cache-dir"
         else:
-            given, name = os.environ.get("BNN_CACHE_DIR", "").strip() or None, "BNN_CACHE_DIR"
+            given, name = CACHE_DIR.read(), CACHE_DIR.variable
         if given is not None:
             validate.folder(given, name, writable=args.command not in READ_ONLY_COMMANDS, create_parents=True)
     if getattr(args, "data_dir", None) is not None:

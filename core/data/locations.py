@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-DATA_DIR_ENV = "BNN_DATA_DIR"
-OFFLINE_ENV = "BNN_OFFLINE"
-CACHE_DIR_ENV = "BNN_CACHE_DIR"  # overrides the download cache (tests, shared machines)
+from core.settings import CACHE_DIR, DATA_DIR, OFFLINE
+
+DATA_DIR_ENV = DATA_DIR.variable
+OFFLINE_ENV = OFFLINE.variable
+CACHE_DIR_ENV = CACHE_DIR.variable  # overrides the download cache (tests, shared machines)
 ASSETS_DIR = Path(__file__).resolve().parents[2] / "assets"
 
 
@@ -15,13 +17,13 @@ def resolve_data_dir(data_dir: str | Path | None = None) -> Path | None:
     """The data directory: the argument, else $BNN_DATA_DIR, else None."""
     if data_dir is not None and str(data_dir) != "":
         return Path(data_dir).expanduser()
-    env = os.environ.get(DATA_DIR_ENV, "").strip()
+    env = DATA_DIR.read()
     return Path(env).expanduser() if env else None
 
 
 def is_offline() -> bool:
     """True when the user disabled downloads with BNN_OFFLINE=1 (tests always do)."""
-    return os.environ.get(OFFLINE_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+    return OFFLINE.read()
 
 
 def user_cache_dir() -> Path:
@@ -29,7 +31,7 @@ def user_cache_dir() -> Path:
 
     The run store keeps its runs beside it, in runs/ of the same cache dir.
     """
-    override = os.environ.get(CACHE_DIR_ENV, "").strip()
+    override = CACHE_DIR.read()
     if override:
         return Path(override).expanduser() / "data"
     try:

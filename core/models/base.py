@@ -44,6 +44,7 @@ from torch.nn import functional as F
 
 from core.enums import OptionEnum
 from core.errors import ConfigError
+from core.models.options import SPEC_KEY, OptionSpec, undeclared
 from core.models.fused import LocalReparameterisation
 
 
@@ -144,7 +145,21 @@ class LayerOptions:
             object.__setattr__(self, name, kind.parse(getattr(self, name), name))
 
     def validate(self) -> None:  # pragma: no cover - overridden where there is something to check
+        """The family's rules across options (each option's own range is its declaration's)."""
         return None
+
+    @classmethod
+    def option_specs(cls) -> dict[str, OptionSpec]:
+        """Each option's declaration (core.models.options), completed with its name, kind and
+        default; an option declared without one gets `undeclared(name)`."""
+        return dict(_option_specs(cls))
+
+    def check_options(self) -> None:
+        """Raise ConfigError naming the first option whose value its declaration refuses."""
+        for name, spec in _option_specs(type(self)).items():
+            message = spec.problem(getattr(self, name))
+            if message:
+                raise ConfigError(message)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any] | None) -> "LayerOptions":
@@ -157,8 +172,38 @@ class LayerOptions:
                 f"known: {', '.join(sorted(known)) or 'none'}"
             )
         options = cls(**values)
+        options.check_options()
         options.validate()
         return options
+
+
+@functools.cache
+def _option_specs(cls: type) -> dict[str, OptionSpec]:
+    hints = typing.get_type_hints(cls)
+    specs = {}
+    for item in dataclasses.fields(cls):
+        declared = item.metadata.get(SPEC_KEY) or undeclared(item.name)
+        kind, choices = _kind_and_choices(hints.get(item.name))
+        choices = declared.choices if declared.choices is not None else choices
+        default = item.default if item.default is not dataclasses.MISSING else None
+        specs[item.name] = dataclasses.replace(
+            declared, name=item.name, kind="choice" if choices is not None else kind,
+            choices=None if choices is None else tuple(str(getattr(c, "value", c)) for c in choices), default=default)
+    return specs
+
+
+def _kind_and_choices(hint: Any) -> tuple[str, tuple | None]:
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return "choice", tuple(member.value for member in hint)
+    if typing.get_origin(hint) is typing.Literal:
+        return "choice", typing.get_args(hint)
+    if hint is bool:
+        return "flag", None
+    if hint is int:
+        return "whole", None
+    if hint is float:
+        return "real", None
+    return "text", None
 
 
 @functools.cache

@@ -39,7 +39,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from core.models.base import Keep, LayerOptions, SparseLayer, StatisticSpec, augmented_linear, require
+from core.models.base import Keep, LayerOptions, SparseLayer, StatisticSpec, augmented_linear
+from core.models.options import PRIOR_VARIANCE, PROBABILITY, TEMPERATURE, OptionSpec, option
 
 
 def concrete_dropout_kl(weight: Tensor, dropout_logit: Tensor, prior_variance: Tensor) -> Tensor:
@@ -98,14 +99,10 @@ class ConcreteDropoutLinear(torch.autograd.Function):
 
 @dataclass(frozen=True)
 class ConcreteDropoutOptions(LayerOptions):
-    prior_variance: float = 1.0
-    init_dropout: float = 0.1  # Gal et al.'s initial rate, also for the input layer
-    temperature: float = 0.1  # of the relaxed Bernoulli masks in training
-
-    def validate(self) -> None:
-        require(self.prior_variance > 0, "prior_variance", f"must be > 0, got {self.prior_variance}")
-        require(0 < self.init_dropout < 1, "init_dropout", f"must lie in (0, 1), got {self.init_dropout}")
-        require(self.temperature > 0, "temperature", f"must be > 0, got {self.temperature}")
+    prior_variance: float = option(1.0, PRIOR_VARIANCE)
+    init_dropout: float = option(0.1, OptionSpec(  # Gal et al.'s initial rate, also for the input layer
+        "Initial dropout rate", "learned per layer", **PROBABILITY))
+    temperature: float = option(0.1, TEMPERATURE)  # of the relaxed Bernoulli masks in training
 
 
 class ConcreteDropoutLayer(SparseLayer):

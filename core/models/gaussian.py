@@ -8,6 +8,7 @@ is the signal-to-noise ratio |mu| / sigma, keep above lambda.
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -23,42 +24,42 @@ from core.models.base import (
     augmented_linear,
     inverse_softplus,
     local_reparameterisation,
-    require,
 )
 from core.models.fused import apply_fused
 from core.models.gaussian_fused import GaussianLinear
-from core.models.distributions import PRIOR_SCALINGS, gaussian_kl, scaled_prior_variance
+from core.models.distributions import gaussian_kl, scaled_prior_variance
+from core.models.options import (
+    ESTIMATOR,
+    INIT_SIGMA,
+    POSITIVE,
+    PRIOR_SCALING,
+    PRIOR_VARIANCE,
+    PROBABILITY,
+    OptionSpec,
+    option,
+)
 
 ESTIMATORS = (Estimator.LOCAL_REPARAMETERISATION, Estimator.WEIGHT_SAMPLING)
 
 
 @dataclass(frozen=True)
 class GaussianOptions(LayerOptions):
-    prior_variance: float = 1.0
-    estimator: Estimator = Estimator.LOCAL_REPARAMETERISATION
-    init_sigma: float = 0.01
+    prior_variance: float = option(1.0, PRIOR_VARIANCE)
+    estimator: Estimator = option(Estimator.LOCAL_REPARAMETERISATION,
+                                  dataclasses.replace(ESTIMATOR, choices=tuple(e.value for e in ESTIMATORS)))
+    init_sigma: float = option(0.01, INIT_SIGMA)
     # "fan-in": the prior variance of a layer is prior_variance / in_features, so the prior's
     # pre-activations keep the same scale in every layer whatever its width.
-    prior_scaling: str = "none"
-
-    def validate(self) -> None:
-        require(self.prior_variance > 0, "prior_variance", f"must be > 0, got {self.prior_variance}")
-        require(self.prior_scaling in PRIOR_SCALINGS, "prior_scaling",
-                f"must be one of {', '.join(PRIOR_SCALINGS)}, got {self.prior_scaling!r}")
-        require(self.estimator in ESTIMATORS, "estimator", f"must be one of {', '.join(ESTIMATORS)}, got '{self.estimator}'")
-        require(self.init_sigma > 0, "init_sigma", f"must be > 0, got {self.init_sigma}")
+    prior_scaling: str = option("none", PRIOR_SCALING)
 
 
 @dataclass(frozen=True)
 class MixtureOptions(GaussianOptions):
-    # Hubin & Storvik's (2024) BNN-MGP-MF prior: 0.5 N(0, 1) + 0.5 N(0, 2.479e-3).
-    mixture_weight: float = 0.5
-    prior_variance_2: float = 2.479e-3
-
-    def validate(self) -> None:
-        super().validate()
-        require(0 < self.mixture_weight < 1, "mixture_weight", f"must lie in (0, 1), got {self.mixture_weight}")
-        require(self.prior_variance_2 > 0, "prior_variance_2", f"must be > 0, got {self.prior_variance_2}")
+    # Hubin & Storvik (2024)'s BNN-MGP-MF prior: 0.5 N(0, 1) + 0.5 N(0, 2.479e-3).
+    mixture_weight: float = option(0.5, OptionSpec(
+        "Mixture weight", "weight of the wide component of the scale-mixture prior", **PROBABILITY))
+    prior_variance_2: float = option(2.479e-3, OptionSpec(
+        "Second prior variance", "variance of the narrow mixture component", **POSITIVE))
 
 
 class GaussianLayer(SparseLayer):

@@ -75,12 +75,12 @@ from core.models.base import (
     init_generator,
     inverse_softplus,
     local_reparameterisation,
-    require,
 )
 from core.models.distributions import gaussian_kl, normal_entropy
 from core.models.fused import apply_fused
 from core.models.gaussian_fused import GaussianLinear
 from core.models.horseshoe_fused import HorseshoeScales, unit_log_scales
+from core.models.options import INIT_SIGMA, POSITIVE, OptionSpec, option
 
 PRIORS = ("regularised-horseshoe", "horseshoe")
 VARIATIONAL_FAMILIES = tuple(VariationalFamily)
@@ -94,25 +94,28 @@ ROW_FACTOR_INIT = 0.1
 
 @dataclass(frozen=True)
 class HorseshoeOptions(LayerOptions):
-    prior: str = "regularised-horseshoe"
-    node_scale: float = 1.0  # b_0 of tau_k ~ C+(0, b_0)
-    global_scale: float = 1e-5  # b_g of v ~ C+(0, b_g)
-    slab_shape: float = 2.0  # c_a of c^2 ~ IG(c_a, c_b)
-    slab_scale: float = 6.0  # c_b
-    output_scale: float = 1.0  # scale of the output layer's half-Cauchy kappa
-    prune_delta: float = 1e-3  # delta of the rule P(tau_k v < delta) > p0
-    init_sigma: float = 0.01  # initial std of q(beta)
-    init_log_scale_std: float = 0.05  # initial std of q(log tau), q(log v), q(log c^2)
+    prior: str = option("regularised-horseshoe", OptionSpec(
+        "Horseshoe prior", "regularised-horseshoe adds a slab that bounds the largest weights", choices=PRIORS))
+    node_scale: float = option(1.0, OptionSpec(  # b_0 of tau_k ~ C+(0, b_0)
+        "Node scale b_0", "scale of each unit's half-Cauchy tau_k", **POSITIVE))
+    global_scale: float = option(1e-5, OptionSpec(  # b_g of v ~ C+(0, b_g)
+        "Global scale b_g", "scale of the layer's half-Cauchy v; small values shrink every unit", log_scale=True,
+        **POSITIVE))
+    slab_shape: float = option(2.0, OptionSpec(  # c_a of c^2 ~ IG(c_a, c_b)
+        "Slab shape c_a", "c^2 ~ InvGamma(c_a, c_b)", when=("prior", ("regularised-horseshoe",)), **POSITIVE))
+    slab_scale: float = option(6.0, OptionSpec(  # c_b
+        "Slab scale c_b", "c^2 ~ InvGamma(c_a, c_b)", when=("prior", ("regularised-horseshoe",)), **POSITIVE))
+    output_scale: float = option(1.0, OptionSpec(  # scale of the output layer's half-Cauchy kappa
+        "Output scale", "half-Cauchy scale of the output layer", advanced=True, **POSITIVE))
+    prune_delta: float = option(1e-3, OptionSpec(  # delta of the rule P(tau_k v < delta) > p0
+        "Prune delta", "a unit is pruned when P(tau v < delta) is high", log_scale=True, **POSITIVE))
+    init_sigma: float = option(0.01, INIT_SIGMA)  # initial std of q(beta)
+    init_log_scale_std: float = option(0.05, OptionSpec(  # initial std of q(log tau), q(log v), q(log c^2)
+        "Initial log-scale sd", "", advanced=True, **POSITIVE))
     # q over each hidden unit's [beta_k; log tau_k]: "factorised" (independent) or
     # "structured" (matrix normal with diagonal-plus-rank-one row covariance).
-    variational_family: VariationalFamily = VariationalFamily.FACTORISED
-
-    def validate(self) -> None:
-        require(self.prior in PRIORS, "prior", f"must be one of {', '.join(PRIORS)}, got {self.prior!r}")
-        for name in ("node_scale", "global_scale", "slab_shape", "slab_scale", "output_scale", "prune_delta",
-                     "init_sigma", "init_log_scale_std"):
-            value = getattr(self, name)
-            require(value > 0 and math.isfinite(value), name, f"must be a positive number, got {value!r}")
+    variational_family: VariationalFamily = option(VariationalFamily.FACTORISED, OptionSpec(
+        "Variational family", "factorised, or structured over [beta; log tau]", advanced=True))
 
 
 def inverse_gamma_kl(shape_q: Tensor | float, rate_q: Tensor, shape_p: Tensor | float, rate_p: Tensor) -> Tensor:

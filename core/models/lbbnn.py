@@ -21,6 +21,7 @@ Two gradient estimators:
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -39,6 +40,16 @@ from core.models.distributions import (  # noqa: F401 - re-exported: older code 
 )
 from core.models.fused import apply_fused
 from core.models.lbbnn_fused import LBBNNLinear
+from core.models.options import (
+    ESTIMATOR,
+    INIT_SIGMA,
+    POSITIVE,
+    PRIOR_SCALING,
+    PROBABILITY,
+    TEMPERATURE,
+    OptionSpec,
+    option,
+)
 from core.models.base import (
     Keep,
     LayerOptions,
@@ -58,44 +69,56 @@ BIAS_PRIORS = ("spike-and-slab", "gaussian")
 
 @dataclass(frozen=True)
 class LBBNNOptions(LayerOptions):
-    slab: Slab = Slab.GAUSSIAN
-    slab_variance: float = 1.0  # sigma_beta^2 of the Gaussian slab (Hubin & Storvik 2019)
-    slab_a: float = 1.0  # a_beta: Student-t with 2 a_beta degrees of freedom
-    slab_b: float = 1.0  # b_beta: Student-t scale^2 = b_beta / a_beta
-    # "bernoulli": fixed psi. "beta-bernoulli": Hubin & Storvik (2024) equation (3), gamma ~ BetaBinomial(1, a_psi, b_psi)
-    # per weight, i.e. Bernoulli(a_psi / (a_psi + b_psi)) with a_psi, b_psi learnable by empirical Bayes.
+    slab: Slab = option(Slab.GAUSSIAN, OptionSpec(
+        "Slab", "the prior of an included weight: Gaussian, or Student-t (heavier tails)"))
+    slab_variance: float = option(1.0, OptionSpec(  # sigma_beta^2 of the Gaussian slab (Hubin & Storvik 2019)
+        "Slab variance sigma^2", "variance of the Gaussian slab, in units of the weight squared (inputs are "
+        "standardised)", when=("slab", ("gaussian",)), **POSITIVE))
+    slab_a: float = option(1.0, OptionSpec(  # a_beta: Student-t with 2 a_beta degrees of freedom
+        "Student-t a", "Student-t slab with 2a degrees of freedom", when=("slab", ("student-t",)), **POSITIVE))
+    slab_b: float = option(1.0, OptionSpec(  # b_beta: Student-t scale^2 = b_beta / a_beta
+        "Student-t b", "Student-t slab with scale^2 = b / a (weight units squared)", when=("slab", ("student-t",)),
+        **POSITIVE))
+    # "bernoulli": fixed psi. "beta-bernoulli": Hubin & Storvik (2024) equation (3), gamma ~ BetaBinomial(1, a_psi,
+    # b_psi) per weight, i.e. Bernoulli(a_psi / (a_psi + b_psi)) with a_psi, b_psi learnable by empirical Bayes.
     # "beta-binomial": psi ~ Beta(a_psi, b_psi) shared by the layer and integrated out (count prior).
     # The prior's form (inclusion_prior) and its inclusion probability psi (prior_inclusion; under
     # beta-bernoulli psi = beta_a / (beta_a + beta_b) instead). Stored configs name both: kept as is.
-    inclusion_prior: InclusionPrior = InclusionPrior.BERNOULLI
-    prior_inclusion: float = math.exp(-2.0)  # psi, Hubin & Storvik's (2019) choice
-    beta_a: float = 1.0  # a_psi
-    beta_b: float = 1.0  # b_psi
-    estimator: Estimator = Estimator.LOCAL_REPARAMETERISATION
-    temperature: float = 0.5  # relaxed Bernoulli; Hubin & Storvik's (2024) 1e-3 nearly stops gradients to omega
-    init_inclusion_low: float = 0.1  # initial alpha spread uniformly in logit space
-    init_inclusion_high: float = 0.9
-    init_sigma: float = 0.01
-    # "spike-and-slab": the bias has an inclusion indicator like any weight (Hubin & Storvik 2024's intercept);
-    # "gaussian": a plain slab prior on the bias, always included, no indicator.
-    bias_prior: Literal["spike-and-slab", "gaussian"] = "spike-and-slab"
+    inclusion_prior: InclusionPrior = option(InclusionPrior.BERNOULLI, OptionSpec(
+        "Inclusion prior", "bernoulli: every weight is kept a priori with probability psi; beta-bernoulli: "
+        "psi ~ Beta(a, b) per weight (learnable by empirical Bayes); beta-binomial: one psi per layer, "
+        "integrated out."))
+    prior_inclusion: float = option(math.exp(-2.0), OptionSpec(  # psi, Hubin & Storvik (2019)'s choice
+        "Prior inclusion probability psi", "prior probability that a weight is in the network (unitless, "
+        "between 0 and 1). Hubin & Storvik (2019) use exp(-2) = 0.135; smaller values prune more.",
+        when=("inclusion_prior", ("bernoulli",)), **PROBABILITY))
+    beta_a: float = option(1.0, OptionSpec(  # a_psi
+        "Beta a (a_psi)", "first shape of the Beta prior on psi: prior mean a / (a + b)",
+        when=("inclusion_prior", InclusionPrior.beta_priors()), **POSITIVE))
+    beta_b: float = option(1.0, OptionSpec(  # b_psi
+        "Beta b (b_psi)", "second shape of the Beta prior on psi: larger b, sparser prior",
+        when=("inclusion_prior", InclusionPrior.beta_priors()), **POSITIVE))
+    estimator: Estimator = option(Estimator.LOCAL_REPARAMETERISATION,
+                                  dataclasses.replace(ESTIMATOR, choices=tuple(e.value for e in ESTIMATORS)))
+    # relaxed Bernoulli; Hubin & Storvik (2024)'s 1e-3 nearly stops gradients to omega
+    temperature: float = option(0.5, TEMPERATURE)
+    # initial alpha spread uniformly in logit space
+    init_inclusion_low: float = option(0.1, OptionSpec(
+        "Initial inclusion low", "initial alpha spread in logit space", advanced=True, **PROBABILITY))
+    init_inclusion_high: float = option(0.9, OptionSpec(
+        "Initial inclusion high", "initial alpha spread in logit space", advanced=True, **PROBABILITY))
+    init_sigma: float = option(0.01, INIT_SIGMA)
+    # "spike-and-slab": the bias has an inclusion indicator like any weight (Hubin & Storvik 2024's
+    # intercept); "gaussian": a plain slab prior on the bias, always included, no indicator.
+    bias_prior: Literal["spike-and-slab", "gaussian"] = option("spike-and-slab", OptionSpec(
+        "Bias prior", "spike-and-slab: biases have inclusion indicators too; gaussian: always-included biases",
+        advanced=True, choices=BIAS_PRIORS))
     # "fan-in": the Gaussian slab's variance is slab_variance / in_features in each layer.
-    prior_scaling: Literal["none", "fan-in"] = "none"
+    prior_scaling: Literal["none", "fan-in"] = option("none", PRIOR_SCALING)
 
     def validate(self) -> None:
-        require(self.prior_scaling in PRIOR_SCALINGS, "prior_scaling",
-                f"must be one of {', '.join(PRIOR_SCALINGS)}, got {self.prior_scaling!r}")
-        require(self.bias_prior in BIAS_PRIORS, "bias_prior",
-                f"must be one of {', '.join(BIAS_PRIORS)}, got {self.bias_prior!r}")
-        require(self.slab_variance > 0, "slab_variance", f"must be > 0, got {self.slab_variance}")
-        require(self.slab_a > 0 and self.slab_b > 0, "slab_a/slab_b", "must both be > 0")
-        require(0 < self.prior_inclusion < 1, "prior_inclusion", f"must lie in (0, 1), got {self.prior_inclusion}")
-        require(self.beta_a > 0 and self.beta_b > 0, "beta_a/beta_b", "must both be > 0")
-        require(self.estimator in ESTIMATORS, "estimator", f"must be one of {', '.join(ESTIMATORS)}, got '{self.estimator}'")
-        require(self.temperature > 0, "temperature", f"must be > 0, got {self.temperature}")
-        require(0 < self.init_inclusion_low <= self.init_inclusion_high < 1, "init_inclusion_low/high",
+        require(self.init_inclusion_low <= self.init_inclusion_high, "init_inclusion_low/high",
                 "must satisfy 0 < low <= high < 1")
-        require(self.init_sigma > 0, "init_sigma", f"must be > 0, got {self.init_sigma}")
 
 
 class LBBNNLayer(SparseLayer):

@@ -36,30 +36,30 @@ from torch.nn import functional as F
 
 from core.models.base import init_generator, inverse_softplus, require
 from core.models.lbbnn import LBBNNLayer, LBBNNOptions
+from core.models.options import POSITIVE, OptionSpec, option
 
 
 @dataclass(frozen=True)
 class LowRankLBBNNOptions(LBBNNOptions):
-    rank: int = 2
+    rank: int = option(2, OptionSpec("Rank", "of the low-rank logit covariance", advanced=True, low=1))
     # v of the prior N(logit(psi), v I) on the logits. At v = 1 moving one logit from logit(psi) = -2
     # to +2 costs 8 nats, four times mean-field LBBNN's log(1/psi): most logits stayed near the
     # prior (mean inclusion 0.2) and the median probability model lost 5 points to the posterior
     # mean on mnist-small (0.917 vs 0.965); at v = 10 it is 0.958 vs 0.963 (docs/why-lbbnn-over-prunes.md).
-    logit_prior_variance: float = 10.0
-    init_logit_std: float = 0.1  # initial sqrt(D)
-    init_factor_std: float = 0.01  # initial entries of F
+    logit_prior_variance: float = option(10.0, OptionSpec(
+        "Logit prior variance", "prior N(logit psi, v) on the logits", **POSITIVE))
+    init_logit_std: float = option(0.1, OptionSpec(  # initial sqrt(D)
+        "Initial logit sd", "", advanced=True, **POSITIVE))
+    init_factor_std: float = option(0.01, OptionSpec(  # initial entries of F; 0 starts mean-field
+        "Initial factor sd", "", advanced=True, low=0.0))
 
     def validate(self) -> None:
         super().validate()
-        require(isinstance(self.rank, int) and self.rank >= 1, "rank", f"must be an integer >= 1, got {self.rank!r}")
         require(self.inclusion_prior == "bernoulli", "inclusion_prior",
                 "lbbnn-lfmvn puts a Gaussian prior on the inclusion logits (mean logit(prior_inclusion)); "
                 f"only 'bernoulli' is supported, got {self.inclusion_prior!r}")
         require(self.bias_prior == "spike-and-slab", "bias_prior",
                 f"lbbnn-lfmvn gives every weight and bias an indicator; got {self.bias_prior!r}")
-        require(self.logit_prior_variance > 0, "logit_prior_variance", f"must be > 0, got {self.logit_prior_variance}")
-        require(self.init_logit_std > 0, "init_logit_std", f"must be > 0, got {self.init_logit_std}")
-        require(self.init_factor_std >= 0, "init_factor_std", f"must be >= 0, got {self.init_factor_std}")
 
 
 def low_rank_gaussian_kl(mean: Tensor, factor: Tensor, diag: Tensor, prior_mean: Tensor,

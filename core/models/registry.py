@@ -43,6 +43,11 @@ ALIASES: dict[str, str] = {
 }
 
 
+# The family list (the built-in families, as registered above): every other list of families
+# (presets, the dashboard's colours) derives from it.
+FAMILIES: tuple[str, ...] = tuple(FAMILY_PATHS)
+
+
 def canonical_family(name: str) -> str:
     key = str(name).strip().lower()
     key = ALIASES.get(key, key)
@@ -78,3 +83,10 @@ def layer_class(name: str, options: object, is_output: bool) -> type[SparseLayer
     if not is_output and value in variants:
         return _import(variants[value])
     return family_class(family)
+
+
+def statistic_samples_structure(statistic_name: str) -> bool:
+    """Whether a structure can be drawn from `statistic_name`: it is the native statistic of a family
+    whose q has inclusion indicators (`SparseLayer.has_structure`)."""
+    # FAMILY_PATHS itself, not the FAMILIES snapshot: a family registered later counts too.
+    return any(cls.has_structure for cls in map(family_class, FAMILY_PATHS) if cls.spec.name == str(statistic_name))

@@ -17,7 +17,7 @@ means the weight is noise: keep weights with log alpha below 3.
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -31,8 +31,8 @@ from core.models.base import (
     StatisticSpec,
     augmented_linear,
     local_reparameterisation,
-    require,
 )
+from core.models.options import ESTIMATOR, OptionSpec, option
 
 ESTIMATORS = (Estimator.LOCAL_REPARAMETERISATION, Estimator.WEIGHT_SAMPLING)
 LOG_ALPHA_MIN, LOG_ALPHA_MAX = -8.0, 8.0
@@ -41,12 +41,11 @@ K1, K2, K3 = 0.63576, 1.87320, 1.48695
 
 @dataclass(frozen=True)
 class SparseVDOptions(LayerOptions):
-    estimator: Estimator = Estimator.LOCAL_REPARAMETERISATION
-    init_log_sigma2: float = -10.0  # Molchanov et al.'s initialisation: start nearly deterministic
-
-    def validate(self) -> None:
-        require(self.estimator in ESTIMATORS, "estimator", f"must be one of {', '.join(ESTIMATORS)}, got '{self.estimator}'")
-        require(math.isfinite(self.init_log_sigma2), "init_log_sigma2", f"must be finite, got {self.init_log_sigma2}")
+    estimator: Estimator = option(Estimator.LOCAL_REPARAMETERISATION,
+                                  dataclasses.replace(ESTIMATOR, choices=tuple(e.value for e in ESTIMATORS)))
+    # Molchanov et al.'s initialisation: start nearly deterministic
+    init_log_sigma2: float = option(-10.0, OptionSpec(
+        "Initial log sigma^2", "sparse VD starts nearly deterministic", advanced=True))
 
 
 def sparse_vd_kl(log_alpha: Tensor) -> Tensor:

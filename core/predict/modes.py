@@ -35,6 +35,25 @@ class PredictionMode(str, Enum):
     def uses_threshold(self) -> bool:
         return self in (PredictionMode.MPM, PredictionMode.MPM_MEAN, PredictionMode.PRUNE)
 
+    @property
+    def cuts_at_default(self) -> bool:
+        """mpm and mpm-mean: the median probability model, the statistic cut at the family's default
+        whatever threshold is asked (on the pages: whatever the slider says)."""
+        return self in (PredictionMode.MPM, PredictionMode.MPM_MEAN)
+
+    @classmethod
+    def default_cut_modes(cls) -> tuple["PredictionMode", ...]:
+        """The modes that cut at the family's default (`cuts_at_default`)."""
+        return tuple(mode for mode in cls if mode.cuts_at_default)
+
+    @classmethod
+    def paper_table(cls, samples: tuple[int, ...] = (1, 10)) -> tuple[tuple[str, "PredictionMode", int], ...]:
+        """The columns of the paper's comparison table (Hubin & Storvik 2024): (column, mode, R), the
+        sampling modes once per R in `samples`, the mean-weight modes once at R = 1."""
+        order = (cls.BMA, cls.MPM, cls.MPM_MEAN, cls.MEAN)
+        return tuple((f"{mode.paper_name} R={r}", mode, r) if mode.draws_samples() else (mode.paper_name, mode, 1)
+                     for mode in order for r in (samples if mode.draws_samples() else samples[:1]))
+
     def weight_choice(self, weights: "str | WeightChoice | None" = None) -> "WeightChoice":
         """The weights the mode predicts with: prune takes `weights` (default sample); the others
         imply theirs (mean and mpm-mean: the means; bma and mpm: R draws)."""
@@ -67,6 +86,11 @@ class WeightChoice(str, Enum):
     SAMPLE = "sample"
     MEAN = "mean"
 
+    @classmethod
+    def choices(cls) -> tuple[str, ...]:
+        """The choices as a form offers them: the means first (one network, what a sweep traces)."""
+        return (cls.MEAN.value, cls.SAMPLE.value)
+
 
 PAPER_NAMES = {
     PredictionMode.BMA: "SIM-SIM",
@@ -87,6 +111,12 @@ MODE_ALIASES = {name.lower(): mode for mode, name in PAPER_NAMES.items()}
 # Regression only, outside PredictionMode (they integrate the last layer out instead of choosing
 # a structure): the collapsed predictive of core.predict.collapsed, by variant.
 COLLAPSED_MODES = {"collapsed": "gaussian", "collapsed-box": "box"}
+# A regression set's predictives: "mode" (the chosen PredictionMode) or a collapsed variant.
+REGRESSION_PREDICTIVES = {
+    "mode": "the prediction mode above (mean, epistemic and total 95% bands)",
+    "collapsed": "collapsed: body sampled, last layer's Gaussian q integrated out exactly",
+    "collapsed-box": "collapsed, box q on the widest last-layer terms and triangular noise (Zeng & Van den Broeck 2023)",
+}
 
 
 def modes_help() -> str:

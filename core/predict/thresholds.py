@@ -96,8 +96,11 @@ def suggested_threshold(thresholds: np.ndarray, density: np.ndarray, values: np.
 
 
 def samples_structure(statistic_name: str) -> bool:
-    """Whether the statistic is an inclusion probability, so that a structure can be drawn from it."""
-    return "inclusion" in statistic_name
+    """Whether the family with this statistic samples a structure (its `has_structure`), so that a
+    structure can be drawn from the statistic."""
+    from core.models.registry import statistic_samples_structure
+
+    return statistic_samples_structure(statistic_name)
 
 
 def expected_density(statistics: Sequence[np.ndarray], statistic_name: str) -> float | None:

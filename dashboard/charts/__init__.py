@@ -12,7 +12,7 @@ predictions, playback.
 from __future__ import annotations
 
 from dashboard.charts.style import (  # noqa: F401
-    CHART_WIDTH, CLASS_COLOURS, DOUBT_LEVEL, FAMILY_COLOURS, FIXED_SIZE, GRADIENT_LEGEND,
+    CHART_WIDTH, CLASS_COLOURS, FAMILY_COLOURS, FIXED_SIZE, GRADIENT_LEGEND,
     HISTOGRAMS_PER_ROW, MAX_HEATMAP_CELLS, OTHER_FAMILY_COLOUR, REFERENCE_COLOUR, family_colour, family_key,
     layer_label)
 from dashboard.charts.histograms import (  # noqa: F401

@@ -11,7 +11,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from dashboard.charts.style import CLASS_COLOURS, DOUBT_LEVEL, FIXED_SIZE, GRADIENT_LEGEND, REFERENCE_COLOUR
+from dashboard.charts.style import CLASS_COLOURS, FIXED_SIZE, GRADIENT_LEGEND, REFERENCE_COLOUR
 
 # --- regression bands ---------------------------------------------------------------------------
 
@@ -113,8 +113,9 @@ def class_probability_frame(probs_per_draw: np.ndarray, class_names: Sequence[st
 
 
 def class_probability_bars(probs_per_draw: np.ndarray, class_names: Sequence[str] | None = None,
-                           title: str = "", doubt_level: float = DOUBT_LEVEL) -> alt.LayerChart:
-    """Model-averaged probability per class (bars), each draw's probability (ticks), doubt line."""
+                           title: str = "", *, doubt_level: float) -> alt.LayerChart:
+    """Model-averaged probability per class (bars), each draw's probability (ticks), doubt line (at
+    `doubt_level`: pages pass backend.DOUBT_LEVEL, core's one constant; charts stay free of torch)."""
     frame = class_probability_frame(probs_per_draw, class_names)
     order = list(dict.fromkeys(frame["class"]))
     mean = frame.groupby("class", sort=False, as_index=False)["probability"].mean()

@@ -9,7 +9,6 @@ from typing import Sequence
 import altair as alt
 import pandas as pd
 
-DOUBT_LEVEL = 0.95  # default only: pages pass backend.DOUBT_LEVEL (core's constant); figures stay free of torch
 MAX_HEATMAP_CELLS = 64  # blocks per side of a drawn weight matrix
 CHART_WIDTH = 320
 HISTOGRAMS_PER_ROW = 2

@@ -72,7 +72,7 @@ with guard("Comparing calibration"):
 
 with guard("The table of modes"):
     records = []
-    score = "accuracy" if first.task == "classification" else "rmse"
+    score = backend.headline_metric(first.task)
     for run_id in chosen:
         run = cache.cached_run(run_id)
         spec = cache.threshold_range(run_id)

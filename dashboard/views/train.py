@@ -125,14 +125,14 @@ def family_option_widgets(method: str, dataset: str, errors: FormErrors) -> dict
     # Small regression sets have other defaults: their widgets keep their own state.
     suffix = "" if defaults == method_options()[method] else "_small_regression"
     annotations = method_option_types()[method]
-    main = priors.ordered([n for n in defaults if not priors.widget_for(n).advanced])
-    advanced = [n for n in defaults if priors.widget_for(n).advanced]
+    main = priors.ordered([n for n in defaults if not priors.widget_for(n, method).advanced], method)
+    advanced = [n for n in defaults if priors.widget_for(n, method).advanced]
     chosen: dict[str, Any] = {}
     st.markdown(f"**Prior and family options ({method})**")
     columns = st.columns(3)
     shown = 0
     for name in main:
-        if not priors.relevant(name, chosen, defaults):  # e.g. Beta a, b only for the beta priors
+        if not priors.relevant(name, chosen, defaults, method):  # e.g. Beta a, b only for the beta priors
             continue
         with columns[shown % 3]:
             chosen[name] = option_widget(method, name, defaults[name], annotations.get(name, ""), errors, suffix)
@@ -153,12 +153,12 @@ def family_option_widgets(method: str, dataset: str, errors: FormErrors) -> dict
 
 def option_widget(method: str, name: str, default: Any, annotation: str, errors: FormErrors,
                   key_suffix: str = "") -> Any:
-    spec = priors.widget_for(name)
+    spec = priors.widget_for(name, method)
     key = f"train_opt_{method}_{name}{key_suffix}"
     range_text = spec.range_text()
     help_text = " ".join(part for part in (spec.help, f"accepted range {range_text}." if range_text else "",
                                            f"Option `{name}`, default {default!r}.") if part)
-    options = priors.choices(annotation, default) or priors.KNOWN_CHOICES.get(name)
+    options = priors.choices(name, method)
     if isinstance(default, bool):
         return st.checkbox(spec.label, value=default, key=key, help=help_text)
     if options:
