@@ -32,6 +32,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import numpy as np
@@ -46,6 +47,11 @@ from core.errors import BNNError  # noqa: E402
 from core.runs.presets import PRESETS, UCI_DATASETS, GridSpec  # noqa: E402
 
 FAMILIES = ("lbbnn", "bnn", "horseshoe", "concrete-dropout", "sparse-vd")
+# Method variants: "<family>+het" trains the family with the heteroscedastic output (the net's second
+# output is a per-input noise scale; core/models/likelihoods.py HeteroscedasticGaussian) in place of
+# the grid's one variational noise precision: like for like with heteroscedastic anchors.
+VARIANTS = {"het": {"likelihood": "heteroscedastic", "likelihood_options": {}}}
+METHODS = FAMILIES + tuple(f"{f}+{v}" for f in FAMILIES for v in VARIANTS)
 SPARSE_FAMILIES = ("lbbnn", "horseshoe", "sparse-vd")
 COLLAPSED_FAMILIES = ("lbbnn", "bnn", "sparse-vd")
 RESULTS_DIR = ROOT / "benchmarks" / "results"
@@ -84,9 +90,33 @@ def _names(text: str | None, known: Iterable[str], prefix: str = "") -> tuple[st
     return names
 
 
+def split_method(method: str) -> tuple[str, dict[str, Any]]:
+    """'lbbnn+het' -> ('lbbnn', the variant's config changes); 'lbbnn' -> ('lbbnn', {})."""
+    family, _, variant = method.partition("+")
+    if variant and variant not in VARIANTS:
+        raise SystemExit(f"unknown variant {variant!r} in {method!r}; known: {', '.join(VARIANTS)}")
+    return family, dict(VARIANTS.get(variant, {}))
+
+
+@dataclass(frozen=True)
+class VariantGridSpec(GridSpec):
+    """The grid with method variants: a cell of 'lbbnn+het' is the 'lbbnn' cell with the variant's
+    config changes; its label in the cell (and in the records) stays 'lbbnn+het'."""
+
+    def cells(self) -> list[tuple[str, str, int, int | None, Any]]:
+        cells = []
+        for method in self.methods:
+            family, changes = split_method(method)
+            base = GridSpec(name=self.name, setups=self.setups, methods=(family,), seeds=self.seeds,
+                            method_overrides=self.method_overrides, splits=self.splits)
+            for label, _, seed, split, config in base.cells():
+                cells.append((label, method, seed, split, config.replace(**changes) if changes else config))
+        return cells
+
+
 def uci_grid(methods: Iterable[str] = FAMILIES, sets: Iterable[str] = UCI_DATASETS,
              splits: Iterable[int] | None = None) -> GridSpec:
-    """The `uci` grid preset restricted to some families, sets and splits."""
+    """The `uci` grid preset restricted to some methods (families or variants), sets and splits."""
     base: GridSpec = PRESETS["uci"]
     sets = tuple(sets)
     chosen = None if splits is None else tuple(splits)
@@ -95,7 +125,7 @@ def uci_grid(methods: Iterable[str] = FAMILIES, sets: Iterable[str] = UCI_DATASE
         available = base.splits.get(name, (0,))
         split_map[name] = available if chosen is None else tuple(s for s in chosen if s in available)
     setups = {name: base.setups[name] for name in sets if split_map[name]}
-    return GridSpec(name="uci", setups=setups, methods=tuple(methods), seeds=base.seeds,
+    return VariantGridSpec(name="uci", setups=setups, methods=tuple(methods), seeds=base.seeds,
                     method_overrides=base.method_overrides,
                     splits={name: split_map[name] for name in setups}, description=base.description)
 
@@ -141,7 +171,14 @@ def evaluate_run(run_id: str, cache_dir: str | Path | None, data_dir: str | Path
                                                             dataset.y_test, dataset.target_std),
                 "rmse": regression.rmse(collapsed.mean, dataset.y_test, dataset.target_std),
                 "density": modes["bma"]["density"]}
-    noise = float(run.model.likelihood.log_noise_std.detach().exp()) * dataset.target_std
+    if run.config.likelihood == "heteroscedastic":
+        # the noise sd is per input: its root mean square over the test inputs, one posterior draw
+        torch.manual_seed(0)
+        with torch.no_grad():
+            _, std = run.model.likelihood.mean_and_std(run.model(torch.as_tensor(dataset.x_test)))
+        noise = float(std.square().mean().sqrt()) * dataset.target_std
+    else:
+        noise = float(run.model.likelihood.log_noise_std.detach().exp()) * dataset.target_std
     return {"modes": modes, "density": float(run.metrics.get("density", 1.0)), "noise_std": noise,
             "train_seconds": float(run.metrics.get("train_seconds", math.nan)),
             "epochs": int(run.info.get("epochs", 0)), "samples": samples, "evaluation": EVALUATION_VERSION}
@@ -437,7 +474,7 @@ def _json_summary(summary: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("run", "render"))
-    parser.add_argument("--methods", default=None, help=f"families (default {','.join(FAMILIES)})")
+    parser.add_argument("--methods", default=None, help=f"families or variants such as lbbnn+het (default {','.join(FAMILIES)})")
     parser.add_argument("--sets", default=None, help="sets, e.g. boston,yacht (default: all 9)")
     parser.add_argument("--splits", default=None, help="e.g. 0-4 (default: all; protein has 5)")
     parser.add_argument("--chunk", type=int, default=5, help="splits per round of `run` (split-major order)")
@@ -447,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default=None, help="data (default: $BNN_DATA_DIR)")
     parser.add_argument("--out", default=str(RESULTS_DIR), help="folder for uci.md and uci.json")
     args = parser.parse_args(argv)
-    methods = _names(args.methods, FAMILIES)
+    methods = _names(args.methods, METHODS)
     sets = _names(args.sets, UCI_DATASETS, prefix="uci-")
     splits = parse_splits(args.splits)
     report = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
