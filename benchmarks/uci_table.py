@@ -2,13 +2,15 @@
 
     python benchmarks/uci_table.py run [--methods lbbnn,bnn,...] [--workers 2] [--sets boston,yacht]
                                        [--splits 0-19] [--chunk 5]
+    python benchmarks/uci_table.py run --methods lbbnn+het,sparse-vd+het --sets yacht   # a variant
     python benchmarks/uci_table.py render [--methods ...] [--samples 100]
 
 `run` trains every (set, family, split) of the `uci` grid preset that is not in the run store yet
 (`python -m core grid uci` trains the same runs; this command orders them split-major, in chunks of
 `--chunk` splits, so that an interrupted grid covers every set and family on its first splits),
 then renders. It prints progress to stderr and resumes from the cache: start it again after an
-interruption. `render` reads only stored runs (it trains nothing) and writes
+interruption. `render` reads only stored runs (it trains nothing; a run evaluated before whose
+numbers uci.json keeps counts as stored, also where this machine's store lacks it) and writes
 
 - benchmarks/results/uci.md: the markdown section (`render_markdown()` returns the same text),
 - benchmarks/results/uci.json: per-run numbers (run id, set, family, split, mode, test LL, RMSE,
@@ -18,9 +20,11 @@ Evaluation: test log-likelihood per test point in original units, averaged over 
 as the reference computes it; `bma` averages R posterior draws (structure and weights), `mpm` uses
 the median probability model (the family's default threshold) with R weight draws, `collapsed`
 integrates the last layer out (core/predict/collapsed.py; lbbnn, bnn, sparse-vd). The reference
-is MC dropout from ../shared/data/uci-regression/<set>/results/ (4000 epochs, dropout rate and
-noise precision tuned on a validation split, 10,000 MC samples): test_ll_* and test_MC_rmse_*.
-Means and standard errors are over each row's splits; MC dropout is averaged over the same splits.
+is MC dropout from ../shared/data/uci-regression/<set>/results/ (4000 epochs, protein 2000; dropout
+rate and noise precision tuned on a validation split, 10,000 MC samples): test_ll_*, test_MC_rmse_*
+and test_tau_* (its chosen precision; the grid is data/tau_values.txt). Each row is compared with
+MC dropout split by split (benchmarks/uci_paired.py: mean difference, standard error, paired t at
+95 %, before and after the noise-grid bound check).
 """
 
 from __future__ import annotations
@@ -233,13 +237,20 @@ def collect(grid: GridSpec, cache_dir: str | Path | None = None, data_dir: str |
             report(f"{label} split {split}: {exc}")
             continue
         run_id = config.run_id(fingerprints[key])
+        cached = known.get(run_id)
+        current = bool(cached and cached.get("samples") == samples and cached.get("evaluation") == EVALUATION_VERSION)
         if not store.exists(run_id):
             # trained under an earlier schema version (another id), same config
-            run_id = earlier.get(config.canonical_json())
-            if run_id is None:
+            earlier_id = earlier.get(config.canonical_json())
+            if earlier_id is None:
+                if current:  # evaluated where it was trained (uci.json keeps its numbers): not in this store
+                    records.append(cached)
                 continue
-        cached = known.get(run_id)
-        if cached and cached.get("samples") == samples and cached.get("evaluation") == EVALUATION_VERSION:
+            run_id = earlier_id
+            cached = known.get(run_id)
+            current = bool(cached and cached.get("samples") == samples
+                           and cached.get("evaluation") == EVALUATION_VERSION)
+        if current:
             records.append(cached)
             continue
         pending.append((len(records), run_id, {"run_id": run_id, "set": short_name(config.dataset),
@@ -685,7 +696,8 @@ def _json_summary(summary: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("run", "render"))
-    parser.add_argument("--methods", default=None, help=f"families or variants such as lbbnn+het (default {','.join(FAMILIES)})")
+    parser.add_argument("--methods", default=None, help=f"families or variants such as lbbnn+het (default: run {','.join(FAMILIES)}; "
+                        "render: all, variants included)")
     parser.add_argument("--sets", default=None, help="sets, e.g. boston,yacht (default: all 9)")
     parser.add_argument("--splits", default=None, help="e.g. 0-4 (default: all; protein has 5)")
     parser.add_argument("--chunk", type=int, default=5, help="splits per round of `run` (split-major order)")
@@ -695,7 +707,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default=None, help="data (default: $BNN_DATA_DIR)")
     parser.add_argument("--out", default=str(RESULTS_DIR), help="folder for uci.md and uci.json")
     args = parser.parse_args(argv)
-    methods = _names(args.methods, METHODS)
+    # default: `run` trains the grid's families; `render` shows every stored method, variants included
+    methods = _names(args.methods, METHODS) if args.methods else (FAMILIES if args.command == "run" else METHODS)
     sets = _names(args.sets, UCI_DATASETS, prefix="uci-")
     splits = parse_splits(args.splits)
     report = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
