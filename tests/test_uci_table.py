@@ -178,6 +178,13 @@ def test_misses_benchmark_table_means_over_splits():
     text = uci_misses.render(rows, "cmd")
     assert "| wine | MC dropout | -0.900 / 0.5 | -1.100 / 0.7 | -1.000 / 0.6 |" in text
     assert "| wine | fnn | -1.000 / 0.6 | -2.000 / 0.8 | -1.500 / 0.7 |" in text
+    # a split where MC dropout's tau sits at the top of its grid is marked with its Gaussian bound
+    reference = {"tau": [3.5, 3.0], "tau_grid": [2.5, 3.0, 3.5]}
+    assert [uci_misses._edge(reference, s) for s in (0, 1)] == ["top", None]
+    rows[0]["mc_dropout"] = (-0.9, 0.5, "top")
+    text = uci_misses.render(rows, "cmd")
+    bound = uci_table.gaussian_bound(0.5)
+    assert f"| wine | MC dropout | -0.900 / 0.5 (τ top, bound {bound:.3f}) | -1.100 / 0.7 | -1.000 / 0.6 |" in text
 
 
 def test_step_time_benchmark_times_every_uci_family_against_the_plain_mlp(data_dir):
