@@ -545,7 +545,9 @@ def render_markdown(summary: dict[str, Any] | None = None, *, records: list[dict
                          f"{compared} | {_cell(*row['rmse'])} | {row['density']:.3f} | {noise} | "
                          f"{row['train_seconds']:.0f} |")
     lines += ["", "Noise sd: the learned noise sd in original units; for `+het` rows the root mean square of "
-              "the per-input sd over the test inputs (one posterior draw).", ""]
+              "the per-input sd over the test inputs (one posterior draw). s/run: each run's own training "
+              "clock where it trained (the machine's load differs between runs: the grid's runs on an idle "
+              "machine, the `+het` runs on a shared one at load ~20).", ""]
     lines += _misses_markdown(summary)
     return "\n".join(lines)
 
@@ -610,7 +612,8 @@ def _anchors_markdown(summary: dict[str, Any]) -> list[str]:
             if not rows:
                 return "-"
             top = max(rows, key=lambda r: r["log_likelihood"][0])
-            return f"{_cell(*top['log_likelihood'])} ({top['family']} {top['mode']}, {top['n']} splits)"
+            return (f"{_cell(*top['log_likelihood'])} ({top['family']} {top['mode']}, {top['n']} "
+                    f"split{'s' if top['n'] != 1 else ''})")
         plain = best_of([r for r in entry["rows"] if "+" not in r["family"]])
         het = best_of([r for r in entry["rows"] if r["family"].endswith("+het")])
         anchors = [f"{a['values'][dataset][0]:.3f} ± {a['values'][dataset][1]:.3f}" if dataset in a["values"]
