@@ -214,3 +214,18 @@ def test_evaluation_in_worker_processes_gives_the_numbers_of_one_process_in_orde
     assert [row[:3] for row in pooled] == [row[:3] for row in alone]
     assert [row[3] for row in pooled] == [row[3] for row in alone]
     assert set(alone[1][3]["modes"]) == {"bma", "mpm", "collapsed"}  # lbbnn: a sparse family with a collapsed mode
+
+
+@pytest.mark.slow
+def test_a_het_variant_run_trains_and_evaluates_in_every_mode(data_dir, tmp_path):
+    from core.runs.training import train_run
+
+    (_, method, _, _, config), = uci_table.uci_grid(("lbbnn+het",), ("uci-yacht",), (0,)).cells()
+    assert method == "lbbnn+het"
+    config = config.replace(train={**config.to_dict()["train"], "epochs": 3, "warm_start_epochs": 1,
+                                   "kl_anneal_epochs": 1})
+    run = train_run(config, cache_dir=tmp_path, data_dir=data_dir)
+    numbers = uci_table.evaluate_run(run.run_id, tmp_path, data_dir, samples=4)
+    assert set(numbers["modes"]) == {"bma", "mpm", "collapsed"}
+    assert all(math.isfinite(m["log_likelihood"]) and m["rmse"] > 0 for m in numbers["modes"].values())
+    assert numbers["noise_std"] > 0  # root mean square of the per-input sd, original units
