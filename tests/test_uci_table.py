@@ -13,11 +13,17 @@ from benchmarks import uci_table
 from core.runs.presets import PRESETS
 
 
-def write_reference(root: Path, folder: str, lls, rmses) -> None:
+def write_reference(root: Path, folder: str, lls, rmses, taus=None, grid=None) -> None:
     results = root / "uci-regression" / folder / "results"
     results.mkdir(parents=True)
     np.savetxt(results / f"test_ll_{uci_table.REFERENCE_SUFFIX}", lls)
     np.savetxt(results / f"test_MC_rmse_{uci_table.REFERENCE_SUFFIX}", rmses)
+    if taus is not None:
+        np.savetxt(results / f"test_tau_{uci_table.REFERENCE_SUFFIX}", taus)
+        data = root / "uci-regression" / folder / "data"
+        data.mkdir(parents=True)
+        np.savetxt(data / "tau_values.txt", grid)
+        (data / "n_epochs.txt").write_text("40\n")
 
 
 def record(family, split, ll, rmse, mode="bma", density=1.0, dataset="uci-yacht"):
@@ -26,7 +32,7 @@ def record(family, split, ll, rmse, mode="bma", density=1.0, dataset="uci-yacht"
             "noise_std": 0.5, "train_seconds": 3.0, "epochs": 10, "samples": 100, "evaluation": 1}
 
 
-def test_summary_compares_each_row_with_mc_dropout_on_its_own_splits(tmp_path):
+def test_summary_compares_each_row_with_mc_dropout_on_its_own_splits_paired(tmp_path):
     write_reference(tmp_path, "yacht", [-1.0, -2.0, -3.0, -4.0], [1.0, 2.0, 3.0, 4.0])
     records = [record("bnn", 0, -1.5, 1.0), record("bnn", 1, -1.5, 3.0), record("bnn", 2, -2.5, 2.0),
                record("lbbnn", 0, -0.5, 1.0, mode="mpm", density=0.2),
@@ -42,18 +48,58 @@ def test_summary_compares_each_row_with_mc_dropout_on_its_own_splits(tmp_path):
     ref_mean, ref_se = lbbnn["reference_log_likelihood"]  # MC dropout on splits 0 and 1 only
     assert ref_mean == pytest.approx(-1.5) and ref_se == pytest.approx(np.std([-1, -2], ddof=1) / math.sqrt(2))
     assert lbbnn["density"] == pytest.approx(0.3)
-    # bnn: -1.833 vs -2.0 wins; lbbnn: -1.5 vs -1.5 is a tie, not a win
-    assert bnn["beats_reference"] and not lbbnn["beats_reference"]
-    assert summary["family_wins"] == {"bnn": 1} and summary["sets_won_by_best"] == 1
-    assert entry["best"] == "bnn bma"
-    records[3]["modes"]["mpm"]["log_likelihood"] = -0.1  # lbbnn mean -1.3 vs -1.5: a bigger margin
+    # bnn's mean is above MC dropout's (-1.83 vs -2.0), but per split d = (-0.5, 0.5, 0.5): mean 1/6,
+    # se sqrt(1/3) / sqrt(3) = 1/3, a tie; lbbnn: d = (0.5, -0.5), a tie
+    assert bnn["paired"]["mean"] == pytest.approx(1 / 6) and bnn["paired"]["se"] == pytest.approx(1 / 3)
+    assert bnn["call"] == "tie" and lbbnn["call"] == "tie" and not bnn["beats_reference"]
+    assert summary["sets_won_by_best"] == 0 and summary["family_wins"] == {}
+    # no tau files: the edge check cannot be made and nothing is credited
+    assert bnn["reference_edges"]["known"] is False and bnn["checked"] == bnn["paired"]
+    records[0]["modes"]["bma"]["log_likelihood"] = -0.5  # d = (0.5, 0.6, 0.5): t = 16 on 2 df, a win
+    records[1]["modes"]["bma"]["log_likelihood"] = -1.4
     summary = uci_table.summarise(records, tmp_path)
-    assert summary["family_wins"] == {"bnn": 1, "lbbnn": 1} and summary["sets_won_by_lbbnn"] == 1
-    assert summary["sets"]["uci-yacht"]["best"] == "lbbnn mpm"
+    entry = summary["sets"]["uci-yacht"]
+    assert entry["best"] == "bnn bma" and entry["best_call"] == "win"
+    assert summary["family_wins"] == {"bnn": 1} and summary["sets_won_by_best"] == 1
+    assert summary["sets_won_by_lbbnn"] == 0
     text = uci_table.render_markdown(summary)
-    assert "| yacht | MC dropout | - | 3 | -2.00 ± 0.58 | - |" in text
-    assert "| yacht | lbbnn | mpm | 2 | **-1.30 ± 1.20** | -1.50 ± 0.50 |" in text
+    assert "| yacht | MC dropout | - | 3 | -2.00 ± 0.58 | - | - | - | ? | - | - | 2.00 ± 0.58 | 1 | - | - |" in text
+    assert "| yacht | bnn | bma | 3 | -1.47 ± 0.58 | -2.00 ± 0.58 | +0.533 ± 0.033 | win | ? | +0.533 ± 0.033 | **win** |" \
+        in text
     assert "yacht 3 of 20 (0-2)" in text
+    assert "paired t test at 95 %" in text
+    assert "**Target missed**: best of ours 1 < 5; LBBNN 0 < 3." in text
+
+
+def test_bound_check_credits_mc_dropout_where_its_tau_is_at_the_grid_edge(tmp_path):
+    # MC dropout at the top of its grid on splits 0 and 1, inside it on split 2; its LL -3 is far below
+    # the Gaussian bound at RMSE 1 (-1.419): credited there, not on split 2.
+    write_reference(tmp_path, "yacht", [-3.0, -3.0, -3.0], [1.0, 1.0, 1.0], taus=[0.75, 0.75, 0.5],
+                    grid=[0.25, 0.5, 0.75])
+    records = [record("lbbnn", s, ll, 1.0) for s, ll in ((0, -2.0), (1, -2.1), (2, -2.0))]
+    summary = uci_table.summarise(records, tmp_path)
+    row = summary["sets"]["uci-yacht"]["rows"][0]
+    bound = uci_table.gaussian_bound(1.0)
+    assert row["paired"]["mean"] == pytest.approx(np.mean([1.0, 0.9, 1.0]))
+    assert row["paired"]["call"] == "win"
+    assert row["checked"]["mean"] == pytest.approx(np.mean([-2.0 - bound, -2.1 - bound, 1.0]))
+    assert row["call"] == "tie" and row["qualified"]
+    assert row["reference_edges"] == {"top": 2, "bottom": 0, "known": True}
+    assert summary["sets"]["uci-yacht"]["reference"]["epochs"] == 4000
+    text = uci_table.render_markdown(summary)
+    assert "| 2/3 top | " in text and "tie †" in text
+
+
+def test_het_variant_cells_are_the_family_cells_with_the_heteroscedastic_output():
+    plain = uci_table.uci_grid(("lbbnn",), ("uci-yacht",), (0, 1)).cells()
+    het = uci_table.uci_grid(("lbbnn+het",), ("uci-yacht",), (0, 1)).cells()
+    assert [c[1] for c in het] == ["lbbnn+het", "lbbnn+het"]
+    for (_, _, _, _, a), (_, _, _, _, b) in zip(plain, het):
+        assert b.method == "lbbnn" and b.likelihood == "heteroscedastic" and b.likelihood_options == {}
+        assert b.family_options == a.family_options and b.train == a.train
+        assert b.replace(likelihood=a.likelihood, likelihood_options=a.likelihood_options) == a
+    with pytest.raises(SystemExit):
+        uci_table.split_method("lbbnn+nope")
 
 
 def test_split_ranges_and_parsing():
@@ -89,12 +135,12 @@ def test_rendering_from_the_results_file_without_a_data_folder_uses_the_stored_r
     path.write_text(json.dumps(stored))
     text = uci_table.render_markdown(results_json=path)
     assert "| yacht | MC dropout | - | 2 | -2.00 ± 1.00 | - |" in text
-    assert "| yacht | bnn | bma | 2 | **-1.50 ± 0.00** | -2.00 ± 1.00 |" in text
-    assert "bnn 1 (of 1 sets covered); best of our families: 1. Per mode: bnn bma 1." in text
+    # per split d = (-0.5, 1.5): mean 0.5 ± 1.0 on 1 df, a tie
+    assert "| yacht | bnn | bma | 2 | -1.50 ± 0.00 | -2.00 ± 1.00 | +0.500 ± 1.000 | tie |" in text
     # a data folder, when given, wins over the stored copy
     write_reference(tmp_path, "yacht", [-1.0, -1.0], [1.0, 1.0])
     text = uci_table.render_markdown(results_json=path, data_dir=tmp_path)
-    assert "best of our families: 0." in text and "Per mode" not in text
+    assert "| yacht | bnn | bma | 2 | -1.50 ± 0.00 | -1.00 ± 0.00 | -0.500 ± 0.000 | loss |" in text
 
 
 def test_gaussian_bound_is_the_best_mean_log_likelihood_of_a_homoscedastic_gaussian():
@@ -117,7 +163,8 @@ def test_misses_table_lists_only_sets_our_best_row_loses(tmp_path):
     text = uci_table.render_markdown(uci_table.summarise(records, tmp_path))
     bound_ours, bound_mc = uci_table.gaussian_bound(2.0), uci_table.gaussian_bound(1.0)
     assert f"| yacht | bnn bma | 2 | -1.60 | {bound_ours:.2f} | 2.00 | -1.00 | {bound_mc:.2f} | 1.00 |" in text
-    assert "| wine | bnn bma |" not in text  # wine is won (-1.6 against -3.0)
+    # yacht: d = (-0.5, -0.7), a tie on 1 df (listed); wine: d = (1.5, 1.3), 1.4 ± 0.1, a win (not listed)
+    assert "| wine | bnn bma |" not in text
 
 
 def test_misses_benchmark_table_means_over_splits():
@@ -128,6 +175,13 @@ def test_misses_benchmark_table_means_over_splits():
     text = uci_misses.render(rows, "cmd")
     assert "| wine | MC dropout | -0.900 / 0.5 | -1.100 / 0.7 | -1.000 / 0.6 |" in text
     assert "| wine | fnn | -1.000 / 0.6 | -2.000 / 0.8 | -1.500 / 0.7 |" in text
+    # a split where MC dropout's tau sits at the top of its grid is marked with its Gaussian bound
+    reference = {"tau": [3.5, 3.0], "tau_grid": [2.5, 3.0, 3.5]}
+    assert [uci_misses._edge(reference, s) for s in (0, 1)] == ["top", None]
+    rows[0]["mc_dropout"] = (-0.9, 0.5, "top")
+    text = uci_misses.render(rows, "cmd")
+    bound = uci_table.gaussian_bound(0.5)
+    assert f"| wine | MC dropout | -0.900 / 0.5 (τ top, bound {bound:.3f}) | -1.100 / 0.7 | -1.000 / 0.6 |" in text
 
 
 def test_step_time_benchmark_times_every_uci_family_against_the_plain_mlp(data_dir):
@@ -157,3 +211,18 @@ def test_evaluation_in_worker_processes_gives_the_numbers_of_one_process_in_orde
     assert [row[:3] for row in pooled] == [row[:3] for row in alone]
     assert [row[3] for row in pooled] == [row[3] for row in alone]
     assert set(alone[1][3]["modes"]) == {"bma", "mpm", "collapsed"}  # lbbnn: a sparse family with a collapsed mode
+
+
+@pytest.mark.slow
+def test_a_het_variant_run_trains_and_evaluates_in_every_mode(data_dir, tmp_path):
+    from core.runs.training import train_run
+
+    (_, method, _, _, config), = uci_table.uci_grid(("lbbnn+het",), ("uci-yacht",), (0,)).cells()
+    assert method == "lbbnn+het"
+    config = config.replace(train={**config.to_dict()["train"], "epochs": 3, "warm_start_epochs": 1,
+                                   "kl_anneal_epochs": 1})
+    run = train_run(config, cache_dir=tmp_path, data_dir=data_dir)
+    numbers = uci_table.evaluate_run(run.run_id, tmp_path, data_dir, samples=4)
+    assert set(numbers["modes"]) == {"bma", "mpm", "collapsed"}
+    assert all(math.isfinite(m["log_likelihood"]) and m["rmse"] > 0 for m in numbers["modes"].values())
+    assert numbers["noise_std"] > 0  # root mean square of the per-input sd, original units
