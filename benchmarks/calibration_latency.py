@@ -1,7 +1,7 @@
 """The target: the reliability diagram of a cached MNIST run within 1 s of opening the
 Uncertainty page. Measured on the server side, under streamlit's AppTest (no browser):
 
-    BNN_OFFLINE=1 PYTHONPATH=. python benchmarks/calibration_latency.py [--hidden 400,600] [--repeats 5]
+    BNN_OFFLINE=1 python -m benchmarks.calibration_latency [--hidden 400,600] [--repeats 5]
     # writes benchmarks/results/calibration_latency.md
 
 Trains (or finds cached) the 784-400-600-10 LBBNN on mnist-small (1 epoch) in --cache-dir, opens the
@@ -26,8 +26,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "benchmarks" / "results"
 TARGET_SECONDS = 1.0
@@ -97,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["# Reliability diagram latency on the Uncertainty page", "",
              (f"Setting: {args.dataset}, LBBNN {net}, {args.epochs} epoch(s), run {run.run_id}, bma R = 10 (the page's "
              f"default), {run.dataset().n_test} test inputs; server side under streamlit's AppTest, 2 CPU cores shared."),
-             "", (f"Command: `BNN_OFFLINE=1 PYTHONPATH=. python benchmarks/calibration_latency.py --hidden {args.hidden} "
+             "", (f"Command: `BNN_OFFLINE=1 python -m benchmarks.calibration_latency --hidden {args.hidden} "
              f"--repeats {args.repeats}`"), "",
              (f"Machine load average (1/5/15 min) before {'/'.join(f'{v:.2f}' for v in load_before)}, after "
              f"{'/'.join(f'{v:.2f}' for v in load_after)}."), "",

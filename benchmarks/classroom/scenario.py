@@ -196,7 +196,7 @@ async def train(session: Session, report: Report, scenario: Scenario, deadline: 
     if not (seed and epochs and hidden and button):
         report.errors.append(f"session {session.index}: the Train form is incomplete")
         return
-    # The seed is a text field (a number field clamped out-of-range seeds silently, issue 13).
+    # The seed is a text field (a number field clamped out-of-range seeds silently).
     # A seed no earlier class used: a stored run of the same config would come back at once from the
     # cache, and nothing would train while the class browses (every seed has six digits, so neither
     # trainer's label is a prefix of the other's).
