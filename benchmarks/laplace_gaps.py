@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--datasets", default=",".join(DATASETS))
     parser.add_argument("--hidden", default="", help="hidden widths, e.g. 16,16 (default: the dataset's default)")
-    parser.add_argument("--activation", default="", help="the nets' activation (default: the config's, relu)")
+    parser.add_argument("--activation", default="", help="the nets' activation (default: the family's on the dataset: tanh for laplace on the toys)")
     parser.add_argument("--cache-dir", default=os.environ.get("BNN_CACHE_DIR"))
     parser.add_argument("--output", default="laplace_gaps", help="name of the result files in benchmarks/results")
     args = parser.parse_args(argv)
