@@ -375,10 +375,9 @@ def run_nuts(config: ReferenceConfig, dataset, progress: ProgressCallback | None
              ) -> ReferencePosterior:
     """Sample the posterior with NUTS (config.sampler: Pyro's or NumPyro's), chains one after the other
     (chain c seeded by seed * 1000 + c)."""
+    require_pyro()  # the diagnostics (split R-hat, ESS) are Pyro's, whichever sampler runs
     if config.sampler == "numpyro":
         require_numpyro()
-    else:
-        require_pyro()
     if dataset.task != "regression":
         raise ConfigError(f"reference: {dataset.name} is a {dataset.task} set; the NUTS reference is for "
                           "regression (toy-sine-gaps, toy-cubic, toy-hetero)")
@@ -391,7 +390,7 @@ def run_nuts(config: ReferenceConfig, dataset, progress: ProgressCallback | None
                      f"{i + 1}/{total} ({time.perf_counter() - start:.0f} s)")
 
     sample = _sample_numpyro if config.sampler == "numpyro" else _sample_pyro
-    per_chain = [{k: torch.as_tensor(np.array(v)) for k, v in chain.items()}
+    per_chain = [{k: v if isinstance(v, torch.Tensor) else torch.from_numpy(np.array(v)) for k, v in chain.items()}
                  for chain in sample(config, dataset, shapes, report)]
     seconds = time.perf_counter() - start
     weights = []
