@@ -33,7 +33,9 @@ Measured (benchmarks/results/laplace_gaps*.md, seeds 0-2, default 1-64-64-1 nets
 tanh the band in the gaps is 4.9-6.6 times its width near the data on toy-sine-gaps (bma RMSE
 0.09-0.10) and 7.9-10.8 on toy-cubic; with relu 1.9, 5.4 and 0.9 on toy-sine-gaps: a ReLU unit
 active only between two nearby training points has unconstrained weights, and its narrow spikes
-raise the band's mean near the data (seed 2: mean 0.52, median 0.09).
+raise the band's mean near the data (seed 2: mean 0.52, median 0.09). Hence tanh is the family's
+default on the small regression sets (`small_regression_activation`; `--activation relu` still
+gives relu), and benchmarks/laplace_gaps.py with no flags measures that default.
 
 Why not the `laplace-torch` package: `pip install --dry-run laplace-torch` (0.3) would replace this
 project's CPU torch with torch 2.14.1 and pull the CUDA 13 wheels, backpack and curvlinops; and it works on nn.Linear-style modules and its own curvature
