@@ -13,8 +13,18 @@ import numpy as np
 import pytest
 
 from core.errors import ConfigError
-from core.reference import ReferenceConfig, default_config, diagnostic_warnings, run_nuts
-from core.reference.posterior import DEFAULT_HIDDEN, ESS_LIMIT, RHAT_LIMIT, split_rhat_and_ess
+from core.reference import (
+    ReferenceConfig,
+    default_config,
+    diagnostic_warnings,
+    run_nuts,
+)
+from core.reference.posterior import (
+    DEFAULT_HIDDEN,
+    ESS_LIMIT,
+    RHAT_LIMIT,
+    split_rhat_and_ess,
+)
 from tests.test_reference import linear_dataset
 
 
@@ -74,9 +84,9 @@ def test_numpyro_and_pyro_models_have_the_same_log_density(numpyro_installed):
     tr = trace(pyro.condition(model, data=conditioned)).get_trace(torch.as_tensor(x), torch.as_tensor(y))
     pyro_value = float(tr.log_prob_sum())
 
+    import jax.numpy as jnp
     import numpyro
     import numpyro.distributions as dist
-    import jax.numpy as jnp
 
     activation = _jax_activation("tanh")
 
