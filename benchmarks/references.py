@@ -89,11 +89,17 @@ def write_table(rows: list[dict], missing: list[str]) -> None:
             f"{r['dataset']}: {' / '.join(r['warnings'])}" for r in failed))
     elif rows:
         lines.append("Every listed reference meets both targets.")
+    underfit = [r for r in rows if r["dataset"] != "toy-hetero" and r["noise_std_mean"] > 2 * float(data_noise(r["dataset"]))]
     lines += ["", ("Convergence is not fit: the posterior's noise sd beside the data's says whether the reference net "
-              "explains the data. Where it is far larger (toy-cubic: the raw targets reach +-64, and 16 relu units "
-              "under the N(0, 1) weight prior of the `bnn` family cannot follow them), the reference is the exact "
-              "posterior of an underfitting model, not the truth for the 64-64 runs: its bands are wider for that "
-              "reason, not only for epistemic doubt.")]
+                   "explains the data. Where it is more than twice the data's, the reference is the exact posterior "
+                   "of a model (1-16-1 under the `bnn` family's N(0, 1) weight prior, on the raw targets) that "
+                   "underfits, not the truth for the 64-64 runs: its bands are wider for that reason, not only for "
+                   "epistemic doubt.")]
+    if underfit:
+        lines.append("")
+        lines.append("Underfitting here: " + "; ".join(
+            f"{r['dataset']} (noise sd {r['noise_std_mean']:.3g} against {data_noise(r['dataset'])})" for r in underfit)
+            + ".")
     (RESULTS / "references.md").write_text("\n".join(lines) + "\n")
 
 
