@@ -87,7 +87,7 @@ def measure(dataset_name: str, seed: int, hidden: list[int] | None, cache_dir: s
 
 
 def render(result: dict[str, Any]) -> str:
-    lines = ["## Linearised Laplace on the 1-D toys: bands inside the gaps", "",
+    lines = ["## Non-factorised posteriors (linearised Laplace, deep ensemble) on the 1-D toys: bands inside the gaps", "",
              f"Command: `{result['command']}` ({result['date']}, {result['machine']}). `laplace` with the shipped "
              "defaults (MAP with a N(0, 1) prior tempered by kl_weight 0.1, then the full-GGN Laplace fit with the "
              "prior precision chosen by the marginal likelihood); `ensemble` with its defaults (K MAP members with "
