@@ -72,6 +72,8 @@ VARIANTS = [
     ("fnn", {}),
     ("laplace", {}),
     ("laplace", {"prior_precision": 4.0, "tune_prior": False}),
+    ("ensemble", {}),
+    ("ensemble", {"members": 2, "prior_precision": 3.0}),
 ]
 VARIANT_IDS = [f"{family}-{'-'.join(str(v) for v in options.values()) or 'default'}" for family, options in VARIANTS]
 

@@ -18,7 +18,7 @@ from core.predict.collapsed import (UniformSums, collapsed_predict, evaluate_col
                                     uniform_sum_cdf, uniform_sum_density)
 
 FAMILIES = sorted(FAMILY_PATHS)
-POINT_MASS = ("fnn", "concrete-dropout", "laplace")  # the last layer given the sampled dropout mask is not random
+POINT_MASS = ("fnn", "concrete-dropout", "laplace", "ensemble")  # the last layer given the sampled dropout mask (member) is not random
 
 
 def regression_model(family, likelihood="gaussian", hidden=(5,), seed=0, activation="relu"):

@@ -20,7 +20,8 @@ from tests.support import VARIANT_IDS, VARIANTS, perturb
 # Families whose kl() is an exact KL (or a sum of exact KL terms), hence >= 0.
 # bnn-mixture and the Student-t slab use a one-draw Monte Carlo KL; concrete
 # dropout drops an infinite constant (see its module docstring).
-EXACT_KL = {"lbbnn", "lbbnn-lfmvn", "bnn", "variational-dense", "horseshoe", "sparse-vd", "fnn", "laplace"}
+EXACT_KL = {"lbbnn", "lbbnn-lfmvn", "bnn", "variational-dense", "horseshoe", "sparse-vd", "fnn", "laplace",
+            "ensemble"}
 # Prior constants that must be registered buffers (or frozen parameters) of a layer.
 PRIOR_NAMES = {
     "lbbnn": ["log_slab_variance", "prior_inclusion_logit", "log_beta_a", "log_beta_b"],
@@ -34,6 +35,7 @@ PRIOR_NAMES = {
     "sparse-vd": [],  # the log-uniform prior has no parameters
     "fnn": [],
     "laplace": ["prior_precision"],
+    "ensemble": ["prior_precision"],
 }
 
 
@@ -105,6 +107,11 @@ def test_forward_pre_activation_mean_matches_the_mean_network(family, options):
     layer = model.layers[0]
     x = torch.randn(2, layer.in_features, generator=torch.Generator().manual_seed(0))
     calls, repeats = 100, 200
+    if family == "ensemble":  # (K, B, out): the members' pre-activations, whose mean is the mean network's
+        with torch.no_grad():
+            weight = layer.mean_weights().double()
+            torch.testing.assert_close(layer(x).double().mean(0), x.double() @ weight[:, :-1].T + weight[:, -1])
+        return
     with torch.no_grad():
         torch.manual_seed(1)
         # Draws shared within a call (horseshoe scales, LFMVN logits, relaxed
@@ -138,6 +145,8 @@ def _signal_and_noise(layer, family: str) -> tuple[tuple[int, int], tuple[int, i
         elif family == "laplace":  # |w| / posterior sd, as after a fit
             layer.weight[keep], layer.posterior_std[keep] = 0.5, 0.1
             layer.weight[prune], layer.posterior_std[prune] = 0.0, 1.0
+        elif family == "ensemble":  # magnitude averaged over the members
+            layer.weight[(slice(None), *keep)], layer.weight[(slice(None), *prune)] = 0.5, 0.0
         elif family == "sparse-vd":
             layer.theta[keep], layer.log_sigma2[keep] = 1.0, -10.0
             layer.theta[prune], layer.log_sigma2[prune] = 1e-3, 0.0
@@ -466,6 +475,11 @@ def independent_forward_and_kl(layer, x: torch.Tensor) -> tuple[torch.Tensor, to
         return _horseshoe_reference(layer, x, structured=hasattr(layer, "row_factor"))
     if family in ("lbbnn", "lbbnn-lfmvn"):
         return _lbbnn_reference(layer, x)
+    if family == "ensemble":  # member by member, then the mean of their Gaussian log priors
+        w = layer.weight * layer.fixed_mask
+        x_k = x if x.dim() == 3 else x.expand(w.shape[0], *x.shape)
+        out = torch.stack([x_k[k] @ w[k, :, :-1].T + w[k, :, -1] for k in range(w.shape[0])])
+        return out, torch.stack([0.5 * layer.prior_precision * (w[k] ** 2).sum() for k in range(w.shape[0])]).mean()
     raise AssertionError(f"no independent reference for {family}")  # pragma: no cover - a new family adds one
 
 
@@ -564,7 +578,7 @@ def test_a_fixed_structure_zeroes_the_dropped_weights_everywhere(family, options
         out = layer(x)
         torch.manual_seed(1)
         out_changed = layer(x_changed)
-        torch.testing.assert_close(out[:, 0], out_changed[:, 0])
+        torch.testing.assert_close(out[..., 0], out_changed[..., 0])  # unit 0 (a member axis may lead)
         assert torch.isfinite(layer.kl())
 
 

@@ -240,3 +240,44 @@ def test_post_hoc_fit_on_a_pruned_network_covers_the_kept_weights_only():
     # draws leave the pruned weights where they are
     noise = posterior.noise(50, lambda r: r, 0, torch.device("cpu"))
     assert noise[:, ~kept].abs().max() == 0
+
+
+@pytest.mark.parametrize("likelihood,outputs", [("gaussian", None), ("categorical", 3), ("bernoulli", 2)])
+def test_ggn_equals_autograds_hessian_of_the_loss_through_the_linearised_net(likelihood, outputs):
+    """Lambda from torch's own Hessian of -log p(y | f) in f, not from the hand formulas: the GGN is the
+    Hessian in w of the loss of the network linearised at w* (its second-order term vanishes there)."""
+    from core.models.laplace import curvature_factor
+
+    torch.manual_seed(1)
+    config = ModelConfig(in_features=2, out_classes=outputs, hidden=(3,), family="laplace", activation="tanh",
+                         family_options={"prior_precision": 1.0, "tune_prior": False}, likelihood=likelihood,
+                         likelihood_options={"noise": "fixed", "noise_std": SIGMA} if likelihood == "gaussian" else {})
+    model = build_model(config).double()
+    x = torch.randn(5, 2, dtype=torch.float64)
+    y = torch.randn(5, dtype=torch.float64) if outputs is None else torch.randint(0, outputs, (5,)).double()
+    weights = [w.detach() for w in model.mean_weights()]
+    outputs_at, jacobian = output_jacobian(x, weights, torch.tanh)
+    flat = model.posterior.flatten(weights)
+
+    def linearised_loss(theta):
+        f = outputs_at + torch.einsum("nkp,p->nk", jacobian, theta - flat)
+        return -model.likelihood.log_prob(f, y).sum()
+
+    hessian = torch.autograd.functional.hessian(linearised_loss, flat)
+    factor = curvature_factor(model.likelihood, outputs_at, jacobian)
+    torch.testing.assert_close(factor.T @ factor, hessian, rtol=1e-8, atol=1e-10)
+
+
+def test_laplace_runs_on_the_1d_toys_default_to_tanh_and_other_runs_keep_relu():
+    from core.runs import RunConfig
+
+    assert RunConfig(dataset="toy-sine-gaps", method="laplace").activation == "tanh"
+    assert RunConfig(dataset="toy-cubic", method="linearised-laplace").activation == "tanh"
+    assert RunConfig(dataset="toy-sine-gaps", method="laplace", activation="relu").activation == "relu"
+    assert RunConfig(dataset="toy-sine-gaps", method="bnn").activation == "relu"
+    assert RunConfig(dataset="mnist-small", method="laplace").activation == "relu"
+    # a config that names no activation is the same run as one that names the default (ids unchanged)
+    fingerprint = "0" * 16
+    assert (RunConfig(dataset="toy-sine-gaps", method="bnn").run_id(fingerprint)
+            == RunConfig(dataset="toy-sine-gaps", method="bnn", activation="relu").run_id(fingerprint))
+    assert RunConfig.from_dict(RunConfig(dataset="toy-cubic", method="laplace").to_dict()).activation == "tanh"

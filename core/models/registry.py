@@ -25,6 +25,7 @@ FAMILY_PATHS: dict[str, str] = {
     "sparse-vd": "core.models.sparse_vd:SparseVDLayer",
     "fnn": "core.models.fnn:DeterministicLayer",
     "laplace": "core.models.laplace:LaplaceLayer",
+    "ensemble": "core.models.ensemble:EnsembleLayer",
 }
 
 # Paper names (Hubin & Storvik 2024 tables, Bleahu 2025) accepted on input, case-insensitive.
@@ -40,6 +41,7 @@ ALIASES: dict[str, str] = {
     "vd": "variational-dense",
     "deterministic": "fnn",
     "linearised-laplace": "laplace",
+    "deep-ensemble": "ensemble",
 }
 
 

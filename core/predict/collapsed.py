@@ -68,7 +68,7 @@ def last_layer_conditional(model, last: Tensor, seed: int) -> tuple[Tensor, Tens
     """
     layer: SparseLayer = model.layers[-1]
     family = layer.family
-    if family in ("fnn", "concrete-dropout"):  # a point mass given the (sampled) dropout mask
+    if family in ("fnn", "concrete-dropout", "ensemble"):  # a point mass given the (sampled) dropout mask or member
         return last, torch.zeros_like(last)
     if family == "laplace":
         # Its draws are joint over all layers: the last layer is drawn with the rest and kept as drawn

@@ -173,6 +173,16 @@ def _dataset_option_defaults(options_class: type, dataset: str) -> dict[str, Any
     return {}
 
 
+def default_activation(method: str, dataset: str) -> str:
+    """relu, or on the small regression sets the family's `small_regression_activation` where it
+    declares one (laplace: tanh). Stored configs name their activation, so their ids stay."""
+    if is_small_regression(dataset):
+        declared = getattr(family_class(canonical_family(method)), "small_regression_activation", None)
+        if declared:
+            return declared
+    return "relu"
+
+
 def default_hidden(dataset: str) -> tuple[int, ...]:
     from core.data.registry import dataset_info
 
@@ -216,7 +226,7 @@ class RunConfig:
     data_seed: int = 0  # seed of generated data and of 80/20 splits; `seed` is the training seed
     method: str = "lbbnn"
     hidden: tuple[int, ...] | None = None  # None: default_hidden(dataset)
-    activation: str = "relu"
+    activation: str | None = None  # None: default_activation(method, dataset)
     likelihood: str | None = None  # None: categorical for classification, gaussian for regression
     # The likelihood's noise model (core.models.likelihoods.GaussianOptions); only non-default
     # values are kept, so configs that leave it out keep their run ids.
@@ -251,6 +261,8 @@ class RunConfig:
         if not isinstance(hidden, (list, tuple)):
             raise ConfigError(f"hidden: must be a list of positive layer widths, got {validate.shown(self.hidden)}")
         put("hidden", check_hidden(hidden, self.hidden))
+        if self.activation is None:
+            put("activation", default_activation(self.method, self.dataset))
         if self.activation not in ACTIVATIONS:
             raise ConfigError(f"activation: unknown {self.activation!r}; choose one of {', '.join(ACTIVATIONS)}")
         likelihood = self.likelihood or ("categorical" if task == "classification" else "gaussian")

@@ -24,6 +24,7 @@ FAMILY_COLOURS = {
     "lbbnn": "#0072B2", "lbbnn-lfmvn": "#56B4E9", "bnn": "#E69F00", "bnn-mixture": "#F0E442",
     "variational-dense": "#999999", "concrete-dropout": "#CC79A7", "horseshoe": "#009E73",
     "sparse-vd": "#D55E00", "fnn": "#000000", "laplace": "#882255",
+    "ensemble": "#117733",  # Tol's green: apart from horseshoe's bluish green
 }
 OTHER_FAMILY_COLOUR = "#666666"  # a family missing from the table (none should be)
 REFERENCE_COLOUR = "#5E3C99"  # the NUTS reference: no family's, far from bnn's orange (calibration_charts too)
