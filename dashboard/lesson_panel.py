@@ -57,11 +57,12 @@ def follow_address(pages: Mapping[str, Any]) -> None:
     """A new ?lesson= / ?step= / ?hide= in the address: checked, then followed (once per new value)."""
     from dashboard import links
 
+    # A ?hide= link hides for the rest of the session (a page switch drops the address's parameters);
+    # a new ?hide= replaces it, and an empty one shows everything again.
     hide = st.query_params.get(HIDE)
-    if hide != st.session_state.get(HIDE_SEEN_KEY):
+    if hide is not None and hide != st.session_state.get(HIDE_SEEN_KEY):
         st.session_state[HIDE_SEEN_KEY] = hide
-        accepted = links.accept(HIDE, parse_hide) if hide is not None else ()
-        st.session_state[HIDDEN_KEY] = accepted or ()
+        st.session_state[HIDDEN_KEY] = links.accept(HIDE, parse_hide) or ()
     name, step = st.query_params.get(LESSON), st.query_params.get(STEP)
     if name is None:
         if step is not None:
