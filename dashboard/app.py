@@ -33,13 +33,14 @@ LINKED_RUN_KEY = "linked_run"  # the last link followed
 def run_picker() -> None:
     """Sidebar: choose the current run among the cached ones."""
     from dashboard.backend import plain
-    from dashboard import cache, links, state
+    from dashboard import backend, cache, links, state
     from dashboard.ui import guard
 
     with guard("Listing cached runs"):
         links.accept(links.TRAIN, links.parse_train_token)  # its format only; whose it is, reattach decides
         state.reattach_training()
         state.collect_finished_worker()
+        install_lesson_runs(str(backend.run_store_folder()))
         state.ensure_default_run()
         notice = state.pop_notice()
         if notice:  # it quotes run ids and labels: plain text
@@ -80,6 +81,21 @@ def run_picker() -> None:
             st.query_params[RUN_PARAM] = state.selected_run_id()
             st.session_state[LINKED_RUN_KEY] = state.selected_run_id()
     sidebar_training_status()
+
+
+@functools.lru_cache(maxsize=8)  # once per server process and store
+def install_lesson_runs(store_folder: str) -> None:
+    """The shipped lessons' runs into the store on the first start (BNN_LESSON_RUNS), verified like any
+    stored run; a damaged bundled run is logged and skipped (nothing of it is copied)."""
+    import logging
+
+    from dashboard import backend, settings
+
+    if not settings.lesson_runs():
+        return
+    _, problems = backend.install_bundled_runs(Path(store_folder).parent)
+    for problem in problems:
+        logging.getLogger(__name__).warning(problem)
 
 
 def sidebar_training_status() -> None:

@@ -308,3 +308,12 @@ def prediction_cache_bytes() -> int:
 def predict_slots() -> int | None:
     slots = PREDICT_SLOTS.read(fallback=_secret)
     return slots or None
+
+
+LESSON_RUNS = register(Setting(
+    "BNN_LESSON_RUNS", "flag", True, "place the shipped lessons' runs (assets/lessons/store) into the run store on "
+    "the server's first start, verified like any stored run, so a class opening a lesson waits for no training"))
+
+
+def lesson_runs() -> bool:
+    return bool(LESSON_RUNS.read())

@@ -15,6 +15,9 @@ import pytest
 from tests.support import full_data_dir
 
 os.environ["BNN_OFFLINE"] = "1"
+# The app places the shipped lessons' runs into every store it opens; tests open empty stores on
+# purpose (tests/test_bundled_runs.py turns it on where that is the point).
+os.environ["BNN_LESSON_RUNS"] = "0"
 
 
 def pytest_collection_modifyitems(config, items):

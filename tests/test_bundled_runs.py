@@ -57,3 +57,28 @@ def test_every_shipped_lesson_run_is_bundled():
             run_id = config.run_id(config.load_dataset().fingerprint)
             assert run_id in bundled, (f"lesson {name}: {config.method} on {config.dataset} ({run_id}) is not "
                                        "bundled; run `python -m scripts.bundle_lesson_runs`")
+
+
+@pytest.mark.slow
+def test_a_fresh_server_opens_the_first_lesson_on_its_bundled_run_without_training(tmp_path, monkeypatch):
+    """?lesson=first-steps on an empty store: the shipped runs are placed in the store at the first start
+    and the lesson's first step shows its run; nothing is trained."""
+    from streamlit.testing.v1 import AppTest
+
+    from core.lessons import load_lesson
+    from tests.support import clear_dashboard_caches
+    from tests.test_dashboard_app import APP, TIMEOUT
+
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("BNN_LESSON_RUNS", "1")
+    clear_dashboard_caches()
+    expected = load_lesson("first-steps").step(1).run_id()
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params["lesson"] = "first-steps"
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    assert set(bundled_run_ids()) <= set(RunStore(tmp_path).run_ids())
+    assert at.session_state["selected_run_id"] == expected
+    assert not any("not trained yet" in str(i.value) for i in at.sidebar.info)
+    assert "training_worker" not in at.session_state or at.session_state["training_worker"] is None  # no training
+    clear_dashboard_caches()
