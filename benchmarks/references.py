@@ -17,9 +17,6 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 from core.reference.posterior import (
     DEFAULT_HIDDEN,
     ESS_LIMIT,
@@ -29,6 +26,7 @@ from core.reference.posterior import (
 )
 from core.reference.store import ReferenceStore, compute_reference, reference_id
 
+ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 
 

@@ -41,13 +41,13 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from benchmarks.uci_paired import LEVEL, at_grid_edge, credited, gaussian_bound, holm, paired_comparison
 from core.data.locations import resolve_data_dir
 from core.data.uci import UCI_REGRESSION
 from core.errors import BNNError
 from core.runs.presets import PRESETS, UCI_DATASETS, GridSpec
 
 ROOT = Path(__file__).resolve().parents[1]
-from benchmarks.uci_paired import LEVEL, at_grid_edge, credited, gaussian_bound, holm, paired_comparison
 
 FAMILIES = ("lbbnn", "bnn", "horseshoe", "concrete-dropout", "sparse-vd")
 # Method variants: "<family>+het" trains the family with the heteroscedastic output (the net's second

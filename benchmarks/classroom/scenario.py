@@ -261,7 +261,7 @@ async def run_class(url: str, runs: list[str], scenario: Scenario, report: Repor
                 for s in sessions[:trainers]]
     await asyncio.sleep(3.0)  # the trainings start first, as in class
     browsing = []
-    for index, session in enumerate(sessions[trainers:]):
+    for session in sessions[trainers:]:
         browsing.append(asyncio.create_task(browse(session, report, scenario, runs, deadline, trainer_labels,
                                                    random.Random(rng.random()))))
         await asyncio.sleep(0.1)  # students do not all click in the same millisecond
