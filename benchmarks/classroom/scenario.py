@@ -228,7 +228,8 @@ async def train(session: Session, report: Report, scenario: Scenario, deadline: 
     if session.last is not None:  # cancel the own request before leaving
         cancel = next((b for b in session.last.of_type("button") if b.label.startswith("Cancel")), None)
         if cancel is not None:
-            await timed(session, report, "cancel", expect, trainer_labels, changes={cancel.id: trigger_state(cancel.id)})
+            await timed(session, report, "cancel", expect, trainer_labels,
+                        changes={cancel.id: trigger_state(cancel.id)})
     await session.close()
 
 
