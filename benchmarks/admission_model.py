@@ -173,7 +173,8 @@ def measure(cases: list[dict]) -> dict:
         print(f"measuring {key}", flush=True)
         with tempfile.TemporaryDirectory() as store:
             env = {**os.environ, "BNN_CACHE_DIR": store, "OMP_NUM_THREADS": "1", **BEYOND_LIMITS}
-            done = subprocess.run([sys.executable, "-m", "benchmarks.admission_model", "--child", key], cwd=ROOT, env=env,
+            done = subprocess.run([sys.executable, "-m", "benchmarks.admission_model", "--child", key], cwd=ROOT,
+                                  env=env,
                                   capture_output=True, text=True, timeout=900)
         if done.returncode != 0:
             print(done.stderr[-3000:], flush=True)
@@ -300,7 +301,8 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     os.environ.update(BEYOND_LIMITS)  # the estimates take the same configs
     cases = [case for case in CASES if not args.quick or (
-        max(case.get("hidden", [0])) < 1000 and case.get("samples", 0) * case.get("params", {}).get("n_test", 0) < 10 ** 7)]
+        max(case.get("hidden", [0])) < 1000
+        and case.get("samples", 0) * case.get("params", {}).get("n_test", 0) < 10 ** 7)]
     measured = json.loads(MEASURED.read_text()) if args.table and MEASURED.exists() else measure(cases)
     write_table(measured)
 

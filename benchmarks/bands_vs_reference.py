@@ -142,7 +142,8 @@ def render_section(results: dict[str, Any]) -> str:
              "prior, sampled noise scale; `python -m core reference DATASET`). MAE of the predictive mean and of the "
              "5% / 95% quantiles over the grid, in the data's units; coverage: share of the 200 held-out points in "
              f"the central 90% interval. collapsed-box integrates the {results['box_terms']} widest last-layer terms "
-             "out under a box q (Zeng & Van den Broeck 2023). `bnn` and `variational-dense` are the same model and q (same rows); "
+             "out under a box q (Zeng & Van den Broeck 2023). `bnn` and `variational-dense` are the same model and q "
+             "(same rows); "
              "fnn and concrete-dropout have point-mass last layers, so their collapsed rows equal bma up to the "
              "box's triangular noise. Plot: `bands_vs_reference.png`; printed output: `bands_vs_reference.log`.", ""]
     for name, entry in results["datasets"].items():

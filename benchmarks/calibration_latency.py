@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     net = "-".join(map(str, (784, *hidden, 10)))
     lines = ["# Reliability diagram latency on the Uncertainty page", "",
              (f"Setting: {args.dataset}, LBBNN {net}, {args.epochs} epoch(s), run {run.run_id}, bma R = 10 (the page's "
-             f"default), {run.dataset().n_test} test inputs; server side under streamlit's AppTest, 2 CPU cores shared."),
+             f"default), {run.dataset().n_test} test inputs; server side under streamlit's AppTest, "
+             "2 CPU cores shared."),
              "", (f"Command: `BNN_OFFLINE=1 python -m benchmarks.calibration_latency --hidden {args.hidden} "
              f"--repeats {args.repeats}`"), "",
              (f"Machine load average (1/5/15 min) before {'/'.join(f'{v:.2f}' for v in load_before)}, after "

@@ -47,7 +47,8 @@ def elbo_terms(model, x, y, draws: int, batch: int = 2000) -> dict[str, float]:
         for layer in model.layers:
             if hasattr(layer, "inclusion_logit") and hasattr(layer, "slab_kl"):
                 alpha = layer.inclusion_probability
-                inclusion_kl += float(bernoulli_kl_from_logits(layer.inclusion_logit, layer.prior_inclusion_logit).sum())
+                inclusion_kl += float(
+                    bernoulli_kl_from_logits(layer.inclusion_logit, layer.prior_inclusion_logit).sum())
                 slab_kl += float((alpha * layer.slab_kl()).sum())
                 kept += int((alpha > 0.5).sum())
     # Both KL parts are summed over every weight (the excluded ones cost little) and divided by the

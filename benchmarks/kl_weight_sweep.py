@@ -63,7 +63,8 @@ def render_markdown(entries: list[dict[str, Any]]) -> str:
         for r in e["rows"]:
             if r["epoch"] in (1, 2, 5, 10, e["epochs"]):
                 layers = " / ".join(f"{d:.3f}" for d in (r.get("layer_density") or []))
-                lines.append(f"| {e['kl_weight']:g} | {r['epoch']} | {r['density']:.4f} | {r['mpm_mean_accuracy']:.4f} | "
+                lines.append(f"| {e['kl_weight']:g} | {r['epoch']} | {r['density']:.4f} | "
+                             f"{r['mpm_mean_accuracy']:.4f} | "
                              f"{r['mean_accuracy']:.4f} | {layers} |")
     return "\n".join(lines) + "\n"
 

@@ -75,7 +75,8 @@ def measure(dataset_name: str, seed: int, hidden: list[int] | None, cache_dir: s
         started = time.perf_counter()
         model.fit_posterior(x, y)
         times.append(time.perf_counter() - started)
-    return {"method": "laplace", "dataset": dataset_name, "seed": seed, "hidden": list(run.config.hidden), "activation": run.config.activation, "run_id": run.run_id,
+    return {"method": "laplace", "dataset": dataset_name, "seed": seed, "hidden": list(run.config.hidden),
+            "activation": run.config.activation, "run_id": run.run_id,
             "n_weights": model.n_weights(), "rmse": float(rmse),
             "map_rmse": float(evaluate(model, dataset, "mean", 1)["rmse"]), "gap_ratio": sampled["gap_ratio"],
             "outside_ratio": sampled["outside_ratio"], "gap_ratio_closed_form": closed["gap_ratio"],
@@ -86,7 +87,8 @@ def measure(dataset_name: str, seed: int, hidden: list[int] | None, cache_dir: s
 
 
 def render(result: dict[str, Any]) -> str:
-    lines = ["## Non-factorised posteriors (linearised Laplace, deep ensemble) on the 1-D toys: bands inside the gaps", "",
+    lines = ["## Non-factorised posteriors (linearised Laplace, deep ensemble) on the 1-D toys: "
+             "bands inside the gaps", "",
              f"Command: `{result['command']}` ({result['date']}, {result['machine']}). `laplace` with the shipped "
              "defaults (MAP with a N(0, 1) prior tempered by kl_weight 0.1, then the full-GGN Laplace fit with the "
              "prior precision chosen by the marginal likelihood); `ensemble` with its defaults (K MAP members with "
@@ -99,7 +101,8 @@ def render(result: dict[str, Any]) -> str:
              f"Targets: gap ratio >= {GAP_RATIO_TARGET}, fit <= {FIT_SECONDS_TARGET} s, bma RMSE <= "
              f"{RMSE_TARGETS['toy-sine-gaps']} on toy-sine-gaps (none on toy-cubic: its noise sd is 3.0, and `bnn` "
              "reaches 3.38). MAP RMSE: the mean mode (the MAP net), which bma's mean approaches as R grows.", "",
-             "| family | dataset | seed | net | weights | RMSE | MAP RMSE | gap ratio | gap ratio (closed form) | outside ratio | "
+             "| family | dataset | seed | net | weights | RMSE | MAP RMSE | gap ratio | gap ratio (closed form) | "
+             "outside ratio | "
              "prior precision | GGN rank | fit (s) | meets targets |",
              "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     fmt = lambda value, spec: "-" if value is None else format(value, spec)  # noqa: E731
@@ -114,7 +117,8 @@ def render(result: dict[str, Any]) -> str:
                      f"{row['gap_ratio']:.2f} | "
                      f"{fmt(row['gap_ratio_closed_form'], '.2f')} | {row['outside_ratio']:.2f} | "
                      f"{fmt(row['prior_precision'], '.3g')} | {fmt(row['ggn_rank'], 'd')} | "
-                     f"{'-' if row['ggn_rank'] is None else format(row['fit_seconds'], '.3f')} | {'yes' if ok else 'no'} |")
+                     f"{'-' if row['ggn_rank'] is None else format(row['fit_seconds'], '.3f')} | "
+                     f"{'yes' if ok else 'no'} |")
     lines.append("")
     return "\n".join(lines)
 
@@ -130,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--methods", default="laplace,ensemble", help="families to measure (laplace, ensemble)")
     parser.add_argument("--hidden", default="", help="hidden widths, e.g. 16,16 (default: the dataset's default)")
     parser.add_argument("--activation", default="",
-                        help="the nets' activation (default: the family's on the dataset: tanh for laplace on the toys)")
+                        help="the nets' activation (default: the family's on the dataset: "
+                        "tanh for laplace on the toys)")
     from core.settings import CACHE_DIR  # BNN_CACHE_DIR, read (and checked) where every BNN_* is
     parser.add_argument("--cache-dir", default=CACHE_DIR.read())
     parser.add_argument("--output", default="laplace_gaps", help="name of the result files in benchmarks/results")

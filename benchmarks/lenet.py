@@ -325,7 +325,8 @@ def accuracy_gaps(entry: dict[str, Any], limit: float = 1.0) -> list[tuple[str, 
 COMMAND = "python -m benchmarks.lenet --datasets mnist"
 SETUP_DIFFERENCES = (
     "Known differences of setup, none of them measured yet as a cause: Bleahu's (2025) Algorithm 1 scales the KL by "
-    "1/N relative to the standard ELBO (its loss is (N/M) L + lambda KL / N; we use the standard ELBO, so our KL weighs "
+    "1/N relative to the standard ELBO (its loss is (N/M) L + lambda KL / N; we use the standard ELBO, so our KL "
+    "weighs "
     "N times more and prunes more); its deterministic pre-training runs 100 epochs (ours 10) and its "
     "'Bayesian' pre-training 100 KL-free Bayesian epochs (ours: none, the KL is annealed from the first "
     "epoch); its batch is 256 (ours 100); its accuracies average 200 weight draws (ours: the mean weights; "
@@ -403,7 +404,8 @@ def results_section(results: dict[str, Any] | None = None) -> str:
            f"biases) per layer as the cut at random (mean (sd) over {'/'.join(map(str, n_random))} masks, fixed "
            "seed); *pruned at paper's rates* cuts our learned statistic (the same ranking) at Bleahu's (2025) "
            "published per-layer sparsity instead of the family's threshold; *random at paper's rates* prunes our "
-           "net at random at those rates. Sparsity: share of each weight matrix pruned (784x300, 300x100, 100x10). Paper: "
+           "net at random at those rates. Sparsity: share of each weight matrix pruned (784x300, 300x100, 100x10). "
+           "Paper: "
            + PAPER_SOURCE + ".", ""]
     runs = sorted({(e["command"], e["date"], e["machine"]["cpu"], e["machine"]["cpu_count"]) for e in entries})
     for command, date, cpu, cores in runs:
@@ -422,7 +424,8 @@ def render_markdown(results: dict[str, Any]) -> str:
 
 def _progress(record: dict[str, Any]) -> None:
     if record.get("epoch", 0) % 10 == 0:
-        print(f"    [{record.get('phase')}] epoch {record.get('epoch', 0)}  loss {record.get('loss', float('nan')):.4g}  "
+        print(f"    [{record.get('phase')}] epoch {record.get('epoch', 0)}  "
+              f"loss {record.get('loss', float('nan')):.4g}  "
               f"{record.get('elapsed', 0):.0f} s", flush=True)
 
 
@@ -453,7 +456,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--starts: unknown {s!r}; choose from {', '.join(STARTS)}")
     if args.random_masks < 1:
         parser.error("--random-masks: must be >= 1")
-    command = "python -m benchmarks.lenet " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    arguments = argv if argv is not None else sys.argv[1:]
+    command = "python -m benchmarks.lenet " + " ".join(shlex.quote(a) for a in arguments)
     results = load_results()
     for dataset in datasets:
         for method in methods:
@@ -465,7 +469,8 @@ def main(argv: list[str] | None = None) -> int:
                             "kl_anneal_epochs": config.train.kl_anneal_epochs}
                 shortened = (config.train.epochs != base.train.epochs
                              or config.train.kl_anneal_epochs != base.train.kl_anneal_epochs
-                             or (start == "warm-start" and config.train.warm_start_epochs != base.train.warm_start_epochs))
+                             or (start == "warm-start"
+                                 and config.train.warm_start_epochs != base.train.warm_start_epochs))
                 print(f"[{datetime.now(timezone.utc):%H:%M:%S}] {dataset} {method} {start}: {schedule_label(schedule)}",
                       flush=True)
                 started = time.time()
@@ -474,7 +479,8 @@ def main(argv: list[str] | None = None) -> int:
                 result = evaluate_run(run, paper["sparsity"] if paper else None, args.random_masks)
                 entry = {"dataset": dataset, "method": method, "start": start, "seed": args.seed,
                          "schedule": schedule, "shortened": shortened, "run_id": run.run_id,
-                         "from_cache": run.from_cache, "train_seconds": float(run.metrics.get("train_seconds", float("nan"))),
+                         "from_cache": run.from_cache,
+                         "train_seconds": float(run.metrics.get("train_seconds", float("nan"))),
                          "seconds_per_epoch": float(run.metrics.get("seconds_per_epoch", float("nan"))),
                          "result": result, "command": command,
                          "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),

@@ -17,9 +17,6 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 from core.reference.posterior import (
     DEFAULT_HIDDEN,
     ESS_LIMIT,
@@ -29,6 +26,7 @@ from core.reference.posterior import (
 )
 from core.reference.store import ReferenceStore, compute_reference, reference_id
 
+ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 
 
@@ -72,7 +70,8 @@ def write_table(rows: list[dict], missing: list[str]) -> None:
         lines.append(f"| {r['dataset']} | {r['net']} {r['activation']} | {r['sampler']} | "
                      f"{r['chains']} x ({r['warmup']} + {r['samples']}) | {r['max_tree_depth']} | "
                      f"{r['rhat_max']:.4f} | {r['ess_min']:.0f} | {r['function_ess_median']:.0f} | "
-                     f"{r['noise_std_mean']:.4g} | {data_noise(r['dataset'])} | {r['seconds']:.0f} | {'yes' if r['passes'] else 'NO'} | "
+                     f"{r['noise_std_mean']:.4g} | {data_noise(r['dataset'])} | {r['seconds']:.0f} | "
+                     f"{'yes' if r['passes'] else 'NO'} | "
                      f"`{r['reference_id']}` |")
     for name in missing:
         lines.append(f"| {name} | {'-'.join(str(w) for w in (1, *DEFAULT_HIDDEN[name], 1))} | | | | | | | | | | "
@@ -81,7 +80,8 @@ def write_table(rows: list[dict], missing: list[str]) -> None:
     lines.append("")
     if missing:
         lines.append(f"Not sampled to the end yet (run this script again; it resumes from the cache): "
-                     f"{', '.join(missing)}. Until then no reference of these sets meets the targets, and any older one "
+                     f"{', '.join(missing)}. Until then no reference of these sets meets the targets, and any older "
+                     "one "
                      "in the cache carries its diagnostics warnings.")
         lines.append("")
     if failed:
@@ -89,7 +89,8 @@ def write_table(rows: list[dict], missing: list[str]) -> None:
             f"{r['dataset']}: {' / '.join(r['warnings'])}" for r in failed))
     elif rows:
         lines.append("Every listed reference meets both targets.")
-    underfit = [r for r in rows if r["dataset"] != "toy-hetero" and r["noise_std_mean"] > 2 * float(data_noise(r["dataset"]))]
+    underfit = [r for r in rows
+                if r["dataset"] != "toy-hetero" and r["noise_std_mean"] > 2 * float(data_noise(r["dataset"]))]
     lines += ["", ("Convergence is not fit: the posterior's noise sd beside the data's says whether the reference net "
                    "explains the data. Where it is more than twice the data's, the reference is the exact posterior "
                    "of a model (1-16-1 under the `bnn` family's N(0, 1) weight prior, on the raw targets) that "

@@ -79,7 +79,8 @@ GAP_REASONS = {
                  "tempered by 0.05) against the paper's 250 epochs of the ELBO from scratch, where the posterior "
                  "mean (ALL-MEA) is as far below ours as one draw: the whole posterior fits less; a run of "
                  "this family under the ELBO on this machine is not measured yet",
-    "lbbnn-lfmvn": "the paper's low-rank runs barely prune (inclusion near 0.5; MED at density 0.449 on MNIST, Table A2, and 0.455 on Fashion-MNIST, Table A3); "
+    "lbbnn-lfmvn": "the paper's low-rank runs barely prune (inclusion near 0.5; MED at density 0.449 on MNIST, "
+                   "Table A2, and 0.455 on Fashion-MNIST, Table A3); "
                    "here the logit prior variance is 10 and the fast recipe's tempered objective moves the logits "
                    "(docs/why-lbbnn-over-prunes.md), and one draw is more accurate for the same reasons as lbbnn's",
 }
@@ -173,7 +174,8 @@ def seed_table(store, setups: dict[str, Any], dataset: str) -> tuple[str, list[t
                 acc, count = metric("SIM-SIM R=10 doubt_accuracy"), metric("SIM-SIM R=10 doubt_count")
                 doubt = f"{median_range(acc)} / {statistics.median(count):.0f}" if acc and count else ""
                 if paper.get("SIM-SIM R=10 doubt_count"):
-                    doubt += f" (paper {paper['SIM-SIM R=10 doubt_accuracy']:.3f} / {paper['SIM-SIM R=10 doubt_count']:.0f})"
+                    doubt += (f" (paper {paper['SIM-SIM R=10 doubt_accuracy']:.3f} / "
+                              f"{paper['SIM-SIM R=10 doubt_count']:.0f})")
             first = i == 0
             lines.append(
                 f"| {family if first else ''} | {row.replace(' accuracy', '')} | {median_range(values)} | "
@@ -377,7 +379,8 @@ def build_page(cache_dir=None, data_dir=None, figures: bool = True) -> str:
                              "python -m benchmarks.time_to_quality"))
     out.append("![time to quality](results/time_to_quality.png)\n")
 
-    out.append("## Why LBBNN over-prunes (`python -m benchmarks.elbo_solutions`, `python -m benchmarks.kl_weight_sweep`)\n")
+    out.append("## Why LBBNN over-prunes (`python -m benchmarks.elbo_solutions`, "
+               "`python -m benchmarks.kl_weight_sweep`)\n")
     out.append("Full write-up: `docs/why-lbbnn-over-prunes.md`.\n")
     out.append(_file_section("elbo_solutions.json", elbo_solutions.render_markdown,
                              "python -m benchmarks.elbo_solutions"))
@@ -406,7 +409,8 @@ def build_page(cache_dir=None, data_dir=None, figures: bool = True) -> str:
 
 
 def summary_table(store, setups) -> str:
-    lines = ["| dataset | family | MED-MEA (ours) | paper | density (ours) | paper | seeds |", "|---|---|---|---|---|---|---|"]
+    lines = ["| dataset | family | MED-MEA (ours) | paper | density (ours) | paper | seeds |",
+             "|---|---|---|---|---|---|---|"]
     for dataset, by_family in setups.items():
         for family in ("lbbnn", "bnn", "fnn"):
             config = by_family.get(family)

@@ -148,7 +148,8 @@ def render_markdown(entries: list[dict[str, Any]]) -> str:
     for (preset, accuracy, density), group in by_preset.items():
         times = sorted(e["reached"]["train_seconds"] for e in group if e["reached"])
         if times:
-            median = times[len(times) // 2] if len(times) % 2 else 0.5 * (times[len(times) // 2 - 1] + times[len(times) // 2])
+            middle = len(times) // 2
+            median = times[middle] if len(times) % 2 else 0.5 * (times[middle - 1] + times[middle])
             lines.append(f"- `{preset}`, MED-MEA >= {accuracy:.3f} at density <= {density:.2f}: reached by "
                          f"{len(times)} of {len(group)} seeds; median "
                          f"{median / 60:.1f} min of training (range {times[0] / 60:.1f}-{times[-1] / 60:.1f}).")

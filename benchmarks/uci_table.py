@@ -41,13 +41,13 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from benchmarks.uci_paired import LEVEL, at_grid_edge, credited, gaussian_bound, holm, paired_comparison
 from core.data.locations import resolve_data_dir
 from core.data.uci import UCI_REGRESSION
 from core.errors import BNNError
 from core.runs.presets import PRESETS, UCI_DATASETS, GridSpec
 
 ROOT = Path(__file__).resolve().parents[1]
-from benchmarks.uci_paired import LEVEL, at_grid_edge, credited, gaussian_bound, holm, paired_comparison
 
 FAMILIES = ("lbbnn", "bnn", "horseshoe", "concrete-dropout", "sparse-vd")
 # Method variants: "<family>+het" trains the family with the heteroscedastic output (the net's second
@@ -697,7 +697,8 @@ def _json_summary(summary: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("run", "render"))
-    parser.add_argument("--methods", default=None, help=f"families or variants such as lbbnn+het (default: run {','.join(FAMILIES)}; "
+    parser.add_argument("--methods", default=None,
+                        help=f"families or variants such as lbbnn+het (default: run {','.join(FAMILIES)}; "
                         "render: all, variants included)")
     parser.add_argument("--sets", default=None, help="sets, e.g. boston,yacht (default: all 9)")
     parser.add_argument("--splits", default=None, help="e.g. 0-4 (default: all; protein has 5)")

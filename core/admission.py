@@ -228,7 +228,8 @@ def admit_dataset(name: str, params: Mapping[str, Any] | None, limits: Limits,
     cost = dataset_cost(name, params, shape, speed)
     if limits.memory_bytes is not None and cost.bytes > limits.memory_bytes:
         raise AdmissionError(f"{name}: {size_text(cost.bytes)} of generated data is above the "
-                             f"{size_text(limits.memory_bytes)} one request may use on {limits.where}; fewer points fit")
+                             f"{size_text(limits.memory_bytes)} one request may use on {limits.where}; "
+                             "fewer points fit")
     return shape
 
 

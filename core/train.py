@@ -48,7 +48,8 @@ DEFAULT_LEARNING_RATES = {
     "scales": 1e-2,
     "inclusion": 3e-3,
     "prior": 1e-3,  # inclusion-prior hyperparameters (psi, or a_psi and b_psi) in empirical Bayes
-    "slab_prior": 1e-3,  # slab hyperparameters (sigma_beta^2, or a_beta and b_beta); Hubin & Storvik (2024) Table 1: 1e-5
+    # slab hyperparameters (sigma_beta^2, or a_beta and b_beta); Hubin & Storvik (2024) Table 1: 1e-5
+    "slab_prior": 1e-3,
     "likelihood": 1e-2,
 }
 # Hubin & Storvik (2024) Table 1 raises the inclusion step size during pre-training.
@@ -114,7 +115,8 @@ class TrainConfig:
         object.__setattr__(self, "lr_schedule", LearningRateSchedule.parse(self.lr_schedule, "lr_schedule"))
         check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
         check(self.mc_samples >= 1, "mc_samples", f"must be >= 1, got {self.mc_samples}")
-        check(self.kl_anneal_epochs is None or self.kl_anneal_epochs >= 0, "kl_anneal_epochs", f"must be >= 0, got {self.kl_anneal_epochs}")
+        check(self.kl_anneal_epochs is None or self.kl_anneal_epochs >= 0, "kl_anneal_epochs",
+              f"must be >= 0, got {self.kl_anneal_epochs}")
         check(isinstance(self.kl_weight, (int, float)) and math.isfinite(self.kl_weight) and 0 < self.kl_weight <= 1,
               "kl_weight", f"must lie in (0, 1] (1 is the ELBO; below 1 tempers the KL), got {self.kl_weight!r}")
         check(self.warm_start_epochs >= 0, "warm_start_epochs", f"must be >= 0, got {self.warm_start_epochs}")

@@ -108,7 +108,8 @@ def doubt_slider(key: str = "doubt_level") -> float:
     low, high = DOUBT_LEVEL_RANGE
     return float(st.slider("Doubt level (decide where the max class probability exceeds it)", low, high,
                            value=backend.DOUBT_LEVEL, step=0.001, format="%.3f", key=key,
-                           help=f"{backend.DOUBT_LEVEL:g} is the doubt level of the metric cards (marked on the curve)"))
+                           help=f"{backend.DOUBT_LEVEL:g} is the doubt level of the metric cards "
+                           "(marked on the curve)"))
 
 
 def classifier_section(run_id: str, dataset: Any, mode: str, samples: int, threshold: float | None) -> None:
@@ -222,7 +223,8 @@ def gap_lesson(run: Any, dataset: Any) -> None:
                "(above 1: the band widens where there is no data). Mean-field Gaussian posteriors cannot widen "
                "it much (Foong et al. 2019); the linearised Laplace posterior with the full GGN can.")
     if reference is None:
-        st.caption(f"No NUTS reference is cached for {dataset.name}: `python -m core reference {dataset.name}` adds it.")
+        st.caption(f"No NUTS reference is cached for {dataset.name}: "
+                   f"`python -m core reference {dataset.name}` adds it.")
     elif reference["warning"]:
         st.warning(f"NUTS reference {reference['reference_id']}: {reference['warning']} (needs R-hat <= "
                    f"{backend.TRUST_RHAT} and ESS >= {backend.TRUST_ESS:.0f}); read its band as one more "
@@ -239,7 +241,8 @@ def offer_non_factorised(run: Any) -> None:
     if st.button(f"Train {backend.NON_FACTORISED_FAMILY} on {run.config.dataset}", key="train_non_factorised"):
         with guard("Cannot start training"):
             request = cache.training_queue().submit(
-                json.dumps(config.to_dict(), sort_keys=True),  # the Train page's key: one job per config config, backend.total_epochs(config), label=config.label(),
+                json.dumps(config.to_dict(), sort_keys=True),  # the Train page's key: one job per config
+                config, backend.total_epochs(config), label=config.label(),
                 owner=state.session_owner(), who=state.session_label(), presence=state.queue_presence())
             state.set_worker(request)
             st.success(f"Queued {config.label()}: the Train page shows its progress; come back when it is done.")
@@ -287,7 +290,8 @@ def compare_section(shown: Sequence[tuple[str, str, str]], task: str, ood: str |
             st.vega_lite_chart(altair_spec.spec(charts.compare_risk_coverage(runs)), key="compare_risk_coverage")
         st.dataframe(pd.DataFrame(rows).style.format({c: "{:.4f}" for c in rows[0] if c != "run"}),
                      hide_index=True, key="compare_calibration_table")
-        st.caption(f"{mode}, R = {COMPARE_SAMPLES} where it draws, test set. ECE over {backend.CALIBRATION_BINS} bins; AURC: area under "
+        st.caption(f"{mode}, R = {COMPARE_SAMPLES} where it draws, test set. ECE over {backend.CALIBRATION_BINS} "
+                   "bins; AURC: area under "
                    "risk against coverage (excess: above the best ranking of the same errors); aleatoric and "
                    "epistemic: mean entropy split (nats), on the test set and on the OOD set chosen above.")
     else:
@@ -304,5 +308,6 @@ def compare_section(shown: Sequence[tuple[str, str, str]], task: str, ood: str |
         st.vega_lite_chart(altair_spec.spec(charts.compare_calibration_curves(runs)), key="compare_calibration_curves")
         st.dataframe(pd.DataFrame(rows).style.format({c: "{:.4g}" for c in rows[0] if c != "run"}),
                      hide_index=True, key="compare_calibration_table")
-        st.caption(f"{mode}, R = {COMPARE_SAMPLES} where it draws, test set, original units. Calibration gap: mean |observed - "
+        st.caption(f"{mode}, R = {COMPARE_SAMPLES} where it draws, test set, original units. "
+                   "Calibration gap: mean |observed - "
                    "nominal| coverage over 19 levels; PIT KS: distance of the PIT values from uniform.")

@@ -107,7 +107,8 @@ def render(run_id: str, family: str, snapshots: Any, threshold: float, labels: S
         replay = snapshots.masks_at(index, threshold)
         if replay is not None:
             recorded, masks = replay
-            when = f"epoch {recorded + 1}" + (f" (the latest recorded up to epoch {epoch})" if recorded != index else "")
+            when = f"epoch {recorded + 1}" + (f" (the latest recorded up to epoch {epoch})"
+                                              if recorded != index else "")
             columns = st.columns(min(3, len(masks)))
             for layer, mask in enumerate(masks):
                 columns[layer % len(columns)].vega_lite_chart(raster.mask_picture(mask, f"{labels[layer]} at {when}"))

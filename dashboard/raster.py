@@ -245,7 +245,8 @@ def receptive_field_pictures(first_layer_weights: np.ndarray, first_layer_mask: 
         panel, panel_rows = _image_panel(rgb, {"text": f"unit {unit}", "fontSize": 11, "fontWeight": "normal",
                                                "anchor": "middle"},
                                          cell * width, cell * height, colour if position == 0 else None,
-                                         [-bound, bound], f"unit {unit}: {int(mask[position].sum())} kept input weights",
+                                         [-bound, bound],
+                                         f"unit {unit}: {int(mask[position].sum())} kept input weights",
                                          panel=position)
         panels.append(panel)
         rows += panel_rows

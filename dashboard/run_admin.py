@@ -43,7 +43,8 @@ def cached_runs_section() -> None:
         "differs in": differences.get(r["run_id"], ""),
         "created": dt.datetime.fromtimestamp(r["created"]).strftime("%Y-%m-%d %H:%M") if r.get("created") else "",
         "headline": headline_metric(r.get("metrics") or {}),
-        "status": r.get("status", "ok") if r.get("status", "ok") == "ok" else f"corrupt: {without_server_paths(r.get('error'))}",
+        "status": (r.get("status", "ok") if r.get("status", "ok") == "ok"
+                   else f"corrupt: {without_server_paths(r.get('error'))}"),
     } for r in reversed(rows)])
     st.dataframe(table, hide_index=True, width="stretch")
     ids = list(table["run id"])

@@ -230,7 +230,8 @@ def publish(name: str, value: Any, text: str | None = None) -> None:
     """Write a view setting into the address (only when it changed: each write is a message)."""
     param = VIEW_PARAMS.get(name, name)
     if text is None:
-        text = f"{value:.6g}" if isinstance(value, float) else ",".join(value) if isinstance(value, list) else str(value)
+        text = (f"{value:.6g}" if isinstance(value, float)
+                else ",".join(value) if isinstance(value, list) else str(value))
     if st.query_params.get(param) != text:
         st.query_params[param] = text
 

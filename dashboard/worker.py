@@ -50,12 +50,12 @@ from typing import Any, Callable, Hashable
 
 from core.errors import BNNError
 
-log = logging.getLogger(__name__)
-
 # Process management (threads, child processes) is dashboard/training_process.py; re-exported here
 # for the callers that know the queue (cache.training_queue, the pages, the tests).
 from dashboard.training_process import (TRAINING_NICENESS, TrainFunction, TrainingWorker, WorkerSnapshot,  # noqa: F401
                                         WorkerStatus, default_slots, train_in_subprocess)
+
+log = logging.getLogger(__name__)
 
 
 class QueueRefused(BNNError):

@@ -407,7 +407,8 @@ def test_hostile_links_and_oversized_requests_leave_the_server_whole(server, bro
         page.locator("[data-testid='stAlert']", has_text=f"The link's {param} was not applied").first.wait_for(
             timeout=RENDER_TIMEOUT)
         assert page.locator("a[href*='evil.example']").count() == 0, (
-            query, [a.evaluate("e => e.parentElement.outerHTML") for a in page.locator("a[href*='evil.example']").all()])
+            query, [a.evaluate("e => e.parentElement.outerHTML")
+                    for a in page.locator("a[href*='evil.example']").all()])
         assert page.locator("img[src*='evil.example']").count() == 0, query
         # the refused value left the address (the page may write its own setting there again)
         assert query not in unquote(page.url.replace("+", " ")), (query, page.url)

@@ -1,5 +1,6 @@
 """The calibration and decision charts (dashboard/calibration_charts.py), read back from the
-Vega-Lite spec, and the backend door that feeds them (core's calibration, trust and partner modules, re-exported by dashboard/backend.py), against
+Vega-Lite spec, and the backend door that feeds them (core's calibration, trust and partner modules,
+re-exported by dashboard/backend.py), against
 core's metrics, brute force and closed forms."""
 
 from __future__ import annotations
@@ -158,7 +159,8 @@ def test_too_narrow_predictive_has_the_closed_form_coverage_and_a_u_shaped_pit()
     assert numbers["intervals"]["0.9"]["coverage"] == pytest.approx(expected, abs=0.025)
     density = numbers["pit"]["density"]
     assert density[0] > 1.5 and density[-1] > 1.5 and density[len(density) // 2] < 0.8
-    spec = altair_spec.spec(charts.pit_histogram_chart(numbers["pit"]["edges"], density, numbers["pit"]["ks_statistic"]))
+    spec = altair_spec.spec(charts.pit_histogram_chart(numbers["pit"]["edges"], density,
+                                                       numbers["pit"]["ks_statistic"]))
     rows = rows_of(spec, "pit_low", "pit_high", "density")
     assert sum(r["density"] * (r["pit_high"] - r["pit_low"]) for r in rows) == pytest.approx(1.0)
     curve = numbers["curve"]
@@ -265,7 +267,8 @@ def test_partner_run_prefers_the_same_seed_and_the_right_kind():
             {"run_id": "b", "dataset": "toy-sine-gaps", "method": "laplace", "config": {"seed": 1}},
             {"run_id": "c", "dataset": "toy-cubic", "method": "laplace", "config": {"seed": 1}},
             {"run_id": "d", "dataset": "toy-sine-gaps", "method": "bnn", "config": {"seed": 0}},
-            {"run_id": "e", "dataset": "toy-sine-gaps", "method": "laplace", "config": {"seed": 0}, "status": "corrupt"},
+            {"run_id": "e", "dataset": "toy-sine-gaps", "method": "laplace", "config": {"seed": 0},
+             "status": "corrupt"},
             {"run_id": "me", "dataset": "toy-sine-gaps", "method": "lbbnn", "config": {"seed": 1}}]
     assert backend.partner_run_id(rows, run, non_factorised=True) == "b"
     assert backend.partner_run_id(rows[:1], run, non_factorised=True) == "a"

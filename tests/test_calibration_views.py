@@ -217,6 +217,26 @@ def test_without_a_laplace_run_the_page_offers_one_click_training(store):
     assert (config.method, config.dataset, config.seed) == ("laplace", "toy-cubic", store["cubic"].config.seed)
 
 
+def test_the_one_click_training_queues_the_non_factorised_config(store, monkeypatch):
+    from core.errors import BNNError
+    from dashboard import backend, cache
+    submitted = []
+
+    class RecordingQueue:  # records the request and refuses it: no training starts in the test
+        def submit(self, *args, **kwargs):
+            submitted.append((args, kwargs))
+            raise BNNError("recorded")
+
+    at = open_page(store["cubic"].run_id, "uncertainty")
+    monkeypatch.setattr(cache, "training_queue", RecordingQueue)
+    at.button(key="train_non_factorised").click().run()
+    config = backend.non_factorised_config(store["cubic"])
+    [(args, kwargs)] = submitted
+    assert args == (json.dumps(config.to_dict(), sort_keys=True), config, backend.total_epochs(config))
+    assert kwargs["label"] == config.label()
+    assert [re.sub(r"\\(.)", r"\1", e.value) for e in at.error] == ["Cannot start training: recorded"]
+
+
 # --- the Compare page -----------------------------------------------------------------------------------------
 
 def test_compare_page_tables_cores_calibration_for_classifiers_and_regressions(store):

@@ -87,7 +87,8 @@ CASES: list[list[str]] = [
     ["datasets", "--data-dir", "{FILE}"], ["datasets", "extra"],
     # train: names
     ["train", "--dataset", ""], ["train", "--dataset", "nope"], ["train", "--dataset", "../../etc/passwd"],
-    ["train", "--dataset", "toy-sine-gaps", "--method", ""], ["train", "--dataset", "toy-sine-gaps", "--method", "nope"],
+    ["train", "--dataset", "toy-sine-gaps", "--method", ""],
+    ["train", "--dataset", "toy-sine-gaps", "--method", "nope"],
     [*T, "--activation", "nope"], [*T, "--activation", ""], [*T, "--likelihood", "categorical"],
     [*T, "--likelihood", "nope"], [*T, "--device", ""], [*T, "--device", "tpu"], [*T, "--device", "cuda:x"],
     [*T, "--posttrain-structure", "nope"], [*T, "--bias-prior", "nope"], [*T, "--noise", "nope"],
@@ -164,7 +165,8 @@ CASES: list[list[str]] = [
     *[["explain", "{RUN}", "--index", bad] for bad in ("", "-1", "x", "1e20", HUGE, "2.5", "nan", "99999")],
     *[["explain", "{RUN}", "--index", "0", flag, bad] for flag in ("--samples", "--top", "--output", "--seed")
       for bad in ("0" if flag != "--output" and flag != "--seed" else "-1", "x", HUGE)],
-    ["explain", "{RUN}", "--index", "0", "--threshold", "nan"], ["explain", "{RUN}"], ["explain", "nope", "--index", "0"],
+    ["explain", "{RUN}", "--index", "0", "--threshold", "nan"], ["explain", "{RUN}"],
+    ["explain", "nope", "--index", "0"],
     # train: input skip and target density
     [*T, "--option", "input_skip=yes"], ["train", "--dataset", "toy-sine-gaps", "--method", "laplace", "--hidden", "4",
                                          "--epochs", "1", "--quiet", "--option", "input_skip=true"],

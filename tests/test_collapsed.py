@@ -18,7 +18,8 @@ from core.predict.collapsed import (UniformSums, collapsed_predict, evaluate_col
                                     uniform_sum_cdf, uniform_sum_density)
 
 FAMILIES = sorted(FAMILY_PATHS)
-POINT_MASS = ("fnn", "concrete-dropout", "laplace", "ensemble")  # the last layer given the sampled dropout mask (member) is not random
+# the last layer given the sampled dropout mask (member) is not random
+POINT_MASS = ("fnn", "concrete-dropout", "laplace", "ensemble")
 
 
 def regression_model(family, likelihood="gaussian", hidden=(5,), seed=0, activation="relu"):

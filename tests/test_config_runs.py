@@ -81,14 +81,16 @@ def test_device_is_excluded_from_the_id():
 def test_numbers_are_normalised():
     reference = tiny(family_options={"slab_variance": 1}, train={"epochs": 2, "learning_rates": {"weights": 0.01}})
     for slab, epochs, rate in ((1.0, 2.0, 1e-2), (1e0, 2, 0.010), (1, 2.0, 10e-3)):
-        other = tiny(family_options={"slab_variance": slab}, train={"epochs": epochs, "learning_rates": {"weights": rate}})
+        other = tiny(family_options={"slab_variance": slab},
+                     train={"epochs": epochs, "learning_rates": {"weights": rate}})
         assert other.run_id(FINGERPRINT) == reference.run_id(FINGERPRINT)
     assert isinstance(tiny(train={"epochs": 2.0}).train.epochs, int)
 
 
 def test_defaults_are_filled_in():
     # Naming the default value of an option, likelihood or learning rate is the same run.
-    explicit = tiny(likelihood="categorical", family_options={"prior_inclusion": tiny().family_options["prior_inclusion"]},
+    explicit = tiny(likelihood="categorical",
+                    family_options={"prior_inclusion": tiny().family_options["prior_inclusion"]},
                     train={"epochs": 2, "learning_rates": {"weights": 1e-2}})
     assert explicit.run_id(FINGERPRINT) == tiny().run_id(FINGERPRINT)
     assert tiny().likelihood == "categorical"
@@ -229,7 +231,8 @@ def _model_config(config: RunConfig, in_features: int, classes: int):
 
 
 def test_paper_grid_lbbnn_cells_use_the_prior_of_hubin_storvik_2024_section_4():
-    """Hubin & Storvik (2024) section 4: "Priors for the parameters and model indicators were chosen according to (3)"."""
+    """Hubin & Storvik (2024) section 4: "Priors for the parameters and model indicators were chosen
+    according to (3)"."""
     for label, method, seed, _, config in PRESETS["paper"].cells():
         if method.startswith("lbbnn"):
             options = config.family_options
@@ -261,7 +264,8 @@ def test_bleahu_2025_presets_follow_the_thesis():
 def test_family_defaults_follow_the_papers():
     """The papers' rules, restated: sparse VD prunes at log alpha > 3 and clips log alpha to [-8, 8] (Bleahu 2025);
     variational dense prunes at |mu|/sigma < 0.83 (Bleahu 2025); the horseshoe drops a unit when
-    P(tau v < 1e-3) > 0.9 (Ghosh, Yao & Doshi-Velez 2018); LBBNN's median probability model cuts alpha at 0.5 (Hubin & Storvik 2024)."""
+    P(tau v < 1e-3) > 0.9 (Ghosh, Yao & Doshi-Velez 2018); LBBNN's median probability model cuts alpha at 0.5
+    (Hubin & Storvik 2024)."""
     from core.models.base import Keep
     from core.models.horseshoe import HorseshoeOptions
     from core.models.registry import family_class

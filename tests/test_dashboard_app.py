@@ -153,7 +153,8 @@ def test_ood_table_lists_every_set_with_an_auroc(store):
     scores_in = entropy(dataset.x_test)
     for row in ood.to_dict("records"):
         scores_out = entropy(load_ood(dataset, row["OOD set"], seed=0, n=min(1000, len(dataset.x_test))))
-        above = (scores_out[None, :] > scores_in[:, None]).sum() + 0.5 * (scores_out[None, :] == scores_in[:, None]).sum()
+        above = ((scores_out[None, :] > scores_in[:, None]).sum()
+                 + 0.5 * (scores_out[None, :] == scores_in[:, None]).sum())
         assert row["inputs"] == len(scores_out)
         assert row["mean entropy"] == pytest.approx(scores_out.mean(), rel=1e-6)
         assert row["AUROC (entropy)"] == pytest.approx(above / (len(scores_in) * len(scores_out)), abs=1e-9), row

@@ -49,7 +49,8 @@ def config_after_train(at: AppTest, monkeypatch):
     ("train_batch", "1e20", "Batch size: '1e20' is out of range; give a whole number from 1 to 1000000"),
     pytest.param("train_posttrain", "-1", "Post-training epochs: '-1' is out of range", marks=pytest.mark.slow),
     ("train_kl_weight", "0.0004", "KL weight: '0.0004' is out of range"),
-    pytest.param("train_seed", "-3", "Seed: '-3' is out of range; give a whole number from 0 to 4294967295", marks=pytest.mark.slow),
+    pytest.param("train_seed", "-3", "Seed: '-3' is out of range; give a whole number from 0 to 4294967295",
+                 marks=pytest.mark.slow),
     ("train_opt_lbbnn_prior_inclusion", "1e300", "Prior inclusion probability psi (prior_inclusion): must lie in"),
 ])
 def test_a_number_box_refuses_beside_itself_and_keeps_what_was_typed(form, key, text, message):

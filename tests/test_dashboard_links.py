@@ -137,12 +137,14 @@ def test_good_values_are_taken():
     assert links.parse_train_token("Ab-_9") == "Ab-_9"
 
 
-TEXT = strategies.one_of(strategies.text(max_size=60), strategies.from_regex(r"-?[0-9]{0,6}(\.[0-9]{0,4})?(e-?[0-9]{1,3})?"),
+TEXT = strategies.one_of(strategies.text(max_size=60),
+                         strategies.from_regex(r"-?[0-9]{0,6}(\.[0-9]{0,4})?(e-?[0-9]{1,3})?"),
                          strategies.sampled_from(list(PAYLOADS.values())))
 
 
 @settings(max_examples=200, deadline=None)
-@given(text=TEXT, low=strategies.floats(-10, 10, allow_subnormal=False), width=strategies.floats(0, 10, allow_subnormal=False), n_epochs=strategies.integers(0, 50))
+@given(text=TEXT, low=strategies.floats(-10, 10, allow_subnormal=False),
+       width=strategies.floats(0, 10, allow_subnormal=False), n_epochs=strategies.integers(0, 50))
 @pytest.mark.slow  # many app runs: 3 s CPU
 def test_any_text_is_accepted_within_range_or_refused_with_an_input_error(text, low, width, n_epochs):
     spec = SimpleNamespace(low=low, high=low + width)
@@ -166,7 +168,8 @@ def test_any_text_is_accepted_within_range_or_refused_with_an_input_error(text, 
 
 
 @settings(max_examples=300, deadline=None)
-@given(low=strategies.floats(-1e3, 1e3, allow_subnormal=False), width=strategies.floats(0, 1e3, allow_subnormal=False), fraction=strategies.floats(0, 1, allow_subnormal=False))
+@given(low=strategies.floats(-1e3, 1e3, allow_subnormal=False), width=strategies.floats(0, 1e3, allow_subnormal=False),
+       fraction=strategies.floats(0, 1, allow_subnormal=False))
 def test_a_threshold_the_page_writes_into_the_address_is_taken_back(low, width, fraction):
     high = low + width
     value = min(high, low + fraction * width)
@@ -204,8 +207,8 @@ def test_every_parameter_with_a_bad_value_is_refused_once_and_the_session_stays_
     assert epoch.value == epoch.max  # the last recorded epoch: the link's bad epoch was not applied
 
 
-@pytest.mark.parametrize("page", [pytest.param(page, marks=pytest.mark.slow) for page in ("train", "inclusion", "compare",
-                                                                                       "glossary")]
+@pytest.mark.parametrize("page", [pytest.param(page, marks=pytest.mark.slow)
+                                  for page in ("train", "inclusion", "compare", "glossary")]
                          + ["pruning", "uncertainty"])
 def test_each_page_refuses_bad_view_values_and_shows_valid_settings(store, page):
     params = {"page": page, "threshold": "5", "R": "-5", "mode": EVIL_LINK, "ood": EVIL_IMAGE, "epoch": "100000"}

@@ -703,7 +703,8 @@ def test_inclusion_page_compares_two_masks_and_shows_receptive_fields(store):
 def test_playground_training_draws_while_it_trains():
     import time
     from dashboard import playground_training
-    job = playground_training.PlaygroundTraining({"dataset": "toy-sine-gaps", "hidden": [8], "dataset_params": {"noise": 0.05},
+    job = playground_training.PlaygroundTraining({"dataset": "toy-sine-gaps", "hidden": [8],
+                                                  "dataset_params": {"noise": 0.05},
                                       "train": {"epochs": 200, "batch_size": 500}}, every=20)
     epochs = []
     job.start()

@@ -397,7 +397,8 @@ def test_a_computation_that_fails_midway_leaves_no_half_entry(monkeypatch):
         cache.predict(run, x, "test", owner="a", mode="bma", samples=9)
     monkeypatch.setattr(engine, "run_network", original)
     for samples in (9, 2):
-        assert_same(cache.predict(run, x, "test", owner="a", mode="bma", samples=samples), run.predict(x, "bma", samples))
+        assert_same(cache.predict(run, x, "test", owner="a", mode="bma", samples=samples),
+                    run.predict(x, "bma", samples))
 
 
 def test_a_session_needing_fewer_draws_does_not_wait_for_the_whole_computation(monkeypatch):

@@ -41,7 +41,7 @@ def test_coefficients_are_the_jacobian_of_each_sampled_network(family, skip, act
     for r in range(6):
         weights = [w[r].detach().double() for w in draws]
 
-        def f(point):
+        def f(point, weights=weights):
             with torch.no_grad():
                 return model.forward_with_weights(torch.tensor(point)[None], weights)[0, result.output].item()
 

@@ -304,7 +304,8 @@ def _half_cauchy_kl(mean: torch.Tensor, std: torch.Tensor, rate: torch.Tensor, s
 
 
 def _horseshoe_reference(layer, x: torch.Tensor, structured: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Ghosh, Yao & Doshi-Velez (2018): w_k = s_k beta_k with s_k = tau_k v (regularised: 1 / sqrt(1 / (tau_k v)^2 + 1 / c^2))."""
+    """Ghosh, Yao & Doshi-Velez (2018): w_k = s_k beta_k with s_k = tau_k v
+    (regularised: 1 / sqrt(1 / (tau_k v)^2 + 1 / c^2))."""
     out_features = layer.out_features
     log_v_mean, log_v_std = layer.log_layer_scale_mu, _softplus(layer.log_layer_scale_rho)
     hidden, regularised = not layer.is_output, layer.regularised
@@ -369,7 +370,8 @@ def _horseshoe_reference(layer, x: torch.Tensor, structured: bool) -> tuple[torc
 
 
 def _lbbnn_reference(layer, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Hubin & Storvik (2024): q(w, gamma) = alpha N(mu, sigma^2) [gamma = 1] + (1 - alpha) delta_0 [gamma = 0]; for LFMVN
+    """Hubin & Storvik (2024): q(w, gamma) = alpha N(mu, sigma^2) [gamma = 1] + (1 - alpha) delta_0 [gamma = 0];
+    for LFMVN
     alpha = sigmoid(l) with the logits l ~ N(xi, F F^T + D) drawn once per forward (section 2.3)."""
     options = layer.options
     mu, sigma, xi = layer.weight_mu, _softplus(layer.weight_rho), layer.inclusion_logit

@@ -59,7 +59,8 @@ def open_address(params: dict[str, str]) -> AppTest:
 
 
 def panel_text(at: AppTest) -> str:
-    return " ".join(str(c.value) for c in at.sidebar.caption) + " " + " ".join(str(m.value) for m in at.sidebar.markdown)
+    return (" ".join(str(c.value) for c in at.sidebar.caption) + " "
+            + " ".join(str(m.value) for m in at.sidebar.markdown))
 
 
 def param(at: AppTest, name: str):
@@ -145,4 +146,5 @@ def test_hidden_controls_are_not_drawn_and_keep_their_values(store):
     assert not [s for s in train.selectbox if s.key == "train_method"]
     assert not [t for t in train.text_input if t.key == "train_seed"]
     shown = open_address({})
-    assert [b for b in shown.button if b.key == "train_button"] and [s for s in shown.selectbox if s.key == "train_method"]
+    assert [b for b in shown.button if b.key == "train_button"]
+    assert [s for s in shown.selectbox if s.key == "train_method"]

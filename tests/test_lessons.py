@@ -56,16 +56,19 @@ MALFORMED = {
     "empty": ("", "the key 'title' is missing"),
     "no steps": ('title = "x"\n', "at least one"),
     "unknown top key": ('title = "x"\ntitel = "y"\n' + GOOD_STEP, "unknown key 'titel'"),
-    "unknown step key": ('title = "x"\n' + GOOD_STEP + 'pgae = "x"\n', r"step 1: unknown key 'pgae' \(did you mean 'page'\?\)"),
+    "unknown step key": ('title = "x"\n' + GOOD_STEP + 'pgae = "x"\n',
+                         r"step 1: unknown key 'pgae' \(did you mean 'page'\?\)"),
     "missing page": ('title = "x"\n[[step]]\ntitle = "t"\ntext = "x"\n', "step 1: the key 'page' is missing"),
-    "bad page": ('title = "x"\n[[step]]\npage = "admin"\ntitle = "t"\ntext = "x"\n', r"step 1\.page: 'admin' is not one of"),
+    "bad page": ('title = "x"\n[[step]]\npage = "admin"\ntitle = "t"\ntext = "x"\n',
+                 r"step 1\.page: 'admin' is not one of"),
     "bad control": ('title = "x"\n' + GOOD_STEP + 'hide = ["everything"]\n', r"step 1\.hide: 'everything'"),
     "hide not a list": ('title = "x"\n' + GOOD_STEP + 'hide = "seed"\n', r"step 1\.hide: expected a list"),
     "run and preset": ('title = "x"\n' + GOOD_STEP + 'preset = "quick-mnist"\nrun = { dataset = "two-moons" }\n',
                        "either run or preset"),
     "bad preset": ('title = "x"\n' + GOOD_STEP + 'preset = "slow-mnist"\n', r"step 1\.preset: 'slow-mnist'"),
     "bad run": ('title = "x"\n' + GOOD_STEP + 'run = { dataset = "two-moons", hidden = [-3] }\n', r"step 1\.run: "),
-    "threshold out of range": ('title = "x"\n' + GOOD_STEP + 'view = { threshold = 1.5 }\n', r"step 1\.view\.threshold"),
+    "threshold out of range": ('title = "x"\n' + GOOD_STEP + 'view = { threshold = 1.5 }\n',
+                               r"step 1\.view\.threshold"),
     "R too large": ('title = "x"\n' + GOOD_STEP + 'view = { R = 100000 }\n', r"step 1\.view\.R"),
     "bad mode": ('title = "x"\n' + GOOD_STEP + 'view = { mode = "best" }\n', r"step 1\.view\.mode"),
     "unknown view key": ('title = "x"\n' + GOOD_STEP + 'view = { zoom = 2 }\n', "unknown key 'zoom'"),
@@ -105,7 +108,8 @@ def test_any_text_is_a_lesson_or_one_input_error(text):
 
 @settings(max_examples=100, deadline=None)
 @given(st.dictionaries(st.sampled_from(["threshold", "R", "mode", "ood", "epoch"]),
-                       st.one_of(st.integers(-10, 10**6), st.floats(allow_nan=True, allow_subnormal=False), st.text(max_size=20),
+                       st.one_of(st.integers(-10, 10**6), st.floats(allow_nan=True, allow_subnormal=False),
+                                 st.text(max_size=20),
                                  st.lists(st.text(max_size=5), max_size=3))))
 def test_any_view_table_is_accepted_exactly_or_refused(view):
 

@@ -82,7 +82,8 @@ def test_mpm_equals_prune_at_one_half_for_lbbnn():
                           predict(model, x, "prune", threshold=0.5, samples=5, seed=2).probs_per_draw)
     masks = model.keep_masks(0.5)
     with torch.no_grad():
-        manual = model.forward_with_weights(torch.as_tensor(x), [m * w for m, w in zip(masks, [layer.weight_mu for layer in model.layers])])
+        means = [layer.weight_mu for layer in model.layers]
+        manual = model.forward_with_weights(torch.as_tensor(x), [m * w for m, w in zip(masks, means)])
     assert np.allclose(predict(model, x, "mpm-mean").probs, torch.softmax(manual, -1).numpy(), atol=1e-6)
     assert predict(model, x, "mpm-mean").density == pytest.approx(model.density(masks))
 
@@ -146,7 +147,8 @@ def test_density_conventions():
     assert predict(model, x, "bma", samples=5).density == 1.0
     one = predict(model, x, "bma", samples=1)
     alpha = torch.cat([layer.inclusion_probability.detach().reshape(-1) for layer in model.layers])
-    assert one.density == pytest.approx(one.draw_density) and one.density == pytest.approx(float(alpha.mean()), abs=0.05)
+    assert one.density == pytest.approx(one.draw_density)
+    assert one.density == pytest.approx(float(alpha.mean()), abs=0.05)
     assert predict(model, x, "mean").density == 1.0
     assert predict(make_model("bnn"), x, "bma", samples=3).draw_density == 1.0
 

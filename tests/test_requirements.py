@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OPTIONAL = {"ray", "pyro", "numpyro", "jax"}  # Ray grid backend; Pyro, NumPyro/JAX for the NUTS reference (requirements-reference.txt)
+# Ray grid backend; Pyro, NumPyro/JAX for the NUTS reference (requirements-reference.txt)
+OPTIONAL = {"ray", "pyro", "numpyro", "jax"}
 
 
 def imported_top_level_modules(folder: Path) -> set[str]:

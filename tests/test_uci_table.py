@@ -64,7 +64,8 @@ def test_summary_compares_each_row_with_mc_dropout_on_its_own_splits_paired(tmp_
     assert summary["sets_won_by_lbbnn"] == 0
     text = uci_table.render_markdown(summary)
     assert "| yacht | MC dropout | - | 3 | -2.00 ± 0.58 | - | - | - | ? | - | - | 2.00 ± 0.58 | 1 | - | - |" in text
-    assert "| yacht | bnn | bma | 3 | -1.47 ± 0.58 | -2.00 ± 0.58 | +0.533 ± 0.033 | win | ? | +0.533 ± 0.033 | **win** |" \
+    assert ("| yacht | bnn | bma | 3 | -1.47 ± 0.58 | -2.00 ± 0.58 | +0.533 ± 0.033 | win | ? | +0.533 ± 0.033 | "
+            "**win** |") \
         in text
     assert "yacht 3 of 20 (0-2)" in text
     assert "paired t test at 95 %" in text

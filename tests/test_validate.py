@@ -25,8 +25,9 @@ def test_whole_number_accepts_exactly_the_range(number, low, span):
             assert str(info.value).startswith("n: ") and f"{low:g}" in str(info.value)
 
 
-@given(st.one_of(st.text(max_size=200), st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False), st.booleans(),
-                 st.none(), st.lists(st.integers(), max_size=3), st.integers(min_value=-10**5000 // 1, max_value=10**60)))
+@given(st.one_of(st.text(max_size=200), st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False),
+                 st.booleans(), st.none(), st.lists(st.integers(), max_size=3),
+                 st.integers(min_value=-10**5000 // 1, max_value=10**60)))
 @settings(max_examples=300)
 def test_whole_number_never_raises_anything_but_input_error(value):
     try:
@@ -48,7 +49,8 @@ def test_whole_number_refuses_fractions_booleans_and_huge_text():
     assert issubclass(InputError, ConfigError)  # every caller that catches ConfigError still catches it
 
 
-@given(st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False), st.floats(-10, 10, allow_subnormal=False), st.floats(0, 10, allow_subnormal=False), st.booleans(), st.booleans())
+@given(st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False), st.floats(-10, 10, allow_subnormal=False),
+       st.floats(0, 10, allow_subnormal=False), st.booleans(), st.booleans())
 def test_real_number_interval_ends(value, low, span, low_open, high_open):
     high = low + span
     inside = (math.isfinite(value) and (value > low if low_open else value >= low)

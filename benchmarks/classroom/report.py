@@ -124,7 +124,8 @@ def table(report: Report) -> str:
         "- server: " + ", ".join(f"{name}={value}" for name, value in report.server_settings.items()),
         f"- errors: {len(report.errors)}; cross-session leaks: {len(report.leaks)}",
         f"- server memory (resident): {rss[0] if rss else float('nan'):.0f} MB after the teacher's first page, "
-        f"{max(rss) if rss else float('nan'):.0f} MB at most while sampled, peak (VmHWM) {report.peak_memory_mb:.0f} MB",
+        f"{max(rss) if rss else float('nan'):.0f} MB at most while sampled, "
+        f"peak (VmHWM) {report.peak_memory_mb:.0f} MB",
         f"- trainings: epochs seen by the two training sessions {sorted(report.training_epochs_seen.values())} "
         f"(BNN_MAX_TRAININGS=2, {s.training_hidden.replace(', ', '-')} on {s.dataset}, {s.training_epochs} epochs, "
         f"seeds {s.training_seed_base} and {s.training_seed_base + 1}: configs no earlier class stored; both "

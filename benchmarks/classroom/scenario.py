@@ -228,7 +228,8 @@ async def train(session: Session, report: Report, scenario: Scenario, deadline: 
     if session.last is not None:  # cancel the own request before leaving
         cancel = next((b for b in session.last.of_type("button") if b.label.startswith("Cancel")), None)
         if cancel is not None:
-            await timed(session, report, "cancel", expect, trainer_labels, changes={cancel.id: trigger_state(cancel.id)})
+            await timed(session, report, "cancel", expect, trainer_labels,
+                        changes={cancel.id: trigger_state(cancel.id)})
     await session.close()
 
 
@@ -261,7 +262,7 @@ async def run_class(url: str, runs: list[str], scenario: Scenario, report: Repor
                 for s in sessions[:trainers]]
     await asyncio.sleep(3.0)  # the trainings start first, as in class
     browsing = []
-    for index, session in enumerate(sessions[trainers:]):
+    for session in sessions[trainers:]:
         browsing.append(asyncio.create_task(browse(session, report, scenario, runs, deadline, trainer_labels,
                                                    random.Random(rng.random()))))
         await asyncio.sleep(0.1)  # students do not all click in the same millisecond

@@ -450,7 +450,8 @@ class StructuredHorseshoeLayer(HorseshoeLayer):
         return self.column_variances()[:, None] * h[None, :-1] * h[-1]
 
     def conditional_pre_activation_moments(self, x: Tensor, log_tau_noise: Tensor) -> tuple[Tensor, Tensor]:
-        """Mean and variance of x.beta_k given log tau_k = m_u,k + sd_k * log_tau_noise_k (Ghosh, Yao & Doshi-Velez 2018 eq. 8).
+        """Mean and variance of x.beta_k given log tau_k = m_u,k + sd_k * log_tau_noise_k
+        (Ghosh, Yao & Doshi-Velez 2018 eq. 8).
 
         Two inner products per unit (x.h_beta and (x*x).psi_beta) besides the mean; the
         fixed structure zeroes the masked betas (and their h entries) of each unit.

@@ -152,7 +152,8 @@ def activation_derivative(activation: Callable[[Tensor], Tensor], z: Tensor) -> 
     return grad
 
 
-def output_jacobian(x: Tensor, weights: Sequence[Tensor], activation: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
+def output_jacobian(x: Tensor, weights: Sequence[Tensor],
+                    activation: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
     """Outputs f (n, K) and their Jacobian J (n, K, P) in the flattened augmented weights
     (layer by layer, each (out, in + 1) row-major), by backpropagating the K output directions by hand."""
     inputs, pre = [x], []
@@ -359,7 +360,8 @@ class LaplacePosterior(nn.Module):
         delta, u = float(self.prior_precision), self.eigenvectors
         scale = 1.0 / (delta + self.eigenvalues) - 1.0 / delta
         projected = jacobian @ u  # (n, K, k)
-        variance = (jacobian * jacobian * self.kept.to(u.dtype)).sum(-1) / delta + (projected * projected * scale).sum(-1)
+        variance = ((jacobian * jacobian * self.kept.to(u.dtype)).sum(-1) / delta
+                    + (projected * projected * scale).sum(-1))
         return outputs, variance.clamp_min(0)
 
 

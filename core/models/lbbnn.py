@@ -293,7 +293,8 @@ class LBBNNLayer(SparseLayer):
     def load_point_estimate(self, weight: Tensor) -> None:
         self.weight_mu.data.copy_(weight)
         # Start from the dense net: every weight included with high probability.
-        self.inclusion_logit.data.fill_(math.log(self.options.init_inclusion_high / (1 - self.options.init_inclusion_high)))
+        high = self.options.init_inclusion_high
+        self.inclusion_logit.data.fill_(math.log(high / (1 - high)))
 
     def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
         return {

@@ -133,7 +133,8 @@ class GaussianOptions:
 
     def non_defaults(self) -> dict[str, Any]:
         default = type(self)()
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != getattr(default, f.name)}
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) != getattr(default, f.name)}
 
 
 def gamma_kl(a: Tensor, b: Tensor, a0: Tensor, b0: Tensor) -> Tensor:

@@ -115,7 +115,8 @@ COLLAPSED_MODES = {"collapsed": "gaussian", "collapsed-box": "box"}
 REGRESSION_PREDICTIVES = {
     "mode": "the prediction mode above (mean, epistemic and total 95% bands)",
     "collapsed": "collapsed: body sampled, last layer's Gaussian q integrated out exactly",
-    "collapsed-box": "collapsed, box q on the widest last-layer terms and triangular noise (Zeng & Van den Broeck 2023)",
+    "collapsed-box": "collapsed, box q on the widest last-layer terms and triangular noise "
+                     "(Zeng & Van den Broeck 2023)",
 }
 
 

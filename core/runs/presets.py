@@ -63,7 +63,8 @@ def _quick(dataset: str) -> RunConfig:
 def _lenet(dataset: str) -> RunConfig:
     # Bleahu (2025): LeNet-300-100 with sparse variational dropout, a deterministic warm start, then KL annealing.
     return RunConfig(dataset=dataset, method="sparse-vd", hidden=(300, 100),
-                     train={"warm_start_epochs": 10, "epochs": 100, "kl_anneal_epochs": 50, "batch_size": 100, "kl_weight": 1.0,
+                     train={"warm_start_epochs": 10, "epochs": 100, "kl_anneal_epochs": 50, "batch_size": 100,
+                            "kl_weight": 1.0,
                             "learning_rates": {"weights": 1e-3, "scales": 1e-3}})
 
 
@@ -71,11 +72,13 @@ def _regression_1_64_1() -> RunConfig:
     # Bleahu (2025) section 4.3: one hidden layer of 64, 150 epochs without KL (here: a deterministic warm
     # start), then the KL annealed in over 250 epochs at learning rate 1e-2.
     return RunConfig(dataset="toy-sine-gaps", method="sparse-vd", hidden=(64,),
-                     train={"warm_start_epochs": 150, "epochs": 250, "kl_anneal_epochs": 250, "batch_size": 40, "kl_weight": 1.0,
+                     train={"warm_start_epochs": 150, "epochs": 250, "kl_anneal_epochs": 250, "batch_size": 40,
+                            "kl_weight": 1.0,
                             "learning_rates": {"weights": 1e-2, "scales": 1e-2, "likelihood": 1e-2}})
 
 
-# The UCI regression protocol (Hernandez-Lobato & Adams 2015; Ghosh, Yao & Doshi-Velez 2018): one hidden layer of 50 ReLU
+# The UCI regression protocol (Hernandez-Lobato & Adams 2015; Ghosh, Yao & Doshi-Velez 2018): one hidden layer
+# of 50 ReLU
 # units (100 for protein), 20 train/test splits (5 for protein). What the MC-dropout reference tunes
 # on a validation split (noise precision, regularisation) is learned here: a vague Gamma(1, 0.01)
 # prior on the noise precision (the Gamma(6, 6) of Hernandez-Lobato & Adams 2015 says "noise sd ~ 1 target sd", worth 12
@@ -266,7 +269,8 @@ def _build_presets() -> dict[str, RunConfig | GridSpec]:
 
 PRESETS: dict[str, RunConfig | GridSpec] = _build_presets()
 
-_PAPER_TEXT = ("Hubin & Storvik 2024 {table}: LBBNN-SSP-MF with prior (3) (Beta-Binomial(1, a_psi, b_psi) inclusion, Student-t "
+_PAPER_TEXT = ("Hubin & Storvik 2024 {table}: LBBNN-SSP-MF with prior (3) (Beta-Binomial(1, a_psi, b_psi) inclusion, "
+               "Student-t "
                "slab), empirical Bayes in 20 pre-training epochs, Table 1 step sizes, 250 epochs, relaxed-Bernoulli "
                "(Concrete) estimator{post}")
 _FAST_TEXT = ("fast recipe on {data}: 3 deterministic warm-start epochs, then 20 epochs of LBBNN with the KL "
@@ -285,11 +289,13 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
     "fast-fmnist": _FAST_TEXT.format(data="full Fashion-MNIST"),
     "quick-mnist": "3 epochs of LBBNN with the default settings on the bundled MNIST subset",
     "quick-fmnist": "3 epochs of LBBNN with the default settings on the bundled Fashion-MNIST subset",
-    "lenet-300-100": "Bleahu (2025): LeNet-300-100 with sparse variational dropout on MNIST, 10 deterministic warm-start "
+    "lenet-300-100": "Bleahu (2025): LeNet-300-100 with sparse variational dropout on MNIST, 10 deterministic "
+                     "warm-start "
                      "epochs, then 100 epochs with the KL annealed in over 50",
     "lenet-300-100-mnist": "the same as lenet-300-100",
     "lenet-300-100-fmnist": "lenet-300-100 on Fashion-MNIST",
-    "regression-1-64-1": "Bleahu (2025) section 4.3: a 1-64-1 sparse-VD MLP on toy-sine-gaps, warm start then KL annealing",
+    "regression-1-64-1": "Bleahu (2025) section 4.3: a 1-64-1 sparse-VD MLP on toy-sine-gaps, warm start then "
+                         "KL annealing",
 }
 
 

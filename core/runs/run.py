@@ -44,7 +44,8 @@ from core.snapshots import TrainingSnapshots
 # Credible level of the intervals `coef` reports by default: the level the doubt decision uses.
 INTERVAL_LEVEL = DOUBT_LEVEL
 COEF_SAMPLES = 1000  # draws for families whose q(w | kept) has no closed-form quantiles
-EXPORTED_METRICS = ("accuracy", "nll", "ece", "rmse", "log_likelihood", "density", "active_density")  # written beside an export
+# Written beside an export.
+EXPORTED_METRICS = ("accuracy", "nll", "ece", "rmse", "log_likelihood", "density", "active_density")
 # Stored final evaluations whose headline metric `summary` lists, in this order.
 SUMMARY_MODES = ("SIM-SIM R=10", "MED-SIM R=10", "MED-MEA R=1", "ALL-MEA R=1")
 

@@ -403,7 +403,8 @@ class RunReading:
             try:
                 row = self._row(run_id)
             except Exception as exc:  # never one folder breaking the whole listing
-                row = RunInfo(run_id, self.path(run_id), None, None, None, None, _folder_size(self.path(run_id)), {}, {},
+                row = RunInfo(run_id, self.path(run_id), None, None, None, None, _folder_size(self.path(run_id)),
+                              {}, {},
                               "corrupt",
                               _one_line(f"run {run_id}: cannot be read ({type(exc).__name__}: {exc})"))
             if row is not None:
