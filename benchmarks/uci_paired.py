@@ -1,4 +1,4 @@
-"""Paired per-split comparisons for the UCI table (issue 27 item 4).
+"""Paired per-split comparisons for the UCI table.
 
 Both sides of a comparison are evaluated on the same train/test splits, so the split's difficulty
 is common to both: the statistic is the per-split difference d_s = ours_s - theirs_s, its mean and
