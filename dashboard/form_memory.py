@@ -2,9 +2,11 @@
 
 Streamlit discards a widget's state at the end of every script run that does not draw it: going to
 the Pruning page and back reset the Train form to its defaults. The form's values are therefore
-copied, after each drawing, into a dict of our own in the session state (`MEMORY_KEY`) and copied
+copied, after each drawing, into a dict of our own (`memory()`, kept in the session state) and copied
 back into the widgets' keys before the next drawing when Streamlit has dropped them (as
-state.persistent_widget does for the view settings).
+state.persistent_widget does for the view settings). A reload starts a new Streamlit session: where
+the browser is recognised (its XSRF cookie, state.session_owner) the dict is the browser's, kept in
+this server process, so the reloaded form is the one left.
 
 "Train the same with another family / seed" writes a run's config into the same widget keys
 (`fill_from_config`). What the form has no box for (the split, the data seed, the activation, the
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import streamlit as st
@@ -50,8 +54,34 @@ def is_form_key(key: str) -> bool:
     return key in FORM_KEYS or key.startswith(FORM_PREFIXES)
 
 
+_browsers: OrderedDict[str, dict[str, Any]] = OrderedDict()
+_browsers_lock = threading.Lock()
+
+
+def browser_memory(owner: str) -> dict[str, Any]:
+    """The form's memory shared by the sessions of one browser (a reload is a new Streamlit session):
+    the most recently used BNN_FORM_MEMORY_BROWSERS browsers are kept in this server process."""
+    from dashboard.settings import form_memory_browsers
+
+    with _browsers_lock:
+        kept = _browsers.setdefault(owner, {})
+        _browsers.move_to_end(owner)
+        while len(_browsers) > form_memory_browsers():
+            _browsers.popitem(last=False)
+        return kept
+
+
 def memory() -> dict[str, Any]:
-    return st.session_state.setdefault(MEMORY_KEY, {})
+    """This session's memory: its browser's when the browser is recognised (state.session_owner), so a
+    reload finds the form as it was; else the session's own."""
+    kept = st.session_state.get(MEMORY_KEY)
+    if kept is None:
+        from dashboard import state
+
+        owner = state.session_owner()
+        kept = browser_memory(owner) if owner.startswith("browser:") else {}
+        st.session_state[MEMORY_KEY] = kept
+    return kept
 
 
 def restore() -> None:

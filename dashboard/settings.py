@@ -369,6 +369,16 @@ PREDICT_SLOTS = register(Setting(
     "served (0: no limit)", low=0, high=10_000, secret_key="predict_slots"))
 
 
+FORM_MEMORY_BROWSERS = register(Setting(
+    "BNN_FORM_MEMORY_BROWSERS", "whole", 1000, "browsers whose Train form choices the server keeps for a "
+    "reload (the most recently used; a few hundred bytes each)", low=1, high=10 ** 6,
+    secret_key="form_memory_browsers"))
+
+
+def form_memory_browsers() -> int:
+    return FORM_MEMORY_BROWSERS.read(fallback=_secret)
+
+
 def cached_runs() -> int:
     return CACHED_RUNS.read(fallback=_secret)
 

@@ -93,3 +93,36 @@ def test_another_family_keeps_everything_but_the_family_options(moons_run, monke
     expected = RunConfig.from_dict({**moons_run.config.to_dict(), "method": "bnn", "family_options": {},
                                     "seed": moons_run.config.seed + 1})
     assert config.to_dict() == expected.to_dict()
+
+
+def test_a_reload_of_the_same_browser_finds_the_form_as_it_was(tmp_path, monkeypatch):
+    """A reload is a new Streamlit session; the browser (state.session_owner, from its XSRF cookie) is
+    the same, and so is the form. Another browser gets the defaults."""
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+
+    def session_of(owner: str) -> AppTest:
+        at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+        at.session_state["session_owner"] = owner  # what state.session_owner derives from the cookie
+        return at.run()
+
+    first = session_of("browser:reload-test")
+    first.selectbox(key="train_dataset").set_value("two-moons").run()
+    first.text_input(key="train_epochs").input("7").run()
+    reloaded = session_of("browser:reload-test")
+    assert reloaded.selectbox(key="train_dataset").value == "two-moons"
+    assert reloaded.text_input(key="train_epochs").value == "7"
+    other = session_of("browser:someone-else")
+    assert other.selectbox(key="train_dataset").value != "two-moons"
+    assert other.text_input(key="train_epochs").value == "0"
+    tab = session_of("session:no-cookie")  # a browser not recognised: its session's own memory only
+    assert tab.text_input(key="train_epochs").value == "0"
+
+
+def test_the_server_keeps_a_bounded_number_of_browsers(monkeypatch):
+    from dashboard import form_memory
+    monkeypatch.setenv("BNN_FORM_MEMORY_BROWSERS", "2")
+    monkeypatch.setattr(form_memory, "_browsers", type(form_memory._browsers)())
+    for owner in ("browser:a", "browser:b", "browser:c"):
+        form_memory.browser_memory(owner)["train_epochs"] = owner
+    assert list(form_memory._browsers) == ["browser:b", "browser:c"]
+    assert form_memory.browser_memory("browser:b")["train_epochs"] == "browser:b"
