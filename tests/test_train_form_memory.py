@@ -126,3 +126,13 @@ def test_the_server_keeps_a_bounded_number_of_browsers(monkeypatch):
         form_memory.browser_memory(owner)["train_epochs"] = owner
     assert list(form_memory._browsers) == ["browser:b", "browser:c"]
     assert form_memory.browser_memory("browser:b")["train_epochs"] == "browser:b"
+
+
+def test_a_remembered_choice_no_longer_offered_falls_back_to_the_default(tmp_path, monkeypatch):
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.session_state["train_form_memory"] = {"train_dataset": "a-table-since-deleted", "train_method": "gone"}
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="train_dataset").value == "mnist-small"
+    assert at.selectbox(key="train_method").value == "lbbnn"

@@ -198,6 +198,8 @@ def form_fields() -> dict[str, Any] | None:
     datasets = {row["name"]: row for row in dataset_table()}
     names = list(datasets)
     errors = FormErrors()
+    if st.session_state.get("train_dataset", names[0]) not in datasets:  # remembered, since gone from the list
+        del st.session_state["train_dataset"]
     if lesson_panel.hidden("dataset"):  # ?hide= or a lesson step: the choice stays, undrawn
         dataset = st.session_state.get("train_dataset", backend.DEFAULT_DATASET)
         dataset = dataset if dataset in datasets else backend.DEFAULT_DATASET
@@ -216,6 +218,8 @@ def form_fields() -> dict[str, Any] | None:
 
     methods = method_options()
     method_names = list(methods)
+    if st.session_state.get("train_method", method_names[0]) not in methods:
+        del st.session_state["train_method"]
     if lesson_panel.hidden("method"):
         method = st.session_state.get("train_method", "lbbnn")
         method = method if method in method_names else method_names[0]
