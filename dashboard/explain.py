@@ -14,8 +14,10 @@ PAGE_INTROS = {
     "inclusion": (
         "Each weight has a number that says how much the network needs it (for LBBNN: its inclusion "
         "probability). The histograms show these numbers per layer; the red line is the threshold, and weights "
-        "on the kept side of it form the pruned network. Look for the two spikes near 0 and 1: a network that "
-        "has decided. The green curve or line is what the prior believed before seeing data."),
+        "on the kept side of it form the pruned network. Expect the bulk near the prior's psi, not at 0: the "
+        "data says little about most weights, so their inclusion probability stays close to what the prior "
+        "believed (the green curve or line); the weights the network needs move up towards 1, and a pile near 0 "
+        "appears only where the data argues against a weight."),
     "pruning": (
         "Prune at a threshold and see what it costs. The curve shows test accuracy (or RMSE) against the "
         "fraction of weights kept; click a point on it to move the threshold there. The star marks a suggested "
@@ -32,8 +34,9 @@ PAGE_INTROS = {
         "should get higher entropy); the table gives every prediction mode's score, as in the paper's tables. "
         "Each family keeps its colour on every chart."),
     "playground": (
-        "A tiny network (a few hundred weights) trains here in a few seconds and is drawn while it learns: the "
-        "fit with its uncertainty, which connections it keeps, and the inclusion histogram. Change the prior, "
+        "A small network trains here, on this server, and is drawn while it learns (the line below the controls "
+        "says how many weights it has): the fit with its uncertainty, which connections it keeps, and the "
+        "inclusion histogram. Change the prior, "
         "the noise or the data and it starts again: watch a smaller psi prune more, or more noise widen the "
         "bands."),
     "glossary": "The names the papers (and this app's prediction modes) use, in one place.",

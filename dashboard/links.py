@@ -1,4 +1,4 @@
-"""The address's parameters: a shared link (`?run=..&page=..&threshold=..&mode=..&R=..&ood=..&epoch=..`)
+"""The address's parameters: a shared link (`?run=..&page=..&threshold=..&mode=..&R=..&weights=..&ood=..&epoch=..`)
 and the page's own training (`?train=..`).
 
 Each parameter is read by one parser built on core.validate and checked against what the current
@@ -21,6 +21,7 @@ from dashboard.backend import validate
 from core.errors import BNNError, InputError
 
 RUN, PAGE, THRESHOLD, MODE, SAMPLES, OOD, EPOCH, TRAIN = "run", "page", "threshold", "mode", "R", "ood", "epoch", "train"
+WEIGHTS = "weights"  # the Pruning page's mean / sample weights of the kept connections (it changes the numbers)
 # Run ids are 16 hex characters (a unique prefix is enough); a training token is 16 URL-safe
 # characters. Either is one word: anything longer or with other characters is no id of this app.
 ID_CHARS = 64
@@ -57,6 +58,10 @@ def parse_threshold(text: Any, spec: Any) -> float:
 
 def parse_mode(text: Any, modes: Iterable[str]) -> str:
     return validate.one_of(text, MODE, modes)
+
+
+def parse_weights(text: Any, choices: Iterable[str]) -> str:
+    return validate.one_of(text, WEIGHTS, choices)
 
 
 def parse_samples(text: Any, high: int = MAX_SAMPLES) -> int:
@@ -120,12 +125,12 @@ def show_refusals() -> None:
         st.warning(validate.plain(message))
 
 
-VIEW = (THRESHOLD, MODE, SAMPLES, OOD, EPOCH)
+VIEW = (THRESHOLD, MODE, SAMPLES, WEIGHTS, OOD, EPOCH)
 
 
 def apply_view(run_id: str | None) -> None:
-    """Once per session (a browser tab opening a link): the address's threshold, mode, R, OOD sets
-    and epoch, each checked against the run `run_id`, become that run's settings."""
+    """Once per session (a browser tab opening a link): the address's threshold, mode, R, weights, OOD
+    sets and epoch, each checked against the run `run_id`, become that run's settings."""
     from dashboard import backend, cache, state
 
     if st.session_state.get(VIEW_APPLIED_KEY):
@@ -153,6 +158,9 @@ def apply_view(run_id: str | None) -> None:
     samples = accept(SAMPLES, parse_samples)
     if samples is not None:
         state.store_setting(run_id, "samples", samples)
+    weights = accept(WEIGHTS, lambda text: parse_weights(text, backend.WEIGHT_CHOICES))
+    if weights is not None:
+        state.store_setting(run_id, "weights", weights)
     ood = accept(OOD, lambda text: parse_ood(text, backend.ood_set_names(cache.cached_run(run_id).dataset())))
     if ood is not None:
         st.session_state[OOD_LINK_KEY] = (run_id, ood)

@@ -50,6 +50,14 @@ def playground_refusal(values: dict[str, Any]) -> str | None:
     return None
 
 
+def kept_text(picture: dict) -> str:
+    """How many connections the picture's masks keep: the graph alone looked the same at psi 0.135 and 0.03."""
+    kept = int(sum(int(np.count_nonzero(mask)) for mask in picture["masks"]))
+    total = int(sum(int(np.size(mask)) for mask in picture["masks"]))
+    return (f"Kept at the default cut ({picture['default']:g}): {kept:,} of {total:,} connections "
+            f"({kept / max(total, 1):.1%}).")
+
+
 class PlaygroundTraining:
     """Trains one small config in a thread of this process and keeps the latest picture.
 

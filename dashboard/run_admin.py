@@ -86,6 +86,10 @@ def teacher_section() -> None:
     from dashboard.settings import classroom_mode
     if not classroom_mode():
         return
+    from dashboard.settings import classroom_notice
+    notice = classroom_notice()
+    if notice:  # turned on by itself: the teacher is told why, and how to turn it off
+        st.caption(notice)
     with st.expander("Teacher"):
         if not state.may_manage_runs():
             with st.form("teacher_unlock_form", clear_on_submit=True, border=False):

@@ -49,8 +49,11 @@ def _secrets() -> dict[str, Any]:
 
 
 CLASSROOM = register(Setting(
-    CLASSROOM_VARIABLE, "flag", False, "classroom mode: sessions cannot delete runs or clear caches; every "
-    "computation uses one PyTorch thread unless BNN_COMPUTE_THREADS says otherwise", secret_key="classroom"))
+    CLASSROOM_VARIABLE, "flag", None, "classroom mode: sessions cannot delete runs or clear caches; every "
+    "computation uses one PyTorch thread unless BNN_COMPUTE_THREADS says otherwise (unset: on whenever the "
+    "server listens on an address other machines reach, i.e. Streamlit's server.address is not a loopback "
+    "address; set 0 to turn it off there)", secret_key="classroom",
+    shown_default="on when the server listens beyond loopback"))
 TEACHER_TOKEN = register(Setting(
     TEACHER_TOKEN_VARIABLE, "text", None, "the token that unlocks deleting runs, clearing caches and the "
     "training queue's panel in classroom mode (a secret: environment or secrets.toml, never config.toml)",
@@ -59,8 +62,81 @@ TEACHER_TOKEN = register(Setting(
 
 def classroom_mode() -> bool:
     """BNN_CLASSROOM (or classroom in secrets.toml); a value that is no yes/no word is refused, never
-    read as "off" (a typo must not leave a class's server unprotected)."""
-    return bool(CLASSROOM.read(fallback=_secret))
+    read as "off" (a typo must not leave a class's server unprotected). Unset, it is on whenever the
+    server is reachable from other machines: before, any browser that reached such a server could
+    delete any run unless the teacher had remembered the variable."""
+    configured = CLASSROOM.read(fallback=_secret)
+    if configured is not None:
+        return bool(configured)
+    address = server_address()
+    on = listens_beyond_loopback(address)
+    _say_once(on, address)
+    return on
+
+
+LOOPBACK_NAMES = ("localhost",)
+
+
+def server_address() -> str | None:
+    """The address this process's Streamlit server listens on ("" for every interface, Streamlit's
+    default), or None when no server runs here (AppTest, the command line)."""
+    try:
+        import streamlit as st
+        from streamlit import runtime
+    except ImportError:
+        return None
+    # AppTest installs a stand-in runtime (a mock): only a real one serves browsers.
+    if not runtime.exists() or type(runtime.Runtime.instance()) is not runtime.Runtime:
+        return None
+    return str(st.get_option("server.address") or "").strip()
+
+
+def listens_beyond_loopback(address: str | None) -> bool:
+    """Whether other machines can reach a server listening on `address`: every interface (empty,
+    0.0.0.0, ::) and any address or host name that is not loopback do; None (no server) does not."""
+    import ipaddress
+
+    if address is None:
+        return False
+    host = address.strip().strip("[]").lower()
+    if not host:
+        return True
+    if host in LOOPBACK_NAMES:
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it resolves to some interface of this machine
+        return True
+
+
+_said: list[bool] = []
+_said_lock = threading.Lock()
+
+
+def classroom_notice() -> str | None:
+    """What the teacher reads when classroom mode turned itself on (None otherwise)."""
+    if CLASSROOM.read(fallback=_secret) is not None or not classroom_mode():
+        return None
+    address = server_address() or "every interface"
+    return (f"Classroom protections are on because this server listens on {address}, which other machines "
+            f"can reach: only the teacher (the token in {TEACHER_TOKEN_VARIABLE}) can delete runs, clear "
+            f"caches or cancel others' trainings. Set {CLASSROOM_VARIABLE}=0 to turn them off.")
+
+
+def _say_once(on: bool, address: str | None) -> None:
+    """The server's log says once, at its first page, why classroom mode is on or off."""
+    if address is None:
+        return
+    with _said_lock:
+        if _said:
+            return
+        _said.append(on)
+    if on:
+        log.warning("classroom protections ON: the server listens on %s, reachable from other machines "
+                    "(%s unset; set it to 0 to turn them off)", address or "every interface", CLASSROOM_VARIABLE)
+    else:
+        log.info("classroom protections off: the server listens on loopback %s only (%s unset)", address,
+                 CLASSROOM_VARIABLE)
 
 
 def teacher_token() -> str | None:
@@ -291,6 +367,16 @@ PREDICTION_CACHE_MB = register(Setting(
 PREDICT_SLOTS = register(Setting(
     "BNN_PREDICT_SLOTS", "whole", 0, "predictions computed at once, the others queued first come, first "
     "served (0: no limit)", low=0, high=10_000, secret_key="predict_slots"))
+
+
+FORM_MEMORY_BROWSERS = register(Setting(
+    "BNN_FORM_MEMORY_BROWSERS", "whole", 1000, "browsers whose Train form choices the server keeps for a "
+    "reload (the most recently used; a few hundred bytes each)", low=1, high=10 ** 6,
+    secret_key="form_memory_browsers"))
+
+
+def form_memory_browsers() -> int:
+    return FORM_MEMORY_BROWSERS.read(fallback=_secret)
 
 
 def cached_runs() -> int:

@@ -216,7 +216,7 @@ def pop_notice() -> str | None:
 
 
 # The view in the address: ?run=..&threshold=..&mode=..&R=..&ood=..; a copied link reproduces it.
-VIEW_PARAMS = {"threshold": "threshold", "mode": "mode", "samples": "R"}
+VIEW_PARAMS = {"threshold": "threshold", "mode": "mode", "samples": "R", "weights": "weights"}
 MAX_SAMPLES = links.MAX_SAMPLES
 
 

@@ -58,7 +58,7 @@ def test_sampling_a_structure_follows_has_structure_and_the_inclusion_probabilit
 
 def test_the_family_list_is_the_registry_and_every_family_has_a_colour():
     from core.runs.presets import ALL_FAMILIES
-    from dashboard.figures import FAMILY_COLOURS
+    from dashboard.charts import FAMILY_COLOURS
     assert FAMILIES == tuple(FAMILY_PATHS)
     assert set(FAMILIES) <= set(FAMILY_COLOURS), sorted(set(FAMILIES) - set(FAMILY_COLOURS))
     assert set(FAMILY_COLOURS) <= set(FAMILIES), "colours only for registered families"

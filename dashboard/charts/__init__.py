@@ -14,7 +14,7 @@ from __future__ import annotations
 from dashboard.charts.style import (  # noqa: F401
     CHART_WIDTH, CLASS_COLOURS, FAMILY_COLOURS, FIXED_SIZE, GRADIENT_LEGEND,
     HISTOGRAMS_PER_ROW, MAX_HEATMAP_CELLS, OTHER_FAMILY_COLOUR, REFERENCE_COLOUR, family_colour, family_key,
-    layer_label)
+    layer_label, run_key)
 from dashboard.charts.histograms import (  # noqa: F401
     THRESHOLD_DATASET, histogram_frame, histogram_range, inline_datasets, prior_chart, statistic_histogram,
     threshold_rule, with_threshold_rules)

@@ -47,14 +47,19 @@ def _block_edges(length: int, max_cells: int) -> np.ndarray:
     return np.unique(np.linspace(0, length, cells + 1).round().astype(np.int64))
 
 
+# The matrices' axes: titled (which side is which), without a label per unit (hundreds of them).
+INPUT_AXIS = alt.Axis(title="input unit (last column: bias)", labels=False, ticks=False, domain=False)
+OUTPUT_AXIS = alt.Axis(title="output unit", labels=False, ticks=False, domain=False)
+
+
 def mask_heatmap(mask: np.ndarray, title: str, max_cells: int = MAX_HEATMAP_CELLS) -> alt.Chart:
     """Kept (1) / pruned (0) weights of one augmented (out, in+1) matrix; blocks show the kept fraction."""
     frame = block_frame(np.asarray(mask, dtype=np.float64), max_cells)
     blocked = bool((frame["size"] > 1).any())
     colour_title = "kept fraction" if blocked else "kept"
     return alt.Chart(frame).mark_rect().encode(
-        x=alt.X("col:O", title="input (last column: bias)", axis=None),
-        y=alt.Y("row:O", title="output unit", axis=None),
+        x=alt.X("col:O", axis=INPUT_AXIS),
+        y=alt.Y("row:O", axis=OUTPUT_AXIS),
         color=alt.Color("mean:Q", title=colour_title, scale=alt.Scale(domain=[0, 1], scheme="greys"),
                         legend=alt.Legend(**GRADIENT_LEGEND)),
         tooltip=["row_start:Q", "col_start:Q", alt.Tooltip("total:Q", title="kept"), "size:Q"],
@@ -66,8 +71,8 @@ def weight_heatmap(weights: np.ndarray, title: str, max_cells: int = MAX_HEATMAP
     frame = block_frame(weights, max_cells)
     bound = float(np.abs(frame["mean"]).max()) or 1.0
     return alt.Chart(frame).mark_rect().encode(
-        x=alt.X("col:O", axis=None),
-        y=alt.Y("row:O", axis=None),
+        x=alt.X("col:O", axis=INPUT_AXIS),
+        y=alt.Y("row:O", axis=OUTPUT_AXIS),
         color=alt.Color("mean:Q", title="weight", scale=alt.Scale(scheme="redblue", domain=[-bound, bound]),
                         legend=alt.Legend(**GRADIENT_LEGEND)),
         tooltip=["row_start:Q", "col_start:Q", alt.Tooltip("mean:Q", format=".3f")],
@@ -176,7 +181,7 @@ def mask_difference_frame(mask_a: np.ndarray, mask_b: np.ndarray, max_cells: int
 def mask_difference(mask_a: np.ndarray, mask_b: np.ndarray, title: str, max_cells: int = MAX_HEATMAP_CELLS) -> alt.Chart:
     frame = mask_difference_frame(mask_a, mask_b, max_cells)
     return alt.Chart(frame).mark_rect().encode(
-        x=alt.X("col:O", axis=None), y=alt.Y("row:O", axis=None),
+        x=alt.X("col:O", axis=INPUT_AXIS), y=alt.Y("row:O", axis=OUTPUT_AXIS),
         color=alt.Color("state:N", title="weight", scale=alt.Scale(domain=list(MASK_STATES),
                                                                     range=list(MASK_STATE_COLOURS)),
                         legend=alt.Legend(orient="bottom", columns=2)),

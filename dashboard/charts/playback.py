@@ -63,6 +63,9 @@ def snapshot_histograms(histogram: np.ndarray, edges: np.ndarray, statistic_name
     return alt.concat(*charts, columns=HISTOGRAMS_PER_ROW).properties(title=title)
 
 
+LAYER_DASHES = ([8, 4], [2, 3], [10, 3, 2, 3], [4, 2, 4, 2, 1, 2], [14, 4])  # solid is "all weights"
+
+
 def density_over_epochs_frame(density: np.ndarray, overall: np.ndarray, phases: Sequence[str],
                               labels: Sequence[str], max_epochs: int = MAX_CURVE_EPOCHS,
                               keep_epoch: int | None = None) -> pd.DataFrame:
@@ -85,11 +88,12 @@ def density_over_epochs_frame(density: np.ndarray, overall: np.ndarray, phases: 
 
 def density_over_epochs(density: np.ndarray, overall: np.ndarray, phases: Sequence[str], labels: Sequence[str],
                         current: int, colour: str | None = None, threshold: float | None = None) -> alt.LayerChart:
-    """Density at the default threshold per layer (dashed) and overall (solid) over the epochs, in the
+    """Density at the default threshold per layer (a dash pattern each) and overall (solid) over the epochs, in the
     family's colour; a red rule and points mark epoch `current` (1-based); warm-start epochs shaded."""
     frame = density_over_epochs_frame(density, overall, phases, labels, keep_epoch=current)
     names = [*(str(label) for label in labels), "all weights"]
-    dashes = [[4, 3]] * len(labels) + [[1, 0]]
+    # One dash pattern per layer (the lines share the family's colour): three layers looked alike.
+    dashes = [LAYER_DASHES[i % len(LAYER_DASHES)] for i in range(len(labels))] + [[1, 0]]
     x = alt.X("epoch:Q", title="epoch (all phases)", axis=alt.Axis(tickMinStep=1),
               scale=alt.Scale(domain=[1, max(2, len(overall))], nice=False))
     y = alt.Y("density:Q", title="density at the default threshold", scale=alt.Scale(domain=[0, 1]))

@@ -226,15 +226,17 @@ def decision_surface(xs: np.ndarray, ys: np.ndarray, arrays: Mapping[str, np.nda
             x="x1:Q", y="x2:Q", color=alt.Color("class:N", scale=class_scale, legend=None))
         return alt.layer(rect, dots).properties(title=title, width=size, height=size)
 
+    # One reading on every panel: strong colour = certain, pale = uncertain (the spread's scale ran the
+    # other way, dark meaning "uncertain" beside an entropy panel where dark meant "certain").
     predicted = cells(alt.Color("class:N", title="predicted class", scale=class_scale,
                                 legend=alt.Legend(orient="bottom")),
-                      "predicted class", alt.Opacity("confidence:Q", scale=alt.Scale(domain=[1 / n_classes, 1]),
-                                                     legend=None))
-    entropy = cells(alt.Color("entropy:Q", title="entropy (nats)",
+                      "predicted class (pale: unsure)",
+                      alt.Opacity("confidence:Q", scale=alt.Scale(domain=[1 / n_classes, 1]), legend=None))
+    entropy = cells(alt.Color("entropy:Q", title="entropy (nats; dark = certain)",
                               scale=alt.Scale(scheme="viridis", domain=[0, float(np.log(n_classes))]),
-                              legend=alt.Legend(**GRADIENT_LEGEND)), "predictive entropy")
-    spread = cells(alt.Color("spread:Q", title="sd over draws", scale=alt.Scale(scheme="magma", reverse=True),
+                              legend=alt.Legend(**GRADIENT_LEGEND)), "predictive entropy (dark: certain)")
+    spread = cells(alt.Color("spread:Q", title="sd over draws (dark = certain)", scale=alt.Scale(scheme="magma"),
                              legend=alt.Legend(**GRADIENT_LEGEND)),
-                   f"spread of the {samples} draws" if samples > 1 else "spread (one draw: none)")
+                   f"spread of the {samples} draws (dark: certain)" if samples > 1 else "spread (one draw: none)")
     return alt.hconcat(predicted, entropy, spread).resolve_scale(
         color="independent", opacity="independent").properties(autosize=FIXED_SIZE)

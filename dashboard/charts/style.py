@@ -52,6 +52,21 @@ def family_key(columns: int = 2) -> alt.Chart:
     return (squares + names).properties(width=115 * columns, height=16 * rows).configure_view(stroke=None)
 
 
+def run_key(labels: Sequence[str], families: Sequence[str]) -> alt.Chart:
+    """The chosen runs' labels, each in its family's colour with a square of it (Compare: the run
+    picker's chips are all one colour)."""
+    frame = pd.DataFrame({"run": list(labels), "family": [str(f) for f in families], "row": range(len(labels))})
+    colour = alt.Color("run:N", scale=alt.Scale(domain=list(labels), range=[family_colour(f) for f in families]),
+                       legend=None)
+    y = alt.Y("row:O", axis=None)
+    base = alt.Chart(frame)
+    squares = base.mark_square(size=90, opacity=1).encode(x=alt.value(6), y=y, color=colour,
+                                                          tooltip=["run:N", "family:N"])
+    names = base.mark_text(align="left", dx=0, fontSize=12, fontWeight="bold", limit=700).encode(
+        x=alt.value(16), y=y, text="run:N", color=colour)
+    return (squares + names).properties(width=720, height=18 * max(1, len(labels))).configure_view(stroke=None)
+
+
 CLASS_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000",
                  "#999999", "#882255"]
 

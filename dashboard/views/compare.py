@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboard import backend, cache, explain, state
+from dashboard import altair_spec, backend, cache, explain, state
 from dashboard import charts as figures
 from dashboard import calibration_panels as calibration
 from dashboard.ui import guard
@@ -36,6 +36,9 @@ if not chosen:
     st.info("Choose one or more runs.")
     st.stop()
 by_id = {r["run_id"]: r for r in candidates}
+# The chosen runs' labels in their families' colours (the picker's chips cannot be coloured).
+st.vega_lite_chart(altair_spec.spec(figures.run_key([labels[r] for r in chosen],
+                                                    [by_id[r].get("method") for r in chosen])), width="content")
 
 first = None
 with guard(f"Loading {dataset_name}"):

@@ -1,4 +1,4 @@
-"""A live playground for small problems: a tiny network trains in seconds, drawn while it trains."""
+"""A live playground for small problems: a small network trains in this process, drawn while it trains."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from dashboard.backend import plain
 from dashboard import altair_spec, backend, charts, explain, playground_training, state
+from dashboard.backend import plain
 from dashboard.ui import guard, without_server_paths
 
 JOB_KEY = "playground_job"
@@ -35,8 +35,9 @@ left, middle, right = st.columns(3)
 dataset = left.selectbox("Data", list(playground_training.PLAYGROUND_SETS), key="play_dataset")
 method = middle.selectbox("Family", ["lbbnn", "bnn", "horseshoe", "sparse-vd"], key="play_method")
 start = playground_training.playground_defaults(dataset)
-hidden_text = right.text_input("Hidden widths", ", ".join(map(str, start["hidden"])), key=f"play_hidden_{dataset}",
-                               help=f"at most {playground_training.playground_max_weights() or 'any number of'} weights")
+hidden_text = right.text_input(
+    "Hidden widths", ", ".join(map(str, start["hidden"])), key=f"play_hidden_{dataset}",
+    help=f"at most {playground_training.playground_max_weights() or 'any number of'} weights")
 left, middle, right = st.columns(3)
 noise = left.number_input("Data noise", value=start["noise"], step=0.01 if start["noise"] < 1 else 0.5,
                           format="%.3f", key=f"play_noise_{dataset}",
@@ -71,6 +72,13 @@ if refusal is not None:
         job[1].cancel()
     st.error(f"Too large for the playground: {refusal}")
     st.stop()
+
+with guard("Counting the network's weights"):
+    # Counted from the config, as the Train form counts them (core.cost): the default 64-64 net on a 1-D set
+    # has 4,353, not "a few hundred".
+    size = backend.training_estimate(backend.make_config(values))
+    st.caption(f"This network: {' x '.join(map(str, values['hidden']))} hidden units on {dataset}, "
+               f"{size['weights']:,} weights (biases included), {int(epochs):,} epochs of batches of 500.")
 
 # Any change restarts the training: the class sees a prior act within seconds.
 key = json.dumps(values, sort_keys=True)
@@ -161,6 +169,7 @@ def draw(training: playground_training.PlaygroundTraining) -> None:
     main.vega_lite_chart(specs["main"], width="content")
     left, right = st.columns(2)
     left.vega_lite_chart(specs["graph"], width="content")
+    left.caption(playground_training.kept_text(picture))
     right.vega_lite_chart(specs["histogram"], width="content")
     if drawn_before:  # the browser had a poll's time to draw it alone: the training may take the CPU now
         training.first_picture_drawn()

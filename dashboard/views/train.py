@@ -11,8 +11,8 @@ from typing import Any
 import streamlit as st
 
 from core.errors import BNNError, InputError
+from dashboard import altair_spec, backend, cache, charts, explain, form_memory, lesson_panel, priors, state
 from dashboard.backend import limits, plain, validate
-from dashboard import altair_spec, backend, cache, charts, explain, lesson_panel, priors, state
 from dashboard.run_admin import cached_runs_section, eta_text, teacher_section
 from dashboard.ui import guard, without_server_paths
 from dashboard.worker import WorkerStatus
@@ -122,8 +122,6 @@ def family_option_widgets(method: str, dataset: str, errors: FormErrors) -> dict
     """Each option of the family as a widget with its range, unit and help; returns the options
     that differ from the family's defaults on this dataset. Advanced options are folded away."""
     defaults = dataset_option_defaults(method, dataset)
-    # Small regression sets have other defaults: their widgets keep their own state.
-    suffix = "" if defaults == method_options()[method] else "_small_regression"
     annotations = method_option_types()[method]
     main = priors.ordered([n for n in defaults if not priors.widget_for(n, method).advanced], method)
     advanced = [n for n in defaults if priors.widget_for(n, method).advanced]
@@ -135,7 +133,8 @@ def family_option_widgets(method: str, dataset: str, errors: FormErrors) -> dict
         if not priors.relevant(name, chosen, defaults, method):  # e.g. Beta a, b only for the beta priors
             continue
         with columns[shown % 3]:
-            chosen[name] = option_widget(method, name, defaults[name], annotations.get(name, ""), errors, suffix)
+            chosen[name] = option_widget(method, name, defaults[name], annotations.get(name, ""), errors,
+                                         option_key(method, name, defaults))
         shown += 1
     if str(chosen.get("inclusion_prior")) in priors.BETA_PRIORS:
         st.checkbox("Empirical Bayes: learn the Beta prior's a and b from the data", value=False,
@@ -147,14 +146,21 @@ def family_option_widgets(method: str, dataset: str, errors: FormErrors) -> dict
             columns = st.columns(3)
             for index, name in enumerate(advanced):
                 with columns[index % 3]:
-                    chosen[name] = option_widget(method, name, defaults[name], annotations.get(name, ""), errors, suffix)
-    return {name: value for name, value in chosen.items() if value != defaults[name]}
+                    chosen[name] = option_widget(method, name, defaults[name], annotations.get(name, ""), errors,
+                                                 option_key(method, name, defaults))
+    # A form filled from a run keeps that run's values of the options it does not draw.
+    carried = {name: value for name, value in form_memory.carried_family_options(method, dataset).items()
+               if name not in chosen}
+    return {**carried, **{name: value for name, value in chosen.items() if value != defaults[name]}}
 
 
-def option_widget(method: str, name: str, default: Any, annotation: str, errors: FormErrors,
-                  key_suffix: str = "") -> Any:
+def option_key(method: str, name: str, defaults: dict[str, Any]) -> str:
+    """Small regression sets have other defaults: their widgets keep their own state."""
+    return form_memory.option_key(method, name, defaults, method_options()[method])
+
+
+def option_widget(method: str, name: str, default: Any, annotation: str, errors: FormErrors, key: str) -> Any:
     spec = priors.widget_for(name, method)
-    key = f"train_opt_{method}_{name}{key_suffix}"
     range_text = spec.range_text()
     help_text = " ".join(part for part in (spec.help, f"accepted range {range_text}." if range_text else "",
                                            f"Option `{name}`, default {default!r}.") if part)
@@ -179,10 +185,21 @@ def option_widget(method: str, name: str, default: Any, annotation: str, errors:
 
 def config_form() -> dict[str, Any] | None:
     """The training settings as RunConfig fields, or None when a field is invalid (every problem
-    is shown as a message at once, as you type)."""
+    is shown as a message at once, as you type). Its values outlive a visit to another page
+    (dashboard/form_memory.py)."""
+    form_memory.restore()
+    try:
+        return form_fields()
+    finally:
+        form_memory.remember()
+
+
+def form_fields() -> dict[str, Any] | None:
     datasets = {row["name"]: row for row in dataset_table()}
     names = list(datasets)
     errors = FormErrors()
+    if st.session_state.get("train_dataset", names[0]) not in datasets:  # remembered, since gone from the list
+        del st.session_state["train_dataset"]
     if lesson_panel.hidden("dataset"):  # ?hide= or a lesson step: the choice stays, undrawn
         dataset = st.session_state.get("train_dataset", backend.DEFAULT_DATASET)
         dataset = dataset if dataset in datasets else backend.DEFAULT_DATASET
@@ -201,6 +218,8 @@ def config_form() -> dict[str, Any] | None:
 
     methods = method_options()
     method_names = list(methods)
+    if st.session_state.get("train_method", method_names[0]) not in methods:
+        del st.session_state["train_method"]
     if lesson_panel.hidden("method"):
         method = st.session_state.get("train_method", "lbbnn")
         method = method if method in method_names else method_names[0]
@@ -280,6 +299,10 @@ def config_form() -> dict[str, Any] | None:
             "seed": seed,
             "device": device,
         }
+        carried = form_memory.add_carried(values)
+        if carried:
+            st.caption(plain(f"Also from run {st.session_state[form_memory.CARRIED_KEY]['from'][:8]} while its "
+                             f"dataset is chosen (no box for them here): {', '.join(carried)}."))
     for message in errors.below():  # they quote what was typed: plain text
         st.error(plain(message))
     if values is None or errors:
@@ -301,8 +324,9 @@ def estimate_section(config: Any, info: dict[str, Any]) -> bool:
     why and what would fit."""
     estimate = backend.training_estimate(config)
     if estimate["n_train"]:
-        duration = (f"{estimate['epochs']} epochs take about {backend.time_text(estimate['wall_seconds'])} "
-                    "on this server now")
+        epochs = estimate["epochs"]
+        duration = (f"{epochs} epoch takes" if epochs == 1 else f"{epochs} epochs take") + \
+            f" about {backend.time_text(estimate['wall_seconds'])} on this server now"
     else:  # the training-set size is known only once the file is read
         duration = "the time depends on the training-set size, known once the data is loaded"
     text = (f"{estimate['weights']:,} weights, about {backend.size_text(estimate['memory_bytes'])} of memory; "
@@ -328,7 +352,8 @@ def noise_model_controls(errors: FormErrors) -> dict[str, Any]:
         std = number_box(right, "Noise sd (standardised)", 0.5, "train_noise_std", positive("Noise sd"), errors,
                          help="a positive number, in units of the standardised target")
         prior = left.selectbox("Precision prior", ["none", "gamma"], index=1 if noise == "variational" else 0,
-                               key="train_precision_prior", help="Gamma(a, b) on 1/sd^2; Hernandez-Lobato & Adams (2015) use (6, 6)")
+                               key="train_precision_prior",
+                               help="Gamma(a, b) on 1/sd^2; Hernandez-Lobato & Adams (2015) use (6, 6)")
         a = number_box(middle, "Gamma a", 6, "train_precision_a", positive("Gamma a"), errors, help="a positive number")
         b = number_box(right, "Gamma b", 6, "train_precision_b", positive("Gamma b"), errors, help="a positive number")
     return {"noise": noise, "noise_init": init, "noise_std": std, "precision_prior": prior,
@@ -490,6 +515,29 @@ def request_training() -> None:
     st.session_state[TRAIN_REQUEST_KEY] = True
 
 
+def train_again_section() -> None:
+    """"Train the same with another family / seed": one click fills the form from the current run's
+    config with only the family or the seed changed (dashboard/form_memory.py)."""
+    run_id = state.selected_run_id()
+    run = cache.cached_run(run_id) if run_id else None
+    if run is None:
+        return
+    config = run.config.to_dict()
+    families = list(method_options())
+    with st.expander(plain(f"Train the current run again with another family or seed ({run.config.label()})")):
+        left, middle, right = st.columns([2, 1, 1])
+        family = left.selectbox("Family", families, key="again_family",
+                                index=families.index(config["method"]) if config["method"] in families else 0)
+        errors = FormErrors()
+        seed = number_box(middle, "Seed", config["seed"] + 1, "again_seed", parse_seed, errors)
+        right.button("Fill the form", key="again_fill", disabled=seed is None,
+                     on_click=form_memory.fill_from_config, args=(run.run_id, config, family, seed),
+                     help="the form below gets this run's settings with the family and seed chosen here; "
+                          "another family starts from its own option defaults")
+
+
+with guard("Reading the current run"):
+    train_again_section()
 running = state.worker() is not None and state.worker().snapshot().is_active
 form_values = config_form()
 if st.session_state.pop(TRAIN_REQUEST_KEY, False) and form_values is not None:
