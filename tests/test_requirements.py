@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OPTIONAL = {"ray", "pyro"}  # Ray grid backend; Pyro for the NUTS reference (requirements-reference.txt)
+OPTIONAL = {"ray", "pyro", "onnxruntime"}  # Ray grid backend; Pyro for the NUTS reference (requirements-reference.txt);
+# onnxruntime for the ONNX export check (requirements-export.txt)
 
 
 def imported_top_level_modules(folder: Path) -> set[str]:
