@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from core.cli.predict import export_command
 from core.errors import BNNError, InputError
 from core.models.network import BayesianMLP, ModelConfig
 from core.predict import export_pruned, predict
@@ -22,7 +23,6 @@ from core.predict.export import PYTORCH_SNIPPET, kept_counts
 from core.predict.onnx_export import ONNX_FILE, export_zip, max_difference, plain_module, run_onnx, write_onnx
 from core.predict.structure import active_masks
 from core.runs import RunConfig, train_run
-from core.cli.predict import export_command
 from tests.support import require_module
 
 ATOL = 1e-5

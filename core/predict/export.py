@@ -57,6 +57,14 @@ def kept_counts(masks: list[Tensor]) -> dict[str, int]:
             "total": sum(int(m.numel()) for m in masks)}
 
 
+def kept_counts_at(model_or_run: Any, threshold: float | None) -> dict[str, int]:
+    """kept_counts of a model (or run) pruned at `threshold` (default: the family's)."""
+    model = resolve_model(model_or_run)
+    threshold = model.spec.default_threshold if threshold is None else check_threshold(model, threshold)
+    with torch.no_grad():
+        return kept_counts(model.keep_masks(threshold))
+
+
 def compact_layers(model: BayesianMLP, threshold: float) -> tuple[Tensor, list[Tensor], list[Tensor], list[Tensor]]:
     """(input index, compact weights, folded biases, kept masks) of the pruned mean network.
 
