@@ -170,3 +170,11 @@ def test_a_bad_format_is_refused_before_anything_is_written(runs, tmp_path):
     with pytest.raises(InputError, match="format"):
         _export(runs["classification"], tmp_path, fmt="pickle")
     assert not os.path.exists(tmp_path / "e")
+
+
+def test_the_docs_print_the_snippets_the_export_writes():
+    from pathlib import Path
+
+    from core.predict.export import ONNX_SNIPPET
+    text = (Path(__file__).resolve().parents[1] / "docs" / "export.md").read_text()
+    assert PYTORCH_SNIPPET.strip() in text and ONNX_SNIPPET.strip() in text
