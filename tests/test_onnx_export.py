@@ -57,7 +57,8 @@ def test_onnxruntime_reproduces_the_prune_mean_prediction_on_the_test_set(onnxru
                                                                           threshold):
     run = runs[task]
     path, printed = _export(run, tmp_path, threshold)
-    assert "+ ONNX" in printed and (path / ONNX_FILE).is_file() and (path / "model.safetensors").is_file()
+    assert "+ ONNX; onnxruntime agrees" in printed
+    assert (path / ONNX_FILE).is_file() and (path / "model.safetensors").is_file()
     t = run.model.spec.default_threshold if threshold is None else float(threshold)
     data = run.dataset()
     x = data.x_test
@@ -178,3 +179,14 @@ def test_the_docs_print_the_snippets_the_export_writes():
     from core.predict.export import ONNX_SNIPPET
     text = (Path(__file__).resolve().parents[1] / "docs" / "export.md").read_text()
     assert PYTORCH_SNIPPET.strip() in text and ONNX_SNIPPET.strip() in text
+
+
+def test_verify_refuses_a_graph_that_is_not_the_prediction(onnxruntime):
+    """verify is the export's own check: the graph at another threshold is caught, the right one passes."""
+    from core.predict.onnx_export import onnx_bytes, verify
+    torch.manual_seed(3)
+    model = BayesianMLP(ModelConfig(10, 4, hidden=(16, 12), family="lbbnn"))
+    x = np.random.default_rng(2).normal(size=(40, 10)).astype(np.float32)
+    assert verify(model, onnx_bytes(model, 0.6), x, 0.6) < ATOL
+    with pytest.raises(BNNError, match="differs"):
+        verify(model, onnx_bytes(model, 0.2), x, 0.6)

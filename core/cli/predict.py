@@ -123,8 +123,11 @@ def export_command(model_or_run, dataset, args: argparse.Namespace, out=None):
     on_paths = f", {active:.4f} on active paths" if active is not None else ""
     written = "safetensors + JSON"
     if export_format == "onnx":
-        onnx_export.write_onnx(run.model, threshold, path)
-        written += " + ONNX"
+        onnx_file = onnx_export.write_onnx(run.model, threshold, path)
+        x_test = run.dataset().x_test
+        difference = onnx_export.verify(run.model, onnx_file, x_test, threshold)
+        written += (f" + ONNX; onnxruntime agrees with the prune / mean-weights prediction on the {len(x_test):,} "
+                    f"test inputs to {difference:.1e}")
     print(f"exported {run.model.family} at threshold {threshold:g} (density {metrics['density']:.4f}{on_paths}) "
           f"to {path} ({written})", file=out)
     return path

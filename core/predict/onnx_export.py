@@ -32,10 +32,11 @@ from torch import Tensor, nn
 from core.errors import PredictionError, RunStoreError
 from core.models.likelihoods import Bernoulli, HeteroscedasticGaussian
 from core.models.network import ACTIVATIONS, BayesianMLP
-from core.predict.engine import check_threshold, resolve_model
+from core.predict.engine import check_threshold, predict, resolve_model
 from core.predict.export import META_FILE, README_FILE, compact_layers, compact_skip, readme_text
 
 ONNX_FILE = "model.onnx"
+CHECK_ATOL = 1e-5  # onnxruntime against the project's prediction (float32 sums in another order)
 OPSET = 17
 FORMATS = ("safetensors", "onnx")
 INSTALL_HINT = "pip install -e '.[export]' (onnx, onnxruntime)"
@@ -193,6 +194,18 @@ def max_difference(source: Any, prediction: Any, x: np.ndarray) -> float:
         return float(np.max(np.abs(outputs["probabilities"] - prediction.probs)))
     return float(max(np.max(np.abs(outputs["mean"] - prediction.mean)),
                      np.max(np.abs(outputs["std"] - prediction.std_per_draw[0]))))
+
+
+def verify(model_or_run: Any, source: Any, x: Any, threshold: float) -> float:
+    """onnxruntime's outputs on x against the project's `prune` / mean-weights prediction at `threshold`:
+    the largest difference, or PredictionError when it exceeds CHECK_ATOL."""
+    model = resolve_model(model_or_run)
+    x = np.asarray(x, dtype=np.float32)
+    difference = max_difference(source, predict(model, x, "prune", threshold=threshold, weights="mean"), x)
+    if not difference <= CHECK_ATOL:
+        raise PredictionError(f"export: the ONNX graph differs from the project's prediction by {difference:.3g} "
+                              f"(more than {CHECK_ATOL:g}) on {len(x)} inputs")
+    return difference
 
 
 def time_session(sess: Any, x: np.ndarray, repeats: int) -> float:
