@@ -154,6 +154,8 @@ def write_onnx(model_or_run: Any, threshold: float | None, folder: str | Path) -
     model = resolve_model(model_or_run)
     threshold = model.spec.default_threshold if threshold is None else check_threshold(model, threshold)
     folder = Path(folder)
+    if not (folder / META_FILE).is_file():
+        raise PredictionError(f"export: {folder} holds no {META_FILE}; write the export first (export_pruned)")
     data = onnx_bytes(model, threshold)
     meta = json.loads((folder / META_FILE).read_text())
     try:
