@@ -190,3 +190,21 @@ def test_verify_refuses_a_graph_that_is_not_the_prediction(onnxruntime):
     assert verify(model, onnx_bytes(model, 0.6), x, 0.6) < ATOL
     with pytest.raises(BNNError, match="differs"):
         verify(model, onnx_bytes(model, 0.2), x, 0.6)
+
+
+def test_a_disconnected_network_exports_its_constant_prediction(onnxruntime, tmp_path):
+    """At a threshold above every inclusion probability nothing reaches the output: the graph is the
+    constant prediction (the folded output bias), not empty matrices onnxruntime would refuse."""
+    torch.manual_seed(4)
+    model = BayesianMLP(ModelConfig(10, 4, hidden=(8,), family="lbbnn"))
+    with torch.no_grad():
+        model.layers[0].inclusion_logit.fill_(-6.0)  # every hidden weight and bias off
+        model.layers[1].inclusion_logit.fill_(6.0)
+    x = np.random.default_rng(3).normal(size=(30, 10)).astype(np.float32)
+    expected = predict(model, x, "prune", threshold=0.5, weights="mean")
+    assert expected.disconnected
+    export_pruned(model, 0.5, tmp_path)
+    write_onnx(model, 0.5, tmp_path)
+    assert max_difference(tmp_path / ONNX_FILE, expected, x) < ATOL
+    probs = run_onnx(tmp_path / ONNX_FILE, x)["probabilities"]
+    assert np.allclose(probs, probs[0])  # the same for every input

@@ -51,6 +51,18 @@ class _Gather(nn.Module):
         return x.reshape(x.shape[0], -1).index_select(1, self.index)
 
 
+class _Constant(nn.Module):
+    """A disconnected network's output: the same vector for every input (no empty matrix in the graph,
+    which onnxruntime refuses)."""
+
+    def __init__(self, value: Tensor):
+        super().__init__()
+        self.register_buffer("value", value.float().cpu().reshape(1, -1))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.value.expand(x.shape[0], -1)
+
+
 class _Head(nn.Module):
     """The likelihood's prediction from the network output (ExportedMLP.predict's, per likelihood)."""
 
@@ -115,9 +127,12 @@ def plain_module(model: BayesianMLP, threshold: float | None) -> nn.Module:
         else:
             index, compact, biases, _ = compact_layers(model, threshold)
             layers = list(zip(compact, biases))
+    head = _Head(model.likelihood)
+    if index.numel() == 0:  # disconnected: no input reaches an output, the output is the folded last bias
+        return nn.Sequential(_Constant(layers[-1][1]), head).eval()
     activation = ACTIVATIONS[model.config.activation]()
     linears = [_linear(w, b) for w, b in layers]
-    head, gather = _Head(model.likelihood), _Gather(index)
+    gather = _Gather(index)
     skip = compact_skip(model)
     if any(skip):
         return _SkipMLP(gather, linears, activation, skip, head).eval()
