@@ -10,7 +10,7 @@ agreement with the project's own prune / mean-weights prediction is checked on t
 The run is the preset's (default quick-mnist: LBBNN on mnist-small), taken from the run store
 when it is there and trained otherwise, or a stored run named with --run.
 
-    python -m benchmarks.onnx_speed [--preset quick-mnist | --run RUN] [--thresholds T1,T2]
+    python -m benchmarks.onnx_speed [--preset quick-mnist | --run RUN] [--thresholds T1,T2 | --densities 0.1,0.03,0.01]
         [--repeats 20] [--threads 2]
 
 Writes benchmarks/results/onnx_speed.md.
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from core import validate
-from core.predict import predict
+from core.predict import predict, thresholds_for_densities
 from core.predict.export import kept_counts_at
 from core.predict.onnx_export import max_difference, onnx_bytes, plain_module, session, time_session
 from core.runs import RunConfig, load_run, train_run
@@ -116,20 +116,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--preset", default="quick-mnist", help="preset whose run is timed (default quick-mnist)")
     parser.add_argument("--run", default=None, help="a stored run id instead of the preset")
     parser.add_argument("--thresholds", default=None,
-                        help="comma-separated cuts of the native statistic (default: the family's, 0.9, 0.99)")
+                        help="comma-separated cuts of the native statistic (default: the family's, then the cuts "
+                             "at --densities)")
+    parser.add_argument("--densities", default="0.1,0.03,0.01",
+                        help="besides the family's cut, the cuts keeping these fractions of the weights (raw)")
     parser.add_argument("--repeats", default="20", help="timed passes per network")
     parser.add_argument("--threads", default="2", help="onnxruntime intra-op threads")
     parser.add_argument("--out", default=str(RESULTS), help="the markdown file written")
     args = parser.parse_args(argv)
     repeats = validate.whole_number(args.repeats, "repeats", 1, 1000)
     threads = validate.whole_number(args.threads, "threads", 1, 256)
-    thresholds = [None, 0.9, 0.99] if args.thresholds is None else [
-        validate.real_number(value, "thresholds", 0.0, None) for value in args.thresholds.split(",")]
     run = load_run(args.run) if args.run else train_run(_preset_run(args.preset))
+    if args.thresholds is not None:
+        thresholds = [validate.real_number(value, "thresholds", 0.0, None) for value in args.thresholds.split(",")]
+    else:
+        densities = [validate.real_number(value, "densities", 0.0, 1.0) for value in args.densities.split(",")]
+        thresholds = [None] + [float(t) for t in thresholds_for_densities(run.model, densities)]
     result = measure(run, thresholds, repeats, threads)
     command = "python -m benchmarks.onnx_speed" + (f" --run {args.run}" if args.run else
                                                    f" --preset {args.preset}" if args.preset != "quick-mnist" else "")
-    command += f" --thresholds {args.thresholds}" if args.thresholds is not None else ""
+    command += (f" --thresholds {args.thresholds}" if args.thresholds is not None else
+                f" --densities {args.densities}" if args.densities != "0.1,0.03,0.01" else "")
     command += f" --repeats {repeats} --threads {threads}"
     text = render(run, result, command, threads, repeats)
     Path(args.out).write_text(text)
