@@ -19,7 +19,7 @@ from core.cli.predict import export_command
 from core.errors import BNNError, InputError
 from core.models.network import BayesianMLP, ModelConfig
 from core.predict import export_pruned, predict
-from core.predict.export import PYTORCH_SNIPPET, kept_counts
+from core.predict.export import ONNX_SNIPPET, PYTORCH_SNIPPET, kept_counts
 from core.predict.onnx_export import ONNX_FILE, export_zip, max_difference, plain_module, run_onnx, write_onnx
 from core.predict.structure import active_masks
 from core.runs import RunConfig, train_run
@@ -131,6 +131,12 @@ def test_the_readme_pytorch_snippet_computes_the_export(onnxruntime, runs, tmp_p
     probs = torch.softmax(scope["forward"](torch.as_tensor(x)), dim=1).numpy()
     expected = predict(run.model, x, "prune", threshold=run.model.spec.default_threshold, weights="mean").probs
     assert np.max(np.abs(probs - expected)) < ATOL
+    onnx_scope: dict = {}
+    exec(ONNX_SNIPPET, onnx_scope)  # the onnxruntime snippet, on its five zero inputs
+    zeros = np.zeros((5, x.shape[1]), dtype=np.float32)
+    expected_zeros = predict(run.model, zeros, "prune", threshold=run.model.spec.default_threshold,
+                             weights="mean").probs
+    assert np.max(np.abs(onnx_scope["outputs"]["probabilities"] - expected_zeros)) < ATOL
 
 
 @pytest.mark.slow  # trains two tiny runs (module fixture, about 20 s on the loaded CI machine)
@@ -176,7 +182,6 @@ def test_a_bad_format_is_refused_before_anything_is_written(runs, tmp_path):
 def test_the_docs_print_the_snippets_the_export_writes():
     from pathlib import Path
 
-    from core.predict.export import ONNX_SNIPPET
     text = (Path(__file__).resolve().parents[1] / "docs" / "export.md").read_text()
     assert PYTORCH_SNIPPET.strip() in text and ONNX_SNIPPET.strip() in text
 
