@@ -199,7 +199,7 @@ def register(subparsers) -> None:
     sweep_parser.set_defaults(handler=_handler(sweep_command))
 
     explain_parser = subparsers.add_parser(
-        "explain", help="one test example's local explanation: each feature's contribution with 95% intervals")
+        "explain", help="one test example's local explanation: each feature's contribution with 95%% intervals")
     _common(explain_parser)
     explain_parser.add_argument("--index", required=True, help="test example to explain (0 .. n_test - 1)")
     explain_parser.add_argument("--threshold", default=None, help="cut of the native statistic (default: the family's)")
