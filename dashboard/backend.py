@@ -37,7 +37,8 @@ from core.data.ood_sets import OOD_PARTNER, load_ood_inputs, ood_set_names  # no
 # A model fitted in this process (the playground) and any model's statistics as numpy:
 from core.runs.live import (build_model, conditional_mean_weights, native_statistics, predict_model,  # noqa: F401
                             train_model, warm_up_optimiser)
-from core.predict.export import load_exported  # noqa: F401
+from core.predict.export import kept_counts_at, load_exported  # noqa: F401
+from core.predict.onnx_export import export_zip  # noqa: F401  (the Pruning page's downloads, safetensors or onnx)
 from core.predict.bands import collapsed_bands  # noqa: F401  (regression bands in original units)
 from core.reference.bands import reference_bands  # noqa: F401
 from core.models.prior_summary import prior_of_statistic  # noqa: F401
@@ -323,19 +324,3 @@ def curve_csv(thresholds: np.ndarray, density: np.ndarray, values: np.ndarray, m
     rows = zip(thresholds, density, values)
     lines = [f"threshold,density,{metric}"] + [f"{t:.6g},{d:.6g},{v:.6g}" for t, d, v in rows]
     return "\n".join(lines) + "\n"
-
-
-def export_zip(run: Run, threshold: float) -> bytes:
-    """What `python -m core export RUN --threshold T --out DIR` writes (Run.export), as a zip of DIR's
-    files (unzip it and `core.predict.export.load_exported(DIR)` reads it)."""
-    import io
-    import tempfile
-    import zipfile
-
-    buffer = io.BytesIO()
-    with tempfile.TemporaryDirectory() as folder:
-        path, _ = run.export(float(threshold), folder)
-        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-            for file in sorted(Path(path).iterdir()):
-                archive.write(file, arcname=file.name)
-    return buffer.getvalue()

@@ -368,8 +368,8 @@ def tuning_chart(run_id: str, threshold: float, tolerance: float) -> dict[str, A
 
 
 @per_run(max_entries=64, ttl=DERIVED_TTL, show_spinner="Writing the pruned model ...")
-def export_zip(run_id: str, threshold: float) -> bytes:
-    return backend.export_zip(cached_run(run_id), threshold)
+def export_zip(run_id: str, threshold: float, format: str = "safetensors") -> bytes:
+    return backend.export_zip(cached_run(run_id), threshold, format)
 
 
 @per_run(canonical_prediction=True, max_entries=64, ttl=DERIVED_TTL, show_spinner="Predicting on the input plane ...")

@@ -519,6 +519,16 @@ def test_downloads_are_the_export_and_the_curve(store, tmp_path):
     buttons = at.get("download_button")
     labels = [b.label for b in buttons]
     assert any("curve" in label for label in labels) and any("pruned model" in label for label in labels)
+    assert any("ONNX" in label for label in labels)
+    # the page counts kept weights as the export does: raw (the density's count) and on active paths
+    threshold = at.slider(key=f"widget:threshold:{store['mnist']}").value
+    counts = backend.kept_counts_at(run, float(threshold))
+    caption = [c for c in texts(at.caption) if "input-to-output path" in c]
+    assert caption and f"{counts['raw']:,} of {counts['total']:,}" in caption[0]
+    assert f"{counts['active']:,} of them" in caption[0]
+    onnx_zip = zipfile.ZipFile(io.BytesIO(backend.export_zip(run, float(threshold), "onnx")))
+    meta = json.loads(onnx_zip.read("model.json"))
+    assert (meta["kept_raw"], meta["kept_active"]) == (counts["raw"], counts["active"])
     # a download leaves the page as it is: no rerun (which would give the other button's file a new id)
     assert all(b.proto.ignore_rerun for b in buttons)
     assert any(b.proto.deferred_file_id for b in buttons)  # the model's zip is built only when clicked

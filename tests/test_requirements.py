@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# Ray grid backend; Pyro, NumPyro/JAX for the NUTS reference (requirements-reference.txt)
-OPTIONAL = {"ray", "pyro", "numpyro", "jax"}
+# Ray grid backend; Pyro, NumPyro/JAX for the NUTS reference (requirements-reference.txt); onnxruntime for
+# the ONNX export check (requirements-export.txt)
+OPTIONAL = {"ray", "pyro", "numpyro", "jax", "onnxruntime"}
 
 
 def imported_top_level_modules(folder: Path) -> set[str]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from core import limits, validate
 from core.errors import PredictionError
+from core.predict import onnx_export
 from core.predict.modes import PredictionMode, collapsed_variant, modes_help, parse_mode
 from core.predict.sweep import parse_threshold_grid
 from core.runs import Run, load_run
@@ -112,13 +113,23 @@ def export_command(model_or_run, dataset, args: argparse.Namespace, out=None):
     # Refused before the model is touched: an empty --out once wrote model.json into the current
     # folder, and missing parents were created; only the named folder itself is ever created.
     folder = validate.folder(args.out, "out")
+    export_format = validate.one_of(getattr(args, "format", "safetensors"), "format", onnx_export.FORMATS)
     run = _as_run(model_or_run, dataset)
-    threshold = _float("threshold", args.threshold)
+    threshold = None if args.threshold is None else _float("threshold", args.threshold)
+    if threshold is None:
+        threshold = float(run.model.spec.default_threshold)
     path, metrics = run.export(threshold, folder)
     active = metrics.get("active_density")
     on_paths = f", {active:.4f} on active paths" if active is not None else ""
+    written = "safetensors + JSON"
+    if export_format == "onnx":
+        onnx_file = onnx_export.write_onnx(run.model, threshold, path)
+        x_test = run.dataset().x_test
+        difference = onnx_export.verify(run.model, onnx_file, x_test, threshold)
+        written += (f" + ONNX; onnxruntime agrees with the prune / mean-weights prediction on the {len(x_test):,} "
+                    f"test inputs to {difference:.1e}")
     print(f"exported {run.model.family} at threshold {threshold:g} (density {metrics['density']:.4f}{on_paths}) "
-          f"to {path}", file=out)
+          f"to {path} ({written})", file=out)
     return path
 
 
@@ -200,8 +211,11 @@ def register(subparsers) -> None:
     explain_parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     explain_parser.set_defaults(handler=_handler(explain_command))
 
-    export_parser = subparsers.add_parser("export", help="write the pruned mean network (safetensors + JSON)")
+    export_parser = subparsers.add_parser("export", help="write the pruned mean network (safetensors + JSON, "
+                                                         "or also ONNX)")
     _common(export_parser)
-    export_parser.add_argument("--threshold", required=True, help="cut of the native statistic")
+    export_parser.add_argument("--threshold", default=None, help="cut of the native statistic (default: the family's)")
     export_parser.add_argument("--out", required=True, help="output folder")
+    export_parser.add_argument("--format", default="safetensors", help="safetensors (+ JSON, the default) or onnx "
+                               "(the same files plus model.onnx; needs pip install -e '.[export]')")
     export_parser.set_defaults(handler=_handler(export_command))

@@ -13,7 +13,14 @@ At threshold t the exported net computes exactly the `mpm-mean` / `prune`
 Files: `<dir>/model.safetensors` (per layer the kept weights as flat indices
 into the compact matrix plus values, the folded bias; the input index) and
 `<dir>/model.json` (model config, threshold, density raw and on active paths, per-layer
-shapes, which layers also read the gathered inputs (`input_skip`), metrics).
+shapes, which layers also read the gathered inputs (`input_skip`), metrics) and `<dir>/README.md`
+(how to load it with plain PyTorch, and with onnxruntime when `model.onnx` is there:
+core.predict.onnx_export).
+
+Kept weights are counted two ways, both over weights and biases as the density is (`kept_counts`):
+raw (every entry the threshold keeps, what the Pruning page's density counts) and on active paths
+(the entries on an input-to-output path: what the export holds; a kept weight off every path
+changes no prediction, so it is left out).
 """
 
 from __future__ import annotations
@@ -28,16 +35,34 @@ from safetensors.torch import load_file, save
 from torch import Tensor, nn
 
 from core.errors import PredictionError, RunStoreError
+from core.jsonable import jsonable
 from core.models.likelihoods import HeteroscedasticGaussian, make_likelihood
 from core.models.network import ACTIVATIONS, BayesianMLP
 from core.predict.compact import CompactLayer, CompactNetwork, choose_format, compact_network, to_format
 from core.predict.engine import check_threshold, resolve_model
-from core.jsonable import jsonable
 from core.predict.structure import active_masks, layer_densities, overall_density
 
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
 META_FILE = "model.json"
+README_FILE = "README.md"
+
+
+def kept_counts(masks: list[Tensor]) -> dict[str, int]:
+    """Kept entries (weights and biases) at these masks: raw, on active paths, and of the dense net.
+
+    The one count the Pruning page and the export both show (raw / density * total = raw)."""
+    return {"raw": sum(int(torch.count_nonzero(m)) for m in masks),
+            "active": sum(int(torch.count_nonzero(m)) for m in active_masks(masks)),
+            "total": sum(int(m.numel()) for m in masks)}
+
+
+def kept_counts_at(model_or_run: Any, threshold: float | None) -> dict[str, int]:
+    """kept_counts of a model (or run) pruned at `threshold` (default: the family's)."""
+    model = resolve_model(model_or_run)
+    threshold = model.spec.default_threshold if threshold is None else check_threshold(model, threshold)
+    with torch.no_grad():
+        return kept_counts(model.keep_masks(threshold))
 
 
 def compact_layers(model: BayesianMLP, threshold: float) -> tuple[Tensor, list[Tensor], list[Tensor], list[Tensor]]:
@@ -115,6 +140,7 @@ def export_pruned(model_or_run: Any, threshold: float | None, path: str | Path,
     with torch.no_grad():
         masks = model.keep_masks(threshold)
         active = active_masks(masks)
+        counts = kept_counts(masks)
         input_index, weights, biases, kept = compact_layers(model, threshold)
         tensors = {"input_index": input_index.cpu().contiguous()}
         shapes = []
@@ -139,7 +165,10 @@ def export_pruned(model_or_run: Any, threshold: float | None, path: str | Path,
         "active_density": overall_density(active),
         "active_layer_density": layer_densities(active),
         "input_skip": compact_skip(model),
+        # stored weight values (biases apart; an exactly-zero mean is not stored)
         "n_weights_kept": int(sum(int(m.sum()) for m in kept)),
+        "kept_raw": counts["raw"],
+        "kept_active": counts["active"],
         "n_weights_dense": model.n_weights(),
         "layer_shapes": shapes,
         "activation": model.config.activation,
@@ -153,6 +182,7 @@ def export_pruned(model_or_run: Any, threshold: float | None, path: str | Path,
         directory.mkdir(parents=True, exist_ok=True)
         (directory / WEIGHTS_FILE).write_bytes(weights_bytes)
         (directory / META_FILE).write_text(meta_text)
+        (directory / README_FILE).write_text(readme_text(meta, onnx=False))
     except OSError as exc:  # a read-only or full disk: one line, not a traceback
         raise RunStoreError(f"export: cannot write {exc.filename or directory} ({exc.strerror or exc}); "
                             f"choose a writable folder with free space for --out") from None
@@ -179,3 +209,73 @@ def load_exported(path: str | Path) -> ExportedMLP:
                          meta.get("noise_std"), meta.get("input_skip"))
     module.meta = meta
     return module.eval()
+
+
+def readme_text(meta: dict[str, Any], onnx: bool) -> str:
+    """The README written beside an export: what it holds and how to load it outside this project."""
+    task = "classification" if meta["likelihood"] in ("categorical", "bernoulli") else "regression"
+    lines = [
+        "# Pruned network",
+        "",
+        f"Family {meta['family']}, threshold {meta['threshold']:g} of its {meta['statistic']}: the mean weights of "
+        f"the kept connections (the `prune` / mean-weights prediction), dead units removed.",
+        f"Kept weights and biases: {meta['kept_raw']:,} of {meta['n_weights_dense']:,} raw (density "
+        f"{meta['density']:.4f}), {meta['kept_active']:,} on input-to-output paths: the ones held here.",
+        f"Layers (units, inputs read): {meta['layer_shapes']}; activation {meta['activation']}; "
+        f"likelihood {meta['likelihood']} ({task}).",
+        "",
+        "Files: `model.safetensors` (per layer the kept weights as flat indices into the (units, inputs) matrix and "
+        "values, the bias; `input_index`, the input features read), `model.json` (shapes, settings, test metrics)"
+        + (", `model.onnx` (the same network as an ONNX graph)." if onnx else "."),
+        "",
+        "## Plain PyTorch (safetensors)",
+        "",
+        "```python",
+        PYTORCH_SNIPPET.strip(),
+        "```",
+    ]
+    if any(meta.get("input_skip") or []):
+        lines += ["", "This network has input skips: layers after the first also read the gathered inputs, "
+                      "appended below the previous layer's units (`input_skip` in model.json)."]
+    if onnx:
+        lines += ["", "## onnxruntime", "", "```python", ONNX_SNIPPET.strip(), "```"]
+    lines += ["", "Regression outputs are in standardised target units (y = mean * target_std + target_mean, "
+                  "the training split's statistics)."]
+    return "\n".join(lines) + "\n"
+
+
+# The snippets, here and in docs/export.md (tests/test_onnx_export.py runs this one on an export).
+PYTORCH_SNIPPET = """
+import json, torch
+from safetensors.torch import load_file
+
+meta, t = json.load(open("model.json")), load_file("model.safetensors")
+acts = {"relu": torch.relu, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "elu": torch.nn.functional.elu,
+        "gelu": torch.nn.functional.gelu, "leaky-relu": torch.nn.functional.leaky_relu}
+layers = []
+for i, (rows, cols) in enumerate(meta["layer_shapes"]):
+    w = torch.zeros(rows * cols)
+    w[t[f"layer_{i}.indices"].long()] = t[f"layer_{i}.values"]
+    layers.append((w.reshape(rows, cols), t[f"layer_{i}.bias"]))
+
+def forward(x):  # x: (n, features) float32, flattened as the model was trained
+    inputs = x.reshape(len(x), -1)[:, t["input_index"].long()]
+    h = inputs
+    for i, (w, b) in enumerate(layers):
+        if meta["input_skip"][i]:
+            h = torch.cat([h, inputs], dim=1)
+        h = h @ w.T + b
+        if i < len(layers) - 1:
+            h = acts[meta["activation"]](h)
+    return h  # logits (softmax for categorical), or the regression mean (and raw scale)
+"""
+
+ONNX_SNIPPET = """
+import numpy as np
+import onnxruntime as ort
+
+session = ort.InferenceSession("model.onnx")
+x = np.zeros((5, session.get_inputs()[0].shape[1]), dtype=np.float32)  # your inputs, flattened
+outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, {"x": x})))
+# classification: outputs["probabilities"] (n, K); regression: outputs["mean"], outputs["std"] (standardised)
+"""

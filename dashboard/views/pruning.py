@@ -126,7 +126,7 @@ with guard("Sweeping thresholds"):
     st.caption(f"Each point prunes at one threshold and predicts with the mean weights of the kept connections "
                f"(test {curve['metric']}" + (", original units" if curve["metric"] == "rmse" else "")
                + "); the red diamond is the current threshold. Click a point to prune there.")
-    left, right = st.columns(2)
+    left, middle, right = st.columns(3)
     # A download does not rerun the page: a rerun gives the other button's deferred file a new id,
     # and a click on it before the browser has the new id fetched nothing (seen in the browser test).
     left.download_button("Download the curve (CSV)",
@@ -134,12 +134,23 @@ with guard("Sweeping thresholds"):
                                                 curve["metric"]),
                          file_name=f"{run_id}-curve.csv", mime="text/csv", key="download_curve",
                          on_click="ignore")
-    right.download_button(f"Download the pruned model at {threshold:.4g} (zip)",
-                          data=lambda: cache.export_zip(run_id, float(threshold)),
-                          file_name=f"{run_id}-pruned-{threshold:.4g}.zip", mime="application/zip",
-                          key="download_model", on_click="ignore",
-                          help="what `python -m core export RUN --threshold T --out DIR` writes (weights.safetensors "
-                               "and meta JSON); unzip and read it with core.predict.export.load_exported(DIR)")
+    middle.download_button(f"Download the pruned model at {threshold:.4g} (zip)",
+                           data=lambda: cache.export_zip(run_id, float(threshold)),
+                           file_name=f"{run_id}-pruned-{threshold:.4g}.zip", mime="application/zip",
+                           key="download_model", on_click="ignore",
+                           help="what `python -m core export RUN --threshold T --out DIR` writes (model.safetensors, "
+                                "model.json and a README.md with a plain-PyTorch loader)")
+    right.download_button(f"Download it as ONNX at {threshold:.4g} (zip)",
+                          data=lambda: cache.export_zip(run_id, float(threshold), "onnx"),
+                          file_name=f"{run_id}-pruned-{threshold:.4g}-onnx.zip", mime="application/zip",
+                          key="download_onnx", on_click="ignore",
+                          help="`python -m core export RUN --threshold T --out DIR --format onnx`: the same files "
+                               "plus model.onnx (only the active units, mean weights) and an onnxruntime snippet")
+    counts = backend.kept_counts_at(run, float(threshold))
+    st.caption(f"At threshold {threshold:.4g}: {counts['raw']:,} of {counts['total']:,} weights and biases kept "
+               f"(raw, what the density counts); {counts['active']:,} of them lie on an input-to-output path, and "
+               "those are what the downloads hold. The others leave units that reach no output or enter units no "
+               "input reaches, so they change no prediction.")
 
 if dataset.task == "classification" and backend.mode_draws_samples(mode, weights):
     with guard("Accuracy vs R"):
