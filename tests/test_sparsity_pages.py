@@ -160,3 +160,57 @@ def test_tabular_explanation_bars_follow_the_chosen_example(store):
         np.testing.assert_allclose(x - array(bars["error_x"]["arrayminus"]), low[order], rtol=1e-6, atol=1e-9)
         value = np.median(explained.values)
         assert f"= {value:.4g} (median" in caption
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """Headless Chromium, launched as tests/test_browser.py does (unavailable: fails under CI, skips locally)."""
+    from tests.support import require_module
+    from tests.test_browser import CHROMIUM_ARGS, chromium_path
+    sync_playwright = require_module("playwright.sync_api", "pip install playwright").sync_playwright
+    executable = chromium_path()
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def image_server(tmp_path_factory, chromium):
+    """A dashboard server over one tiny mnist-small run."""
+    from tests.test_browser import serve, train_runs
+    cache = tmp_path_factory.mktemp("bnn-sparsity")
+    train_runs(cache, "[RunConfig(dataset='mnist-small', hidden=(8,), train={'epochs': 1, 'batch_size': 500})]")
+    with serve(cache) as running:
+        yield running
+
+
+def plotly_shapes(page) -> list[list[int]]:
+    """Per Plotly graph on the page: the first trace's z as plotly.js computed it to draw, (rows, columns)."""
+    return page.evaluate("""() => [...document.querySelectorAll('[data-testid="stMain"] .js-plotly-plot')]
+        .map(gd => {
+            const z = gd.calcdata && gd.calcdata[0] && gd.calcdata[0][0] && gd.calcdata[0][0].z;
+            return (z && z.length && z[0] && z[0].length) ? [z.length, z[0].length] : [];
+        })""")
+
+
+@pytest.mark.browser
+@pytest.mark.slow  # a server and Chromium: about 40 s
+def test_full_resolution_masks_and_explanations_render_in_chromium(image_server, chromium):
+    from tests.test_browser import RENDER_TIMEOUT, assert_no_traceback
+    url, log = image_server
+    page = chromium.new_page(viewport={"width": 1400, "height": 2200})
+    page.goto(f"{url}/inclusion")
+    page.get_by_role("heading", name="Active paths", exact=True).wait_for(timeout=RENDER_TIMEOUT)
+    selector = "[data-testid='stMain'] .js-plotly-plot .hm image"  # a drawn heat map
+    page.wait_for_function(f"document.querySelectorAll(\"{selector}\").length >= 2", timeout=RENDER_TIMEOUT)
+    shapes = plotly_shapes(page)
+    assert [8, 785] in shapes and [28, 28] in shapes, shapes  # one cell per weight; the image grid
+    assert_no_traceback(page)
+    page.goto(f"{url}/uncertainty")
+    page.get_by_role("heading", name="Local explanation", exact=True).wait_for(timeout=RENDER_TIMEOUT)
+    page.wait_for_function(f"document.querySelectorAll(\"{selector}\").length >= 1", timeout=RENDER_TIMEOUT)
+    assert [28, 28] in plotly_shapes(page)
+    assert_no_traceback(page)
+    page.close()
+    assert "Traceback" not in log.read_text()
