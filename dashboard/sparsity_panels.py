@@ -18,6 +18,9 @@ from dashboard.charts import sparsity
 
 # The explanation's bar chart shows this many features by default (tabular inputs).
 DEFAULT_TOP_K = 15
+# Networks up to this many weights are explained as the page opens; larger ones on request: R draws of
+# a 784-400-600-10 network took 9 s (R = 10) and 83 s (R = 100) on the 2-core development CPU.
+EXPLAIN_AUTO_WEIGHTS = 50_000
 
 
 @per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner="Finding the active paths ...")
@@ -82,6 +85,12 @@ def explanation_section(run_id: str, dataset: Any, threshold: float, samples: in
                "sampled network (pruned at the threshold above, active paths only) at the example times the "
                "input's value; for ReLU networks the exact local linear coefficients. Median and 95 % interval "
                "over the R posterior draws.")
+    weights = sum(int(np.size(s)) for s in cache.statistics(run_id))
+    if not st.toggle("Explain the example", value=weights <= EXPLAIN_AUTO_WEIGHTS, key="explain_on",
+                     help=f"on as the page opens for networks of at most {EXPLAIN_AUTO_WEIGHTS:,} weights"):
+        st.caption(f"This network has {weights:,} weights: explaining one example takes R sampled networks' "
+                   "Jacobians, seconds to minutes here. Switch it on to compute (the result is kept).")
+        return
     last = int(dataset.n_test) - 1
     index = st.number_input("Test example", min_value=0, max_value=last, value=min(max(int(default_index), 0), last),
                             step=1, key="explain_index")

@@ -214,3 +214,20 @@ def test_full_resolution_masks_and_explanations_render_in_chromium(image_server,
     assert_no_traceback(page)
     page.close()
     assert "Traceback" not in log.read_text()
+
+
+@pytest.mark.slow
+def test_a_large_network_is_explained_only_on_request(store, monkeypatch):
+    from dashboard import sparsity_panels
+    monkeypatch.setattr(sparsity_panels, "EXPLAIN_AUTO_WEIGHTS", 10)  # the tiny run counts as large
+    computed = []
+    original = sparsity_panels.local_explanation
+    monkeypatch.setattr(sparsity_panels, "local_explanation", lambda *a, **k: computed.append(a) or original(*a, **k))
+    at = open_page(store["moons"], "views/uncertainty.py")
+    assert not at.toggle(key="explain_on").value and computed == []
+    assert not [f for f in figures(at) if f["data"][0].get("type") == "bar"]
+    assert any("Switch it on" in c.value for c in at.caption)
+    at.toggle(key="explain_on").set_value(True).run()
+    assert_clean(at)
+    assert len(computed) == 1 and [f for f in figures(at) if f["data"][0].get("type") == "bar"]
+
