@@ -61,6 +61,9 @@ def inclusion_section(run_id: str, threshold: float, statistics: Sequence[np.nda
     else:
         st.info(f"{labels[layer]} is not a dense matrix: its mask is drawn above only.")
 
+    if any(np.ndim(m) != 2 for m in active):  # the graph and the pixel map read dense layers only
+        st.info("The graph of active paths and the input pixels are drawn for dense layers only.")
+        return
     widths = [int(np.shape(active[0])[1]) - 1] + [int(np.shape(m)[0]) for m in active]
     skip = any(sparsity.skip_flags(active))
     if max(widths) <= sparsity.MAX_GRAPH_UNITS:
