@@ -53,11 +53,14 @@ def inclusion_section(run_id: str, threshold: float, statistics: Sequence[np.nda
     layer = st.selectbox("Layer at full resolution", list(range(len(masks))), format_func=lambda i: labels[i],
                          key="full_mask_layer")
     if np.ndim(statistics[layer]) == 2:
+        skip = layer > 0 and sparsity.skip_flags(masks)[layer]
         st.plotly_chart(sparsity.mask_figure(statistics[layer], masks[layer], active[layer], labels[layer],
-                                             statistic_name), key="full_mask")
+                                             statistic_name, skip_from=int(np.shape(masks[layer - 1])[0])
+                                             if skip else None), key="full_mask")
         st.caption(f"One cell per weight (last column: bias). Drag to zoom, double-click to reset; the hover gives "
                    f"the weight's {statistic_name}. Blue: active; orange: kept but on no input-to-output path; "
-                   "white: pruned.")
+                   "white: pruned." + (" Right of the pink line: the input-skip weights, read from the inputs."
+                                       if skip else ""))
     else:
         st.info(f"{labels[layer]} is not a dense matrix: its mask is drawn above only.")
 

@@ -55,6 +55,15 @@ def test_mask_figure_draws_every_weight_with_its_state_and_statistic(skip, seed)
     assert any((m & ~a).any() for m, a in zip(masks, active)) or seed
 
 
+def test_the_skip_columns_are_marked_where_they_start():
+    masks, active = random_structure(True, 0)
+    width = masks[0].shape[0]  # layer 1 reads layer 0's units, then the D inputs
+    figure = sparsity.mask_figure(np.zeros(masks[1].shape), masks[1], active[1], "layer", skip_from=width)
+    (line,) = figure.layout.shapes
+    assert line.x0 == line.x1 == width - 0.5
+    assert not sparsity.mask_figure(np.zeros(masks[1].shape), masks[1], active[1], "layer").layout.shapes
+
+
 def test_a_mask_and_a_statistic_of_other_shapes_are_refused():
     with pytest.raises(ValueError, match="differ in shape"):
         sparsity.mask_figure(np.zeros((2, 3)), np.ones((2, 4), bool), np.ones((2, 4), bool), "x")

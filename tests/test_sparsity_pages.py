@@ -97,6 +97,8 @@ def test_inclusion_page_draws_full_masks_the_graph_and_both_densities(store):
         z = array(heatmap["z"])
         np.testing.assert_array_equal(z, sparsity.mask_states(masks[layer], active[layer]))
         np.testing.assert_allclose(array(heatmap["customdata"]), statistics[layer], rtol=1e-6)
+        shapes = figure_titled(at, charts.layer_label(layer, statistics[layer].shape))["layout"].get("shapes", [])
+        assert [s["x0"] for s in shapes] == ([masks[0].shape[0] - 0.5] if layer == 1 else [])  # input skip
     graph = figure_titled(at, "active paths")
     drawn = {trace["name"]: sum(1 for v in trace["x"] if v is None) for trace in graph["data"] if
              trace.get("mode") == "lines"}

@@ -52,9 +52,10 @@ def mask_states(mask: np.ndarray, active: np.ndarray) -> np.ndarray:
 
 
 def mask_figure(statistic: np.ndarray, mask: np.ndarray, active: np.ndarray, title: str,
-                statistic_name: str = "statistic") -> go.Figure:
+                statistic_name: str = "statistic", skip_from: int | None = None) -> go.Figure:
     """One layer, one cell per weight (rows: units; columns: inputs, then bias), coloured by
-    `mask_states`; the hover shows the weight's statistic. Plotly zooms a drag-selected region."""
+    `mask_states`; the hover shows the weight's statistic. Plotly zooms a drag-selected region.
+    skip_from: the first input-skip column (an input-skip layer), marked by a line."""
     states = mask_states(mask, active)
     statistic = np.asarray(statistic, dtype=np.float32)  # float32 keeps a 784 x 400 mask near 1 MB
     if statistic.shape != states.shape:
@@ -71,6 +72,9 @@ def mask_figure(statistic: np.ndarray, mask: np.ndarray, active: np.ndarray, tit
     figure.update_layout(title=title, height=360, margin={"l": 40, "r": 10, "t": 40, "b": 30},
                          xaxis_title=f"input (last column {states.shape[1] - 1}: bias)", yaxis_title="unit")
     figure.update_yaxes(autorange="reversed")
+    if skip_from is not None:
+        figure.add_vline(x=skip_from - 0.5, line={"color": SKIP_COLOUR, "width": 2},
+                         annotation_text="input skip", annotation_position="top right")
     return figure
 
 
