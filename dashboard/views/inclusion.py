@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from dashboard import backend, cache, charts, explain, playback, state
+from dashboard import backend, cache, charts, explain, playback, sparsity_panels, state
 from dashboard.ui import guard
 
 run = state.run_page("Inclusion statistics and masks")
@@ -50,6 +50,10 @@ with guard("Computing the statistics"):
     if specs["pixels"] is not None:
         st.subheader("Input pixels the first layer still reads")
         st.vega_lite_chart(specs["pixels"], width="content")
+
+with guard("Active paths"):
+    sparsity_panels.inclusion_section(run_id, threshold, statistics, masks, labels, spec.name,
+                                      tuple(run.dataset().input_shape))
 
 with guard("Playback"):
     st.subheader("Playback: how training moved the statistic")

@@ -11,6 +11,7 @@ from dashboard.backend import plain
 from dashboard import altair_spec, backend, cache, explain, links, state
 from dashboard import charts as figures
 from dashboard import calibration_charts, calibration_panels as calibration
+from dashboard import sparsity_panels
 from dashboard.ui import guard
 
 N_IMAGES = 6
@@ -201,3 +202,8 @@ else:
     with guard("Splitting the entropy"):
         calibration.entropy_split_section(run_id, dataset, mode, draws, effective,
                                           tuple(st.session_state.get("ood_sets") or ()), OOD_INPUTS)
+
+with guard("Local explanation"):
+    # the example defaults to the first of those shown under "Class probabilities per input"
+    sparsity_panels.explanation_section(run_id, dataset, threshold, samples,
+                                        int(st.session_state.get("first_image", 0)))
