@@ -33,8 +33,15 @@ from torch.nn import functional as F
 from core.data import load_dataset
 from core.errors import BNNError
 from core.models.network import BayesianMLP, ModelConfig
-from core.predict import (evaluate, export_pruned, load_exported, mean_inclusion, predict, sweep,
-                          thresholds_for_densities)
+from core.predict import (
+    evaluate,
+    export_pruned,
+    load_exported,
+    mean_inclusion,
+    predict,
+    sweep,
+    thresholds_for_densities,
+)
 from core.train import DEFAULT_LEARNING_RATES, TrainConfig, train
 
 RESULTS = Path(__file__).parent / "results" / "predict.md"

@@ -317,10 +317,9 @@ def _toy_regression_render(result: dict[str, Any]) -> str:
 
 
 def build_page(cache_dir=None, data_dir=None, figures: bool = True) -> str:
+    from benchmarks import elbo_solutions, kl_weight_sweep, lenet, time_to_quality
     from core.runs.presets import get_preset
     from core.runs.store import RunStore
-
-    from benchmarks import elbo_solutions, kl_weight_sweep, lenet, time_to_quality
 
     store = RunStore(cache_dir)
     fast = get_preset("fast")

@@ -23,7 +23,6 @@ from core.cost_model import (
 from core.errors import ConfigError
 from core.settings import Setting, register
 
-
 # --- limits -------------------------------------------------------------------------------------------
 
 # A classroom server: 2 cores, 24 GB, 30 students. One request may add 1.5 GB to the server (or to its

@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import difflib
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+import tomllib
+
 from core import validate
-from core.errors import BNNError, InputError
 from core.data.locations import ASSETS_DIR
+from core.errors import BNNError, InputError
 
 LESSONS_DIR = ASSETS_DIR / "lessons"
 PAGES = ("train", "inclusion", "pruning", "uncertainty", "compare", "playground", "glossary")

@@ -32,8 +32,8 @@ LINKED_RUN_KEY = "linked_run"  # the last link followed
 
 def run_picker() -> None:
     """Sidebar: choose the current run among the cached ones."""
-    from dashboard.backend import plain
     from dashboard import backend, cache, links, state
+    from dashboard.backend import plain
     from dashboard.ui import guard
 
     with guard("Listing cached runs"):

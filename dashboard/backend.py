@@ -15,47 +15,69 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable
 
 import numpy as np
 
+# The shared rules for outside values and the settings declarations, for the pages (the one door):
+from core import limits, runs, validate  # noqa: F401
+from core.cost import remaining_seconds, size_text, time_text  # noqa: F401
+from core.data.ood_sets import OOD_PARTNER, load_ood_inputs, ood_set_names  # noqa: F401
 from core.enums import InclusionPrior, LearningRateSchedule
 from core.errors import ConfigError
+from core.lessons import HIDEABLE_CONTROLS, lesson_names, load_lesson  # noqa: F401  (the lesson panel)
+from core.models.options import undeclared as undeclared_option  # noqa: F401
+from core.models.prior_summary import prior_of_statistic  # noqa: F401
+from core.predict.bands import collapsed_bands  # noqa: F401  (regression bands in original units)
+from core.predict.cards import accuracy_by_samples, test_metrics  # noqa: F401
 from core.predict.draw_cache import DrawCache
+from core.predict.export import kept_counts_at, load_exported  # noqa: F401
+
+# The calibration and decision views and the gap lesson's side-by-side bands: their rules live in core.
+from core.predict.metrics.calibration import (  # noqa: F401
+    CALIBRATION_BINS,
+    GAP_DRAWS,
+    INTERVAL_LEVELS,
+    classifier_calibration,
+    doubt_point,
+    entropy_split_means,
+    gap_ratio,
+    regression_calibration,
+)
 from core.predict.metrics.classification import DOUBT_LEVEL  # noqa: F401  (figures and captions show it)
+from core.predict.metrics.headline import headline_metric  # noqa: F401
+from core.predict.metrics.ood import auroc as entropy_auroc  # noqa: F401
 from core.predict.modes import REGRESSION_PREDICTIVES, PredictionMode, WeightChoice, parse_mode  # noqa: F401
-from core import runs
+from core.predict.onnx_export import export_zip  # noqa: F401  (the Pruning page's downloads, safetensors or onnx)
+
+# Choosing a threshold and labelling runs are core's (pure numpy / plain data), passed through as they are:
+from core.predict.thresholds import (  # noqa: F401
+    SweepCurve,
+    ThresholdRange,
+    curve_point,
+    expected_density,
+    masks_at,
+    sample_structure,
+    samples_structure,
+    suggested_threshold,
+    threshold_range,
+)
+from core.reference.bands import reference_bands  # noqa: F401
+from core.reference.trust import TRUST_ESS, TRUST_RHAT, architecture, reference_function_band, reference_warning  # noqa: F401
 from core.runs import delete_run, load_run, parsing, run_from_handover, run_handover  # noqa: F401
-# The shared rules for outside values and the settings declarations, for the pages (the one door):
-from core import limits, validate  # noqa: F401
+from core.runs.bundled import install_bundled_runs  # noqa: F401  (the lessons' runs on first start)
+from core.runs.folders import server_folders  # noqa: F401  (a page names them instead of showing paths)
+from core.runs.labels import config_differences, run_labels, setting_key  # noqa: F401
+
+# A model fitted in this process (the playground) and any model's statistics as numpy:
+from core.runs.live import (  # noqa: F401
+    build_model,
+    conditional_mean_weights,
+    native_statistics,
+    predict_model,
+    train_model,
+    warm_up_optimiser,
+)
+from core.runs.partners import NON_FACTORISED_FAMILY, non_factorised_config, partner_run_id  # noqa: F401
+from core.runs.sparsity_views import active_path_densities, explanation  # noqa: F401
 from core.settings import Setting, register  # noqa: F401
 from core.validate import plain  # noqa: F401
-# Choosing a threshold and labelling runs are core's (pure numpy / plain data), passed through as they are:
-from core.predict.thresholds import (SweepCurve, ThresholdRange, curve_point, expected_density,  # noqa: F401
-                                     masks_at, sample_structure, samples_structure, suggested_threshold,
-                                     threshold_range)
-from core.runs.labels import config_differences, run_labels, setting_key  # noqa: F401
-from core.predict.metrics.ood import auroc as entropy_auroc, predictive_entropy  # noqa: F401
-from core.predict.cards import accuracy_by_samples, test_metrics  # noqa: F401
-from core.data.ood_sets import OOD_PARTNER, load_ood_inputs, ood_set_names  # noqa: F401
-# A model fitted in this process (the playground) and any model's statistics as numpy:
-from core.runs.live import (build_model, conditional_mean_weights, native_statistics, predict_model,  # noqa: F401
-                            train_model, warm_up_optimiser)
-from core.predict.export import kept_counts_at, load_exported  # noqa: F401
-from core.predict.onnx_export import export_zip  # noqa: F401  (the Pruning page's downloads, safetensors or onnx)
-from core.predict.bands import collapsed_bands  # noqa: F401  (regression bands in original units)
-from core.reference.bands import reference_bands  # noqa: F401
-from core.models.prior_summary import prior_of_statistic  # noqa: F401
-from core.runs.folders import server_folders  # noqa: F401  (a page names them instead of showing paths)
-from core.lessons import HIDEABLE_CONTROLS, lesson_names, load_lesson  # noqa: F401  (the lesson panel)
-from core.runs.bundled import install_bundled_runs  # noqa: F401  (the lessons' runs on first start)
-from core.runs.sparsity_views import active_path_densities, explanation  # noqa: F401
-from core.predict.metrics.headline import headline_metric  # noqa: F401
-from core.models.options import undeclared as undeclared_option  # noqa: F401
-# The calibration and decision views and the gap lesson's side-by-side bands: their rules live in core.
-from core.predict.metrics.calibration import (CALIBRATION_BINS, GAP_DRAWS, INTERVAL_LEVELS,  # noqa: F401
-                                              classifier_calibration, doubt_point, entropy_split_means,
-                                              gap_ratio, regression_calibration)
-from core.reference.trust import (TRUST_ESS, TRUST_RHAT, architecture, reference_function_band,  # noqa: F401
-                                  reference_warning)
-from core.runs.partners import NON_FACTORISED_FAMILY, non_factorised_config, partner_run_id  # noqa: F401
-from core.cost import remaining_seconds, size_text, time_text  # noqa: F401
 from dashboard.settings import draw_cache_bytes, predict_slots  # noqa: F401
 
 if TYPE_CHECKING:

@@ -329,8 +329,8 @@ def shipped(spec: dict[str, Any]) -> dict[str, Any]:
     datasets = spec.get("datasets")
     if not datasets:
         return spec
-    encoded = {name: rows if isinstance(rows, bytes) or not isinstance(rows, list) else streamlit_compat.arrow_bytes(rows)
-               for name, rows in datasets.items()}
+    encoded = {name: rows if isinstance(rows, bytes) or not isinstance(rows, list)
+               else streamlit_compat.arrow_bytes(rows) for name, rows in datasets.items()}
     if any(value is None for value in encoded.values()):  # a Streamlit without the converter: as before
         return spec
     spec["datasets"] = encoded
@@ -482,6 +482,7 @@ def inclusion_charts(run_id: str, threshold: float, log_counts: bool, masked_wei
     weights) picture per layer, and for image inputs the kept inputs as an image. The matrices are
     pictures (dashboard.raster): a threshold step redraws a few small images, not thousands of marks."""
     import numpy as np
+
     from dashboard import charts, raster
     stats = statistics(run_id)
     labels = [charts.layer_label(i, s.shape) for i, s in enumerate(stats)]

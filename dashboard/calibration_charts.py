@@ -16,7 +16,8 @@ import pandas as pd
 
 # The NUTS reference's own colour (charts.style): a purple no family uses, far from bnn's orange;
 # charts.predictions.reference_layers draws the overlay in the same colour.
-from dashboard.charts import REFERENCE_COLOUR, family_colour
+from dashboard.charts import family_colour
+
 # A reference whose diagnostics fail is drawn dashed and grey-purple, with the warning on the chart.
 UNTRUSTED_REFERENCE_COLOUR = "#9E9AC8"
 WARNING_COLOUR = "#B2182B"

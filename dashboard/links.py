@@ -17,10 +17,11 @@ from typing import Any, Callable, Iterable, Sequence
 
 import streamlit as st
 
-from dashboard.backend import validate
 from core.errors import BNNError, InputError
+from dashboard.backend import validate
 
-RUN, PAGE, THRESHOLD, MODE, SAMPLES, OOD, EPOCH, TRAIN = "run", "page", "threshold", "mode", "R", "ood", "epoch", "train"
+RUN, PAGE, THRESHOLD, MODE, SAMPLES = "run", "page", "threshold", "mode", "R"
+OOD, EPOCH, TRAIN = "ood", "epoch", "train"
 WEIGHTS = "weights"  # the Pruning page's mean / sample weights of the kept connections (it changes the numbers)
 # Run ids are 16 hex characters (a unique prefix is enough); a training token is 16 URL-safe
 # characters. Either is one word: anything longer or with other characters is no id of this app.

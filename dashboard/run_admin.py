@@ -10,8 +10,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from dashboard.backend import plain
 from dashboard import backend, cache, state
+from dashboard.backend import plain
 from dashboard.ui import guard, without_server_paths
 from dashboard.worker import duration_text
 

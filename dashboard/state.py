@@ -43,8 +43,9 @@ from typing import Any
 
 import streamlit as st
 
-from dashboard.backend import plain
 from dashboard import backend, cache, lesson_panel, links
+from dashboard.backend import plain
+
 # Streamlit's internals, kept in one place (re-exported: the pages and tests call them through state)
 from dashboard.streamlit_compat import XSRF_COOKIE, browser_token, session_presence, xsrf_token  # noqa: F401
 

@@ -52,8 +52,15 @@ from core.errors import BNNError
 
 # Process management (threads, child processes) is dashboard/training_process.py; re-exported here
 # for the callers that know the queue (cache.training_queue, the pages, the tests).
-from dashboard.training_process import (TRAINING_NICENESS, TrainFunction, TrainingWorker, WorkerSnapshot,  # noqa: F401
-                                        WorkerStatus, default_slots, train_in_subprocess)
+from dashboard.training_process import (  # noqa: F401
+    TRAINING_NICENESS,
+    TrainFunction,
+    TrainingWorker,
+    WorkerSnapshot,
+    WorkerStatus,
+    default_slots,
+    train_in_subprocess,
+)
 
 log = logging.getLogger(__name__)
 

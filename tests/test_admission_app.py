@@ -3,9 +3,8 @@ before anything is allocated, so the serving process's resident memory stays whe
 
 from __future__ import annotations
 
-import re
-
 import gc
+import re
 from pathlib import Path
 
 import pytest

@@ -8,10 +8,10 @@ Skipped with a reason when chromium or playwright is missing, except in CI
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
-import re
 import time
 from contextlib import contextmanager
 from pathlib import Path

@@ -12,8 +12,8 @@ from scipy import stats
 from core.predict.metrics import classification as C
 from core.predict.metrics import regression as R
 from dashboard import altair_spec, backend
-from dashboard import charts as figures
 from dashboard import calibration_charts as charts
+from dashboard import charts as figures
 
 
 def rows_of(spec: dict, *fields: str) -> list[dict]:

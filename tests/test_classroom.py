@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 

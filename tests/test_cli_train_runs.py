@@ -7,8 +7,8 @@ import json
 import pytest
 
 from core.cli import build_parser, main
-from core.runs import PRESETS, RunStore
 from core.cli.runs import config_from_args
+from core.runs import PRESETS, RunStore
 
 TINY = ["--dataset", "two-moons", "--hidden", "16", "--epochs", "1", "--device", "cpu"]
 

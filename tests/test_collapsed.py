@@ -14,8 +14,14 @@ from core.cli import main
 from core.errors import PredictionError
 from core.models.network import BayesianMLP, ModelConfig
 from core.models.registry import FAMILY_PATHS
-from core.predict.collapsed import (UniformSums, collapsed_predict, evaluate_collapsed, gaussian_mixture_quantiles,
-                                    uniform_sum_cdf, uniform_sum_density)
+from core.predict.collapsed import (
+    UniformSums,
+    collapsed_predict,
+    evaluate_collapsed,
+    gaussian_mixture_quantiles,
+    uniform_sum_cdf,
+    uniform_sum_density,
+)
 
 FAMILIES = sorted(FAMILY_PATHS)
 # the last layer given the sampled dropout mask (member) is not random

@@ -18,7 +18,6 @@ from core.models.network import ModelConfig, build_model
 from core.runs.config import RunConfig
 from core.runs.training import train_run
 from core.train import DEFAULT_LEARNING_RATES, TrainConfig, _make_optimizer, _training_step, run_generator, train
-
 from tests.support import VARIANT_IDS, VARIANTS, subnormal
 
 # Pairs trained side by side: LBBNN's and the Gaussian family's fused layers, and

@@ -139,7 +139,6 @@ def test_unknown_top_level_field_is_named():
 
 
 def test_config_is_frozen():
-    import dataclasses
 
     config = tiny()
     with pytest.raises(dataclasses.FrozenInstanceError, match="seed"):

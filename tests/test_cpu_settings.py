@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from core.cpu_settings import enable_flush_denormals
-
 from tests.support import subnormal
 
 

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from streamlit.testing.v1 import AppTest
 
 from tests.support import clear_dashboard_caches

@@ -10,11 +10,10 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as strategies
+from streamlit.testing.v1 import AppTest
 
 from core.errors import InputError
 from dashboard import links
-from streamlit.testing.v1 import AppTest
-
 from tests.support import clear_dashboard_caches
 from tests.test_dashboard_app import APP, TIMEOUT
 
@@ -120,7 +119,8 @@ def test_each_parser_names_its_parameter_the_value_and_the_range():
              (lambda: links.parse_run("abc", ("0123", "0456")), "run: 'abc' is not a cached run"),
              (lambda: links.parse_run("0", ("0123", "0456")), "run: '0' names several cached runs"),
              (lambda: links.parse_run(EVIL_IMAGE, ("0123",)), "run: '![x](http://evil/t.png)' is not a run id"),
-             (lambda: links.parse_weights("median", ("mean", "sample")), "weights: 'median' is not one of mean, sample"),
+             (lambda: links.parse_weights("median", ("mean", "sample")),
+              "weights: 'median' is not one of mean, sample"),
              (lambda: links.parse_train_token("a b"), "train: 'a b' is not a training token")]
     for call, message in cases:
         with pytest.raises(InputError) as caught:

@@ -4,8 +4,8 @@ pure figure builders."""
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 
 import numpy as np
 import pytest

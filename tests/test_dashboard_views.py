@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import os
+import re
 import threading
 import zipfile
 from pathlib import Path
@@ -13,7 +13,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
 from streamlit.testing.v1 import AppTest
 
 from tests.test_dashboard_app import APP, TIMEOUT, assert_clean, fresh_caches, metric_value  # noqa: F401
@@ -120,6 +119,7 @@ def test_training_estimate_counts_weights_exactly():
 
 def test_device_problem_names_the_form_control_not_a_cli_flag():
     import torch
+
     from dashboard import backend
     if torch.cuda.is_available():
         pytest.skip("a CUDA GPU is present: the cuda device is fine here")
@@ -712,6 +712,7 @@ def test_inclusion_page_compares_two_masks_and_shows_receptive_fields(store):
 
 def test_playground_training_draws_while_it_trains():
     import time
+
     from dashboard import playground_training
     job = playground_training.PlaygroundTraining({"dataset": "toy-sine-gaps", "hidden": [8],
                                                   "dataset_params": {"noise": 0.05},
@@ -734,6 +735,7 @@ def test_playground_training_draws_while_it_trains():
 
 def test_playground_cancel_stops_quickly():
     import time
+
     from dashboard import playground_training
     job = playground_training.PlaygroundTraining({"dataset": "two-moons", "hidden": [8],
                                       "train": {"epochs": 3000, "batch_size": 500}}, every=50).start()
@@ -749,6 +751,7 @@ def test_playground_has_its_first_picture_when_start_returns_and_trains_after_it
     """The page draws the untrained fit in its first run; the training waits for that picture
     (at most hold_seconds) so the two do not compete for the interpreter."""
     import time
+
     from dashboard import playground_training
     job = playground_training.PlaygroundTraining({"dataset": "toy-sine-gaps", "hidden": [8],
                                       "train": {"epochs": 100, "batch_size": 500}}, every=10, hold_seconds=60).start()
@@ -766,6 +769,7 @@ def test_playground_training_of_a_closed_tab_stops_and_a_present_one_finishes(mo
     """Nothing keeps a playground fit: once its browser session is gone (for ABANDONED_SECONDS) the
     training stops; a session that comes back within the grace keeps it."""
     import time
+
     from dashboard import playground_training
     monkeypatch.setattr(playground_training.PlaygroundTraining, "ABANDONED_SECONDS", 0.3)
     monkeypatch.setattr(playground_training.PlaygroundTraining, "PRESENCE_CHECK_SECONDS", 0.05)

@@ -19,7 +19,6 @@ import torch
 from core.models.likelihoods import LIKELIHOODS
 from core.models.network import ModelConfig, build_model
 from core.train import DEFAULT_LEARNING_RATES, _make_optimizer, _training_step
-
 from tests.support import VARIANT_IDS, VARIANTS
 
 META = torch.device("meta")

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from core.cli.predict import evaluate_command, export_command, sweep_command
 from core.data.dataset import make_dataset
 from core.errors import BNNError
 from core.models.network import BayesianMLP, ModelConfig
 from core.predict import export_pruned, load_exported, predict
-from core.cli.predict import evaluate_command, export_command, sweep_command
 
 
 def make_model(family="lbbnn", hidden=(16, 12), likelihood="categorical", classes=4, seed=0):

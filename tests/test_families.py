@@ -14,7 +14,6 @@ from torch.distributions import Bernoulli, Gamma, MultivariateNormal, Normal, St
 
 from core.models.network import BayesianMLP, ModelConfig, build_model
 from core.models.registry import FAMILY_PATHS
-
 from tests.support import VARIANT_IDS, VARIANTS, perturb
 
 # Families whose kl() is an exact KL (or a sum of exact KL terms), hence >= 0.

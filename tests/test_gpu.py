@@ -21,7 +21,6 @@ import torch
 from core.predict.modes import PredictionMode
 from core.runs import RunConfig
 from core.runs.training import load_run, train_run
-
 from tests.support import VARIANT_IDS, VARIANTS
 
 pytestmark = pytest.mark.gpu

@@ -126,10 +126,9 @@ def test_ray_backend_on_a_local_instance(tmp_path, grid_file):
 
 
 def test_summary_markdown_has_one_row_per_method_and_mode_with_median_min_max():
+    from core.runs import RunConfig
     from core.runs.grid import CellResult, GridResult, summary_markdown
     from core.runs.presets import GridSpec
-
-    from core.runs import RunConfig
 
     spec = GridSpec(name="t", setups={"s": RunConfig(dataset="two-moons")}, methods=("lbbnn",), seeds=(0, 1, 2))
     cells = [CellResult("s", "lbbnn", seed, None, f"id{seed}", False,

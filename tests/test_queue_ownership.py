@@ -6,14 +6,12 @@ so nothing is trained; no test needs a run in the store."""
 
 from __future__ import annotations
 
-import re
-
 import logging
+import re
 import threading
 from types import SimpleNamespace
 
 import pytest
-
 from streamlit.testing.v1 import AppTest
 
 from tests.support import clear_dashboard_caches

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from core.errors import ConfigError
-from core.models.lbbnn import LBBNNLayer, LBBNNOptions, bernoulli_kl_from_logits
+from core.models.lbbnn import LBBNNLayer, LBBNNOptions
 from core.models.network import BayesianMLP, ModelConfig
 from core.predict import predict
 from core.runs.config import RunConfig
@@ -119,8 +119,8 @@ def test_after_mpm_posttraining_bma_and_mean_say_they_are_the_mpm():
 
 
 def test_stored_metrics_after_mpm_posttraining_keep_only_the_med_modes():
-    from core.runs.training import final_metrics
     from core.data import load_dataset
+    from core.runs.training import final_metrics
 
     dataset = load_dataset("two-moons", n=80, n_test=40)
     torch.manual_seed(0)

@@ -16,8 +16,16 @@ import torch
 
 from core.cli import main
 from core.data.dataset import make_dataset
-from core.reference import (PyroMissingError, ReferenceConfig, ReferenceStore, ReferenceStoreError, compute_reference,
-                            diagnostic_warnings, require_pyro, run_nuts)
+from core.reference import (
+    PyroMissingError,
+    ReferenceConfig,
+    ReferenceStore,
+    ReferenceStoreError,
+    compute_reference,
+    diagnostic_warnings,
+    require_pyro,
+    run_nuts,
+)
 from core.reference.posterior import split_rhat_and_ess
 from tests.support import require_module
 

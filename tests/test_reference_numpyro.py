@@ -7,8 +7,6 @@ CI=true, where a missing sampler fails."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 

@@ -2,8 +2,6 @@
 known mean difference, Holm's adjustment and the noise-grid bound check."""
 
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest

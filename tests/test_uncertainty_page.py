@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import streamlit as st
-
 from streamlit.testing.v1 import AppTest
 
 from tests.support import write_fake_reference

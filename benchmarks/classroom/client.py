@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-
 # --- one session speaking Streamlit's protocol ----------------------------------------------------
 
 class RunResult:

@@ -18,7 +18,6 @@ from benchmarks.classroom.client import RunResult, Session, number_state, slider
 from benchmarks.classroom.report import SERVER_SETTINGS, Interaction, Report, attribute_script_cpu
 from benchmarks.classroom.server import Server, prepare_runs
 
-
 # Values a class is asked to try: slider positions (threshold steps of the pruning page) and R.
 THRESHOLDS = (0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.9)
 SAMPLES = (1, 5, 10, 20)

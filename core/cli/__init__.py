@@ -66,7 +66,7 @@ def check_run_id(args: argparse.Namespace) -> None:
 
     if isinstance(getattr(args, "run", None), str):
         validate.text_of(args.run, "run", RUN_ID_LENGTH, r"[0-9a-f]+",
-                         f"a run id or its first digits (0-9, a-f; list them with `python -m core runs`)")
+                         "a run id or its first digits (0-9, a-f; list them with `python -m core runs`)")
 
 
 def _out_of_memory(exc: BaseException) -> bool:

@@ -12,9 +12,9 @@ import sys
 from typing import Any
 
 from core import limits
-from core.runs.parsing import parse_hidden
 from core.reference.posterior import PRIORS, SAMPLERS, default_config, diagnostic_warnings, stderr_progress
 from core.reference.store import compute_reference
+from core.runs.parsing import parse_hidden
 
 
 def _int(text: str) -> int:
@@ -72,13 +72,17 @@ def register(subparsers) -> None:
                     "likelihood, sampled noise scale) with Pyro's NUTS, cache it like a run, and print R-hat "
                     "and effective sample sizes of the network function and the noise scale.")
     parser.add_argument("dataset", metavar="DATASET", help="a regression set: toy-sine-gaps, toy-cubic, toy-hetero")
-    parser.add_argument("--samples", type=_int, default=None, help="kept draws per chain (default 500 on the 1-D toys, else 300)")
-    parser.add_argument("--warmup", type=_int, default=None, help="warm-up (adaptation) steps per chain (default 1000 on the 1-D toys, else 300)")
-    parser.add_argument("--chains", type=_int, default=None, help="chains, run one after the other (default 4 on the 1-D toys, else 2)")
+    parser.add_argument("--samples", type=_int, default=None, 
+                        help="kept draws per chain (default 500 on the 1-D toys, else 300)")
+    parser.add_argument("--warmup", type=_int, default=None, 
+                        help="warm-up (adaptation) steps per chain (default 1000 on the 1-D toys, else 300)")
+    parser.add_argument("--chains", type=_int, default=None, 
+                        help="chains, run one after the other (default 4 on the 1-D toys, else 2)")
     parser.add_argument("--hidden", default=None, help="hidden widths, e.g. 64 (default: 16 on the 1-D toys, else 64)")
     parser.add_argument("--prior", default=None, choices=PRIORS,
                         help="gaussian (the bnn family's) or spike-slab-relaxed (lbbnn's, concrete relaxation)")
-    parser.add_argument("--max-tree-depth", type=_int, default=None, help="NUTS tree depth limit (default 10 on the 1-D toys, else 8)")
+    parser.add_argument("--max-tree-depth", type=_int, default=None, 
+                        help="NUTS tree depth limit (default 10 on the 1-D toys, else 8)")
     parser.add_argument("--sampler", default=None, choices=SAMPLERS,
                         help="NUTS implementation (default numpyro on the 1-D toys, else pyro)")
     parser.add_argument("--seed", type=_int, default=None)

@@ -78,7 +78,8 @@ def _register_train(subparsers: argparse._SubParsersAction) -> None:
                     "fields. A run whose id is already stored is returned at once.")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--preset", default=None,
-                        help=f"start from a preset ({', '.join(k for k, v in PRESETS.items() if isinstance(v, RunConfig))})")
+                        help="start from a preset "
+                             f"({', '.join(k for k, v in PRESETS.items() if isinstance(v, RunConfig))})")
     source.add_argument("--config", default=None, metavar="FILE", help="start from a TOML or JSON config file")
     data = parser.add_argument_group("data")
     data.add_argument("--dataset", default=None)
@@ -103,7 +104,8 @@ def _register_train(subparsers: argparse._SubParsersAction) -> None:
     noise.add_argument("--noise-init", default=None, choices=("value", "data"),
                        help="start at --noise-std, or at the residual sd of a least-squares fit")
     noise.add_argument("--precision-prior", default=None, metavar="none|gamma|A,B",
-                       help="Gamma(A, B) prior on the noise precision ('gamma' = Gamma(6, 6), as in Hernandez-Lobato & Adams 2015)")
+                       help="Gamma(A, B) prior on the noise precision "
+                            "('gamma' = Gamma(6, 6), as in Hernandez-Lobato & Adams 2015)")
     schedule = parser.add_argument_group("training")
     schedule.add_argument("--epochs", type=int, default=None)
     schedule.add_argument("--pretrain-epochs", type=int, default=None)

@@ -17,8 +17,7 @@ from core.data.dataset import Dataset, make_dataset
 from core.data.download import RemoteFile, fetch, missing_files_message, offline_reason
 from core.data.locations import download_roots, resolve_data_dir, writable_download_root
 from core.data.sampling import stratified_split
-from core.data.tabular_parsing import (Table, encode_features, encode_labels, read_delimited,
-                                       read_table_any)
+from core.data.tabular_parsing import Table, encode_features, encode_labels, read_delimited, read_table_any
 from core.errors import DataError
 
 TEST_FRACTION = 0.2

@@ -44,9 +44,8 @@ from torch.nn import functional as F
 
 from core.enums import OptionEnum
 from core.errors import ConfigError
-from core.models.options import SPEC_KEY, OptionSpec, undeclared
 from core.models.fused import LocalReparameterisation
-
+from core.models.options import SPEC_KEY, OptionSpec, undeclared
 
 # Bins of the per-epoch histograms training records (core/snapshots.py).
 HISTOGRAM_BINS = 40

@@ -7,8 +7,8 @@ is the signal-to-noise ratio |mu| / sigma, keep above lambda.
 
 from __future__ import annotations
 
-import math
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import torch
@@ -25,9 +25,9 @@ from core.models.base import (
     inverse_softplus,
     local_reparameterisation,
 )
+from core.models.distributions import gaussian_kl, scaled_prior_variance
 from core.models.fused import apply_fused
 from core.models.gaussian_fused import GaussianLinear
-from core.models.distributions import gaussian_kl, scaled_prior_variance
 from core.models.options import (
     ESTIMATOR,
     INIT_SIGMA,

@@ -20,8 +20,8 @@ Two gradient estimators:
 
 from __future__ import annotations
 
-import math
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,6 +30,17 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from core.enums import Estimator, InclusionPrior, Slab
+from core.models.base import (
+    Keep,
+    LayerOptions,
+    SparseLayer,
+    StatisticSpec,
+    augmented_linear,
+    init_generator,
+    inverse_softplus,
+    local_reparameterisation,
+    require,
+)
 from core.models.distributions import (  # noqa: F401 - re-exported: older code imports them from here
     PRIOR_SCALINGS,
     bernoulli_kl_from_logits,
@@ -49,17 +60,6 @@ from core.models.options import (
     TEMPERATURE,
     OptionSpec,
     option,
-)
-from core.models.base import (
-    Keep,
-    LayerOptions,
-    SparseLayer,
-    StatisticSpec,
-    augmented_linear,
-    init_generator,
-    inverse_softplus,
-    local_reparameterisation,
-    require,
 )
 
 ESTIMATORS = (Estimator.LOCAL_REPARAMETERISATION, Estimator.RELAXED_BERNOULLI)

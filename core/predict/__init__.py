@@ -13,8 +13,14 @@ from core.predict.evaluate import evaluate, mean_inclusion, mean_statistic
 from core.predict.export import ExportedMLP, export_pruned, load_exported
 from core.predict.modes import PredictionMode, WeightChoice, parse_mode
 from core.predict.summaries import default_summaries
-from core.predict.sweep import (SweepResult, default_thresholds, parse_threshold_grid, sweep, sweep_at_densities,
-                                thresholds_for_densities)
+from core.predict.sweep import (
+                                SweepResult,
+                                default_thresholds,
+                                parse_threshold_grid,
+                                sweep,
+                                sweep_at_densities,
+                                thresholds_for_densities,
+)
 
 __all__ = [
     "CollapsedPredictive",

@@ -41,8 +41,7 @@ from core.errors import PredictionError
 from core.models.base import SparseLayer, new_generator
 from core.models.likelihoods import Gaussian
 from core.predict.engine import as_inputs, check_samples, forward_draws, resolve_model
-from core.predict.metrics.regression import (COVERAGE_LEVELS, bisect_quantile, mixture_cdf,
-                                              mixture_quantiles)
+from core.predict.metrics.regression import COVERAGE_LEVELS, bisect_quantile, mixture_cdf, mixture_quantiles
 
 LOG_2PI = np.log(2 * np.pi)
 VARIANTS = ("gaussian", "box")
@@ -400,8 +399,13 @@ def evaluate_collapsed(model_or_run: Any, dataset, variant: str = "gaussian", sa
                        levels: Sequence[float] = COVERAGE_LEVELS) -> dict[str, Any]:
     """Test-set RMSE, log-likelihood, interval coverage and width, PIT KS distance and calibration gap
     of the collapsed predictive, original units."""
-    from core.predict.metrics.regression import (calibration_curve_of_pit, central_coverage, interval_metrics_of,
-                                                 pit_ks_statistic, rmse)
+    from core.predict.metrics.regression import (
+        calibration_curve_of_pit,
+        central_coverage,
+        interval_metrics_of,
+        pit_ks_statistic,
+        rmse,
+    )
 
     variant = check_variant(variant)
     if dataset.task != "regression":

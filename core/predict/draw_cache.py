@@ -52,8 +52,18 @@ import torch
 from torch import Tensor
 
 from core.errors import PredictionError
-from core.predict.engine import (MEMORY_BUDGET_BYTES, DrawUsage, Prediction, as_inputs, make_plan, new_usage,
-                                 predict, prediction_from_draws, resolve_model, sampled_forward)
+from core.predict.engine import (
+    MEMORY_BUDGET_BYTES,
+    DrawUsage,
+    Prediction,
+    as_inputs,
+    make_plan,
+    new_usage,
+    predict,
+    prediction_from_draws,
+    resolve_model,
+    sampled_forward,
+)
 from core.predict.modes import PredictionMode, WeightChoice
 
 DEFAULT_MAX_BYTES = 256 * 2**20

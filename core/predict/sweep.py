@@ -32,11 +32,17 @@ from torch import Tensor
 
 from core import limits, validate
 from core.errors import InputError, PredictionError
+from core.jsonable import jsonable
 from core.models.network import BayesianMLP
 from core.predict.compact import LayerFormat, activate_, choose_format, compact_network, sparse_csr
-from core.predict.engine import (MEMORY_BUDGET_BYTES, as_inputs, check_samples, check_threshold, forward_masked,
-                                 resolve_model)
-from core.jsonable import jsonable
+from core.predict.engine import (
+    MEMORY_BUDGET_BYTES,
+    as_inputs,
+    check_samples,
+    check_threshold,
+    forward_masked,
+    resolve_model,
+)
 from core.predict.metrics import classification as cls_metrics
 from core.predict.metrics import regression as reg_metrics
 from core.predict.metrics.headline import headline_metric

@@ -5,10 +5,17 @@
     posterior.bands(dataset.x_grid)        # mean, q0.05, q0.95 in original units
 """
 
-from core.reference.posterior import (REQUIREMENTS_FILE, PyroMissingError, ReferenceConfig, ReferencePosterior,
-                                      default_config, diagnostic_warnings, require_pyro, run_nuts)
-from core.reference.store import (ReferenceStore, ReferenceStoreError, compute_reference, load_reference,
-                                  reference_id)
+from core.reference.posterior import (
+                                      REQUIREMENTS_FILE,
+                                      PyroMissingError,
+                                      ReferenceConfig,
+                                      ReferencePosterior,
+                                      default_config,
+                                      diagnostic_warnings,
+                                      require_pyro,
+                                      run_nuts,
+)
+from core.reference.store import ReferenceStore, ReferenceStoreError, compute_reference, load_reference, reference_id
 
 __all__ = [
     "REQUIREMENTS_FILE",

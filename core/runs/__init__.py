@@ -10,8 +10,16 @@ from core.runs.config import SCHEMA_VERSION, RunConfig, load_config
 from core.runs.presets import PRESETS, GridSpec, get_preset
 from core.runs.run import LayerCoefficients, Run
 from core.runs.store import RunInfo, RunStore, default_cache_dir
-from core.runs.training import (LoadedRun, delete_run, list_runs, load_run, run_from_handover, run_handover,
-                                 run_id_for, train_run)
+from core.runs.training import (
+                                 LoadedRun,
+                                 delete_run,
+                                 list_runs,
+                                 load_run,
+                                 run_from_handover,
+                                 run_handover,
+                                 run_id_for,
+                                 train_run,
+)
 
 __all__ = [
     "PRESETS",

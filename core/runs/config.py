@@ -15,11 +15,12 @@ import itertools
 import json
 import math
 import re
-import tomllib
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
+
+import tomllib
 
 from core import limits, validate
 from core.errors import BNNError, ConfigError
@@ -241,7 +242,7 @@ class RunConfig:
         if not isinstance(self.dataset, str) or not self.dataset:
             raise ConfigError(f"dataset: must be a dataset name, got {self.dataset!r}")
         task = _dataset_task(self.dataset)
-        from core.data import uci, toy
+        from core.data import toy, uci
         if self.split is not None:
             if self.dataset not in uci.UCI_REGRESSION:
                 raise ConfigError(f"split: only the UCI regression sets have numbered splits, "

@@ -10,7 +10,8 @@ import numpy as np
 import torch
 
 from core.data.dataset import Dataset
-from core.models.network import BayesianMLP, build_model as build_network
+from core.models.network import BayesianMLP
+from core.models.network import build_model as build_network
 from core.predict import Prediction, predict
 from core.runs.config import RunConfig
 from core.train import train

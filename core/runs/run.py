@@ -32,10 +32,10 @@ from core.errors import PredictionError, RunStoreError
 from core.models.network import BayesianMLP
 from core.predict import Prediction, SweepResult, evaluate, export_pruned, mean_statistic, predict, sweep
 from core.predict.engine import check_samples, check_threshold
-from core.predict.metrics import headline_metric
-from core.predict.metrics.classification import DOUBT_LEVEL
 from core.predict.explain import DEFAULT_LEVEL, Explanation, explain
 from core.predict.explain import DEFAULT_SAMPLES as DEFAULT_EXPLAIN_SAMPLES
+from core.predict.metrics import headline_metric
+from core.predict.metrics.classification import DOUBT_LEVEL
 from core.predict.structure import active_masks, overall_density
 from core.predict.sweep import DEFAULT_POINTS, SortedStatistics, active_density_at, disconnected_at
 from core.runs.store import read_snapshot_arrays

@@ -64,7 +64,7 @@ from filelock import Timeout
 from core.data.locations import CACHE_DIR_ENV  # the one home of the variable's name
 from core.errors import RunStoreError
 from core.runs import store_disk as disk
-from core.settings import CACHE_DIR, CACHE_MAX_MB
+
 # The store's parts, re-exported: code and tests import them from here.
 from core.runs.store_disk import (  # noqa: F401
     _folder_size,
@@ -128,6 +128,7 @@ from core.runs.store_reading import (  # noqa: F401
     _verdicts_lock,
 )
 from core.runs.store_recovery import RunRecovery
+from core.settings import CACHE_DIR, CACHE_MAX_MB
 
 CACHE_MAX_MB_ENV = CACHE_MAX_MB.variable
 

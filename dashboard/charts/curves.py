@@ -10,8 +10,8 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from dashboard.charts.style import FIXED_SIZE, _colour, family_colour
 from dashboard.charts.predictions import _thin_ecdf, ecdf_frame
+from dashboard.charts.style import FIXED_SIZE, _colour, family_colour
 
 # --- pruning curves -------------------------------------------------------------------------------
 

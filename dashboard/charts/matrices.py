@@ -178,7 +178,8 @@ def mask_difference_frame(mask_a: np.ndarray, mask_b: np.ndarray, max_cells: int
     return frame
 
 
-def mask_difference(mask_a: np.ndarray, mask_b: np.ndarray, title: str, max_cells: int = MAX_HEATMAP_CELLS) -> alt.Chart:
+def mask_difference(mask_a: np.ndarray, mask_b: np.ndarray, title: str,
+                    max_cells: int = MAX_HEATMAP_CELLS) -> alt.Chart:
     frame = mask_difference_frame(mask_a, mask_b, max_cells)
     return alt.Chart(frame).mark_rect().encode(
         x=alt.X("col:O", axis=INPUT_AXIS), y=alt.Y("row:O", axis=OUTPUT_AXIS),
@@ -215,7 +216,8 @@ def network_graph(masks: Sequence[np.ndarray], title: str = "kept connections", 
     nodes, edges = network_graph_frames(masks)
     axis_x = alt.X("x:Q", axis=None, scale=alt.Scale(domain=[-0.2, len(masks) + 0.2]))
     axis_y = alt.Y("y:Q", axis=None, scale=alt.Scale(domain=[0, 1]))
-    lines = alt.Chart(edges).mark_rule(color=colour or "#0072B2", opacity=0.5).encode(x=axis_x, y=axis_y, x2="x2:Q", y2="y2:Q")
+    lines = alt.Chart(edges).mark_rule(color=colour or "#0072B2", opacity=0.5).encode(
+        x=axis_x, y=axis_y, x2="x2:Q", y2="y2:Q")
     dots = alt.Chart(nodes).mark_circle(size=40, color="#D55E00").encode(x=axis_x, y=axis_y,
                                                                           tooltip=["layer:Q", "unit:Q"])
     return alt.layer(lines, dots).properties(title=title, width=width, height=height)

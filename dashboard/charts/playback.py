@@ -10,8 +10,8 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from dashboard.charts.style import CHART_WIDTH, FIXED_SIZE, HISTOGRAMS_PER_ROW, _colour
 from dashboard.charts.histograms import threshold_rule
+from dashboard.charts.style import CHART_WIDTH, FIXED_SIZE, HISTOGRAMS_PER_ROW, _colour
 
 # --- playback: the statistic over the epochs (per-epoch snapshots recorded in training) ------------------------
 

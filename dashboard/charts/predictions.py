@@ -215,7 +215,8 @@ def decision_surface(xs: np.ndarray, ys: np.ndarray, arrays: Mapping[str, np.nda
     y_scale = alt.Scale(domain=[float(frame["y"].min()), float(frame["y_end"].max())], nice=False, zero=False)
     class_scale = alt.Scale(domain=names, range=CLASS_COLOURS[:len(names)])
 
-    def cells(colour: alt.Color, title: str, opacity: Any = alt.value(1.0)) -> alt.LayerChart:
+    def cells(colour: alt.Color, title: str, opacity: Any = None) -> alt.LayerChart:
+        opacity = alt.value(1.0) if opacity is None else opacity
         rect = alt.Chart(frame).mark_rect().encode(
             x=alt.X("x:Q", title="x1", scale=x_scale), x2="x_end:Q",
             y=alt.Y("y:Q", title="x2", scale=y_scale), y2="y_end:Q",

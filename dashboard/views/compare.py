@@ -7,8 +7,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import altair_spec, backend, cache, explain, state
-from dashboard import charts as figures
 from dashboard import calibration_panels as calibration
+from dashboard import charts as figures
 from dashboard.ui import guard
 
 MAX_RUNS = 8
@@ -100,6 +100,7 @@ with guard("The table of modes"):
     table = figures.summary_over_seeds(records)
     table.insert(0, "runs", table.pop("setting").map(lambda key: names.get(key, key)))
     st.dataframe(table, hide_index=True, width="stretch")
-    st.caption(f"Test {score} per prediction mode (Hubin & Storvik 2024's table: SIM = sampled, MED = median probability "
-               "model, MEA = mean weights, ALL = every weight). Runs that differ only by seed are one row: "
+    st.caption(f"Test {score} per prediction mode (Hubin & Storvik 2024's table: SIM = sampled, "
+               "MED = median probability model, MEA = mean weights, ALL = every weight). "
+               "Runs that differ only by seed are one row: "
                "median (min, max) over the seeds.")

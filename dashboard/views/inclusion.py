@@ -70,7 +70,8 @@ with guard("Playback"):
 with guard("Masks as in Hubin & Storvik 2019"):
     st.subheader("Compare two masks")
     st.caption("A = the mask at the threshold above. B = a sampled structure (each weight switched on with its "
-               "inclusion probability, Hubin & Storvik's (2019) figure 4) or the mask at a second threshold. Black: kept in both; "
+               "inclusion probability, Hubin & Storvik's (2019) figure 4) or the mask at a second threshold. "
+               "Black: kept in both; "
                "blue: only in A; orange: only in B.")
     choices = (["a sampled structure"] if backend.samples_structure(spec.name) else []) + ["a second threshold"]
     other = st.radio("B is", choices, horizontal=True, key="mask_b_kind")

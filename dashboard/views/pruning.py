@@ -41,7 +41,8 @@ with guard("Reading the statistic"):
     weights = None
     if mode == "prune":
         weights = state.persistent_widget(
-            st.radio, run_id, "weights", "mean", "Weights of the kept connections", options=list(backend.WEIGHT_CHOICES),
+            st.radio, run_id, "weights", "mean", "Weights of the kept connections",
+            options=list(backend.WEIGHT_CHOICES),
             horizontal=True, help="mean: one network, the posterior means of the kept weights (what the curve "
                                   "traces); sample: R draws of the kept weights (the R slider)")
     with left:

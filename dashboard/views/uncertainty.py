@@ -7,11 +7,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboard.backend import plain
-from dashboard import altair_spec, backend, cache, explain, links, state
+from dashboard import altair_spec, backend, cache, calibration_charts, explain, links, sparsity_panels, state
+from dashboard import calibration_panels as calibration
 from dashboard import charts as figures
-from dashboard import calibration_charts, calibration_panels as calibration
-from dashboard import sparsity_panels
+from dashboard.backend import plain
 from dashboard.ui import guard
 
 N_IMAGES = 6
