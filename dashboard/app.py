@@ -32,7 +32,7 @@ LINKED_RUN_KEY = "linked_run"  # the last link followed
 
 def run_picker() -> None:
     """Sidebar: choose the current run among the cached ones."""
-    from dashboard import backend, cache, links, state
+    from dashboard import cache, links, state
     from dashboard.backend import plain
     from dashboard.ui import guard
 
@@ -40,7 +40,6 @@ def run_picker() -> None:
         links.accept(links.TRAIN, links.parse_train_token)  # its format only; whose it is, reattach decides
         state.reattach_training()
         state.collect_finished_worker()
-        install_lesson_runs(str(backend.run_store_folder()))
         state.ensure_default_run()
         notice = state.pop_notice()
         if notice:  # it quotes run ids and labels: plain text
@@ -209,7 +208,10 @@ def render(page_out: list | None = None) -> None:
     if page_out is not None:
         page_out.append(navigation.url_path or DEFAULT_PAGE)
     names = {page.url_path or DEFAULT_PAGE: page for page in pages}
-    from dashboard import lesson_panel
+    from dashboard import backend, lesson_panel
+
+    with guard("Placing the lessons' runs"):  # before a lesson link looks for its runs
+        install_lesson_runs(str(backend.run_store_folder()))
 
     with guard("Lesson link"):
         lesson_panel.follow_address(names)  # ?lesson=&step=&hide= (a step opens its page: before any drawing)

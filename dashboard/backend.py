@@ -43,6 +43,7 @@ from core.predict.metrics.calibration import (  # noqa: F401
 from core.predict.metrics.classification import DOUBT_LEVEL  # noqa: F401  (figures and captions show it)
 from core.predict.metrics.headline import headline_metric  # noqa: F401
 from core.predict.metrics.ood import auroc as entropy_auroc  # noqa: F401
+from core.predict.metrics.ood import predictive_entropy  # noqa: F401
 from core.predict.modes import REGRESSION_PREDICTIVES, PredictionMode, WeightChoice, parse_mode  # noqa: F401
 from core.predict.onnx_export import export_zip  # noqa: F401  (the Pruning page's downloads, safetensors or onnx)
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 # The NUTS reference's own colour (charts.style): a purple no family uses, far from bnn's orange;
 # charts.predictions.reference_layers draws the overlay in the same colour.
-from dashboard.charts import family_colour
+from dashboard.charts import REFERENCE_COLOUR, family_colour  # noqa: F401  (REFERENCE_COLOUR: one home, charts.style)
 
 # A reference whose diagnostics fail is drawn dashed and grey-purple, with the warning on the chart.
 UNTRUSTED_REFERENCE_COLOUR = "#9E9AC8"
