@@ -2,35 +2,8 @@
 estimate model lives in core.cost_model, the limits and refusals in core.admission; this module
 re-exports both under the name every caller uses.
 
-Every request that allocates in proportion to what a user typed (a training, a playground fit, a
-generated dataset, a prediction over an input set with R draws) is costed here from its sizes
-alone, and admitted or refused against the limits below (`admit_*`, raising AdmissionError with
-what would fit). Nothing here builds a model or a dataset: widths, counts and a family's
-per-weight state are enough.
-
-The model (checked against measurement by benchmarks/admission_model.py, whose table is
-benchmarks/results/admission_model.md) counts:
-
-- a model's state: the family's tensors per weight and per unit (parameters and buffers, exactly
-  as built: tests/test_cost.py counts a built model against `state_floats`);
-- a training: the state, Adam's gradient and two moments per parameter, the weight-sized
-  temporaries of one step (a family's means, variances and KL terms, kept for the backward
-  pass), the activations of a minibatch, the dataset's arrays, and what the training process
-  adds around the loop (snapshots, the stored sweep);
-- a dataset: its arrays and the generator's temporaries;
-- a prediction: R x inputs x outputs per draw (kept by the page cache, copied by the metrics),
-  the chunked activations (core.predict.engine bounds one chunk) and the drawn weights.
-
-Time is work divided by the speed of this machine, measured once per process by `measure_speed`
-(a timed matrix product and an elementwise pass on one thread): `Cost.seconds` are CPU seconds of
-one core, and `Cost.wall_seconds()` multiplies them by the current load per core, so a loaded
-server shows longer waits. A running training's time left follows its measured epochs
-(`remaining_seconds`).
-
-Limits are registered settings (core.settings): the dashboard reads them with secrets.toml as the
-fallback (`server_limits`); the command line limits only memory, to half the machine
-(`command_line_limits`); the generators bound their counts of points themselves
-(BNN_MAX_GENERATED_POINTS, core.data.params.point_count).
+The model itself, what it counts and how it was checked against measurement, is described in
+core.cost_model's docstring.
 """
 
 # The estimate model (core.cost_model) and the limits and refusals (core.admission), under the

@@ -38,13 +38,13 @@ def architecture(hidden: Sequence[int], in_features: int = 1) -> str:
 def reference_function_band(run: Any, x: np.ndarray) -> dict[str, Any] | None:
     """The cached NUTS reference of the run's data (as reference_bands finds it): mean and sd of its
     function draws on x (original units), its gap ratio, architecture and trust; None when none."""
-    from core.reference import ReferenceStore
-    store = ReferenceStore()
-    dataset = run.dataset()
-    ref_id = store.find_for_dataset(dataset.fingerprint, hidden=tuple(run.config.hidden))
-    if ref_id is None:
+    from core.reference.bands import cached_reference
+
+    found = cached_reference(run)
+    if found is None:
         return None
-    posterior = store.read(ref_id)
+    ref_id, posterior = found
+    dataset = run.dataset()
     means, _ = posterior.predictive(x)
     sd = means.std(axis=0)
     diagnostics = dict(posterior.diagnostics)
