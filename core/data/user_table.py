@@ -167,7 +167,8 @@ def _parse_csv(text: str, shown: str) -> RawTable:
             start = reader.line_num + 1
     except csv.Error as exc:
         raise InputError(f"data: {shown} line {reader.line_num}: {exc}") from None
-    assert names is not None  # the text is not blank
+    if names is None:  # only separators and blanks (str.strip also removes \x1c-\x1f)
+        raise InputError(f"data: {shown} is empty (no line with a value)")
     if len(names) < 2:
         raise InputError(f"data: {shown} has only one column (header {validate.shown(first)}); is the delimiter "
                          f"one of comma, semicolon, tab or |?")
