@@ -60,6 +60,6 @@ def run_datasets(args: argparse.Namespace) -> int:
                                                                 for t in tables], indent=2))
     else:
         print(format_table(infos))
-        print(f"\nstored tables ({tables_dir()}):")
+        print(f"stored tables ({tables_dir()}):")
         print(format_tables(tables) if tables else "none (train with --data FILE --target COLUMN to store one)")
     return 0
