@@ -227,16 +227,13 @@ def _column(table: RawTable, wanted: str, what: str) -> int:
     raise InputError(f"{what}: the table has no column {validate.shown(wanted)}{hint} (columns: {listed})")
 
 
-def _numbers(cells: tuple[str | None, ...]) -> np.ndarray | None:
+def _numbers(cells) -> np.ndarray | None:
     """The column as floats (NaN where missing), or None when a present cell is not a number."""
-    out = np.full(len(cells), np.nan)
-    for i, cell in enumerate(cells):
-        if cell is not None:
-            try:
-                out[i] = float(cell)
-            except ValueError:
-                return None
-    return out
+    text = np.array(["nan" if c is None else c for c in cells], dtype=str)
+    try:
+        return text.astype(np.float64)  # vectorised; refuses what float() refuses
+    except (ValueError, OverflowError):
+        return None
 
 
 def infer_task(cells: tuple[str | None, ...]) -> str:
@@ -275,7 +272,8 @@ def build_dataset(table: RawTable, name: str, params: Mapping[str, Any], seed: i
     target = _column(table, params["target"], "target")
     split_col = _column(table, params["split_column"], "split-column") if "split_column" in params else None
     keep = _rows_kept(table, params["missing"] == "drop")
-    cells = lambda col: tuple(table.columns[col][i] for i in keep)  # noqa: E731
+    every = len(keep) == table.n_rows
+    cells = lambda col: table.columns[col] if every else tuple(table.columns[col][i] for i in keep)  # noqa: E731
     y_cells = cells(target)
     task = params.get("task") or infer_task(y_cells)
     where = lambda k: table.where(keep[k])  # noqa: E731
@@ -318,8 +316,8 @@ def build_dataset(table: RawTable, name: str, params: Mapping[str, Any], seed: i
 
 
 def _rows_kept(table: RawTable, drop: bool) -> list[int]:
-    counts = [(name, sum(c is None for c in col), next((i for i, c in enumerate(col) if c is None), -1))
-              for name, col in zip(table.names, table.columns)]
+    counts = [(name, n, col.index(None) if n else -1)
+              for name, col in zip(table.names, table.columns) for n in [col.count(None)]]
     missing = [(name, n, first) for name, n, first in counts if n]
     if not missing:
         return list(range(table.n_rows))
@@ -381,7 +379,7 @@ def _encode(table: RawTable, keep: list[int], train_idx: np.ndarray, test_idx: n
     for col, name in enumerate(table.names):
         if col in exclude:
             continue
-        cells = tuple(table.columns[col][i] for i in keep)
+        cells = table.columns[col] if len(keep) == table.n_rows else tuple(table.columns[col][i] for i in keep)
         numbers = _numbers(cells)
         if numbers is not None:
             _finite(numbers, cells, validate.shown(name), lambda k: table.where(keep[k]))
@@ -392,16 +390,16 @@ def _encode(table: RawTable, keep: list[int], train_idx: np.ndarray, test_idx: n
             means.append(mean)
             stds.append(std)
             continue
-        train_levels = sorted({cells[i] for i in train_idx})
+        values = np.array(cells, dtype=object)
+        train_levels = sorted(set(values[train_idx].tolist()))
         n_levels = len(set(cells))
         if n_levels > levels_max:
             raise InputError(f"data: text column {validate.shown(name)} has {n_levels} distinct values, more than "
                              f"{levels_max} (${limits.MAX_TABLE_LEVELS.variable}); drop it or make it numeric")
         lookup = {c: i for i, c in enumerate(train_levels)}
-        one_hot = np.zeros((len(cells), len(train_levels)))
-        for row, cell in enumerate(cells):
-            if cell in lookup:  # a level seen only in the test split: all zeros
-                one_hot[row, lookup[cell]] = 1.0
+        # a level seen only in the test split gets index -1: a row of zeros
+        index = np.array([lookup.get(c, -1) for c in cells])
+        one_hot = (index[:, None] == np.arange(len(train_levels))[None, :]).astype(np.float64)
         blocks.append(one_hot)
         feature_names += [f"{name}={level}" for level in train_levels]
         means += [0.0] * len(train_levels)

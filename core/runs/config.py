@@ -201,7 +201,7 @@ def _dataset_task(name: str, params: Mapping[str, Any] | None = None) -> str:
     from core.data.registry import check_name, dataset_info
     try:
         check_name(name)
-        return dataset_info(name, params=dict(params or {})).task
+        return dataset_info(name, params=dict(params) if isinstance(params, Mapping) else None).task
     except BNNError as exc:
         raise ConfigError(f"dataset: {exc}") from None
 
