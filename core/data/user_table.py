@@ -463,7 +463,7 @@ def store_table(data: bytes, original_name: str, params: Mapping[str, Any], seed
     meta = {"sha256": sha, "file": Path(original_name).name, "rows": table.n_rows, "columns": len(table.names),
             "targets": targets}
     _write_atomic(meta_path, json.dumps(meta, indent=1).encode())
-    _parsed.cache_clear()
+    _parsed.put(sha, table)
     return StoredTable(table_name(sha), sha, path, table.n_rows, len(table.names), meta["file"], tuple(targets))
 
 
@@ -498,16 +498,37 @@ def list_tables() -> list[StoredTable]:
     return out
 
 
-@functools.lru_cache(maxsize=4)
-def _parsed(path: Path, size: int) -> RawTable:
-    return parse_table(path.read_bytes(), path.name)
+class _ParsedCache:
+    """The last few parsed tables by content hash: storing, configuring and training a run read the
+    same table three times, and a 50,000-row CSV takes seconds to parse."""
+
+    def __init__(self, size: int = 2):
+        self.size, self.items = size, {}
+
+    def get(self, path: Path) -> RawTable:
+        sha = path.stem
+        if sha not in self.items:
+            self.put(sha, parse_table(path.read_bytes(), path.name))
+        return self.items[sha]
+
+    def put(self, sha: str, table: RawTable) -> None:
+        self.items.pop(sha, None)
+        self.items[sha] = table
+        while len(self.items) > self.size:
+            self.items.pop(next(iter(self.items)))
+
+    def cache_clear(self) -> None:
+        self.items.clear()
+
+
+_parsed = _ParsedCache()
 
 
 def load_table_dataset(name: str, *, seed: int = 0, **params: Any) -> Dataset:
     """The dataset of stored table `name` with its options (target, task, split_column, missing)."""
     path = stored_path(name)
     try:
-        table = _parsed(path, path.stat().st_size)
+        table = _parsed.get(path)
     except InputError as exc:
         raise DataError(f"stored table {name} no longer reads: {exc}") from None
     return build_dataset(table, name, params, seed)
