@@ -155,7 +155,7 @@ def dataset_shape(name: str, params: Mapping[str, Any] | None = None) -> DataSha
     from core.data import toy
     from core.data.registry import dataset_info
 
-    info = dataset_info(name)
+    info = dataset_info(name, params=dict(params or {}))  # params decide a stored table's shape
     outputs = int(info.n_classes) if info.n_classes else 2
     in_features = int(math.prod(info.input_shape)) if info.input_shape else 1
     if name not in toy.GENERATORS:

@@ -51,6 +51,12 @@ MAX_CONFIG_BYTES = register(Setting(
 MAX_CONFIG_DEPTH = register(Setting(
     "BNN_MAX_CONFIG_DEPTH", "whole", 32,
     "deepest nesting of lists and tables in a config file or a typed option value", 1, 500))
+MAX_TABLE_MB = register(Setting(
+    "BNN_MAX_TABLE_MB", "real", 200.0, "largest CSV or Parquet table read as a dataset (--data, upload), in MB",
+    0.001, 10 ** 6))
+MAX_TABLE_LEVELS = register(Setting(
+    "BNN_MAX_TABLE_LEVELS", "whole", 200, "most distinct values a text column of a user table may have (each "
+    "becomes a one-hot input)", 2, 10 ** 6))
 
 
 def limit(setting: Setting) -> Any:

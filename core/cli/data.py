@@ -40,10 +40,26 @@ def format_table(infos) -> str:
     return "\n".join(lines)
 
 
+def format_tables(tables) -> str:
+    """Stored tables: name, rows, columns, the targets trained on, the file's name and its hash prefix."""
+    header = ("name", "rows", "columns", "targets", "file", "sha256")
+    rows = [(t.name, str(t.rows), str(t.columns), ",".join(t.targets) or "-", t.file_name(), t.sha256[:12])
+            for t in tables]
+    widths = [max(len(r[c]) for r in rows + [header]) for c in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+                     for row in [header] + rows)
+
+
 def run_datasets(args: argparse.Namespace) -> int:
+    from core.data.user_table import list_tables, tables_dir
+
     infos = list_datasets(args.data_dir)
+    tables = list_tables()
     if args.json:
-        print(json.dumps([info.to_dict() for info in infos], indent=2))
+        print(json.dumps([info.to_dict() for info in infos] + [{**t.to_dict(), "availability": "stored"}
+                                                                for t in tables], indent=2))
     else:
         print(format_table(infos))
+        print(f"stored tables ({tables_dir()}):")
+        print(format_tables(tables) if tables else "none (train with --data FILE --target COLUMN to store one)")
     return 0

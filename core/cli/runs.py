@@ -88,6 +88,17 @@ def _register_train(subparsers: argparse._SubParsersAction) -> None:
                       help="generator parameter of a toy dataset (repeatable)")
     data.add_argument("--data-seed", type=int, default=None, help="seed of generated data / 80-20 splits")
     data.add_argument("--data-dir", default=None, help="folder with full datasets (default: $BNN_DATA_DIR)")
+    table = parser.add_argument_group("your own table (CSV or Parquet; see docs/user-tables.md)")
+    table.add_argument("--data", default=None, metavar="FILE",
+                       help="train on this CSV or Parquet file (stored by its content in <cache dir>/tables)")
+    table.add_argument("--target", default=None, metavar="COLUMN", help="the column to predict")
+    table.add_argument("--task", default=None, choices=("classification", "regression"),
+                       help="default: inferred from the target (text, or at most 10 distinct whole numbers: "
+                            "classification)")
+    table.add_argument("--split-column", default=None, metavar="COLUMN",
+                       help="a column saying train or test per row (default: a seeded 80/20 split)")
+    table.add_argument("--missing", default=None, choices=("refuse", "drop"),
+                       help="rows with missing values: refuse the table (default) or drop those rows")
     model = parser.add_argument_group("model")
     model.add_argument("--method", default=None, help="family (paper names accepted, e.g. LBBNN-SSP-MF)")
     model.add_argument("--hidden", default=None, help="hidden widths, e.g. 400,600")
@@ -184,6 +195,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
               "activation": args.activation, "likelihood": args.likelihood, "seed": args.seed,
               "device": args.device}
     values.update({k: v for k, v in fields.items() if v is not None})
+    _table_args(args, values)
     if args.hidden is not None:
         values["hidden"] = list(parse_hidden(args.hidden))
     if args.param:
@@ -212,6 +224,25 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                                             **_rates(args.pretrain_lr, "--pretrain-lr")}
     values["train"] = train
     return RunConfig.from_dict(values)
+
+
+def _table_args(args: argparse.Namespace, values: dict[str, Any]) -> None:
+    """--data FILE and the table options (--target, --task, --split-column, --missing)."""
+    options = {"target": args.target, "task": args.task, "split_column": args.split_column, "missing": args.missing}
+    options = {k: v for k, v in options.items() if v is not None}
+    if args.data is not None:
+        if args.dataset is not None:
+            raise ConfigError("--data and --dataset: give one (--data trains on your own table)")
+        if args.param:
+            raise ConfigError("--param: a table takes no generator parameters")
+        for key in ("dataset", "split"):
+            values.pop(key, None)
+        values.update(data=args.data, dataset_params={}, **options)
+    elif options:
+        from core.data.user_table import is_table_name
+        if not is_table_name(values.get("dataset")):
+            raise ConfigError(f"--{next(iter(options)).replace('_', '-')}: only for a table; give --data FILE")
+        values["dataset_params"] = {**values.get("dataset_params", {}), **options}
 
 
 def run_presets(args: argparse.Namespace) -> int:

@@ -42,6 +42,7 @@ class Dataset:
     x_std: np.ndarray | None = None
     split: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    feature_names: tuple[str, ...] | None = None  # tables: input names ("col" or "col=level" for one-hot)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "task", Task.parse(self.task, "task"))

@@ -6,7 +6,7 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-from core.data import images, tabular, toy, uci
+from core.data import images, tabular, toy, uci, user_table
 from core.data.dataset import Dataset, DatasetInfo
 from core.data.download import offline_reason
 from core.data.locations import DATA_DIR_ENV, resolve_data_dir
@@ -26,6 +26,9 @@ def check_name(name: str) -> str:
     """`name` if known, else DataError with close matches and the full list."""
     if name in DATASET_NAMES:
         return name
+    if user_table.is_table_name(name):
+        user_table.stored_path(name)  # DataError when it is not stored
+        return name
     close = difflib.get_close_matches(str(name), DATASET_NAMES, n=3, cutoff=0.5)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
     raise DataError(f"unknown dataset {name!r}.{hint} Available: {', '.join(DATASET_NAMES)}")
@@ -41,6 +44,8 @@ def load_dataset(name: str, *, split: int | None = None, data_dir: str | Path | 
     params: generator parameters of the toy sets (n, noise, gaps, ...).
     """
     check_name(name)
+    if user_table.is_table_name(name) and split is None:
+        return user_table.load_table_dataset(name, seed=seed, **params)
     if split is not None and name not in uci.UCI_REGRESSION:
         raise DataError(f"{name} has no numbered splits; split= is only for the UCI regression "
                         f"sets ({', '.join(uci.UCI_REGRESSION)})")
@@ -65,9 +70,13 @@ def _download_or_unavailable(what_to_put: str) -> tuple[str, str]:
     return "download", f"downloaded on first use; or {what_to_put}"
 
 
-def dataset_info(name: str, data_dir: str | Path | None = None) -> DatasetInfo:
-    """What is known about `name` from constants and file presence (nothing is parsed)."""
+def dataset_info(name: str, data_dir: str | Path | None = None, params: dict | None = None,
+                 seed: int = 0) -> DatasetInfo:
+    """What is known about `name` from constants and file presence (nothing is parsed; a stored
+    table is, with its options `params`, which decide its task and inputs)."""
     check_name(name)
+    if user_table.is_table_name(name):
+        return user_table.table_info(name, params, seed)
     root = resolve_data_dir(data_dir)
     root_text = str(root) if root else f"${DATA_DIR_ENV}"
     if name in toy.GENERATORS:

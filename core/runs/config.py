@@ -204,15 +204,15 @@ def _training_size(name: str, params: Mapping[str, Any]) -> int:
 
     if isinstance(params.get("n"), int) and params["n"] > 0:
         return params["n"]
-    n_train = dataset_info(name).n_train
+    n_train = dataset_info(name, params=dict(params)).n_train
     return int(n_train) if n_train else 10_000  # sets whose size is known only from their file
 
 
-def _dataset_task(name: str) -> str:
+def _dataset_task(name: str, params: Mapping[str, Any] | None = None) -> str:
     from core.data.registry import check_name, dataset_info
     try:
         check_name(name)
-        return dataset_info(name).task
+        return dataset_info(name, params=dict(params) if isinstance(params, Mapping) else None).task
     except BNNError as exc:
         raise ConfigError(f"dataset: {exc}") from None
 
@@ -241,8 +241,17 @@ class RunConfig:
         put = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
         if not isinstance(self.dataset, str) or not self.dataset:
             raise ConfigError(f"dataset: must be a dataset name, got {self.dataset!r}")
-        task = _dataset_task(self.dataset)
-        from core.data import toy, uci
+        from core.data import toy, uci, user_table
+        if user_table.is_table_name(self.dataset):
+            # a stored table: its options (target, task, split_column, missing) are its dataset_params
+            if not isinstance(self.dataset_params, Mapping):
+                raise ConfigError(f"dataset_params: must be a table of options, got {self.dataset_params!r}")
+            try:
+                put("dataset_params", user_table.resolve_params(self.dataset, self.dataset_params,
+                                                                _seed(self.data_seed, "data_seed")))
+            except BNNError as exc:
+                raise ConfigError(str(exc)) from None
+        task = _dataset_task(self.dataset, self.dataset_params)
         if self.split is not None:
             if self.dataset not in uci.UCI_REGRESSION:
                 raise ConfigError(f"split: only the UCI regression sets have numbered splits, "
@@ -250,7 +259,7 @@ class RunConfig:
             put("split", _as_int(self.split, "split", minimum=0))
         if not isinstance(self.dataset_params, Mapping):
             raise ConfigError(f"dataset_params: must be a table of generator parameters, got {self.dataset_params!r}")
-        if self.dataset_params and self.dataset not in toy.GENERATORS:
+        if self.dataset_params and self.dataset not in toy.GENERATORS and not user_table.is_table_name(self.dataset):
             raise ConfigError(f"dataset_params: {self.dataset!r} takes no generator parameters; "
                               f"only {', '.join(toy.GENERATORS)} do")
         put("dataset_params", _plain(dict(self.dataset_params), "dataset_params"))
@@ -347,6 +356,7 @@ class RunConfig:
             if name in TRAIN_FIELDS and name not in known:
                 values.setdefault("train", {})
                 values["train"] = {**dict(values["train"]), name: values.pop(name)}
+        _table_from_file(values)
         unknown = sorted(set(values) - known)
         if unknown:
             raise ConfigError(f"config: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -384,6 +394,28 @@ class RunConfig:
         """Short human description, e.g. 'lbbnn 784-400-600-10 on mnist-small, seed 0'."""
         split = f" split {self.split}" if self.split is not None else ""
         return f"{self.method} [{'-'.join(map(str, self.hidden))}] on {self.dataset}{split}, seed {self.seed}"
+
+
+TABLE_KEYS = ("target", "task", "split_column", "missing")
+
+
+def _table_from_file(values: dict[str, Any]) -> None:
+    """`data = FILE` (CSV or Parquet) with `target`, `task`, `split_column`, `missing`: the file is
+    checked and stored (core.data.user_table) and becomes `dataset = "table-<hash>"` with those options
+    in `dataset_params`, so a config names the data by its content, not by where it was."""
+    if "data" not in values:
+        if any(key in values for key in TABLE_KEYS):
+            raise ConfigError(f"config: {', '.join(k for k in TABLE_KEYS if k in values)} need data = FILE "
+                              f"(a CSV or Parquet table)")
+        return
+    from core.data import user_table
+    params = {**dict(values.get("dataset_params") or {}),
+              **{key: values.pop(key) for key in TABLE_KEYS if key in values}}
+    path = values.pop("data")
+    seed = _seed(values.get("data_seed", 0), "data_seed")
+    stored = user_table.store_table(user_table.read_limited(path), str(path), params, seed)
+    values["dataset"] = stored.name
+    values["dataset_params"] = params
 
 
 def _train_dict(train: TrainConfig) -> dict[str, Any]:
