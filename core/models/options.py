@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.models.distributions import PRIOR_SCALINGS
+from core.validate import shown
 
 SPEC_KEY = "option_spec"  # the key of a field's metadata that holds its OptionSpec
 
@@ -76,19 +77,19 @@ class OptionSpec:
                 return f"{name}: must be one of {', '.join(self.choices)}, got {text!r}"
             return None
         if self.kind == "flag":
-            return None if isinstance(value, bool) else f"{name}: must be true or false, got {value!r}"
+            return None if isinstance(value, bool) else f"{name}: must be true or false, got {shown(value)}"
         if self.kind not in ("real", "whole"):
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"{name}: must be a number, got {value!r}"
+            return f"{name}: must be a number, got {shown(value)}"
         if self.kind == "whole" and not isinstance(value, int):
-            return f"{name}: must be a whole number, got {value!r}"
+            return f"{name}: must be a whole number, got {shown(value)}"
         if not math.isfinite(value):
-            return f"{name}: must be finite, got {value!r}"
+            return f"{name}: must be finite, got {shown(value)}"
         if self.outside(float(value)):
             if self.high is None and self.low is not None:
-                return f"{name}: must be {'>' if self.low_open else '>='} {self.low:g}, got {value!r}"
-            return f"{name}: must lie in {self.range_text()}, got {value!r}"
+                return f"{name}: must be {'>' if self.low_open else '>='} {self.low:g}, got {shown(value)}"
+            return f"{name}: must lie in {self.range_text()}, got {shown(value)}"
         return None
 
 
