@@ -76,7 +76,7 @@ from core.runs.live import (  # noqa: F401
     warm_up_optimiser,
 )
 from core.runs.partners import NON_FACTORISED_FAMILY, non_factorised_config, partner_run_id  # noqa: F401
-from core.runs.sparsity_views import active_path_densities, explanation  # noqa: F401
+from core.runs.sparsity_views import active_path_densities, explainable, explanation  # noqa: F401
 from core.settings import Setting, register  # noqa: F401
 from core.validate import plain  # noqa: F401
 from dashboard.settings import draw_cache_bytes, predict_slots  # noqa: F401

@@ -91,6 +91,10 @@ def explanation_section(run_id: str, dataset: Any, threshold: float, samples: in
                "sampled network (pruned at the threshold above, active paths only) at the example times the "
                "input's value; for ReLU networks the exact local linear coefficients. Median and 95 % interval "
                "over the R posterior draws.")
+    if not backend.explainable(cache.cached_run(run_id)):
+        st.caption("This family's posterior draws are a linearisation about the mean weights, not networks "
+                   "of their own: there is no sampled network to explain. Explain a run of another family.")
+        return
     weights = sum(int(np.size(s)) for s in cache.statistics(run_id))
     if not st.toggle("Explain the example", value=weights <= EXPLAIN_AUTO_WEIGHTS, key="explain_on",
                      help=f"on as the page opens for networks of at most {EXPLAIN_AUTO_WEIGHTS:,} weights"):

@@ -85,13 +85,18 @@ class Explanation:
                          "features": self.table()})
 
 
+def explainable(model_or_run: Any) -> bool:
+    """Whether the family's draws are networks of their own (a linearised posterior's are not)."""
+    return resolve_model(model_or_run).posterior is None
+
+
 def explain(model_or_run: Any, x: Any, threshold: float | None = None, samples: int = DEFAULT_SAMPLES,
             seed: int = 0, output: int | None = None, level: float = DEFAULT_LEVEL) -> Explanation:
     """Explain output `output` (default: the class the draws' mean probability predicts; regression:
     the mean) at the single input x (d,) or (1, d) by R = `samples` draws of the network pruned at
     `threshold` (default: the family's). See the module docstring for what is reported."""
     model = resolve_model(model_or_run)
-    if model.posterior is not None:
+    if not explainable(model):
         raise PredictionError(f"explain: the {model.family} family's draws are a linearisation about the "
                               f"mean, not networks of their own; explain another family's run")
     samples = check_samples(samples)

@@ -15,6 +15,13 @@ def active_path_densities(run: Any, threshold: float | None = None) -> dict[str,
             "layer_density": layer_densities(masks), "active_layer_density": layer_densities(active)}
 
 
+def explainable(run: Any) -> bool:
+    """Whether `run.explain` can explain this run's family (core.predict.explain.explainable)."""
+    from core.predict.explain import explainable as model_explainable
+
+    return model_explainable(run.model)
+
+
 def explanation(run: Any, x: Any, threshold: float | None = None, samples: int = 100, seed: int = 0,
                 output: int | None = None) -> dict[str, Any]:
     """One input's local explanation (Run.explain) as plain values: per feature the coefficient and
