@@ -129,6 +129,7 @@ def test_the_installed_console_script_prints_the_commands():
     from core.cli import build_parser
     commands = build_parser()._subparsers._group_actions[0].choices
     assert all(command in done.stdout for command in commands)
+    assert done.stdout.startswith("usage: sparse-bnn "), done.stdout[:80]  # the name the user typed
 
 
 def setting_sys_path(tree: ast.AST) -> list[int]:

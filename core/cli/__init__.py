@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
 from core import validate
 from core.errors import BNNError
@@ -30,9 +31,14 @@ COMMAND_MODULES = [
 ]
 
 
+def program_name() -> str:
+    """How the user called the command line: the console script `sparse-bnn`, or `python -m core`."""
+    return "sparse-bnn" if Path(sys.argv[0]).name == "sparse-bnn" else "python -m core"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m core",
+        prog=program_name(),
         description="Sparse BNN Explorer: train, evaluate and cache sparse Bayesian neural networks.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
