@@ -14,6 +14,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.support import clear_dashboard_caches, write_fake_reference
+from tests.test_calibration_charts import titles
 from tests.test_dashboard_app import APP, TIMEOUT
 
 pytestmark = pytest.mark.slow  # trains five tiny runs and opens the pages a dozen times
@@ -66,24 +67,9 @@ def captions(at: AppTest) -> str:
 
 
 def spec_titles(at: AppTest) -> list[str]:
-    found = []
-
-    def walk(node):
-        if isinstance(node, dict):
-            title = node.get("title")
-            if isinstance(title, str):
-                found.append(title)
-            elif isinstance(title, dict) and "text" in title:
-                found.append(f"{title['text']} | {title.get('subtitle', '')}")
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-    for kind in ("arrow_vega_lite_chart", "vega_lite_chart"):
-        for chart in at.get(kind):
-            walk(json.loads(chart.proto.spec))
-    return found
+    """The titles (with subtitles) of every chart the page drew."""
+    return [title for kind in ("arrow_vega_lite_chart", "vega_lite_chart") for chart in at.get(kind)
+            for title in titles(json.loads(chart.proto.spec))]
 
 
 def tables(at: AppTest) -> list:
