@@ -72,3 +72,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(
             f"GPU tests NOT RUN: {len(_GPU_NOT_RUN)} (no CUDA device here; benchmarks/gpu_check.sh runs them "
             "on a CUDA machine)", yellow=True)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium (Debian's, driven by Playwright) with the browser tests' flags; unavailable:
+    fails under CI=true, skips locally (tests/test_browser.py, tests/test_sparsity_pages.py)."""
+    from tests.support import require_module
+    from tests.test_browser import CHROMIUM_ARGS, chromium_path
+
+    sync_playwright = require_module("playwright.sync_api", "pip install playwright").sync_playwright
+    executable = chromium_path()
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()

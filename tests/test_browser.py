@@ -20,7 +20,6 @@ from typing import Iterator
 import pytest
 
 from benchmarks.classroom.serving import free_port, wait_until_healthy
-from tests.support import require_module
 
 # Each test starts a Streamlit server and Chromium (15-40 s on the CI machine, a server's first start up to
 # 300 s when it is loaded): slow, with a longer limit than the suite's 600 s.
@@ -44,16 +43,6 @@ def chromium_path() -> str:
     if found is None:
         _unavailable("chromium not installed: apt-get install chromium")
     return found
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_playwright = require_module("playwright.sync_api", "pip install playwright").sync_playwright
-    executable = chromium_path()
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
 
 
 def train_runs(cache: Path, configs: str) -> list[str]:

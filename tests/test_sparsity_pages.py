@@ -165,20 +165,7 @@ def test_tabular_explanation_bars_follow_the_chosen_example(store):
 
 
 @pytest.fixture(scope="module")
-def chromium():
-    """Headless Chromium, launched as tests/test_browser.py does (unavailable: fails under CI, skips locally)."""
-    from tests.support import require_module
-    from tests.test_browser import CHROMIUM_ARGS, chromium_path
-    sync_playwright = require_module("playwright.sync_api", "pip install playwright").sync_playwright
-    executable = chromium_path()
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
-
-
-@pytest.fixture(scope="module")
-def image_server(tmp_path_factory, chromium):
+def image_server(tmp_path_factory, browser):
     """A dashboard server over one tiny mnist-small run."""
     from tests.test_browser import serve, train_runs
     cache = tmp_path_factory.mktemp("bnn-sparsity")
@@ -198,10 +185,10 @@ def plotly_shapes(page) -> list[list[int]]:
 
 @pytest.mark.browser
 @pytest.mark.slow  # a server and Chromium: about 40 s
-def test_full_resolution_masks_and_explanations_render_in_chromium(image_server, chromium):
+def test_full_resolution_masks_and_explanations_render_in_chromium(image_server, browser):
     from tests.test_browser import RENDER_TIMEOUT, assert_no_traceback
     url, log = image_server
-    page = chromium.new_page(viewport={"width": 1400, "height": 2200})
+    page = browser.new_page(viewport={"width": 1400, "height": 2200})
     page.goto(f"{url}/inclusion")
     page.get_by_role("heading", name="Active paths", exact=True).wait_for(timeout=RENDER_TIMEOUT)
     selector = "[data-testid='stMain'] .js-plotly-plot .hm image"  # a drawn heat map
