@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from core.runs import RunConfig, load_run, train_run
-from core.runs.bundled import bundled_run_ids, install_bundled_runs
+from core.runs.bundled import BUNDLE_DIR, bundled_run_ids, install_bundled_runs
 from core.runs.store import RunStore
 
 
@@ -47,12 +47,16 @@ def test_a_damaged_bundled_run_is_refused_not_copied(bundle, tmp_path):
     assert not RunStore(target).exists(run_id)
 
 
-def test_every_shipped_lesson_run_is_bundled():
-    """A class opening a shipped lesson waits for no training: each of its runs is in the bundle."""
-    from core.lessons import lesson_names, load_lesson
+def test_every_run_of_the_bundled_lessons_is_bundled_without_snapshots():
+    """A class opening first-steps or prior-sparsity waits for no training: each of their runs is in the
+    bundle (without per-epoch snapshots, which would take assets/ past its budget)."""
+    from core.lessons import load_lesson
+    from scripts.bundle_lesson_runs import BUNDLED_LESSONS
 
+    assert set(BUNDLED_LESSONS) == {"first-steps", "prior-sparsity"}
     bundled = set(bundled_run_ids())
-    for name in lesson_names():
+    assert all(RunStore(BUNDLE_DIR).read_snapshots(run_id) is None for run_id in bundled)
+    for name in BUNDLED_LESSONS:
         for config in load_lesson(name).run_configs():
             run_id = config.run_id(config.load_dataset().fingerprint)
             assert run_id in bundled, (f"lesson {name}: {config.method} on {config.dataset} ({run_id}) is not "

@@ -27,12 +27,13 @@ def bundled_run_ids(folder: str | Path | None = None) -> list[str]:
     return [run_id for run_id in store.run_ids() if store.exists(run_id)]
 
 
-def copy_run(source: RunStore, target: RunStore, run_id: str) -> None:
-    """One run from `source` into `target`, verified on reading and written atomically."""
+def copy_run(source: RunStore, target: RunStore, run_id: str, with_snapshots: bool = True) -> None:
+    """One run from `source` into `target`, verified on reading and written atomically; without its
+    per-epoch snapshots when `with_snapshots` is False (the bundle: they are most of a run's bytes)."""
     stored = source.read(run_id, touch=False)
     contents = RunContents(config=stored.config, info=stored.info, state_dict=stored.state_dict,
                            metrics=stored.metrics, history=stored.history, summaries=stored.summaries,
-                           snapshots=source.read_snapshots(run_id))
+                           snapshots=source.read_snapshots(run_id) if with_snapshots else None)
     target.write(run_id, contents, replace=False)
 
 
