@@ -80,13 +80,11 @@ LOOPBACK_NAMES = ("localhost",)
 def server_address() -> str | None:
     """The address this process's Streamlit server listens on ("" for every interface, Streamlit's
     default), or None when no server runs here (AppTest, the command line)."""
-    try:
-        import streamlit as st
-        from streamlit import runtime
-    except ImportError:
-        return None
-    # AppTest installs a stand-in runtime (a mock): only a real one serves browsers.
-    if not runtime.exists() or type(runtime.Runtime.instance()) is not runtime.Runtime:
+    import streamlit as st
+
+    from dashboard.streamlit_compat import serving_browsers
+
+    if not serving_browsers():
         return None
     return str(st.get_option("server.address") or "").strip()
 

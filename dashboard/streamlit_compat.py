@@ -121,3 +121,14 @@ def session_presence() -> Callable[[], bool] | None:
         return None
     runtime = Runtime.instance()
     return lambda: runtime.is_active_session(session_id)
+
+
+def serving_browsers() -> bool:
+    """Whether this process runs a real Streamlit server (AppTest installs a stand-in runtime, a mock,
+    and the command line none): only a real one serves browsers."""
+    try:
+        from streamlit import runtime
+
+        return bool(runtime.exists()) and type(runtime.Runtime.instance()) is runtime.Runtime
+    except (ImportError, AttributeError, RuntimeError):
+        return False

@@ -114,3 +114,15 @@ def test_only_the_compat_module_imports_streamlit_internals():
         if private:
             offenders[str(path.relative_to(ROOT))] = private
     assert not offenders, offenders
+
+
+def test_serving_browsers_hook_exists_and_is_false_outside_a_server():
+    """streamlit.runtime.Runtime.instance (internal): only a real server serves browsers; AppTest's
+    stand-in and a plain process do not (the classroom default reads it)."""
+    from streamlit import runtime
+
+    assert callable(runtime.exists) and hasattr(runtime.Runtime, "instance")
+    assert compat.serving_browsers() is False
+    from dashboard import settings
+
+    assert settings.server_address() is None
