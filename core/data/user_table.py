@@ -38,9 +38,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from core import limits, validate
+from core.data import table_encoding as encoding
 from core.data.dataset import Dataset, DatasetInfo, make_dataset
 from core.data.locations import user_cache_dir
-from core.data.sampling import stratified_split
 from core.errors import DataError, InputError
 
 PREFIX = "table-"
@@ -51,8 +51,7 @@ CLASSIFICATION_MAX_LEVELS = 10
 DELIMITERS = (",", ";", "\t", "|")
 TASKS = ("classification", "regression")
 MISSING_CHOICES = ("refuse", "drop")
-TEST_FRACTION = 0.2
-MIN_ROWS = 5
+MIN_ROWS = encoding.MIN_ROWS
 PARAM_KEYS = ("target", "task", "split_column", "missing")
 PARQUET_MAGIC = b"PAR1"
 
@@ -227,18 +226,9 @@ def _column(table: RawTable, wanted: str, what: str) -> int:
     raise InputError(f"{what}: the table has no column {validate.shown(wanted)}{hint} (columns: {listed})")
 
 
-def _numbers(cells) -> np.ndarray | None:
-    """The column as floats (NaN where missing), or None when a present cell is not a number."""
-    text = np.array(["nan" if c is None else c for c in cells], dtype=str)
-    try:
-        return text.astype(np.float64)  # vectorised; refuses what float() refuses
-    except (ValueError, OverflowError):
-        return None
-
-
 def infer_task(cells: tuple[str | None, ...]) -> str:
     """Classification for text, or for at most CLASSIFICATION_MAX_LEVELS distinct whole numbers."""
-    numbers = _numbers(cells)
+    numbers = encoding.numbers_of(cells)
     if numbers is None:
         return "classification"
     present = numbers[~np.isnan(numbers)]
@@ -271,7 +261,7 @@ def build_dataset(table: RawTable, name: str, params: Mapping[str, Any], seed: i
     params = check_params(params)
     target = _column(table, params["target"], "target")
     split_col = _column(table, params["split_column"], "split-column") if "split_column" in params else None
-    keep = _rows_kept(table, params["missing"] == "drop")
+    keep = encoding.rows_kept(table, params["missing"] == "drop")
     every = len(keep) == table.n_rows
     cells = lambda col: table.columns[col] if every else tuple(table.columns[col][i] for i in keep)  # noqa: E731
     y_cells = cells(target)
@@ -279,17 +269,17 @@ def build_dataset(table: RawTable, name: str, params: Mapping[str, Any], seed: i
     where = lambda k: table.where(keep[k])  # noqa: E731
     target_name = validate.shown(params["target"])
     if task == "regression":
-        y = _numbers(y_cells)
+        y = encoding.numbers_of(y_cells)
         if y is None:
-            bad = next(k for k, c in enumerate(y_cells) if _numbers((c,)) is None)
+            bad = next(k for k, c in enumerate(y_cells) if encoding.numbers_of((c,)) is None)
             raise InputError(f"target: {target_name} is text ({where(bad)}: {validate.shown(y_cells[bad])}); "
                              f"regression needs numbers (or use --task classification)")
-        _finite(y, y_cells, target_name, where)
+        encoding.finite(y, y_cells, target_name, where)
         if np.all(y == y[0]):
             raise InputError(f"target: {target_name} is constant (every value is {y_cells[0]}); nothing to learn")
         labels, class_names = y, None
     else:
-        class_names = _class_names(y_cells)
+        class_names = encoding.class_names(y_cells)
         if len(class_names) < 2:
             raise InputError(f"target: {target_name} has one class only ({validate.shown(class_names[0])}); "
                              f"a classifier needs two")
@@ -300,8 +290,8 @@ def build_dataset(table: RawTable, name: str, params: Mapping[str, Any], seed: i
                              f"(--task regression)?")
         lookup = {c: i for i, c in enumerate(class_names)}
         labels = np.array([lookup[c] for c in y_cells], dtype=np.int64)
-    train_idx, test_idx = _split(table, split_col, keep, labels, task, seed)
-    x_train, x_test, feature_names, x_mean, x_std = _encode(table, keep, train_idx, test_idx,
+    train_idx, test_idx = encoding.split(table, split_col, keep, labels, task, seed)
+    x_train, x_test, feature_names, x_mean, x_std = encoding.encode(table, keep, train_idx, test_idx,
                                                              exclude={target, split_col})
     extra: dict[str, Any] = {}
     if task == "regression":
@@ -313,102 +303,6 @@ def build_dataset(table: RawTable, name: str, params: Mapping[str, Any], seed: i
         y_test=labels[test_idx], source="data-dir", n_classes=len(class_names) if class_names else None,
         class_names=class_names, params={**params, "task": task, "seed": seed}, x_mean=x_mean, x_std=x_std,
         feature_names=tuple(feature_names), **extra)
-
-
-def _rows_kept(table: RawTable, drop: bool) -> list[int]:
-    counts = [(name, n, col.index(None) if n else -1)
-              for name, col in zip(table.names, table.columns) for n in [col.count(None)]]
-    missing = [(name, n, first) for name, n, first in counts if n]
-    if not missing:
-        return list(range(table.n_rows))
-    if not drop:
-        listed = "; ".join(f"{validate.shown(name)}: {n} (first at {table.where(first)})"
-                           for name, n, first in missing[:8])
-        more = f"; and {len(missing) - 8} more columns" if len(missing) > 8 else ""
-        raise InputError(f"data: missing values in {len(missing)} column(s): {listed}{more}; fill them in or "
-                         f"drop those rows (--missing drop)")
-    keep = [i for i in range(table.n_rows) if all(col[i] is not None for col in table.columns)]
-    if len(keep) < MIN_ROWS:
-        raise InputError(f"data: only {len(keep)} of {table.n_rows} rows have no missing value; at least "
-                         f"{MIN_ROWS} are needed")
-    return keep
-
-
-def _finite(values: np.ndarray, cells, column: str, where) -> None:
-    bad = np.flatnonzero(~np.isfinite(values))
-    if bad.size:
-        raise InputError(f"data: column {column} {where(int(bad[0]))}: {validate.shown(cells[bad[0]])} is not a "
-                         f"finite number")
-
-
-def _class_names(cells: tuple[str | None, ...]) -> tuple[str, ...]:
-    levels = set(cells)
-    numbers = _numbers(tuple(levels))
-    if numbers is not None:  # numeric classes in numeric order (2 before 10)
-        return tuple(c for _, c in sorted(zip(numbers.tolist(), levels)))
-    return tuple(sorted(levels))
-
-
-def _split(table: RawTable, split_col: int | None, keep: list[int], labels: np.ndarray, task: str,
-           seed: int) -> tuple[np.ndarray, np.ndarray]:
-    n = len(keep)
-    if n < MIN_ROWS:
-        raise InputError(f"data: the table has {n} rows; at least {MIN_ROWS} are needed (train and test)")
-    if split_col is not None:
-        words = [str(table.columns[split_col][i]).strip().lower() for i in keep]
-        for k, word in enumerate(words):
-            if word not in ("train", "test"):
-                raise InputError(f"split-column: {validate.shown(table.names[split_col])} "
-                                 f"{table.where(keep[k])}: {validate.shown(table.columns[split_col][keep[k]])} "
-                                 f"is neither train nor test")
-        is_train = np.array([w == "train" for w in words])
-        if is_train.all() or not is_train.any():
-            raise InputError(f"split-column: {validate.shown(table.names[split_col])} needs both train and test rows")
-        return np.flatnonzero(is_train), np.flatnonzero(~is_train)
-    if task == "classification":
-        return stratified_split(labels, TEST_FRACTION, seed)
-    order = np.random.default_rng(seed).permutation(n)
-    n_test = max(1, int(round(n * TEST_FRACTION)))
-    return order[n_test:], order[:n_test]
-
-
-def _encode(table: RawTable, keep: list[int], train_idx: np.ndarray, test_idx: np.ndarray,
-            exclude: set) -> tuple:
-    blocks, feature_names, means, stds = [], [], [], []
-    levels_max = limits.limit(limits.MAX_TABLE_LEVELS)
-    for col, name in enumerate(table.names):
-        if col in exclude:
-            continue
-        cells = table.columns[col] if len(keep) == table.n_rows else tuple(table.columns[col][i] for i in keep)
-        numbers = _numbers(cells)
-        if numbers is not None:
-            _finite(numbers, cells, validate.shown(name), lambda k: table.where(keep[k]))
-            mean = float(numbers[train_idx].mean())
-            std = float(numbers[train_idx].std()) or 1.0
-            blocks.append(((numbers - mean) / std)[:, None])
-            feature_names.append(name)
-            means.append(mean)
-            stds.append(std)
-            continue
-        values = np.array(cells, dtype=object)
-        train_levels = sorted(set(values[train_idx].tolist()))
-        n_levels = len(set(cells))
-        if n_levels > levels_max:
-            raise InputError(f"data: text column {validate.shown(name)} has {n_levels} distinct values, more than "
-                             f"{levels_max} (${limits.MAX_TABLE_LEVELS.variable}); drop it or make it numeric")
-        lookup = {c: i for i, c in enumerate(train_levels)}
-        # a level seen only in the test split gets index -1: a row of zeros
-        index = np.array([lookup.get(c, -1) for c in cells])
-        one_hot = (index[:, None] == np.arange(len(train_levels))[None, :]).astype(np.float64)
-        blocks.append(one_hot)
-        feature_names += [f"{name}={level}" for level in train_levels]
-        means += [0.0] * len(train_levels)
-        stds += [1.0] * len(train_levels)
-    if not blocks:
-        raise InputError("data: the table has no input columns besides the target (and split column)")
-    x = np.concatenate(blocks, axis=1)
-    return (x[train_idx], x[test_idx], feature_names, np.array(means, dtype=np.float32),
-            np.array(stds, dtype=np.float32))
 
 
 # --------------------------------------------------------------------------- the store
