@@ -24,29 +24,37 @@ def numbers_of(cells) -> np.ndarray | None:
 
 
 def rows_kept(table: Any, drop: bool) -> list[int]:
-    counts = [(name, n, col.index(None) if n else -1)
-              for name, col in zip(table.names, table.columns) for n in [col.count(None)]]
+    counts = [
+        (name, n, col.index(None) if n else -1)
+        for name, col in zip(table.names, table.columns)
+        for n in [col.count(None)]
+    ]
     missing = [(name, n, first) for name, n, first in counts if n]
     if not missing:
         return list(range(table.n_rows))
     if not drop:
-        listed = "; ".join(f"{validate.shown(name)}: {n} (first at {table.where(first)})"
-                           for name, n, first in missing[:8])
+        listed = "; ".join(
+            f"{validate.shown(name)}: {n} (first at {table.where(first)})" for name, n, first in missing[:8]
+        )
         more = f"; and {len(missing) - 8} more columns" if len(missing) > 8 else ""
-        raise InputError(f"data: missing values in {len(missing)} column(s): {listed}{more}; fill them in or "
-                         f"drop those rows (--missing drop)")
+        raise InputError(
+            f"data: missing values in {len(missing)} column(s): {listed}{more}; fill them in or "
+            f"drop those rows (--missing drop)"
+        )
     keep = [i for i in range(table.n_rows) if all(col[i] is not None for col in table.columns)]
     if len(keep) < MIN_ROWS:
-        raise InputError(f"data: only {len(keep)} of {table.n_rows} rows have no missing value; at least "
-                         f"{MIN_ROWS} are needed")
+        raise InputError(
+            f"data: only {len(keep)} of {table.n_rows} rows have no missing value; at least {MIN_ROWS} are needed"
+        )
     return keep
 
 
 def finite(values: np.ndarray, cells, column: str, where) -> None:
     bad = np.flatnonzero(~np.isfinite(values))
     if bad.size:
-        raise InputError(f"data: column {column} {where(int(bad[0]))}: {validate.shown(cells[bad[0]])} is not a "
-                         f"finite number")
+        raise InputError(
+            f"data: column {column} {where(int(bad[0]))}: {validate.shown(cells[bad[0]])} is not a finite number"
+        )
 
 
 def class_names(cells: tuple[str | None, ...]) -> tuple[str, ...]:
@@ -57,8 +65,9 @@ def class_names(cells: tuple[str | None, ...]) -> tuple[str, ...]:
     return tuple(sorted(levels))
 
 
-def split(table: Any, split_col: int | None, keep: list[int], labels: np.ndarray, task: str,
-           seed: int) -> tuple[np.ndarray, np.ndarray]:
+def split(
+    table: Any, split_col: int | None, keep: list[int], labels: np.ndarray, task: str, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     n = len(keep)
     if n < MIN_ROWS:
         raise InputError(f"data: the table has {n} rows; at least {MIN_ROWS} are needed (train and test)")
@@ -66,9 +75,11 @@ def split(table: Any, split_col: int | None, keep: list[int], labels: np.ndarray
         words = [str(table.columns[split_col][i]).strip().lower() for i in keep]
         for k, word in enumerate(words):
             if word not in ("train", "test"):
-                raise InputError(f"split-column: {validate.shown(table.names[split_col])} "
-                                 f"{table.where(keep[k])}: {validate.shown(table.columns[split_col][keep[k]])} "
-                                 f"is neither train nor test")
+                raise InputError(
+                    f"split-column: {validate.shown(table.names[split_col])} "
+                    f"{table.where(keep[k])}: {validate.shown(table.columns[split_col][keep[k]])} "
+                    f"is neither train nor test"
+                )
         is_train = np.array([w == "train" for w in words])
         if is_train.all() or not is_train.any():
             raise InputError(f"split-column: {validate.shown(table.names[split_col])} needs both train and test rows")
@@ -80,8 +91,7 @@ def split(table: Any, split_col: int | None, keep: list[int], labels: np.ndarray
     return order[n_test:], order[:n_test]
 
 
-def encode(table: Any, keep: list[int], train_idx: np.ndarray, test_idx: np.ndarray,
-            exclude: set) -> tuple:
+def encode(table: Any, keep: list[int], train_idx: np.ndarray, test_idx: np.ndarray, exclude: set) -> tuple:
     blocks, feature_names, means, stds = [], [], [], []
     levels_max = limits.limit(limits.MAX_TABLE_LEVELS)
     for col, name in enumerate(table.names):
@@ -102,8 +112,10 @@ def encode(table: Any, keep: list[int], train_idx: np.ndarray, test_idx: np.ndar
         train_levels = sorted(set(values[train_idx].tolist()))
         n_levels = len(set(cells))
         if n_levels > levels_max:
-            raise InputError(f"data: text column {validate.shown(name)} has {n_levels} distinct values, more than "
-                             f"{levels_max} (${limits.MAX_TABLE_LEVELS.variable}); drop it or make it numeric")
+            raise InputError(
+                f"data: text column {validate.shown(name)} has {n_levels} distinct values, more than "
+                f"{levels_max} (${limits.MAX_TABLE_LEVELS.variable}); drop it or make it numeric"
+            )
         lookup = {c: i for i, c in enumerate(train_levels)}
         # a level seen only in the test split gets index -1: a row of zeros
         index = np.array([lookup.get(c, -1) for c in cells])
@@ -115,5 +127,10 @@ def encode(table: Any, keep: list[int], train_idx: np.ndarray, test_idx: np.ndar
     if not blocks:
         raise InputError("data: the table has no input columns besides the target (and split column)")
     x = np.concatenate(blocks, axis=1)
-    return (x[train_idx], x[test_idx], feature_names, np.array(means, dtype=np.float32),
-            np.array(stds, dtype=np.float32))
+    return (
+        x[train_idx],
+        x[test_idx],
+        feature_names,
+        np.array(means, dtype=np.float32),
+        np.array(stds, dtype=np.float32),
+    )

@@ -1,0 +1,54 @@
+"""A user's own table as the app handles it (the Train page's upload), and what a run's data is.
+
+The upload is the command line's `train --data FILE` with the file's bytes instead of its path: the
+same size limit ($BNN_MAX_TABLE_MB, checked on the upload's size before its bytes are read), the same
+parser, the same checks and messages, and the same content-addressed store (core.data.user_table).
+
+Compare puts only runs of one data identity on a page: two targets of one table, or two tables, are
+different problems, and their metrics are not comparable.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from core.data import user_table
+
+TASKS = user_table.TASKS
+MISSING_CHOICES = user_table.MISSING_CHOICES
+store_table = user_table.store_table  # the command line's store: checked first, nothing half-stored
+
+
+def check_upload_size(size: int, name: str) -> None:
+    """The command line's size refusal, on an upload's announced size (its bytes not read yet)."""
+    user_table.check_size(int(size), name)
+
+
+def max_upload_mb() -> float:
+    return user_table.max_bytes() / 1_000_000
+
+
+def table_header(data: bytes, name: str) -> dict[str, Any]:
+    """The uploaded table's columns, rows and content hash (InputError: the command line's message)."""
+    table, sha = user_table.parsed_table(data, name)
+    return {"columns": list(table.names), "rows": table.n_rows, "sha256": sha, "name": user_table.table_name(sha)}
+
+
+def inferred_task(data: bytes, name: str, target: str) -> str:
+    """The task the command line infers for `target` of this table (classification or regression)."""
+    table, _ = user_table.parsed_table(data, name)
+    return user_table.infer_task(table.columns[table.names.index(target)])
+
+
+def data_identity(dataset: str, params: Mapping[str, Any] | None) -> tuple[str, str]:
+    """What a run's data is, as (key, label): the dataset with its options. Two targets of one table,
+    or two tables, are different data; a table is labelled by its file name and target."""
+    params = dict(params or {})
+    key = json.dumps([dataset, params], sort_keys=True, default=str)
+    if user_table.is_table_name(dataset) and params.get("target") is not None:
+        files = {stored.name: stored.original_name for stored in user_table.list_tables()}
+        task = f", {params['task']}" if params.get("task") else ""
+        return key, f"{files.get(dataset, dataset)}: target {params['target']}{task} ({dataset})"
+    shown = ", ".join(f"{name}={value}" for name, value in sorted(params.items()))
+    return key, f"{dataset} ({shown})" if shown else dataset
