@@ -52,3 +52,20 @@ def data_identity(dataset: str, params: Mapping[str, Any] | None) -> tuple[str, 
         return key, f"{files.get(dataset, dataset)}: target {params['target']}{task} ({dataset})"
     shown = ", ".join(f"{name}={value}" for name, value in sorted(params.items()))
     return key, f"{dataset} ({shown})" if shown else dataset
+
+
+def table_info(name: str, params: Mapping[str, Any], original_name: str) -> dict[str, Any]:
+    """What the Train form shows of a stored table with its options (as dataset_table's rows)."""
+    info = user_table.table_info(name, params).to_dict()
+    info["detail"] = f"your table {original_name}"
+    return info
+
+
+def table_defaults(name: str, params: Mapping[str, Any], batch_size: int) -> dict[str, Any]:
+    """The hidden widths, epochs and KL weight a run on the table gets when the form leaves them to core."""
+    from core.runs.config import RunConfig
+
+    config = RunConfig.from_dict(
+        {"dataset": name, "dataset_params": dict(params), "train": {"batch_size": int(batch_size)}},
+    )
+    return {"hidden": config.hidden, "epochs": config.train.epochs, "kl_weight": config.train.kl_weight}
