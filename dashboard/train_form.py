@@ -72,8 +72,9 @@ class FormErrors(list):
         return [message for message in self if not isinstance(message, _Placed)]
 
 
-def number_box(container: Any, label: str, default: Any, key: str, parse: Any, errors: FormErrors,
-               help: str | None = None) -> Any:
+def number_box(
+    container: Any, label: str, default: Any, key: str, parse: Any, errors: FormErrors, help: str | None = None
+) -> Any:
     """A number typed as text and parsed by core.validate: taken exactly as typed, or refused beside the
     box (None). st.number_input changed what was typed: the browser read Epochs 1e9 as 1 epoch, and
     1e20 stayed in the box while training used the previous value."""
@@ -126,24 +127,35 @@ def family_option_widgets(method: str, dataset: str, errors: FormErrors) -> dict
         if not priors.relevant(name, chosen, defaults, method):  # e.g. Beta a, b only for the beta priors
             continue
         with columns[shown % 3]:
-            chosen[name] = option_widget(method, name, defaults[name], annotations.get(name, ""), errors,
-                                         option_key(method, name, defaults))
+            chosen[name] = option_widget(
+                method, name, defaults[name], annotations.get(name, ""), errors, option_key(method, name, defaults)
+            )
         shown += 1
     if str(chosen.get("inclusion_prior")) in priors.BETA_PRIORS:
-        st.checkbox("Empirical Bayes: learn the Beta prior's a and b from the data", value=False,
-                    key="train_empirical_bayes",
-                    help="on: a_psi and b_psi are fitted (type-II maximum likelihood) during training; "
-                         "off: they stay as set above")
+        st.checkbox(
+            "Empirical Bayes: learn the Beta prior's a and b from the data",
+            value=False,
+            key="train_empirical_bayes",
+            help="on: a_psi and b_psi are fitted (type-II maximum likelihood) during training; "
+            "off: they stay as set above",
+        )
     if advanced:
         with st.expander("Advanced options (initialisation, estimator)"):
             columns = st.columns(3)
             for index, name in enumerate(advanced):
                 with columns[index % 3]:
-                    chosen[name] = option_widget(method, name, defaults[name], annotations.get(name, ""), errors,
-                                                 option_key(method, name, defaults))
+                    chosen[name] = option_widget(
+                        method,
+                        name,
+                        defaults[name],
+                        annotations.get(name, ""),
+                        errors,
+                        option_key(method, name, defaults),
+                    )
     # A form filled from a run keeps that run's values of the options it does not draw.
-    carried = {name: value for name, value in form_memory.carried_family_options(method, dataset).items()
-               if name not in chosen}
+    carried = {
+        name: value for name, value in form_memory.carried_family_options(method, dataset).items() if name not in chosen
+    }
     return {**carried, **{name: value for name, value in chosen.items() if value != defaults[name]}}
 
 
@@ -155,20 +167,40 @@ def option_key(method: str, name: str, defaults: dict[str, Any]) -> str:
 def option_widget(method: str, name: str, default: Any, annotation: str, errors: FormErrors, key: str) -> Any:
     spec = priors.widget_for(name, method)
     range_text = spec.range_text()
-    help_text = " ".join(part for part in (spec.help, f"accepted range {range_text}." if range_text else "",
-                                           f"Option `{name}`, default {default!r}.") if part)
+    help_text = " ".join(
+        part
+        for part in (
+            spec.help,
+            f"accepted range {range_text}." if range_text else "",
+            f"Option `{name}`, default {default!r}.",
+        )
+        if part
+    )
     options = priors.choices(name, method)
     if isinstance(default, bool):
         return st.checkbox(spec.label, value=default, key=key, help=help_text)
     if options:
-        return st.selectbox(spec.label, options, index=options.index(str(default)) if str(default) in options else 0,
-                            key=key, help=help_text)
+        return st.selectbox(
+            spec.label,
+            options,
+            index=options.index(str(default)) if str(default) in options else 0,
+            key=key,
+            help=help_text,
+        )
     if isinstance(default, (int, float)):
         # Typed as text and taken exactly: an out-of-range entry is reported beside the box, never clamped.
         whole = isinstance(default, int)
-        value = number_box(st, spec.label, default if whole else exact_text(default), key,
-                           (lambda t: validate.whole_number(t, spec.label)) if whole else
-                           (lambda t: validate.real_number(t, spec.label)), errors, help_text)
+        value = number_box(
+            st,
+            spec.label,
+            default if whole else exact_text(default),
+            key,
+            (lambda t: validate.whole_number(t, spec.label))
+            if whole
+            else (lambda t: validate.real_number(t, spec.label)),
+            errors,
+            help_text,
+        )
         message = spec.check(name, value) if value is not None else None
         if message:
             errors.beside(st, message)
@@ -206,16 +238,23 @@ def form_fields() -> dict[str, Any] | None:
         dataset = dataset if dataset in datasets else backend.DEFAULT_DATASET
     else:
         dataset = st.selectbox(
-            "Dataset", names, index=names.index(backend.DEFAULT_DATASET), key="train_dataset",
+            "Dataset",
+            names,
+            index=names.index(backend.DEFAULT_DATASET),
+            key="train_dataset",
             format_func=lambda n: f"{n}  ({datasets[n]['availability']})",
-            help="bundled and generated sets work offline; others need $BNN_DATA_DIR or a download.")
+            help="bundled and generated sets work offline; others need $BNN_DATA_DIR or a download.",
+        )
     info = datasets[dataset]
     # The detail names the dataset's folder: as the store's or data folder's name, never the server's path.
     detail = without_server_paths(info["detail"])
-    st.caption(plain(f"{info['task']}, inputs {info['input_shape']}, {info['n_train'] or '?'} train / "
-                     f"{info['n_test'] or '?'} test - {info['availability']}: {detail}"))
-    errors.check(info["availability"] != "unavailable",
-                 f"Dataset {dataset} is not available on this machine: {detail}")
+    st.caption(
+        plain(
+            f"{info['task']}, inputs {info['input_shape']}, {info['n_train'] or '?'} train / "
+            f"{info['n_test'] or '?'} test - {info['availability']}: {detail}"
+        )
+    )
+    errors.check(info["availability"] != "unavailable", f"Dataset {dataset} is not available on this machine: {detail}")
 
     methods = method_options()
     method_names = list(methods)
@@ -225,51 +264,97 @@ def form_fields() -> dict[str, Any] | None:
         method = st.session_state.get("train_method", "lbbnn")
         method = method if method in method_names else method_names[0]
     else:
-        method = st.selectbox("Method (family)", method_names, key="train_method",
-                              index=method_names.index("lbbnn") if "lbbnn" in method_names else 0)
+        method = st.selectbox(
+            "Method (family)",
+            method_names,
+            key="train_method",
+            index=method_names.index("lbbnn") if "lbbnn" in method_names else 0,
+        )
     try:  # the default epochs follow the batch size typed (the box says when it is wrong)
         typed_batch = validate.whole_number(st.session_state.get("train_batch", 100), "Batch size", 1, MAX_BATCH)
     except InputError:
         typed_batch = 100
-    defaults = backend.default_settings(dataset, typed_batch) if table is None else \
-        backend.user_data.table_defaults(dataset, table["dataset_params"], typed_batch)
+    defaults = (
+        backend.default_settings(dataset, typed_batch)
+        if table is None
+        else backend.user_data.table_defaults(dataset, table["dataset_params"], typed_batch)
+    )
     default_hidden = ", ".join(map(str, defaults["hidden"]))
     left, right = st.columns(2)
-    hidden_text = left.text_input("Hidden widths", "", key="train_hidden", placeholder=f"default: {default_hidden}",
-                                  help=f"comma-separated layer widths; empty: {default_hidden} for this dataset "
-                                       f"(the paper uses 400, 600 on MNIST)")
-    seed = 0 if lesson_panel.hidden("seed") else number_box(
-        right, "Seed", "0", "train_seed", parse_seed, errors, help=f"a whole number from 0 to {SEED_MAX}")
+    hidden_text = left.text_input(
+        "Hidden widths",
+        "",
+        key="train_hidden",
+        placeholder=f"default: {default_hidden}",
+        help=f"comma-separated layer widths; empty: {default_hidden} for this dataset "
+        f"(the paper uses 400, 600 on MNIST)",
+    )
+    seed = (
+        0
+        if lesson_panel.hidden("seed")
+        else number_box(
+            right, "Seed", "0", "train_seed", parse_seed, errors, help=f"a whole number from 0 to {SEED_MAX}"
+        )
+    )
     left, middle, right = st.columns(3)
     # Text boxes parsed by core.validate: a value out of range is reported beside its box and disables Train.
-    epochs = number_box(left, f"Epochs (0: {defaults['epochs']}, about 3000 steps)", 0, "train_epochs",
-                        lambda t: validate.whole_number(t, "Epochs", 0, MAX_EPOCHS), errors,
-                        help=f"0 trains the default for this dataset's size and the batch size; at most {MAX_EPOCHS:,}")
-    batch_size = number_box(middle, "Batch size", 100, "train_batch",
-                            lambda t: validate.whole_number(t, "Batch size", 1, MAX_BATCH), errors,
-                            help=f"a whole number from 1 to {MAX_BATCH:,}")
-    posttrain = number_box(right, "Post-training epochs (structure fixed)", 0, "train_posttrain",
-                           lambda t: validate.whole_number(t, "Post-training epochs", 0, MAX_EPOCHS), errors,
-                           help=f"a whole number from 0 to {MAX_EPOCHS:,}")
+    epochs = number_box(
+        left,
+        f"Epochs (0: {defaults['epochs']}, about 3000 steps)",
+        0,
+        "train_epochs",
+        lambda t: validate.whole_number(t, "Epochs", 0, MAX_EPOCHS),
+        errors,
+        help=f"0 trains the default for this dataset's size and the batch size; at most {MAX_EPOCHS:,}",
+    )
+    batch_size = number_box(
+        middle,
+        "Batch size",
+        100,
+        "train_batch",
+        lambda t: validate.whole_number(t, "Batch size", 1, MAX_BATCH),
+        errors,
+        help=f"a whole number from 1 to {MAX_BATCH:,}",
+    )
+    posttrain = number_box(
+        right,
+        "Post-training epochs (structure fixed)",
+        0,
+        "train_posttrain",
+        lambda t: validate.whole_number(t, "Post-training epochs", 0, MAX_EPOCHS),
+        errors,
+        help=f"a whole number from 0 to {MAX_EPOCHS:,}",
+    )
     kl_weight = number_box(
-        st, "KL weight (1 = the ELBO; below 1 tempers the prior)", exact_text(float(defaults["kl_weight"])),
-        "train_kl_weight", lambda t: validate.real_number(t, "KL weight", 0.001, 1.0), errors,
+        st,
+        "KL weight (1 = the ELBO; below 1 tempers the prior)",
+        exact_text(float(defaults["kl_weight"])),
+        "train_kl_weight",
+        lambda t: validate.real_number(t, "KL weight", 0.001, 1.0),
+        errors,
         help="between 0.001 and 1. The ELBO itself prunes almost every weight of an LBBNN and fits small "
-             "regression sets with a flat line; the default 0.1 keeps a readable picture "
-             "(docs/why-lbbnn-over-prunes.md).")
+        "regression sets with a flat line; the default 0.1 keeps a readable picture "
+        "(docs/why-lbbnn-over-prunes.md).",
+    )
     family_options = family_option_widgets(method, dataset, errors)
-    empirical_bayes = bool(st.session_state.get("train_empirical_bayes")) and \
-        str(family_options.get("inclusion_prior")) in priors.BETA_PRIORS
+    empirical_bayes = (
+        bool(st.session_state.get("train_empirical_bayes"))
+        and str(family_options.get("inclusion_prior")) in priors.BETA_PRIORS
+    )
     with st.expander("Learning rates"):
         rate_columns = st.columns(3)
         default_rates = backend.default_learning_rates()
-        rates_text = {group: column.text_input(f"Learning rate: {group}", f"{default_rates[group]:g}",
-                                               key=f"train_lr_{group}")
-                      for column, group in zip(rate_columns, ("weights", "scales", "inclusion"))}
+        rates_text = {
+            group: column.text_input(f"Learning rate: {group}", f"{default_rates[group]:g}", key=f"train_lr_{group}")
+            for column, group in zip(rate_columns, ("weights", "scales", "inclusion"))
+        }
         lr_schedule = st.selectbox(
-            "Step sizes over training", backend.LR_SCHEDULES, key="train_lr_schedule",
+            "Step sizes over training",
+            backend.LR_SCHEDULES,
+            key="train_lr_schedule",
             help="constant, or a cosine decay to zero over the main phase: the last epochs settle instead of "
-                 "bouncing at full step (the UCI presets use it; docs/uci-regression.md section 8)")
+            "bouncing at full step (the UCI presets use it; docs/uci-regression.md section 8)",
+        )
     noise_options = noise_model_controls(errors) if info["task"] == "regression" else {}
     dataset_params: dict[str, Any] = {} if table is None else dict(table["dataset_params"])
     if table is None and (info["task"] == "regression" or dataset.startswith(("toy-", "two-"))):
@@ -282,10 +367,14 @@ def form_fields() -> dict[str, Any] | None:
 
     values = None
     with guard("Invalid setting"):
-        train = {"epochs": epochs or None, "batch_size": batch_size, "posttrain_epochs": posttrain,
-                 "kl_weight": kl_weight,
-                 # core's one parser; RunConfig says what is wrong with a rate
-                 "learning_rates": {g: backend.parse_scalar(t.strip()) for g, t in rates_text.items()}}
+        train = {
+            "epochs": epochs or None,
+            "batch_size": batch_size,
+            "posttrain_epochs": posttrain,
+            "kl_weight": kl_weight,
+            # core's one parser; RunConfig says what is wrong with a rate
+            "learning_rates": {g: backend.parse_scalar(t.strip()) for g, t in rates_text.items()},
+        }
         if empirical_bayes:
             train["empirical_bayes"] = True
         if lr_schedule != "constant":
@@ -303,8 +392,12 @@ def form_fields() -> dict[str, Any] | None:
         }
         carried = form_memory.add_carried(values)
         if carried:
-            st.caption(plain(f"Also from run {st.session_state[form_memory.CARRIED_KEY]['from'][:8]} while its "
-                             f"dataset is chosen (no box for them here): {', '.join(carried)}."))
+            st.caption(
+                plain(
+                    f"Also from run {st.session_state[form_memory.CARRIED_KEY]['from'][:8]} while its "
+                    f"dataset is chosen (no box for them here): {', '.join(carried)}."
+                )
+            )
     for message in errors.below():  # they quote what was typed: plain text
         st.error(plain(message))
     if values is None or errors:
@@ -327,12 +420,12 @@ def estimate_section(config: Any, info: dict[str, Any]) -> bool:
     estimate = backend.training_estimate(config)
     if estimate["n_train"]:
         epochs = estimate["epochs"]
-        duration = (f"{epochs} epoch takes" if epochs == 1 else f"{epochs} epochs take") + \
-            f" about {backend.time_text(estimate['wall_seconds'])} on this server now"
+        duration = (
+            f"{epochs} epoch takes" if epochs == 1 else f"{epochs} epochs take"
+        ) + f" about {backend.time_text(estimate['wall_seconds'])} on this server now"
     else:  # the training-set size is known only once the file is read
         duration = "the time depends on the training-set size, known once the data is loaded"
-    text = (f"{estimate['weights']:,} weights, about {backend.size_text(estimate['memory_bytes'])} of memory; "
-            f"{duration}")
+    text = f"{estimate['weights']:,} weights, about {backend.size_text(estimate['memory_bytes'])} of memory; {duration}"
     if estimate["refusal"]:
         st.error(f"Too large for this server: {estimate['refusal']}.")
         return False
@@ -347,19 +440,44 @@ def noise_model_controls(errors: FormErrors) -> dict[str, Any]:
     """The Gaussian likelihood's noise model (core.models.likelihoods.GaussianOptions)."""
     with st.expander("Noise model (Gaussian likelihood)"):
         left, middle, right = st.columns(3)
-        noise = left.selectbox("Noise", ["point", "fixed", "variational"], key="train_noise",
-                               help="point: learned sd; fixed; variational: Gamma posterior on the precision")
-        init = middle.selectbox("Initial noise", ["value", "data"], key="train_noise_init",
-                                help="data: the residual sd of a least-squares fit to the training set")
-        std = number_box(right, "Noise sd (standardised)", 0.5, "train_noise_std", positive("Noise sd"), errors,
-                         help="a positive number, in units of the standardised target")
-        prior = left.selectbox("Precision prior", ["none", "gamma"], index=1 if noise == "variational" else 0,
-                               key="train_precision_prior",
-                               help="Gamma(a, b) on 1/sd^2; Hernandez-Lobato & Adams (2015) use (6, 6)")
+        noise = left.selectbox(
+            "Noise",
+            ["point", "fixed", "variational"],
+            key="train_noise",
+            help="point: learned sd; fixed; variational: Gamma posterior on the precision",
+        )
+        init = middle.selectbox(
+            "Initial noise",
+            ["value", "data"],
+            key="train_noise_init",
+            help="data: the residual sd of a least-squares fit to the training set",
+        )
+        std = number_box(
+            right,
+            "Noise sd (standardised)",
+            0.5,
+            "train_noise_std",
+            positive("Noise sd"),
+            errors,
+            help="a positive number, in units of the standardised target",
+        )
+        prior = left.selectbox(
+            "Precision prior",
+            ["none", "gamma"],
+            index=1 if noise == "variational" else 0,
+            key="train_precision_prior",
+            help="Gamma(a, b) on 1/sd^2; Hernandez-Lobato & Adams (2015) use (6, 6)",
+        )
         a = number_box(middle, "Gamma a", 6, "train_precision_a", positive("Gamma a"), errors, help="a positive number")
         b = number_box(right, "Gamma b", 6, "train_precision_b", positive("Gamma b"), errors, help="a positive number")
-    return {"noise": noise, "noise_init": init, "noise_std": std, "precision_prior": prior,
-            "precision_a": a, "precision_b": b}
+    return {
+        "noise": noise,
+        "noise_init": init,
+        "noise_std": std,
+        "precision_prior": prior,
+        "precision_a": a,
+        "precision_b": b,
+    }
 
 
 def positive(name: str) -> Any:

@@ -42,10 +42,11 @@ def inferred_task(data: bytes, name: str, target: str) -> str:
 
 
 def data_identity(dataset: str, params: Mapping[str, Any] | None) -> tuple[str, str]:
-    """What a run's data is, as (key, label): the dataset with its options. Two targets of one table,
-    or two tables, are different data; a table is labelled by its file name and target."""
+    """What a run's data is, as (key, label): the dataset with its options (the key is the dataset's
+    name when it has none). Two targets of one table, or two tables, are different data; a table is
+    labelled by its file name and target."""
     params = dict(params or {})
-    key = json.dumps([dataset, params], sort_keys=True, default=str)
+    key = json.dumps([dataset, params], sort_keys=True, default=str) if params else str(dataset)
     if user_table.is_table_name(dataset) and params.get("target") is not None:
         files = {stored.name: stored.original_name for stored in user_table.list_tables()}
         task = f", {params['task']}" if params.get("task") else ""

@@ -40,8 +40,9 @@ def queue_key(config: Any) -> str:
 def queue_refusal(values: dict[str, Any]) -> str | None:
     """Why the queue would refuse this config from this session now (None: it would take it)."""
     config = backend.make_config(values)
-    return cache.training_queue().refusal(queue_key(config), backend.total_epochs(config),
-                                          owner=state.session_owner(), seconds=training_seconds(config))
+    return cache.training_queue().refusal(
+        queue_key(config), backend.total_epochs(config), owner=state.session_owner(), seconds=training_seconds(config)
+    )
 
 
 def start_training(values: dict[str, Any]) -> None:
@@ -50,9 +51,15 @@ def start_training(values: dict[str, Any]) -> None:
     with guard("Cannot start training"):
         config = backend.make_config(values)
         request = cache.training_queue().submit(
-            queue_key(config), config, backend.total_epochs(config), label=config.label(),
-            owner=state.session_owner(), who=state.session_label(), seconds=training_seconds(config),
-            presence=state.queue_presence())
+            queue_key(config),
+            config,
+            backend.total_epochs(config),
+            label=config.label(),
+            owner=state.session_owner(),
+            who=state.session_label(),
+            seconds=training_seconds(config),
+            presence=state.queue_presence(),
+        )
         state.set_worker(request)
         st.query_params[TRAIN_PARAM] = request.token
 
@@ -63,8 +70,11 @@ def other_requests(current: Any) -> None:
         if request is current:
             continue
         snapshot = request.snapshot()
-        where = (f"queued, place {snapshot.position}, {eta_text(snapshot.eta, True)}" if snapshot.position
-                 else f"training, epoch {snapshot.finished_epochs}/{snapshot.total_epochs}")
+        where = (
+            f"queued, place {snapshot.position}, {eta_text(snapshot.eta, True)}"
+            if snapshot.position
+            else f"training, epoch {snapshot.finished_epochs}/{snapshot.total_epochs}"
+        )
         left, right = st.columns([4, 1])
         left.caption(f"Also yours: {plain(request.label)} ({where})")
         if right.button("Cancel", key=f"cancel_request_{request.id}", type="secondary"):
@@ -97,44 +107,66 @@ def training_progress() -> None:
         st.rerun()
     cancellable = state.may_cancel(worker)
     if not state.owns(worker):
-        st.caption("This page found the training through its link (a link someone shared, or a reload where "
-                   "the browser could not be recognised): it shows the progress; only the browser that asked "
-                   "for it, or the teacher, can cancel it.")
+        st.caption(
+            "This page found the training through its link (a link someone shared, or a reload where "
+            "the browser could not be recognised): it shows the progress; only the browser that asked "
+            "for it, or the teacher, can cancel it."
+        )
     if snapshot.status is WorkerStatus.QUEUED:
         running, waiting = cache.training_queue().counts()
         st.markdown(f"**Queued** {plain(worker.label)}")
-        st.info(f"Waiting for a free training slot: place {snapshot.position} of {waiting} in the queue, "
-                f"{eta_text(snapshot.eta, True)} ({running} training now, at most "
-                f"{cache.training_queue().slots} at once; each session takes its turn).")
+        st.info(
+            f"Waiting for a free training slot: place {snapshot.position} of {waiting} in the queue, "
+            f"{eta_text(snapshot.eta, True)} ({running} training now, at most "
+            f"{cache.training_queue().slots} at once; each session takes its turn)."
+        )
         if cancellable and st.button("Cancel my request", key="cancel_training", type="secondary"):
             worker.cancel()
             st.rerun()
         other_requests(worker)
         return
-    shared = f" (shared with {snapshot.sharers - 1} other session(s) that asked for the same config)" \
-        if snapshot.sharers > 1 else ""
+    shared = (
+        f" (shared with {snapshot.sharers - 1} other session(s) that asked for the same config)"
+        if snapshot.sharers > 1
+        else ""
+    )
     st.markdown(f"**Training** {plain(worker.label)}{shared}")
     last = snapshot.history[-1] if snapshot.history else None
     elapsed = time.time() - snapshot.started if snapshot.started else 0.0
     # Time left: the estimate until an epoch is done, then the epochs' measured seconds x epochs left
     # (the elapsed time includes the process's start and the data's loading, which do not repeat).
-    left = backend.remaining_seconds([record.get("seconds", 0.0) for record in snapshot.history],
-                                     snapshot.total_epochs, training_seconds_estimate(worker.config), elapsed)
+    left = backend.remaining_seconds(
+        [record.get("seconds", 0.0) for record in snapshot.history],
+        snapshot.total_epochs,
+        training_seconds_estimate(worker.config),
+        elapsed,
+    )
     to_go = "" if left is None else f", about {backend.time_text(left)} to go"
     if last:
-        text = (f"epoch {snapshot.finished_epochs}/{snapshot.total_epochs}: loss {last['loss']:.4f}, "
-                f"density {last['density']:.4f}; {elapsed:.0f} s so far{to_go}")
+        text = (
+            f"epoch {snapshot.finished_epochs}/{snapshot.total_epochs}: loss {last['loss']:.4f}, "
+            f"density {last['density']:.4f}; {elapsed:.0f} s so far{to_go}"
+        )
     else:
         # Large nets spend long in their first epoch: show that time passes.
         text = f"epoch 1/{snapshot.total_epochs} under way: {elapsed:.0f} s so far{to_go} (estimated)"
     st.progress(snapshot.fraction, text=text)
     if snapshot.history:
-        st.vega_lite_chart(altair_spec.spec(charts.training_curves(
-            snapshot.history, colour=charts.family_colour(getattr(worker.config, "method", None)))))
+        st.vega_lite_chart(
+            altair_spec.spec(
+                charts.training_curves(
+                    snapshot.history, colour=charts.family_colour(getattr(worker.config, "method", None))
+                )
+            )
+        )
     if worker.cancel_requested:
         st.caption("Cancelling after the current minibatch ...")
-    elif cancellable and st.button("Cancel", key="cancel_training", type="secondary",
-                                   help="withdraws your request; a training other sessions share goes on for them"):
+    elif cancellable and st.button(
+        "Cancel",
+        key="cancel_training",
+        type="secondary",
+        help="withdraws your request; a training other sessions share goes on for them",
+    ):
         worker.cancel()
         st.rerun()
     other_requests(worker)
@@ -152,8 +184,13 @@ def finished_training() -> None:
         seconds = (snapshot.finished or 0) - (snapshot.started or 0)
         st.success(plain(f"Finished {worker.label} in {seconds:.1f} s: stored as run {snapshot.run_id} and selected."))
         if snapshot.history:
-            st.vega_lite_chart(altair_spec.spec(charts.training_curves(
-                snapshot.history, colour=charts.family_colour(getattr(worker.config, "method", None)))))
+            st.vega_lite_chart(
+                altair_spec.spec(
+                    charts.training_curves(
+                        snapshot.history, colour=charts.family_colour(getattr(worker.config, "method", None))
+                    )
+                )
+            )
     elif snapshot.status == WorkerStatus.CANCELLED:
         st.warning(plain(without_server_paths(f"Training cancelled: {snapshot.error}.")))
     elif snapshot.status == WorkerStatus.FAILED:
@@ -162,8 +199,10 @@ def finished_training() -> None:
 
 st.header("Train a sparse Bayesian network")
 st.markdown(explain.PAGE_INTROS["train"])
-st.caption("Training runs in the background, one config at a time per free slot of this server's queue; "
-           "the other pages keep working on the selected run meanwhile.")
+st.caption(
+    "Training runs in the background, one config at a time per free slot of this server's queue; "
+    "the other pages keep working on the selected run meanwhile."
+)
 TRAIN_REQUEST_KEY = "train_requested"
 
 
@@ -174,7 +213,7 @@ def request_training() -> None:
 
 
 def train_again_section() -> None:
-    """"Train the same with another family / seed": one click fills the form from the current run's
+    """ "Train the same with another family / seed": one click fills the form from the current run's
     config with only the family or the seed changed (dashboard/form_memory.py)."""
     run_id = state.selected_run_id()
     run = cache.cached_run(run_id) if run_id else None
@@ -184,14 +223,23 @@ def train_again_section() -> None:
     families = list(method_options())
     with st.expander(plain(f"Train the current run again with another family or seed ({run.config.label()})")):
         left, middle, right = st.columns([2, 1, 1])
-        family = left.selectbox("Family", families, key="again_family",
-                                index=families.index(config["method"]) if config["method"] in families else 0)
+        family = left.selectbox(
+            "Family",
+            families,
+            key="again_family",
+            index=families.index(config["method"]) if config["method"] in families else 0,
+        )
         errors = FormErrors()
         seed = number_box(middle, "Seed", config["seed"] + 1, "again_seed", parse_seed, errors)
-        right.button("Fill the form", key="again_fill", disabled=seed is None,
-                     on_click=form_memory.fill_from_config, args=(run.run_id, config, family, seed),
-                     help="the form below gets this run's settings with the family and seed chosen here; "
-                          "another family starts from its own option defaults")
+        right.button(
+            "Fill the form",
+            key="again_fill",
+            disabled=seed is None,
+            on_click=form_memory.fill_from_config,
+            args=(run.run_id, config, family, seed),
+            help="the form below gets this run's settings with the family and seed chosen here; "
+            "another family starts from its own option defaults",
+        )
 
 
 with guard("Reading the current run"):
@@ -210,10 +258,16 @@ if form_values is not None:
 if refusal:
     st.error(refusal)
 if not lesson_panel.hidden("train_button"):
-    st.button("Train", type="primary", disabled=form_values is None or refusal is not None, key="train_button",
-              on_click=request_training,
-              help="queued behind your training already under way"
-              if running and state.owns(state.worker()) and not refusal else None)
+    st.button(
+        "Train",
+        type="primary",
+        disabled=form_values is None or refusal is not None,
+        key="train_button",
+        on_click=request_training,
+        help="queued behind your training already under way"
+        if running and state.owns(state.worker()) and not refusal
+        else None,
+    )
 if running:
     training_progress()
 else:
