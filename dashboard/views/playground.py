@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from dashboard import altair_spec, backend, charts, explain, playground_training, state
+from dashboard import altair_spec, backend, charts, explain, playground_charts, playground_training, state
 from dashboard.backend import plain
 from dashboard.ui import guard, without_server_paths
 
@@ -135,9 +135,7 @@ def chart_specs(training: playground_training.PlaygroundTraining, picture: dict,
     if same_training and not training.done and time.monotonic() - side_built < GRAPH_SECONDS:
         histogram, graph, masks_key = cached["specs"]["histogram"], cached["specs"]["graph"], cached["masks_key"]
     else:
-        histogram = altair_spec.spec(charts.statistic_histogram(
-            picture["statistics"], picture["default"], picture["statistic"], log_counts=False, labels=None,
-            colour=colour), validate=False)
+        histogram = playground_charts.histogram_spec(picture, colour)  # fixed axes: they do not jump between fits
         if same_training and cached["masks_key"] == masks_key:
             graph = cached["specs"]["graph"]
         else:
@@ -167,10 +165,13 @@ def draw(training: playground_training.PlaygroundTraining) -> None:
     main = st.empty()
     specs = chart_specs(training, picture, show_main=lambda spec: main.vega_lite_chart(spec, width="content"))
     main.vega_lite_chart(specs["main"], width="content")
-    left, right = st.columns(2)
-    left.vega_lite_chart(specs["graph"], width="content")
-    left.caption(playground_training.kept_text(picture))
-    right.vega_lite_chart(specs["histogram"], width="content")
+    # One chart per row: side by side, the graph and the two-panel histogram overflowed a 1400-px window.
+    st.vega_lite_chart(specs["graph"], width="content")
+    st.caption(playground_training.kept_text(picture))
+    st.vega_lite_chart(specs["histogram"], width="content")
+    if picture["statistic"] == "signal_to_noise":
+        st.caption(f"Signal-to-noise ratios above {playground_charts.STATISTIC_DOMAINS['signal_to_noise'][1]:g} "
+                   "are counted in the last bin; the axes stay fixed between fits.")
     if drawn_before:  # the browser had a poll's time to draw it alone: the training may take the CPU now
         training.first_picture_drawn()
     else:
