@@ -91,11 +91,23 @@ def main(argv: list[str] | None = None) -> int:
         user_data.inferred_task(data, name, header["columns"][-1])
         return user_data.store_table(data, name, {"target": "target", "missing": "refuse"})
 
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def partial(text: str) -> None:  # each phase as it ends: a run stopped early still says how far it got
+        print(text, flush=True)
+        with out.with_suffix(".log").open("a") as handle:
+            handle.write(f"{time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.1f}: {text}\n")
+
     stored, upload_wall, upload_cpu = timed(upload)
+    partial(f"upload {upload_wall:.1f} s wall, {upload_cpu:.1f} s CPU")
     params = {"target": "target", "missing": "refuse"}
     config = RunConfig.from_dict({"dataset": stored.name, "dataset_params": params})
+    partial(f"defaults: hidden {list(config.hidden)}, {config.train.epochs} epochs of {config.train.batch_size}")
     run, train_wall, train_cpu = timed(lambda: train_run(config))
+    partial(f"train {train_wall:.1f} s wall, {train_cpu:.1f} s CPU")
     _, pages_wall, pages_cpu = timed(lambda: open_pages(run.run_id))
+    partial(f"pages {pages_wall:.1f} s wall, {pages_cpu:.1f} s CPU")
     load_after = os.getloadavg()
     dataset = run.dataset()
     total = upload_wall + train_wall + pages_wall
@@ -118,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Machine: {os.cpu_count()} CPUs ({platform.machine()}), load average (1/5/15 min) before "
         f"{'/'.join(f'{v:.2f}' for v in load_before)}, after {'/'.join(f'{v:.2f}' for v in load_after)}.",
         "",
+        "CPU seconds are this process's; on a loaded machine the wall clock is mostly waiting for a core.",
+        "",
         "| phase | wall s | CPU s (this process) |",
         "|---|---|---|",
         f"| upload (header, task, store_table) | {upload_wall:.1f} | {upload_cpu:.1f} |",
@@ -128,8 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Verdict: {verdict} (wall clock, at the load above).",
         "",
     ]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines))
+    out.write_text("\n".join(lines))
     print("\n".join(lines))
     return 0
 

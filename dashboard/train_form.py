@@ -223,10 +223,11 @@ def form_fields() -> dict[str, Any] | None:
     datasets = {row["name"]: row for row in dataset_table()}
     names = list(datasets)
     errors = FormErrors()
-    if st.session_state.get("train_dataset", names[0]) not in datasets:  # remembered, since gone from the list
-        del st.session_state["train_dataset"]
     # ?hide=dataset or a lesson step hides the data's choice: no upload either, the choice stays, undrawn.
+    # (A form filled from a table's run names its stored table: upload_panel.filled_table.)
     table = None if lesson_panel.hidden("dataset") else upload_panel.table_choice(errors)
+    if table is None and st.session_state.get("train_dataset", names[0]) not in datasets:
+        del st.session_state["train_dataset"]  # remembered, since gone from the list
     if table is not None:
         dataset = table["dataset"]
         with guard("Reading your table"):
@@ -300,7 +301,9 @@ def form_fields() -> dict[str, Any] | None:
     # Text boxes parsed by core.validate: a value out of range is reported beside its box and disables Train.
     epochs = number_box(
         left,
-        f"Epochs (0: {defaults['epochs']}, about 3000 steps)",
+        f"Epochs (0: {defaults['epochs']}, about 3000 steps)"
+        if table is None
+        else f"Epochs (0: {defaults['epochs']}, at most {backend.user_data.TABLE_ROW_PASSES:,} rows x epochs)",
         0,
         "train_epochs",
         lambda t: validate.whole_number(t, "Epochs", 0, MAX_EPOCHS),

@@ -20,7 +20,7 @@ from typing import Any
 import streamlit as st
 
 from core.errors import BNNError
-from dashboard import backend
+from dashboard import backend, form_memory
 from dashboard.backend import plain
 
 UPLOAD_KEY = "upload_table_file"  # the st.file_uploader (Streamlit cannot set an upload's value)
@@ -83,7 +83,7 @@ def table_choice(errors: Any) -> dict[str, Any] | None:
         forget()
         held = st.session_state[HELD_KEY] = receive(file)
     if held is None:
-        return None
+        return filled_table()
     if "error" in held:
         errors.beside(st, held["error"])
         return None
@@ -94,6 +94,22 @@ def table_choice(errors: Any) -> dict[str, Any] | None:
             forget()
             st.rerun()
     return choices(held, errors)
+
+
+def filled_table() -> dict[str, Any] | None:
+    """A form filled from a table's run ("Train the same with another family / seed") trains on that
+    stored table with its options, not on the dataset list's first entry."""
+    dataset = st.session_state.get("train_dataset")
+    entry = st.session_state.get(form_memory.CARRIED_KEY)
+    if not backend.user_data.is_table_name(dataset) or not entry or entry["config"]["dataset"] != dataset:
+        return None
+    left, right = st.columns([4, 1])
+    left.caption(plain(f"The stored table {dataset} of run {entry['from'][:8]}, with its options."))
+    if right.button("Forget it", key="upload_forget_filled", help="back to the dataset list"):
+        st.session_state.pop("train_dataset", None)
+        st.session_state.pop(form_memory.CARRIED_KEY, None)
+        st.rerun()
+    return {"dataset": dataset, "dataset_params": dict(entry["config"]["dataset_params"]), "file": dataset}
 
 
 def choices(held: dict[str, Any], errors: Any) -> dict[str, Any] | None:

@@ -165,3 +165,25 @@ def test_hide_dataset_hides_the_upload(cache):
     assert not at.exception
     assert not at.file_uploader and not any(s.key == "train_dataset" for s in at.selectbox)
     assert np.all([s.key != "upload_target" for s in at.selectbox])
+
+
+@pytest.mark.slow
+def test_train_again_on_a_table_run_keeps_its_table(cache, tmp_path, monkeypatch):
+    from core.runs import RunConfig, train_run
+
+    path = tmp_path / "mine.csv"
+    path.write_text(_good_rows(40))
+    run = train_run(
+        RunConfig.from_dict(
+            {"data": str(path), "target": "label", "missing": "drop", "hidden": [3], "train": {"epochs": 1}},
+        ),
+    )
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.session_state["selected_run_id"] = run.run_id
+    at.run()
+    at.switch_page("views/train.py").run()
+    at.button(key="again_fill").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    config = config_after_train(at, monkeypatch)
+    assert (config.dataset, config.dataset_params) == (run.config.dataset, run.config.dataset_params)
+    assert config.seed == run.config.seed + 1 and config.hidden == (3,)

@@ -11,6 +11,7 @@ different problems, and their metrics are not comparable.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Mapping
 
 from core.data import user_table
@@ -18,6 +19,22 @@ from core.data import user_table
 TASKS = user_table.TASKS
 MISSING_CHOICES = user_table.MISSING_CHOICES
 store_table = user_table.store_table  # the command line's store: checked first, nothing half-stored
+is_table_name = user_table.is_table_name
+
+
+# A table's default length of training: core.train.default_epochs (about DEFAULT_STEPS steps, at least
+# 5 epochs) but at most this many rows through the network (rows x epochs), at least one epoch. A
+# 40,000-row training split then trains 3 epochs (1,200 steps of 100) instead of 8, the step
+# budget's floor (benchmarks/results/user_table_time.md); the epochs box overrides it. Only runs on
+# user tables (all made after the upload existed) get it: no other run's id changes.
+TABLE_ROW_PASSES = 100_000
+
+
+def default_epochs(n_train: int, batch_size: int) -> int:
+    """The default epochs of a run on a user table of n_train training rows."""
+    from core.train import default_epochs as step_default
+
+    return max(1, min(step_default(n_train, batch_size), math.ceil(TABLE_ROW_PASSES / max(1, int(n_train)))))
 
 
 def check_upload_size(size: int, name: str) -> None:
