@@ -71,3 +71,28 @@ def test_data_identity_separates_targets_and_tables(isolated_data_env):
     assert "target label" in a[1] and "target amount" in b[1]
     assert data_identity("two-moons", {}) == (data_identity("two-moons", None)[0], "two-moons")
     assert data_identity("toy-cubic", {"noise": 1})[0] != data_identity("toy-cubic", {"noise": 2})[0]
+
+
+def test_unnamed_flat_inputs_are_numbered_and_images_get_none():
+    class Run:
+        def __init__(self, shape, masks):
+            self.shape, self._masks = shape, masks
+            self.config = type("Config", (), {"dataset": "toy"})()
+
+        def dataset(self):
+            return type("Data", (), {"feature_names": None, "input_shape": self.shape})()
+
+        def masks(self, threshold=None):
+            return self._masks
+
+        def active_paths(self, threshold=None):
+            from core.predict.structure import active_masks
+
+            return active_masks(self._masks)
+
+    first = torch.zeros((2, 4), dtype=torch.bool)
+    first[0, 1] = True
+    second = torch.ones((1, 3), dtype=torch.bool)
+    rows = views.input_columns(Run((3,), [first, second]))
+    assert [(r["column"], r["read"]) for r in rows] == [("input 1", False), ("input 2", True), ("input 3", False)]
+    assert views.input_columns(Run((2, 2), [torch.ones((2, 5), dtype=torch.bool), second])) is None

@@ -76,13 +76,17 @@ def group_columns(
 def input_columns(run: Any, threshold: float | None = None) -> list[dict[str, Any]] | None:
     """The input columns of a tabular run (a user table, a UCI set) by name, each with whether the
     network pruned at `threshold` still reads it: some kept weight on an active path
-    (Run.active_paths) leaves one of its input units. None for runs without named inputs (images)."""
+    (Run.active_paths) leaves one of its input units. Inputs without names are numbered; None for
+    image runs."""
     from core.data import user_table
 
     dataset = run.dataset()
     names = getattr(dataset, "feature_names", None)
-    if not names:
-        return None
+    if not names:  # unnamed flat inputs (the UCI sets' files have no header): numbered from 1
+        shape = tuple(getattr(dataset, "input_shape", None) or ())
+        if len(shape) != 1:
+            return None
+        names = tuple(f"input {index + 1}" for index in range(shape[0]))
     columns = user_table.stored_columns(run.config.dataset) if user_table.is_table_name(run.config.dataset) else None
     read = inputs_read(run.active_paths(threshold), len(names))
     kept = inputs_read(run.masks(threshold), len(names))
