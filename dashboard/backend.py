@@ -61,7 +61,7 @@ from core.predict.thresholds import (  # noqa: F401
 )
 from core.reference.bands import reference_bands  # noqa: F401
 from core.reference.trust import TRUST_ESS, TRUST_RHAT, architecture, reference_function_band, reference_warning  # noqa: F401
-from core.runs import delete_run, load_run, parsing, run_from_handover, run_handover  # noqa: F401
+from core.runs import delete_run, load_run, parsing, run_from_handover, run_handover, user_data  # noqa: F401
 from core.runs.bundled import install_bundled_runs  # noqa: F401  (the lessons' runs on first start)
 from core.runs.folders import server_folders  # noqa: F401  (a page names them instead of showing paths)
 from core.runs.labels import config_differences, run_labels, setting_key  # noqa: F401
@@ -76,7 +76,7 @@ from core.runs.live import (  # noqa: F401
     warm_up_optimiser,
 )
 from core.runs.partners import NON_FACTORISED_FAMILY, non_factorised_config, partner_run_id  # noqa: F401
-from core.runs.sparsity_views import active_path_densities, explainable, explanation  # noqa: F401
+from core.runs.sparsity_views import active_path_densities, explainable, explanation, input_columns  # noqa: F401
 from core.settings import Setting, register  # noqa: F401
 from core.validate import plain  # noqa: F401
 from dashboard.settings import draw_cache_bytes, predict_slots  # noqa: F401

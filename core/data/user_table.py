@@ -38,9 +38,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from core import limits, validate
+from core.data import table_encoding as encoding
 from core.data.dataset import Dataset, DatasetInfo, make_dataset
 from core.data.locations import user_cache_dir
-from core.data.sampling import stratified_split
 from core.errors import DataError, InputError
 
 PREFIX = "table-"
@@ -51,8 +51,7 @@ CLASSIFICATION_MAX_LEVELS = 10
 DELIMITERS = (",", ";", "\t", "|")
 TASKS = ("classification", "regression")
 MISSING_CHOICES = ("refuse", "drop")
-TEST_FRACTION = 0.2
-MIN_ROWS = 5
+MIN_ROWS = encoding.MIN_ROWS
 PARAM_KEYS = ("target", "task", "split_column", "missing")
 PARQUET_MAGIC = b"PAR1"
 
@@ -60,6 +59,7 @@ PARQUET_MAGIC = b"PAR1"
 @dataclass(frozen=True)
 class RawTable:
     """Column names, each column's cells (None: missing) and each row's line number in the file."""
+
     names: tuple[str, ...]
     columns: tuple[tuple[str | None, ...], ...]
     lines: tuple[int, ...]
@@ -88,6 +88,7 @@ def tables_dir() -> Path:
 
 # --------------------------------------------------------------------------- reading bytes
 
+
 def read_limited(path: str | Path) -> bytes:
     """The file's bytes, refused when missing, not a file or above $BNN_MAX_TABLE_MB."""
     text = validate.text_of(str(path), "data", 4096)
@@ -110,10 +111,13 @@ def max_bytes() -> int:
     return int(limits.limit(limits.MAX_TABLE_MB) * 1_000_000)
 
 
-def check_size(data: bytes, what: str) -> None:
-    if len(data) > max_bytes():
-        raise InputError(f"data: {validate.shown(what)} is larger than {limits.limit(limits.MAX_TABLE_MB):g} MB "
-                         f"(${limits.MAX_TABLE_MB.variable})")
+def check_size(data: bytes | int, what: str) -> None:
+    """Refuse a table above $BNN_MAX_TABLE_MB: its bytes, or an upload's size before its bytes are read."""
+    if (data if isinstance(data, int) else len(data)) > max_bytes():
+        raise InputError(
+            f"data: {validate.shown(what)} is larger than {limits.limit(limits.MAX_TABLE_MB):g} MB "
+            f"(${limits.MAX_TABLE_MB.variable})"
+        )
 
 
 def parse_table(data: bytes, what: str = "table") -> RawTable:
@@ -131,9 +135,10 @@ def parse_table(data: bytes, what: str = "table") -> RawTable:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise InputError(f"data: {shown} is not UTF-8 text (line {line}, byte {exc.start}); save it as UTF-8 CSV"
-                         ) from None
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(
+            f"data: {shown} is not UTF-8 text (line {line}, byte {exc.start}); save it as UTF-8 CSV"
+        ) from None
     return _parse_csv(text, shown)
 
 
@@ -160,8 +165,10 @@ def _parse_csv(text: str, shown: str) -> RawTable:
                 names, header_line = [cell.strip() for cell in row], start
             else:
                 if len(row) != len(names):
-                    raise InputError(f"data: {shown} line {start} has {len(row)} fields, the header has "
-                                     f"{len(names)} (delimiter {delimiter!r})")
+                    raise InputError(
+                        f"data: {shown} line {start} has {len(row)} fields, the header has "
+                        f"{len(names)} (delimiter {delimiter!r})"
+                    )
                 rows.append(row)
                 lines.append(start)
             start = reader.line_num + 1
@@ -170,13 +177,16 @@ def _parse_csv(text: str, shown: str) -> RawTable:
     if names is None:  # only separators and blanks (str.strip also removes \x1c-\x1f)
         raise InputError(f"data: {shown} is empty (no line with a value)")
     if len(names) < 2:
-        raise InputError(f"data: {shown} has only one column (header {validate.shown(first)}); is the delimiter "
-                         f"one of comma, semicolon, tab or |?")
+        raise InputError(
+            f"data: {shown} has only one column (header {validate.shown(first)}); is the delimiter "
+            f"one of comma, semicolon, tab or |?"
+        )
     _check_names(names, shown, f"line {header_line}")
     if not rows:
         raise InputError(f"data: {shown} has a header but no data rows")
-    columns = tuple(tuple(None if (c := row[i].strip()) in MISSING_TOKENS else c for row in rows)
-                    for i in range(len(names)))
+    columns = tuple(
+        tuple(None if (c := row[i].strip()) in MISSING_TOKENS else c for row in rows) for i in range(len(names))
+    )
     return RawTable(tuple(names), columns, tuple(lines), "csv")
 
 
@@ -187,8 +197,9 @@ def _check_names(names: list[str], shown: str, where: str) -> None:
     seen: dict[str, int] = {}
     for i, name in enumerate(names):
         if name in seen:
-            raise InputError(f"data: {shown} has two columns named {validate.shown(name)} "
-                             f"(columns {seen[name] + 1} and {i + 1})")
+            raise InputError(
+                f"data: {shown} has two columns named {validate.shown(name)} (columns {seen[name] + 1} and {i + 1})"
+            )
         seen[name] = i
 
 
@@ -210,13 +221,17 @@ def _parse_parquet(data: bytes, shown: str) -> RawTable:
     for name in frame.columns:
         series = frame[name]
         integer = pd.api.types.is_integer_dtype(series.dtype)
-        columns.append(tuple(None if pd.isna(v) else (str(int(v)) if integer else
-                                                      repr(float(v)) if isinstance(v, float) else str(v))
-                             for v in series.tolist()))
+        columns.append(
+            tuple(
+                None if pd.isna(v) else (str(int(v)) if integer else repr(float(v)) if isinstance(v, float) else str(v))
+                for v in series.tolist()
+            )
+        )
     return RawTable(tuple(names), tuple(columns), tuple(range(1, len(frame) + 1)), "parquet")
 
 
 # --------------------------------------------------------------------------- encoding
+
 
 def _column(table: RawTable, wanted: str, what: str) -> int:
     if wanted in table.names:
@@ -227,18 +242,9 @@ def _column(table: RawTable, wanted: str, what: str) -> int:
     raise InputError(f"{what}: the table has no column {validate.shown(wanted)}{hint} (columns: {listed})")
 
 
-def _numbers(cells) -> np.ndarray | None:
-    """The column as floats (NaN where missing), or None when a present cell is not a number."""
-    text = np.array(["nan" if c is None else c for c in cells], dtype=str)
-    try:
-        return text.astype(np.float64)  # vectorised; refuses what float() refuses
-    except (ValueError, OverflowError):
-        return None
-
-
 def infer_task(cells: tuple[str | None, ...]) -> str:
     """Classification for text, or for at most CLASSIFICATION_MAX_LEVELS distinct whole numbers."""
-    numbers = _numbers(cells)
+    numbers = encoding.numbers_of(cells)
     if numbers is None:
         return "classification"
     present = numbers[~np.isnan(numbers)]
@@ -251,8 +257,9 @@ def check_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """The table options, checked, with `missing` filled in (`task` is filled in by `resolve_params`)."""
     unknown = sorted(set(params) - set(PARAM_KEYS))
     if unknown:
-        raise InputError(f"dataset_params: unknown table option(s) {', '.join(unknown)}; "
-                         f"known: {', '.join(PARAM_KEYS)}")
+        raise InputError(
+            f"dataset_params: unknown table option(s) {', '.join(unknown)}; known: {', '.join(PARAM_KEYS)}"
+        )
     if params.get("target") is None:
         raise InputError("target: a table needs its target column (--target COLUMN)")
     out = {"target": validate.text_of(params["target"], "target", 1000)}
@@ -271,7 +278,7 @@ def build_dataset(table: RawTable, name: str, params: Mapping[str, Any], seed: i
     params = check_params(params)
     target = _column(table, params["target"], "target")
     split_col = _column(table, params["split_column"], "split-column") if "split_column" in params else None
-    keep = _rows_kept(table, params["missing"] == "drop")
+    keep = encoding.rows_kept(table, params["missing"] == "drop")
     every = len(keep) == table.n_rows
     cells = lambda col: table.columns[col] if every else tuple(table.columns[col][i] for i in keep)  # noqa: E731
     y_cells = cells(target)
@@ -279,139 +286,61 @@ def build_dataset(table: RawTable, name: str, params: Mapping[str, Any], seed: i
     where = lambda k: table.where(keep[k])  # noqa: E731
     target_name = validate.shown(params["target"])
     if task == "regression":
-        y = _numbers(y_cells)
+        y = encoding.numbers_of(y_cells)
         if y is None:
-            bad = next(k for k, c in enumerate(y_cells) if _numbers((c,)) is None)
-            raise InputError(f"target: {target_name} is text ({where(bad)}: {validate.shown(y_cells[bad])}); "
-                             f"regression needs numbers (or use --task classification)")
-        _finite(y, y_cells, target_name, where)
+            bad = next(k for k, c in enumerate(y_cells) if encoding.numbers_of((c,)) is None)
+            raise InputError(
+                f"target: {target_name} is text ({where(bad)}: {validate.shown(y_cells[bad])}); "
+                f"regression needs numbers (or use --task classification)"
+            )
+        encoding.finite(y, y_cells, target_name, where)
         if np.all(y == y[0]):
             raise InputError(f"target: {target_name} is constant (every value is {y_cells[0]}); nothing to learn")
         labels, class_names = y, None
     else:
-        class_names = _class_names(y_cells)
+        class_names = encoding.class_names(y_cells)
         if len(class_names) < 2:
-            raise InputError(f"target: {target_name} has one class only ({validate.shown(class_names[0])}); "
-                             f"a classifier needs two")
+            raise InputError(
+                f"target: {target_name} has one class only ({validate.shown(class_names[0])}); a classifier needs two"
+            )
         most = limits.limit(limits.MAX_TABLE_LEVELS)
         if len(class_names) > most:
-            raise InputError(f"target: {target_name} has {len(class_names)} classes, more than "
-                             f"{most} (${limits.MAX_TABLE_LEVELS.variable}); is it a regression target "
-                             f"(--task regression)?")
+            raise InputError(
+                f"target: {target_name} has {len(class_names)} classes, more than "
+                f"{most} (${limits.MAX_TABLE_LEVELS.variable}); is it a regression target "
+                f"(--task regression)?"
+            )
         lookup = {c: i for i, c in enumerate(class_names)}
         labels = np.array([lookup[c] for c in y_cells], dtype=np.int64)
-    train_idx, test_idx = _split(table, split_col, keep, labels, task, seed)
-    x_train, x_test, feature_names, x_mean, x_std = _encode(table, keep, train_idx, test_idx,
-                                                             exclude={target, split_col})
+    train_idx, test_idx = encoding.split(table, split_col, keep, labels, task, seed)
+    x_train, x_test, feature_names, x_mean, x_std = encoding.encode(
+        table, keep, train_idx, test_idx, exclude={target, split_col}
+    )
     extra: dict[str, Any] = {}
     if task == "regression":
         mean, std = float(labels[train_idx].mean()), float(labels[train_idx].std()) or 1.0
         labels = (labels - mean) / std
         extra = {"target_mean": mean, "target_std": std}
     return make_dataset(
-        name=name, task=task, x_train=x_train, y_train=labels[train_idx], x_test=x_test,
-        y_test=labels[test_idx], source="data-dir", n_classes=len(class_names) if class_names else None,
-        class_names=class_names, params={**params, "task": task, "seed": seed}, x_mean=x_mean, x_std=x_std,
-        feature_names=tuple(feature_names), **extra)
-
-
-def _rows_kept(table: RawTable, drop: bool) -> list[int]:
-    counts = [(name, n, col.index(None) if n else -1)
-              for name, col in zip(table.names, table.columns) for n in [col.count(None)]]
-    missing = [(name, n, first) for name, n, first in counts if n]
-    if not missing:
-        return list(range(table.n_rows))
-    if not drop:
-        listed = "; ".join(f"{validate.shown(name)}: {n} (first at {table.where(first)})"
-                           for name, n, first in missing[:8])
-        more = f"; and {len(missing) - 8} more columns" if len(missing) > 8 else ""
-        raise InputError(f"data: missing values in {len(missing)} column(s): {listed}{more}; fill them in or "
-                         f"drop those rows (--missing drop)")
-    keep = [i for i in range(table.n_rows) if all(col[i] is not None for col in table.columns)]
-    if len(keep) < MIN_ROWS:
-        raise InputError(f"data: only {len(keep)} of {table.n_rows} rows have no missing value; at least "
-                         f"{MIN_ROWS} are needed")
-    return keep
-
-
-def _finite(values: np.ndarray, cells, column: str, where) -> None:
-    bad = np.flatnonzero(~np.isfinite(values))
-    if bad.size:
-        raise InputError(f"data: column {column} {where(int(bad[0]))}: {validate.shown(cells[bad[0]])} is not a "
-                         f"finite number")
-
-
-def _class_names(cells: tuple[str | None, ...]) -> tuple[str, ...]:
-    levels = set(cells)
-    numbers = _numbers(tuple(levels))
-    if numbers is not None:  # numeric classes in numeric order (2 before 10)
-        return tuple(c for _, c in sorted(zip(numbers.tolist(), levels)))
-    return tuple(sorted(levels))
-
-
-def _split(table: RawTable, split_col: int | None, keep: list[int], labels: np.ndarray, task: str,
-           seed: int) -> tuple[np.ndarray, np.ndarray]:
-    n = len(keep)
-    if n < MIN_ROWS:
-        raise InputError(f"data: the table has {n} rows; at least {MIN_ROWS} are needed (train and test)")
-    if split_col is not None:
-        words = [str(table.columns[split_col][i]).strip().lower() for i in keep]
-        for k, word in enumerate(words):
-            if word not in ("train", "test"):
-                raise InputError(f"split-column: {validate.shown(table.names[split_col])} "
-                                 f"{table.where(keep[k])}: {validate.shown(table.columns[split_col][keep[k]])} "
-                                 f"is neither train nor test")
-        is_train = np.array([w == "train" for w in words])
-        if is_train.all() or not is_train.any():
-            raise InputError(f"split-column: {validate.shown(table.names[split_col])} needs both train and test rows")
-        return np.flatnonzero(is_train), np.flatnonzero(~is_train)
-    if task == "classification":
-        return stratified_split(labels, TEST_FRACTION, seed)
-    order = np.random.default_rng(seed).permutation(n)
-    n_test = max(1, int(round(n * TEST_FRACTION)))
-    return order[n_test:], order[:n_test]
-
-
-def _encode(table: RawTable, keep: list[int], train_idx: np.ndarray, test_idx: np.ndarray,
-            exclude: set) -> tuple:
-    blocks, feature_names, means, stds = [], [], [], []
-    levels_max = limits.limit(limits.MAX_TABLE_LEVELS)
-    for col, name in enumerate(table.names):
-        if col in exclude:
-            continue
-        cells = table.columns[col] if len(keep) == table.n_rows else tuple(table.columns[col][i] for i in keep)
-        numbers = _numbers(cells)
-        if numbers is not None:
-            _finite(numbers, cells, validate.shown(name), lambda k: table.where(keep[k]))
-            mean = float(numbers[train_idx].mean())
-            std = float(numbers[train_idx].std()) or 1.0
-            blocks.append(((numbers - mean) / std)[:, None])
-            feature_names.append(name)
-            means.append(mean)
-            stds.append(std)
-            continue
-        values = np.array(cells, dtype=object)
-        train_levels = sorted(set(values[train_idx].tolist()))
-        n_levels = len(set(cells))
-        if n_levels > levels_max:
-            raise InputError(f"data: text column {validate.shown(name)} has {n_levels} distinct values, more than "
-                             f"{levels_max} (${limits.MAX_TABLE_LEVELS.variable}); drop it or make it numeric")
-        lookup = {c: i for i, c in enumerate(train_levels)}
-        # a level seen only in the test split gets index -1: a row of zeros
-        index = np.array([lookup.get(c, -1) for c in cells])
-        one_hot = (index[:, None] == np.arange(len(train_levels))[None, :]).astype(np.float64)
-        blocks.append(one_hot)
-        feature_names += [f"{name}={level}" for level in train_levels]
-        means += [0.0] * len(train_levels)
-        stds += [1.0] * len(train_levels)
-    if not blocks:
-        raise InputError("data: the table has no input columns besides the target (and split column)")
-    x = np.concatenate(blocks, axis=1)
-    return (x[train_idx], x[test_idx], feature_names, np.array(means, dtype=np.float32),
-            np.array(stds, dtype=np.float32))
+        name=name,
+        task=task,
+        x_train=x_train,
+        y_train=labels[train_idx],
+        x_test=x_test,
+        y_test=labels[test_idx],
+        source="data-dir",
+        n_classes=len(class_names) if class_names else None,
+        class_names=class_names,
+        params={**params, "task": task, "seed": seed},
+        x_mean=x_mean,
+        x_std=x_std,
+        feature_names=tuple(feature_names),
+        **extra,
+    )
 
 
 # --------------------------------------------------------------------------- the store
+
 
 @dataclass(frozen=True)
 class StoredTable:
@@ -427,8 +356,15 @@ class StoredTable:
         return self.original_name if len(self.original_name) <= 40 else self.original_name[:37] + "..."
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "sha256": self.sha256, "rows": self.rows, "columns": self.columns,
-                "file": self.original_name, "targets": list(self.targets), "path": str(self.path)}
+        return {
+            "name": self.name,
+            "sha256": self.sha256,
+            "rows": self.rows,
+            "columns": self.columns,
+            "file": self.original_name,
+            "targets": list(self.targets),
+            "path": str(self.path),
+        }
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -448,10 +384,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 def store_table(data: bytes, original_name: str, params: Mapping[str, Any], seed: int = 0) -> StoredTable:
     """Check the table with its options (nothing is written when it fails), then store it once."""
-    import hashlib
-
-    table = parse_table(data, original_name)
-    sha = hashlib.sha256(data).hexdigest()
+    table, sha = parsed_table(data, original_name)
     build_dataset(table, table_name(sha), params, seed)
     kind = table.kind
     path = tables_dir() / f"{sha}.{kind}"
@@ -460,8 +393,13 @@ def store_table(data: bytes, original_name: str, params: Mapping[str, Any], seed
     meta_path = path.with_suffix(".json")
     meta = _read_meta(meta_path)
     targets = list(dict.fromkeys([*meta.get("targets", []), str(params.get("target"))]))
-    meta = {"sha256": sha, "file": Path(original_name).name, "rows": table.n_rows, "columns": len(table.names),
-            "targets": targets}
+    meta = {
+        "sha256": sha,
+        "file": Path(original_name).name,
+        "rows": table.n_rows,
+        "columns": len(table.names),
+        "targets": targets,
+    }
     _write_atomic(meta_path, json.dumps(meta, indent=1).encode())
     _parsed.put(sha, table)
     return StoredTable(table_name(sha), sha, path, table.n_rows, len(table.names), meta["file"], tuple(targets))
@@ -479,11 +417,11 @@ def stored_path(name: str) -> Path:
     """The stored file of table `name` (table-<16 hex>), or DataError saying how to store it."""
     if not NAME_PATTERN.match(name):
         raise DataError(f"dataset: {validate.shown(name)} is not a stored table name ({PREFIX}<16 hex digits>)")
-    found = sorted(p for p in tables_dir().glob(f"{name[len(PREFIX):]}*")
-                   if p.suffix in (".csv", ".parquet"))
+    found = sorted(p for p in tables_dir().glob(f"{name[len(PREFIX) :]}*") if p.suffix in (".csv", ".parquet"))
     if not found:
-        raise DataError(f"dataset: table {name} is not stored in {tables_dir()}; train once with --data FILE "
-                        f"to store it again")
+        raise DataError(
+            f"dataset: table {name} is not stored in {tables_dir()}; train once with --data FILE to store it again"
+        )
     return found[0]
 
 
@@ -493,8 +431,17 @@ def list_tables() -> list[StoredTable]:
     for path in sorted(folder.glob("*.csv")) + sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
         meta = _read_meta(path.with_suffix(".json"))
         sha = path.stem
-        out.append(StoredTable(table_name(sha), sha, path, int(meta.get("rows", 0)), int(meta.get("columns", 0)),
-                               str(meta.get("file", "?")), tuple(meta.get("targets", []))))
+        out.append(
+            StoredTable(
+                table_name(sha),
+                sha,
+                path,
+                int(meta.get("rows", 0)),
+                int(meta.get("columns", 0)),
+                str(meta.get("file", "?")),
+                tuple(meta.get("targets", [])),
+            )
+        )
     return out
 
 
@@ -524,6 +471,22 @@ class _ParsedCache:
 _parsed = _ParsedCache()
 
 
+def parsed_table(data: bytes, what: str) -> tuple[RawTable, str]:
+    """The parsed table and its SHA-256, parsed once per content (the upload's column pickers, its
+    storing and its training read the same bytes)."""
+    import hashlib
+
+    sha = hashlib.sha256(data).hexdigest()
+    if sha not in _parsed.items:
+        _parsed.put(sha, parse_table(data, what))
+    return _parsed.items[sha], sha
+
+
+def stored_columns(name: str) -> tuple[str, ...]:
+    """The header of stored table `name` (its one-hot inputs are named `column=level`)."""
+    return _parsed.get(stored_path(name)).names
+
+
 def load_table_dataset(name: str, *, seed: int = 0, **params: Any) -> Dataset:
     """The dataset of stored table `name` with its options (target, task, split_column, missing)."""
     path = stored_path(name)
@@ -537,8 +500,17 @@ def load_table_dataset(name: str, *, seed: int = 0, **params: Any) -> Dataset:
 @functools.lru_cache(maxsize=16)
 def _info(name: str, seed: int, items: tuple) -> DatasetInfo:
     data = load_table_dataset(name, seed=seed, **dict(items))
-    return DatasetInfo(name, data.task, (data.in_features,), data.n_classes, data.n_train, data.n_test, None,
-                       "data-dir", f"stored table {stored_path(name)}")
+    return DatasetInfo(
+        name,
+        data.task,
+        (data.in_features,),
+        data.n_classes,
+        data.n_train,
+        data.n_test,
+        None,
+        "data-dir",
+        f"stored table {stored_path(name)}",
+    )
 
 
 def table_info(name: str, params: Mapping[str, Any] | None, seed: int = 0) -> DatasetInfo:

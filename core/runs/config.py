@@ -314,6 +314,10 @@ class RunConfig:
             family_options.pop("input_skip")
         put("family_options", family_options)
         train = _train_from(self.train)
+        if train.epochs is None and user_table.is_table_name(self.dataset):  # a table's own default length
+            from core.runs.user_data import default_epochs
+            train = dataclasses.replace(train, epochs=default_epochs(_training_size(self.dataset, self.dataset_params),
+                                                                     train.batch_size))
         put("train", train.resolved(_training_size(self.dataset, self.dataset_params),
                                     SMALL_REGRESSION_KL_ANNEAL_FRACTION if small_regression else 0.0))
         put("seed", _seed(self.seed, "seed"))

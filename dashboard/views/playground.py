@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from dashboard import altair_spec, backend, charts, explain, playground_training, state
+from dashboard import altair_spec, backend, charts, explain, playground_charts, playground_training, state
 from dashboard.backend import plain
 from dashboard.ui import guard, without_server_paths
 
@@ -36,19 +36,41 @@ dataset = left.selectbox("Data", list(playground_training.PLAYGROUND_SETS), key=
 method = middle.selectbox("Family", ["lbbnn", "bnn", "horseshoe", "sparse-vd"], key="play_method")
 start = playground_training.playground_defaults(dataset)
 hidden_text = right.text_input(
-    "Hidden widths", ", ".join(map(str, start["hidden"])), key=f"play_hidden_{dataset}",
-    help=f"at most {playground_training.playground_max_weights() or 'any number of'} weights")
+    "Hidden widths",
+    ", ".join(map(str, start["hidden"])),
+    key=f"play_hidden_{dataset}",
+    help=f"at most {playground_training.playground_max_weights() or 'any number of'} weights",
+)
 left, middle, right = st.columns(3)
-noise = left.number_input("Data noise", value=start["noise"], step=0.01 if start["noise"] < 1 else 0.5,
-                          format="%.3f", key=f"play_noise_{dataset}",
-                          help="the noise level of the generated data (its own units)")
-epochs = middle.slider("Epochs", 100, 3000, start["epochs"], step=100, key="play_epochs",
-                       help="fewer epochs answer sooner; on the 1-D sets under about 3000 the fit stays a line")
+noise = left.number_input(
+    "Data noise",
+    value=start["noise"],
+    step=0.01 if start["noise"] < 1 else 0.5,
+    format="%.3f",
+    key=f"play_noise_{dataset}",
+    help="the noise level of the generated data (its own units)",
+)
+epochs = middle.slider(
+    "Epochs",
+    100,
+    3000,
+    start["epochs"],
+    step=100,
+    key="play_epochs",
+    help="fewer epochs answer sooner; on the 1-D sets under about 3000 the fit stays a line",
+)
 kl_weight = right.slider("KL weight", 0.01, 1.0, 0.1, key="play_kl", help="1 = the ELBO; smaller tempers the prior")
 options: dict = {}
 if method == "lbbnn":
-    options["prior_inclusion"] = st.slider("Prior inclusion probability psi", 0.01, 0.99, 0.135, step=0.005,
-                                           key="play_psi", help="how likely the prior thinks each weight is needed")
+    options["prior_inclusion"] = st.slider(
+        "Prior inclusion probability psi",
+        0.01,
+        0.99,
+        0.135,
+        step=0.005,
+        key="play_psi",
+        help="how likely the prior thinks each weight is needed",
+    )
 elif method == "bnn":
     options["prior_variance"] = st.slider("Prior variance", 0.01, 10.0, 1.0, key="play_prior_variance")
 elif method == "horseshoe":
@@ -59,9 +81,14 @@ with guard("Invalid setting"):
     if noise < 0:
         st.error(f"Data noise: must be 0 or more, got {noise:g}")
         st.stop()
-    values = {"dataset": dataset, "method": method, "hidden": list(backend.parse_hidden(hidden_text)),
-              "dataset_params": {"noise": float(noise)}, "family_options": options,
-              "train": {"epochs": int(epochs), "batch_size": 500, "kl_weight": float(kl_weight)}}
+    values = {
+        "dataset": dataset,
+        "method": method,
+        "hidden": list(backend.parse_hidden(hidden_text)),
+        "dataset_params": {"noise": float(noise)},
+        "family_options": options,
+        "train": {"epochs": int(epochs), "batch_size": 500, "kl_weight": float(kl_weight)},
+    }
 if values is None:
     st.stop()
 # Refused from the sizes alone, before a model or a dataset is built in this (shared) process.
@@ -77,8 +104,10 @@ with guard("Counting the network's weights"):
     # Counted from the config, as the Train form counts them (core.cost): the default 64-64 net on a 1-D set
     # has 4,353, not "a few hundred".
     size = backend.training_estimate(backend.make_config(values))
-    st.caption(f"This network: {' x '.join(map(str, values['hidden']))} hidden units on {dataset}, "
-               f"{size['weights']:,} weights (biases included), {int(epochs):,} epochs of batches of 500.")
+    st.caption(
+        f"This network: {' x '.join(map(str, values['hidden']))} hidden units on {dataset}, "
+        f"{size['weights']:,} weights (biases included), {int(epochs):,} epochs of batches of 500."
+    )
 
 # Any change restarts the training: the class sees a prior act within seconds.
 key = json.dumps(values, sort_keys=True)
@@ -87,9 +116,15 @@ if job is None or job[0] != key:
     if job is not None:
         job[1].cancel()
     with guard("Cannot start the playground"):
-        st.session_state[JOB_KEY] = (key, playground_training.PlaygroundTraining(
-            values, every=max(1, int(epochs) // PICTURES), hold_seconds=FIRST_PICTURE_HOLD_SECONDS,
-            present=state.session_presence()).start())
+        st.session_state[JOB_KEY] = (
+            key,
+            playground_training.PlaygroundTraining(
+                values,
+                every=max(1, int(epochs) // PICTURES),
+                hold_seconds=FIRST_PICTURE_HOLD_SECONDS,
+                present=state.session_presence(),
+            ).start(),
+        )
 job = st.session_state.get(JOB_KEY)
 if job is not None and job[0] != key:
     st.stop()
@@ -108,23 +143,33 @@ def chart_specs(training: playground_training.PlaygroundTraining, picture: dict,
     cached = st.session_state.get(CHARTS_KEY)
     if picture_was_drawn(training, picture):
         return cached["specs"]
-    if (cached is not None and cached["training"] is training and not training.done
-            and time.monotonic() - cached["built"] < REDRAW_SECONDS):
+    if (
+        cached is not None
+        and cached["training"] is training
+        and not training.done
+        and time.monotonic() - cached["built"] < REDRAW_SECONDS
+    ):
         return cached["specs"]
     data = training._dataset
     if data.task == "regression":
         true_mean = None if data.y_grid_mean is None else data.unstandardise(data.y_grid_mean)
-        main = charts.regression_bands(picture["x_plot"], picture["mean"], picture["epistemic_std"],
-                                        picture["total_std"], data.x_train, data.unstandardise(data.y_train),
-                                        true_mean, colour=charts.family_colour(training.config.method))
+        main = charts.regression_bands(
+            picture["x_plot"],
+            picture["mean"],
+            picture["epistemic_std"],
+            picture["total_std"],
+            data.x_train,
+            data.unstandardise(data.y_train),
+            true_mean,
+            colour=charts.family_colour(training.config.method),
+        )
         if data.in_features == 1:  # the gap lesson's number, as the Uncertainty page prints it
             ratio = backend.gap_ratio(picture["x_plot"], data.x_train, picture["epistemic_std"])
             main = main.properties(title=f"{main.title}; gap ratio of the epistemic band {ratio:.2f}")
     else:
         xs = np.unique(picture["x_plot"][:, 0])
         ys = np.unique(picture["x_plot"][:, 1])
-        main = charts.decision_surface(xs, ys, picture, data.x_train, data.y_train, size=200,
-                                        samples=training.samples)
+        main = charts.decision_surface(xs, ys, picture, data.x_train, data.y_train, size=200, samples=training.samples)
     main = altair_spec.spec(main, validate=False)
     if show_main is not None:
         show_main(main)
@@ -135,19 +180,26 @@ def chart_specs(training: playground_training.PlaygroundTraining, picture: dict,
     if same_training and not training.done and time.monotonic() - side_built < GRAPH_SECONDS:
         histogram, graph, masks_key = cached["specs"]["histogram"], cached["specs"]["graph"], cached["masks_key"]
     else:
-        histogram = altair_spec.spec(charts.statistic_histogram(
-            picture["statistics"], picture["default"], picture["statistic"], log_counts=False, labels=None,
-            colour=colour), validate=False)
+        histogram = playground_charts.histogram_spec(picture, colour)  # fixed axes: they do not jump between fits
         if same_training and cached["masks_key"] == masks_key:
             graph = cached["specs"]["graph"]
         else:
-            graph = altair_spec.spec(charts.network_graph(
-                picture["masks"], title=f"kept at the default cut ({picture['default']:g})", colour=colour),
-                validate=False)
+            graph = altair_spec.spec(
+                charts.network_graph(
+                    picture["masks"], title=f"kept at the default cut ({picture['default']:g})", colour=colour
+                ),
+                validate=False,
+            )
         side_built = time.monotonic()
     specs = {"main": main, "graph": graph, "histogram": histogram}
-    st.session_state[CHARTS_KEY] = {"training": training, "picture": picture, "masks_key": masks_key,
-                                    "side_built": side_built, "built": time.monotonic(), "specs": specs}
+    st.session_state[CHARTS_KEY] = {
+        "training": training,
+        "picture": picture,
+        "masks_key": masks_key,
+        "side_built": side_built,
+        "built": time.monotonic(),
+        "specs": specs,
+    }
     return specs
 
 
@@ -160,17 +212,24 @@ def draw(training: playground_training.PlaygroundTraining) -> None:
             st.info("Starting ...")
         return
     status = "done" if training.done else "training"
-    st.progress(min(1.0, picture["epoch"] / max(1, picture["total_epochs"])),
-                text=f"{status}: epoch {picture['epoch']}/{picture['total_epochs']}"
-                     + (f", loss {picture['loss']:.4f}" if picture["loss"] is not None else ""))
+    st.progress(
+        min(1.0, picture["epoch"] / max(1, picture["total_epochs"])),
+        text=f"{status}: epoch {picture['epoch']}/{picture['total_epochs']}"
+        + (f", loss {picture['loss']:.4f}" if picture["loss"] is not None else ""),
+    )
     drawn_before = picture_was_drawn(training, picture)
     main = st.empty()
     specs = chart_specs(training, picture, show_main=lambda spec: main.vega_lite_chart(spec, width="content"))
     main.vega_lite_chart(specs["main"], width="content")
-    left, right = st.columns(2)
-    left.vega_lite_chart(specs["graph"], width="content")
-    left.caption(playground_training.kept_text(picture))
-    right.vega_lite_chart(specs["histogram"], width="content")
+    # One chart per row: side by side, the graph and the two-panel histogram overflowed a 1400-px window.
+    st.vega_lite_chart(specs["graph"], width="content")
+    st.caption(playground_training.kept_text(picture))
+    st.vega_lite_chart(specs["histogram"], width="content")
+    if picture["statistic"] == "signal_to_noise":
+        st.caption(
+            f"Signal-to-noise ratios above {playground_charts.STATISTIC_DOMAINS['signal_to_noise'][1]:g} "
+            "are counted in the last bin; the axes stay fixed between fits."
+        )
     if drawn_before:  # the browser had a poll's time to draw it alone: the training may take the CPU now
         training.first_picture_drawn()
     else:
