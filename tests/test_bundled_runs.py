@@ -151,3 +151,16 @@ def test_a_fresh_server_opens_the_first_lesson_on_its_bundled_run_without_traini
     assert not any("not trained yet" in str(i.value) for i in at.sidebar.info)
     assert "training_worker" not in at.session_state or at.session_state["training_worker"] is None  # no training
     clear_dashboard_caches()
+
+
+def test_show_reports_the_epochs_trained_not_the_records_kept(tmp_path, capsys):
+    import json
+
+    from core.cli import main
+    from core.lessons import load_lesson
+
+    run_id = load_lesson("gaps").step(1).run_id()
+    install_bundled_runs(tmp_path)
+    assert len(RunStore(tmp_path).read(run_id, touch=False).history) == HISTORY_RECORDS
+    assert main(["show", run_id, "--cache-dir", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["epochs"] == 3000
