@@ -5,13 +5,17 @@ Both graphs come from core.predict.onnx_export: the pruned one is what
 threshold), the dense one every weight at its conditional mean (the unpruned network's shape).
 Each is run on the whole test set in one batch; the time is the median of --repeats passes
 after one warm-up, with onnxruntime's intra-op threads set to --threads. The pruned graph's
-agreement with the project's own prune / mean-weights prediction is checked on the same inputs.
+agreement with the project's own prune / mean-weights prediction is checked on the same inputs:
+the largest absolute difference of the probabilities and the number of inputs whose predicted
+class differs; at the family's default cut also against the app's MED-MEA prediction (`mpm-mean`).
 
-The run is the preset's (default quick-mnist: LBBNN on mnist-small), taken from the run store
-when it is there and trained otherwise, or a stored run named with --run.
+The run is the preset's (default quick-mnist: LBBNN on mnist-small; `--preset fast-mnist` for the
+full-MNIST recipe), taken from the run store when it is there and trained otherwise, or a stored run
+named with --run. The inputs are the run's test set, or with --test-set NAME another set's (same
+input size and classes: `--test-set mnist` puts a mnist-small run on all 10,000 MNIST test images).
 
     python -m benchmarks.onnx_speed [--preset quick-mnist | --run RUN] [--thresholds T1,T2 | --densities 0.1,0.03,0.01]
-        [--repeats 20] [--threads 2]
+        [--test-set NAME] [--repeats 20] [--threads 2]
 
 Writes benchmarks/results/onnx_speed.md.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -28,6 +33,7 @@ import numpy as np
 import torch
 
 from core import validate
+from core.data import DATASET_NAMES
 from core.predict import predict, thresholds_for_densities
 from core.predict.export import kept_counts_at
 from core.predict.onnx_export import max_difference, onnx_bytes, plain_module, session, time_session
@@ -37,28 +43,50 @@ from core.runs.presets import get_preset
 RESULTS = Path(__file__).parent / "results" / "onnx_speed.md"
 
 
-def measure(run, thresholds: list[float | None], repeats: int, threads: int) -> dict:
+def agreement(probabilities: np.ndarray, expected) -> dict:
+    """onnxruntime's class probabilities against a project Prediction on the same inputs."""
+    return {
+        "disagreements": int(np.sum(probabilities.argmax(1) != expected.probs.argmax(1))),
+        "max_probability_difference": float(np.max(np.abs(probabilities - expected.probs))),
+    }
+
+
+def measure(run, thresholds: list[float | None], repeats: int, threads: int, data=None) -> dict:
     """The dense graph's time, and per threshold (None: the family's) the pruned graph's time, size,
-    layer shapes, kept counts and its agreement with the project's prediction."""
+    layer shapes, kept counts and its agreement with the project's prediction (on `data`'s test set,
+    default the run's)."""
     model = run.model
-    data = run.dataset()
+    data = run.dataset() if data is None else data
     x = np.ascontiguousarray(np.asarray(data.x_test, dtype=np.float32).reshape(len(data.x_test), -1))
     dense_bytes = onnx_bytes(model, None)
-    result = {"n_test": len(x), "dense_kb": len(dense_bytes) / 1024,
-              "dense_seconds": time_session(session(dense_bytes, threads), x, repeats),
-              "dense_shapes": _shapes(plain_module(model, None)), "rows": []}
+    result = {
+        "n_test": len(x),
+        "dense_kb": len(dense_bytes) / 1024,
+        "dense_seconds": time_session(session(dense_bytes, threads), x, repeats),
+        "dense_shapes": _shapes(plain_module(model, None)),
+        "rows": [],
+    }
     for threshold in thresholds:
         threshold = float(model.spec.default_threshold if threshold is None else threshold)
         pruned_bytes = onnx_bytes(model, threshold)
         pruned = session(pruned_bytes, threads)
         expected = predict(model, x, "prune", threshold=threshold, weights="mean")
-        row = {"threshold": threshold, "max_difference": max_difference(pruned, expected, x),
-               "seconds": time_session(pruned, x, repeats), "kb": len(pruned_bytes) / 1024,
-               "counts": kept_counts_at(model, threshold), "shapes": _shapes(plain_module(model, threshold))}
+        row = {
+            "threshold": threshold,
+            "max_difference": max_difference(pruned, expected, x),
+            "seconds": time_session(pruned, x, repeats),
+            "kb": len(pruned_bytes) / 1024,
+            "counts": kept_counts_at(model, threshold),
+            "shapes": _shapes(plain_module(model, threshold)),
+        }
         if data.task == "classification":
             labels = np.asarray(data.y_test)
-            row["onnx_accuracy"] = float(np.mean(pruned.run(["probabilities"], {"x": x})[0].argmax(1) == labels))
+            probabilities = pruned.run(["probabilities"], {"x": x})[0]
+            row["onnx_accuracy"] = float(np.mean(probabilities.argmax(1) == labels))
             row["project_accuracy"] = float(np.mean(expected.probs.argmax(1) == labels))
+            row["agreement"] = agreement(probabilities, expected)
+            if threshold == float(model.spec.default_threshold):  # the app's MED-MEA is this cut
+                row["med_mea"] = agreement(probabilities, predict(model, x, "mpm-mean"))
         result["rows"].append(row)
     return result
 
@@ -75,7 +103,13 @@ def render(run, result: dict, command: str, threads: int, repeats: int) -> str:
         "",
         f"Generated by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs visible, onnxruntime "
-        f"{_ort_version()}, {threads} intra-op thread(s), median of {repeats} passes after one warm-up.",
+        f"{_ort_version()}, {threads} intra-op thread(s), median of {repeats} passes after one warm-up"
+        + (
+            f"; load average (1 min) {r['load'][0]:.1f} before, {r['load'][1]:.1f} after (a shared machine: "
+            "absolute times are inflated, the speed-ups less so)."
+            if "load" in r
+            else "."
+        ),
         "",
         f"Run {run.run_id} ({run.config.label()}), the whole test set ({r['n_test']:,} inputs) in one batch. "
         f"Dense graph (every weight at its conditional mean): layers (out, in) {r['dense_shapes']}, "
@@ -87,21 +121,62 @@ def render(run, result: dict, command: str, threads: int, repeats: int) -> str:
     ]
     for row in r["rows"]:
         counts = row["counts"]
-        line = (f"| {row['threshold']:g} | {counts['raw']:,} of {counts['total']:,} | {counts['active']:,} | "
-                f"{row['shapes']} | {row['kb']:.1f} KB | {row['seconds'] * 1000:.2f} ms | "
-                f"{r['dense_seconds'] / row['seconds']:.2f}x | {row['max_difference']:.1e} |")
+        line = (
+            f"| {row['threshold']:g} | {counts['raw']:,} of {counts['total']:,} | {counts['active']:,} | "
+            f"{row['shapes']} | {row['kb']:.1f} KB | {row['seconds'] * 1000:.2f} ms | "
+            f"{r['dense_seconds'] / row['seconds']:.2f}x | {row['max_difference']:.1e} |"
+        )
         if classification:
             line += f" {row['onnx_accuracy']:.4f} / {row['project_accuracy']:.4f} |"
         lines.append(line)
-    lines += ["", "The pruned graph holds only the active units as dense blocks (zeros inside a block are "
-                  "stored and multiplied): its speed-up comes from the units and inputs removed, not from the "
-                  "density within the blocks."]
+    for row in r["rows"]:
+        if "med_mea" in row:
+            a = row["med_mea"]
+            lines += [
+                "",
+                f"**Against the app's MED-MEA prediction** (mode `mpm-mean`, the family's cut "
+                f"{row['threshold']:g}) on all {r['n_test']:,} test inputs{r.get('inputs', '')}: "
+                f"{a['disagreements']} disagreeing class predictions, largest absolute probability "
+                f"difference {a['max_probability_difference']:.1e}.",
+            ]
+    if classification:
+        counts = ", ".join(f"{row['threshold']:g}: {row['agreement']['disagreements']}" for row in r["rows"])
+        lines += [
+            "",
+            "Disagreements with the project's prune / mean-weights prediction at each cut (class "
+            f"predictions that differ): {counts}.",
+        ]
+    lines += [
+        "",
+        "The pruned graph holds only the active units as dense blocks (zeros inside a block are "
+        "stored and multiplied): its speed-up comes from the units and inputs removed, not from the "
+        "density within the blocks.",
+    ]
     return "\n".join(lines) + "\n"
 
 
 def _ort_version() -> str:
     import onnxruntime
+
     return onnxruntime.__version__
+
+
+def _test_set(run, name: str):
+    """Dataset `name`, refused (InputError) unless the run's network reads its inputs and predicts its classes."""
+    from core.data import load_dataset
+    from core.errors import InputError
+
+    data, own = load_dataset(name), run.dataset()
+    if (
+        data.task != own.task
+        or np.prod(data.x_test.shape[1:]) != np.prod(own.x_test.shape[1:])
+        or (data.task == "classification" and data.n_classes != own.n_classes)
+    ):
+        raise InputError(
+            f"test-set: {name} does not fit run {run.run_id} (trained on {own.name}): another input "
+            "size, task or number of classes"
+        )
+    return data
 
 
 def _preset_run(name: str):
@@ -111,37 +186,76 @@ def _preset_run(name: str):
     return config
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
+    """The benchmark; a value that breaks a rule (or a run that cannot be read) is one line on
+    stderr and exit status 2, not a traceback."""
+    from core.errors import BNNError
+
+    try:
+        return _main(argv)
+    except BNNError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="quick-mnist", help="preset whose run is timed (default quick-mnist)")
     parser.add_argument("--run", default=None, help="a stored run id instead of the preset")
-    parser.add_argument("--thresholds", default=None,
-                        help="comma-separated cuts of the native statistic (default: the family's, then the cuts "
-                             "at --densities)")
-    parser.add_argument("--densities", default="0.1,0.03,0.01",
-                        help="besides the family's cut, the cuts keeping these fractions of the weights (raw)")
+    parser.add_argument(
+        "--thresholds",
+        default=None,
+        help="comma-separated cuts of the native statistic (default: the family's, then the cuts at --densities)",
+    )
+    parser.add_argument(
+        "--densities",
+        default="0.1,0.03,0.01",
+        help="besides the family's cut, the cuts keeping these fractions of the weights (raw)",
+    )
+    parser.add_argument(
+        "--test-set",
+        default=None,
+        help="time and check on this dataset's test set instead of the run's (same input size and "
+        "classes), e.g. mnist for all 10,000 MNIST test images",
+    )
     parser.add_argument("--repeats", default="20", help="timed passes per network")
     parser.add_argument("--threads", default="2", help="onnxruntime intra-op threads")
     parser.add_argument("--out", default=str(RESULTS), help="the markdown file written")
     args = parser.parse_args(argv)
     repeats = validate.whole_number(args.repeats, "repeats", 1, 1000)
     threads = validate.whole_number(args.threads, "threads", 1, 256)
+    test_set = None if args.test_set is None else validate.one_of(args.test_set, "test-set", DATASET_NAMES)
     run = load_run(args.run) if args.run else train_run(_preset_run(args.preset))
     if args.thresholds is not None:
         thresholds = [validate.real_number(value, "thresholds", 0.0, None) for value in args.thresholds.split(",")]
     else:
         densities = [validate.real_number(value, "densities", 0.0, 1.0) for value in args.densities.split(",")]
         thresholds = [None] + [float(t) for t in thresholds_for_densities(run.model, densities)]
-    result = measure(run, thresholds, repeats, threads)
-    command = "python -m benchmarks.onnx_speed" + (f" --run {args.run}" if args.run else
-                                                   f" --preset {args.preset}" if args.preset != "quick-mnist" else "")
-    command += (f" --thresholds {args.thresholds}" if args.thresholds is not None else
-                f" --densities {args.densities}" if args.densities != "0.1,0.03,0.01" else "")
+    data = None
+    if test_set is not None:
+        data = _test_set(run, test_set)
+    load_before = os.getloadavg()[0]
+    result = measure(run, thresholds, repeats, threads, data)
+    result["load"] = (load_before, os.getloadavg()[0])
+    if data is not None:
+        result["inputs"] = f" of {data.name}"
+    command = "python -m benchmarks.onnx_speed" + (
+        f" --run {args.run}" if args.run else f" --preset {args.preset}" if args.preset != "quick-mnist" else ""
+    )
+    command += (
+        f" --thresholds {args.thresholds}"
+        if args.thresholds is not None
+        else f" --densities {args.densities}"
+        if args.densities != "0.1,0.03,0.01"
+        else ""
+    )
+    command += f" --test-set {args.test_set}" if args.test_set is not None else ""
     command += f" --repeats {repeats} --threads {threads}"
     text = render(run, result, command, threads, repeats)
     Path(args.out).write_text(text)
     print(text)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

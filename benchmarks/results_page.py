@@ -1,6 +1,7 @@
 """Generate benchmarks/RESULTS.md (and its figures) from cached runs and the benchmark result files.
 
     python -m benchmarks.results_page [--cache-dir DIR] [--data-dir DIR] [--no-figures]
+    python -m benchmarks.results_page --only pareto    # only the sparsity frontier, into the existing page
 
 No number on the page is typed by hand: our numbers come from the run store ($BNN_CACHE_DIR) and
 from the JSON files the benchmark commands write into benchmarks/results/; the paper's numbers are
@@ -316,17 +317,22 @@ def _toy_regression_render(result: dict[str, Any]) -> str:
     return "\n".join(line for line in toy_regression.render(result).splitlines() if not line.startswith("## ")) + "\n"
 
 
+def fast_setups(fast: Any) -> dict[str, dict[str, Any]]:
+    """dataset -> family -> the `fast` grid's config of its first seed."""
+    setups: dict[str, dict[str, Any]] = {"mnist": {}, "fashion-mnist": {}}
+    for _label, method, seed, _split, config in fast.cells():
+        if seed == fast.seeds[0]:
+            setups[config.dataset][method] = config
+    return setups
+
+
 def build_page(cache_dir=None, data_dir=None, figures: bool = True) -> str:
     from benchmarks import elbo_solutions, kl_weight_sweep, lenet, time_to_quality
     from core.runs.presets import get_preset
     from core.runs.store import RunStore
 
     store = RunStore(cache_dir)
-    fast = get_preset("fast")
-    setups: dict[str, dict[str, Any]] = {"mnist": {}, "fashion-mnist": {}}
-    for _label, method, seed, _split, config in fast.cells():
-        if seed == fast.seeds[0]:
-            setups[config.dataset][method] = config
+    setups = fast_setups(get_preset("fast"))
     paper = {dataset: {f"lbbnn ({setup} preset)": get_preset(setup),
                        "bnn (paper grid)": paper_grid_config(setup, "bnn")} for dataset, setup in PAPER_SETUPS.items()}
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -390,6 +396,9 @@ def build_page(cache_dir=None, data_dir=None, figures: bool = True) -> str:
     out.append("## Bleahu (2025): LeNet-300-100 with sparse VD and variational dense (`python -m benchmarks.lenet`)\n")
     out.append(_file_section("lenet.json", lenet.results_section, lenet.COMMAND))
 
+    from benchmarks.pareto import FIGURE, pareto_section
+    out.append(pareto_section(store, setups, find_runs, figure=FIGURE if figures else None))
+
     # Both sections write their own "##" heading. The UCI section compares with MC dropout's
     # per-split files: from the data folder when given, else from the copy stored in uci.json.
     from benchmarks import bands_vs_reference, uci_table
@@ -429,7 +438,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--no-figures", action="store_true")
+    parser.add_argument("--only", choices=["pareto"], default=None,
+                        help="regenerate only this section of the existing page (the rest is kept as it is)")
     args = parser.parse_args(argv)
+    if args.only == "pareto":
+        from benchmarks.pareto import FIGURE, pareto_section, splice
+        from core.runs.presets import get_preset
+        from core.runs.store import RunStore
+
+        section = pareto_section(RunStore(args.cache_dir), fast_setups(get_preset("fast")), find_runs,
+                                 figure=None if args.no_figures else FIGURE)
+        PAGE.write_text(splice(PAGE.read_text() if PAGE.is_file() else "# Results\n", section))
+        print(f"wrote the sparsity frontier into {PAGE}")
+        return 0
     page = build_page(args.cache_dir, args.data_dir, figures=not args.no_figures)
     PAGE.write_text(page)
     print(f"wrote {PAGE}")

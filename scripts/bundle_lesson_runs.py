@@ -2,10 +2,11 @@
 
     python -m scripts.bundle_lesson_runs [--check]
 
-Each distinct run of the lessons in BUNDLED_LESSONS is trained (or taken from the cache when it is
-there) and copied into the bundle without its per-epoch snapshots; runs no bundled lesson shows any
-more are removed from it. With
---check nothing is trained: the command fails, naming them, when a lesson's run is not bundled.
+Each distinct run of the lessons in BUNDLED_LESSONS (every shipped lesson) is trained (or taken from
+the cache when it is there) and copied into the bundle without its per-epoch snapshots and with its
+history thinned to HISTORY_RECORDS records (core/runs/bundled.py); a bundled run with a longer history
+is thinned in place; runs no bundled lesson shows any more are removed from it. With --check nothing
+is trained: the command fails, naming them, when a lesson's run is not bundled or not thinned.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import argparse
 import shutil
 import sys
 
-# The lessons whose runs ship with the app. assets/ stays under 8 MiB (tests/test_data_images.py):
-# these two-moons runs take 0.4 MB without snapshots; the gaps lesson's 3000-epoch toy runs would take
-# 2 MB more, so that lesson trains its runs when a class first opens it.
-BUNDLED_LESSONS = ("first-steps", "prior-sparsity")
+# The lessons whose runs ship with the app: all of them, so that no class waits for a training.
+# assets/ stays under 8 MiB (tests/test_data_images.py): without snapshots and with a thinned history
+# a run takes tens of kB (a 3000-epoch toy run's full history alone is about 1 MB).
+BUNDLED_LESSONS = ("first-steps", "prior-sparsity", "gaps")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from core.lessons import lesson_names, load_lesson
     from core.runs import train_run
-    from core.runs.bundled import BUNDLE_DIR, bundle_store, bundled_run_ids, copy_run
+    from core.runs.bundled import BUNDLE_DIR, HISTORY_RECORDS, bundle_store, bundled_run_ids, copy_run
     from core.runs.store import RunStore
 
     wanted: dict[str, object] = {}
@@ -36,23 +37,36 @@ def main(argv: list[str] | None = None) -> int:
             continue
         for config in load_lesson(name).run_configs():
             wanted[config.run_id(config.load_dataset().fingerprint)] = (name, config)
-    bundled = set(bundled_run_ids())
+    bundled, bundle = set(bundled_run_ids()), bundle_store()
+    unthinned = {
+        run_id
+        for run_id in bundled
+        if len(bundle.read(run_id, touch=False).history) > HISTORY_RECORDS or bundle.read_snapshots(run_id) is not None
+    }
     if args.check:
-        missing = [f"{run_id} ({name}: {config.method} on {config.dataset})"
-                   for run_id, (name, config) in wanted.items() if run_id not in bundled]
+        missing = [
+            f"{run_id} ({name}: {config.method} on {config.dataset})"
+            for run_id, (name, config) in wanted.items()
+            if run_id not in bundled
+        ]
+        missing += [f"{run_id} (not thinned)" for run_id in sorted(unthinned)]
         if missing:
-            print("not bundled: " + "; ".join(missing) + ". Run `python -m scripts.bundle_lesson_runs`.",
-                  file=sys.stderr)
+            print(
+                "not bundled: " + "; ".join(missing) + ". Run `python -m scripts.bundle_lesson_runs`.", file=sys.stderr
+            )
             return 1
         print(f"all {len(wanted)} lesson runs are bundled")
         return 0
-    bundle, cache = bundle_store(), RunStore()
+    cache = RunStore()
+    for run_id in sorted(unthinned):
+        print(f"thinning {run_id}: {HISTORY_RECORDS} history records, no snapshots", flush=True)
+        copy_run(bundle, bundle, run_id, with_snapshots=False, history_records=HISTORY_RECORDS, replace=True)
     for run_id, (name, config) in wanted.items():
         if run_id in bundled:
             continue
         print(f"{name}: training {config.method} on {config.dataset} ({run_id})", flush=True)
         run = train_run(config, cache_dir=None)
-        copy_run(cache, bundle, run.run_id, with_snapshots=False)
+        copy_run(cache, bundle, run.run_id, with_snapshots=False, history_records=HISTORY_RECORDS)
     for run_id in bundled - set(wanted):
         print(f"removing {run_id}: no lesson shows it")
         shutil.rmtree(BUNDLE_DIR / "runs" / run_id)

@@ -351,7 +351,9 @@ def run_show(args: argparse.Namespace) -> int:
     summary = run.summary()
     if args.json:
         print(json.dumps(jsonable({"run_id": run.run_id, "path": str(run.path), "config": run.config.to_dict(),
-                                   "metrics": run.metrics, "info": run.info, "epochs": len(run.history),
+                                   "metrics": run.metrics, "info": run.info,
+                                   # epochs trained (a bundled run keeps a thinned history)
+                                   "epochs": run.info.get("epochs", len(run.history)),
                                    "summary": summary}), indent=1))
         return 0
     print(f"run {run.run_id}  ({run.path})")
