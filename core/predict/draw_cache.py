@@ -40,6 +40,7 @@ setting and its measurements: dashboard.backend.predict_slots.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections import OrderedDict, deque
@@ -159,6 +160,7 @@ class DrawCache:
         self._entries: OrderedDict[DrawKey, _Entry] = OrderedDict()
         self._bytes = 0
         self.draws_computed = 0  # draws run through the network (all entries, ever)
+        self._refiner: Any = None  # its core.predict.progressive.Refiner, made when first asked for
         self.draws_reused = 0  # draws answered from kept outputs
 
     # --- what it holds ------------------------------------------------------------------------------
@@ -180,8 +182,20 @@ class DrawCache:
         with self._lock:
             return list(self._entries)
 
+    def refiner(self) -> Any:
+        """The one core.predict.progressive.Refiner completing this cache's plans in the background; as
+        many workers as compute slots (no limit: one per core)."""
+        with self._lock:
+            if self._refiner is None:
+                from core.predict.progressive import Refiner  # it imports this module
+
+                self._refiner = Refiner(self, workers=self.compute_slots or os.cpu_count() or 1)
+            return self._refiner
+
     def forget(self, owner: Hashable) -> None:
-        """Drop every entry of `owner` (a deleted or retrained run)."""
+        """Drop every entry of `owner` (a deleted or retrained run), and its background work."""
+        if self._refiner is not None:
+            self._refiner.forget(owner)
         with self._lock:
             for key in [k for k in self._entries if k.owner == owner]:
                 self._bytes -= self._entries.pop(key).nbytes
