@@ -36,7 +36,7 @@ def apply_suggestion(value: float) -> None:
 POLL_SECONDS = 0.5  # while a setting's draws are incomplete, its cards and chart are redrawn this often
 
 
-def refining(progress: tuple[int, int], draw: Callable[[int, int], None]) -> None:
+def refining(progress: tuple[int, int], draw: Callable[[int, int], None], what: str) -> None:
     """draw(k, R) with the k of R draws kept now, and again every POLL_SECONDS (an st.fragment) while k < R;
     once complete, one full run stops the polling. Only the page's thread calls st: the draws come from
     the draw cache's background workers."""
@@ -44,11 +44,12 @@ def refining(progress: tuple[int, int], draw: Callable[[int, int], None]) -> Non
 
     @st.fragment(run_every=POLL_SECONDS if progress[0] < progress[1] else None)
     def part() -> None:
-        first = latest.pop("first", None)
-        ready, wanted = first or cache.test_draws_ready(run_id, mode, draws, effective, 0, weights)
-        if first is None and ready >= wanted:
-            st.rerun()  # complete: a full run stops the polling
-        draw(ready, wanted)
+        with guard(what):  # a poll runs outside the page's guard
+            first = latest.pop("first", None)
+            ready, wanted = first or cache.test_draws_ready(run_id, mode, draws, effective, 0, weights)
+            if first is None and ready >= wanted:
+                st.rerun()  # complete: a full run stops the polling
+            draw(ready, wanted)
 
     part()
 
@@ -152,7 +153,8 @@ with guard("Evaluating the test set"):
     # The cards answer at once with the draws already kept (all of a mode that draws nothing) and refine
     # in place while the others are computed in the background (cache.test_draws_ready).
     progress = cache.test_draws_ready(run_id, mode, draws, effective, 0, weights)
-    refining(progress, lambda ready, wanted: metric_cards(mode, effective, weights, ready, wanted))
+    refining(progress, lambda ready, wanted: metric_cards(mode, effective, weights, ready, wanted),
+             "Evaluating the test set")
 
 with guard("Sweeping thresholds"):
     curve = cache.sweep(run_id)
@@ -209,4 +211,4 @@ with guard("Sweeping thresholds"):
 
 if dataset.task == "classification" and backend.mode_draws_samples(mode, weights):
     with guard("Accuracy vs R"):
-        refining(cache.test_draws_ready(run_id, mode, draws, effective, 0, weights), accuracy_chart)
+        refining(cache.test_draws_ready(run_id, mode, draws, effective, 0, weights), accuracy_chart, "Accuracy vs R")
