@@ -27,6 +27,10 @@ writer to finish and then computes the rest itself. The cache never writes to a 
 (it keeps a weak reference to the model to tell a reloaded or retrained run from the one whose
 draws it holds), so `Run.predict`'s rule holds: predicting does not mutate.
 
+`extend` computes a plan's missing draws without building a prediction, one compute turn per draw:
+the background completion of core.predict.progressive (`refiner()`), whose answers rest on the draws
+already kept (`draws_held`) and so never wait for a computation.
+
 Modes that draw nothing (mean, mpm-mean, prune with mean weights) pass through uncached: R
 does not change them and the caller's own cache keys them.
 
