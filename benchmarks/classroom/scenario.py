@@ -121,9 +121,48 @@ async def timed(session: Session, report: Report, kind: str, expect: dict[str, A
                                                session.server_session))
         return None
     seconds = time.perf_counter() - started
+    complete: float | None = seconds
+    if partial(result):  # the first update rests on some of the R draws: follow the page's polls to the rest
+        try:
+            result, complete = await refine(session, report, result, started, trainer_labels)
+        except (asyncio.TimeoutError, OSError, Exception) as exc:
+            report.errors.append(f"session {session.index} {kind} (refining): {type(exc).__name__}: {exc}")
+            report.interactions.append(Interaction(session.index, kind, seconds, False, wall,
+                                                   session.server_session, complete_seconds=None))
+            return None
     ok = check_result(session, result, report, kind, expect, trainer_labels)
-    report.interactions.append(Interaction(session.index, kind, seconds, ok, wall, session.server_session))
+    report.interactions.append(Interaction(session.index, kind, seconds, ok, wall, session.server_session,
+                                           complete_seconds=complete))
     return result
+
+
+# The Pruning page's caption while its cards rest on some of the R draws (dashboard/views/pruning.py).
+PARTIAL = re.compile(r"Based on (\d+) of (\d+) draws")
+
+
+def partial(result: RunResult) -> bool:
+    return any(PARTIAL.search(text) for text in result.texts())
+
+
+async def refine(session: Session, report: Report, result: RunResult, started: float,
+                 trainer_labels: dict) -> tuple[RunResult, float | None]:
+    """Poll the page's fragments as the browser does until a run shows the complete numbers: (that run,
+    seconds from the widget change to it), or None seconds when nothing polls (the page never refines)."""
+    while partial(result):
+        if not session.auto_reruns:
+            report.errors.append(f"session {session.index}: partial cards and no fragment polls for the rest")
+            return result, None
+        await asyncio.sleep(min(session.auto_reruns.values()))
+        polled = await session.poll_fragments()
+        for run in polled:
+            if run.fragment:  # a fragment's run: only its own errors are checked here
+                check_result(session, run, report, "refine", {}, trainer_labels)
+        full = [run for run in polled if not run.fragment]
+        if full:
+            result = full[-1]
+        elif polled and not any(partial(run) for run in polled):
+            return polled[-1], time.perf_counter() - started
+    return result, time.perf_counter() - started
 
 
 async def browse(session: Session, report: Report, scenario: Scenario, runs: list[str], deadline: float,
