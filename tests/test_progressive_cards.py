@@ -14,7 +14,7 @@ import core.predict.draw_cache as draw_cache_module
 from tests.test_dashboard_app import APP, TIMEOUT, assert_clean, fresh_caches, metric_value  # noqa: F401
 
 R = 8
-DRAW_SECONDS = 1.5  # a slow fake draw: the four new draws take 6 s
+DRAW_SECONDS = 2.5  # a slow fake draw: the four new draws take 10 s
 
 
 @pytest.fixture(scope="module")
