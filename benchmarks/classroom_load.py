@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps({"started": report.started, "interactions": [
             {"session": i.session, "kind": i.kind, "start": i.started - report.started, "seconds": i.seconds,
-             "ok": i.ok, "cpu": i.cpu_seconds} for i in report.interactions]}, indent=1))
+             "complete": i.complete_seconds, "ok": i.ok, "cpu": i.cpu_seconds} for i in report.interactions]},
+            indent=1))
     print(text)
     return 0 if not report.errors and not report.leaks else 1
 

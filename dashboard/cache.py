@@ -9,8 +9,10 @@ dashboard/caching.py).
   Predictions are keyed in `prediction_key`'s canonical form, so settings that
   compute the same numbers (prune with mean weights and mpm-mean at a threshold,
   prune with sampled weights and mpm) are one entry, computed once for a class.
-- chart specs are cached with their data already Arrow-encoded (`shipped`), so a
-  rerun only looks them up.
+- chart specs (dashboard/cache_charts.py, re-exported here) are cached with their
+  data already Arrow-encoded (`shipped`), so a rerun only looks them up.
+- `test_draws_ready`: how many of a setting's R draws are kept now; the page shows
+  the cards of those at once and refines them as the others arrive.
 - `cached_run_list()`: the store's runs, one copy per process, read again when
   the store's folder changes (or after RUN_LIST_TTL).
 - `training_queue()`: the process-wide training queue (dashboard/worker.py).
@@ -46,9 +48,9 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from dashboard import altair_spec, backend, streamlit_compat
+from dashboard import backend
 from dashboard import surface as decision_surface
-from dashboard.caching import DERIVED_TTL, PREDICTIONS, generation, next_generation, once_at_a_time, per_run
+from dashboard.caching import DERIVED_TTL, PREDICTIONS, next_generation, once_at_a_time, per_run, prediction_key
 
 
 def _cached_runs_setting() -> int:
@@ -298,6 +300,22 @@ def ood_summary(run_id: str, name: str, mode: str, samples: int, threshold: floa
             "auroc": float(backend.entropy_auroc(inside, values))}
 
 
+def test_draws_ready(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
+                     weights: str | None = None) -> tuple[int, int]:
+    """(k, R): test_prediction of this setting can be read now with k of its R draws, without waiting
+    for any computation (k = R: complete; a mode that draws nothing: (1, 1)). With k < R the other
+    draws are computed in the background (the draw cache's refiner: its workers share the compute
+    slots, and drop a setting no page has asked about for a few seconds). test_metrics(..., k, ...)
+    is then exactly the k-draw prediction's, and with R the uncached R-draw numbers."""
+    key = prediction_key(mode, samples, threshold, seed, weights)
+    if not backend.mode_draws_samples(key["mode"]):
+        return 1, 1
+    run = cached_run(run_id)
+    progress = backend.DRAW_CACHE.refiner().ready(run, run.dataset().x_test, "test", run_id, key["mode"],
+                                                  key["samples"], key["threshold"], key["seed"])
+    return progress.draws, progress.samples
+
+
 def prior_of_statistic(run_id: str) -> dict[str, Any] | None:
     """What the run's prior says about its statistic (None when nothing)."""
     config = cached_run(run_id).config
@@ -313,58 +331,6 @@ def prediction_arrays(prediction: Any) -> dict[str, np.ndarray]:
         if value is not None:
             arrays[name] = np.asarray(value)
     return arrays
-
-
-# --- charts: the Vega-Lite spec, built once per setting -----------------------------------------------
-# Building an Altair chart and converting it (with schema validation) cost about half of a
-# Pruning page rerun; a class moving sliders over the same positions reuses the specs.
-# The specs are kept with their datasets already in the Arrow form st.vega_lite_chart sends
-# (`shipped`): Streamlit otherwise converts every dataset's rows (up to 4096 cells of a heatmap)
-# to Arrow again on every rerun of every session.
-
-def shipped(spec: dict[str, Any]) -> dict[str, Any]:
-    """A Vega-Lite spec whose named datasets are Arrow IPC bytes, as st.vega_lite_chart ships them
-    (it passes bytes through and converts anything else on every call). The numbers are the same;
-    only their encoding is done once."""
-    datasets = spec.get("datasets")
-    if not datasets:
-        return spec
-    encoded = {name: rows if isinstance(rows, bytes) or not isinstance(rows, list)
-               else streamlit_compat.arrow_bytes(rows) for name, rows in datasets.items()}
-    if any(value is None for value in encoded.values()):  # a Streamlit without the converter: as before
-        return spec
-    spec["datasets"] = encoded
-    return spec
-
-
-@per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
-def density_chart(run_id: str, threshold: float) -> dict[str, Any]:
-    """The Pruning page's metric-vs-density curve with the current threshold's point."""
-    from dashboard import charts
-    curve = sweep(run_id)
-    # The marker is read off the sweep (no second prediction of the test set).
-    here = backend.curve_point(backend.SweepCurve(curve["thresholds"], curve["density"], curve["values"],
-                                                  curve["metric"]), threshold)
-    return shipped(altair_spec.spec(charts.metric_vs_density(
-        curve["thresholds"], curve["density"], curve["values"], curve["metric"], current=here,
-        colour=charts.family_colour(family(run_id)))))
-
-
-@per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
-def tuning_chart(run_id: str, threshold: float, tolerance: float) -> dict[str, Any]:
-    """density_chart plus the suggested threshold (a star) and a click selection of a point."""
-    from dashboard import charts
-    curve = sweep(run_id)
-    here = test_metrics(run_id, backend.SWEEP_MODE, 1, threshold, 0)
-    suggested = backend.suggested_threshold(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
-                                            tolerance)
-    return shipped(altair_spec.spec(charts.metric_vs_density(
-        curve["thresholds"], curve["density"], curve["values"], curve["metric"],
-        current=(here["density"], here[curve["metric"]]), suggested=suggested, selectable=True,
-        colour=charts.family_colour(family(run_id)),
-        title=f"{curve['metric']} vs density: prune at each threshold, mean weights "
-              "(click a point to prune there)"
-    )))
 
 
 @per_run(max_entries=64, ttl=DERIVED_TTL, show_spinner="Writing the pruned model ...")
@@ -384,145 +350,18 @@ def surface(run_id: str, mode: str, samples: int, threshold: float | None, seed:
     return {"xs": xs, "ys": ys, **arrays}
 
 
-@per_run(canonical_prediction=True, max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
-def accuracy_by_samples_chart(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
-                              weights: str | None = None) -> dict[str, Any]:
-    """Accuracy vs R on the test set for R = 1 .. samples."""
-    from dashboard import charts
-    arrays = test_prediction(run_id, mode, samples, threshold, seed, weights)
-    ladder = backend.accuracy_by_samples(arrays["probs_per_draw"], cached_run(run_id).dataset().y_test, samples)
-    return shipped(altair_spec.spec(charts.metric_vs_samples(ladder["samples"], ladder["accuracy"], "accuracy",
-                                                              colour=charts.family_colour(family(run_id)))))
-
-
-@per_run(canonical_prediction=True, max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
-def class_probability_charts(run_id: str, indices: tuple[int, ...], mode: str, samples: int,
-                             threshold: float | None, seed: int, weights: str | None = None) -> list[dict[str, Any]]:
-    """The Uncertainty page's class-probability bars of test inputs `indices` (one spec per input;
-    six Altair charts built on every rerun were three quarters of the page's cached rerun)."""
-    from dashboard import charts
-    dataset = cached_run(run_id).dataset()
-    arrays = selected_prediction(run_id, indices, mode, samples, threshold, seed, weights)
-    names = list(dataset.class_names) if dataset.class_names else None
-    specs = []
-    for position, index in enumerate(indices):
-        probs = arrays["probs_per_draw"][:, position, :]
-        label = int(dataset.y_test[index])
-        guess = int(probs.mean(axis=0).argmax())
-        title = f"#{index}: true {names[label] if names else label}, predicted {names[guess] if names else guess}"
-        specs.append(shipped(altair_spec.spec(charts.class_probability_bars(probs, names, title=title,
-                                                                             doubt_level=backend.DOUBT_LEVEL))))
-    return specs
-
-
-@per_run(canonical_prediction=True, max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
-def entropy_ecdf_chart(run_id: str, ood_sets: tuple[str, ...], mode: str, samples: int, threshold: float | None,
-                       seed: int, n: int, weights: str | None = None) -> dict[str, Any]:
-    """The Uncertainty page's entropy ECDFs: the test set and the OOD sets `ood_sets` (n inputs each)."""
-    from dashboard import charts
-    dataset = cached_run(run_id).dataset()
-    arrays = test_prediction(run_id, mode, samples, threshold, seed, weights)
-    entropies = {f"{dataset.name} (in-domain)": backend.predictive_entropy(arrays["probs"])}
-    for name in ood_sets:
-        entropies[name] = ood_entropy(run_id, name, mode, samples, threshold, seed, n, weights)
-    max_entropy = float(np.log(dataset.n_classes)) if dataset.n_classes else None
-    return shipped(altair_spec.spec(charts.entropy_ecdf(entropies, max_entropy=max_entropy)))
-
-
-def compare_curves_chart(runs: list[tuple[str, str, str]]) -> dict[str, Any]:
-    """The Compare page's pruning curves of `runs` ((run id, label, family) each) on one chart."""
-    return _compare_curves_chart(tuple((run_id, generation(run_id), label, fam) for run_id, label, fam in runs))
-
-
-@st.cache_data(max_entries=64, ttl=DERIVED_TTL, show_spinner=False)
-def _compare_curves_chart(runs: tuple[tuple[str, int, str, str], ...]) -> dict[str, Any]:
-    from dashboard import charts
-    curves = [{"label": label, "family": fam, **sweep(run_id)} for run_id, _, label, fam in runs]
-    return shipped(altair_spec.spec(charts.compare_curves(curves, curves[0]["metric"])))
-
-
-def compare_ecdf_chart(runs: list[tuple[str, str, str]], ood: str | None, samples: int, n: int,
-                       max_entropy: float | None) -> dict[str, Any]:
-    """The Compare page's entropy ECDFs (bma, R = samples, seed 0): in-domain, and `ood` when given."""
-    return _compare_ecdf_chart(tuple((run_id, generation(run_id), label, fam) for run_id, label, fam in runs),
-                               ood, samples, n, max_entropy)
-
-
-@st.cache_data(max_entries=64, ttl=DERIVED_TTL, show_spinner=False)
-def _compare_ecdf_chart(runs: tuple[tuple[str, int, str, str], ...], ood: str | None, samples: int, n: int,
-                        max_entropy: float | None) -> dict[str, Any]:
-    from dashboard import charts
-    entropies = []
-    for run_id, _, label, fam in runs:
-        inside = backend.predictive_entropy(test_prediction(run_id, "bma", samples, None, 0)["probs"])
-        entropies.append({"label": label, "family": fam, "set": f"{label} in", "domain": "in-domain",
-                          "values": inside})
-        if ood is not None:
-            entropies.append({"label": label, "family": fam, "set": f"{label} out", "domain": "out-of-domain",
-                              "values": ood_entropy(run_id, ood, "bma", samples, None, 0, n)})
-    return shipped(altair_spec.spec(charts.compare_ecdf(entropies, max_entropy)))
-
-
-@per_run(max_entries=64, ttl=DERIVED_TTL, show_spinner=False)
-def histogram_without_threshold(run_id: str, log_counts: bool) -> dict[str, Any]:
-    """The Inclusion page's histograms (and the prior beside them) with no threshold rule: the same for
-    every threshold, so a threshold step only adds its rule (charts.with_threshold_rules)."""
-    from dashboard import charts
-    spec = threshold_range(run_id)
-    stats = statistics(run_id)
-    labels = [charts.layer_label(i, s.shape) for i, s in enumerate(stats)]
-    return altair_spec.spec(charts.statistic_histogram(
-        stats, None, spec.name, log_counts=log_counts, labels=labels, value_range=(spec.low, spec.high),
-        prior=prior_of_statistic(run_id), colour=charts.family_colour(family(run_id))))
-
-
-@per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
-def inclusion_charts(run_id: str, threshold: float, log_counts: bool, masked_weights: bool) -> dict[str, Any]:
-    """The Inclusion page's charts at `threshold`: the histograms, one mask (or masked mean
-    weights) picture per layer, and for image inputs the kept inputs as an image. The matrices are
-    pictures (dashboard.raster): a threshold step redraws a few small images, not thousands of marks."""
-    import numpy as np
-
-    from dashboard import charts, raster
-    stats = statistics(run_id)
-    labels = [charts.layer_label(i, s.shape) for i, s in enumerate(stats)]
-    layer_masks = masks(run_id, threshold)
-    weights = conditional_mean_weights(run_id) if masked_weights else None
-    pictures = [raster.mask_picture(mask, labels[index]) if weights is None else
-                raster.weight_picture(np.where(mask, weights[index], 0.0), labels[index])
-                for index, mask in enumerate(layer_masks)]
-    input_shape = tuple(cached_run(run_id).dataset().input_shape)
-    return {
-        "histogram": charts.with_threshold_rules(histogram_without_threshold(run_id, log_counts), threshold),
-        "masks": pictures,
-        "pixels": raster.kept_per_input_picture(layer_masks[0], input_shape) if len(input_shape) == 2 else None,
-    }
-
-
-@per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
-def mask_comparison(run_id: str, threshold: float, second: float | None, draw: int) -> dict[str, Any]:
-    """The Inclusion page's masks compared: A = the mask at `threshold`, B = the mask at `second`, or
-    (second None) the structure sampled with seed `draw`. One picture per layer and both kept counts;
-    built once per setting for every session."""
-    from dashboard import charts, raster
-    spec = threshold_range(run_id)
-    stats = statistics(run_id)
-    masks_a = masks(run_id, threshold)
-    masks_b = (masks(run_id, float(second)) if second is not None
-               else backend.sample_structure(stats, spec.name, seed=int(draw)))
-    if masks_b is None:
-        raise ValueError(f"mask_comparison: {spec.name} is not an inclusion probability; give a second threshold")
-    labels = [charts.layer_label(i, s.shape) for i, s in enumerate(stats)]
-    return {"charts": [raster.mask_difference_picture(a, b, labels[index])
-                       for index, (a, b) in enumerate(zip(masks_a, masks_b))],
-            "kept_a": sum(int(np.sum(m)) for m in masks_a), "kept_b": sum(int(np.sum(m)) for m in masks_b)}
-
-
-@per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
-def receptive_fields_chart(run_id: str, threshold: float, units: tuple[int, ...]) -> dict[str, Any]:
-    """The Inclusion page's receptive fields of first-layer `units` at `threshold` (a Vega-Lite spec)."""
-    from dashboard import raster
-    weights = conditional_mean_weights(run_id)
-    first = masks(run_id, threshold)[0]
-    input_shape = tuple(cached_run(run_id).dataset().input_shape)
-    return raster.receptive_field_pictures(weights[0], first, list(units), input_shape)
+# The chart specs (dashboard/cache_charts.py), here too: the pages ask this module for everything cached.
+from dashboard.cache_charts import (  # noqa: E402, F401  (they read the entries above)
+    accuracy_by_samples_chart,
+    class_probability_charts,
+    compare_curves_chart,
+    compare_ecdf_chart,
+    density_chart,
+    entropy_ecdf_chart,
+    histogram_without_threshold,
+    inclusion_charts,
+    mask_comparison,
+    receptive_fields_chart,
+    shipped,
+    tuning_chart,
+)

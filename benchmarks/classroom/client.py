@@ -14,6 +14,8 @@ class RunResult:
     def __init__(self) -> None:
         self.elements: list[tuple[str, Any]] = []
         self.status: int | None = None
+        self.fragment = False  # a fragment's own run (its elements only), not the whole script's
+        self.auto_reruns: dict[str, float] = {}  # fragment id -> seconds: fragments that asked to be polled
 
     def of_type(self, kind: str) -> list[Any]:
         return [element for name, element in self.elements if name == kind]
@@ -38,11 +40,13 @@ class Session:
         self.page = ""
         self.server_session: str | None = None  # the server's session id (new_session message)
         self.widgets: dict[str, Any] = {}  # widget id -> WidgetState (what the browser would resend)
+        self.auto_reruns: dict[str, float] = {}  # the fragments the last full run asked the browser to poll
         self.last: RunResult | None = None
         self._ws = None
         self._reader: asyncio.Task | None = None
         self._current: RunResult | None = None
         self._finished: asyncio.Future | None = None
+        self._polling = False
 
     async def connect(self) -> None:
         import websockets
@@ -84,19 +88,46 @@ class Session:
                 name = element.WhichOneof("type")
                 if name is not None:
                     self._current.elements.append((name, getattr(element, name)))
+            elif kind == "auto_rerun" and self._current is not None:
+                self._current.auto_reruns[msg.auto_rerun.fragment_id] = msg.auto_rerun.interval
+            elif kind == "stop_auto_rerun":
+                for fragment_id in msg.stop_auto_rerun.fragment_ids:
+                    self.auto_reruns.pop(fragment_id, None)
             elif kind == "script_finished":
-                # A fragment's own run, or a run the app itself cut short with st.rerun() (the
-                # next one follows at once): wait for the run that finishes.
-                if msg.script_finished in (ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY,
-                                           ForwardMsg.FINISHED_EARLY_FOR_RERUN):
+                # A run the app itself cut short with st.rerun() (the next one follows at once): wait for
+                # the run that finishes. A fragment's own run ends a fragment poll (poll_fragments), and
+                # is passed over by a full rerun's wait.
+                if msg.script_finished == ForwardMsg.FINISHED_EARLY_FOR_RERUN:
+                    continue
+                fragment = msg.script_finished == ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY
+                if fragment and not self._polling:
                     continue
                 if self._current is not None:
-                    self._current.status = msg.script_finished
+                    self._current.status = 0 if fragment else msg.script_finished
+                    self._current.fragment = fragment
+                    if fragment:
+                        self.auto_reruns.update(self._current.auto_reruns)
+                    else:
+                        self.auto_reruns = dict(self._current.auto_reruns)
                 if self._finished is not None and not self._finished.done():
                     self._finished.set_result(self._current)
 
-    async def rerun(self, page: str | None = None, changes: dict[str, Any] | None = None) -> RunResult:
-        """Rerun the script (on `page`, with widget `changes` by id) and wait for it to finish."""
+    async def poll_fragments(self) -> list[RunResult]:
+        """What the browser does on an `st.fragment(run_every=...)` timer: rerun each polled fragment (one
+        after the other) and wait for it; a fragment that reruns the whole script (st.rerun) ends with
+        that full run's result."""
+        results = []
+        for fragment_id in list(self.auto_reruns):
+            result = await self.rerun(fragment_id=fragment_id)
+            results.append(result)
+            if not result.fragment:
+                break  # a full run: its fragments are the ones to poll now
+        return results
+
+    async def rerun(self, page: str | None = None, changes: dict[str, Any] | None = None,
+                    fragment_id: str | None = None) -> RunResult:
+        """Rerun the script (on `page`, with widget `changes` by id), or only fragment `fragment_id`, and
+        wait for it to finish."""
         from streamlit.proto.BackMsg_pb2 import BackMsg
 
         states = dict(self.widgets)
@@ -117,11 +148,19 @@ class Session:
         for state in (changes or {}).values():
             if state.HasField("trigger_value"):
                 client.widget_states.widgets.append(state)
+        if fragment_id is not None:
+            client.fragment_id = fragment_id
+            client.is_auto_rerun = True
+        self._polling = fragment_id is not None
         self._finished = asyncio.get_running_loop().create_future()
         await self._ws.send(msg.SerializeToString())
-        result = await asyncio.wait_for(self._finished, self.timeout)
-        self.last = result
-        self._remember_widgets(result)
+        try:
+            result = await asyncio.wait_for(self._finished, self.timeout)
+        finally:
+            self._polling = False
+        if not result.fragment:
+            self.last = result
+            self._remember_widgets(result)
         return result
 
     def _remember_widgets(self, result: RunResult) -> None:

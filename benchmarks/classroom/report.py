@@ -23,6 +23,8 @@ class Interaction:
     started: float = 0.0  # wall clock (time.time()) when the widget value was sent
     server_session: str | None = None  # the server's id of the session (to match its script runs)
     cpu_seconds: float = 0.0  # thread CPU of the server's script runs for this interaction
+    # to the complete R-draw numbers (the page's fragment polls after a partial first update); None: never
+    complete_seconds: float | None = None
 
 
 SERVER_SETTINGS = ("BNN_CLASSROOM", "BNN_COMPUTE_THREADS", "BNN_PREDICT_SLOTS", "OMP_NUM_THREADS")  # named in the table
@@ -56,8 +58,12 @@ class Report:
             kinds.setdefault(interaction.kind, []).append(interaction.cpu_seconds)
         return {kind: (len(values), sum(values) / len(values)) for kind, values in kinds.items()}
 
-    def summary(self, kinds: tuple[str, ...] | None = None) -> dict[str, float]:
-        values = sorted(self.latencies(kinds))
+    def summary(self, kinds: tuple[str, ...] | None = None, complete: bool = False) -> dict[str, float]:
+        """n, p50, p95 and max of the latency to the first update (complete: to the complete numbers; an
+        interaction that never completed counts as infinitely slow)."""
+        values = sorted(self.latencies(kinds) if not complete else
+                        [float("inf") if i.complete_seconds is None else i.complete_seconds
+                         for i in self.interactions if kinds is None or i.kind in kinds])
         if not values:
             return {"n": 0, "p50": float("nan"), "p95": float("nan"), "max": float("nan")}
         return {"n": len(values), "p50": statistics.median(values), "p95": percentile(values, 0.95),
@@ -106,13 +112,20 @@ def table(report: Report) -> str:
         "| interaction | n | p50 (s) | p95 (s) | max (s) |",
         "|---|---|---|---|---|",
     ]
-    groups = [("slider release -> cards and charts (threshold, R)", ("threshold", "samples")),
-              ("threshold slider", ("threshold",)), ("R slider", ("samples",)), ("page switch", ("page switch",)),
-              ("open a shared link", ("open link",)), ("training sessions' polls", ("train poll",))]
-    for label, kinds in groups:
-        summary = report.summary(kinds)
+    sliders = ("threshold", "samples")
+    groups = [("slider release -> first update of cards and charts (threshold, R)", sliders, False),
+              ("slider release -> complete R-draw numbers (threshold, R)", sliders, True),
+              ("threshold slider: first update", ("threshold",), False),
+              ("threshold slider: complete", ("threshold",), True),
+              ("R slider: first update", ("samples",), False), ("R slider: complete", ("samples",), True),
+              ("page switch", ("page switch",), False), ("open a shared link", ("open link",), False),
+              ("training sessions' polls", ("train poll",), False)]
+    for label, kinds, complete in groups:
+        summary = report.summary(kinds, complete=complete)
         lines.append(f"| {label} | {summary['n']} | {summary['p50']:.2f} | {summary['p95']:.2f} | "
                      f"{summary['max']:.2f} |")
+    moved = [i for i in report.interactions if i.kind in sliders]
+    refined = [i for i in moved if i.complete_seconds is None or i.complete_seconds > i.seconds]
     rss = [m for m in report.memory_mb if m == m]
     browsed = (f"preset {s.preset}, seeds 0-{s.browsed_runs - 1}" if s.preset
                else f"{s.train_epochs} epoch(s) with the default settings")
@@ -122,6 +135,8 @@ def table(report: Report) -> str:
         f"{'-'.join(['784', *map(str, s.hidden), '10'])} runs: {browsed}), up to {s.interactions} interactions each, "
         f"think time {s.think_seconds} s (x0.5-1.5)",
         "- server: " + ", ".join(f"{name}={value}" for name, value in report.server_settings.items()),
+        f"- slider moves whose first update rested on fewer than R draws (refined in place): {len(refined)} of "
+        f"{len(moved)}; never completed: {sum(i.complete_seconds is None for i in moved)}",
         f"- errors: {len(report.errors)}; cross-session leaks: {len(report.leaks)}",
         f"- server memory (resident): {rss[0] if rss else float('nan'):.0f} MB after the teacher's first page, "
         f"{max(rss) if rss else float('nan'):.0f} MB at most while sampled, "

@@ -27,6 +27,10 @@ writer to finish and then computes the rest itself. The cache never writes to a 
 (it keeps a weak reference to the model to tell a reloaded or retrained run from the one whose
 draws it holds), so `Run.predict`'s rule holds: predicting does not mutate.
 
+`extend` computes a plan's missing draws without building a prediction, one compute turn per draw:
+the background completion of core.predict.progressive (`refiner()`), whose answers rest on the draws
+already kept (`draws_held`) and so never wait for a computation.
+
 Modes that draw nothing (mean, mpm-mean, prune with mean weights) pass through uncached: R
 does not change them and the caller's own cache keys them.
 
@@ -40,12 +44,13 @@ setting and its measurements: dashboard.backend.predict_slots.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections import OrderedDict, deque
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Hashable, Iterator
+from typing import Any, Callable, Hashable, Iterator
 
 import numpy as np
 import torch
@@ -159,6 +164,7 @@ class DrawCache:
         self._entries: OrderedDict[DrawKey, _Entry] = OrderedDict()
         self._bytes = 0
         self.draws_computed = 0  # draws run through the network (all entries, ever)
+        self._refiner: Any = None  # its core.predict.progressive.Refiner, made when first asked for
         self.draws_reused = 0  # draws answered from kept outputs
 
     # --- what it holds ------------------------------------------------------------------------------
@@ -180,8 +186,20 @@ class DrawCache:
         with self._lock:
             return list(self._entries)
 
+    def refiner(self) -> Any:
+        """The one core.predict.progressive.Refiner completing this cache's plans in the background; as
+        many workers as compute slots (no limit: one per core)."""
+        with self._lock:
+            if self._refiner is None:
+                from core.predict.progressive import Refiner  # it imports this module
+
+                self._refiner = Refiner(self, workers=self.compute_slots or os.cpu_count() or 1)
+            return self._refiner
+
     def forget(self, owner: Hashable) -> None:
-        """Drop every entry of `owner` (a deleted or retrained run)."""
+        """Drop every entry of `owner` (a deleted or retrained run), and its background work."""
+        if self._refiner is not None:
+            self._refiner.forget(owner)
         with self._lock:
             for key in [k for k in self._entries if k.owner == owner]:
                 self._bytes -= self._entries.pop(key).nbytes
@@ -210,29 +228,82 @@ class DrawCache:
         `inputs` names x for the cache (e.g. "test"): the caller promises that one name and shape
         always mean the same inputs for one owner. `owner` None: not cached.
         """
-        model = resolve_model(run)
-        plan = make_plan(model, mode, samples, threshold, weights)
-        if owner is None or plan.weights is not WeightChoice.SAMPLE:
+        model, plan, key = self.plan_key(run, x, inputs, owner, mode, samples, threshold, seed, weights, batch_size)
+        if key is None:
             with self.computing():
                 return self._uncached(run, x, mode, samples, threshold, seed, weights, batch_size, original_units)
-        shape = tuple(x.shape) if hasattr(x, "shape") else tuple(np.shape(x))
-        key = DrawKey(owner, inputs, shape, plan.mode.same_numbers_as(plan.weights), plan.threshold, plan.weights,
-                      int(seed), batch_size)
         entry = self._entry(key, model)
         computed, outputs, masks, usage = self._fill(entry, model, plan, x, int(seed), batch_size)
         with torch.no_grad():
             # A new tensor: a prediction's arrays may be views of it, and callers may write to them.
             prediction = prediction_from_draws(model, plan, torch.stack(outputs), masks, usage)
+        self._account(key, entry, computed, plan.samples - computed)
+        return self._in_units(run, prediction, original_units)
+
+    def plan_key(self, run: Any, x: Any, inputs: Hashable, owner: Hashable | None, mode: str | PredictionMode,
+                 samples: int, threshold: float | None, seed: int, weights: str | None,
+                 batch_size: int | None = None) -> tuple[Any, Any, DrawKey | None]:
+        """(model, plan, the entry's key): the key is None when the plan draws nothing or `owner` is None
+        (not cached)."""
+        model = resolve_model(run)
+        plan = make_plan(model, mode, samples, threshold, weights)
+        if owner is None or plan.weights is not WeightChoice.SAMPLE:
+            return model, plan, None
+        shape = tuple(x.shape) if hasattr(x, "shape") else tuple(np.shape(x))
+        key = DrawKey(
+            owner,
+            inputs,
+            shape,
+            plan.mode.same_numbers_as(plan.weights),
+            plan.threshold,
+            plan.weights,
+            int(seed),
+            batch_size,
+        )
+        return model, plan, key
+
+    def extend(self, run: Any, x: Any, inputs: Hashable, owner: Hashable, mode: str | PredictionMode, samples: int,
+               threshold: float | None = None, seed: int = 0, weights: str | None = None,
+               batch_size: int | None = None, stop: Callable[[], bool] | None = None) -> int:
+        """Compute the draws of this plan that are not yet kept, up to R, and build no prediction (a
+        background refinement: core.predict.progressive). Each draw takes its own compute turn, so a
+        request that can be answered at once (a deterministic mode, draws already kept) waits for one
+        draw at most, never for all R. `stop()` is asked before each draw: True leaves the entry with the
+        draws it has. Returns the draws the entry holds (at most R)."""
+        model, plan, key = self.plan_key(run, x, inputs, owner, mode, samples, threshold, seed, weights, batch_size)
+        if key is None:
+            return plan.samples
+        entry = self._entry(key, model)
+        with entry.condition:
+            while entry.n_draws < plan.samples and entry.writing:
+                if stop is not None and stop():
+                    return min(entry.n_draws, plan.samples)
+                entry.condition.wait(timeout=0.2)  # a writer is drawing; look at `stop` now and then
+            if entry.n_draws >= plan.samples:
+                return plan.samples
+            entry.writing = True
+        computed = 0
+        try:
+            computed = self._draw_until(entry, model, plan, as_inputs(model, x), int(seed), batch_size,
+                                        each_draw=self.computing, stop=stop)
+        finally:
+            with entry.condition:
+                entry.writing = False
+                entry.condition.notify_all()
+            self._account(key, entry, computed, 0)
+        return min(entry.n_draws, plan.samples)
+
+    def _account(self, key: DrawKey, entry: _Entry, computed: int, reused: int) -> None:
+        """Count the draws and the entry's new size, then evict down to the bound."""
         with entry.condition:
             size = entry.size()
         with self._lock:
             self.draws_computed += computed
-            self.draws_reused += plan.samples - computed
+            self.draws_reused += reused
             if self._entries.get(key) is entry:
                 self._bytes += size - entry.nbytes
                 entry.nbytes = size
                 self._evict(keep=key)
-        return self._in_units(run, prediction, original_units)
 
     def _fill(self, entry: _Entry, model: Any, plan: Any, x: Any, seed: int,
               batch_size: int | None) -> tuple[int, list[Tensor], list[Tensor] | None, DrawUsage]:
@@ -255,11 +326,14 @@ class DrawCache:
                 entry.condition.notify_all()
 
     @staticmethod
-    def _draw_until(entry: _Entry, model: Any, plan: Any, inputs: Tensor, seed: int, batch_size: int | None) -> int:
-        """Compute the entry's next draws, publishing each as it is done, until it holds R; returns
-        how many were computed."""
+    def _draw_until(entry: _Entry, model: Any, plan: Any, inputs: Tensor, seed: int, batch_size: int | None,
+                    each_draw: Callable[[], Any] = nullcontext, stop: Callable[[], bool] | None = None) -> int:
+        """Compute the entry's next draws, publishing each as it is done, until it holds R (or `stop()`
+        says so before a draw); each draw runs inside `each_draw()`. Returns how many were computed."""
         computed = 0
         while True:
+            if stop is not None and stop():
+                return computed
             with entry.condition, torch.no_grad():
                 if entry.usage is None:
                     entry.masks = None if plan.mode is PredictionMode.BMA else model.keep_masks(plan.threshold)
@@ -270,7 +344,7 @@ class DrawCache:
                     return computed
                 masks, usage = entry.masks, entry.usage
             try:
-                with torch.no_grad():
+                with each_draw(), torch.no_grad():
                     outputs, _ = sampled_forward(model, plan, inputs, seed, masks, batch_size, MEMORY_BUDGET_BYTES,
                                                  draws=range(index, index + 1), usage=usage)
             except BaseException:

@@ -3,6 +3,8 @@ cards, accuracy vs R, and the pruned model and the curve to take away."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import streamlit as st
 
 from dashboard import backend, cache, charts, explain, state
@@ -29,6 +31,85 @@ def follow_curve_click() -> None:
 
 def apply_suggestion(value: float) -> None:
     state.store_setting(run_id, "threshold", float(value))
+
+
+POLL_SECONDS = 0.5  # while a setting's draws are incomplete, its cards and chart are redrawn this often
+
+
+def refining(progress: tuple[int, int], draw: Callable[[int, int], None], what: str) -> None:
+    """draw(k, R) with the k of R draws kept now, and again every POLL_SECONDS (an st.fragment) while k < R;
+    once complete, one full run stops the polling. Only the page's thread calls st: the draws come from
+    the draw cache's background workers."""
+    latest = {"first": progress}
+
+    @st.fragment(run_every=POLL_SECONDS if progress[0] < progress[1] else None)
+    def part() -> None:
+        with guard(what):  # a poll runs outside the page's guard
+            first = latest.pop("first", None)
+            ready, wanted = first or cache.test_draws_ready(run_id, mode, draws, effective, 0, weights)
+            if first is None and ready >= wanted:
+                st.rerun()  # complete: a full run stops the polling
+            draw(ready, wanted)
+
+    part()
+
+
+def based_on(ready: int, wanted: int) -> str:
+    """What the cards rest on, said on them (the load test reads "Based on k of R draws" as incomplete)."""
+    if ready >= wanted:
+        return f"Based on all {wanted} draws." if wanted > 1 else ""
+    return (f"Based on {ready} of {wanted} draws: the others are being computed and the numbers refine as "
+            "they arrive." if ready else f"Based on 0 of {wanted} draws: computing the first.")
+
+
+def metric_cards(mode: str, effective: float | None, weights: str | None, ready: int, wanted: int) -> None:
+    """The test set's metric cards from `ready` of the `wanted` draws (0: placeholders until the first)."""
+    metrics = cache.test_metrics(run_id, mode, ready, effective, 0, weights) if ready else None
+
+    def value(name: str, form: str = ".4f") -> str:
+        return "..." if metrics is None or metrics[name] is None else format(metrics[name], form)
+
+    if metrics is not None and metrics["disconnected"]:
+        st.warning("This network is disconnected: no input reaches an output, every prediction is the same. "
+                   "Lower the threshold.")
+    expected = backend.expected_density(cache.statistics(run_id), spec.name) if mode == "bma" else None
+    if mode == "bma":
+        density_label, density_text = (("expected density", f"{expected:.4f}") if expected is not None else
+                                       ("density", "1 (every weight)"))
+        density_help = ("bma samples the structure: the mean inclusion probability is the expected fraction of "
+                        "weights in one sampled network" if expected is not None else
+                        "this family's bma draws weights, never switches them off")
+    else:
+        density_label, density_text, density_help = "density", value("density"), "fraction of weights kept"
+    cards = st.columns(5)
+    draws_note = None if wanted <= 1 else f"{ready} of {wanted} draws"
+    first = dict(delta=draws_note, delta_color="off", delta_arrow="off") if draws_note else {}
+    if dataset.task == "classification":
+        cards[0].metric("accuracy", value("accuracy"), **first)
+        cards[1].metric("NLL", value("nll"))
+        cards[2].metric("ECE", value("ece"))
+        cards[3].metric(density_label, density_text, help=density_help)
+        doubt = "n/a" if metrics is not None and metrics["doubt_accuracy"] is None else value("doubt_accuracy")
+        cards[4].metric(f"doubt@{backend.DOUBT_LEVEL:g} accuracy", doubt,
+                        help="accuracy on the test inputs whose model-averaged max probability exceeds "
+                             f"{backend.DOUBT_LEVEL:g}",
+                        delta=None if metrics is None else f"{metrics['doubt_count']} of {dataset.n_test} decided",
+                        delta_color="off", delta_arrow="off")
+    else:
+        cards[0].metric("RMSE", value("rmse"), help="in the target's original units", **first)
+        cards[1].metric("test log-likelihood", value("log_likelihood"))
+        cards[2].metric("95% coverage", value("coverage_95", ".3f"))
+        cards[3].metric(density_label, density_text, help=density_help)
+    if based_on(ready, wanted):
+        st.caption(based_on(ready, wanted))
+
+
+def accuracy_chart(ready: int, wanted: int) -> None:
+    """Accuracy against R up to the draws kept now."""
+    if ready:
+        st.vega_lite_chart(cache.accuracy_by_samples_chart(run_id, mode, ready, effective, 0, weights))
+    if ready < wanted:
+        st.caption(based_on(ready, wanted))
 
 
 settings_read = False
@@ -69,36 +150,11 @@ with guard("Evaluating the test set"):
         if draws < 1:
             st.stop()
         samples = min(samples, draws)
-    metrics = cache.test_metrics(run_id, mode, draws, effective, 0, weights)
-    if metrics["disconnected"]:
-        st.warning("This network is disconnected: no input reaches an output, every prediction is the same. "
-                   "Lower the threshold.")
-    expected = backend.expected_density(cache.statistics(run_id), spec.name) if mode == "bma" else None
-    if mode == "bma":
-        density_label, density_text = (("expected density", f"{expected:.4f}") if expected is not None else
-                                       ("density", "1 (every weight)"))
-        density_help = ("bma samples the structure: the mean inclusion probability is the expected fraction of "
-                        "weights in one sampled network" if expected is not None else
-                        "this family's bma draws weights, never switches them off")
-    else:
-        density_label, density_text, density_help = "density", f"{metrics['density']:.4f}", "fraction of weights kept"
-    cards = st.columns(5)
-    if dataset.task == "classification":
-        cards[0].metric("accuracy", f"{metrics['accuracy']:.4f}")
-        cards[1].metric("NLL", f"{metrics['nll']:.4f}")
-        cards[2].metric("ECE", f"{metrics['ece']:.4f}")
-        cards[3].metric(density_label, density_text, help=density_help)
-        doubt = metrics["doubt_accuracy"]
-        cards[4].metric(f"doubt@{backend.DOUBT_LEVEL:g} accuracy", "n/a" if doubt is None else f"{doubt:.4f}",
-                        help="accuracy on the test inputs whose model-averaged max probability exceeds "
-                             f"{backend.DOUBT_LEVEL:g}",
-                        delta=f"{metrics['doubt_count']} of {dataset.n_test} decided", delta_color="off",
-                        delta_arrow="off")
-    else:
-        cards[0].metric("RMSE", f"{metrics['rmse']:.4f}", help="in the target's original units")
-        cards[1].metric("test log-likelihood", f"{metrics['log_likelihood']:.4f}")
-        cards[2].metric("95% coverage", f"{metrics['coverage_95']:.3f}")
-        cards[3].metric(density_label, density_text, help=density_help)
+    # The cards answer at once with the draws already kept (all of a mode that draws nothing) and refine
+    # in place while the others are computed in the background (cache.test_draws_ready).
+    progress = cache.test_draws_ready(run_id, mode, draws, effective, 0, weights)
+    refining(progress, lambda ready, wanted: metric_cards(mode, effective, weights, ready, wanted),
+             "Evaluating the test set")
 
 with guard("Sweeping thresholds"):
     curve = cache.sweep(run_id)
@@ -155,4 +211,4 @@ with guard("Sweeping thresholds"):
 
 if dataset.task == "classification" and backend.mode_draws_samples(mode, weights):
     with guard("Accuracy vs R"):
-        st.vega_lite_chart(cache.accuracy_by_samples_chart(run_id, mode, samples, effective, 0, weights))
+        refining(cache.test_draws_ready(run_id, mode, draws, effective, 0, weights), accuracy_chart, "Accuracy vs R")

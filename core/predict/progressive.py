@@ -1,0 +1,268 @@
+"""Progressive predictions: answer at once with the draws already kept, compute the rest in the background.
+
+    refiner = Refiner(draw_cache, workers=2)
+    progress = refiner.ready(run, x_test, "test", owner=run.run_id, mode="prune", samples=20, threshold=0.4,
+                             weights="sample")
+    # progress.draws of progress.samples are kept now (maybe 0); the others are queued for the workers
+    cache.predict(run, x_test, "test", run.run_id, "prune", progress.draws, 0.4, weights="sample")
+    # == run.predict(x_test, "prune", progress.draws, 0.4, weights="sample"), bit for bit, and returns at once
+
+`ready` never waits for a computation: it reads how many draws of the plan the draw cache holds
+(core.predict.draw_cache publishes them one by one) and, when fewer than R, puts the plan in a queue
+that at most `workers` background threads work through (`DrawCache.extend`, one compute turn per
+draw, so they share the cache's compute slots with every other prediction). A deterministic plan (no
+draws) is answered as complete: its one forward pass is the caller's.
+
+A plan is wanted for `linger` seconds after the last `ready` that asked for it (a page polls while
+its cards are incomplete); a plan nobody asks for any more is dropped before its next draw, the
+draws computed so far staying in the cache. Workers are started when there is work and end when the
+queue is empty, so no thread outlives its work (`close` ends them at once). No worker touches a UI.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, NamedTuple
+
+from core.errors import PredictionError
+from core.predict.draw_cache import DrawCache, DrawKey
+from core.predict.modes import PredictionMode
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LINGER_SECONDS = 4.0
+
+
+class Progress(NamedTuple):
+    """How many of the R draws of a plan an answer can rest on now."""
+
+    draws: int  # kept now, at most `samples` (0: none yet)
+    samples: int  # R (1 for a plan that draws nothing)
+
+    @property
+    def complete(self) -> bool:
+        return self.draws >= self.samples
+
+
+@dataclass
+class _Job:
+    key: DrawKey
+    run: Any
+    x: Any
+    inputs: Hashable
+    mode: str | PredictionMode
+    threshold: float | None
+    seed: int
+    weights: str | None
+    batch_size: int | None
+    samples: int  # the largest R asked while queued or running
+    wanted_until: float
+    running: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class Refiner:
+    """Background completion of sampled predictions through one DrawCache (see the module docstring)."""
+
+    def __init__(
+        self,
+        cache: DrawCache,
+        workers: int = 2,
+        linger: float = DEFAULT_LINGER_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        if int(workers) < 1:
+            raise PredictionError(f"progressive predictions: workers must be >= 1, got {workers!r}")
+        if not float(linger) > 0:
+            raise PredictionError(f"progressive predictions: linger must be > 0 seconds, got {linger!r}")
+        self.cache = cache
+        self.workers = int(workers)
+        self.linger = float(linger)
+        self.clock = clock
+        self._lock = threading.Condition()
+        self._jobs: dict[DrawKey, _Job] = {}  # queued or running, in the order they were asked
+        self._threads: set[threading.Thread] = set()
+        self._errors: dict[DrawKey, BaseException] = {}
+        self._closed = False
+        self.dropped = 0  # jobs dropped because nobody wanted them any more
+        self.finished = 0  # jobs that reached their R
+
+    # --- asking -----------------------------------------------------------------------------------------
+    def ready(
+        self,
+        run: Any,
+        x: Any,
+        inputs: Hashable,
+        owner: Hashable,
+        mode: str | PredictionMode = "bma",
+        samples: int = 10,
+        threshold: float | None = None,
+        seed: int = 0,
+        weights: str | None = None,
+        batch_size: int | None = None,
+    ) -> Progress:
+        """The draws of this plan kept now (never waits for one); fewer than R: the rest are queued,
+        wanted for `linger` seconds from now. A failed background computation of this plan is raised
+        here, once."""
+        _, plan, key = self.cache.plan_key(run, x, inputs, owner, mode, samples, threshold, seed, weights, batch_size)
+        if key is None:
+            return Progress(1, 1)
+        with self._lock:
+            error = self._errors.pop(key, None)
+        if error is not None:
+            raise error
+        held = min(self.cache.draws_held(key), plan.samples)
+        if held < plan.samples:
+            self._want(
+                _Job(
+                    key,
+                    run,
+                    x,
+                    inputs,
+                    mode,
+                    threshold,
+                    int(seed),
+                    weights,
+                    batch_size,
+                    plan.samples,
+                    self.clock() + self.linger,
+                )
+            )
+        return Progress(held, plan.samples)
+
+    def wait(self, timeout: float = 60.0) -> bool:
+        """Wait until no job is queued or running (tests, benchmarks); False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._jobs:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._lock.wait(min(left, 0.1))
+        return True
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._jobs)
+
+    @property
+    def threads(self) -> int:
+        """Worker threads alive now."""
+        with self._lock:
+            return sum(thread.is_alive() for thread in self._threads)
+
+    def forget(self, owner: Hashable) -> None:
+        """Drop the queued jobs of `owner` (a deleted or retrained run); a running one stops before its next draw."""
+        with self._lock:
+            for key, job in list(self._jobs.items()):
+                if key.owner != owner:
+                    continue
+                job.wanted_until = -float("inf")
+                if not job.running:
+                    del self._jobs[key]
+                    self.dropped += 1
+                    job.done.set()
+            for key in [k for k in self._errors if k.owner == owner]:
+                del self._errors[key]
+            self._lock.notify_all()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Drop every job and wait for the workers to end (their current draw finishes first)."""
+        with self._lock:
+            self._closed = True
+            for job in self._jobs.values():
+                job.wanted_until = -float("inf")
+            self._lock.notify_all()
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(timeout)
+
+    # --- the workers ------------------------------------------------------------------------------------
+    def _want(self, job: _Job) -> None:
+        with self._lock:
+            if self._closed:
+                raise PredictionError("progressive predictions: the refiner is closed")
+            held = self._jobs.get(job.key)
+            if held is not None:
+                held.samples = max(held.samples, job.samples)
+                held.wanted_until = max(held.wanted_until, job.wanted_until)
+                held.run, held.x = job.run, job.x  # the newest copy of the run (a reload drops the old draws)
+            else:
+                self._jobs[job.key] = job
+            self._threads = {thread for thread in self._threads if thread.is_alive()}
+            idle = sum(not j.running for j in self._jobs.values())
+            if idle and len(self._threads) < self.workers:
+                thread = threading.Thread(target=self._work, name="bnn-refiner", daemon=True)
+                self._threads.add(thread)
+                thread.start()
+            self._lock.notify_all()
+
+    def _next(self) -> _Job | None:
+        """The oldest job still wanted and not running (dropping the unwanted ones); None: nothing to do."""
+        with self._lock:
+            now = self.clock()
+            for key, job in list(self._jobs.items()):
+                if job.running:
+                    continue
+                if job.wanted_until < now:
+                    del self._jobs[key]
+                    self.dropped += 1
+                    job.done.set()
+                    continue
+                job.running = True
+                return job
+            self._threads.discard(threading.current_thread())  # leaving: no work left
+            self._lock.notify_all()
+            return None
+
+    def _work(self) -> None:
+        while True:
+            job = self._next()
+            if job is None:
+                return
+            target = 0
+            try:
+                while True:  # again when a session raised R while these draws ran
+                    with self._lock:
+                        target, unwanted = job.samples, job.wanted_until < self.clock()
+                    if unwanted:
+                        break
+                    held = self.cache.extend(
+                        job.run,
+                        job.x,
+                        job.inputs,
+                        job.key.owner,
+                        job.mode,
+                        target,
+                        job.threshold,
+                        job.seed,
+                        job.weights,
+                        job.batch_size,
+                        stop=lambda j=job: self._unwanted(j),
+                    )
+                    if held < target:
+                        break
+                    with self._lock:
+                        if job.samples <= target:
+                            break
+            except Exception as error:  # shown to the next session that asks for this plan
+                log.exception("background draws of %s failed", job.key)
+                with self._lock:
+                    self._errors[job.key] = error
+            finally:
+                with self._lock:
+                    if self.cache.draws_held(job.key) >= job.samples:
+                        self.finished += 1
+                    else:
+                        self.dropped += 1
+                    self._jobs.pop(job.key, None)
+                    job.done.set()
+                    self._lock.notify_all()
+
+    def _unwanted(self, job: _Job) -> bool:
+        with self._lock:
+            return self._closed or job.wanted_until < self.clock()

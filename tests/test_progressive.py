@@ -1,0 +1,217 @@
+"""Progressive predictions (core.predict.progressive): an answer at once from the draws already kept,
+the rest computed in the background, ending at the uncached R-draw numbers.
+
+Truth is `Run.predict` without any cache: a partial answer resting on k draws must equal the k-draw
+prediction bit for bit, and the complete one the R-draw prediction. A slow fake forward pass shows
+that nobody waits behind another session's draws for what can be shown now, that unwanted work is
+dropped and that no worker thread outlives its work.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+
+import pytest
+
+import core.predict.draw_cache as draw_cache_module
+from core.errors import PredictionError
+from core.predict import DrawCache
+from core.predict.progressive import Progress, Refiner
+from tests.test_draw_cache import assert_same, classification_run, regression_run
+
+SAMPLING = [("bma", None, None), ("mpm", None, None), ("prune", 0.3, "sample")]
+
+
+@contextmanager
+def slow_draws(monkeypatch, seconds):
+    """Every draw's forward pass takes at least `seconds` (the numbers are the real ones)."""
+    real = draw_cache_module.sampled_forward
+
+    def slow(*args, **kwargs):
+        time.sleep(seconds)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(draw_cache_module, "sampled_forward", slow)
+    yield
+
+
+def refiner_threads() -> int:
+    return sum(thread.name == "bnn-refiner" and thread.is_alive() for thread in threading.enumerate())
+
+
+def wait_until(condition, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("mode, threshold, weights", SAMPLING)
+def test_partial_answers_are_the_k_draw_predictions_and_the_last_is_the_r_draw_one(
+    monkeypatch, mode, threshold, weights
+):
+    run = classification_run(seed=3)
+    x = run.dataset().x_test
+    cache = DrawCache()
+    refiner = Refiner(cache, workers=1)
+    seen = set()
+    with slow_draws(monkeypatch, 0.02):
+        progress = refiner.ready(run, x, "test", "run", mode, 12, threshold, 0, weights)
+        assert progress == Progress(0, 12) and not progress.complete
+        while not progress.complete:
+            progress = refiner.ready(run, x, "test", "run", mode, 12, threshold, 0, weights)
+            if progress.draws and progress.draws not in seen and len(seen) < 3:
+                seen.add(progress.draws)
+                partial = cache.predict(run, x, "test", "run", mode, progress.draws, threshold, 0, weights)
+                assert_same(
+                    partial, run.predict(x, mode=mode, samples=progress.draws, threshold=threshold, weights=weights)
+                )
+            time.sleep(0.005)
+    assert any(0 < k < 12 for k in seen), seen  # at least one answer was partial
+    computed = cache.draws_computed
+    final = cache.predict(run, x, "test", "run", mode, 12, threshold, 0, weights)
+    assert cache.draws_computed == computed == 12  # the background computed each draw once; nothing more now
+    assert_same(final, run.predict(x, mode=mode, samples=12, threshold=threshold, weights=weights))
+    assert refiner.wait(10) and refiner.finished == 1
+    wait_until(lambda: refiner_threads() == 0, 10)
+
+
+def test_regression_completes_to_the_uncached_prediction():
+    run = regression_run(likelihood="heteroscedastic")
+    x = run.dataset().x_test
+    cache = DrawCache()
+    refiner = Refiner(cache, workers=2)
+    assert refiner.ready(run, x, "test", "reg", "bma", 9) == Progress(0, 9)
+    assert refiner.wait(30)
+    assert refiner.ready(run, x, "test", "reg", "bma", 9) == Progress(9, 9)
+    assert_same(cache.predict(run, x, "test", "reg", "bma", 9), run.predict(x, mode="bma", samples=9))
+
+
+def test_a_deterministic_plan_is_complete_at_once_and_queues_nothing():
+    run = classification_run()
+    refiner = Refiner(DrawCache(), workers=1)
+    for mode, weights in (("mean", None), ("mpm-mean", None), ("prune", "mean")):
+        assert refiner.ready(run, run.dataset().x_test, "test", "run", mode, 20, None, 0, weights) == Progress(1, 1)
+    assert refiner.pending == 0 and refiner_threads() == 0
+
+
+def test_nobody_waits_behind_another_sessions_draws_for_what_it_can_show_now(monkeypatch):
+    run = classification_run(seed=1)
+    x = run.dataset().x_test
+    cache = DrawCache(compute_slots=1)
+    refiner = Refiner(cache, workers=1)
+    cache.predict(run, x, "test", "run", "mpm", 5, 0.4)  # kept before the class: plan Q, 5 draws
+    draw_seconds = 0.5  # all 20 draws: 10 s
+    with slow_draws(monkeypatch, draw_seconds):
+        started = time.perf_counter()
+        assert refiner.ready(run, x, "test", "run", "bma", 20) == Progress(0, 20)  # plan P: 20 slow draws queued
+        assert time.perf_counter() - started < 1.0
+        wait_until(lambda: cache.turns.waiting == 0 and refiner.pending == 1)
+        time.sleep(0.05)  # the worker is inside its first draw
+        # Another session: plan Q's 5 draws are kept; its answer comes at once, though P holds the only slot.
+        started = time.perf_counter()
+        assert refiner.ready(run, x, "test", "run", "mpm", 5, 0.4) == Progress(5, 5)
+        cached = cache.predict(run, x, "test", "run", "mpm", 5, 0.4)
+        assert time.perf_counter() - started < 1.0
+        assert_same(cached, run.predict(x, mode="mpm", samples=5, threshold=0.4))
+        # A deterministic mode needs one forward pass: it waits for one of P's draws at most, not for all 20.
+        started = time.perf_counter()
+        mean = cache.predict(run, x, "test", "run", "mean", 1)
+        assert time.perf_counter() - started < 8 * draw_seconds  # (a loaded machine's margin) not all 20
+        assert_same(mean, run.predict(x, mode="mean"))
+        assert cache.draws_held(next(k for k in cache.keys() if k.mode.value == "bma")) < 20
+        refiner.close()
+    assert refiner_threads() == 0
+
+
+def test_work_nobody_wants_any_more_is_dropped_and_its_draws_stay(monkeypatch):
+    run = classification_run(seed=2)
+    x = run.dataset().x_test
+    cache = DrawCache()
+    refiner = Refiner(cache, workers=1, linger=0.3)
+    with slow_draws(monkeypatch, 0.05):
+        refiner.ready(run, x, "test", "run", "bma", 200)  # asked once, never again
+        assert refiner.wait(10)
+    key = cache.keys()[0]
+    held = cache.draws_held(key)
+    assert 1 <= held < 200 and refiner.dropped == 1 and refiner.finished == 0
+    wait_until(lambda: refiner_threads() == 0, 10)
+    # What was drawn is reused: asking again continues from there and ends at the uncached numbers.
+    assert refiner.ready(run, x, "test", "run", "bma", 30).draws == min(held, 30)
+    assert refiner.wait(30)
+    assert_same(cache.predict(run, x, "test", "run", "bma", 30), run.predict(x, mode="bma", samples=30))
+
+
+def test_raising_r_while_drawing_extends_the_same_job(monkeypatch):
+    run = classification_run()
+    x = run.dataset().x_test
+    cache = DrawCache()
+    refiner = Refiner(cache, workers=2)
+    with slow_draws(monkeypatch, 0.02):
+        refiner.ready(run, x, "test", "run", "mpm", 4, 0.5)
+        refiner.ready(run, x, "test", "run", "mpm", 10, 0.5)  # one job, R raised
+        assert refiner.pending == 1
+        assert refiner.wait(30)
+    assert refiner.ready(run, x, "test", "run", "mpm", 10, 0.5) == Progress(10, 10)
+    assert cache.draws_computed == 10
+
+
+def test_workers_are_bounded_and_none_outlives_its_work(monkeypatch):
+    run = classification_run()
+    x = run.dataset().x_test
+    before = threading.active_count()
+    cache = DrawCache(compute_slots=2)
+    refiner = Refiner(cache, workers=2)
+    most = 0
+    with slow_draws(monkeypatch, 0.01):
+        for step in range(12):
+            refiner.ready(run, x, "test", "run", "mpm", 4, 0.1 + 0.05 * step)
+            most = max(most, refiner_threads())
+        while refiner.pending:
+            most = max(most, refiner_threads())
+            time.sleep(0.002)
+    assert 1 <= most <= 2
+    assert refiner.finished == 12
+    wait_until(lambda: threading.active_count() == before, 10)
+    assert refiner.threads == 0
+
+
+def test_a_failed_background_computation_is_raised_to_the_next_asker(monkeypatch):
+    run = classification_run()
+    x = run.dataset().x_test
+    refiner = Refiner(DrawCache(), workers=1)
+
+    def broken(*args, **kwargs):
+        raise PredictionError("the forward pass failed")
+
+    monkeypatch.setattr(draw_cache_module, "sampled_forward", broken)
+    refiner.ready(run, x, "test", "run", "bma", 3)
+    assert refiner.wait(10)
+    with pytest.raises(PredictionError, match="forward pass failed"):
+        refiner.ready(run, x, "test", "run", "bma", 3)
+    # raised once: the next ask queues the plan again
+    assert refiner.ready(run, x, "test", "run", "bma", 3) == Progress(0, 3)
+    refiner.close()
+
+
+def test_forgetting_a_run_drops_its_queued_work_only(monkeypatch):
+    run, other = classification_run(seed=0), classification_run(seed=5)
+    x = run.dataset().x_test
+    cache = DrawCache()
+    refiner = Refiner(cache, workers=1)
+    with slow_draws(monkeypatch, 0.05):
+        refiner.ready(run, x, "test", "a", "bma", 40)
+        refiner.ready(other, x, "test", "b", "bma", 3)
+        refiner.ready(run, x, "test", "a", "mpm", 40, 0.5)
+        refiner.forget("a")
+        assert refiner.wait(30)
+    assert refiner.ready(other, x, "test", "b", "bma", 3) == Progress(3, 3)
+    assert all(cache.draws_held(k) < 40 for k in cache.keys() if k.owner == "a")
+
+
+@pytest.mark.parametrize("workers, linger", [(0, 1.0), (1, 0.0), (1, -2.0)])
+def test_settings_out_of_range_are_refused(workers, linger):
+    with pytest.raises(PredictionError):
+        Refiner(DrawCache(), workers=workers, linger=linger)
