@@ -19,7 +19,8 @@ from tests.support import perturb
 
 
 def _coupling_reference(coupling, z: torch.Tensor) -> torch.Tensor:
-    """One Real NVP coupling from its parameters (Dinh et al. 2017): keep the masked part, move the rest."""
+    """One Real NVP coupling from its parameters (Dinh, Sohl-Dickstein & Bengio 2017): keep the masked part,
+    move the rest."""
     m = coupling.mask.to(z.dtype)
     h = torch.tanh((z * m) @ coupling.hidden_weight.T + coupling.hidden_bias)
     s = (h @ coupling.scale_weight.T + coupling.scale_bias) * (1 - m)

@@ -52,7 +52,8 @@ class LBBNNFlowOptions(LBBNNOptions):
         Estimator.LOCAL_REPARAMETERISATION,
         dataclasses.replace(ESTIMATOR, choices=(Estimator.LOCAL_REPARAMETERISATION.value,)),
     )
-    # K = 2 as in Skaaret-Lund et al. (2024)'s experiments; 0 leaves z Gaussian (multiplicative noise).
+    # K = 2: one coupling moves the odd coordinates and one the even ones, so every z_j is transformed;
+    # 0 leaves z Gaussian (multiplicative Gaussian noise).
     flow_length: int = option(
         2,
         OptionSpec(
