@@ -125,10 +125,9 @@ class LBBNNFlowLayer(LBBNNLayer):
         """E_q[z] (in_features,): the mean of MEAN_DRAWS draws, with z0 (whose mean is known) as control
         variate, from a fixed seed so that the posterior-mean network is a function of the parameters."""
         mean = self.z_mean
-        generator = torch.Generator(device=mean.device).manual_seed(self.MEAN_SEED)
-        eps = torch.randn(
-            (self.MEAN_DRAWS, self.in_features), generator=generator, device=mean.device, dtype=mean.dtype
-        )
+        # drawn on the CPU and moved: the same noise on every device (and a meta model gets meta tensors)
+        generator = torch.Generator().manual_seed(self.MEAN_SEED)
+        eps = torch.randn((self.MEAN_DRAWS, self.in_features), generator=generator, dtype=mean.dtype).to(mean.device)
         base = mean + self.z_sigma * eps
         z, _ = self.z_flow(base)
         z_centred, base_centred = z - z.mean(0), base - base.mean(0)
