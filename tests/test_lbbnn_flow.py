@@ -253,3 +253,40 @@ def test_a_short_training_on_a_tiny_problem_learns():
         logits = model.forward_with_weights(x_test, model.mean_weights())
     accuracy = (logits.argmax(-1) == y_test).double().mean().item()
     assert accuracy > 0.9, accuracy  # chance is 0.5
+
+
+@pytest.mark.slow  # a short training through the public API
+def test_a_run_predicts_in_every_mode_sweeps_exports_and_round_trips_through_the_store(tmp_path):
+    import numpy as np
+
+    from core.predict.modes import PredictionMode
+    from core.runs import RunConfig, load_run, train_run
+
+    config = RunConfig(dataset="two-moons", method="lbbnn-flow", hidden=(8,), train={"epochs": 6})
+    assert config.family_options["flow_length"] == 2  # the documented default is stored with the run
+    run = train_run(config, cache_dir=tmp_path)
+    x_test = run.dataset().x_test
+    alphas = [layer.inclusion_probability.detach() for layer in run.model.layers]
+    kept = sum(int((a > 0.5).sum()) for a in alphas) / sum(a.numel() for a in alphas)
+    for mode in PredictionMode:
+        result = run.evaluate(mode=mode.value, samples=4)
+        assert result["family"] == "lbbnn-flow" and np.isfinite(result["accuracy"]), mode
+        if mode.value in ("mpm", "mpm-mean"):  # the median probability model: alpha > 0.5, as for lbbnn
+            assert result["density"] == pytest.approx(kept)
+    # mean: the network of E_q[w] = alpha mu E[z], worked out here from the layers' parameters
+    h = torch.as_tensor(x_test, dtype=torch.float32)
+    with torch.no_grad():
+        for i, layer in enumerate(run.model.layers):
+            w = layer.inclusion_probability * layer.weight_mu * layer.with_bias(layer.expected_multipliers())
+            h = h @ w[:, :-1].T + w[:, -1]
+            h = torch.relu(h) if i < len(run.model.layers) - 1 else h
+    np.testing.assert_allclose(run.predict(x_test, mode="mean").probs, torch.softmax(h, 1).numpy(), atol=1e-5)
+    sweep = run.sweep(thresholds=[0.0, 0.5, 1.0])
+    np.testing.assert_allclose(sweep.density[1], kept)
+    again = load_run(run.run_id, cache_dir=tmp_path)
+    for mode in ("bma", "mean", "mpm", "prune"):
+        np.testing.assert_array_equal(
+            again.predict(x_test, mode=mode, samples=3).probs, run.predict(x_test, mode=mode, samples=3).probs
+        )
+    folder, manifest = run.export(None, tmp_path / "export")
+    assert folder.exists() and manifest
