@@ -290,3 +290,12 @@ def test_a_run_predicts_in_every_mode_sweeps_exports_and_round_trips_through_the
         )
     folder, manifest = run.export(None, tmp_path / "export")
     assert folder.exists() and manifest
+
+
+def test_the_flow_size_limit_is_a_setting_and_refuses_by_name(monkeypatch):
+    LBBNNFlowOptions.from_dict({"flow_length": 4, "flow_hidden": 128})  # 512: at the default limit
+    with pytest.raises(ConfigError, match=r"flow_hidden: .*513 exceeds the limit of 512 \(BNN_LBBNN_FLOW_MAX_UNITS\)"):
+        LBBNNFlowOptions.from_dict({"flow_length": 1, "flow_hidden": 513})
+    monkeypatch.setenv("BNN_LBBNN_FLOW_MAX_UNITS", "8")
+    with pytest.raises(ConfigError, match="exceeds the limit of 8"):
+        LBBNNFlowOptions.from_dict({"flow_length": 2, "flow_hidden": 5})

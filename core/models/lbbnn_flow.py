@@ -40,10 +40,24 @@ from core.models.distributions import bernoulli_kl_from_logits, gaussian_kl
 from core.models.flows import CouplingFlow
 from core.models.lbbnn import LBBNNLayer, LBBNNOptions
 from core.models.options import ESTIMATOR, OptionSpec, option
+from core.settings import Setting, register
 
 LOG_2PI = math.log(2 * math.pi)
 # z0 starts at N(1, 0.1^2): the multipliers start near 1, the layer near mean-field LBBNN.
 INIT_Z_SIGMA = 0.1
+# The couplings hold about 6 flow_length flow_hidden in_features numbers per layer (q's flow and r's), a
+# size the admission's cost table does not see: the product is bounded here.
+MAX_FLOW_UNITS = register(
+    Setting(
+        "BNN_LBBNN_FLOW_MAX_UNITS",
+        "whole",
+        512,
+        "largest flow_length x flow_hidden of an `lbbnn-flow` network: each layer's flows hold about "
+        "6 x flow_length x flow_hidden x inputs numbers",
+        low=1,
+        high=100_000,
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -78,6 +92,13 @@ class LBBNNFlowOptions(LBBNNOptions):
             self.inclusion_prior is not InclusionPrior.BETA_BINOMIAL,
             "inclusion_prior",
             "lbbnn-flow supports 'bernoulli' and 'beta-bernoulli', got 'beta-binomial'",
+        )
+        limit = MAX_FLOW_UNITS.read()
+        require(
+            max(self.flow_length, 1) * self.flow_hidden <= limit,
+            "flow_hidden",
+            f"flow_length x flow_hidden = {max(self.flow_length, 1) * self.flow_hidden} exceeds the limit of "
+            f"{limit} (BNN_LBBNN_FLOW_MAX_UNITS)",
         )
 
 
