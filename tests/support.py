@@ -59,6 +59,7 @@ VARIANTS = [
     ("lbbnn", {"slab": "student-t", "inclusion_prior": "beta-binomial", "estimator": "relaxed-bernoulli"}),
     ("lbbnn-lfmvn", {}),
     ("lbbnn-lfmvn", {"rank": 1, "estimator": "relaxed-bernoulli", "slab": "student-t"}),
+    ("lbbnn-flow", {}),
     ("bnn", {}),
     ("bnn", {"estimator": "weight-sampling"}),
     ("bnn-mixture", {}),

@@ -25,6 +25,7 @@ EXACT_KL = {"lbbnn", "lbbnn-lfmvn", "bnn", "variational-dense", "horseshoe", "sp
 PRIOR_NAMES = {
     "lbbnn": ["log_slab_variance", "prior_inclusion_logit", "log_beta_a", "log_beta_b"],
     "lbbnn-lfmvn": ["log_slab_variance", "prior_inclusion_logit", "logit_prior_variance"],
+    "lbbnn-flow": ["log_slab_variance", "prior_inclusion_logit", "log_beta_a", "log_beta_b"],
     "bnn": ["prior_variance"],
     "bnn-mixture": ["prior_variance", "prior_variance_2", "mixture_weight"],
     "variational-dense": ["prior_variance"],
@@ -133,7 +134,7 @@ def _signal_and_noise(layer, family: str) -> tuple[tuple[int, int], tuple[int, i
     """Set one weight to be clearly kept and another clearly pruned; return their indices."""
     keep, prune = (0, 0), (1, 0)
     with torch.no_grad():
-        if family in ("lbbnn", "lbbnn-lfmvn"):
+        if family in ("lbbnn", "lbbnn-lfmvn", "lbbnn-flow"):
             layer.inclusion_logit[keep] = 6.0
             layer.inclusion_logit[prune] = -6.0
         elif family in ("bnn", "bnn-mixture", "variational-dense"):
@@ -476,6 +477,9 @@ def independent_forward_and_kl(layer, x: torch.Tensor) -> tuple[torch.Tensor, to
         return _horseshoe_reference(layer, x, structured=hasattr(layer, "row_factor"))
     if family in ("lbbnn", "lbbnn-lfmvn"):
         return _lbbnn_reference(layer, x)
+    if family == "lbbnn-flow":
+        from tests.test_lbbnn_flow import independent_flow_forward_and_kl
+        return independent_flow_forward_and_kl(layer, x)
     if family == "ensemble":  # member by member, then the mean of their Gaussian log priors
         w = layer.weight * layer.fixed_mask
         x_k = x if x.dim() == 3 else x.expand(w.shape[0], *x.shape)

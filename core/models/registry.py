@@ -15,6 +15,7 @@ from core.models.base import SparseLayer
 FAMILY_PATHS: dict[str, str] = {
     "lbbnn": "core.models.lbbnn:LBBNNLayer",
     "lbbnn-lfmvn": "core.models.lfmvn:LowRankLBBNNLayer",
+    "lbbnn-flow": "core.models.lbbnn_flow:LBBNNFlowLayer",
     "bnn": "core.models.gaussian:GaussianLayer",
     "bnn-mixture": "core.models.gaussian:MixtureGaussianLayer",
     # `bnn` under Bleahu's (2025) name: the same q, prior, training and pruning rule. A name of its own

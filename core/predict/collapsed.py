@@ -40,6 +40,7 @@ from torch import Tensor
 from core.errors import PredictionError
 from core.models.base import SparseLayer, new_generator
 from core.models.likelihoods import Gaussian
+from core.models.network import draw_seed
 from core.predict.engine import as_inputs, check_samples, forward_draws, resolve_model
 from core.predict.metrics.regression import COVERAGE_LEVELS, bisect_quantile, mixture_cdf, mixture_quantiles
 
@@ -82,6 +83,10 @@ def last_layer_conditional(model, last: Tensor, seed: int) -> tuple[Tensor, Tens
             for r in range(last.shape[0])])[:, :, None]  # (R, out, 1)
         mu, sigma = layer.weight_mu * layer.fixed_mask, layer.weight_sigma * layer.fixed_mask
         return scales * mu, (scales * sigma) ** 2
+    if hasattr(layer, "collapsed_conditional"):  # lbbnn-flow: Gaussian given its multipliers, replayed per draw
+        index = len(model.layers) - 1
+        generators = [new_generator(model.device, draw_seed(seed, r, index)) for r in range(last.shape[0])]
+        return layer.collapsed_conditional(last, generators)
     if hasattr(layer, "weight_mu") and hasattr(layer, "weight_sigma"):  # bnn, bnn-mixture, variational-dense, lbbnn*
         mean, var = layer.weight_mu * layer.fixed_mask, layer.weight_sigma ** 2 * layer.fixed_mask
     elif hasattr(layer, "theta") and hasattr(layer, "log_sigma2"):  # sparse variational dropout

@@ -22,6 +22,7 @@ GRADIENT_LEGEND = {"orient": "bottom", "direction": "horizontal", "gradientLengt
 
 FAMILY_COLOURS = {
     "lbbnn": "#0072B2", "lbbnn-lfmvn": "#56B4E9", "bnn": "#E69F00", "bnn-mixture": "#F0E442",
+    "lbbnn-flow": "#332288",  # Tol's indigo: a darker blue beside the other LBBNNs
     "variational-dense": "#999999", "concrete-dropout": "#CC79A7", "horseshoe": "#009E73",
     "sparse-vd": "#D55E00", "fnn": "#000000", "laplace": "#882255",
     "ensemble": "#117733",  # Tol's green: apart from horseshoe's bluish green
