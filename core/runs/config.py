@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import tomllib
 
 from core import limits, validate
-from core.errors import BNNError, ConfigError
+from core.errors import BNNError, ConfigError, InputError
 from core.models.likelihoods import LIKELIHOODS, likelihood_options
 from core.models.network import ACTIVATIONS, ModelConfig, check_input_skip
 from core.models.registry import canonical_family, family_class
@@ -227,6 +227,9 @@ class RunConfig:
     data_seed: int = 0  # seed of generated data and of 80/20 splits; `seed` is the training seed
     method: str = "lbbnn"
     hidden: tuple[int, ...] | None = None  # None: default_hidden(dataset)
+    # Conv blocks [filters, kernel] before the hidden layers (core.models.conv_network; image datasets only);
+    # empty: a fully connected network, left out of the stored config so earlier run ids stay.
+    conv: tuple[tuple[int, int], ...] = ()
     activation: str | None = None  # None: default_activation(method, dataset)
     likelihood: str | None = None  # None: categorical for classification, gaussian for regression
     # The likelihood's noise model (core.models.likelihoods.GaussianOptions); only non-default
@@ -271,6 +274,7 @@ class RunConfig:
         if not isinstance(hidden, (list, tuple)):
             raise ConfigError(f"hidden: must be a list of positive layer widths, got {validate.shown(self.hidden)}")
         put("hidden", check_hidden(hidden, self.hidden))
+        put("conv", check_conv(self.conv, self.dataset, self.method))
         if self.activation is None:
             put("activation", default_activation(self.method, self.dataset))
         if self.activation not in ACTIVATIONS:
@@ -336,6 +340,7 @@ class RunConfig:
             "data_seed": self.data_seed,
             "method": self.method,
             "hidden": list(self.hidden),
+            **({"conv": [list(block) for block in self.conv]} if self.conv else {}),
             "activation": self.activation,
             "likelihood": self.likelihood,
             **({"likelihood_options": dict(self.likelihood_options)} if self.likelihood_options else {}),
@@ -388,12 +393,64 @@ class RunConfig:
         return ModelConfig(in_features=dataset.in_features, out_classes=dataset.n_classes, hidden=self.hidden,
                            family=self.method, family_options=dict(self.family_options),
                            activation=self.activation, likelihood=self.likelihood,
-                           likelihood_options=dict(self.likelihood_options))
+                           likelihood_options=dict(self.likelihood_options), **self.conv_fields())
+
+    def conv_fields(self) -> dict[str, Any]:
+        """ModelConfig's conv and image_shape (from the dataset's registry entry); {} without conv blocks."""
+        if not self.conv:
+            return {}
+        return {"conv": self.conv, "image_shape": _image_shape(self.dataset)}
 
     def label(self) -> str:
         """Short human description, e.g. 'lbbnn 784-400-600-10 on mnist-small, seed 0'."""
         split = f" split {self.split}" if self.split is not None else ""
-        return f"{self.method} [{'-'.join(map(str, self.hidden))}] on {self.dataset}{split}, seed {self.seed}"
+        conv = "".join(f"c{filters}k{kernel}-" for filters, kernel in self.conv)
+        return f"{self.method} [{conv}{'-'.join(map(str, self.hidden))}] on {self.dataset}{split}, seed {self.seed}"
+
+
+def _image_shape(dataset: str) -> tuple[int, int, int] | None:
+    from core.data.registry import dataset_info
+    from core.models.conv_network import image_shape_of
+
+    try:
+        return image_shape_of(dataset_info(dataset).input_shape)
+    except BNNError:
+        return None
+
+
+def check_conv(value: Any, dataset: str, method: str) -> tuple[tuple[int, int], ...]:
+    """Conv blocks as ((filters, kernel), ...): at most $BNN_MAX_HIDDEN_LAYERS blocks, filters from 1 to
+    $BNN_MAX_HIDDEN_WIDTH, kernels from 1 to what the image leaves; only on image datasets and for the
+    families with a convolutional layer (core.models.conv). InputError naming conv otherwise."""
+    from core.models.conv import conv_layer_class
+    from core.models.conv_network import ConvGeometry
+
+    example = "[[20, 5], [50, 5]]"
+    if value is None or (isinstance(value, (list, tuple)) and not value):
+        return ()
+    if not isinstance(value, (list, tuple)):
+        raise InputError(f"conv: give a list of [filters, kernel] pairs such as {example}, "
+                                  f"got {validate.shown(value)}")
+    most = limits.limit(limits.MAX_HIDDEN_LAYERS)
+    if len(value) > most:
+        raise InputError(f"conv: {len(value)} blocks are more than the limit {most} "
+                                  f"(${limits.MAX_HIDDEN_LAYERS.variable})")
+    widest = limits.limit(limits.MAX_HIDDEN_WIDTH)
+    blocks = []
+    for block in value:
+        if not isinstance(block, (list, tuple)) or len(block) != 2:
+            raise InputError(f"conv: each block is a [filters, kernel] pair such as [20, 5], "
+                                      f"got {validate.shown(block)}")
+        filters = validate.whole_number(block[0], "conv filters", 1, widest)
+        kernel = validate.whole_number(block[1], "conv kernel", 1, None)
+        blocks.append((filters, kernel))
+    image = _image_shape(dataset)
+    if image is None:
+        raise InputError(f"conv: {dataset!r} has no image inputs; convolutional blocks need an image "
+                                  f"dataset such as mnist, fashion-mnist, kmnist or mnist-small")
+    conv_layer_class(method)
+    ConvGeometry.of(image, blocks)
+    return tuple(blocks)
 
 
 TABLE_KEYS = ("target", "task", "split_column", "missing")
