@@ -314,6 +314,8 @@ class RunConfig:
         # Defaults filled in: an option given at its default value is the same run. input_skip off is
         # left out: runs made before the option existed keep their ids.
         family_options = _plain(dataclasses.asdict(options), "family_options")
+        if family_options.get("input_skip") and self.conv:
+            raise ConfigError("input_skip: a convolutional network has no input-skip form; leave conv unset")
         if family_options.get("input_skip") is False:
             family_options.pop("input_skip")
         put("family_options", family_options)
