@@ -302,3 +302,26 @@ def test_lenet5_preset_has_the_caffe_shape_for_every_family_and_image_set(method
     assert model.n_weights() == 431_080 and math.isclose(model.n_weights() / 1e3, 431, abs_tol=1)
     text = describe_preset("lenet5-mnist")
     assert "ELBO" in text and "0.9925" in text and preset.train.kl_weight == 1.0 and preset.method == "sparse-vd"
+
+
+def test_conv_filter_charts_draw_each_filters_kept_taps():
+    from dashboard import charts
+
+    rng = np.random.default_rng(0)
+    first = rng.random((3, 26)) > 0.5  # 3 filters of 1 x 5 x 5, then the bias
+    second = rng.random((4, 3 * 25 + 1)) > 0.5
+    frame = charts.filter_pattern_frame(first, 1, 5)
+    assert len(frame) == 3 * 25
+    picked = frame[(frame["filter"] == 2) & (frame["row"] == 1) & (frame["col"] == 3)]["kept"].item()
+    assert picked == float(first[2, 1 * 5 + 3])  # row-major taps, as torch lays out a filter
+    fractions = charts.filter_pattern_frame(second, 3, 5)
+    expected = second[:, :-1].reshape(4, 3, 5, 5).mean(axis=1)  # over the input channels
+    got = fractions.sort_values(["filter", "row", "col"])["kept"].to_numpy().reshape(4, 5, 5)
+    np.testing.assert_allclose(got, expected)
+    density = charts.filter_density_frame(second, 3, 5)
+    np.testing.assert_allclose(density["density"], second[:, :-1].sum(axis=1) / 75)
+    assert list(density["bias kept"]) == list(second[:, -1])
+    pairs = charts.conv_filter_charts([first, second], ((3, 5), (4, 5)), (28, 28))
+    assert len(pairs) == 2 and "3 filters of 1x5x5" in str(pairs[0][0].to_dict()["title"])
+    with pytest.raises(ValueError, match="has 76 columns"):
+        charts.filter_pattern_frame(second[:, :-2], 3, 5)

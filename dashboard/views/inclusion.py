@@ -47,6 +47,12 @@ with guard("Computing the statistics"):
         st.caption(f"Large matrices are drawn as blocks of up to {charts.MAX_HEATMAP_CELLS} per side; "
                    "the colour is the block's kept fraction (or mean weight). Last column: bias.")
 
+    if run.config.conv:  # a conv run: each filter's kept taps, and kept taps per filter
+        st.subheader("Convolutional filters")
+        for patterns, bars in charts.conv_filter_charts(masks, run.config.conv, run.dataset().input_shape):
+            st.vega_lite_chart(patterns.to_dict(), width="content")
+            st.vega_lite_chart(bars.to_dict(), width="content")
+
     if specs["pixels"] is not None:
         st.subheader("Input pixels the first layer still reads")
         st.vega_lite_chart(specs["pixels"], width="content")
