@@ -99,8 +99,7 @@ def test_conv_lbbnn_with_every_weight_included_is_torch_conv2d():
         reference.bias.copy_(layer.weight_mu[:, -1])
         expected = reference(x)
         assert torch.equal(layer.mean_weights(), layer.weight_mu)
-        assert torch.equal(layer.sample_weights(3, torch.Generator().manual_seed(0)),
-                           layer.weight_mu.expand(3, -1, -1))
+        assert torch.equal(layer.sample_weights(3, torch.Generator().manual_seed(0)), layer.weight_mu.expand(3, -1, -1))
         # the training forward's noise has sd sqrt(1e-16) at most
         torch.testing.assert_close(layer(x), expected, rtol=0, atol=1e-6)
 
@@ -144,10 +143,18 @@ def _image_subset(n_train: int = 600, n_test: int = 300):
     from core.data.dataset import make_dataset
 
     full = load_dataset("mnist-small")
-    return make_dataset(name="mnist-small-part", task="classification", x_train=full.x_train[:n_train],
-                        y_train=full.y_train[:n_train], x_test=full.x_test[:n_test], y_test=full.y_test[:n_test],
-                        source="generated", input_shape=full.input_shape, n_classes=10,
-                        class_names=full.class_names)
+    return make_dataset(
+        name="mnist-small-part",
+        task="classification",
+        x_train=full.x_train[:n_train],
+        y_train=full.y_train[:n_train],
+        x_test=full.x_test[:n_test],
+        y_test=full.y_test[:n_test],
+        source="generated",
+        input_shape=full.input_shape,
+        n_classes=10,
+        class_names=full.class_names,
+    )
 
 
 @pytest.mark.slow
@@ -184,8 +191,9 @@ def test_every_mode_runs_and_mpm_density_is_the_mask_count(family):
     # mpm's draws are the conditional draws times the masks, run through conv2d by hand
     with torch.no_grad():
         draws = model.sample_weights(2, 0, masks=masks)
-        manual = torch.stack([_forward_by_hand(model, [w[r] for w in draws], torch.as_tensor(data.x_test))
-                             for r in range(2)])
+        manual = torch.stack(
+            [_forward_by_hand(model, [w[r] for w in draws], torch.as_tensor(data.x_test)) for r in range(2)]
+        )
     got = run.predict(data.x_test, mode="mpm", samples=2).probs_per_draw
     np.testing.assert_allclose(got, manual.softmax(dim=-1).numpy(), rtol=1e-5, atol=1e-6)
     result = run.evaluate(mode="mpm-mean")
@@ -198,8 +206,7 @@ def test_every_mode_runs_and_mpm_density_is_the_mask_count(family):
 def _forward_by_hand(model, weights, x):
     h = x.reshape(-1, 1, 28, 28)
     for weight, (filters, kernel) in zip(weights[:2], SMALL_CONV):
-        h = F.max_pool2d(torch.relu(F.conv2d(h, weight[:, :-1].reshape(filters, -1, kernel, kernel),
-                                             weight[:, -1])), 2)
+        h = F.max_pool2d(torch.relu(F.conv2d(h, weight[:, :-1].reshape(filters, -1, kernel, kernel), weight[:, -1])), 2)
     h = torch.relu(F.linear(h.flatten(1), weights[2][:, :-1], weights[2][:, -1]))
     return F.linear(h, weights[3][:, :-1], weights[3][:, -1])
 
@@ -230,9 +237,17 @@ def test_store_round_trip_is_bit_for_bit(tmp_path):
     config = RunConfig(dataset="mnist-small", method="lbbnn", hidden=(6,), conv=[list(b) for b in SMALL_CONV])
     model = _small_model("lbbnn").eval()
     store = RunStore(tmp_path)
-    store.write("c0417e5500000000", RunContents(
-        config=config.to_dict(), info={"created": 1.0, "model": {"in_features": 784, "out_classes": 10}},
-        state_dict=state_dict_for_saving(model.state_dict()), metrics={}, history=[], summaries={}))
+    store.write(
+        "c0417e5500000000",
+        RunContents(
+            config=config.to_dict(),
+            info={"created": 1.0, "model": {"in_features": 784, "out_classes": 10}},
+            state_dict=state_dict_for_saving(model.state_dict()),
+            metrics={},
+            history=[],
+            summaries={},
+        ),
+    )
     back = load_run("c0417e5500000000", cache_dir=store)
     assert back.config == config and back.model.config.conv == SMALL_CONV
     original, loaded = model.state_dict(), back.model.state_dict()
@@ -241,8 +256,9 @@ def test_store_round_trip_is_bit_for_bit(tmp_path):
         assert torch.equal(value, loaded[name]) and value.dtype == loaded[name].dtype, name
     x = torch.rand(5, 784, generator=torch.Generator().manual_seed(0))
     for mode in ("bma", "mpm"):
-        np.testing.assert_array_equal(predict(model, x, mode=mode, samples=2).probs_per_draw,
-                                      back.predict(x, mode=mode, samples=2).probs_per_draw)
+        np.testing.assert_array_equal(
+            predict(model, x, mode=mode, samples=2).probs_per_draw, back.predict(x, mode=mode, samples=2).probs_per_draw
+        )
 
 
 def test_safetensors_export_predicts_as_mpm_mean(tmp_path):
@@ -325,3 +341,31 @@ def test_conv_filter_charts_draw_each_filters_kept_taps():
     assert len(pairs) == 2 and "3 filters of 1x5x5" in str(pairs[0][0].to_dict()["title"])
     with pytest.raises(ValueError, match="has 76 columns"):
         charts.filter_pattern_frame(second[:, :-2], 3, 5)
+
+
+@pytest.mark.slow
+def test_a_trained_conv_run_opens_on_the_inclusion_page(tmp_path, monkeypatch):
+    """train_run end to end (metrics, default sweep, store) on a tiny conv net, then the Inclusion page draws
+    its filter masks and no traceback."""
+    from streamlit.testing.v1 import AppTest
+
+    from core.runs import load_run, train_run
+    from tests.test_dashboard_app import APP, TIMEOUT, assert_clean
+
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    config = RunConfig(
+        dataset="mnist-small", hidden=(8,), conv=[[2, 5], [3, 5]], train={"epochs": 1, "batch_size": 500}
+    )
+    run = train_run(config)
+    assert run.metrics["density"] == pytest.approx(sum(int(m.sum()) for m in run.masks()) / run.model.n_weights())
+    back = load_run(run.run_id)
+    x = run.dataset().x_test[:20]
+    np.testing.assert_array_equal(
+        run.predict(x, mode="bma", samples=2).probs, back.predict(x, mode="bma", samples=2).probs
+    )
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.session_state["selected_run_id"] = run.run_id
+    at.run()
+    at.switch_page("views/inclusion.py").run()
+    assert_clean(at)
+    assert any(h.value == "Convolutional filters" for h in at.subheader)

@@ -69,8 +69,10 @@ class ConvLayer:
         return self(x), self.kl()  # the fused kernels are for products
 
     def extra_repr(self) -> str:
-        return (f"in_channels={self.in_channels}, out_channels={self.out_features}, kernel={self.kernel_size}, "
-                f"family={self.family}")
+        return (
+            f"in_channels={self.in_channels}, out_channels={self.out_features}, kernel={self.kernel_size}, "
+            f"family={self.family}"
+        )
 
 
 class ConvLBBNNLayer(ConvLayer, LBBNNLayer):
@@ -127,6 +129,8 @@ CONV_LAYERS: dict[str, type[SparseLayer]] = {
 def conv_layer_class(family: str) -> type[SparseLayer]:
     """The convolutional layer of `family` (canonical name); ConfigError naming the ones that have one."""
     if family not in CONV_LAYERS:
-        raise ConfigError(f"conv: the {family!r} family has no convolutional layer; use one of "
-                          f"{', '.join(CONV_LAYERS)}, or leave conv unset for a fully connected network")
+        raise ConfigError(
+            f"conv: the {family!r} family has no convolutional layer; use one of "
+            f"{', '.join(CONV_LAYERS)}, or leave conv unset for a fully connected network"
+        )
     return CONV_LAYERS[family]

@@ -39,9 +39,11 @@ class ConvGeometry:
         blocks = []
         for index, (out_channels, kernel) in enumerate(conv):
             if kernel > min(height, width) or (height - kernel + 1) < POOL or (width - kernel + 1) < POOL:
-                raise ConfigError(f"conv: block {index + 1} ({out_channels} filters of {kernel}x{kernel}) does not "
-                                  f"fit its {height}x{width} input (each block is a valid conv then a 2x2 "
-                                  f"max-pool); use fewer blocks or smaller kernels")
+                raise ConfigError(
+                    f"conv: block {index + 1} ({out_channels} filters of {kernel}x{kernel}) does not "
+                    f"fit its {height}x{width} input (each block is a valid conv then a 2x2 "
+                    f"max-pool); use fewer blocks or smaller kernels"
+                )
             height, width = (height - kernel + 1) // POOL, (width - kernel + 1) // POOL
             blocks.append((channels, int(out_channels), int(kernel), height, width))
             channels = int(out_channels)
@@ -112,7 +114,7 @@ class ConvNetwork:
 
     @property
     def units(self) -> list[int]:
-        return self.geometry.activation_sizes() + [w.shape[-2] for w in self.weights[self.geometry.n_conv:]]
+        return self.geometry.activation_sizes() + [w.shape[-2] for w in self.weights[self.geometry.n_conv :]]
 
     def draws(self, start: int, stop: int) -> "ConvNetwork":
         weights = [w[start:stop] if w.dim() == 3 else w for w in self.weights]
@@ -120,14 +122,18 @@ class ConvNetwork:
 
     def draw(self, index: int) -> "ConvNetwork":
         """Draw `index` alone, its tensors copied out of the chunk (see CompactNetwork.draw)."""
-        weights = [w[index:index + 1].clone() if w.dim() == 3 else w for w in self.weights]
+        weights = [w[index : index + 1].clone() if w.dim() == 3 else w for w in self.weights]
         return ConvNetwork(weights, self.geometry, self.activation, self.disconnected)
 
     def __call__(self, x: Tensor) -> Tensor:
         if self.n_draws is None:
             return conv_forward(x, self.weights, self.geometry, self.activation)
-        return torch.stack([conv_forward(x, [w[r] if w.dim() == 3 else w for w in self.weights], self.geometry,
-                                         self.activation) for r in range(self.n_draws)])
+        return torch.stack(
+            [
+                conv_forward(x, [w[r] if w.dim() == 3 else w for w in self.weights], self.geometry, self.activation)
+                for r in range(self.n_draws)
+            ]
+        )
 
 
 def channel_masks(masks: Sequence[Tensor], geometry: ConvGeometry) -> list[Tensor]:
