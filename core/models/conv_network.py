@@ -14,14 +14,16 @@ masked weights are zeros and cost a convolution each).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from core.errors import ConfigError
-from core.models.conv import augmented_conv
+from core import limits
+from core.errors import ConfigError, InputError
+from core.models.conv import augmented_conv, conv_layer_class
+from core.validate import shown, whole_number
 
 POOL = 2  # every conv block ends in a 2 x 2 max-pool (LeNet-5)
 
@@ -193,3 +195,34 @@ def conv_active_masks(masks: Sequence[Tensor], geometry: ConvGeometry) -> list[T
         result.append(torch.cat([weights, (unit & (mask[..., -1] | constant_in)).unsqueeze(-1)], dim=-1))
         sources = depends[index]
     return result
+
+
+def check_conv(value: Any, image_shape: Sequence[int] | None, dataset: str, method: str) -> tuple[tuple[int, int], ...]:
+    """Conv blocks from outside (config files, presets) as ((filters, kernel), ...): at most
+    $BNN_MAX_HIDDEN_LAYERS blocks, filters from 1 to $BNN_MAX_HIDDEN_WIDTH, kernels that fit the image
+    (image_shape, (C, H, W) of `dataset`; None: not an image set), for a family with a conv layer.
+    InputError (or ConfigError) naming conv otherwise; () for none."""
+    example = "[[20, 5], [50, 5]]"
+    if value is None or (isinstance(value, (list, tuple)) and not value):
+        return ()
+    if not isinstance(value, (list, tuple)):
+        raise InputError(f"conv: give a list of [filters, kernel] pairs such as {example}, got {shown(value)}")
+    most = limits.limit(limits.MAX_HIDDEN_LAYERS)
+    if len(value) > most:
+        raise InputError(
+            f"conv: {len(value)} blocks are more than the limit {most} (${limits.MAX_HIDDEN_LAYERS.variable})"
+        )
+    widest = limits.limit(limits.MAX_HIDDEN_WIDTH)
+    blocks = []
+    for block in value:
+        if not isinstance(block, (list, tuple)) or len(block) != 2:
+            raise InputError(f"conv: each block is a [filters, kernel] pair such as [20, 5], got {shown(block)}")
+        blocks.append((whole_number(block[0], "conv filters", 1, widest), whole_number(block[1], "conv kernel", 1)))
+    if image_shape is None:
+        raise InputError(
+            f"conv: {dataset!r} has no image inputs; convolutional blocks need an image dataset such as "
+            f"mnist, fashion-mnist, kmnist or mnist-small"
+        )
+    conv_layer_class(method)
+    ConvGeometry.of(image_shape, blocks)
+    return tuple(blocks)

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 import tomllib
 
 from core import limits, validate
-from core.errors import BNNError, ConfigError, InputError
+from core.errors import BNNError, ConfigError
+from core.models.conv_network import check_conv
 from core.models.likelihoods import LIKELIHOODS, likelihood_options
 from core.models.network import ACTIVATIONS, ModelConfig, check_input_skip
 from core.models.registry import canonical_family, family_class
@@ -274,7 +275,8 @@ class RunConfig:
         if not isinstance(hidden, (list, tuple)):
             raise ConfigError(f"hidden: must be a list of positive layer widths, got {validate.shown(self.hidden)}")
         put("hidden", check_hidden(hidden, self.hidden))
-        put("conv", check_conv(self.conv, self.dataset, self.method))
+        put("conv", check_conv(self.conv, _image_shape(self.dataset) if self.conv else None, self.dataset,
+                               self.method))
         if self.activation is None:
             put("activation", default_activation(self.method, self.dataset))
         if self.activation not in ACTIVATIONS:
@@ -418,41 +420,6 @@ def _image_shape(dataset: str) -> tuple[int, int, int] | None:
         return image_shape_of(dataset_info(dataset).input_shape)
     except BNNError:
         return None
-
-
-def check_conv(value: Any, dataset: str, method: str) -> tuple[tuple[int, int], ...]:
-    """Conv blocks as ((filters, kernel), ...): at most $BNN_MAX_HIDDEN_LAYERS blocks, filters from 1 to
-    $BNN_MAX_HIDDEN_WIDTH, kernels from 1 to what the image leaves; only on image datasets and for the
-    families with a convolutional layer (core.models.conv). InputError naming conv otherwise."""
-    from core.models.conv import conv_layer_class
-    from core.models.conv_network import ConvGeometry
-
-    example = "[[20, 5], [50, 5]]"
-    if value is None or (isinstance(value, (list, tuple)) and not value):
-        return ()
-    if not isinstance(value, (list, tuple)):
-        raise InputError(f"conv: give a list of [filters, kernel] pairs such as {example}, "
-                                  f"got {validate.shown(value)}")
-    most = limits.limit(limits.MAX_HIDDEN_LAYERS)
-    if len(value) > most:
-        raise InputError(f"conv: {len(value)} blocks are more than the limit {most} "
-                                  f"(${limits.MAX_HIDDEN_LAYERS.variable})")
-    widest = limits.limit(limits.MAX_HIDDEN_WIDTH)
-    blocks = []
-    for block in value:
-        if not isinstance(block, (list, tuple)) or len(block) != 2:
-            raise InputError(f"conv: each block is a [filters, kernel] pair such as [20, 5], "
-                                      f"got {validate.shown(block)}")
-        filters = validate.whole_number(block[0], "conv filters", 1, widest)
-        kernel = validate.whole_number(block[1], "conv kernel", 1, None)
-        blocks.append((filters, kernel))
-    image = _image_shape(dataset)
-    if image is None:
-        raise InputError(f"conv: {dataset!r} has no image inputs; convolutional blocks need an image "
-                                  f"dataset such as mnist, fashion-mnist, kmnist or mnist-small")
-    conv_layer_class(method)
-    ConvGeometry.of(image, blocks)
-    return tuple(blocks)
 
 
 TABLE_KEYS = ("target", "task", "split_column", "missing")
