@@ -257,6 +257,11 @@ def readme_text(meta: dict[str, Any], onnx: bool) -> str:
     if any(meta.get("input_skip") or []):
         lines += ["", "This network has input skips: layers after the first also read the gathered inputs, "
                       "appended below the previous layer's units (`input_skip` in model.json)."]
+    if (meta.get("config") or {}).get("conv"):
+        lines += ["", "This network starts with convolutional blocks (`conv`, `image_shape` in model.json's config): "
+                      "layer i < len(conv) holds its filters flattened, (filters, channels * k * k), each block a "
+                      "conv2d, the activation and a 2x2 max-pool; the snippet above reads fully connected layers "
+                      "only: `core.predict.export.load_exported` runs both."]
     if onnx:
         lines += ["", "## onnxruntime", "", "```python", ONNX_SNIPPET.strip(), "```"]
     lines += ["", "Regression outputs are in standardised target units (y = mean * target_std + target_mean, "
