@@ -97,7 +97,7 @@ with guard("Masks as in Hubin & Storvik 2019"):
     st.caption(f"A keeps {comparison['kept_a']} weights, B keeps {comparison['kept_b']}.")
 
     input_shape = tuple(run.dataset().input_shape)
-    if len(input_shape) == 2:
+    if len(input_shape) == 2 and not run.config.conv:  # a conv run's first layer: its filters, drawn above
         st.subheader("Receptive fields of first-layer units")
         units_available = list(range(masks[0].shape[0]))
         kept_per_unit = masks[0][:, :-1].sum(axis=1)
