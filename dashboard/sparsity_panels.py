@@ -93,8 +93,9 @@ def explanation_section(run_id: str, dataset: Any, threshold: float, samples: in
                "input's value; for ReLU networks the exact local linear coefficients. Median and 95 % interval "
                "over the R posterior draws.")
     if not backend.explainable(cache.cached_run(run_id)):
-        st.caption("This family's posterior draws are a linearisation about the mean weights, not networks "
-                   "of their own: there is no sampled network to explain. Explain a run of another family.")
+        st.caption("This run cannot be explained here: a convolutional network's explanation is not written, "
+                   "and a linearised posterior's draws (laplace) are not networks of their own. Explain a fully "
+                   "connected run of another family.")
         return
     weights = sum(int(np.size(s)) for s in cache.statistics(run_id))
     if not st.toggle("Explain the example", value=weights <= EXPLAIN_AUTO_WEIGHTS, key="explain_on",

@@ -276,10 +276,11 @@ def test_safetensors_export_predicts_as_mpm_mean(tmp_path):
 
 
 def test_unsupported_verbs_and_configs_are_refused_with_one_message():
-    from core.predict.explain import explain
+    from core.predict.explain import explain, explainable
     from core.predict.onnx_export import onnx_bytes
 
     model = _small_model("lbbnn").eval()
+    assert not explainable(model)  # the Uncertainty page says so instead of trying
     with pytest.raises(PredictionError, match="explain: works on fully connected networks"):
         explain(model, torch.rand(784))
     with pytest.raises(PredictionError, match="onnx: writes fully connected networks only"):

@@ -86,8 +86,10 @@ class Explanation:
 
 
 def explainable(model_or_run: Any) -> bool:
-    """Whether the family's draws are networks of their own (a linearised posterior's are not)."""
-    return resolve_model(model_or_run).posterior is None
+    """Whether the family's draws are networks of their own (a linearised posterior's are not) and fully
+    connected (a conv network's explanation is not written)."""
+    model = resolve_model(model_or_run)
+    return model.posterior is None and model.geometry is None
 
 
 def explain(model_or_run: Any, x: Any, threshold: float | None = None, samples: int = DEFAULT_SAMPLES,
