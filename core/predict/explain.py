@@ -98,11 +98,11 @@ def explain(model_or_run: Any, x: Any, threshold: float | None = None, samples: 
     the mean) at the single input x (d,) or (1, d) by R = `samples` draws of the network pruned at
     `threshold` (default: the family's). See the module docstring for what is reported."""
     model = resolve_model(model_or_run)
+    if model.geometry is not None:
+        raise PredictionError("explain: works on fully connected networks; this run has convolutional blocks (conv)")
     if not explainable(model):
         raise PredictionError(f"explain: the {model.family} family's draws are a linearisation about the "
                               f"mean, not networks of their own; explain another family's run")
-    if model.geometry is not None:
-        raise PredictionError("explain: works on fully connected networks; this run has convolutional blocks (conv)")
     samples = check_samples(samples)
     if not 0.0 < float(level) < 1.0:
         raise PredictionError(f"level: must lie in (0, 1), got {level!r}")
