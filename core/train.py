@@ -397,7 +397,8 @@ def _warm_start(model, x_train, y_train, config, seed, batch_generator, noise_ge
     point_config = ModelConfig(in_features=model.config.in_features, out_classes=model.config.out_classes,
                                hidden=model.config.hidden, family="fnn", activation=model.config.activation,
                                likelihood=model.config.likelihood,
-                               family_options={"input_skip": True} if model.input_skip else {})
+                               family_options={"input_skip": True} if model.input_skip else {},
+                               conv=model.config.conv, image_shape=model.config.image_shape)
     # On a CPU the point net's initial values continue the noise stream, as they did
     # when both came from the global generator; elsewhere they come from the CPU stream.
     on_cpu = model.device.type == "cpu"

@@ -188,7 +188,10 @@ def inclusion_charts(run_id: str, threshold: float, log_counts: bool, masked_wei
     return {
         "histogram": charts.with_threshold_rules(histogram_without_threshold(run_id, log_counts), threshold),
         "masks": pictures,
-        "pixels": raster.kept_per_input_picture(layer_masks[0], input_shape) if len(input_shape) == 2 else None,
+        # conv runs: the first layer reads channels, not pixels; no per-pixel picture
+        "pixels": raster.kept_per_input_picture(layer_masks[0], input_shape)
+        if len(input_shape) == 2 and layer_masks[0].shape[1] - 1 == np.prod(input_shape)
+        else None,
     }
 
 

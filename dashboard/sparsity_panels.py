@@ -50,10 +50,11 @@ def inclusion_section(run_id: str, threshold: float, statistics: Sequence[np.nda
     st.dataframe(sparsity.density_comparison_frame(paths, labels), hide_index=True,
                  column_config={"density": number, "active-path density": number})
 
+    conv = int(np.shape(masks[0])[1]) - 1 != int(np.prod(input_shape))  # conv layers first: no chain of units
     layer = st.selectbox("Layer at full resolution", list(range(len(masks))), format_func=lambda i: labels[i],
                          key="full_mask_layer")
     if np.ndim(statistics[layer]) == 2:
-        skip = layer > 0 and sparsity.skip_flags(masks)[layer]
+        skip = layer > 0 and not conv and sparsity.skip_flags(masks)[layer]
         st.plotly_chart(sparsity.mask_figure(statistics[layer], masks[layer], active[layer], labels[layer],
                                              statistic_name, skip_from=int(np.shape(masks[layer - 1])[0])
                                              if skip else None), key="full_mask")
@@ -64,7 +65,7 @@ def inclusion_section(run_id: str, threshold: float, statistics: Sequence[np.nda
     else:
         st.info(f"{labels[layer]} is not a dense matrix: its mask is drawn above only.")
 
-    if any(np.ndim(m) != 2 for m in active):  # the graph and the pixel map read dense layers only
+    if conv or any(np.ndim(m) != 2 for m in active):  # the graph and the pixel map read dense layers only
         st.info("The graph of active paths and the input pixels are drawn for dense layers only.")
         return
     widths = [int(np.shape(active[0])[1]) - 1] + [int(np.shape(m)[0]) for m in active]
@@ -92,8 +93,9 @@ def explanation_section(run_id: str, dataset: Any, threshold: float, samples: in
                "input's value; for ReLU networks the exact local linear coefficients. Median and 95 % interval "
                "over the R posterior draws.")
     if not backend.explainable(cache.cached_run(run_id)):
-        st.caption("This family's posterior draws are a linearisation about the mean weights, not networks "
-                   "of their own: there is no sampled network to explain. Explain a run of another family.")
+        st.caption("This run cannot be explained here: a convolutional network's explanation is not written, "
+                   "and a linearised posterior's draws (laplace) are not networks of their own. Explain a fully "
+                   "connected run of another family.")
         return
     weights = sum(int(np.size(s)) for s in cache.statistics(run_id))
     if not st.toggle("Explain the example", value=weights <= EXPLAIN_AUTO_WEIGHTS, key="explain_on",

@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from core.errors import ConfigError
 from core.models.base import LayerOptions, StatisticSpec, augmented_linear, initial_draws_from, new_generator
+from core.models.conv import conv_layer_class
+from core.models.conv_network import POOL, ConvGeometry, ConvNetwork, channel_masks, conv_active_masks
 from core.models.likelihoods import Likelihood, make_likelihood
 from core.models.registry import canonical_family, family_class, layer_class
 
@@ -48,6 +52,10 @@ class ModelConfig:
     activation: str = "relu"
     likelihood: str = "categorical"
     likelihood_options: dict[str, Any] = field(default_factory=dict)
+    # Conv blocks (filters, kernel) before the `hidden` layers, each conv -> activation -> 2x2 max-pool
+    # (core.models.conv_network), on inputs of image_shape (C, H, W); () is a fully connected network.
+    conv: tuple[tuple[int, int], ...] = ()
+    image_shape: tuple[int, int, int] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "family", canonical_family(self.family))
@@ -62,10 +70,26 @@ class ModelConfig:
         # Parsed once, here, so a bad option fails before any training; the model reads this copy.
         object.__setattr__(self, "_layer_options", family_class(self.family).Options.from_dict(self.family_options))
         check_input_skip(self.family, self._layer_options)
+        object.__setattr__(self, "conv", tuple((int(c), int(k)) for c, k in self.conv))
+        object.__setattr__(self, "_geometry", self._conv_geometry())
         make_likelihood(self.likelihood, self.likelihood_options).n_outputs(self.out_classes)
 
     def layer_options(self) -> LayerOptions:
         return self._layer_options
+
+    def _conv_geometry(self) -> ConvGeometry | None:
+        if not self.conv:
+            return None
+        if self.image_shape is None or math.prod(self.image_shape) != int(self.in_features):
+            raise ConfigError(f"conv: needs image inputs; these have {self.in_features} features and no image shape")
+        if getattr(self._layer_options, "input_skip", False):
+            raise ConfigError("input_skip: a convolutional network has no input-skip form; leave conv unset")
+        conv_layer_class(self.family)
+        return ConvGeometry.of(self.image_shape, self.conv)
+
+    def geometry(self) -> ConvGeometry | None:
+        """The conv body's shapes; None for a fully connected network."""
+        return self._geometry
 
 
 def check_input_skip(family: str, options: LayerOptions) -> None:
@@ -83,16 +107,22 @@ class BayesianMLP(nn.Module):
         self.config = config
         self.likelihood: Likelihood = make_likelihood(config.likelihood, config.likelihood_options)
         options = config.layer_options()
-        widths = [config.in_features, *config.hidden, self.likelihood.n_outputs(config.out_classes)]
+        self.geometry = config.geometry()
+        first = config.in_features if self.geometry is None else self.geometry.flat_features
+        widths = [first, *config.hidden, self.likelihood.n_outputs(config.out_classes)]
         self.input_skip = bool(getattr(options, "input_skip", False))
         # Fan-ins: a skipping layer reads the previous layer's units and then the inputs.
         fan_ins = [w + (config.in_features if self.input_skip and i > 0 else 0) for i, w in enumerate(widths[:-1])]
         with initial_draws_from(generator):
             last = len(widths) - 2
+            blocks = [] if self.geometry is None else self.geometry.blocks
+            conv_class = None if self.geometry is None else conv_layer_class(config.family)
             self.layers = nn.ModuleList(
-                layer_class(config.family, options, i == last)(w_in, w_out, options, is_output=(i == last))
-                for i, (w_in, w_out) in enumerate(zip(fan_ins, widths[1:]))
+                [conv_class(c_in, c_out, kernel, options) for c_in, c_out, kernel, _, _ in blocks]
+                + [layer_class(config.family, options, i == last)(w_in, w_out, options, is_output=(i == last))
+                   for i, (w_in, w_out) in enumerate(zip(fan_ins, widths[1:]))]
             )
+        self.n_conv = len(blocks)
         self.activation = ACTIVATIONS[config.activation]()
         # A posterior over all weights at once (the `laplace` family's), which the layers' own q cannot
         # express; None for every family whose q is per layer.
@@ -120,11 +150,27 @@ class BayesianMLP(nn.Module):
         return torch.cat([h, x.expand(h.shape[:-1] + x.shape[-1:])], dim=-1)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.geometry is not None:
+            h = self.geometry.images(x)
+            for i, layer in enumerate(self.layers):
+                h = self.after_layer(i, layer(h))
+            return h
         h = x
         for i, layer in enumerate(self.layers):
             h = layer(self.layer_input(i, h, x))
             if i < len(self.layers) - 1:
                 h = self.activation(h)
+        return h
+
+    def after_layer(self, index: int, h: Tensor) -> Tensor:
+        """The activation after layer `index` (none after the last), then a conv block's pooling (and
+        the flattening after the last block)."""
+        if index < len(self.layers) - 1:
+            h = self.activation(h)
+        if index < self.n_conv:
+            h = F.max_pool2d(h, POOL)
+            if index == self.n_conv - 1:
+                h = h.flatten(1)
         return h
 
     def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:
@@ -134,12 +180,11 @@ class BayesianMLP(nn.Module):
         but not the right value (see SparseLayer.forward_with_kl).
         """
         kl = x.new_zeros(())
-        h = x
+        h = x if self.geometry is None else self.geometry.images(x)
         for i, layer in enumerate(self.layers):
             h, layer_kl = layer.forward_with_kl(self.layer_input(i, h, x), kl_value)
             kl = kl + layer_kl
-            if i < len(self.layers) - 1:
-                h = self.activation(h)
+            h = self.after_layer(i, h)
         noise_kl = self.likelihood.kl()  # the noise model's own term (a Gamma prior on the precision)
         return h, kl if noise_kl is None else kl + noise_kl
 
@@ -167,6 +212,8 @@ class BayesianMLP(nn.Module):
     # --- forward with explicit weights (prediction) ---------------------------------------
     def forward_with_weights(self, x: Tensor, weights: Sequence[Tensor]) -> Tensor:
         """Outputs for given weights: each (out, in+1), or (R, out, in+1) for R networks at once."""
+        if self.geometry is not None:
+            return self.prediction_network(weights)(x)
         h = x
         for i, weight in enumerate(weights):
             h = augmented_linear(self.layer_input(i, h, x), weight)
@@ -225,6 +272,25 @@ class BayesianMLP(nn.Module):
         if self.posterior is None:
             return None
         return self.mean_weights() if masks is None else self.conditional_mean_weights(masks)
+
+    def prediction_network(self, weights: Sequence[Tensor], masks: Sequence[Tensor] | None = None
+                           ) -> ConvNetwork | None:
+        """A conv network's runner for these weights (zero outside `masks` where given); None for a fully
+        connected network (core.predict runs those as compact networks)."""
+        if self.geometry is None:
+            return None
+        if masks is not None:
+            weights = [w * m.to(w.dtype) for w, m in zip(weights, masks)]
+        return ConvNetwork(list(weights), self.geometry, self.activation)
+
+    def structure_masks(self, masks: Sequence[Tensor]) -> list[Tensor]:
+        """Masks as core.predict.structure reads them: as they are, or a conv network's channel-level masks."""
+        return list(masks) if self.geometry is None else channel_masks(masks, self.geometry)
+
+    def conv_active_masks(self, masks: Sequence[Tensor]) -> list[Tensor] | None:
+        """A conv network's active entries (core.models.conv_network); None for a fully connected network,
+        whose active entries core.predict.structure.active_masks works out."""
+        return None if self.geometry is None else conv_active_masks(masks, self.geometry)
 
     # --- sparsity -------------------------------------------------------------------------
     def native_statistics(self) -> list[Tensor]:

@@ -130,11 +130,16 @@ def forward_draws(model: BayesianMLP, x: Tensor, weights: Sequence[Tensor], batc
     """Network outputs (R, n, out) for weights (R, out, in+1) per layer; R = 1 for (out, in+1) weights."""
     if batch_size is not None and int(batch_size) < 1:
         raise PredictionError(f"batch_size: must be >= 1, got {batch_size!r}")
-    return run_chunked(dense_network(weights, model.activation), x, memory_budget, batch_size)
+    network = model.prediction_network(weights) or dense_network(weights, model.activation)
+    return run_chunked(network, x, memory_budget, batch_size)
 
 
 def masked_network(model: BayesianMLP, weights: Sequence[Tensor], masks: Sequence[Tensor]) -> CompactNetwork:
     """The compact network (dead units dropped, sparse layers sparse) of weights zero outside `masks`."""
+    if model.geometry is not None:  # a conv network runs its masked weights as they are
+        network = model.prediction_network(weights, masks)
+        network.disconnected = bool(is_disconnected(model.structure_masks(masks)))
+        return network
     if all(bool(mask.all()) for mask in masks):  # nothing to drop (e.g. the posterior-mean network)
         network = dense_network(weights, model.activation)
         network.disconnected = False
@@ -213,7 +218,8 @@ class DrawUsage:
     would.
     """
 
-    def __init__(self, base: Sequence[Tensor] | None = None) -> None:
+    def __init__(self, base: Sequence[Tensor] | None = None, structure: Any = list) -> None:
+        self.structure = structure  # masks as core.predict.structure reads them (BayesianMLP.structure_masks)
         self.counts: list[int] | None = None  # nonzero weights per layer, summed over draws
         self.union: list[Tensor] | None = None  # used by some draw
         self.first: list[Tensor] | None = None  # used by draw 0
@@ -244,7 +250,7 @@ class DrawUsage:
         else:
             self.counts = [a + b for a, b in zip(self.counts, counts)]
             self.union = [a | b for a, b in zip(self.union, union)]
-        disconnected = torch.as_tensor(is_disconnected(used)).reshape(-1)
+        disconnected = torch.as_tensor(is_disconnected(self.structure(used))).reshape(-1)
         self.all_disconnected &= bool(disconnected.all())
         self.draw_disconnected.extend(bool(flag) for flag in disconnected)
         per_draw = [torch.count_nonzero(u.reshape(u.shape[0], -1), dim=1) for u in used]
@@ -273,7 +279,8 @@ class DrawUsage:
 
 def new_usage(model: BayesianMLP, masks: Sequence[Tensor] | None, samples: int) -> DrawUsage:
     """The DrawUsage a prediction with `samples` draws needs (bma with R > 1 also the mean's nonzeros)."""
-    return DrawUsage(nonzero_masks(model.mean_weights()) if masks is None and samples > 1 else None)
+    return DrawUsage(nonzero_masks(model.mean_weights()) if masks is None and samples > 1 else None,
+                     model.structure_masks)
 
 
 def draws_per_chunk(model: BayesianMLP, plan: Plan, n_inputs: int, memory_budget: int) -> int:
@@ -310,7 +317,7 @@ def sampled_forward(model: BayesianMLP, plan: Plan, x: Tensor, seed: int, masks:
         if centre is not None:
             network = None
         elif masks is None:  # bma: every draw has its own structure
-            network = dense_network(weights, model.activation)
+            network = model.prediction_network(weights) or dense_network(weights, model.activation)
         else:
             network = masked_network(model, weights, masks)
         for index in range(count):
@@ -339,7 +346,7 @@ def _densities(model: BayesianMLP, plan: Plan, masks: Sequence[Tensor] | None, w
     n_weights = sum(layer.out_features * (layer.in_features + 1) for layer in model.layers)
     if masks is not None:
         if disconnected is None:
-            disconnected = bool(is_disconnected(masks))
+            disconnected = bool(is_disconnected(model.structure_masks(masks)))
         counts = kept_counts(masks)
         density, per_layer = overall_density(masks, counts), layer_densities(masks, counts)
         if usage is not None:
@@ -350,7 +357,7 @@ def _densities(model: BayesianMLP, plan: Plan, masks: Sequence[Tensor] | None, w
         counts = kept_counts(used)
         density = overall_density(used, counts)
         if disconnected is None:
-            disconnected = bool(is_disconnected(used))
+            disconnected = bool(is_disconnected(model.structure_masks(used)))
         return density, layer_densities(used, counts), density, disconnected
     draw_density = usage.draw_density(plan.samples, n_weights)
     if plan.samples == 1:

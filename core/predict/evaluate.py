@@ -16,7 +16,7 @@ from core.predict.metrics import ood as ood_metrics
 from core.predict.metrics import regression as reg_metrics
 from core.predict.metrics.headline import prediction_metrics
 from core.predict.modes import PredictionMode
-from core.predict.structure import active_density
+from core.predict.structure import network_active_masks, overall_density
 
 ECDF_POINTS = 101
 
@@ -112,9 +112,9 @@ def active_density_of(model, prediction) -> float | None:
     of the posterior-mean network; None for bma, whose draws each have their own."""
     with torch.no_grad():
         if prediction.threshold is not None:
-            return active_density(model.keep_masks(prediction.threshold))
+            return overall_density(network_active_masks(model, model.keep_masks(prediction.threshold)))
         if prediction.mode is PredictionMode.MEAN:
-            return active_density([w != 0 for w in model.mean_weights()])
+            return overall_density(network_active_masks(model, [w != 0 for w in model.mean_weights()]))
     return None
 
 

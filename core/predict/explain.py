@@ -86,8 +86,10 @@ class Explanation:
 
 
 def explainable(model_or_run: Any) -> bool:
-    """Whether the family's draws are networks of their own (a linearised posterior's are not)."""
-    return resolve_model(model_or_run).posterior is None
+    """Whether the family's draws are networks of their own (a linearised posterior's are not) and fully
+    connected (a conv network's explanation is not written)."""
+    model = resolve_model(model_or_run)
+    return model.posterior is None and model.geometry is None
 
 
 def explain(model_or_run: Any, x: Any, threshold: float | None = None, samples: int = DEFAULT_SAMPLES,
@@ -96,6 +98,8 @@ def explain(model_or_run: Any, x: Any, threshold: float | None = None, samples: 
     the mean) at the single input x (d,) or (1, d) by R = `samples` draws of the network pruned at
     `threshold` (default: the family's). See the module docstring for what is reported."""
     model = resolve_model(model_or_run)
+    if model.geometry is not None:
+        raise PredictionError("explain: works on fully connected networks; this run has convolutional blocks (conv)")
     if not explainable(model):
         raise PredictionError(f"explain: the {model.family} family's draws are a linearisation about the "
                               f"mean, not networks of their own; explain another family's run")

@@ -36,11 +36,12 @@ from torch import Tensor, nn
 
 from core.errors import PredictionError, RunStoreError
 from core.jsonable import jsonable
+from core.models.conv_network import ConvGeometry, conv_forward
 from core.models.likelihoods import HeteroscedasticGaussian, make_likelihood
 from core.models.network import ACTIVATIONS, BayesianMLP
 from core.predict.compact import CompactLayer, CompactNetwork, choose_format, compact_network, to_format
 from core.predict.engine import check_threshold, resolve_model
-from core.predict.structure import active_masks, layer_densities, overall_density
+from core.predict.structure import active_masks, layer_densities, network_active_masks, overall_density
 
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
@@ -48,12 +49,14 @@ META_FILE = "model.json"
 README_FILE = "README.md"
 
 
-def kept_counts(masks: list[Tensor]) -> dict[str, int]:
+def kept_counts(masks: list[Tensor], active: list[Tensor] | None = None) -> dict[str, int]:
     """Kept entries (weights and biases) at these masks: raw, on active paths, and of the dense net.
 
-    The one count the Pruning page and the export both show (raw / density * total = raw)."""
+    The one count the Pruning page and the export both show (raw / density * total = raw). `active`: the
+    active entries where known (a conv network's, core.predict.structure.network_active_masks)."""
+    active = active_masks(masks) if active is None else active
     return {"raw": sum(int(torch.count_nonzero(m)) for m in masks),
-            "active": sum(int(torch.count_nonzero(m)) for m in active_masks(masks)),
+            "active": sum(int(torch.count_nonzero(m)) for m in active),
             "total": sum(int(m.numel()) for m in masks)}
 
 
@@ -62,7 +65,8 @@ def kept_counts_at(model_or_run: Any, threshold: float | None) -> dict[str, int]
     model = resolve_model(model_or_run)
     threshold = model.spec.default_threshold if threshold is None else check_threshold(model, threshold)
     with torch.no_grad():
-        return kept_counts(model.keep_masks(threshold))
+        masks = model.keep_masks(threshold)
+        return kept_counts(masks, network_active_masks(model, masks))
 
 
 def compact_layers(model: BayesianMLP, threshold: float) -> tuple[Tensor, list[Tensor], list[Tensor], list[Tensor]]:
@@ -72,6 +76,11 @@ def compact_layers(model: BayesianMLP, threshold: float) -> tuple[Tensor, list[T
     dense so the exported file stores plain (out, in) blocks; exact zeros are not stored.
     """
     masks = model.keep_masks(threshold)
+    if model.geometry is not None:  # conv: every layer as it is (flattened filters), no unit dropped
+        kept_weights = model.conditional_mean_weights(masks)
+        weights, biases = [w[:, :-1] for w in kept_weights], [w[:, -1] for w in kept_weights]
+        index = torch.arange(model.config.in_features, device=masks[0].device)
+        return index, weights, biases, [weight != 0 for weight in weights]
     network = compact_network(model.conditional_mean_weights(masks), masks, model.activation, sparse_below=0.0)
     input_index = network.input_index
     if input_index is None:
@@ -90,8 +99,10 @@ class ExportedMLP(nn.Module):
     """A small deterministic MLP: gather used inputs, then compact layers (sparse ones as sparse matrices)."""
 
     def __init__(self, input_index: Tensor, weights: list[Tensor], biases: list[Tensor], activation: str,
-                 likelihood: str, noise_std: float | None = None, skip: list[bool] | None = None):
+                 likelihood: str, noise_std: float | None = None, skip: list[bool] | None = None,
+                 geometry: ConvGeometry | None = None):
         super().__init__()
+        self.geometry = geometry  # conv blocks first (core.models.conv_network); None: a compact MLP
         self.skip = tuple(bool(flag) for flag in skip) if skip and any(skip) else ()
         self.register_buffer("input_index", input_index.long())
         for i, (w, b) in enumerate(zip(weights, biases)):
@@ -105,6 +116,10 @@ class ExportedMLP(nn.Module):
         self.likelihood.requires_grad_(False)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.geometry is not None:
+            weights = [torch.cat([getattr(self, f"weight_{i}"), getattr(self, f"bias_{i}").unsqueeze(1)], dim=1)
+                       for i in range(self.n_layers)]
+            return conv_forward(x.reshape(x.shape[0], -1), weights, self.geometry, self.activation)
         return self.network(x.reshape(x.shape[0], -1))
 
     @property
@@ -139,8 +154,8 @@ def export_pruned(model_or_run: Any, threshold: float | None, path: str | Path,
     threshold = model.spec.default_threshold if threshold is None else check_threshold(model, threshold)
     with torch.no_grad():
         masks = model.keep_masks(threshold)
-        active = active_masks(masks)
-        counts = kept_counts(masks)
+        active = network_active_masks(model, masks)
+        counts = kept_counts(masks, active)
         input_index, weights, biases, kept = compact_layers(model, threshold)
         tensors = {"input_index": input_index.cpu().contiguous()}
         shapes = []
@@ -206,9 +221,14 @@ def load_exported(path: str | Path) -> ExportedMLP:
         weights.append(dense.reshape(shape))
         biases.append(tensors[f"layer_{i}.bias"])
     module = ExportedMLP(tensors["input_index"], weights, biases, meta["activation"], meta["likelihood"],
-                         meta.get("noise_std"), meta.get("input_skip"))
+                         meta.get("noise_std"), meta.get("input_skip"), _geometry(meta))
     module.meta = meta
     return module.eval()
+
+
+def _geometry(meta: dict[str, Any]) -> ConvGeometry | None:
+    config = meta.get("config") or {}
+    return ConvGeometry.of(config["image_shape"], config["conv"]) if config.get("conv") else None
 
 
 def readme_text(meta: dict[str, Any], onnx: bool) -> str:
@@ -237,6 +257,11 @@ def readme_text(meta: dict[str, Any], onnx: bool) -> str:
     if any(meta.get("input_skip") or []):
         lines += ["", "This network has input skips: layers after the first also read the gathered inputs, "
                       "appended below the previous layer's units (`input_skip` in model.json)."]
+    if (meta.get("config") or {}).get("conv"):
+        lines += ["", "This network starts with convolutional blocks (`conv`, `image_shape` in model.json's config): "
+                      "layer i < len(conv) holds its filters flattened, (filters, channels * k * k), each block a "
+                      "conv2d, the activation and a 2x2 max-pool; the snippet above reads fully connected layers "
+                      "only: `core.predict.export.load_exported` runs both."]
     if onnx:
         lines += ["", "## onnxruntime", "", "```python", ONNX_SNIPPET.strip(), "```"]
     lines += ["", "Regression outputs are in standardised target units (y = mean * target_std + target_mean, "

@@ -147,6 +147,9 @@ def output_names(model: BayesianMLP) -> list[str]:
 
 
 def onnx_bytes(model: BayesianMLP, threshold: float | None) -> bytes:
+    if model.geometry is not None:
+        raise PredictionError("export --format onnx: writes fully connected networks only; this run has "
+                              "convolutional blocks (conv): use the safetensors export")
     """The ONNX graph of plain_module(model, threshold), batch size dynamic."""
     module = plain_module(model, threshold)
     names = output_names(model)

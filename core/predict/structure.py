@@ -114,6 +114,12 @@ def active_masks(masks: Sequence[Tensor]) -> list[Tensor]:
     return result
 
 
+def network_active_masks(model, masks: Sequence[Tensor]) -> list[Tensor]:
+    """active_masks of a model's masks: a conv network's from its channels (BayesianMLP.conv_active_masks)."""
+    conv = model.conv_active_masks(masks)
+    return active_masks(masks) if conv is None else conv
+
+
 def kept_counts(masks: Sequence[Tensor]) -> list[int]:
     """Kept (nonzero) entries per layer, summed over any leading batch dims."""
     return [int(torch.count_nonzero(mask)) for mask in masks]

@@ -47,7 +47,7 @@ from core.predict.metrics import classification as cls_metrics
 from core.predict.metrics import regression as reg_metrics
 from core.predict.metrics.headline import headline_metric
 from core.predict.modes import PredictionMode, WeightChoice, parse_mode, parse_weight_choice
-from core.predict.structure import active_masks, is_disconnected
+from core.predict.structure import is_disconnected, network_active_masks
 
 DEFAULT_POINTS = 51
 MASK_BLOCK = 64  # thresholds whose masks are built at once (memory: MASK_BLOCK bytes per weight)
@@ -100,6 +100,7 @@ class SortedStatistics:
         with torch.no_grad():
             self.keys = [self.spec.keep_key(stat).reshape(-1) for stat in model.native_statistics()]
         self.shapes = [layer.shape for layer in model.layers]
+        self.structure_masks, self.conv_active_masks = model.structure_masks, model.conv_active_masks  # conv nets
         self.descending = [torch.argsort(key, descending=True, stable=True) for key in self.keys]
         self.ascending_np = [np.sort(key.double().cpu().numpy()) for key in self.keys]
 
@@ -129,7 +130,8 @@ class SortedStatistics:
 def disconnected_at(stats: SortedStatistics, grid: np.ndarray) -> np.ndarray:
     """(T,) whether the network cut at each threshold has no path from an input to an output."""
     with torch.no_grad():
-        return np.concatenate([is_disconnected(stats.stacked_masks(grid[i:i + MASK_BLOCK])).cpu().numpy()
+        return np.concatenate([is_disconnected(stats.structure_masks(stats.stacked_masks(grid[i:i + MASK_BLOCK])))
+                               .cpu().numpy()
                                for i in range(0, len(grid), MASK_BLOCK)])
 
 
@@ -138,8 +140,8 @@ def active_density_at(stats: SortedStatistics, grid: np.ndarray) -> np.ndarray:
     total = sum(float(np.prod(shape)) for shape in stats.shapes)
     with torch.no_grad():
         return np.concatenate([
-            sum(mask.reshape(mask.shape[0], -1).sum(dim=1) for mask in active_masks(
-                stats.stacked_masks(grid[i:i + MASK_BLOCK]))).double().cpu().numpy() / total
+            sum(mask.reshape(mask.shape[0], -1).sum(dim=1) for mask in network_active_masks(
+                stats, stats.stacked_masks(grid[i:i + MASK_BLOCK]))).double().cpu().numpy() / total
             for i in range(0, len(grid), MASK_BLOCK)])
 
 
@@ -235,7 +237,7 @@ def _incremental_mean_outputs(model: BayesianMLP, x: Tensor, stats: SortedStatis
     a compact network (dead units dropped, sparse layers sparse) per threshold.
     """
     weights = model.conditional_mean_weights()
-    if model.input_skip:  # later layers read the inputs too: each point runs its own compact network
+    if model.input_skip or model.geometry is not None:  # skips, or a conv body: each point runs by itself
         return torch.stack([forward_masked(model, x, weights, stats.masks(t))[0] for t in thresholds])
     n = x.shape[0]
     first = weights[0].double()

@@ -24,6 +24,7 @@ import tomllib
 
 from core import limits, validate
 from core.errors import BNNError, ConfigError
+from core.models.conv_network import check_conv
 from core.models.likelihoods import LIKELIHOODS, likelihood_options
 from core.models.network import ACTIVATIONS, ModelConfig, check_input_skip
 from core.models.registry import canonical_family, family_class
@@ -227,6 +228,9 @@ class RunConfig:
     data_seed: int = 0  # seed of generated data and of 80/20 splits; `seed` is the training seed
     method: str = "lbbnn"
     hidden: tuple[int, ...] | None = None  # None: default_hidden(dataset)
+    # Conv blocks [filters, kernel] before the hidden layers (core.models.conv_network; image datasets only);
+    # empty: a fully connected network, left out of the stored config so earlier run ids stay.
+    conv: tuple[tuple[int, int], ...] = ()
     activation: str | None = None  # None: default_activation(method, dataset)
     likelihood: str | None = None  # None: categorical for classification, gaussian for regression
     # The likelihood's noise model (core.models.likelihoods.GaussianOptions); only non-default
@@ -271,6 +275,8 @@ class RunConfig:
         if not isinstance(hidden, (list, tuple)):
             raise ConfigError(f"hidden: must be a list of positive layer widths, got {validate.shown(self.hidden)}")
         put("hidden", check_hidden(hidden, self.hidden))
+        put("conv", check_conv(self.conv, _image_shape(self.dataset) if self.conv else None, self.dataset,
+                               self.method))
         if self.activation is None:
             put("activation", default_activation(self.method, self.dataset))
         if self.activation not in ACTIVATIONS:
@@ -310,6 +316,8 @@ class RunConfig:
         # Defaults filled in: an option given at its default value is the same run. input_skip off is
         # left out: runs made before the option existed keep their ids.
         family_options = _plain(dataclasses.asdict(options), "family_options")
+        if family_options.get("input_skip") and self.conv:
+            raise ConfigError("input_skip: a convolutional network has no input-skip form; leave conv unset")
         if family_options.get("input_skip") is False:
             family_options.pop("input_skip")
         put("family_options", family_options)
@@ -340,6 +348,7 @@ class RunConfig:
             "data_seed": self.data_seed,
             "method": self.method,
             "hidden": list(self.hidden),
+            **({"conv": [list(block) for block in self.conv]} if self.conv else {}),
             "activation": self.activation,
             "likelihood": self.likelihood,
             **({"likelihood_options": dict(self.likelihood_options)} if self.likelihood_options else {}),
@@ -392,12 +401,29 @@ class RunConfig:
         return ModelConfig(in_features=dataset.in_features, out_classes=dataset.n_classes, hidden=self.hidden,
                            family=self.method, family_options=dict(self.family_options),
                            activation=self.activation, likelihood=self.likelihood,
-                           likelihood_options=dict(self.likelihood_options))
+                           likelihood_options=dict(self.likelihood_options), **self.conv_fields())
+
+    def conv_fields(self) -> dict[str, Any]:
+        """ModelConfig's conv and image_shape (from the dataset's registry entry); {} without conv blocks."""
+        if not self.conv:
+            return {}
+        return {"conv": self.conv, "image_shape": _image_shape(self.dataset)}
 
     def label(self) -> str:
         """Short human description, e.g. 'lbbnn 784-400-600-10 on mnist-small, seed 0'."""
         split = f" split {self.split}" if self.split is not None else ""
-        return f"{self.method} [{'-'.join(map(str, self.hidden))}] on {self.dataset}{split}, seed {self.seed}"
+        conv = "".join(f"c{filters}k{kernel}-" for filters, kernel in self.conv)
+        return f"{self.method} [{conv}{'-'.join(map(str, self.hidden))}] on {self.dataset}{split}, seed {self.seed}"
+
+
+def _image_shape(dataset: str) -> tuple[int, int, int] | None:
+    from core.data.registry import dataset_info
+    from core.models.conv_network import image_shape_of
+
+    try:
+        return image_shape_of(dataset_info(dataset).input_shape)
+    except BNNError:
+        return None
 
 
 TABLE_KEYS = ("target", "task", "split_column", "missing")

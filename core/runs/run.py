@@ -36,7 +36,7 @@ from core.predict.explain import DEFAULT_LEVEL, Explanation, explain
 from core.predict.explain import DEFAULT_SAMPLES as DEFAULT_EXPLAIN_SAMPLES
 from core.predict.metrics import headline_metric
 from core.predict.metrics.classification import DOUBT_LEVEL
-from core.predict.structure import active_masks, overall_density
+from core.predict.structure import network_active_masks, overall_density
 from core.predict.sweep import DEFAULT_POINTS, SortedStatistics, active_density_at, disconnected_at
 from core.runs.store import read_snapshot_arrays
 from core.snapshots import TrainingSnapshots
@@ -214,7 +214,7 @@ class Run:
         incoming one are dropped, to the fixed point; a unit's bias stays where the unit is on a path
         (see core.predict.structure.active_masks). The export writes exactly these weights."""
         with torch.no_grad():
-            return active_masks(self.masks(threshold))
+            return network_active_masks(self.model, self.masks(threshold))
 
     def explain(self, x: Any, threshold: float | None = None, samples: int = DEFAULT_EXPLAIN_SAMPLES, seed: int = 0,
                 output: int | None = None, level: float = DEFAULT_LEVEL) -> Explanation:
@@ -307,7 +307,7 @@ class Run:
             "keep": spec.keep.value,
             "threshold": spec.default_threshold if threshold is None else float(threshold),
             "density": kept / total,
-            "active_density": overall_density(active_masks(masks)),
+            "active_density": overall_density(network_active_masks(self.model, masks)),
             "layers": layers,
             **noise,
             "metrics": self.headline_metrics(),

@@ -223,7 +223,8 @@ def _model_from_state(config_fields: dict[str, Any] | RunConfig, info: dict[str,
     model_config = ModelConfig(in_features=int(shape["in_features"]), out_classes=shape["out_classes"],
                                hidden=config.hidden, family=config.method,
                                family_options=dict(config.family_options), activation=config.activation,
-                               likelihood=config.likelihood, likelihood_options=dict(config.likelihood_options))
+                               likelihood=config.likelihood, likelihood_options=dict(config.likelihood_options),
+                               **config.conv_fields())
     model = build_model(model_config, "cpu")
     model.load_state_dict(state_dict)
     return config, model.eval()

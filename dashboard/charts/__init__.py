@@ -6,11 +6,12 @@ Nothing here imports Streamlit or torch, so every figure is testable on its own.
 as block aggregates, histograms are binned here, not in the browser.
 
 Callers use `charts.<name>`; the topics: style (sizes, colours), histograms, matrices, curves,
-predictions, playback.
+predictions, playback, conv (conv-filter masks).
 """
 
 from __future__ import annotations
 
+from dashboard.charts.conv import conv_filter_charts, filter_density_frame, filter_pattern_frame  # noqa: F401
 from dashboard.charts.curves import (  # noqa: F401
     PICK,
     compare_curves,

@@ -54,6 +54,12 @@ with guard("Computing the statistics"):
             "the colour is the block's kept fraction (or mean weight). Last column: bias."
         )
 
+    if run.config.conv:  # a conv run: each filter's kept taps, and kept taps per filter
+        st.subheader("Convolutional filters")
+        for patterns, bars in charts.conv_filter_charts(masks, run.config.conv, run.dataset().input_shape):
+            st.vega_lite_chart(patterns.to_dict(), width="content")
+            st.vega_lite_chart(bars.to_dict(), width="content")
+
     if specs["pixels"] is not None:
         st.subheader("Input pixels the first layer still reads")
         st.vega_lite_chart(specs["pixels"], width="content")
@@ -136,7 +142,7 @@ with guard("Masks as in Hubin & Storvik 2019"):
     st.caption(f"A keeps {comparison['kept_a']} weights, B keeps {comparison['kept_b']}.")
 
     input_shape = tuple(run.dataset().input_shape)
-    if len(input_shape) == 2:
+    if len(input_shape) == 2 and not run.config.conv:  # a conv run's first layer: its filters, drawn above
         st.subheader("Receptive fields of first-layer units")
         units_available = list(range(masks[0].shape[0]))
         kept_per_unit = masks[0][:, :-1].sum(axis=1)
