@@ -38,7 +38,7 @@ class _Stop(Exception):
 
 def run_seed(preset: str, seed: int, target_accuracy: float, target_density: float, budget_seconds: float,
              stop_at_target: bool, data_dir: str | None, echo=print, device: str = "cpu",
-             hidden: tuple[int, ...] | None = None) -> dict[str, Any]:
+             hidden: tuple[int, ...] | None = None, train_changes: dict[str, Any] | None = None) -> dict[str, Any]:
     import numpy as np
     import torch
 
@@ -48,9 +48,7 @@ def run_seed(preset: str, seed: int, target_accuracy: float, target_density: flo
     from core.runs.presets import get_preset
     from core.train import train
 
-    config = get_preset(preset).replace(seed=seed)
-    if hidden is not None:
-        config = config.replace(hidden=hidden)
+    config = configure(get_preset(preset), seed, hidden, train_changes)
     dataset = config.load_dataset(data_dir)
     run_id = config.run_id(dataset.fingerprint)
     from core.device import resolve_device
@@ -61,17 +59,22 @@ def run_seed(preset: str, seed: int, target_accuracy: float, target_density: flo
     x = torch.from_numpy(np.ascontiguousarray(dataset.x_train)).to(target)
     y = torch.from_numpy(np.ascontiguousarray(dataset.y_train)).to(target)
     rows: list[dict[str, Any]] = []
-    state = {"seconds": 0.0, "reached": None, "stop": False}
+    # CPU seconds of this process (all its threads) spent training, evaluation excluded: on a shared
+    # machine wall seconds measure the neighbours as much as the recipe.
+    state = {"seconds": 0.0, "cpu": 0.0, "reached": None, "stop": False, "cpu_mark": time.process_time()}
 
     def after_epoch(record: dict[str, Any]) -> None:
         state["seconds"] += record["seconds"]
+        state["cpu"] += time.process_time() - state["cpu_mark"]
         with torch.no_grad():
             result = evaluate(model, dataset, "mpm-mean", 1)
         row = {"epoch": len(rows) + 1, "phase": record["phase"], "train_seconds": round(state["seconds"], 2),
+               "train_cpu_seconds": round(state["cpu"], 2), "load": round(load_average(), 1),
                "mpm_mean_accuracy": result["accuracy"], "density": result["density"],
                "layer_density": result.get("layer_density"), "kl_weight": record.get("kl_weight")}
         rows.append(row)
-        echo(f"  seed {seed} epoch {row['epoch']:>3} [{row['phase']}] {row['train_seconds']:8.1f} s  "
+        echo(f"  seed {seed} epoch {row['epoch']:>3} [{row['phase']}] {row['train_seconds']:8.1f} s "
+             f"{row['train_cpu_seconds']:8.1f} cpu-s (load {row['load']})  "
              f"MED-MEA {row['mpm_mean_accuracy']:.4f}  density {row['density']:.4f}")
         good = row["mpm_mean_accuracy"] >= target_accuracy and row["density"] <= target_density
         if good and state["reached"] is None and record["phase"] != "warm-start":
@@ -80,8 +83,10 @@ def run_seed(preset: str, seed: int, target_accuracy: float, target_density: flo
                 state["stop"] = True
         if state["seconds"] >= budget_seconds:
             state["stop"] = True
+        state["cpu_mark"] = time.process_time()
 
     started = time.time()
+    state["cpu_mark"] = time.process_time()
     try:
         train(model, x, y, config.train, seed=config.seed, progress=after_epoch, cancel=lambda: state["stop"])
     except TrainingCancelled:
@@ -93,10 +98,24 @@ def run_seed(preset: str, seed: int, target_accuracy: float, target_density: flo
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
+def configure(preset: Any, seed: int, hidden: tuple[int, ...] | None, train_changes: dict[str, Any] | None):
+    """The preset's config for one seed, with other widths or training settings where given."""
+    config = preset.replace(seed=seed)
+    if hidden is not None:
+        config = config.replace(hidden=hidden)
+    if train_changes:
+        config = config.replace(train={**config.to_dict()["train"], **train_changes})
+    return config
+
+
+def load_average() -> float:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+
 def machine(device: Any = "cpu") -> dict[str, Any]:
     import torch
 
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    load = load_average()
     info = {"cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
             "python": platform.python_version(), "platform": platform.platform(), "load_at_end": load,
             "device": str(device)}
@@ -197,19 +216,40 @@ def main(argv: list[str] | None = None) -> int:
                         help="results basename under benchmarks/results (the GPU check writes time_to_quality_gpu)")
     parser.add_argument("--hidden", default=None, help="hidden widths instead of the preset's (e.g. 16,16)")
     parser.add_argument("--results-dir", default=str(RESULTS), help="where the json, table and plot go")
+    parser.add_argument("--train", default=None,
+                        help='JSON of training settings to change, e.g. \'{"batch_size": 1000}\' (an exploration: '
+                             "recorded under its own run id and labelled with the changes)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (1 on a loaded machine: two threads waiting on each other cost more)")
     args = parser.parse_args(argv)
+    train_changes = None
+    if args.train:
+        try:
+            train_changes = json.loads(args.train)
+        except json.JSONDecodeError as exc:
+            parser.error(f"--train: not JSON ({exc.msg})")
+        if not isinstance(train_changes, dict):
+            parser.error("--train: give a JSON object of training settings")
+    if args.threads is not None:
+        if not 1 <= args.threads <= (os.cpu_count() or 1):
+            parser.error(f"--threads: between 1 and {os.cpu_count()}, got {args.threads}")
+        import torch
+
+        torch.set_num_threads(args.threads)
 
     results = Path(args.results_dir)
     json_path = results / f"{args.name}.json"
     entries = load_entries(json_path)
     if not args.render_only:
+        from core.errors import ConfigError
         from core.runs.presets import get_preset
 
         hidden = tuple(int(h) for h in args.hidden.split(",")) if args.hidden else None
         for seed in (int(s) for s in args.seeds.split(",") if s.strip()):
-            config = get_preset(args.preset).replace(seed=seed)
-            if hidden is not None:
-                config = config.replace(hidden=hidden)
+            try:
+                config = configure(get_preset(args.preset), seed, hidden, train_changes)
+            except ConfigError as exc:
+                parser.error(str(exc))
             run_id = config.run_id(config.load_dataset(args.data_dir).fingerprint)
             done = [e for e in entries if e["run_id"] == run_id and e["target_accuracy"] == args.target_accuracy
                     and e["target_density"] == args.target_density]
@@ -219,7 +259,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.preset} seed {seed} (run id {run_id})", flush=True)
             entry = run_seed(args.preset, seed, args.target_accuracy, args.target_density,
                              args.budget_minutes * 60, not args.no_stop, args.data_dir, device=args.device,
-                             hidden=hidden)
+                             hidden=hidden, train_changes=train_changes)
+            if train_changes:
+                entry["label"] = f"{args.preset} {json.dumps(train_changes, separators=(',', ':'))}"
+            entry["threads"] = args.threads
+            print(f"  {'reached' if entry['reached'] else 'not reached'}", flush=True)
             entries = [e for e in entries if e not in done] + [entry]
             save_entries(entries, json_path)
     table = render_markdown(entries)
