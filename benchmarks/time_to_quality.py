@@ -32,6 +32,46 @@ RESULTS = ROOT / "benchmarks" / "results"
 JSON_PATH = RESULTS / "time_to_quality.json"
 
 
+# How to read the CPU seconds, and what the explorations of fast-mnist's schedule were (the rows labelled with
+# their training changes above; "stopped" rows were ended by hand and their curves come from their logs).
+NOTES = """
+## Reading the seconds on a shared machine
+
+The runs from 2026-11-26 trained while seven other engineers' jobs held the 2-core machine at a load of
+20-35, so their wall seconds say little about the recipe. Each row also has the process's CPU seconds
+(`time.process_time`, all its threads, evaluation excluded) and the load. They trained with one torch
+thread (`--threads 1`): at this load two threads spend most of their time waiting for each other (a
+batch-100 LBBNN epoch: about 250 CPU seconds with two threads against 16 with one). One thread's CPU
+seconds under load are an upper bound on a quiet machine's one-thread wall time. On the quiet machine of
+the 2026-11-23 rows a batch-100 epoch took 8.7 s of wall time with two threads, against 16.3 CPU seconds
+with one thread under this load (the same training step, timed in one process on 2026-11-26, load 25):
+a quiet two-thread wall time is about 0.53 times the CPU seconds reported here.
+
+## What was tried for fast-mnist (MED-MEA >= 0.981 at density <= 0.08 in 60 s)
+
+The batch-100 schedule reaches the target at epoch 20 (174-354 s): its accuracy is there after the
+warm start, the density is what takes long (the inclusion logits move at 3e-3 a step from logit(0.9)).
+An LBBNN step's cost is mostly per step (elementwise passes over the weights, Adam's update of three
+tensors), so larger batches make an epoch cheaper: one thread, CPU seconds per 60,000 examples at load
+25: batch 100 16.3, 250 10.5, 500 8.4, 1000 7.3, 2000 5.0. Then:
+
+- batch 1000, 2 warm-start epochs, cosine, weights 3e-3, inclusion 3e-2: the warm start (still at 1e-3,
+  60 steps an epoch) left the network at 0.958, and it was 0.975 at density 0.10 after 67 CPU seconds.
+  Hence `train.warm_start_learning_rate`.
+- batch 500, warm start 3 epochs at 3e-3, then 10 epochs, cosine, weights 2e-3, inclusion 3e-2: 0.978
+  after the warm start and one epoch, 0.981 at density 0.10, then the density overshot (0.070, 0.057)
+  with the accuracy at 0.980.
+- the same with the inclusion logits at 1.5e-2 and 8 epochs: 0.982 at density 0.099 after 59 CPU seconds,
+  the density falling ever more slowly as the step sizes decayed. Across these runs the density was
+  close to one function of the inclusion logits' summed step sizes (0.224 at 3.5-3.6 units of logit,
+  0.10 at 7.1-7.2, 0.07 at 10.4), 0.08 at about 9.2: 2e-2 over 8 epochs of 120 steps (cosine) sums to
+  10.8 and passes 9.2 in the fifth epoch, with the step sizes at half.
+- fast-mnist now: that schedule with the inclusion logits at 2e-2 (`python -m benchmarks.time_to_quality
+  --seeds 0,1,2 --target-accuracy 0.981 --target-density 0.08 --threads 1`), the rows without a label.
+  The `fast` grid and fast-fmnist keep the batch-100 schedule (`FAST_GRID_TRAIN`) and their run ids.
+"""
+
+
 class _Stop(Exception):
     pass
 
@@ -142,27 +182,32 @@ def render_markdown(entries: list[dict[str, Any]]) -> str:
     if not entries:
         return "No time-to-quality runs recorded yet: run `python -m benchmarks.time_to_quality`.\n"
     lines = ["| preset | seed | target | reached at epoch | training seconds | MED-MEA accuracy | density | "
-             "best MED-MEA at density <= target | machine, date |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "training CPU seconds (threads), load | best MED-MEA at density <= target | machine, date |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for e in entries:
         target = f">= {e['target_accuracy']:.3f} at <= {e['target_density']:.2f}"
+        point = e["reached"] or (e["rows"][-1] if e["rows"] else {})
+        cpu = (f"{point['train_cpu_seconds']:.0f} ({e.get('threads') or 'default'}), {point['load']:.0f}"
+               if "train_cpu_seconds" in point else "-")
         eligible = [r for r in e["rows"] if r["density"] <= e["target_density"] and r["phase"] != "warm-start"]
         best = max(eligible, key=lambda r: r["mpm_mean_accuracy"]) if eligible else None
         best_text = (f"{best['mpm_mean_accuracy']:.4f} (density {best['density']:.3f}, {best['train_seconds']:.0f} s)"
                      if best else "-")
         where = f"{e['machine']['cpu_count']} cores, {e['date']}"
+        name = e.get("label") or e["preset"]
         if e["reached"]:
             r = e["reached"]
-            lines.append(f"| {e['preset']} | {e['seed']} | {target} | {r['epoch']} | {r['train_seconds']:.0f} | "
-                         f"{r['mpm_mean_accuracy']:.4f} | {r['density']:.4f} | {best_text} | {where} |")
+            lines.append(f"| {name} | {e['seed']} | {target} | {r['epoch']} | {r['train_seconds']:.0f} | "
+                         f"{r['mpm_mean_accuracy']:.4f} | {r['density']:.4f} | {cpu} | {best_text} | {where} |")
         else:
             last = e["rows"][-1] if e["rows"] else None
-            tail = (f"not reached ({last['epoch']} epochs) | {last['train_seconds']:.0f} | "
+            stopped = "stopped" if e.get("interrupted") else "not reached"
+            tail = (f"{stopped} ({last['epoch']} epochs) | {last['train_seconds']:.0f} | "
                     f"{last['mpm_mean_accuracy']:.4f} | {last['density']:.4f}") if last else "no epochs | - | - | -"
-            lines.append(f"| {e['preset']} | {e['seed']} | {target} | {tail} | {best_text} | {where} |")
+            lines.append(f"| {name} | {e['seed']} | {target} | {tail} | {cpu} | {best_text} | {where} |")
     by_preset: dict[tuple, list[dict]] = {}
     for e in entries:
-        by_preset.setdefault((e["preset"], e["target_accuracy"], e["target_density"]), []).append(e)
+        by_preset.setdefault((e.get("label") or e["preset"], e["target_accuracy"], e["target_density"]), []).append(e)
     lines.append("")
     for (preset, accuracy, density), group in by_preset.items():
         times = sorted(e["reached"]["train_seconds"] for e in group if e["reached"])
@@ -175,6 +220,13 @@ def render_markdown(entries: list[dict[str, Any]]) -> str:
         else:
             lines.append(f"- `{preset}`, MED-MEA >= {accuracy:.3f} at density <= {density:.2f}: not reached by "
                          f"any of {len(group)} seeds.")
+    curves = [e for e in entries if e["rows"] and "train_cpu_seconds" in e["rows"][-1]]
+    if curves:
+        lines += ["", "Curves (main phase; per epoch: MED-MEA accuracy / density @ training CPU seconds):", ""]
+        for e in curves:
+            points = ", ".join(f"{r['mpm_mean_accuracy']:.4f} / {r['density']:.3f} @ {r['train_cpu_seconds']:.0f}"
+                               for r in e["rows"] if r["phase"] != "warm-start")
+            lines.append(f"- {e.get('label') or e['preset']}, seed {e['seed']}: {points}")
     return "\n".join(lines) + "\n"
 
 
@@ -270,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     header = (f"# Time to quality\n\nGenerated by `python -m benchmarks.time_to_quality` from "
               f"`{json_path.name}`. Training seconds only (evaluation after each epoch excluded).\n\n")
     results.mkdir(parents=True, exist_ok=True)
-    (results / f"{args.name}.md").write_text(header + table)
+    notes = NOTES if args.name == "time_to_quality" else ""
+    (results / f"{args.name}.md").write_text(header + table + notes)
     if entries:
         plot(entries, results / f"{args.name}.png")
     print(table)
