@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import time
@@ -214,9 +215,13 @@ def render_markdown(entries: list[dict[str, Any]]) -> str:
         if times:
             middle = len(times) // 2
             median = times[middle] if len(times) % 2 else 0.5 * (times[middle - 1] + times[middle])
+            cpu = sorted(e["reached"].get("train_cpu_seconds", math.nan) for e in group if e["reached"])
+            cpu_text = ("" if any(math.isnan(c) for c in cpu) else
+                        f"; {_median(cpu):.0f} training CPU seconds (range {cpu[0]:.0f}-{cpu[-1]:.0f})")
             lines.append(f"- `{preset}`, MED-MEA >= {accuracy:.3f} at density <= {density:.2f}: reached by "
                          f"{len(times)} of {len(group)} seeds; median "
-                         f"{median / 60:.1f} min of training (range {times[0] / 60:.1f}-{times[-1] / 60:.1f}).")
+                         f"{median / 60:.1f} min of training (range {times[0] / 60:.1f}-{times[-1] / 60:.1f})"
+                         f"{cpu_text}.")
         else:
             lines.append(f"- `{preset}`, MED-MEA >= {accuracy:.3f} at density <= {density:.2f}: not reached by "
                          f"any of {len(group)} seeds.")
@@ -228,6 +233,11 @@ def render_markdown(entries: list[dict[str, Any]]) -> str:
                                for r in e["rows"] if r["phase"] != "warm-start")
             lines.append(f"- {e.get('label') or e['preset']}, seed {e['seed']}: {points}")
     return "\n".join(lines) + "\n"
+
+
+def _median(values: list[float]) -> float:
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else 0.5 * (values[middle - 1] + values[middle])
 
 
 def plot(entries: list[dict[str, Any]], path: Path) -> None:

@@ -91,3 +91,57 @@ def test_the_warm_start_takes_adam_steps_of_its_own_size():
         active = moved_small > 1e-6
         assert active.float().mean() > 0.5
         torch.testing.assert_close(moved_large[active], 3 * moved_small[active], rtol=1e-3, atol=1e-7)
+
+
+def test_time_to_quality_reports_cpu_seconds_labels_and_curves():
+    from benchmarks.time_to_quality import render_markdown
+
+    def entry(seed, cpu, reached=True, label=None, interrupted=False):
+        rows = [
+            {
+                "epoch": 1,
+                "phase": "warm-start",
+                "train_seconds": 5.0,
+                "train_cpu_seconds": 4.0,
+                "load": 30.0,
+                "mpm_mean_accuracy": 0.1,
+                "density": 0.5,
+            },
+            {
+                "epoch": 2,
+                "phase": "train",
+                "train_seconds": 90.0,
+                "train_cpu_seconds": cpu,
+                "load": 31.0,
+                "mpm_mean_accuracy": 0.9813,
+                "density": 0.073,
+            },
+        ]
+        values = {
+            "preset": "fast-mnist",
+            "seed": seed,
+            "target_accuracy": 0.981,
+            "target_density": 0.08,
+            "reached": rows[1] if reached else None,
+            "rows": rows,
+            "machine": {"cpu_count": 2},
+            "date": "today",
+            "threads": 1,
+        }
+        if label:
+            values["label"] = label
+        if interrupted:
+            values["interrupted"] = True
+        return values
+
+    text = render_markdown([entry(0, 56.0), entry(1, 70.0), entry(2, 61.0)])
+    assert "| fast-mnist | 0 | >= 0.981 at <= 0.08 | 2 | 90 | 0.9813 | 0.0730 | 56 (1), 31 |" in text
+    assert (
+        "reached by 3 of 3 seeds; median 1.5 min of training (range 1.5-1.5); 61 training CPU seconds "
+        "(range 56-70)." in text
+    )
+    # Curves list the main phase only, with the CPU seconds of each epoch.
+    assert "- fast-mnist, seed 0: 0.9813 / 0.073 @ 56" in text
+    text = render_markdown([entry(0, 40.0, reached=False, label='fast-mnist {"batch_size":1000}', interrupted=True)])
+    assert '| fast-mnist {"batch_size":1000} | 0 | >= 0.981 at <= 0.08 | stopped (2 epochs) |' in text
+    assert "not reached by any of 1 seeds" in text
