@@ -178,6 +178,17 @@ def save_entries(entries: list[dict[str, Any]], path: Path = JSON_PATH) -> None:
     tmp.replace(path)
 
 
+def entry_name(entry: dict[str, Any]) -> str:
+    """The label of an exploration, else the preset with its schedule (a preset's schedule can change)."""
+    if entry.get("label"):
+        return entry["label"]
+    train = entry.get("config", {}).get("train")
+    if not train:
+        return entry["preset"]
+    return (f"{entry['preset']} (batch {train['batch_size']}, {train.get('warm_start_epochs', 0)} + "
+            f"{train['epochs']} epochs)")
+
+
 def render_markdown(entries: list[dict[str, Any]]) -> str:
     """The results section: one line per (preset, seed), then the median time to target per preset."""
     if not entries:
@@ -195,7 +206,7 @@ def render_markdown(entries: list[dict[str, Any]]) -> str:
         best_text = (f"{best['mpm_mean_accuracy']:.4f} (density {best['density']:.3f}, {best['train_seconds']:.0f} s)"
                      if best else "-")
         where = f"{e['machine']['cpu_count']} cores, {e['date']}"
-        name = e.get("label") or e["preset"]
+        name = entry_name(e)
         if e["reached"]:
             r = e["reached"]
             lines.append(f"| {name} | {e['seed']} | {target} | {r['epoch']} | {r['train_seconds']:.0f} | "
@@ -208,7 +219,7 @@ def render_markdown(entries: list[dict[str, Any]]) -> str:
             lines.append(f"| {name} | {e['seed']} | {target} | {tail} | {cpu} | {best_text} | {where} |")
     by_preset: dict[tuple, list[dict]] = {}
     for e in entries:
-        by_preset.setdefault((e.get("label") or e["preset"], e["target_accuracy"], e["target_density"]), []).append(e)
+        by_preset.setdefault((entry_name(e), e["target_accuracy"], e["target_density"]), []).append(e)
     lines.append("")
     for (preset, accuracy, density), group in by_preset.items():
         times = sorted(e["reached"]["train_seconds"] for e in group if e["reached"])
@@ -231,7 +242,7 @@ def render_markdown(entries: list[dict[str, Any]]) -> str:
         for e in curves:
             points = ", ".join(f"{r['mpm_mean_accuracy']:.4f} / {r['density']:.3f} @ {r['train_cpu_seconds']:.0f}"
                                for r in e["rows"] if r["phase"] != "warm-start")
-            lines.append(f"- {e.get('label') or e['preset']}, seed {e['seed']}: {points}")
+            lines.append(f"- {entry_name(e)}, seed {e['seed']}: {points}")
     return "\n".join(lines) + "\n"
 
 
