@@ -33,7 +33,7 @@ def test_the_fast_grid_keeps_the_first_schedule_and_its_run_ids():
 def test_fast_mnist_trains_the_short_schedule():
     fast = PRESETS["fast-mnist"]
     assert fast.run_id(FINGERPRINT) != FIRST_SCHEDULE_IDS["fast-mnist"]
-    assert fast.train.batch_size == FAST_TRAIN["batch_size"] == 500
+    assert fast.train.batch_size == FAST_TRAIN["batch_size"] == 250
     assert fast.train.lr_schedule.value == "cosine" and fast.train.kl_weight == 0.05
     assert fast.train.warm_start_learning_rate == FAST_TRAIN["warm_start_learning_rate"]
     # The schedule is short: fewer steps than a third of the first one's.
