@@ -29,7 +29,7 @@ from core.models.likelihoods import LIKELIHOODS, likelihood_options
 from core.models.network import ACTIVATIONS, ModelConfig, check_input_skip
 from core.models.registry import canonical_family, family_class
 from core.runs.parsing import check_hidden, parse_hidden
-from core.train import DEFAULT_LEARNING_RATES, DEFAULT_PRETRAIN_LEARNING_RATES, TrainConfig
+from core.train import DEFAULT_LEARNING_RATES, DEFAULT_PRETRAIN_LEARNING_RATES, WARM_START_LEARNING_RATE, TrainConfig
 
 if TYPE_CHECKING:
     from core.data import Dataset
@@ -456,6 +456,8 @@ def _train_dict(train: TrainConfig) -> dict[str, Any]:
         values.pop("lr_schedule")
     if values.get("target_density") is None:  # unset: the runs made before the option keep their ids
         values.pop("target_density", None)
+    if values.get("warm_start_learning_rate") == WARM_START_LEARNING_RATE:  # likewise
+        values.pop("warm_start_learning_rate")
     return values
 
 
