@@ -19,12 +19,64 @@ os.environ["BNN_OFFLINE"] = "1"
 # purpose (tests/test_bundled_runs.py turns it on where that is the point).
 os.environ["BNN_LESSON_RUNS"] = "0"
 
+# pytest-xdist (pyproject.toml's addopts run the suite on 2 workers): one torch thread per worker and per
+# process it starts, so two workers do not oversubscribe the 2-core CI machine. A test that measures
+# threads sets its own count; a serial run (`-n 0`) keeps torch's default.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_variable, "1")
+    import torch as _torch
 
+    _torch.set_num_threads(1)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     _deselect_gpu_tests_without_cuda(config, items)
     for item in items:
         if "data_dir" in getattr(item, "fixturenames", ()) and item.get_closest_marker("fulldata") is None:
             item.add_marker(pytest.mark.fulldata)
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker; a serial run keeps its order
+        _group_for_workers(items)
+
+
+# --- parallel workers (pytest-xdist, --dist loadgroup) ---------------------------------------------
+# The tests that serve the app (a Streamlit server, headless Chromium) run on one worker, one after the
+# other: two servers and two browsers on 2 cores time each other out. A test using a module- or
+# session-scoped fixture of the suite (a trained store, a server) stays with the other tests of its
+# module that use it, so the fixture is built once, not once per worker. Those groups are scheduled
+# first, the serving one at the head, so the longest unit does not start last.
+SERVING_GROUP = "serving"
+SERVING_MARKERS = ("browser", "load")
+
+
+def _shared_fixture_module(item) -> str | None:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    tests_dir = str(Path(__file__).parent)
+    for definitions in info.name2fixturedefs.values():
+        for definition in definitions:
+            func = getattr(definition, "func", None)
+            source = getattr(getattr(func, "__code__", None), "co_filename", "")
+            if definition.scope != "function" and source.startswith(tests_dir):
+                return item.nodeid.split("::", 1)[0]
+    return None
+
+
+def _group_for_workers(items) -> None:
+    rank = {}
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue  # the test's own group
+        if any(item.get_closest_marker(name) is not None for name in SERVING_MARKERS):
+            group = SERVING_GROUP
+        else:
+            group = _shared_fixture_module(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+            rank[item.nodeid] = 0 if group == SERVING_GROUP else 1
+    items.sort(key=lambda item: rank.get(item.nodeid, 2))  # stable: the order inside each rank stays
 
 
 def pytest_runtest_setup(item):
@@ -71,7 +123,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if _GPU_NOT_RUN:
         terminalreporter.write_line(
             f"GPU tests NOT RUN: {len(_GPU_NOT_RUN)} (no CUDA device here; benchmarks/gpu_check.sh runs them "
-            "on a CUDA machine)", yellow=True)
+            "on a CUDA machine)",
+            yellow=True,
+        )
 
 
 @pytest.fixture(scope="module")

@@ -19,39 +19,14 @@ q(lam) = IG(1, E_q[1/a^2] + 1/b^2), the optimum given the rest, set in
 closed form by `update_auxiliaries()` after each gradient step (coordinate
 ascent, as in the paper). Its rates are buffers and carry no gradient.
 
-KL(q || p) is closed form: Gaussian KL for beta; for a scale a with
-u = log a^2 ~ N(m, s^2) and q(lam) = IG(1, r),
-    E_q[log q(u) - log p(u | lam)] = -1/2 log(2 pi e s^2) + 1/2 E[log lam] + lgamma(1/2)
-                                     + m / 2 + exp(-m + s^2 / 2) E[1/lam],
-with E[1/lam] = 1/r and E[log lam] = log r + euler_gamma, plus
-KL(IG(1, r) || IG(1/2, 1/b^2)); for c^2 with log c^2 ~ N(m, s^2),
-    E_q[log p(log c^2)] = c_a log c_b - lgamma(c_a) - c_a m - c_b exp(-m + s^2 / 2).
+KL(q || p) is closed form (core/models/horseshoe_kl.py).
 
 Pruning (node granularity): drop unit k when P_q(tau_k v < delta) > p0.
 log(tau_k v) is normal under q, so this is a normal CDF. The statistic is
 broadcast over the unit's incoming weights and bias; output units are never
 pruned (statistic 0).
 
-Structured family (option variational_family="structured", Ghosh, Yao & Doshi-Velez 2018 section
-4.1), hidden layers only (the output layer has no tau and stays factorised):
-for unit k stack z_k = [beta_k; log tau_k] (length n = in + 2, bias last among
-the beta rows). The layer's Z = [z_1 .. z_out] is matrix normal,
-vec(Z) ~ N(vec(M), V kron U), U = diag(psi) + h h^T shared by the units,
-V = diag(v): z_k ~ N(m_k, v_k U), units independent. Everything else (layer
-scale, slab, auxiliaries, pruning rule) is as in the factorised family, with
-q(log tau_k) now the marginal N(m_u,k, v_k U_uu), U_uu = psi_u + h_u^2.
-- Training (Ghosh, Yao & Doshi-Velez 2018 eq. 8): one draw of log tau_k per minibatch from its
-  marginal; given it, x.beta_k is Gaussian with mean
-  x.m_k + (x.h_beta) h_u / U_uu (u_k - m_u,k) and variance
-  v_k [(x*x).psi_beta + (x.h_beta)^2 psi_u / U_uu].
-- KL by the chain rule H[q(beta, u)] = H[q(u)] + E_u H[q(beta | u)]:
-  "node_scales" is the factorised formula with the marginal of u, "weights" is
-  E_q(u) KL(q(beta | u) || N(0, I)); their sum has the matrix-normal entropy
-  (n out / 2) log(2 pi e) + (n / 2) sum_k log v_k + (out / 2) log|U|,
-  |U| = prod(psi) (1 + sum h^2 / psi). A fixed structure drops the masked betas
-  of a unit from q and p (the entropy of the kept coordinates, same lemma).
-- E_q[w_k] = E_q[s_k beta_k] != E[s_k] E[beta_k]: beta and u are correlated;
-  see StructuredHorseshoeLayer.mean_weights.
+The structured family (option variational_family="structured"): core/models/horseshoe_structured.py.
 """
 
 from __future__ import annotations
@@ -71,92 +46,90 @@ from core.models.base import (
     LayerOptions,
     SparseLayer,
     StatisticSpec,
-    augmented_linear,
     init_generator,
     inverse_softplus,
     local_reparameterisation,
 )
-from core.models.distributions import gaussian_kl, normal_entropy
+from core.models.distributions import gaussian_kl
 from core.models.fused import apply_fused
 from core.models.gaussian_fused import GaussianLinear
 from core.models.horseshoe_fused import HorseshoeScales, unit_log_scales
+from core.models.horseshoe_kl import (
+    EULER_GAMMA,
+    LGAMMA_HALF,
+    half_cauchy_scale_kl,
+    half_cauchy_scale_kl_gradient_part,
+    inverse_gamma_kl,
+    inverse_gamma_log_scale_kl,
+    inverse_gamma_log_scale_kl_gradient_part,
+)
 from core.models.options import INIT_SIGMA, POSITIVE, OptionSpec, option
 
 PRIORS = ("regularised-horseshoe", "horseshoe")
 VARIATIONAL_FAMILIES = tuple(VariationalFamily)
-EULER_GAMMA = 0.5772156649015329
-LGAMMA_HALF = math.lgamma(0.5)
 QUADRATURE_NODES = 24  # Gauss-Hermite nodes per dimension for E_q[s_k] of the regularised scale
-# Initial rank-one row factor h, relative to the initial marginal std of each row:
-# small, so training starts close to the factorised family (correlations ~ 1e-2).
-ROW_FACTOR_INIT = 0.1
 
 
 @dataclass(frozen=True)
 class HorseshoeOptions(LayerOptions):
-    prior: str = option("regularised-horseshoe", OptionSpec(
-        "Horseshoe prior", "regularised-horseshoe adds a slab that bounds the largest weights", choices=PRIORS))
-    node_scale: float = option(1.0, OptionSpec(  # b_0 of tau_k ~ C+(0, b_0)
-        "Node scale b_0", "scale of each unit's half-Cauchy tau_k", **POSITIVE))
-    global_scale: float = option(1e-5, OptionSpec(  # b_g of v ~ C+(0, b_g)
-        "Global scale b_g", "scale of the layer's half-Cauchy v; small values shrink every unit", log_scale=True,
-        **POSITIVE))
-    slab_shape: float = option(2.0, OptionSpec(  # c_a of c^2 ~ IG(c_a, c_b)
-        "Slab shape c_a", "c^2 ~ InvGamma(c_a, c_b)", when=("prior", ("regularised-horseshoe",)), **POSITIVE))
-    slab_scale: float = option(6.0, OptionSpec(  # c_b
-        "Slab scale c_b", "c^2 ~ InvGamma(c_a, c_b)", when=("prior", ("regularised-horseshoe",)), **POSITIVE))
-    output_scale: float = option(1.0, OptionSpec(  # scale of the output layer's half-Cauchy kappa
-        "Output scale", "half-Cauchy scale of the output layer", advanced=True, **POSITIVE))
-    prune_delta: float = option(1e-3, OptionSpec(  # delta of the rule P(tau_k v < delta) > p0
-        "Prune delta", "a unit is pruned when P(tau v < delta) is high", log_scale=True, **POSITIVE))
+    prior: str = option(
+        "regularised-horseshoe",
+        OptionSpec(
+            "Horseshoe prior", "regularised-horseshoe adds a slab that bounds the largest weights", choices=PRIORS
+        ),
+    )
+    node_scale: float = option(
+        1.0,
+        OptionSpec(  # b_0 of tau_k ~ C+(0, b_0)
+            "Node scale b_0", "scale of each unit's half-Cauchy tau_k", **POSITIVE
+        ),
+    )
+    global_scale: float = option(
+        1e-5,
+        OptionSpec(  # b_g of v ~ C+(0, b_g)
+            "Global scale b_g",
+            "scale of the layer's half-Cauchy v; small values shrink every unit",
+            log_scale=True,
+            **POSITIVE,
+        ),
+    )
+    slab_shape: float = option(
+        2.0,
+        OptionSpec(  # c_a of c^2 ~ IG(c_a, c_b)
+            "Slab shape c_a", "c^2 ~ InvGamma(c_a, c_b)", when=("prior", ("regularised-horseshoe",)), **POSITIVE
+        ),
+    )
+    slab_scale: float = option(
+        6.0,
+        OptionSpec(  # c_b
+            "Slab scale c_b", "c^2 ~ InvGamma(c_a, c_b)", when=("prior", ("regularised-horseshoe",)), **POSITIVE
+        ),
+    )
+    output_scale: float = option(
+        1.0,
+        OptionSpec(  # scale of the output layer's half-Cauchy kappa
+            "Output scale", "half-Cauchy scale of the output layer", advanced=True, **POSITIVE
+        ),
+    )
+    prune_delta: float = option(
+        1e-3,
+        OptionSpec(  # delta of the rule P(tau_k v < delta) > p0
+            "Prune delta", "a unit is pruned when P(tau v < delta) is high", log_scale=True, **POSITIVE
+        ),
+    )
     init_sigma: float = option(0.01, INIT_SIGMA)  # initial std of q(beta)
-    init_log_scale_std: float = option(0.05, OptionSpec(  # initial std of q(log tau), q(log v), q(log c^2)
-        "Initial log-scale sd", "", advanced=True, **POSITIVE))
+    init_log_scale_std: float = option(
+        0.05,
+        OptionSpec(  # initial std of q(log tau), q(log v), q(log c^2)
+            "Initial log-scale sd", "", advanced=True, **POSITIVE
+        ),
+    )
     # q over each hidden unit's [beta_k; log tau_k]: "factorised" (independent) or
     # "structured" (matrix normal with diagonal-plus-rank-one row covariance).
-    variational_family: VariationalFamily = option(VariationalFamily.FACTORISED, OptionSpec(
-        "Variational family", "factorised, or structured over [beta; log tau]", advanced=True))
-
-
-def inverse_gamma_kl(shape_q: Tensor | float, rate_q: Tensor, shape_p: Tensor | float, rate_p: Tensor) -> Tensor:
-    """KL(IG(shape_q, rate_q) || IG(shape_p, rate_p)) (= the KL of the Gamma laws of 1/x)."""
-    shape_q = torch.as_tensor(shape_q, dtype=rate_q.dtype, device=rate_q.device)
-    shape_p = torch.as_tensor(shape_p, dtype=rate_q.dtype, device=rate_q.device)
-    return ((shape_q - shape_p) * torch.digamma(shape_q) - torch.lgamma(shape_q) + torch.lgamma(shape_p)
-            + shape_p * (torch.log(rate_q) - torch.log(rate_p)) + shape_q * (rate_p - rate_q) / rate_q)
-
-
-def half_cauchy_scale_kl(log_sq_mean: Tensor, log_sq_std: Tensor, aux_rate: Tensor, prior_scale: Tensor) -> Tensor:
-    """KL(q(u) q(lam) || p(u | lam) p(lam)) for u = log a^2, a ~ C+(0, b) by its IG auxiliary.
-
-    q(u) = N(log_sq_mean, log_sq_std^2), q(lam) = IG(1, aux_rate), b = prior_scale. Elementwise.
-    """
-    expected_inv_lam = 1.0 / aux_rate
-    expected_log_lam = torch.log(aux_rate) + EULER_GAMMA
-    scale_term = (-normal_entropy(log_sq_std) + 0.5 * expected_log_lam + LGAMMA_HALF + 0.5 * log_sq_mean
-                  + torch.exp(-log_sq_mean + 0.5 * log_sq_std * log_sq_std) * expected_inv_lam)
-    aux_term = inverse_gamma_kl(1.0, aux_rate, 0.5, 1.0 / (prior_scale * prior_scale))
-    return scale_term + aux_term
-
-
-def half_cauchy_scale_kl_gradient_part(log_sq_mean: Tensor, log_sq_std: Tensor, aux_rate: Tensor) -> Tensor:
-    """half_cauchy_scale_kl without its terms that carry no gradient (constants, and q(lam), set in
-    closed form): the same gradient in log_sq_mean and log_sq_std, a different value."""
-    return (0.5 * log_sq_mean - torch.log(log_sq_std)
-            + torch.exp(0.5 * log_sq_std * log_sq_std - log_sq_mean) / aux_rate)
-
-
-def inverse_gamma_log_scale_kl_gradient_part(log_mean: Tensor, log_std: Tensor, shape: Tensor, rate: Tensor
-                                             ) -> Tensor:
-    """inverse_gamma_log_scale_kl without its constant terms: the same gradient, a different value."""
-    return shape * log_mean - torch.log(log_std) + rate * torch.exp(0.5 * log_std * log_std - log_mean)
-
-
-def inverse_gamma_log_scale_kl(log_mean: Tensor, log_std: Tensor, shape: Tensor, rate: Tensor) -> Tensor:
-    """KL(N(log_mean, log_std^2) on y = log x || law of log x for x ~ IG(shape, rate))."""
-    expected_log_prior = (shape * torch.log(rate) - torch.lgamma(shape) - shape * log_mean
-                          - rate * torch.exp(-log_mean + 0.5 * log_std * log_std))
-    return -normal_entropy(log_std) - expected_log_prior
+    variational_family: VariationalFamily = option(
+        VariationalFamily.FACTORISED,
+        OptionSpec("Variational family", "factorised, or structured over [beta; log tau]", advanced=True),
+    )
 
 
 def inverse_softplus_tensor(value: Tensor) -> Tensor:
@@ -167,15 +140,18 @@ class HorseshoeLayer(SparseLayer):
     family = "horseshoe"
     spec = StatisticSpec("node_shrinkage_probability", Keep.BELOW, 0.9, 0.0, 1.0)
     Options = HorseshoeOptions
+    structured = False  # True for StructuredHorseshoeLayer (core/models/horseshoe_structured.py)
 
-    def __init__(self, in_features: int, out_features: int, options: HorseshoeOptions | None = None,
-                 is_output: bool = False):
+    def __init__(
+        self, in_features: int, out_features: int, options: HorseshoeOptions | None = None, is_output: bool = False
+    ):
         super().__init__(in_features, out_features, options, is_output)
         opts: HorseshoeOptions = self.options
-        if opts.variational_family == "structured" and not is_output \
-                and not isinstance(self, StructuredHorseshoeLayer):
-            raise ConfigError("variational_family: a structured hidden layer is a StructuredHorseshoeLayer; "
-                              "build layers with core.models.registry.layer_class")
+        if opts.variational_family == "structured" and not is_output and not self.structured:
+            raise ConfigError(
+                "variational_family: a structured hidden layer is a StructuredHorseshoeLayer; "
+                "build layers with core.models.registry.layer_class"
+            )
         self.regularised = opts.prior == "regularised-horseshoe" and not is_output
         scale_rho = inverse_softplus(opts.init_log_scale_std)
         self.weight_mu = nn.Parameter(torch.empty(self.shape).uniform_(-1.0, 1.0, generator=init_generator()))
@@ -198,16 +174,20 @@ class HorseshoeLayer(SparseLayer):
             self.register_buffer("slab_scale", torch.tensor(float(opts.slab_scale)))
             nodes, weights = np.polynomial.hermite_e.hermegauss(QUADRATURE_NODES)
             self.register_buffer("quadrature_nodes", torch.tensor(nodes, dtype=torch.float32), persistent=False)
-            self.register_buffer("quadrature_weights", torch.tensor(weights / math.sqrt(2 * math.pi),
-                                                                    dtype=torch.float32), persistent=False)
+            self.register_buffer(
+                "quadrature_weights",
+                torch.tensor(weights / math.sqrt(2 * math.pi), dtype=torch.float32),
+                persistent=False,
+            )
         self.update_auxiliaries()
 
     def _init_spread(self, opts: HorseshoeOptions) -> None:
         """The spread of q over beta and log tau: one std per weight and one per unit."""
         self.weight_rho = nn.Parameter(torch.full(self.shape, inverse_softplus(opts.init_sigma)))
         if not self.is_output:
-            self.log_node_scale_rho = nn.Parameter(torch.full((self.out_features,),
-                                                              inverse_softplus(opts.init_log_scale_std)))
+            self.log_node_scale_rho = nn.Parameter(
+                torch.full((self.out_features,), inverse_softplus(opts.init_log_scale_std))
+            )
 
     # --- q in natural form ----------------------------------------------------------------
     @property
@@ -234,8 +214,17 @@ class HorseshoeLayer(SparseLayer):
         """log s_k from standard normal draws: eps_node (..., out), eps_layer and eps_slab (..., 1)."""
         nodes = (None, None) if self.is_output else (self.log_node_scale_mu, self.log_node_scale_std())
         slab = self._log_slab_moments() if self.regularised else (None, None)
-        return unit_log_scales(self.log_layer_scale_mu, F.softplus(self.log_layer_scale_rho), eps_layer, nodes[0],
-                               nodes[1], eps_node, slab[0], slab[1], eps_slab)[0]
+        return unit_log_scales(
+            self.log_layer_scale_mu,
+            F.softplus(self.log_layer_scale_rho),
+            eps_layer,
+            nodes[0],
+            nodes[1],
+            eps_node,
+            slab[0],
+            slab[1],
+            eps_slab,
+        )[0]
 
     def node_scale_expectations(self) -> tuple[Tensor, Tensor]:
         """E_q[s_k] and E_q[s_k e_k] per unit, e_k = (log(tau_k v) - mean) / std the standardised log scale.
@@ -252,16 +241,19 @@ class HorseshoeLayer(SparseLayer):
         log_tv = mean[:, None, None] + std[:, None, None] * nodes[None, :, None]  # (out, Q, 1)
         log_c2 = (slab_mean + slab_std * nodes)[None, None, :]  # (1, 1, Q)
         scale = torch.exp(-0.5 * torch.logaddexp(-2 * log_tv, -log_c2))
-        return (torch.einsum("kij,i,j->k", scale, weights, weights),
-                torch.einsum("kij,i,j->k", scale, nodes * weights, weights))
+        return (
+            torch.einsum("kij,i,j->k", scale, weights, weights),
+            torch.einsum("kij,i,j->k", scale, nodes * weights, weights),
+        )
 
     def expected_node_scale(self) -> Tensor:
         """E_q[s_k] per unit."""
         return self.node_scale_expectations()[0]
 
     # --- estimators -----------------------------------------------------------------------
-    def _scale_noise(self, n: int | None, generator: torch.Generator | None
-                     ) -> tuple[Tensor | None, Tensor, Tensor | None]:
+    def _scale_noise(
+        self, n: int | None, generator: torch.Generator | None
+    ) -> tuple[Tensor | None, Tensor, Tensor | None]:
         """(eps_node, eps_layer, eps_slab), standard normal, drawn in this order: node, slab, layer
         (the order runs are stored with; None where the layer has no such scale)."""
         ref = self.weight_mu
@@ -304,18 +296,38 @@ class HorseshoeLayer(SparseLayer):
         and q(lam)'s, a buffer set in closed form): the same gradient, another value."""
         terms = {}
         # q(log a) = N(m, s^2)  <=>  q(log a^2) = N(2m, 4 s^2).
-        scales = [("layer_scale", self.log_layer_scale_mu, F.softplus(self.log_layer_scale_rho),
-                   self.layer_aux_rate, self.layer_prior_scale)]
+        scales = [
+            (
+                "layer_scale",
+                self.log_layer_scale_mu,
+                F.softplus(self.log_layer_scale_rho),
+                self.layer_aux_rate,
+                self.layer_prior_scale,
+            )
+        ]
         if not self.is_output:
-            scales.append(("node_scales", self.log_node_scale_mu, self.log_node_scale_std(), self.node_aux_rate,
-                           self.node_prior_scale))
+            scales.append(
+                (
+                    "node_scales",
+                    self.log_node_scale_mu,
+                    self.log_node_scale_std(),
+                    self.node_aux_rate,
+                    self.node_prior_scale,
+                )
+            )
         for name, log_mean, log_std, aux_rate, prior_scale in scales:
-            terms[name] = (half_cauchy_scale_kl(2 * log_mean, 2 * log_std, aux_rate, prior_scale) if exact else
-                           half_cauchy_scale_kl_gradient_part(2 * log_mean, 2 * log_std, aux_rate)).sum()
+            terms[name] = (
+                half_cauchy_scale_kl(2 * log_mean, 2 * log_std, aux_rate, prior_scale)
+                if exact
+                else half_cauchy_scale_kl_gradient_part(2 * log_mean, 2 * log_std, aux_rate)
+            ).sum()
         if self.regularised:
             mean, std = self._log_slab_moments()
-            terms["slab"] = (inverse_gamma_log_scale_kl(mean, std, self.slab_shape, self.slab_scale) if exact else
-                             inverse_gamma_log_scale_kl_gradient_part(mean, std, self.slab_shape, self.slab_scale))
+            terms["slab"] = (
+                inverse_gamma_log_scale_kl(mean, std, self.slab_shape, self.slab_scale)
+                if exact
+                else inverse_gamma_log_scale_kl_gradient_part(mean, std, self.slab_shape, self.slab_scale)
+            )
         return terms
 
     def _weights_kl(self) -> Tensor:
@@ -341,21 +353,41 @@ class HorseshoeLayer(SparseLayer):
             scale, scale_kl = self._fused_scales()
         noise = self.normal_noise((x.shape[0], self.out_features), x)
         standard_prior = self.weight_mu.new_zeros(())  # log of the N(0, I) prior's variance
-        h, weights_kl = apply_fused(self, GaussianLinear, x, self.weight_mu, self.weight_rho, noise,
-                                    standard_prior, kl_value)
+        h, weights_kl = apply_fused(
+            self, GaussianLinear, x, self.weight_mu, self.weight_rho, noise, standard_prior, kl_value
+        )
         return scale * h, weights_kl + scale_kl
 
     def _fused_scales(self) -> tuple[Tensor, Tensor]:
         """The scales of forward() (the same draws) and a KL surrogate with the gradient of
         kl_terms_of_scales(exact=False), by core.models.horseshoe_fused."""
         eps_node, eps_layer, eps_slab = self._scale_noise(None, self.noise_generator)
-        nodes = (None, None, None) if self.is_output else (self.log_node_scale_mu, self.log_node_scale_rho,
-                                                          self.node_aux_rate)
-        slab = ((self.log_slab_mu, self.log_slab_rho, self.slab_shape, self.slab_scale) if self.regularised
-                else (None, None, None, None))
-        return HorseshoeScales.apply(self.log_layer_scale_mu, self.log_layer_scale_rho, nodes[0], nodes[1], slab[0],
-                                     slab[1], eps_layer, eps_node, eps_slab, self.layer_aux_rate, nodes[2], slab[2],
-                                     slab[3], self.out_features)
+        nodes = (
+            (None, None, None)
+            if self.is_output
+            else (self.log_node_scale_mu, self.log_node_scale_rho, self.node_aux_rate)
+        )
+        slab = (
+            (self.log_slab_mu, self.log_slab_rho, self.slab_shape, self.slab_scale)
+            if self.regularised
+            else (None, None, None, None)
+        )
+        return HorseshoeScales.apply(
+            self.log_layer_scale_mu,
+            self.log_layer_scale_rho,
+            nodes[0],
+            nodes[1],
+            slab[0],
+            slab[1],
+            eps_layer,
+            eps_node,
+            eps_slab,
+            self.layer_aux_rate,
+            nodes[2],
+            slab[2],
+            slab[3],
+            self.out_features,
+        )
 
     def kl_gradient_surrogate(self) -> Tensor:
         """kl() less its terms without a gradient: a training step needs only the gradient, and
@@ -368,14 +400,17 @@ class HorseshoeLayer(SparseLayer):
     @torch.no_grad()
     def update_auxiliaries(self) -> None:
         """q(lam) = IG(1, E_q[1/a^2] + 1/b^2), with E_q[1/a^2] = exp(-2m + 2s^2) for log a ~ N(m, s^2)."""
+
         def optimal_rate(mean: Tensor, std: Tensor, prior_scale: Tensor) -> Tensor:
             return torch.exp(-2 * mean + 2 * std * std) + 1.0 / (prior_scale * prior_scale)
 
-        self.layer_aux_rate.copy_(optimal_rate(self.log_layer_scale_mu, F.softplus(self.log_layer_scale_rho),
-                                               self.layer_prior_scale))
+        self.layer_aux_rate.copy_(
+            optimal_rate(self.log_layer_scale_mu, F.softplus(self.log_layer_scale_rho), self.layer_prior_scale)
+        )
         if not self.is_output:
-            self.node_aux_rate.copy_(optimal_rate(self.log_node_scale_mu, self.log_node_scale_std(),
-                                                  self.node_prior_scale))
+            self.node_aux_rate.copy_(
+                optimal_rate(self.log_node_scale_mu, self.log_node_scale_std(), self.node_prior_scale)
+            )
 
     # --- sparsity -------------------------------------------------------------------------
     def node_scale_statistic(self) -> Tensor:
@@ -404,156 +439,29 @@ class HorseshoeLayer(SparseLayer):
         return {"weights": [self.weight_mu], "scales": scales}
 
 
-class StructuredHorseshoeLayer(HorseshoeLayer):
-    """A hidden layer with the structured family (module docstring): z_k = [beta_k; log tau_k] ~ N(m_k, v_k U).
+# Re-exported: tests and callers import the KL terms from here (StructuredHorseshoeLayer: __getattr__).
+__all__ = [
+    "EULER_GAMMA",
+    "LGAMMA_HALF",
+    "PRIORS",
+    "QUADRATURE_NODES",
+    "VARIATIONAL_FAMILIES",
+    "HorseshoeLayer",
+    "HorseshoeOptions",
+    "half_cauchy_scale_kl",
+    "half_cauchy_scale_kl_gradient_part",
+    "inverse_gamma_kl",
+    "inverse_gamma_log_scale_kl",
+    "inverse_gamma_log_scale_kl_gradient_part",
+    "inverse_softplus_tensor",
+]
 
-    M is (weight_mu, log_node_scale_mu); U = diag(psi) + h h^T with sqrt(psi) = softplus(row_std_rho) and
-    h = row_factor (length in + 2, the log tau row last); sqrt(v_k) = softplus(column_std_rho).
-    core.models.registry.layer_class picks it for hidden layers when variational_family="structured".
-    """
 
-    def _init_spread(self, opts: HorseshoeOptions) -> None:
-        # Marginal stds at the start: init_sigma for each beta, init_log_scale_std for log tau.
-        target = torch.full((self.in_features + 2,), float(opts.init_sigma))
-        target[-1] = opts.init_log_scale_std
-        factor = ROW_FACTOR_INIT * target * torch.randn(target.shape, generator=init_generator())
-        diagonal = (target.square() - factor.square()).clamp_min(0.01 * target.square())
-        self.row_factor = nn.Parameter(factor)
-        self.row_std_rho = nn.Parameter(inverse_softplus_tensor(diagonal.sqrt()))
-        self.column_std_rho = nn.Parameter(torch.full((self.out_features,), inverse_softplus(1.0)))
+def __getattr__(name: str):
+    # The structured family's module imports this one; a lazy re-export (PEP 562) keeps the old
+    # path (core.models.horseshoe:StructuredHorseshoeLayer, the registry's) working in either import order.
+    if name == "StructuredHorseshoeLayer":
+        from core.models.horseshoe_structured import StructuredHorseshoeLayer
 
-    # --- q in natural form ----------------------------------------------------------------
-    def row_covariance(self) -> tuple[Tensor, Tensor]:
-        """(psi, h) of U = diag(psi) + h h^T, each of length in + 2 (beta rows, then log tau)."""
-        return F.softplus(self.row_std_rho).square(), self.row_factor
-
-    def column_variances(self) -> Tensor:
-        """v_k of V = diag(v), one per unit."""
-        return F.softplus(self.column_std_rho).square()
-
-    @property
-    def weight_sigma(self) -> Tensor:
-        """Marginal std of q(beta_jk), sqrt(v_k U_jj) (beta is correlated with log tau_k)."""
-        psi, h = self.row_covariance()
-        return torch.sqrt(self.column_variances()[:, None] * (psi[:-1] + h[:-1].square()))
-
-    def _log_tau_row_variance(self) -> Tensor:
-        psi, h = self.row_covariance()
-        return psi[-1] + h[-1] * h[-1]
-
-    def log_node_scale_std(self) -> Tensor:
-        return torch.sqrt(self.column_variances() * self._log_tau_row_variance())
-
-    def weight_log_tau_covariance(self) -> Tensor:
-        """Cov_q(beta_jk, log tau_k) = v_k h_j h_u, shape (out, in + 1)."""
-        _, h = self.row_covariance()
-        return self.column_variances()[:, None] * h[None, :-1] * h[-1]
-
-    def conditional_pre_activation_moments(self, x: Tensor, log_tau_noise: Tensor) -> tuple[Tensor, Tensor]:
-        """Mean and variance of x.beta_k given log tau_k = m_u,k + sd_k * log_tau_noise_k
-        (Ghosh, Yao & Doshi-Velez 2018 eq. 8).
-
-        Two inner products per unit (x.h_beta and (x*x).psi_beta) besides the mean; the
-        fixed structure zeroes the masked betas (and their h entries) of each unit.
-        """
-        psi, h = self.row_covariance()
-        row_var_u = psi[-1] + h[-1] * h[-1]
-        column_var = self.column_variances()
-        mask = self.fixed_mask
-        mean_and_projection = augmented_linear(x, torch.cat([self.weight_mu * mask, h[:-1] * mask]))
-        mean, projection = mean_and_projection.split(self.out_features, dim=-1)  # x.m_k, x.h_beta
-        diagonal = augmented_linear(x * x, psi[:-1] * mask)
-        # h_u / U_uu (u_k - m_u,k) with u_k - m_u,k = sqrt(v_k U_uu) noise_k.
-        mean = mean + projection * (h[-1] * column_var.sqrt() * log_tau_noise / row_var_u.sqrt())
-        var = column_var * (diagonal + projection.square() * (psi[-1] / row_var_u))
-        return mean, var
-
-    def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:
-        # beta and log tau are correlated here: no fused Gaussian layer over beta alone.
-        return self(x), (self.kl() if kl_value else self.kl_gradient_surrogate())
-
-    # --- estimators -----------------------------------------------------------------------
-    def forward(self, x: Tensor) -> Tensor:
-        # One draw of the scales per minibatch (log tau_k from its marginal), then
-        # x.beta_k | log tau_k by local reparameterisation.
-        ref = self.weight_mu
-        log_tau_noise = self.normal_noise((self.out_features,), ref)
-        eps_layer = self.normal_noise((1,), ref)
-        eps_slab = self.normal_noise((1,), ref) if self.regularised else None
-        scale = torch.exp(self._log_scale(log_tau_noise, eps_layer, eps_slab))
-        mean, var = self.conditional_pre_activation_moments(x, log_tau_noise)
-        return scale * (mean + var.clamp_min(1e-16).sqrt() * self.normal_noise(mean.shape, mean))
-
-    def sample_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
-        ref = self.weight_mu
-
-        def normal(*shape: int) -> Tensor:
-            return torch.randn((n, *shape), generator=generator, device=ref.device, dtype=ref.dtype)
-
-        psi, h = self.row_covariance()
-        # z_k - m_k = sqrt(v_k) (sqrt(psi) * eps1 + h * eps2) has covariance v_k (diag(psi) + h h^T).
-        rank_one = normal(self.out_features, 1)
-        noise = self.column_variances().sqrt()[:, None] * (psi.sqrt() * normal(self.out_features, self.in_features + 2)
-                                                           + h * rank_one)
-        eps_layer = normal(1)
-        eps_slab = normal(1) if self.regularised else None
-        log_tau_noise = noise[..., -1] / self.log_node_scale_std()
-        scale = torch.exp(self._log_scale(log_tau_noise, eps_layer, eps_slab))  # (n, out)
-        return scale[:, :, None] * (self.weight_mu + noise[..., :-1]) * self.fixed_mask
-
-    def _weight_mean_correction(self) -> tuple[Tensor, Tensor]:
-        """E_q[s_k] and the (out, in+1) term C with E_q[s_k beta_k] = E_q[s_k] m_k + C_k.
-
-        E[beta_k | u_k] is linear in u_k = log tau_k, so E[s_k beta_jk] = E[s_k] m_jk
-        + Cov(beta_jk, u_k) E[s_k (u_k - m_u,k)] / Var(u_k). With t_k = log(tau_k v)
-        (std sd_t, standardised e_k), u_k - m_u,k = Var(u_k) / sd_t e_k + a part
-        independent of (t_k, c), so E[s_k (u_k - m_u,k)] = Var(u_k) E[s_k e_k] / sd_t:
-        C_jk = Cov(beta_jk, u_k) E[s_k e_k] / sd_t, with E[s_k e_k] by the same
-        Gauss-Hermite rule as E[s_k] (closed form for the plain horseshoe).
-        """
-        expected_scale, expected_scale_noise = self.node_scale_expectations()
-        _, log_tv_std = self.log_node_scale_moments()
-        correction = self.weight_log_tau_covariance() * (expected_scale_noise / log_tv_std)[:, None]
-        return expected_scale, correction
-
-    def mean_weights(self) -> Tensor:
-        expected_scale, correction = self._weight_mean_correction()
-        return (expected_scale[:, None] * self.weight_mu + correction) * self.fixed_mask
-
-    def load_point_estimate(self, weight: Tensor) -> None:
-        expected_scale, correction = self._weight_mean_correction()
-        self.weight_mu.data.copy_((weight - correction) / expected_scale[:, None])
-
-    # --- KL -------------------------------------------------------------------------------
-    def conditional_weight_entropy(self) -> Tensor:
-        """E_q(u) H[q(beta | u)] summed over units, over each unit's kept betas S_k.
-
-        Cov(beta_S | u) = v_k (diag(psi_S) + h_S h_S^T psi_u / U_uu); its log-determinant by
-        the matrix determinant lemma: sum_S log(v_k psi_j) + log(1 + psi_u / U_uu sum_S h_j^2 / psi_j).
-        """
-        psi, h = self.row_covariance()
-        mask = self.fixed_mask
-        kept = mask.sum(1)
-        log_det = (kept * torch.log(self.column_variances()) + (mask * torch.log(psi[:-1])).sum(1)
-                   + torch.log1p(psi[-1] / self._log_tau_row_variance()
-                                 * (mask * (h[:-1].square() / psi[:-1])).sum(1)))
-        return 0.5 * (kept * math.log(2 * math.pi * math.e) + log_det).sum()
-
-    def joint_entropy(self) -> Tensor:
-        """H[q(beta, log tau)] of the layer (the matrix-normal entropy when no structure is fixed)."""
-        return self.conditional_weight_entropy() + normal_entropy(self.log_node_scale_std()).sum()
-
-    def _weights_kl(self) -> Tensor:
-        # E_q(u) KL(q(beta | u) || N(0, I)) = E_q[-log N(beta; 0, I)] - E_q(u) H[q(beta | u)],
-        # with E_q[beta_jk^2] = M_jk^2 + v_k U_jj.
-        psi, h = self.row_covariance()
-        second_moment = self.weight_mu.square() + self.column_variances()[:, None] * (psi[:-1] + h[:-1].square())
-        cross_entropy = 0.5 * (self.fixed_mask * (math.log(2 * math.pi) + second_moment)).sum()
-        return cross_entropy - self.conditional_weight_entropy()
-
-    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
-        scales = [self.row_std_rho, self.row_factor, self.column_std_rho, self.log_layer_scale_mu,
-                  self.log_layer_scale_rho, self.log_node_scale_mu]
-        if self.regularised:
-            scales += [self.log_slab_mu, self.log_slab_rho]
-        return {"weights": [self.weight_mu], "scales": scales}
+        return StructuredHorseshoeLayer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
