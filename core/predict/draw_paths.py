@@ -1,0 +1,196 @@
+"""Cheaper sampled draws: the ways sampled networks can be run, and which one to use.
+
+Sampled modes (bma with sampled structures, mpm / prune with sampled weights) run R networks.
+Exact ways to run them (`DrawPath`):
+
+- `plain`: each draw alone. bma: through its full dense matrices; a shared mask (mpm, prune):
+  through the mask's compact network (core.predict.compact: dead units dropped, constants
+  folded, a layer below the sparse crossover as a CSR matrix).
+- `active`: each draw alone, compacted to its own active units: the units of *that draw's*
+  sampled structure with no kept input or output dropped, constants folded, the dense matrices
+  compacted, a layer below the sparse crossover (`SPARSE_BELOW_DENSITY`) multiplied as a
+  sparse matrix. (With a shared mask every draw's structure is the mask's: `plain` is this.)
+- `active-dense`: as `active`, every layer dense: where the sparse kernel is slower than the
+  crossover says on this machine, at this load, for this network.
+- `batched`: `GROUP` draws at a time in one product per layer, compacted to the union of the
+  group's structures (bma) or to the shared mask: (GROUP*out, in) @ (in, n) for the first layer,
+  a batched product after it. Groups are aligned at multiples of GROUP (draws 0-3, 4-7, ...), so
+  a draw's output never depends on R; asked for draws that end inside a group, the whole group
+  is computed. Not chosen automatically: core.predict.draw_cache computes one draw at a time
+  and promises to sample only the new ones, and a batched group would sample (and compute) up
+  to GROUP-1 draws past R. Ask for it by name (`sampled_forward(..., path="batched")`) where
+  whole groups are wanted (benchmarks/results/predict.md says what it buys).
+
+Equality. Every path computes the same sums of the same products; it drops only terms that are
+exactly zero, but the remaining terms may be added in another order (a compacted or sparse
+product, a batched one), so the paths agree to float rounding (tested to 1e-6 relative to the
+plain path on random networks, with and without input skips: tests/test_cheaper_draws.py), not
+bit for bit. Within one path draw r's output depends only on (seed, r), the inputs and the path.
+That keeps core.predict.draw_cache's promise (R draws equal `predict` with R, bit for bit) as
+long as both use the same path, which `remember_path` guarantees in one process: the first
+choice made for a (model, structure kind, threshold, inputs' shape, batch_size) is kept. In
+another process the probe may choose another path: predictions then agree to 1e-6, not bit for bit.
+
+Choice: the engine times each candidate (`probe_costs`) on the first draw it computes and up to
+`PROBE_ROWS` inputs, separating the cost of building a draw's network (paid per draw) from the
+forward pass (paid per input), and keeps the cheapest for the full input count.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from enum import Enum
+from typing import Callable, Hashable, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from core.predict.compact import CompactNetwork, compact_network, dense_network, run_chunked
+
+GROUP = 4  # draws batched into one product; groups start at multiples of GROUP
+PROBE_ROWS = 512  # inputs the cost probe runs (per-input costs are scaled to the real count)
+PROBE_REPEATS = 2  # the fastest of this many timings: a loaded core slows a probe, never speeds it
+KEPT_CHOICES = 64  # choices remembered per model (least recently used dropped first)
+
+
+class DrawPath(str, Enum):
+    PLAIN = "plain"
+    ACTIVE = "active"
+    ACTIVE_DENSE = "active-dense"
+    BATCHED = "batched"
+
+
+def candidates(shared_mask: bool) -> list[DrawPath]:
+    """The paths the probe times (each draw alone, see the module docstring): with a shared mask
+    `active` is `plain`."""
+    if shared_mask:
+        return [DrawPath.PLAIN, DrawPath.ACTIVE_DENSE]
+    return [DrawPath.PLAIN, DrawPath.ACTIVE, DrawPath.ACTIVE_DENSE]
+
+
+def group_size(path: DrawPath) -> int:
+    return GROUP if path is DrawPath.BATCHED else 1
+
+
+def masked_network(weights: Sequence[Tensor], masks: Sequence[Tensor], activation: nn.Module) -> CompactNetwork:
+    """The compact network (dead units dropped, sparse layers sparse) of weights zero outside `masks`."""
+    if all(bool(mask.all()) for mask in masks):  # nothing to drop (e.g. the posterior-mean network)
+        network = dense_network(weights, activation)
+        network.disconnected = False
+        return network
+    return compact_network(weights, masks, activation)
+
+
+def draw_networks(
+    path: DrawPath,
+    weights: Sequence[Tensor],
+    masks: Sequence[Tensor] | None,
+    activation: nn.Module,
+) -> list[CompactNetwork]:
+    """Networks that run the draws `weights` (count, out, in+1) per layer, in order: one network per
+    draw (plain, active), or one per group (batched; `weights` then hold whole aligned groups)."""
+    count = weights[0].shape[0]
+    if path is DrawPath.PLAIN:
+        network = dense_network(weights, activation) if masks is None else masked_network(weights, masks, activation)
+        return [network.draw(index) for index in range(count)]
+    if path in (DrawPath.ACTIVE, DrawPath.ACTIVE_DENSE):
+        sparse_below = 0.0 if path is DrawPath.ACTIVE_DENSE else None
+        if masks is not None:  # every draw's structure is the shared mask's
+            network = compact_network(weights, masks, activation, sparse_below=sparse_below)
+            return [network.draw(index) for index in range(count)]
+        networks = []
+        for index in range(count):
+            # A draw's own structure: its sampled weights are zero exactly where its indicators are 0.
+            draw = [w[index] for w in weights]
+            networks.append(compact_network(draw, [w != 0 for w in draw], activation, sparse_below=sparse_below))
+        return networks
+    networks = []
+    for start in range(0, count, GROUP):
+        # Fresh copies: a slice's memory offset depends on its place in the chunk (see CompactNetwork.draw).
+        group = [w[start : start + GROUP].clone() for w in weights]
+        structure = [(w != 0).any(dim=0) for w in group] if masks is None else masks
+        networks.append(masked_network(group, structure, activation))
+    return networks
+
+
+def run_draws(
+    path: DrawPath,
+    weights: Sequence[Tensor],
+    masks: Sequence[Tensor] | None,
+    activation: nn.Module,
+    x: Tensor,
+    memory_budget: int,
+    batch_size: int | None = None,
+) -> Tensor:
+    """Outputs (count, n, out) of the draws `weights` by `path` (batched: whole aligned groups)."""
+    outputs = [
+        run_chunked(network, x, memory_budget, batch_size)
+        for network in draw_networks(path, weights, masks, activation)
+    ]
+    return torch.cat(outputs) if len(outputs) > 1 else outputs[0]
+
+
+def probe_costs(
+    paths: Sequence[DrawPath],
+    weights: Sequence[Tensor],
+    masks: Sequence[Tensor] | None,
+    activation: nn.Module,
+    x: Tensor,
+    n_inputs: int,
+    memory_budget: int,
+    batch_size: int | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[DrawPath, float]:
+    """Estimated seconds per draw of each path on `n_inputs` inputs, from timings on `x` (a sample of
+    them) with the draws `weights` (whole aligned groups for `batched`): building the networks plus the forward
+    pass scaled by n_inputs / len(x)."""
+    count, scale = weights[0].shape[0], n_inputs / max(1, x.shape[0])
+    costs = {}
+    for path in paths:
+        best_build, best_run = float("inf"), float("inf")
+        for _ in range(PROBE_REPEATS):
+            start = clock()
+            networks = draw_networks(path, weights, masks, activation)
+            built = clock()
+            for network in networks:
+                run_chunked(network, x, memory_budget, batch_size)
+            done = clock()
+            best_build, best_run = min(best_build, built - start), min(best_run, done - built)
+        costs[path] = (best_build + best_run * scale) / count
+    return costs
+
+
+_choices: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def remembered_path(model: nn.Module, key: Hashable) -> DrawPath | None:
+    with _lock:
+        table = _choices.get(model)
+        if table is None or key not in table:
+            return None
+        table.move_to_end(key)
+        return table[key]
+
+
+def remember_path(model: nn.Module, key: Hashable, path: DrawPath) -> DrawPath:
+    """Keep `path` for `key` unless a path is kept already (then that one: the first choice stays)."""
+    with _lock:
+        table = _choices.setdefault(model, OrderedDict())
+        chosen = table.setdefault(key, path)
+        table.move_to_end(key)
+        while len(table) > KEPT_CHOICES:
+            table.popitem(last=False)
+        return chosen
+
+
+def forget_paths(model: nn.Module | None = None) -> None:
+    """Drop the kept choices (of one model, or all): the next prediction probes again."""
+    with _lock:
+        if model is None:
+            _choices.clear()
+        else:
+            _choices.pop(model, None)
