@@ -14,7 +14,11 @@ Each trained state_dict is cached under $BNN_BENCH_CACHE (default
 /tmp/bnn-predict-bench), so reruns only time predictions. Full MNIST comes from
 $BNN_DATA_DIR; without it mnist-small is used.
 
-    python -m benchmarks.predict_bench [--threads N] [--models sparse,dense-ish]
+    python -m benchmarks.predict_bench [--threads N] [--models sparse,dense-ish] [--only draws]
+
+`--only draws` regenerates only the "Cheaper sampled draws" section of the results file: each
+sampled mode's draws run by every path of core.predict.draw_paths, interleaved in one process
+(path after path, repeat after repeat) so that a change in the load hits them alike.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ from core.predict import (
     sweep,
     thresholds_for_densities,
 )
+from core.predict.draw_paths import DrawPath, candidates, chosen_path, forget_paths
+from core.predict.engine import as_inputs, make_plan, sampled_forward
 from core.train import DEFAULT_LEARNING_RATES, TrainConfig, train
 
 RESULTS = Path(__file__).parent / "results" / "predict.md"
@@ -159,16 +165,79 @@ def bench_model(model: BayesianMLP, data, rows: list) -> None:
                 f"{exported.meta['n_weights_kept']} weights, {len(exported.input_index)} inputs")
 
 
+DRAWS_HEADER = "## Cheaper sampled draws"
+DRAW_SAMPLES = 8  # two whole batched groups
+
+
+def bench_draws(model: BayesianMLP, data, repeats: int = 3) -> str:
+    """Seconds per draw of each path for bma and mpm on the test set, interleaved; the probe's choice."""
+    inputs = as_inputs(model, data.x_test)
+    rows = []
+    for mode in ("bma", "mpm"):
+        plan = make_plan(model, mode, DRAW_SAMPLES, None, None)
+        with torch.no_grad():
+            masks = None if mode == "bma" else model.keep_masks(plan.threshold)
+            paths = [*candidates(masks is not None), DrawPath.BATCHED]
+            times: dict = {path: [] for path in paths}
+            outputs = {}
+            for _ in range(repeats):
+                for path in paths:
+                    start = time.perf_counter()
+                    outputs[path], _ = sampled_forward(model, plan, inputs, 0, masks, None, path=path)
+                    times[path].append((time.perf_counter() - start) / DRAW_SAMPLES)
+            forget_paths(model)
+            probe = model.sample_weights(1, 0, masks=masks)
+            start = time.perf_counter()
+            chosen = chosen_path(model, plan.threshold, inputs, masks, None, probe)
+            probe_seconds = time.perf_counter() - start
+        plain = statistics.median(times[DrawPath.PLAIN])
+        for path in paths:
+            seconds = statistics.median(times[path])
+            difference = float((outputs[path] - outputs[DrawPath.PLAIN]).abs().max())
+            note = f"chosen by the probe ({probe_seconds * 1000:.0f} ms)" if path is chosen else ""
+            rows.append((mode, path.value, f"{seconds * 1000:.0f} ms", f"x{plain / seconds:.2f}", f"{difference:.1e}",
+                         note))
+    table = "| mode | path | time per draw (median) | speed-up over plain | max abs difference from plain | note |\n"
+    table += "|---|---|---|---|---|---|\n" + "\n".join(f"| {' | '.join(row)} |" for row in rows) + "\n"
+    return table
+
+
+def draws_section(data, names: list[str], repeats: int) -> str:
+    parts = [f"{DRAWS_HEADER}\n\n`python -m benchmarks.predict_bench --only draws`: R = {DRAW_SAMPLES} draws on the "
+             f"{data.n_test} test images (network outputs, no metrics), each path of core.predict.draw_paths in "
+             f"turn, {repeats} rounds, median per draw; torch threads: {torch.get_num_threads()}. `plain` is how "
+             "every draw ran before (bma: the full dense matrices; mpm: the shared mask's compact network); "
+             "`batched` is not chosen automatically (see core/predict/draw_paths.py). The probe's time is "
+             "paid once per (run, threshold, inputs).\n"]
+    for name in names:
+        model, how = trained_model(MODELS[name], data)
+        load_before = os.getloadavg()[0]
+        table = bench_draws(model, data, repeats)
+        parts.append(f"### `{name}` model\n\n{how}. Load average before / after: {load_before:.1f} / "
+                     f"{os.getloadavg()[0]:.1f}.\n\n{table}")
+    return "\n".join(parts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--models", default="sparse,dense-ish")
+    parser.add_argument("--only", choices=["draws"], default=None)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     data = load_mnist()
+    names = args.models.split(",")
+    draws = draws_section(data, names, args.repeats)
+    if args.only == "draws":
+        old = RESULTS.read_text() if RESULTS.is_file() else ""
+        kept = old.split(DRAWS_HEADER)[0].rstrip("\n")
+        RESULTS.write_text((kept + "\n\n" if kept else "") + draws)
+        print(draws)
+        return
     sections = []
-    for name in args.models.split(","):
+    for name in names:
         model, how = trained_model(MODELS[name], data)
         with torch.no_grad():
             mpm_density = BayesianMLP.density(model.keep_masks())
@@ -187,7 +256,7 @@ def main() -> None:
               "same run; that forward takes about 70 ms on idle cores). With another 2-thread job on the "
               "cores every small torch op waits for a descheduled thread, so paths made of many small ops "
               "(the sweep) suffer most.\n\n")
-    text = header + "\n".join(sections)
+    text = header + "\n".join(sections) + "\n" + draws
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(text)
     print(text)

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 import core.predict.draw_paths as draw_paths
 from core.models.network import BayesianMLP, ModelConfig
 from core.predict import predict
-from core.predict.draw_paths import DrawPath, draw_networks, forget_paths, probe_costs
-from core.predict.engine import as_inputs, draw_path, make_plan, sampled_forward
+from core.predict.draw_paths import DrawPath, chosen_path, draw_networks, forget_paths, probe_costs
+from core.predict.engine import as_inputs, make_plan, sampled_forward
 from core.predict.structure import input_dependence, useful_units
 
 
@@ -135,19 +135,19 @@ def test_probe_keeps_the_cheapest_path_and_the_first_choice(monkeypatch):
         calls.append(list(paths))
         return {path: costs[path] for path in paths}
 
-    monkeypatch.setattr("core.predict.engine.probe_costs", fake)
+    monkeypatch.setattr("core.predict.draw_paths.probe_costs", fake)
     forget_paths(model)
     with torch.no_grad():
         probe = model.sample_weights(1, seed=0)
-    assert draw_path(model, plan, x, None, None) is None  # nothing kept, nothing to probe with
-    assert draw_path(model, plan, x, None, None, probe) is DrawPath.ACTIVE
+    assert chosen_path(model, plan.threshold, x, None, None) is None  # nothing kept, nothing to probe with
+    assert chosen_path(model, plan.threshold, x, None, None, probe) is DrawPath.ACTIVE
     costs[DrawPath.ACTIVE_DENSE] = 0.1  # a later probe would choose otherwise: the kept choice stays
-    assert draw_path(model, plan, x, None, None, probe) is DrawPath.ACTIVE
-    assert draw_path(model, plan, x, None, None) is DrawPath.ACTIVE
+    assert chosen_path(model, plan.threshold, x, None, None, probe) is DrawPath.ACTIVE
+    assert chosen_path(model, plan.threshold, x, None, None) is DrawPath.ACTIVE
     assert len(calls) == 1 and calls[0] == [DrawPath.PLAIN, DrawPath.ACTIVE, DrawPath.ACTIVE_DENSE]
     # A shared mask: `active` would be `plain`, not timed; another threshold is another choice.
     masks = model.keep_masks(0.5)
-    assert draw_path(model, make_plan(model, "mpm", 5, 0.5, None), x, masks, None, probe) is DrawPath.ACTIVE_DENSE
+    assert chosen_path(model, 0.5, x, masks, None, probe) is DrawPath.ACTIVE_DENSE
     assert calls[1] == [DrawPath.PLAIN, DrawPath.ACTIVE_DENSE]
     # The sampled prediction probes on its own first draw (no draw made for the probe) and keeps the choice.
     forget_paths(model)
@@ -161,7 +161,7 @@ def test_probe_keeps_the_cheapest_path_and_the_first_choice(monkeypatch):
     monkeypatch.setattr(BayesianMLP, "sample_weights", spy)
     with torch.no_grad():
         sampled_forward(model, plan, x, 0, None, None)
-    assert made == list(range(5)) and draw_path(model, plan, x, None, None) is DrawPath.ACTIVE_DENSE
+    assert made == list(range(5)) and chosen_path(model, plan.threshold, x, None, None) is DrawPath.ACTIVE_DENSE
 
 
 def test_probe_costs_scale_the_forward_pass_to_the_input_count():
@@ -170,17 +170,27 @@ def test_probe_costs_scale_the_forward_pass_to_the_input_count():
     with torch.no_grad():
         weights = model.sample_weights(draw_paths.GROUP, seed=0)
     # A clock that advances 1 s per reading: building takes 1 s, running 1 s, per repeat.
-    costs = probe_costs([DrawPath.PLAIN], weights, None, model.activation, torch.randn(10, 5), 30, 2**20,
-                        clock=lambda: float(next(ticks)))
+    costs = probe_costs(
+        [DrawPath.PLAIN],
+        weights,
+        None,
+        model.activation,
+        torch.randn(10, 5),
+        30,
+        2**20,
+        clock=lambda: float(next(ticks)),
+    )
     assert costs[DrawPath.PLAIN] == pytest.approx((1.0 + 1.0 * 30 / 10) / draw_paths.GROUP)
 
 
 def test_dense_families_are_not_probed(monkeypatch):
     torch.manual_seed(0)
     model = BayesianMLP(ModelConfig(4, 2, hidden=(5,), family="bnn"))
-    monkeypatch.setattr("core.predict.engine.probe_costs", lambda *a, **k: pytest.fail("probed a dense family"))
+    monkeypatch.setattr("core.predict.draw_paths.probe_costs", lambda *a, **k: pytest.fail("probed a dense family"))
     plan = make_plan(model, "bma", 3, None, None)
-    assert draw_path(model, plan, torch.randn(6, 4), None, None, model.sample_weights(1, 0)) is DrawPath.PLAIN
+    assert (
+        chosen_path(model, plan.threshold, torch.randn(6, 4), None, None, model.sample_weights(1, 0)) is DrawPath.PLAIN
+    )
 
 
 @pytest.mark.parametrize("mode", ["bma", "mpm"])

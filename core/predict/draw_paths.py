@@ -194,3 +194,36 @@ def forget_paths(model: nn.Module | None = None) -> None:
             _choices.clear()
         else:
             _choices.pop(model, None)
+
+
+def chosen_path(
+    model: nn.Module,
+    threshold: float | None,
+    x: Tensor,
+    masks: Sequence[Tensor] | None,
+    batch_size: int | None,
+    probe: Sequence[Tensor] | None = None,
+    memory_budget: int = 256 * 2**20,
+) -> DrawPath | None:
+    """The path a BayesianMLP's sampled draws run by: the cheapest by `probe_costs` on one draw (`probe`:
+    its weights, a (1, out, in+1) tensor per layer), measured once per (model, structure kind,
+    threshold, inputs' shape, batch_size) and kept, so that every later draw of the same prediction
+    runs the same way. Families without sampled structures draw dense networks: nothing to compact,
+    no probe (`plain`). Without `probe`: the kept choice, or None."""
+    if masks is None and not any(getattr(layer, "has_structure", False) for layer in model.layers):
+        return DrawPath.PLAIN
+    key = (masks is None, threshold, tuple(x.shape), batch_size)
+    path = remembered_path(model, key)
+    if path is None and probe is not None:
+        costs = probe_costs(
+            candidates(masks is not None),
+            probe,
+            masks,
+            model.activation,
+            x[:PROBE_ROWS],
+            x.shape[0],
+            memory_budget,
+            batch_size,
+        )
+        path = remember_path(model, key, min(costs, key=costs.get))
+    return path

@@ -12,8 +12,13 @@ the network linearised about its mean, f(x; mean) + J(x)(w_r - mean) (core.model
 
 Forward passes run transposed, (features, n), through core.predict.compact:
 a network with one known structure (mpm, mpm-mean, prune, mean) drops its
-dead units and multiplies its sparse layers as sparse matrices; bma draws,
-each with its own structure, run as dense products.
+dead units and multiplies its sparse layers as sparse matrices. Sampled draws
+run by the path core.predict.draw_paths says: as they are (plain), or each
+compacted to its own active units (a bma draw's own sampled structure), sparse
+below the crossover or all dense, whichever a cost probe on the first draw
+found cheapest for this (model, threshold, inputs); the choice is kept, so
+draw r's output stays a function of (seed, r) and x in this process. The
+paths agree to 1e-6 (reassociated sums), not bit for bit.
 
 Density reported (fraction of weights a prediction needs):
 - `mpm`, `mpm-mean`, `prune`: kept weights / all weights;
@@ -41,16 +46,7 @@ from core.errors import PredictionError
 from core.models.laplace import linearised_forward
 from core.models.network import BayesianMLP
 from core.predict.compact import CompactNetwork, dense_network, run_chunked
-from core.predict.draw_paths import (
-    PROBE_ROWS,
-    DrawPath,
-    candidates,
-    group_size,
-    probe_costs,
-    remember_path,
-    remembered_path,
-    run_draws,
-)
+from core.predict.draw_paths import DrawPath, chosen_path, group_size, run_draws
 from core.predict.draw_paths import masked_network as masked_weights_network
 from core.predict.modes import PredictionMode, WeightChoice, parse_mode, parse_weight_choice
 from core.predict.structure import is_disconnected, kept_counts, layer_densities, overall_density
@@ -290,31 +286,13 @@ def draws_per_chunk(model: BayesianMLP, plan: Plan, n_inputs: int, memory_budget
     return max(1, min(plan.samples, memory_budget // per_draw))
 
 
-def draw_path(model: BayesianMLP, plan: Plan, x: Tensor, masks: Sequence[Tensor] | None, batch_size: int | None,
-              probe: Sequence[Tensor] | None = None, memory_budget: int = MEMORY_BUDGET_BYTES) -> DrawPath:
-    """The path sampled draws of this plan run by (core.predict.draw_paths): the cheapest by a cost probe
-    on one draw (`probe`: its weights, a (1, out, in+1) tensor per layer), made once per (model,
-    structure kind, threshold, inputs' shape, batch_size) and kept, so that every later draw of the
-    same prediction runs the same way. Families without sampled structures draw dense networks:
-    nothing to compact, no probe. Without `probe`, the kept choice or None."""
-    if masks is None and not any(getattr(layer, "has_structure", False) for layer in model.layers):
-        return DrawPath.PLAIN
-    key = (masks is None, plan.threshold, tuple(x.shape), batch_size)
-    path = remembered_path(model, key)
-    if path is None and probe is not None:
-        costs = probe_costs(candidates(masks is not None), probe, masks, model.activation, x[:PROBE_ROWS],
-                            x.shape[0], memory_budget, batch_size)
-        path = remember_path(model, key, min(costs, key=costs.get))
-    return path
-
-
 def sampled_forward(model: BayesianMLP, plan: Plan, x: Tensor, seed: int, masks: Sequence[Tensor] | None,
                     batch_size: int | None, memory_budget: int = MEMORY_BUDGET_BYTES, draws: range | None = None,
                     usage: DrawUsage | None = None, path: DrawPath | str | None = None) -> tuple[Tensor, DrawUsage]:
     """Outputs (len(draws), n, out) of sampled networks `draws` (default: 0 .. R-1), whose usage is
     added to `usage` (a new one by default; draws must come in order).
 
-    `path` (default: `draw_path`'s kept choice, probed on the first draw made) says how the draws
+    `path` (default: `chosen_path`'s kept choice, probed on the first draw made) says how the draws
     run (core.predict.draw_paths): each alone (plain, active, active-dense) or, asked by name, in
     groups aligned at multiples of GROUP (batched; a group reaching outside `draws` is computed
     whole and the extra draws dropped). Batched products of draws
@@ -330,7 +308,7 @@ def sampled_forward(model: BayesianMLP, plan: Plan, x: Tensor, seed: int, masks:
     # A linearised posterior (laplace) predicts f(x; centre) + J(x)(w - centre), not f(x; w).
     centre = model.linearisation_point(masks)
     if centre is None:
-        path = draw_path(model, plan, x, masks, batch_size) if path is None else DrawPath(path)
+        path = chosen_path(model, plan.threshold, x, masks, batch_size) if path is None else DrawPath(path)
     group = 1 if centre is not None or path is None else group_size(path)
     first = draws.start - draws.start % group  # whole groups, aligned at multiples of `group`
     last = -(-draws.stop // group) * group
@@ -343,7 +321,8 @@ def sampled_forward(model: BayesianMLP, plan: Plan, x: Tensor, seed: int, masks:
         weights = model.sample_weights(count, int(seed), masks=masks, start=start)
         if centre is None:
             if path is None:  # no choice kept yet: probe on this chunk's first draw, no extra draws made
-                path = draw_path(model, plan, x, masks, batch_size, [w[:1].clone() for w in weights], memory_budget)
+                probe = [w[:1].clone() for w in weights]
+                path = chosen_path(model, plan.threshold, x, masks, batch_size, probe, memory_budget)
             out = run_draws(path, weights, masks, model.activation, x, memory_budget, batch_size)
         else:
             out = torch.stack([linearised_forward(x, centre, [w[index] - c for w, c in zip(weights, centre)],
