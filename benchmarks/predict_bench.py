@@ -16,6 +16,8 @@ $BNN_DATA_DIR; without it mnist-small is used.
 
     python -m benchmarks.predict_bench [--threads N] [--models sparse,dense-ish] [--only draws]
 
+`--only draws --models synthetic-sparse,synthetic-dense-ish` times the draws on untrained networks
+whose inclusion probabilities are set as a trained one's (`SYNTHETIC`): no training needed.
 `--only draws` regenerates only the "Cheaper sampled draws" section of the results file: each
 sampled mode's draws run by every path of core.predict.draw_paths, interleaved in one process
 (path after path, repeat after repeat) so that a change in the load hits them alike.
@@ -70,6 +72,31 @@ MODELS = {
     "sparse": BenchModel("sparse", None, 3, 2e-3),
     "dense-ish": BenchModel("dense-ish", 10_000, 1, 3e-3),  # the default inclusion rate
 }
+
+
+# Untrained 784-400-600-10 LBBNNs whose inclusion probabilities are set as a sparse trained one's are
+# (most near 0, some near 1, whole hidden units off): (fraction of weights on, fraction of hidden units
+# off, logit). With logit 6 a weight is in a draw with probability 0.9975 if on, else 0.0025.
+# For the draws section when training the models does not fit (a loaded machine): no accuracy.
+SYNTHETIC = {
+    "synthetic-sparse": (0.05, 0.4, 6.0),
+    "synthetic-dense-ish": (0.45, 0.0, 1.0),
+}
+
+
+def synthetic_model(name: str) -> tuple[BayesianMLP, str]:
+    on_fraction, off_units, logit = SYNTHETIC[name]
+    torch.manual_seed(0)
+    model = BayesianMLP(ModelConfig(784, 10, hidden=(400, 600), family="lbbnn"))
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for index, layer in enumerate(model.layers):
+            on = torch.rand(layer.inclusion_logit.shape, generator=generator) < on_fraction
+            if index < len(model.layers) - 1:
+                on[torch.rand(layer.out_features, generator=generator) < off_units] = False
+            layer.inclusion_logit.copy_(torch.where(on, torch.tensor(logit), torch.tensor(-logit)))
+    return model, (f"untrained, inclusion logits set: {on_fraction:g} of the weights at +{logit:g}, the rest at "
+                   f"-{logit:g}, {off_units:g} of the hidden units with every weight at -{logit:g}")
 
 
 def timed(fn, repeats=3):
@@ -210,7 +237,7 @@ def draws_section(data, names: list[str], repeats: int) -> str:
              "`batched` is not chosen automatically (see core/predict/draw_paths.py). The probe's time is "
              "paid once per (run, threshold, inputs).\n"]
     for name in names:
-        model, how = trained_model(MODELS[name], data)
+        model, how = synthetic_model(name) if name in SYNTHETIC else trained_model(MODELS[name], data)
         load_before = os.getloadavg()[0]
         table = bench_draws(model, data, repeats)
         parts.append(f"### `{name}` model\n\n{how}. Load average before / after: {load_before:.1f} / "
@@ -221,7 +248,7 @@ def draws_section(data, names: list[str], repeats: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--models", default="sparse,dense-ish")
+    parser.add_argument("--models", default="sparse,dense-ish", help=f"of {', '.join([*MODELS, *SYNTHETIC])}")
     parser.add_argument("--only", choices=["draws"], default=None)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
@@ -237,7 +264,7 @@ def main() -> None:
         print(draws)
         return
     sections = []
-    for name in names:
+    for name in (name for name in names if name in MODELS):  # the synthetic ones are for the draws only
         model, how = trained_model(MODELS[name], data)
         with torch.no_grad():
             mpm_density = BayesianMLP.density(model.keep_masks())
