@@ -45,7 +45,6 @@ from collections import OrderedDict
 from enum import Enum
 from typing import Callable, Hashable, Sequence
 
-import torch
 from torch import Tensor, nn
 
 from core.predict.compact import CompactNetwork, compact_network, dense_network, run_chunked
@@ -114,23 +113,6 @@ def draw_networks(
         structure = [(w != 0).any(dim=0) for w in group] if masks is None else masks
         networks.append(masked_network(group, structure, activation))
     return networks
-
-
-def run_draws(
-    path: DrawPath,
-    weights: Sequence[Tensor],
-    masks: Sequence[Tensor] | None,
-    activation: nn.Module,
-    x: Tensor,
-    memory_budget: int,
-    batch_size: int | None = None,
-) -> Tensor:
-    """Outputs (count, n, out) of the draws `weights` by `path` (batched: whole aligned groups)."""
-    outputs = [
-        run_chunked(network, x, memory_budget, batch_size)
-        for network in draw_networks(path, weights, masks, activation)
-    ]
-    return torch.cat(outputs) if len(outputs) > 1 else outputs[0]
 
 
 def probe_costs(

@@ -46,7 +46,7 @@ from core.errors import PredictionError
 from core.models.laplace import linearised_forward
 from core.models.network import BayesianMLP
 from core.predict.compact import CompactNetwork, dense_network, run_chunked
-from core.predict.draw_paths import DrawPath, chosen_path, group_size, run_draws
+from core.predict.draw_paths import DrawPath, chosen_path, draw_networks, group_size
 from core.predict.draw_paths import masked_network as masked_weights_network
 from core.predict.modes import PredictionMode, WeightChoice, parse_mode, parse_weight_choice
 from core.predict.structure import is_disconnected, kept_counts, layer_densities, overall_density
@@ -323,7 +323,8 @@ def sampled_forward(model: BayesianMLP, plan: Plan, x: Tensor, seed: int, masks:
             if path is None:  # no choice kept yet: probe on this chunk's first draw, no extra draws made
                 probe = [w[:1].clone() for w in weights]
                 path = chosen_path(model, plan.threshold, x, masks, batch_size, probe, memory_budget)
-            out = run_draws(path, weights, masks, model.activation, x, memory_budget, batch_size)
+            networks = draw_networks(path, weights, masks, model.activation)
+            out = torch.cat([run_network(network, x, batch_size, memory_budget) for network in networks])
         else:
             out = torch.stack([linearised_forward(x, centre, [w[index] - c for w, c in zip(weights, centre)],
                                                   model.activation) for index in range(count)])
