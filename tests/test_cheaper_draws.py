@@ -207,3 +207,22 @@ def test_predict_uses_one_path_for_every_r(mode):
     with torch.no_grad():
         plain, _ = sampled_forward(model, plan, inputs, 1, masks, None, path="plain")
     assert np.allclose(ten.probs_per_draw, model.likelihood.probabilities(plain).numpy(), rtol=0, atol=1e-6)
+
+
+def test_a_copy_of_the_model_shares_the_choice(monkeypatch):
+    # A reloaded run is another model object with the same numbers: it must run its draws the same way
+    # (its predictions equal the original's bit for bit), whatever a probe of its own would say.
+    model = make_model(5, (6, 4), True, "relu", [-8.0, 8.0], seed=5)
+    copy = make_model(5, (6, 4), True, "relu", [-3.0, 3.0], seed=6)
+    copy.load_state_dict(model.state_dict())
+    x = as_inputs(model, torch.randn(20, 5))
+    plan = make_plan(model, "bma", 4, None, None)
+    forget_paths()
+    probe = model.sample_weights(1, 0)
+    monkeypatch.setattr("core.predict.draw_paths.probe_costs", lambda paths, *a, **k: {DrawPath.ACTIVE: 0.0})
+    assert chosen_path(model, plan.threshold, x, None, None, probe) is DrawPath.ACTIVE
+    assert chosen_path(copy, plan.threshold, x, None, None) is DrawPath.ACTIVE
+    other = make_model(5, (6, 4), True, "relu", [-8.0, 8.0], seed=7)  # another network: its own choice
+    assert chosen_path(other, plan.threshold, x, None, None) is None
+    forget_paths(copy)  # the copy's network is the model's: both forgotten
+    assert chosen_path(model, plan.threshold, x, None, None) is None

@@ -28,7 +28,8 @@ plain path on random networks, with and without input skips: tests/test_cheaper_
 bit for bit. Within one path draw r's output depends only on (seed, r), the inputs and the path.
 That keeps core.predict.draw_cache's promise (R draws equal `predict` with R, bit for bit) as
 long as both use the same path, which `remember_path` guarantees in one process: the first
-choice made for a (model, structure kind, threshold, inputs' shape, batch_size) is kept. In
+choice made for a (network, structure kind, threshold, inputs' shape, batch_size) is kept, the
+network named by its `fingerprint` so that a reloaded copy of a run shares its choice. In
 another process the probe may choose another path: predictions then agree to 1e-6, not bit for bit.
 
 Choice: the engine times each candidate (`probe_costs`) on the first draw it computes and up to
@@ -40,11 +41,11 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
 from collections import OrderedDict
 from enum import Enum
 from typing import Callable, Hashable, Sequence
 
+import torch
 from torch import Tensor, nn
 
 from core.predict.compact import CompactNetwork, compact_network, dense_network, run_chunked
@@ -52,7 +53,7 @@ from core.predict.compact import CompactNetwork, compact_network, dense_network,
 GROUP = 4  # draws batched into one product; groups start at multiples of GROUP
 PROBE_ROWS = 512  # inputs the cost probe runs (per-input costs are scaled to the real count)
 PROBE_REPEATS = 2  # the fastest of this many timings: a loaded core slows a probe, never speeds it
-KEPT_CHOICES = 64  # choices remembered per model (least recently used dropped first)
+KEPT_CHOICES = 256  # choices remembered (least recently used dropped first)
 
 
 class DrawPath(str, Enum):
@@ -145,37 +146,47 @@ def probe_costs(
     return costs
 
 
-_choices: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_choices: OrderedDict = OrderedDict()  # (network fingerprint, ...) -> DrawPath, least recently used first
 _lock = threading.Lock()
 
 
-def remembered_path(model: nn.Module, key: Hashable) -> DrawPath | None:
+def fingerprint(model: nn.Module) -> tuple:
+    """What identifies the network a model computes: the sum of every floating tensor of its state, in
+    float64. Two copies of one run (a reloaded run, a bundled one) share it, and so share the path
+    choice: their predictions stay equal bit for bit."""
+    state = model.state_dict()
+    return tuple(
+        (name, tuple(t.shape), float(t.sum(dtype=torch.float64))) for name, t in state.items() if t.is_floating_point()
+    )
+
+
+def remembered_path(key: Hashable) -> DrawPath | None:
     with _lock:
-        table = _choices.get(model)
-        if table is None or key not in table:
+        if key not in _choices:
             return None
-        table.move_to_end(key)
-        return table[key]
+        _choices.move_to_end(key)
+        return _choices[key]
 
 
-def remember_path(model: nn.Module, key: Hashable, path: DrawPath) -> DrawPath:
+def remember_path(key: Hashable, path: DrawPath) -> DrawPath:
     """Keep `path` for `key` unless a path is kept already (then that one: the first choice stays)."""
     with _lock:
-        table = _choices.setdefault(model, OrderedDict())
-        chosen = table.setdefault(key, path)
-        table.move_to_end(key)
-        while len(table) > KEPT_CHOICES:
-            table.popitem(last=False)
+        chosen = _choices.setdefault(key, path)
+        _choices.move_to_end(key)
+        while len(_choices) > KEPT_CHOICES:
+            _choices.popitem(last=False)
         return chosen
 
 
 def forget_paths(model: nn.Module | None = None) -> None:
-    """Drop the kept choices (of one model, or all): the next prediction probes again."""
+    """Drop the kept choices (of one model's network, or all): the next prediction probes again."""
     with _lock:
         if model is None:
             _choices.clear()
-        else:
-            _choices.pop(model, None)
+            return
+        mine = fingerprint(model)
+        for key in [key for key in _choices if key[0] == mine]:
+            del _choices[key]
 
 
 def chosen_path(
@@ -188,14 +199,15 @@ def chosen_path(
     memory_budget: int = 256 * 2**20,
 ) -> DrawPath | None:
     """The path a BayesianMLP's sampled draws run by: the cheapest by `probe_costs` on one draw (`probe`:
-    its weights, a (1, out, in+1) tensor per layer), measured once per (model, structure kind,
-    threshold, inputs' shape, batch_size) and kept, so that every later draw of the same prediction
-    runs the same way. Families without sampled structures draw dense networks: nothing to compact,
-    no probe (`plain`). Without `probe`: the kept choice, or None."""
+    its weights, a (1, out, in+1) tensor per layer), measured once per (network `fingerprint`,
+    structure kind, threshold, inputs' shape, batch_size) and kept, so that every later draw of the
+    same prediction, and of a copy of the model, runs the same way. Families without sampled
+    structures draw dense networks: nothing to compact, no probe (`plain`). Without `probe`: the
+    kept choice, or None."""
     if masks is None and not any(getattr(layer, "has_structure", False) for layer in model.layers):
         return DrawPath.PLAIN
-    key = (masks is None, threshold, tuple(x.shape), batch_size)
-    path = remembered_path(model, key)
+    key = (fingerprint(model), masks is None, threshold, tuple(x.shape), batch_size)
+    path = remembered_path(key)
     if path is None and probe is not None:
         costs = probe_costs(
             candidates(masks is not None),
@@ -207,5 +219,5 @@ def chosen_path(
             memory_budget,
             batch_size,
         )
-        path = remember_path(model, key, min(costs, key=costs.get))
+        path = remember_path(key, min(costs, key=costs.get))
     return path
