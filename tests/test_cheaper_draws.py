@@ -104,7 +104,7 @@ def test_active_path_drops_each_draws_dead_units():
         model.layers[1].inclusion_logit[0, 2] = -40.0
         model.layers[2].inclusion_logit[:, 1] = -40.0
         weights = model.sample_weights(3, seed=0)
-    networks = draw_networks(DrawPath.ACTIVE, weights, None, model.activation)
+    networks = list(draw_networks(DrawPath.ACTIVE, weights, None, model.activation))
     x = torch.randn(5, 3)
     for index, network in enumerate(networks):
         masks = [w[index] != 0 for w in weights]
@@ -118,7 +118,7 @@ def test_batched_groups_run_their_union_in_one_product():
     model = make_model(4, (5, 6), True, "relu", [-8.0, 8.0], seed=4)
     with torch.no_grad():
         weights = model.sample_weights(8, seed=2)
-    networks = draw_networks(DrawPath.BATCHED, weights, None, model.activation)
+    networks = list(draw_networks(DrawPath.BATCHED, weights, None, model.activation))
     assert len(networks) == 2 and all(n.n_draws == draw_paths.GROUP for n in networks)
     # A dense per-draw batch: (4, units, inputs) weights, in one batched product per layer.
     assert all(layer.weight.dim() == 3 for n in networks for layer in n.layers)

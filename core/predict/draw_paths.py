@@ -43,7 +43,7 @@ import threading
 import time
 from collections import OrderedDict
 from enum import Enum
-from typing import Callable, Hashable, Sequence
+from typing import Callable, Hashable, Iterator, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -89,31 +89,30 @@ def draw_networks(
     weights: Sequence[Tensor],
     masks: Sequence[Tensor] | None,
     activation: nn.Module,
-) -> list[CompactNetwork]:
+) -> Iterator[CompactNetwork]:
     """Networks that run the draws `weights` (count, out, in+1) per layer, in order: one network per
-    draw (plain, active), or one per group (batched; `weights` then hold whole aligned groups)."""
+    draw (plain, active), or one per group (batched; `weights` then hold whole aligned groups).
+    Made one at a time: a draw's copy of its weights lives only while it runs."""
     count = weights[0].shape[0]
     if path is DrawPath.PLAIN:
         network = dense_network(weights, activation) if masks is None else masked_network(weights, masks, activation)
-        return [network.draw(index) for index in range(count)]
-    if path in (DrawPath.ACTIVE, DrawPath.ACTIVE_DENSE):
+        yield from (network.draw(index) for index in range(count))
+    elif path in (DrawPath.ACTIVE, DrawPath.ACTIVE_DENSE):
         sparse_below = 0.0 if path is DrawPath.ACTIVE_DENSE else None
         if masks is not None:  # every draw's structure is the shared mask's
             network = compact_network(weights, masks, activation, sparse_below=sparse_below)
-            return [network.draw(index) for index in range(count)]
-        networks = []
+            yield from (network.draw(index) for index in range(count))
+            return
         for index in range(count):
             # A draw's own structure: its sampled weights are zero exactly where its indicators are 0.
             draw = [w[index] for w in weights]
-            networks.append(compact_network(draw, [w != 0 for w in draw], activation, sparse_below=sparse_below))
-        return networks
-    networks = []
-    for start in range(0, count, GROUP):
-        # Fresh copies: a slice's memory offset depends on its place in the chunk (see CompactNetwork.draw).
-        group = [w[start : start + GROUP].clone() for w in weights]
-        structure = [(w != 0).any(dim=0) for w in group] if masks is None else masks
-        networks.append(masked_network(group, structure, activation))
-    return networks
+            yield compact_network(draw, [w != 0 for w in draw], activation, sparse_below=sparse_below)
+    else:
+        for start in range(0, count, GROUP):
+            # Fresh copies: a slice's memory offset depends on its place in the chunk (see CompactNetwork.draw).
+            group = [w[start : start + GROUP].clone() for w in weights]
+            structure = [(w != 0).any(dim=0) for w in group] if masks is None else masks
+            yield masked_network(group, structure, activation)
 
 
 def probe_costs(
@@ -136,7 +135,7 @@ def probe_costs(
         best_build, best_run = float("inf"), float("inf")
         for _ in range(PROBE_REPEATS):
             start = clock()
-            networks = draw_networks(path, weights, masks, activation)
+            networks = list(draw_networks(path, weights, masks, activation))
             built = clock()
             for network in networks:
                 run_chunked(network, x, memory_budget, batch_size)
