@@ -226,3 +226,18 @@ def test_a_copy_of_the_model_shares_the_choice(monkeypatch):
     assert chosen_path(other, plan.threshold, x, None, None) is None
     forget_paths(copy)  # the copy's network is the model's: both forgotten
     assert chosen_path(model, plan.threshold, x, None, None) is None
+
+
+@pytest.mark.parametrize("skip", [False, True])
+@pytest.mark.parametrize("mode", ["bma", "mpm"])
+def test_with_nothing_to_drop_the_active_paths_are_the_plain_path_bit_for_bit(skip, mode):
+    # Every weight kept: the compacted matrices are the full ones and every product sums in the same
+    # order as the plain path's, so the outputs are the same numbers, not merely close.
+    model = make_model(30, (40, 20), skip, "relu", [40.0], seed=2, classes=5)
+    x = torch.randn(300, 30, generator=torch.Generator().manual_seed(0))
+    plan = make_plan(model, mode, 3, None, None)
+    masks = None if mode == "bma" else model.keep_masks(plan.threshold)
+    with torch.no_grad():
+        plain, _ = sampled_forward(model, plan, x, 0, masks, None, path="plain")
+        for path in ("active", "active-dense"):
+            assert torch.equal(sampled_forward(model, plan, x, 0, masks, None, path=path)[0], plain), path
