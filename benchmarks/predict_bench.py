@@ -209,14 +209,14 @@ def bench_draws(model: BayesianMLP, data, repeats: int = 3) -> str:
             outputs = {}
             for _ in range(repeats):
                 for path in paths:
-                    start = time.perf_counter()
+                    start = time.process_time()  # CPU seconds: the work, whatever the load (one thread)
                     outputs[path], _ = sampled_forward(model, plan, inputs, 0, masks, None, path=path)
-                    times[path].append((time.perf_counter() - start) / DRAW_SAMPLES)
+                    times[path].append((time.process_time() - start) / DRAW_SAMPLES)
             forget_paths(model)
             probe = model.sample_weights(1, 0, masks=masks)
-            start = time.perf_counter()
+            start = time.process_time()
             chosen = chosen_path(model, plan.threshold, inputs, masks, None, probe)
-            probe_seconds = time.perf_counter() - start
+            probe_seconds = time.process_time() - start
         plain = statistics.median(times[DrawPath.PLAIN])
         for path in paths:
             seconds = statistics.median(times[path])
@@ -224,7 +224,7 @@ def bench_draws(model: BayesianMLP, data, repeats: int = 3) -> str:
             note = f"chosen by the probe ({probe_seconds * 1000:.0f} ms)" if path is chosen else ""
             rows.append((mode, path.value, f"{seconds * 1000:.0f} ms", f"x{plain / seconds:.2f}", f"{difference:.1e}",
                          note))
-    table = "| mode | path | time per draw (median) | speed-up over plain | max abs difference from plain | note |\n"
+    table = "| mode | path | CPU time per draw (median) | speed-up over plain | max abs diff. from plain | note |\n"
     table += "|---|---|---|---|---|---|\n" + "\n".join(f"| {' | '.join(row)} |" for row in rows) + "\n"
     return table
 
@@ -232,7 +232,9 @@ def bench_draws(model: BayesianMLP, data, repeats: int = 3) -> str:
 def draws_section(data, names: list[str], repeats: int) -> str:
     parts = [f"{DRAWS_HEADER}\n\n`python -m benchmarks.predict_bench --only draws`: R = {DRAW_SAMPLES} draws on the "
              f"{data.n_test} test images (network outputs, no metrics), each path of core.predict.draw_paths in "
-             f"turn, {repeats} rounds, median per draw; torch threads: {torch.get_num_threads()}. `plain` is how "
+             f"turn, {repeats} rounds, median per draw of the process's CPU time (with one torch thread the work "
+             f"done, whatever the load; wall time on these shared cores measures the scheduler); torch threads: "
+             f"{torch.get_num_threads()}. `plain` is how "
              "every draw ran before (bma: the full dense matrices; mpm: the shared mask's compact network); "
              "`batched` is not chosen automatically (see core/predict/draw_paths.py). The probe's time is "
              "paid once per (run, threshold, inputs).\n"]

@@ -124,12 +124,18 @@ def probe_costs(
     n_inputs: int,
     memory_budget: int,
     batch_size: int | None = None,
-    clock: Callable[[], float] = time.perf_counter,
+    clock: Callable[[], float] | None = None,
 ) -> dict[DrawPath, float]:
     """Estimated seconds per draw of each path on `n_inputs` inputs, from timings on `x` (a sample of
     them) with the draws `weights` (whole aligned groups for `batched`): building the networks plus the forward
-    pass scaled by n_inputs / len(x)."""
+    pass scaled by n_inputs / len(x). `clock`: by default this thread's CPU time with one torch
+    thread, else wall time."""
     count, scale = weights[0].shape[0], n_inputs / max(1, x.shape[0])
+    if clock is None:
+        # One torch thread computes in this thread: its CPU time is the work, whatever the load on the
+        # cores (wall time there measures the scheduler). With more, the workers' time is not this
+        # thread's: wall time.
+        clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
     costs = {}
     for path in paths:
         best_build, best_run = float("inf"), float("inf")
