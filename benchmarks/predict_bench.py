@@ -224,7 +224,8 @@ def bench_draws(model: BayesianMLP, data, repeats: int = 3) -> str:
             note = f"chosen by the probe ({probe_seconds * 1000:.0f} ms)" if path is chosen else ""
             rows.append((mode, path.value, f"{seconds * 1000:.0f} ms", f"x{plain / seconds:.2f}", f"{difference:.1e}",
                          note))
-    table = "| mode | path | CPU time per draw (median) | speed-up over plain | max abs diff. from plain | note |\n"
+    table = "| mode | path | CPU time per draw (median) | speed-up over plain | max abs difference from plain "
+    table += "| note |\n"
     table += "|---|---|---|---|---|---|\n" + "\n".join(f"| {' | '.join(row)} |" for row in rows) + "\n"
     return table
 
