@@ -48,8 +48,8 @@ from core.predict import (
     sweep,
     thresholds_for_densities,
 )
-from core.predict.draw_paths import DrawPath, candidates, chosen_path, forget_paths
-from core.predict.engine import as_inputs, make_plan, sampled_forward
+from core.predict.draw_paths import DrawPath, candidates, forget_paths, path_key, probe_path
+from core.predict.engine import as_inputs, make_plan, run_network, sampled_forward
 from core.train import DEFAULT_LEARNING_RATES, TrainConfig, train
 
 RESULTS = Path(__file__).parent / "results" / "predict.md"
@@ -214,8 +214,9 @@ def bench_draws(model: BayesianMLP, data, repeats: int = 3) -> str:
                     times[path].append((time.process_time() - start) / DRAW_SAMPLES)
             forget_paths(model)
             probe = model.sample_weights(1, 0, masks=masks)
+            key = path_key(model, plan.threshold, inputs, masks, None)
             start = time.process_time()
-            chosen = chosen_path(model, plan.threshold, inputs, masks, None, probe)
+            chosen, _ = probe_path(key, probe, masks, model.activation, lambda net: run_network(net, inputs))
             probe_seconds = time.process_time() - start
         plain = statistics.median(times[DrawPath.PLAIN])
         for path in paths:
@@ -237,8 +238,8 @@ def draws_section(data, names: list[str], repeats: int) -> str:
              f"done, whatever the load; wall time on these shared cores measures the scheduler); torch threads: "
              f"{torch.get_num_threads()}. `plain` is how "
              "every draw ran before (bma: the full dense matrices; mpm: the shared mask's compact network); "
-             "`batched` is not chosen automatically (see core/predict/draw_paths.py). The probe's time is "
-             "paid once per (run, threshold, inputs).\n"]
+             "`batched` is not chosen automatically (see core/predict/draw_paths.py). The probe runs one draw by "
+             "every candidate (the chosen one's outputs are that draw's), once per (run, threshold, inputs).\n"]
     for name in names:
         model, how = synthetic_model(name) if name in SYNTHETIC else trained_model(MODELS[name], data)
         load_before = os.getloadavg()[0]

@@ -130,26 +130,29 @@ def test_probe_keeps_the_cheapest_path_and_the_first_choice(monkeypatch):
     plan = make_plan(model, "bma", 5, None, None)
     costs = {DrawPath.PLAIN: 3.0, DrawPath.ACTIVE: 1.0, DrawPath.ACTIVE_DENSE: 2.0}
     calls = []
+    real = draw_paths.probe_costs
 
     def fake(paths, *args, **kwargs):
         calls.append(list(paths))
-        return {path: costs[path] for path in paths}
+        return {path: costs[path] for path in paths}, real(paths, *args, **kwargs)[1]
 
     monkeypatch.setattr("core.predict.draw_paths.probe_costs", fake)
     forget_paths(model)
+    assert chosen_path(model, plan.threshold, x, None, None) is None  # nothing kept yet
     with torch.no_grad():
-        probe = model.sample_weights(1, seed=0)
-    assert chosen_path(model, plan.threshold, x, None, None) is None  # nothing kept, nothing to probe with
-    assert chosen_path(model, plan.threshold, x, None, None, probe) is DrawPath.ACTIVE
-    costs[DrawPath.ACTIVE_DENSE] = 0.1  # a later probe would choose otherwise: the kept choice stays
-    assert chosen_path(model, plan.threshold, x, None, None, probe) is DrawPath.ACTIVE
-    assert chosen_path(model, plan.threshold, x, None, None) is DrawPath.ACTIVE
-    assert len(calls) == 1 and calls[0] == [DrawPath.PLAIN, DrawPath.ACTIVE, DrawPath.ACTIVE_DENSE]
+        first, usage = sampled_forward(model, plan, x, 0, None, None)  # probes on its first draw
+        assert chosen_path(model, plan.threshold, x, None, None) is DrawPath.ACTIVE
+        assert torch.equal(first, sampled_forward(model, plan, x, 0, None, None, path="active")[0])
+        costs[DrawPath.ACTIVE_DENSE] = 0.1  # a later probe would choose otherwise: the kept choice stays
+        assert torch.equal(first, sampled_forward(model, plan, x, 0, None, None)[0])
+    assert calls == [[DrawPath.PLAIN, DrawPath.ACTIVE, DrawPath.ACTIVE_DENSE]]
     # A shared mask: `active` would be `plain`, not timed; another threshold is another choice.
     masks = model.keep_masks(0.5)
-    assert chosen_path(model, 0.5, x, masks, None, probe) is DrawPath.ACTIVE_DENSE
+    with torch.no_grad():
+        sampled_forward(model, make_plan(model, "mpm", 5, 0.5, None), x, 0, masks, None)
+    assert chosen_path(model, 0.5, x, masks, None) is DrawPath.ACTIVE_DENSE
     assert calls[1] == [DrawPath.PLAIN, DrawPath.ACTIVE_DENSE]
-    # The sampled prediction probes on its own first draw (no draw made for the probe) and keeps the choice.
+    # The probe runs the first draw itself: no draw is made for it.
     forget_paths(model)
     made = []
     original = BayesianMLP.sample_weights
@@ -164,23 +167,23 @@ def test_probe_keeps_the_cheapest_path_and_the_first_choice(monkeypatch):
     assert made == list(range(5)) and chosen_path(model, plan.threshold, x, None, None) is DrawPath.ACTIVE_DENSE
 
 
-def test_probe_costs_scale_the_forward_pass_to_the_input_count():
-    model = make_model(5, (6, 4), False, "relu", [-8.0, 8.0], seed=3)
+def test_probe_costs_time_each_path_on_the_draw_and_return_its_outputs():
+    model = make_model(5, (6, 4), True, "relu", [-8.0, 8.0], seed=3)
     ticks = iter(range(1000))
+    x = torch.randn(10, 5)
     with torch.no_grad():
-        weights = model.sample_weights(draw_paths.GROUP, seed=0)
-    # A clock that advances 1 s per reading: building takes 1 s, running 1 s, per repeat.
-    costs = probe_costs(
-        [DrawPath.PLAIN],
-        weights,
-        None,
-        model.activation,
-        torch.randn(10, 5),
-        30,
-        2**20,
-        clock=lambda: float(next(ticks)),
-    )
-    assert costs[DrawPath.PLAIN] == pytest.approx((1.0 + 1.0 * 30 / 10) / draw_paths.GROUP)
+        weights = model.sample_weights(1, seed=0)
+        costs, outputs = probe_costs(
+            draw_paths.candidates(False),
+            weights,
+            None,
+            model.activation,
+            lambda network: network(x).unsqueeze(0),
+            clock=lambda: float(next(ticks)),  # one second per reading: each path takes 1 s
+        )
+        expected = model.forward_with_weights(x, [w[0] for w in weights])
+    assert costs == {path: 1.0 for path in draw_paths.candidates(False)}
+    assert all(close(out[0], expected) for out in outputs.values())
 
 
 def test_dense_families_are_not_probed(monkeypatch):
@@ -188,9 +191,10 @@ def test_dense_families_are_not_probed(monkeypatch):
     model = BayesianMLP(ModelConfig(4, 2, hidden=(5,), family="bnn"))
     monkeypatch.setattr("core.predict.draw_paths.probe_costs", lambda *a, **k: pytest.fail("probed a dense family"))
     plan = make_plan(model, "bma", 3, None, None)
-    assert (
-        chosen_path(model, plan.threshold, torch.randn(6, 4), None, None, model.sample_weights(1, 0)) is DrawPath.PLAIN
-    )
+    x = torch.randn(6, 4)
+    assert chosen_path(model, plan.threshold, x, None, None) is DrawPath.PLAIN
+    with torch.no_grad():
+        sampled_forward(model, plan, x, 0, None, None)
 
 
 @pytest.mark.parametrize("mode", ["bma", "mpm"])
@@ -218,10 +222,15 @@ def test_a_copy_of_the_model_shares_the_choice(monkeypatch):
     x = as_inputs(model, torch.randn(20, 5))
     plan = make_plan(model, "bma", 4, None, None)
     forget_paths()
-    probe = model.sample_weights(1, 0)
-    monkeypatch.setattr("core.predict.draw_paths.probe_costs", lambda paths, *a, **k: {DrawPath.ACTIVE: 0.0})
-    assert chosen_path(model, plan.threshold, x, None, None, probe) is DrawPath.ACTIVE
-    assert chosen_path(copy, plan.threshold, x, None, None) is DrawPath.ACTIVE
+    real = draw_paths.probe_costs
+    monkeypatch.setattr(
+        "core.predict.draw_paths.probe_costs",
+        lambda paths, *a, **k: ({p: 0.0 if p is DrawPath.ACTIVE else 1.0 for p in paths}, real(paths, *a, **k)[1]),
+    )
+    with torch.no_grad():
+        original = sampled_forward(model, plan, x, 0, None, None)[0]
+        assert chosen_path(copy, plan.threshold, x, None, None) is DrawPath.ACTIVE
+        assert torch.equal(sampled_forward(copy, plan, x, 0, None, None)[0], original)
     other = make_model(5, (6, 4), True, "relu", [-8.0, 8.0], seed=7)  # another network: its own choice
     assert chosen_path(other, plan.threshold, x, None, None) is None
     forget_paths(copy)  # the copy's network is the model's: both forgotten

@@ -32,9 +32,9 @@ choice made for a (network, structure kind, threshold, inputs' shape, batch_size
 network named by its `fingerprint` so that a reloaded copy of a run shares its choice. In
 another process the probe may choose another path: predictions then agree to 1e-6, not bit for bit.
 
-Choice: the engine times each candidate (`probe_costs`) on the first draw it computes and up to
-`PROBE_ROWS` inputs, separating the cost of building a draw's network (paid per draw) from the
-forward pass (paid per input), and keeps the cheapest for the full input count.
+Choice: the engine times each candidate (`probe_costs`) on the first draw it computes, on all the
+inputs (building the draw's network and running it), keeps the cheapest and uses its outputs
+for that draw: the probe costs the other candidates' runs of one draw, once per `path_key`.
 """
 
 from __future__ import annotations
@@ -48,11 +48,9 @@ from typing import Callable, Hashable, Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
-from core.predict.compact import CompactNetwork, compact_network, dense_network, run_chunked
+from core.predict.compact import CompactNetwork, compact_network, dense_network
 
 GROUP = 4  # draws batched into one product; groups start at multiples of GROUP
-PROBE_ROWS = 512  # inputs the cost probe runs (per-input costs are scaled to the real count)
-PROBE_REPEATS = 2  # the fastest of this many timings: a loaded core slows a probe, never speeds it
 KEPT_CHOICES = 256  # choices remembered (least recently used dropped first)
 
 
@@ -120,35 +118,24 @@ def probe_costs(
     weights: Sequence[Tensor],
     masks: Sequence[Tensor] | None,
     activation: nn.Module,
-    x: Tensor,
-    n_inputs: int,
-    memory_budget: int,
-    batch_size: int | None = None,
+    run: Callable[[CompactNetwork], Tensor],
     clock: Callable[[], float] | None = None,
-) -> dict[DrawPath, float]:
-    """Estimated seconds per draw of each path on `n_inputs` inputs, from timings on `x` (a sample of
-    them) with the draws `weights` (whole aligned groups for `batched`): building the networks plus the forward
-    pass scaled by n_inputs / len(x). `clock`: by default this thread's CPU time with one torch
-    thread, else wall time."""
-    count, scale = weights[0].shape[0], n_inputs / max(1, x.shape[0])
+) -> tuple[dict[DrawPath, float], dict[DrawPath, Tensor]]:
+    """Seconds each path takes to build and `run` (a network -> its outputs) the draw `weights` (one
+    draw, (1, out, in+1) per layer) on all the inputs, and its outputs. All the inputs: a sparse
+    product's cost per input grows with their number (a CSR row's reads of a (in, n) block leave
+    the cache), so a probe on a few inputs favours it. The chosen path's outputs are the draw's.
+    `clock`: this thread's CPU time with one torch thread (the work, whatever the load on the
+    cores, where wall time measures the scheduler), else wall time (the workers' time is not this
+    thread's)."""
     if clock is None:
-        # One torch thread computes in this thread: its CPU time is the work, whatever the load on the
-        # cores (wall time there measures the scheduler). With more, the workers' time is not this
-        # thread's: wall time.
         clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
-    costs = {}
+    costs, outputs = {}, {}
     for path in paths:
-        best_build, best_run = float("inf"), float("inf")
-        for _ in range(PROBE_REPEATS):
-            start = clock()
-            networks = list(draw_networks(path, weights, masks, activation))
-            built = clock()
-            for network in networks:
-                run_chunked(network, x, memory_budget, batch_size)
-            done = clock()
-            best_build, best_run = min(best_build, built - start), min(best_run, done - built)
-        costs[path] = (best_build + best_run * scale) / count
-    return costs
+        start = clock()
+        outputs[path] = torch.cat([run(network) for network in draw_networks(path, weights, masks, activation)])
+        costs[path] = clock() - start
+    return costs, outputs
 
 
 _choices: OrderedDict = OrderedDict()  # (network fingerprint, ...) -> DrawPath, least recently used first
@@ -194,35 +181,40 @@ def forget_paths(model: nn.Module | None = None) -> None:
             del _choices[key]
 
 
+def path_key(
+    model: nn.Module, threshold: float | None, x: Tensor, masks: Sequence[Tensor] | None, batch_size: int | None
+) -> tuple:
+    """What a path choice is kept for: (network `fingerprint`, structure kind, threshold, inputs' shape, batch_size)."""
+    return (fingerprint(model), masks is None, threshold, tuple(x.shape), batch_size)
+
+
 def chosen_path(
     model: nn.Module,
     threshold: float | None,
     x: Tensor,
     masks: Sequence[Tensor] | None,
     batch_size: int | None,
-    probe: Sequence[Tensor] | None = None,
-    memory_budget: int = 256 * 2**20,
 ) -> DrawPath | None:
-    """The path a BayesianMLP's sampled draws run by: the cheapest by `probe_costs` on one draw (`probe`:
-    its weights, a (1, out, in+1) tensor per layer), measured once per (network `fingerprint`,
-    structure kind, threshold, inputs' shape, batch_size) and kept, so that every later draw of the
-    same prediction, and of a copy of the model, runs the same way. Families without sampled
-    structures draw dense networks: nothing to compact, no probe (`plain`). Without `probe`: the
-    kept choice, or None."""
+    """The path a BayesianMLP's sampled draws run by, kept for their `path_key` (so that every later
+    draw of the same prediction, and of a copy of the model, runs the same way); None while none is
+    kept (`probe_path` chooses one). Families without sampled structures draw dense networks:
+    nothing to compact, no probe (`plain`)."""
     if masks is None and not any(getattr(layer, "has_structure", False) for layer in model.layers):
         return DrawPath.PLAIN
-    key = (fingerprint(model), masks is None, threshold, tuple(x.shape), batch_size)
-    path = remembered_path(key)
-    if path is None and probe is not None:
-        costs = probe_costs(
-            candidates(masks is not None),
-            probe,
-            masks,
-            model.activation,
-            x[:PROBE_ROWS],
-            x.shape[0],
-            memory_budget,
-            batch_size,
-        )
-        path = remember_path(key, min(costs, key=costs.get))
-    return path
+    return remembered_path(path_key(model, threshold, x, masks, batch_size))
+
+
+def probe_path(
+    key: Hashable,
+    weights: Sequence[Tensor],
+    masks: Sequence[Tensor] | None,
+    activation: nn.Module,
+    run: Callable[[CompactNetwork], Tensor],
+) -> tuple[DrawPath, Tensor]:
+    """Time every candidate on the draw `weights` (`probe_costs`), keep the cheapest for `key` (or the
+    path kept already: the first choice stays) and return it with the draw's outputs by it."""
+    costs, outputs = probe_costs(candidates(masks is not None), weights, masks, activation, run)
+    path = remember_path(key, min(costs, key=costs.get))
+    if path not in outputs:
+        outputs[path] = torch.cat([run(network) for network in draw_networks(path, weights, masks, activation)])
+    return path, outputs[path]

@@ -46,7 +46,7 @@ from core.errors import PredictionError
 from core.models.laplace import linearised_forward
 from core.models.network import BayesianMLP
 from core.predict.compact import CompactNetwork, dense_network, run_chunked
-from core.predict.draw_paths import DrawPath, chosen_path, draw_networks, group_size
+from core.predict.draw_paths import DrawPath, chosen_path, draw_networks, group_size, path_key, probe_path
 from core.predict.draw_paths import masked_network as masked_weights_network
 from core.predict.modes import PredictionMode, WeightChoice, parse_mode, parse_weight_choice
 from core.predict.structure import is_disconnected, kept_counts, layer_densities, overall_density
@@ -292,7 +292,7 @@ def sampled_forward(model: BayesianMLP, plan: Plan, x: Tensor, seed: int, masks:
     """Outputs (len(draws), n, out) of sampled networks `draws` (default: 0 .. R-1), whose usage is
     added to `usage` (a new one by default; draws must come in order).
 
-    `path` (default: `chosen_path`'s kept choice, probed on the first draw made) says how the draws
+    `path` (default: `chosen_path`'s kept choice, else `probe_path`'s on the first draw made) says how the draws
     run (core.predict.draw_paths): each alone (plain, active, active-dense) or, asked by name, in
     groups aligned at multiples of GROUP (batched; a group reaching outside `draws` is computed
     whole and the extra draws dropped). Batched products of draws
@@ -320,11 +320,16 @@ def sampled_forward(model: BayesianMLP, plan: Plan, x: Tensor, seed: int, masks:
         count = min(chunk, last - start)
         weights = model.sample_weights(count, int(seed), masks=masks, start=start)
         if centre is None:
-            if path is None:  # no choice kept yet: probe on this chunk's first draw, no extra draws made
-                probe = [w[:1].clone() for w in weights]
-                path = chosen_path(model, plan.threshold, x, masks, batch_size, probe, memory_budget)
-            networks = draw_networks(path, weights, masks, model.activation)
-            out = torch.cat([run_network(network, x, batch_size, memory_budget) for network in networks])
+            def run(network: CompactNetwork) -> Tensor:
+                return run_network(network, x, batch_size, memory_budget)
+
+            done = []  # the first draw's outputs where the probe made them
+            if path is None:  # no choice kept yet: every path runs this chunk's first draw, the cheapest is kept
+                key = path_key(model, plan.threshold, x, masks, batch_size)
+                path, first_out = probe_path(key, [w[:1].clone() for w in weights], masks, model.activation, run)
+                done = [first_out]
+            rest = [w[len(done):] for w in weights]
+            out = torch.cat(done + [run(network) for network in draw_networks(path, rest, masks, model.activation)])
         else:
             out = torch.stack([linearised_forward(x, centre, [w[index] - c for w, c in zip(weights, centre)],
                                                   model.activation) for index in range(count)])
