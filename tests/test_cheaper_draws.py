@@ -250,3 +250,19 @@ def test_with_nothing_to_drop_the_active_paths_are_the_plain_path_bit_for_bit(sk
         plain, _ = sampled_forward(model, plan, x, 0, masks, None, path="plain")
         for path in ("active", "active-dense"):
             assert torch.equal(sampled_forward(model, plan, x, 0, masks, None, path=path)[0], plain), path
+
+
+@pytest.mark.parametrize("mode", ["bma", "mpm"])
+def test_one_draw_at_a_time_from_the_first(mode):
+    # How the draw cache asks: draw 0 alone (the probe runs it), then 1, 2 ... each alone.
+    model = make_model(6, (12, 8), False, "tanh", [-6.0, 0.0, 6.0], seed=8)
+    x = as_inputs(model, torch.randn(30, 6))
+    plan = make_plan(model, mode, 4, None, None)
+    masks = None if mode == "bma" else model.keep_masks(plan.threshold)
+    forget_paths(model)
+    with torch.no_grad():
+        usage, parts = None, []
+        for index in range(4):
+            out, usage = sampled_forward(model, plan, x, 2, masks, None, draws=range(index, index + 1), usage=usage)
+            parts.append(out)
+        assert torch.equal(torch.cat(parts), sampled_forward(model, plan, x, 2, masks, None)[0])

@@ -26,7 +26,8 @@ exactly zero, but the remaining terms may be added in another order (a compacted
 product, a batched one), so the paths agree to float rounding (tested to 1e-6 relative to the
 plain path on random networks, with and without input skips: tests/test_cheaper_draws.py), not
 bit for bit; where a draw has nothing to drop, `active` multiplies the same matrices in the same
-order as `plain` and their outputs are equal bit for bit (tested too). Within one path draw r's output depends only on (seed, r), the inputs and the path.
+order as `plain` and their outputs are equal bit for bit (tested too). Within one path draw r's
+output depends only on (seed, r), the inputs and the path.
 That keeps core.predict.draw_cache's promise (R draws equal `predict` with R, bit for bit) as
 long as both use the same path, which `remember_path` guarantees in one process: the first
 choice made for a (network, structure kind, threshold, inputs' shape, batch_size) is kept, the

@@ -329,7 +329,9 @@ def sampled_forward(model: BayesianMLP, plan: Plan, x: Tensor, seed: int, masks:
                 path, first_out = probe_path(key, [w[:1].clone() for w in weights], masks, model.activation, run)
                 done = [first_out]
             rest = [w[len(done):] for w in weights]
-            out = torch.cat(done + [run(network) for network in draw_networks(path, rest, masks, model.activation)])
+            if len(rest[0]):  # the chunk's draws the probe did not run
+                done += [run(network) for network in draw_networks(path, rest, masks, model.activation)]
+            out = torch.cat(done)
         else:
             out = torch.stack([linearised_forward(x, centre, [w[index] - c for w, c in zip(weights, centre)],
                                                   model.activation) for index in range(count)])
