@@ -165,6 +165,12 @@ def test_probe_keeps_the_cheapest_path_and_the_first_choice(monkeypatch):
     with torch.no_grad():
         sampled_forward(model, plan, x, 0, None, None)
     assert made == list(range(5)) and chosen_path(model, plan.threshold, x, None, None) is DrawPath.ACTIVE_DENSE
+    # Within the margin of plain: plain stays.
+    forget_paths(model)
+    costs.update({DrawPath.PLAIN: 1.0, DrawPath.ACTIVE: 0.9, DrawPath.ACTIVE_DENSE: 0.95})
+    with torch.no_grad():
+        sampled_forward(model, plan, x, 0, None, None)
+    assert chosen_path(model, plan.threshold, x, None, None) is DrawPath.PLAIN
 
 
 def test_probe_costs_time_each_path_on_the_draw_and_return_its_outputs():
