@@ -272,3 +272,16 @@ def test_one_draw_at_a_time_from_the_first(mode):
             out, usage = sampled_forward(model, plan, x, 2, masks, None, draws=range(index, index + 1), usage=usage)
             parts.append(out)
         assert torch.equal(torch.cat(parts), sampled_forward(model, plan, x, 2, masks, None)[0])
+
+
+def test_the_fingerprint_follows_every_write_to_the_model():
+    model = make_model(5, (6, 4), False, "relu", [-8.0, 8.0], seed=9)
+    before = draw_paths.fingerprint(model)
+    assert draw_paths.fingerprint(model) == before  # kept: nothing was written
+    with torch.no_grad():
+        model.layers[1].inclusion_logit[0, 0] += 1.0  # in place: the version counter moves
+    changed = draw_paths.fingerprint(model)
+    assert changed != before
+    with torch.no_grad():
+        model.layers[0].weight_mu.data = model.layers[0].weight_mu.data * 2  # replaced
+    assert draw_paths.fingerprint(model) != changed

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from enum import Enum
 from typing import Callable, Hashable, Iterator, Sequence
@@ -148,14 +149,26 @@ _choices: OrderedDict = OrderedDict()  # (network fingerprint, ...) -> DrawPath,
 _lock = threading.Lock()
 
 
+_fingerprints: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (versions, fingerprint)
+
+
 def fingerprint(model: nn.Module) -> tuple:
     """What identifies the network a model computes: the sum of every floating tensor of its state, in
     float64. Two copies of one run (a reloaded run, a bundled one) share it, and so share the path
-    choice: their predictions stay equal bit for bit."""
+    choice: their predictions stay equal bit for bit. Summed again only when a tensor of the state
+    was written (its version counter moved) or replaced, not on every draw."""
     state = model.state_dict()
-    return tuple(
+    versions = tuple((t.data_ptr(), t._version) for t in state.values())
+    with _lock:
+        kept = _fingerprints.get(model)
+    if kept is not None and kept[0] == versions:
+        return kept[1]
+    value = tuple(
         (name, tuple(t.shape), float(t.sum(dtype=torch.float64))) for name, t in state.items() if t.is_floating_point()
     )
+    with _lock:
+        _fingerprints[model] = (versions, value)
+    return value
 
 
 def remembered_path(key: Hashable) -> DrawPath | None:
@@ -178,11 +191,11 @@ def remember_path(key: Hashable, path: DrawPath) -> DrawPath:
 
 def forget_paths(model: nn.Module | None = None) -> None:
     """Drop the kept choices (of one model's network, or all): the next prediction probes again."""
+    mine = None if model is None else fingerprint(model)  # outside the lock: fingerprint takes it
     with _lock:
-        if model is None:
+        if mine is None:
             _choices.clear()
             return
-        mine = fingerprint(model)
         for key in [key for key in _choices if key[0] == mine]:
             del _choices[key]
 
