@@ -14,7 +14,13 @@ Each trained state_dict is cached under $BNN_BENCH_CACHE (default
 /tmp/bnn-predict-bench), so reruns only time predictions. Full MNIST comes from
 $BNN_DATA_DIR; without it mnist-small is used.
 
-    python -m benchmarks.predict_bench [--threads N] [--models sparse,dense-ish]
+    python -m benchmarks.predict_bench [--threads N] [--models sparse,dense-ish] [--only draws]
+
+`--only draws --models synthetic-sparse,synthetic-dense-ish` times the draws on untrained networks
+whose inclusion probabilities are set as a trained one's (`SYNTHETIC`): no training needed.
+`--only draws` regenerates only the "Cheaper sampled draws" section of the results file: each
+sampled mode's draws run by every path of core.predict.draw_paths, interleaved in one process
+(path after path, repeat after repeat) so that a change in the load hits them alike.
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ from core.predict import (
     sweep,
     thresholds_for_densities,
 )
+from core.predict.draw_paths import DrawPath, candidates, forget_paths, path_key, probe_path
+from core.predict.engine import as_inputs, make_plan, run_network, sampled_forward
 from core.train import DEFAULT_LEARNING_RATES, TrainConfig, train
 
 RESULTS = Path(__file__).parent / "results" / "predict.md"
@@ -64,6 +72,31 @@ MODELS = {
     "sparse": BenchModel("sparse", None, 3, 2e-3),
     "dense-ish": BenchModel("dense-ish", 10_000, 1, 3e-3),  # the default inclusion rate
 }
+
+
+# Untrained 784-400-600-10 LBBNNs whose inclusion probabilities are set as a sparse trained one's are
+# (most near 0, some near 1, whole hidden units off): (fraction of weights on, fraction of hidden units
+# off, logit). With logit 6 a weight is in a draw with probability 0.9975 if on, else 0.0025.
+# For the draws section when training the models does not fit (a loaded machine): no accuracy.
+SYNTHETIC = {
+    "synthetic-sparse": (0.05, 0.4, 6.0),
+    "synthetic-dense-ish": (0.45, 0.0, 1.0),
+}
+
+
+def synthetic_model(name: str) -> tuple[BayesianMLP, str]:
+    on_fraction, off_units, logit = SYNTHETIC[name]
+    torch.manual_seed(0)
+    model = BayesianMLP(ModelConfig(784, 10, hidden=(400, 600), family="lbbnn"))
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for index, layer in enumerate(model.layers):
+            on = torch.rand(layer.inclusion_logit.shape, generator=generator) < on_fraction
+            if index < len(model.layers) - 1:
+                on[torch.rand(layer.out_features, generator=generator) < off_units] = False
+            layer.inclusion_logit.copy_(torch.where(on, torch.tensor(logit), torch.tensor(-logit)))
+    return model, (f"untrained, inclusion logits set: {on_fraction:g} of the weights at +{logit:g}, the rest at "
+                   f"-{logit:g}, {off_units:g} of the hidden units with every weight at -{logit:g}")
 
 
 def timed(fn, repeats=3):
@@ -159,16 +192,83 @@ def bench_model(model: BayesianMLP, data, rows: list) -> None:
                 f"{exported.meta['n_weights_kept']} weights, {len(exported.input_index)} inputs")
 
 
+DRAWS_HEADER = "## Cheaper sampled draws"
+DRAW_SAMPLES = 8  # two whole batched groups
+
+
+def bench_draws(model: BayesianMLP, data, repeats: int = 3) -> str:
+    """Seconds per draw of each path for bma and mpm on the test set, interleaved; the probe's choice."""
+    inputs = as_inputs(model, data.x_test)
+    rows = []
+    for mode in ("bma", "mpm"):
+        plan = make_plan(model, mode, DRAW_SAMPLES, None, None)
+        with torch.no_grad():
+            masks = None if mode == "bma" else model.keep_masks(plan.threshold)
+            paths = [*candidates(masks is not None), DrawPath.BATCHED]
+            times: dict = {path: [] for path in paths}
+            outputs = {}
+            for _ in range(repeats):
+                for path in paths:
+                    start = time.process_time()  # CPU seconds: the work, whatever the load (one thread)
+                    outputs[path], _ = sampled_forward(model, plan, inputs, 0, masks, None, path=path)
+                    times[path].append((time.process_time() - start) / DRAW_SAMPLES)
+            forget_paths(model)
+            probe = model.sample_weights(1, 0, masks=masks)
+            key = path_key(model, plan.threshold, inputs, masks, None)
+            start = time.process_time()
+            chosen, _ = probe_path(key, probe, masks, model.activation, lambda net: run_network(net, inputs))
+            probe_seconds = time.process_time() - start
+        plain = statistics.median(times[DrawPath.PLAIN])
+        for path in paths:
+            seconds = statistics.median(times[path])
+            difference = float((outputs[path] - outputs[DrawPath.PLAIN]).abs().max())
+            note = f"chosen by the probe ({probe_seconds * 1000:.0f} ms)" if path is chosen else ""
+            rows.append((mode, path.value, f"{seconds * 1000:.0f} ms", f"x{plain / seconds:.2f}", f"{difference:.1e}",
+                         note))
+    table = "| mode | path | CPU time per draw (median) | speed-up over plain | max abs difference from plain "
+    table += "| note |\n"
+    table += "|---|---|---|---|---|---|\n" + "\n".join(f"| {' | '.join(row)} |" for row in rows) + "\n"
+    return table
+
+
+def draws_section(data, names: list[str], repeats: int) -> str:
+    parts = [f"{DRAWS_HEADER}\n\n`python -m benchmarks.predict_bench --only draws`: R = {DRAW_SAMPLES} draws on the "
+             f"{data.n_test} test images (network outputs, no metrics), each path of core.predict.draw_paths in "
+             f"turn, {repeats} rounds, median per draw of the process's CPU time (with one torch thread the work "
+             f"done, whatever the load; wall time on these shared cores measures the scheduler); torch threads: "
+             f"{torch.get_num_threads()}. `plain` is how "
+             "every draw ran before (bma: the full dense matrices; mpm: the shared mask's compact network); "
+             "`batched` is not chosen automatically (see core/predict/draw_paths.py). The probe runs one draw by "
+             "every candidate (the chosen one's outputs are that draw's), once per (run, threshold, inputs).\n"]
+    for name in names:
+        model, how = synthetic_model(name) if name in SYNTHETIC else trained_model(MODELS[name], data)
+        load_before = os.getloadavg()[0]
+        table = bench_draws(model, data, repeats)
+        parts.append(f"### `{name}` model\n\n{how}. Load average before / after: {load_before:.1f} / "
+                     f"{os.getloadavg()[0]:.1f}.\n\n{table}")
+    return "\n".join(parts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--models", default="sparse,dense-ish")
+    parser.add_argument("--models", default="sparse,dense-ish", help=f"of {', '.join([*MODELS, *SYNTHETIC])}")
+    parser.add_argument("--only", choices=["draws"], default=None)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     data = load_mnist()
+    names = args.models.split(",")
+    draws = draws_section(data, names, args.repeats)
+    if args.only == "draws":
+        old = RESULTS.read_text() if RESULTS.is_file() else ""
+        kept = old.split(DRAWS_HEADER)[0].rstrip("\n")
+        RESULTS.write_text((kept + "\n\n" if kept else "") + draws)
+        print(draws)
+        return
     sections = []
-    for name in args.models.split(","):
+    for name in (name for name in names if name in MODELS):  # the synthetic ones are for the draws only
         model, how = trained_model(MODELS[name], data)
         with torch.no_grad():
             mpm_density = BayesianMLP.density(model.keep_masks())
@@ -187,7 +287,7 @@ def main() -> None:
               "same run; that forward takes about 70 ms on idle cores). With another 2-thread job on the "
               "cores every small torch op waits for a descheduled thread, so paths made of many small ops "
               "(the sweep) suffer most.\n\n")
-    text = header + "\n".join(sections)
+    text = header + "\n".join(sections) + "\n" + draws
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(text)
     print(text)

@@ -10,7 +10,9 @@ Draw r of a sampling plan depends only on (seed, r) and the inputs (core.predict
 draw's forward pass by itself), so the prediction with R draws is the prediction built from the
 kept outputs of draws 0..R-1: the per-draw probabilities (or means and noise sds) averaged over
 draws by the same code, on the same numbers, as an uncached `predict`. Densities come from the
-draws' usage kept beside them (`DrawUsage`), so they match too.
+draws' usage kept beside them (`DrawUsage`), so they match too. Bit for bit in one process: draws
+run by the path core.predict.draw_paths chose for (run, threshold, inputs) and kept there; the
+paths (a draw compacted to its active units, sparse or dense) agree with each other to 1e-6.
 
 One entry per (owner, input set, mode, threshold, weights, seed) holds the raw network outputs
 (n, out) of draws 0..N-1 of that plan and their usage. `prune` with sampled weights and `mpm` at the

@@ -12,8 +12,13 @@ the network linearised about its mean, f(x; mean) + J(x)(w_r - mean) (core.model
 
 Forward passes run transposed, (features, n), through core.predict.compact:
 a network with one known structure (mpm, mpm-mean, prune, mean) drops its
-dead units and multiplies its sparse layers as sparse matrices; bma draws,
-each with its own structure, run as dense products.
+dead units and multiplies its sparse layers as sparse matrices. Sampled draws
+run by the path core.predict.draw_paths says: as they are (plain), or each
+compacted to its own active units (a bma draw's own sampled structure), sparse
+below the crossover or all dense, whichever a cost probe on the first draw
+found cheapest for this (model, threshold, inputs); the choice is kept, so
+draw r's output stays a function of (seed, r) and x in this process. The
+paths agree to 1e-6 (reassociated sums), not bit for bit.
 
 Density reported (fraction of weights a prediction needs):
 - `mpm`, `mpm-mean`, `prune`: kept weights / all weights;
@@ -40,7 +45,9 @@ from torch import Tensor
 from core.errors import PredictionError
 from core.models.laplace import linearised_forward
 from core.models.network import BayesianMLP
-from core.predict.compact import CompactNetwork, compact_network, dense_network, run_chunked
+from core.predict.compact import CompactNetwork, dense_network, run_chunked
+from core.predict.draw_paths import DrawPath, chosen_path, draw_networks, group_size, path_key, probe_path
+from core.predict.draw_paths import masked_network as masked_weights_network
 from core.predict.modes import PredictionMode, WeightChoice, parse_mode, parse_weight_choice
 from core.predict.structure import is_disconnected, kept_counts, layer_densities, overall_density
 
@@ -140,11 +147,7 @@ def masked_network(model: BayesianMLP, weights: Sequence[Tensor], masks: Sequenc
         network = model.prediction_network(weights, masks)
         network.disconnected = bool(is_disconnected(model.structure_masks(masks)))
         return network
-    if all(bool(mask.all()) for mask in masks):  # nothing to drop (e.g. the posterior-mean network)
-        network = dense_network(weights, model.activation)
-        network.disconnected = False
-        return network
-    return compact_network(weights, masks, model.activation)
+    return masked_weights_network(weights, masks, model.activation)
 
 
 def forward_masked(model: BayesianMLP, x: Tensor, weights: Sequence[Tensor], masks: Sequence[Tensor],
@@ -292,44 +295,63 @@ def draws_per_chunk(model: BayesianMLP, plan: Plan, n_inputs: int, memory_budget
 
 def sampled_forward(model: BayesianMLP, plan: Plan, x: Tensor, seed: int, masks: Sequence[Tensor] | None,
                     batch_size: int | None, memory_budget: int = MEMORY_BUDGET_BYTES, draws: range | None = None,
-                    usage: DrawUsage | None = None) -> tuple[Tensor, DrawUsage]:
+                    usage: DrawUsage | None = None, path: DrawPath | str | None = None) -> tuple[Tensor, DrawUsage]:
     """Outputs (len(draws), n, out) of sampled networks `draws` (default: 0 .. R-1), whose usage is
     added to `usage` (a new one by default; draws must come in order).
 
-    Weights are drawn a chunk of draws at a time, but every draw runs its forward pass by itself:
-    batched products of several draws may sum in another order than one draw's (MKL splits a
-    small product over threads, a batch over its members), so draw r's output would depend on
-    which draws shared its chunk. Run alone, draw r's output depends only on (seed, r) and x:
+    `path` (default: `chosen_path`'s kept choice, else `probe_path`'s on the first draw made) says how the draws
+    run (core.predict.draw_paths): each alone (plain, active, active-dense) or, asked by name, in
+    groups aligned at multiples of GROUP (batched; a group reaching outside `draws` is computed
+    whole and the extra draws dropped). Batched products of draws
+    that do not always share one product may sum in another order (MKL splits a small product
+    over threads, a batch over its members), so draw r's output would depend on which draws shared
+    its chunk; run alone or in its aligned group, it depends only on (seed, r), x and the path:
     R=20 reuses R=10's first ten outputs bit for bit, and a cache may add draws 10..19 later.
     """
     draws = range(plan.samples) if draws is None else draws
     usage = new_usage(model, masks, plan.samples) if usage is None else usage
     if usage.n_draws != draws.start:
         raise PredictionError(f"internal: draws {draws.start}.. added after {usage.n_draws} draws")
-    chunk = max(1, min(len(draws), draws_per_chunk(model, replace(plan, samples=max(1, len(draws))), x.shape[0],
-                                                   memory_budget)))
-    outputs = None
     # A linearised posterior (laplace) predicts f(x; centre) + J(x)(w - centre), not f(x; w).
     centre = model.linearisation_point(masks)
-    for start in range(draws.start, draws.stop, chunk):
-        count = min(chunk, draws.stop - start)
+    if centre is None and model.geometry is not None:
+        path = DrawPath.PLAIN  # conv networks: their weights run as they are (see below)
+    elif centre is None:
+        path = chosen_path(model, plan.threshold, x, masks, batch_size) if path is None else DrawPath(path)
+    group = 1 if centre is not None or path is None else group_size(path)
+    first = draws.start - draws.start % group  # whole groups, aligned at multiples of `group`
+    last = -(-draws.stop // group) * group
+    chunk = max(1, min(last - first, draws_per_chunk(model, replace(plan, samples=max(1, last - first)), x.shape[0],
+                                                     memory_budget)))
+    chunk = -(-chunk // group) * group
+    outputs = None
+    for start in range(first, last, chunk):
+        count = min(chunk, last - start)
         weights = model.sample_weights(count, int(seed), masks=masks, start=start)
-        if centre is not None:
-            network = None
-        elif masks is None:  # bma: every draw has its own structure
-            network = model.prediction_network(weights) or dense_network(weights, model.activation)
+        if centre is None and model.geometry is not None:  # conv: each draw's weights as they are, no compaction
+            network = model.prediction_network(weights, masks)
+            out = torch.cat([run_network(network.draw(index), x, batch_size, memory_budget) for index in range(count)])
+        elif centre is None:
+            def run(network: CompactNetwork) -> Tensor:
+                return run_network(network, x, batch_size, memory_budget)
+
+            done = []  # the first draw's outputs where the probe made them
+            if path is None:  # no choice kept yet: every path runs this chunk's first draw, the cheapest is kept
+                key = path_key(model, plan.threshold, x, masks, batch_size)
+                path, first_out = probe_path(key, [w[:1].clone() for w in weights], masks, model.activation, run)
+                done = [first_out]
+            rest = [w[len(done):] for w in weights]
+            if len(rest[0]):  # the chunk's draws the probe did not run
+                done += [run(network) for network in draw_networks(path, rest, masks, model.activation)]
+            out = torch.cat(done)
         else:
-            network = masked_network(model, weights, masks)
-        for index in range(count):
-            if network is None:
-                tangent = [w[index] - c for w, c in zip(weights, centre)]
-                out = linearised_forward(x, centre, tangent, model.activation).unsqueeze(0)
-            else:
-                out = run_network(network.draw(index), x, batch_size, memory_budget)
-            if outputs is None:
-                outputs = torch.empty((len(draws), *out.shape[1:]), dtype=out.dtype, device=out.device)
-            outputs[start - draws.start + index] = out[0]
-        usage.add(weights)
+            out = torch.stack([linearised_forward(x, centre, [w[index] - c for w, c in zip(weights, centre)],
+                                                  model.activation) for index in range(count)])
+        if outputs is None:
+            outputs = torch.empty((len(draws), *out.shape[1:]), dtype=out.dtype, device=out.device)
+        low, high = max(start, draws.start), min(start + count, draws.stop)  # the asked draws in this chunk
+        outputs[low - draws.start:high - draws.start] = out[low - start:high - start]
+        usage.add([w[low - start:high - start] for w in weights])
     if outputs is None:
         raise PredictionError("internal: no draws to run")
     return outputs, usage
