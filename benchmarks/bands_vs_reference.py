@@ -37,8 +37,17 @@ MD_PATH = RESULTS / "bands_vs_reference.md"
 PNG_PATH = RESULTS / "bands_vs_reference.png"
 
 DATASETS = ("toy-sine-gaps", "toy-cubic", "toy-hetero")
-FAMILIES = ("bnn", "bnn-mixture", "variational-dense", "lbbnn", "lbbnn-lfmvn", "horseshoe", "sparse-vd",
-            "concrete-dropout", "fnn")
+FAMILIES = (
+    "bnn",
+    "bnn-mixture",
+    "variational-dense",
+    "lbbnn",
+    "lbbnn-lfmvn",
+    "horseshoe",
+    "sparse-vd",
+    "concrete-dropout",
+    "fnn",
+)
 PREDICTIONS = ("bma", "mpm", "collapsed", "collapsed-box")
 SAMPLES = 100  # posterior draws R of every family's prediction
 BOX_TERMS = 4
@@ -48,7 +57,9 @@ SEED = 0
 # Training for the bands: full batch, a deterministic warm start, then the KL annealed in.
 # Set BAND_TRAIN = None to use the shipped defaults (e.g. after a change of the small-regression defaults).
 BAND_TRAIN: dict[str, Any] | None = {
-    "warm_start_epochs": 1000, "epochs": 3000, "kl_anneal_epochs": 1000,
+    "warm_start_epochs": 1000,
+    "epochs": 3000,
+    "kl_anneal_epochs": 1000,
     "learning_rates": {"weights": 1e-2, "scales": 1e-2, "likelihood": 1e-2},
 }
 
@@ -78,8 +89,9 @@ def family_bands(run, x: np.ndarray, prediction: str) -> tuple[np.ndarray, np.nd
         predictive = predictive.unstandardised(dataset.target_mean, dataset.target_std)
         low, high = predictive.quantiles(LEVELS)
         return predictive.mean, low, high
-    p = predict(run, x, mode=prediction, samples=SAMPLES, seed=SEED).unstandardised(dataset.target_mean,
-                                                                                     dataset.target_std)
+    p = predict(run, x, mode=prediction, samples=SAMPLES, seed=SEED).unstandardised(
+        dataset.target_mean, dataset.target_std
+    )
     low, high = gaussian_mixture_quantiles(p.mean_per_draw, p.std_per_draw, LEVELS)
     return np.asarray(p.mean, dtype=np.float64), low, high
 
@@ -103,13 +115,20 @@ def run_benchmark(datasets, families, predictions) -> dict[str, Any]:
         x, y_test = dataset.x_grid.astype(np.float64), dataset.unstandardise(dataset.y_test)
         ref = posterior.bands(x, LEVELS)
         ref_low, ref_high = ref[f"q{LEVELS[0]:g}"], ref[f"q{LEVELS[1]:g}"]
-        entry = {"reference": {"id": posterior.reference_id, "hidden": list(ref_cfg.hidden),
-                               "chains": ref_cfg.chains, "samples": ref_cfg.samples, "warmup": ref_cfg.warmup,
-                               "seconds": posterior.seconds,
-                               "diagnostics": {k: v for k, v in posterior.diagnostics.items()},
-                               "coverage_90": coverage(ref_low, ref_high, x, dataset.x_test, y_test)},
-                 "rows": [], "curves": {"x": x[:, 0].tolist(), "reference": [ref["mean"].tolist(), ref_low.tolist(),
-                                                                             ref_high.tolist()]}}
+        entry = {
+            "reference": {
+                "id": posterior.reference_id,
+                "hidden": list(ref_cfg.hidden),
+                "chains": ref_cfg.chains,
+                "samples": ref_cfg.samples,
+                "warmup": ref_cfg.warmup,
+                "seconds": posterior.seconds,
+                "diagnostics": {k: v for k, v in posterior.diagnostics.items()},
+                "coverage_90": coverage(ref_low, ref_high, x, dataset.x_test, y_test),
+            },
+            "rows": [],
+            "curves": {"x": x[:, 0].tolist(), "reference": [ref["mean"].tolist(), ref_low.tolist(), ref_high.tolist()]},
+        }
         for family in families:
             started = time.perf_counter()
             run = train_run(band_config(name, family))
@@ -117,57 +136,77 @@ def run_benchmark(datasets, families, predictions) -> dict[str, Any]:
             for prediction in predictions:
                 started = time.perf_counter()
                 mean, low, high = family_bands(run, x, prediction)
-                row = {"family": family, "prediction": prediction,
-                       "mae_mean": float(np.mean(np.abs(mean - ref["mean"]))),
-                       "mae_q05": float(np.mean(np.abs(low - ref_low))),
-                       "mae_q95": float(np.mean(np.abs(high - ref_high))),
-                       "coverage_90": coverage(low, high, x, dataset.x_test, y_test),
-                       "run_id": run.run_id, "train_seconds": train_seconds,
-                       "predict_seconds": time.perf_counter() - started}
+                row = {
+                    "family": family,
+                    "prediction": prediction,
+                    "mae_mean": float(np.mean(np.abs(mean - ref["mean"]))),
+                    "mae_q05": float(np.mean(np.abs(low - ref_low))),
+                    "mae_q95": float(np.mean(np.abs(high - ref_high))),
+                    "coverage_90": coverage(low, high, x, dataset.x_test, y_test),
+                    "run_id": run.run_id,
+                    "train_seconds": train_seconds,
+                    "predict_seconds": time.perf_counter() - started,
+                }
                 entry["rows"].append(row)
                 entry["curves"][f"{family}/{prediction}"] = [mean.tolist(), low.tolist(), high.tolist()]
-                print(f"{name:14s} {family:18s} {prediction:14s} mean {row['mae_mean']:8.4f}  "
-                      f"q05 {row['mae_q05']:8.4f}  q95 {row['mae_q95']:8.4f}  cover90 {row['coverage_90']:.3f}",
-                      flush=True)
+                print(
+                    f"{name:14s} {family:18s} {prediction:14s} mean {row['mae_mean']:8.4f}  "
+                    f"q05 {row['mae_q05']:8.4f}  q95 {row['mae_q95']:8.4f}  cover90 {row['coverage_90']:.3f}",
+                    flush=True,
+                )
         results["datasets"][name] = entry
     return results
 
 
 def render_section(results: dict[str, Any]) -> str:
     """The markdown section (tables per dataset) for benchmarks/RESULTS.md."""
-    lines = ["## Regression bands vs the NUTS reference", "",
-             "Each family trained on the toy set (settings: `benchmarks/bands_vs_reference.py:BAND_TRAIN`, "
-             f"`{json.dumps(results.get('train'))}`, full batch), predicted with R = {results['samples']} draws on "
-             "the dataset's 400-point x grid, against the NUTS posterior of the `bnn` model (same widths, N(0, 1) "
-             "prior, sampled noise scale; `python -m core reference DATASET`). MAE of the predictive mean and of the "
-             "5% / 95% quantiles over the grid, in the data's units; coverage: share of the 200 held-out points in "
-             f"the central 90% interval. collapsed-box integrates the {results['box_terms']} widest last-layer terms "
-             "out under a box q (Zeng & Van den Broeck 2023). `bnn` and `variational-dense` are the same model and q "
-             "(same rows); "
-             "fnn and concrete-dropout have point-mass last layers, so their collapsed rows equal bma up to the "
-             "box's triangular noise. Plot: `bands_vs_reference.png`; printed output: `bands_vs_reference.log`.", ""]
+    lines = [
+        "## Regression bands vs the NUTS reference",
+        "",
+        "Each family trained on the toy set (settings: `benchmarks/bands_vs_reference.py:BAND_TRAIN`, "
+        f"`{json.dumps(results.get('train'))}`, full batch), predicted with R = {results['samples']} draws on "
+        "the dataset's 400-point x grid, against the NUTS posterior of the `bnn` model (same widths, N(0, 1) "
+        "prior, sampled noise scale; `python -m core reference DATASET`). MAE of the predictive mean and of the "
+        "5% / 95% quantiles over the grid, in the data's units; coverage: share of the 200 held-out points in "
+        f"the central 90% interval. collapsed-box integrates the {results['box_terms']} widest last-layer terms "
+        "out under a box q (Zeng & Van den Broeck 2023). `bnn` and `variational-dense` are the same model and q "
+        "(same rows); "
+        "fnn and concrete-dropout have point-mass last layers, so their collapsed rows equal bma up to the "
+        "box's triangular noise. Plot: `bands_vs_reference.png`; printed output: `bands_vs_reference.log`.",
+        "",
+    ]
     for name, entry in results["datasets"].items():
         ref = entry["reference"]
         d = ref["diagnostics"]
-        lines += [f"### {name}", "",
-                  f"Reference `{ref['id']}`: 1-{'-'.join(map(str, ref['hidden']))}-1, {ref['chains']} chains x "
-                  f"{ref['samples']} draws after {ref['warmup']} warm-up, {ref['seconds']:.0f} s; function R-hat max "
-                  f"{d['function_rhat_max']:.3f}, ESS min {d['function_ess_min']:.0f}, noise std "
-                  f"{d['noise_std_mean']:.3g}; its own 90% coverage {ref['coverage_90']:.3f}."
-                  + "".join(f" Warning: {w}." for w in d.get("warnings", [])), "",
-                  "| family | prediction | MAE mean | MAE q05 | MAE q95 | coverage 90% |",
-                  "|---|---|---:|---:|---:|---:|"]
+        lines += [
+            f"### {name}",
+            "",
+            f"Reference `{ref['id']}`: 1-{'-'.join(map(str, ref['hidden']))}-1, {ref['chains']} chains x "
+            f"{ref['samples']} draws after {ref['warmup']} warm-up, {ref['seconds']:.0f} s; function R-hat max "
+            f"{d['function_rhat_max']:.3f}, ESS min {d['function_ess_min']:.0f}, noise std "
+            f"{d['noise_std_mean']:.3g}; its own 90% coverage {ref['coverage_90']:.3f}."
+            + "".join(f" Warning: {w}." for w in d.get("warnings", [])),
+            "",
+            "| family | prediction | MAE mean | MAE q05 | MAE q95 | coverage 90% |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
         for row in entry["rows"]:
-            lines.append(f"| {row['family']} | {row['prediction']} | {row['mae_mean']:.4g} | {row['mae_q05']:.4g} | "
-                         f"{row['mae_q95']:.4g} | {row['coverage_90']:.3f} |")
+            lines.append(
+                f"| {row['family']} | {row['prediction']} | {row['mae_mean']:.4g} | {row['mae_q05']:.4g} | "
+                f"{row['mae_q95']:.4g} | {row['coverage_90']:.3f} |"
+            )
         lines.append("")
     return "\n".join(lines)
 
 
 def without_curves(results: dict[str, Any]) -> dict[str, Any]:
     """The numbers only: the grid curves go into the plot, not the committed JSON."""
-    return {**results, "datasets": {name: {k: v for k, v in entry.items() if k != "curves"}
-                                    for name, entry in results["datasets"].items()}}
+    return {
+        **results,
+        "datasets": {
+            name: {k: v for k, v in entry.items() if k != "curves"} for name, entry in results["datasets"].items()
+        },
+    }
 
 
 def results_section(path: Path = JSON_PATH) -> str:
@@ -175,9 +214,11 @@ def results_section(path: Path = JSON_PATH) -> str:
     return render_section(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
-def plot(results: dict[str, Any], path: Path, families=("bnn", "lbbnn", "horseshoe"),
-         predictions=("bma", "collapsed")) -> None:
+def plot(
+    results: dict[str, Any], path: Path, families=("bnn", "lbbnn", "horseshoe"), predictions=("bma", "collapsed")
+) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -185,8 +226,7 @@ def plot(results: dict[str, Any], path: Path, families=("bnn", "lbbnn", "horsesh
 
     names = list(results["datasets"])
     columns = [(f, p) for f in families for p in predictions]
-    fig, axes = plt.subplots(len(names), len(columns), figsize=(3.2 * len(columns), 2.8 * len(names)),
-                             squeeze=False)
+    fig, axes = plt.subplots(len(names), len(columns), figsize=(3.2 * len(columns), 2.8 * len(names)), squeeze=False)
     for i, name in enumerate(names):
         entry, dataset = results["datasets"][name], load_dataset(name)
         x = np.asarray(entry["curves"]["x"])

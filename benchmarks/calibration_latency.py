@@ -32,6 +32,7 @@ TARGET_SECONDS = 1.0
 
 def open_and_time(app: Path, run_id: str, marks: list[float]) -> tuple[float, float]:
     from streamlit.testing.v1 import AppTest
+
     at = AppTest.from_file(str(app), default_timeout=600)
     at.session_state["selected_run_id"] = run_id
     at.run()
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     hidden = tuple(int(w) for w in args.hidden.split(",") if w.strip())
 
     from core.runs import RunConfig, train_run
+
     run = train_run(RunConfig(dataset=args.dataset, hidden=hidden, train={"epochs": args.epochs}))
 
     import streamlit as st
@@ -73,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         value = original(*a, **k)
         marks.append(time.perf_counter())
         return value
+
     panels.reliability_chart = timed  # the page calls it through the module: every open is seen
 
     app = ROOT / "dashboard" / "app.py"
@@ -87,26 +90,48 @@ def main(argv: list[str] | None = None) -> int:
 
     def row(name: str, values: list[float]) -> str:
         ms = [v * 1000 for v in values]
-        return (f"| {name} | {len(ms)} | {statistics.median(ms):.0f} | {max(ms):.0f} | {TARGET_SECONDS * 1000:.0f} | "
-                f"{'PASS' if max(ms) <= TARGET_SECONDS * 1000 else 'FAIL'} |")
+        return (
+            f"| {name} | {len(ms)} | {statistics.median(ms):.0f} | {max(ms):.0f} | {TARGET_SECONDS * 1000:.0f} | "
+            f"{'PASS' if max(ms) <= TARGET_SECONDS * 1000 else 'FAIL'} |"
+        )
 
     net = "-".join(map(str, (784, *hidden, 10)))
-    lines = ["# Reliability diagram latency on the Uncertainty page", "",
-             (f"Setting: {args.dataset}, LBBNN {net}, {args.epochs} epoch(s), run {run.run_id}, bma R = 10 (the page's "
-             f"default), {run.dataset().n_test} test inputs; server side under streamlit's AppTest, "
-             "2 CPU cores shared."),
-             "", (f"Command: `BNN_OFFLINE=1 python -m benchmarks.calibration_latency --hidden {args.hidden} "
-             f"--repeats {args.repeats}`"), "",
-             (f"Machine load average (1/5/15 min) before {'/'.join(f'{v:.2f}' for v in load_before)}, after "
-             f"{'/'.join(f'{v:.2f}' for v in load_after)}."), "",
-             ("| open (time from opening the page until the diagram's spec is built) | n | median ms | max ms | "
-             "target ms | verdict |"), "|---|---|---|---|---|---|",
-             row("first open (predicts the test set)", [first[0]]),
-             row("cached opens (new sessions)", [c[0] for c in cached]), "",
-             "| whole page script | n | median ms | max ms |", "|---|---|---|---|",
-             f"| first open | 1 | {first[1] * 1000:.0f} | {first[1] * 1000:.0f} |",
-             (f"| cached opens | {len(cached)} | {statistics.median(c[1] for c in cached) * 1000:.0f} | "
-             f"{max(c[1] for c in cached) * 1000:.0f} |"), ""]
+    lines = [
+        "# Reliability diagram latency on the Uncertainty page",
+        "",
+        (
+            f"Setting: {args.dataset}, LBBNN {net}, {args.epochs} epoch(s), run {run.run_id}, bma R = 10 (the page's "
+            f"default), {run.dataset().n_test} test inputs; server side under streamlit's AppTest, "
+            "2 CPU cores shared."
+        ),
+        "",
+        (
+            f"Command: `BNN_OFFLINE=1 python -m benchmarks.calibration_latency --hidden {args.hidden} "
+            f"--repeats {args.repeats}`"
+        ),
+        "",
+        (
+            f"Machine load average (1/5/15 min) before {'/'.join(f'{v:.2f}' for v in load_before)}, after "
+            f"{'/'.join(f'{v:.2f}' for v in load_after)}."
+        ),
+        "",
+        (
+            "| open (time from opening the page until the diagram's spec is built) | n | median ms | max ms | "
+            "target ms | verdict |"
+        ),
+        "|---|---|---|---|---|---|",
+        row("first open (predicts the test set)", [first[0]]),
+        row("cached opens (new sessions)", [c[0] for c in cached]),
+        "",
+        "| whole page script | n | median ms | max ms |",
+        "|---|---|---|---|",
+        f"| first open | 1 | {first[1] * 1000:.0f} | {first[1] * 1000:.0f} |",
+        (
+            f"| cached opens | {len(cached)} | {statistics.median(c[1] for c in cached) * 1000:.0f} | "
+            f"{max(c[1] for c in cached) * 1000:.0f} |"
+        ),
+        "",
+    ]
     Path(args.out).write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))
     return 0

@@ -51,52 +51,98 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interactions", type=int, default=12)
     parser.add_argument("--max-seconds", type=float, default=600.0)
     parser.add_argument("--think-seconds", type=float, default=1.0)
-    parser.add_argument("--cache-dir", type=Path, default=None,
-                        help="run store for the server (default: a temporary one; the browsed runs are "
-                             "trained into it when missing)")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="run store for the server (default: a temporary one; the browsed runs are trained into it when missing)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "classroom_load.md")
-    parser.add_argument("--dataset", default="mnist-small",
-                        help="dataset of the browsed runs: mnist-small (bundled) or mnist (needs $BNN_DATA_DIR)")
-    parser.add_argument("--preset", default=None,
-                        help="browse seeds 0 and 1 of this run preset (e.g. fast-mnist, the shipped recipe) "
-                             "instead of 1-epoch runs with the default settings; sets the dataset")
-    parser.add_argument("--predict-slots", type=int, default=None,
-                        help="the server's BNN_PREDICT_SLOTS (0: no limit; default: the app's default, one per core)")
+    parser.add_argument(
+        "--dataset",
+        default="mnist-small",
+        help="dataset of the browsed runs: mnist-small (bundled) or mnist (needs $BNN_DATA_DIR)",
+    )
+    parser.add_argument(
+        "--preset",
+        default=None,
+        help="browse seeds 0 and 1 of this run preset (e.g. fast-mnist, the shipped recipe) "
+        "instead of 1-epoch runs with the default settings; sets the dataset",
+    )
+    parser.add_argument(
+        "--predict-slots",
+        type=int,
+        default=None,
+        help="the server's BNN_PREDICT_SLOTS (0: no limit; default: the app's default, one per core)",
+    )
     parser.add_argument("--note", default="", help="a line about the machine's load, written under the table")
-    parser.add_argument("--json", type=Path, default=None,
-                        help="also write every interaction (session, kind, start, seconds, server CPU) as JSON")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        help="also write every interaction (session, kind, start, seconds, server CPU) as JSON",
+    )
     args = parser.parse_args(argv)
     if args.sessions < 3:
         parser.error("--sessions: at least 3 (two of them train)")
     dataset = args.dataset
     if args.preset:
         from core.runs import RunConfig, get_preset
+
         preset = get_preset(args.preset)
         if not isinstance(preset, RunConfig):
             parser.error(f"--preset: {args.preset!r} is not a run preset")
         dataset, hidden = preset.dataset, tuple(preset.hidden)
     else:
         hidden = Scenario.hidden
-    scenario = Scenario(dataset=dataset, preset=args.preset, hidden=hidden, sessions=args.sessions,
-                        interactions=args.interactions, max_seconds=args.max_seconds, think_seconds=args.think_seconds)
+    scenario = Scenario(
+        dataset=dataset,
+        preset=args.preset,
+        hidden=hidden,
+        sessions=args.sessions,
+        interactions=args.interactions,
+        max_seconds=args.max_seconds,
+        think_seconds=args.think_seconds,
+    )
     if args.predict_slots is not None:
         os.environ["BNN_PREDICT_SLOTS"] = str(args.predict_slots)  # the server inherits this environment
     report = run_load_test(scenario, cache_dir=args.cache_dir)
     text = table(report)
-    body = [f"# Classroom load test: {args.sessions} sessions on one `streamlit run`", "",
-            f"`python benchmarks/classroom_load.py --sessions {args.sessions}"
-            f"{f' --preset {args.preset}' if args.preset else f' --dataset {dataset}'}"
-            f"{'' if args.predict_slots is None else f' --predict-slots {args.predict_slots}'}` on "
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "", text]
+    body = [
+        f"# Classroom load test: {args.sessions} sessions on one `streamlit run`",
+        "",
+        f"`python benchmarks/classroom_load.py --sessions {args.sessions}"
+        f"{f' --preset {args.preset}' if args.preset else f' --dataset {dataset}'}"
+        f"{'' if args.predict_slots is None else f' --predict-slots {args.predict_slots}'}` on "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+        "",
+        text,
+    ]
     if args.note:
         body += ["", args.note]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(body) + "\n")
     if args.json is not None:
-        args.json.write_text(json.dumps({"started": report.started, "interactions": [
-            {"session": i.session, "kind": i.kind, "start": i.started - report.started, "seconds": i.seconds,
-             "complete": i.complete_seconds, "ok": i.ok, "cpu": i.cpu_seconds} for i in report.interactions]},
-            indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "started": report.started,
+                    "interactions": [
+                        {
+                            "session": i.session,
+                            "kind": i.kind,
+                            "start": i.started - report.started,
+                            "seconds": i.seconds,
+                            "complete": i.complete_seconds,
+                            "ok": i.ok,
+                            "cpu": i.cpu_seconds,
+                        }
+                        for i in report.interactions
+                    ],
+                },
+                indent=1,
+            )
+        )
     print(text)
     return 0 if not report.errors and not report.leaks else 1
 

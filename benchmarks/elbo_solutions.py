@@ -39,8 +39,8 @@ def elbo_terms(model, x, y, draws: int, batch: int = 2000) -> dict[str, float]:
         total = 0.0
         for _ in range(draws):
             for start in range(0, x.shape[0], batch):
-                out = model(x[start:start + batch])
-                total += float(model.likelihood.log_prob(out, y[start:start + batch]).sum())
+                out = model(x[start : start + batch])
+                total += float(model.likelihood.log_prob(out, y[start : start + batch]).sum())
         expected_log_lik = total / draws
         kl = float(model.kl())
         inclusion_kl, slab_kl, kept = 0.0, 0.0, 0
@@ -48,13 +48,20 @@ def elbo_terms(model, x, y, draws: int, batch: int = 2000) -> dict[str, float]:
             if hasattr(layer, "inclusion_logit") and hasattr(layer, "slab_kl"):
                 alpha = layer.inclusion_probability
                 inclusion_kl += float(
-                    bernoulli_kl_from_logits(layer.inclusion_logit, layer.prior_inclusion_logit).sum())
+                    bernoulli_kl_from_logits(layer.inclusion_logit, layer.prior_inclusion_logit).sum()
+                )
                 slab_kl += float((alpha * layer.slab_kl()).sum())
                 kept += int((alpha > 0.5).sum())
     # Both KL parts are summed over every weight (the excluded ones cost little) and divided by the
     # number kept in the table: the cost of the network per weight it keeps.
-    return {"expected_log_likelihood": expected_log_lik, "kl": kl, "elbo": expected_log_lik - kl,
-            "inclusion_kl": inclusion_kl, "slab_kl": slab_kl, "kept_weights": kept}
+    return {
+        "expected_log_likelihood": expected_log_lik,
+        "kl": kl,
+        "elbo": expected_log_lik - kl,
+        "inclusion_kl": inclusion_kl,
+        "slab_kl": slab_kl,
+        "kept_weights": kept,
+    }
 
 
 def mpm_accuracy(model, dataset) -> tuple[float, float]:
@@ -80,8 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     config = get_preset(args.preset)
-    run = train_run(config, data_dir=args.data_dir, progress=lambda r: print(
-        f"  [{args.preset}] epoch {r['epoch']} [{r['phase']}] density {r['density']:.4f}", flush=True))
+    run = train_run(
+        config,
+        data_dir=args.data_dir,
+        progress=lambda r: print(
+            f"  [{args.preset}] epoch {r['epoch']} [{r['phase']}] density {r['density']:.4f}", flush=True
+        ),
+    )
     dataset = run.dataset()
     x = torch.from_numpy(np.ascontiguousarray(dataset.x_train))
     y = torch.from_numpy(np.ascontiguousarray(dataset.y_train))
@@ -92,24 +104,46 @@ def main(argv: list[str] | None = None) -> int:
     print(f"recipe network: MED-MEA {acc:.4f} at density {density:.4f}, ELBO {start['elbo']:.0f} nats")
 
     elbo_model = copy.deepcopy(tempered)
-    elbo_config = dataclasses.replace(config.train, warm_start_epochs=0, pretrain_epochs=0, posttrain_epochs=0,
-                                      epochs=args.epochs, kl_weight=1.0, kl_anneal_epochs=0)
+    elbo_config = dataclasses.replace(
+        config.train,
+        warm_start_epochs=0,
+        pretrain_epochs=0,
+        posttrain_epochs=0,
+        epochs=args.epochs,
+        kl_weight=1.0,
+        kl_anneal_epochs=0,
+    )
     trajectory: list[dict[str, Any]] = []
 
     def after_epoch(record: dict[str, Any]) -> None:
         acc_e, density_e = mpm_accuracy(elbo_model, dataset)
-        row = {"epoch": record["epoch"], "accuracy": acc_e, "density": density_e,
-               "minus_elbo_per_example": record["data_term"] + record["kl"] / n}
+        row = {
+            "epoch": record["epoch"],
+            "accuracy": acc_e,
+            "density": density_e,
+            "minus_elbo_per_example": record["data_term"] + record["kl"] / n,
+        }
         trajectory.append(row)
-        print(f"  ELBO epoch {row['epoch']}: MED-MEA {acc_e:.4f} density {density_e:.4f} "
-              f"-ELBO/N {row['minus_elbo_per_example']:.4f}", flush=True)
+        print(
+            f"  ELBO epoch {row['epoch']}: MED-MEA {acc_e:.4f} density {density_e:.4f} "
+            f"-ELBO/N {row['minus_elbo_per_example']:.4f}",
+            flush=True,
+        )
 
     train(elbo_model, x, y, elbo_config, seed=config.seed + 1, progress=after_epoch)
     acc, density = mpm_accuracy(elbo_model, dataset)
     end = {"accuracy": acc, "density": density, **elbo_terms(elbo_model, x, y, args.draws)}
-    result = {"preset": args.preset, "run_id": run.run_id, "n_train": n, "recipe": start, "elbo_converged": end,
-              "trajectory": trajectory, "epochs": args.epochs, "draws": args.draws,
-              "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    result = {
+        "preset": args.preset,
+        "run_id": run.run_id,
+        "n_train": n,
+        "recipe": start,
+        "elbo_converged": end,
+        "trajectory": trajectory,
+        "epochs": args.epochs,
+        "draws": args.draws,
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "elbo_solutions.json").write_text(json.dumps(result, indent=1))
     (RESULTS / "elbo_solutions.md").write_text(render_markdown(result))
@@ -120,22 +154,30 @@ def main(argv: list[str] | None = None) -> int:
 
 def render_markdown(result: dict[str, Any]) -> str:
     n = result["n_train"]
-    rows = [("recipe (`%s`, KL x 0.05)" % result["preset"], result["recipe"]),
-            (f"the same, then {result['epochs']} epochs of the ELBO", result["elbo_converged"])]
-    lines = ["| network | MED-MEA accuracy | density | E log-lik (nats) | KL (nats) | ELBO (nats) | ELBO / N | "
-             "inclusion KL / kept weights | slab KL / kept weights |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        ("recipe (`%s`, KL x 0.05)" % result["preset"], result["recipe"]),
+        (f"the same, then {result['epochs']} epochs of the ELBO", result["elbo_converged"]),
+    ]
+    lines = [
+        "| network | MED-MEA accuracy | density | E log-lik (nats) | KL (nats) | ELBO (nats) | ELBO / N | "
+        "inclusion KL / kept weights | slab KL / kept weights |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for label, r in rows:
         kept = max(r["kept_weights"], 1)
-        lines.append(f"| {label} | {r['accuracy']:.4f} | {r['density']:.4f} | {r['expected_log_likelihood']:.0f} | "
-                     f"{r['kl']:.0f} | {r['elbo']:.0f} | {r['elbo'] / n:.3f} | {r['inclusion_kl'] / kept:.2f} | "
-                     f"{r['slab_kl'] / kept:.2f} |")
+        lines.append(
+            f"| {label} | {r['accuracy']:.4f} | {r['density']:.4f} | {r['expected_log_likelihood']:.0f} | "
+            f"{r['kl']:.0f} | {r['elbo']:.0f} | {r['elbo'] / n:.3f} | {r['inclusion_kl'] / kept:.2f} | "
+            f"{r['slab_kl'] / kept:.2f} |"
+        )
     gain = result["elbo_converged"]["elbo"] - result["recipe"]["elbo"]
     lines.append("")
-    lines.append(f"The ELBO-trained network's ELBO is {gain:+.0f} nats ({gain / n:+.3f} per training example) "
-                 "against the recipe's: "
-                 f"{'higher, so the mean-field optimum is sparser than the recipe' if gain > 0 else 'lower'}. "
-                 f"N = {n}; {result['draws']} Monte Carlo passes; {result['date']}.")
+    lines.append(
+        f"The ELBO-trained network's ELBO is {gain:+.0f} nats ({gain / n:+.3f} per training example) "
+        "against the recipe's: "
+        f"{'higher, so the mean-field optimum is sparser than the recipe' if gain > 0 else 'lower'}. "
+        f"N = {n}; {result['draws']} Monte Carlo passes; {result['date']}."
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -145,9 +187,11 @@ def plot(result: dict[str, Any], path: Path) -> None:
     t = result["trajectory"]
     epochs = [0] + [r["epoch"] for r in t]
     fig, axes = subplots(3, (12, 3.6))
-    series = [("MED-MEA test accuracy", [result["recipe"]["accuracy"]] + [r["accuracy"] for r in t], "linear"),
-              ("density", [result["recipe"]["density"]] + [r["density"] for r in t], "log"),
-              ("-ELBO / N (training average)", [None] + [r["minus_elbo_per_example"] for r in t], "linear")]
+    series = [
+        ("MED-MEA test accuracy", [result["recipe"]["accuracy"]] + [r["accuracy"] for r in t], "linear"),
+        ("density", [result["recipe"]["density"]] + [r["density"] for r in t], "log"),
+        ("-ELBO / N (training average)", [None] + [r["minus_elbo_per_example"] for r in t], "linear"),
+    ]
     for ax, (label, values, scale) in zip(axes, series):
         xs = [e for e, v in zip(epochs, values) if v is not None]
         ax.plot(xs, [v for v in values if v is not None], marker=".")

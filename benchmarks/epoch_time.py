@@ -56,15 +56,23 @@ def time_one(family: str, dataset: str, device_name: str, epochs: int, hidden: t
     else:
         # "lbbnn+compile": the same family trained with TrainConfig(compile=True).
         family_name, _, compiled = family.partition("+")
-        model = BayesianMLP(ModelConfig(in_features=x.shape[1], out_classes=ds.n_classes, hidden=hidden,
-                                        family=family_name)).to(device)
-        result = train(model, x, y, TrainConfig(epochs=epochs + 1, batch_size=100, compile=bool(compiled)),
-                       seed=0)
+        model = BayesianMLP(
+            ModelConfig(in_features=x.shape[1], out_classes=ds.n_classes, hidden=hidden, family=family_name)
+        ).to(device)
+        result = train(model, x, y, TrainConfig(epochs=epochs + 1, batch_size=100, compile=bool(compiled)), seed=0)
         seconds = [h["seconds"] for h in result.history]
-    peak = (torch.cuda.max_memory_allocated(device) if device.type == "cuda"
-            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    return {"family": family, "seconds_per_epoch": min(seconds[1:]), "peak_bytes": peak, "device": str(device),
-            "n_train": len(x)}
+    peak = (
+        torch.cuda.max_memory_allocated(device)
+        if device.type == "cuda"
+        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    )
+    return {
+        "family": family,
+        "seconds_per_epoch": min(seconds[1:]),
+        "peak_bytes": peak,
+        "device": str(device),
+        "n_train": len(x),
+    }
 
 
 def _plain_epochs(net, optimizer, x, y, epochs: int, device) -> list[float]:
@@ -75,7 +83,7 @@ def _plain_epochs(net, optimizer, x, y, epochs: int, device) -> list[float]:
         start = time.perf_counter()
         order = torch.randperm(len(x), device=device)
         for i in range(0, len(x), 100):
-            index = order[i:i + 100]
+            index = order[i : i + 100]
             loss = torch.nn.functional.cross_entropy(net(x[index]), y[index])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -94,10 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--epochs", type=int, default=1, help="timed epochs per family (the best is reported)")
     parser.add_argument("--hidden", default="400,600")
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="rounds over all families, interleaved; ratios are medians over rounds")
-    parser.add_argument("--families", default=",".join([PLAIN, *FAMILY_PATHS, "lbbnn+compile"]),
-                        help="comma-separated; FAMILY+compile trains with TrainConfig(compile=True)")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="rounds over all families, interleaved; ratios are medians over rounds"
+    )
+    parser.add_argument(
+        "--families",
+        default=",".join([PLAIN, *FAMILY_PATHS, "lbbnn+compile"]),
+        help="comma-separated; FAMILY+compile trains with TrainConfig(compile=True)",
+    )
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "epoch_time.md"))
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: time one family, print JSON
     args = parser.parse_args(argv)
@@ -112,21 +124,41 @@ def main(argv: list[str] | None = None) -> int:
     # within a round.
     for round_index in range(args.repeats):
         for family in families:
-            command = [sys.executable, __file__, "--one", family, "--dataset", args.dataset, "--device", args.device,
-                       "--epochs", str(args.epochs), "--hidden", args.hidden]
+            command = [
+                sys.executable,
+                __file__,
+                "--one",
+                family,
+                "--dataset",
+                args.dataset,
+                "--device",
+                args.device,
+                "--epochs",
+                str(args.epochs),
+                "--hidden",
+                args.hidden,
+            ]
             done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
             if done.returncode != 0:
                 runs[family].append({"error": done.stderr.strip().splitlines()[-1:]})
                 print(f"{family}: failed: {done.stderr.strip()[-300:]}", file=sys.stderr)
                 continue
             runs[family].append(json.loads(done.stdout.strip().splitlines()[-1]))
-            print(f"round {round_index + 1}, {family}: {runs[family][-1]['seconds_per_epoch']:.2f} s/epoch",
-                  file=sys.stderr)
+            print(
+                f"round {round_index + 1}, {family}: {runs[family][-1]['seconds_per_epoch']:.2f} s/epoch",
+                file=sys.stderr,
+            )
     device = next((r["device"] for rs in runs.values() for r in rs if "device" in r), args.device)
-    lines = [f"# One training epoch, {args.dataset}, 784-{'-'.join(map(str, hidden))}-10, batch 100, M=1, {device}",
-             "", f"{args.repeats} round(s), families interleaved; seconds are the median over rounds, the ratio "
-             "is the median (min-max) over rounds of the family's epoch over the plain MLP's epoch in the same "
-             "round.", "", "| family | s / epoch | x plain MLP | peak memory (MiB) |", "|---|---|---|---|"]
+    lines = [
+        f"# One training epoch, {args.dataset}, 784-{'-'.join(map(str, hidden))}-10, batch 100, M=1, {device}",
+        "",
+        f"{args.repeats} round(s), families interleaved; seconds are the median over rounds, the ratio "
+        "is the median (min-max) over rounds of the family's epoch over the plain MLP's epoch in the same "
+        "round.",
+        "",
+        "| family | s / epoch | x plain MLP | peak memory (MiB) |",
+        "|---|---|---|---|",
+    ]
     plain_runs = runs.get(PLAIN, [])
     for family in families:
         ok = [(i, r) for i, r in enumerate(runs[family]) if "error" not in r]
@@ -135,8 +167,11 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(f"| {family} | failed: {' '.join(error)} | | |")
             continue
         seconds = statistics.median(r["seconds_per_epoch"] for _, r in ok)
-        ratios = [r["seconds_per_epoch"] / plain_runs[i]["seconds_per_epoch"] for i, r in ok
-                  if i < len(plain_runs) and "error" not in plain_runs[i]]
+        ratios = [
+            r["seconds_per_epoch"] / plain_runs[i]["seconds_per_epoch"]
+            for i, r in ok
+            if i < len(plain_runs) and "error" not in plain_runs[i]
+        ]
         ratio = "-"
         if ratios:
             ratio = f"{statistics.median(ratios):.2f}"

@@ -44,17 +44,34 @@ def sweep_one(preset: str, kl_weight: float, epochs: int, data_dir: str | None) 
             return
         mpm = evaluate(model, dataset, "mpm-mean", 1)
         mean = evaluate(model, dataset, "mean", 1)
-        rows.append({"epoch": len(rows) + 1, "train_seconds": round(seconds[0], 1), "density": mpm["density"],
-                     "layer_density": mpm.get("layer_density"), "mpm_mean_accuracy": mpm["accuracy"],
-                     "mean_accuracy": mean["accuracy"], "data_term": record["data_term"], "kl": record["kl"]})
-        print(f"  kl_weight {kl_weight}: epoch {len(rows)} density {mpm['density']:.4f} "
-              f"MED-MEA {mpm['accuracy']:.4f} ALL-MEA {mean['accuracy']:.4f}", flush=True)
+        rows.append(
+            {
+                "epoch": len(rows) + 1,
+                "train_seconds": round(seconds[0], 1),
+                "density": mpm["density"],
+                "layer_density": mpm.get("layer_density"),
+                "mpm_mean_accuracy": mpm["accuracy"],
+                "mean_accuracy": mean["accuracy"],
+                "data_term": record["data_term"],
+                "kl": record["kl"],
+            }
+        )
+        print(
+            f"  kl_weight {kl_weight}: epoch {len(rows)} density {mpm['density']:.4f} "
+            f"MED-MEA {mpm['accuracy']:.4f} ALL-MEA {mean['accuracy']:.4f}",
+            flush=True,
+        )
 
     x = torch.from_numpy(np.ascontiguousarray(dataset.x_train))
     y = torch.from_numpy(np.ascontiguousarray(dataset.y_train))
     train(model, x, y, config.train, seed=config.seed, progress=after_epoch)
-    return {"preset": preset, "kl_weight": kl_weight, "epochs": epochs, "rows": rows,
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    return {
+        "preset": preset,
+        "kl_weight": kl_weight,
+        "epochs": epochs,
+        "rows": rows,
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
 
 
 def render_markdown(entries: list[dict[str, Any]]) -> str:
@@ -63,9 +80,11 @@ def render_markdown(entries: list[dict[str, Any]]) -> str:
         for r in e["rows"]:
             if r["epoch"] in (1, 2, 5, 10, e["epochs"]):
                 layers = " / ".join(f"{d:.3f}" for d in (r.get("layer_density") or []))
-                lines.append(f"| {e['kl_weight']:g} | {r['epoch']} | {r['density']:.4f} | "
-                             f"{r['mpm_mean_accuracy']:.4f} | "
-                             f"{r['mean_accuracy']:.4f} | {layers} |")
+                lines.append(
+                    f"| {e['kl_weight']:g} | {r['epoch']} | {r['density']:.4f} | "
+                    f"{r['mpm_mean_accuracy']:.4f} | "
+                    f"{r['mean_accuracy']:.4f} | {layers} |"
+                )
     return "\n".join(lines) + "\n"
 
 
@@ -96,8 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     entries = json.loads(JSON_PATH.read_text()) if JSON_PATH.exists() else []
     for weight in (float(w) for w in args.weights.split(",") if w.strip()):
-        if any(e["kl_weight"] == weight and e["epochs"] == args.epochs and e["preset"] == args.preset
-               for e in entries):
+        if any(e["kl_weight"] == weight and e["epochs"] == args.epochs and e["preset"] == args.preset for e in entries):
             print(f"kl_weight {weight}: recorded already")
             continue
         entries.append(sweep_one(args.preset, weight, args.epochs, args.data_dir))

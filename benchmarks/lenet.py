@@ -87,9 +87,11 @@ PAPER: dict[str, dict[str, dict[str, dict[str, Any]]]] = {
         },
     },
 }
-PAPER_SOURCE = ("Bleahu 2025 (thesis), section 4.2: Table 4.3 (variational dense, section 4.2.3) and the table "
-                "after Figure 4.10 (variational dropout = sparse VD, additive reparameterisation, section 4.2.4); "
-                "'Frequentist' pre-training = our warm start, 'Bayesian' = our scratch; accuracies over 200 MC draws")
+PAPER_SOURCE = (
+    "Bleahu 2025 (thesis), section 4.2: Table 4.3 (variational dense, section 4.2.3) and the table "
+    "after Figure 4.10 (variational dropout = sparse VD, additive reparameterisation, section 4.2.4); "
+    "'Frequentist' pre-training = our warm start, 'Bayesian' = our scratch; accuracies over 200 MC draws"
+)
 
 
 # --- pure helpers ----------------------------------------------------------------------------------
@@ -127,15 +129,16 @@ def masks_at_rates(shapes: Sequence[tuple[int, int]], sparsity: Sequence[float],
             raise ValueError(f"sparsity: must lie in [0, 1], got {rate}")
         n_weights = rows * (cols - 1)
         template = torch.zeros(n_weights, dtype=torch.bool)
-        template[:n_weights - int(round(rate * n_weights))] = True
+        template[: n_weights - int(round(rate * n_weights))] = True
         mask = torch.ones(rows, cols, dtype=torch.bool)
         mask[:, :-1] = template.view(rows, cols - 1)
         masks.append(mask)
     return random_masks(masks, seed)
 
 
-def top_masks(keys: Sequence[torch.Tensor], sparsity: Sequence[float], bias_masks: Sequence[torch.Tensor]
-              ) -> list[torch.Tensor]:
+def top_masks(
+    keys: Sequence[torch.Tensor], sparsity: Sequence[float], bias_masks: Sequence[torch.Tensor]
+) -> list[torch.Tensor]:
     """Per layer, keep the round((1 - sparsity) * out * in) weights of the matrix with the largest
     `keys` (out, in + 1; larger = more worth keeping) and the biases `bias_masks` (out,) keep: the
     learned ranking cut at a given rate instead of the family's threshold."""
@@ -154,8 +157,13 @@ def top_masks(keys: Sequence[torch.Tensor], sparsity: Sequence[float], bias_mask
     return masks
 
 
-def masked_accuracy(weights: Sequence[torch.Tensor], masks: Sequence[torch.Tensor] | None, x: torch.Tensor,
-                    y: torch.Tensor, activation=torch.relu) -> float:
+def masked_accuracy(
+    weights: Sequence[torch.Tensor],
+    masks: Sequence[torch.Tensor] | None,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    activation=torch.relu,
+) -> float:
     """Test accuracy of the deterministic network with augmented weights (out, in + 1) (bias last),
     zeroed outside `masks` (None: all kept)."""
     h = x
@@ -209,8 +217,9 @@ def evaluate_run(run, paper_sparsity: Sequence[float] | None, n_random: int) -> 
     kept = sum(int(m.sum()) for m in masks)
     total = sum(m.numel() for m in masks)
     act = model.activation
-    random_acc = [masked_accuracy(weights, random_masks(masks, RANDOM_MASK_SEED + i), x, y, act)
-                  for i in range(n_random)]
+    random_acc = [
+        masked_accuracy(weights, random_masks(masks, RANDOM_MASK_SEED + i), x, y, act) for i in range(n_random)
+    ]
     result = {
         "layer_sparsity": sparsity,
         "density": kept / total,
@@ -224,18 +233,23 @@ def evaluate_run(run, paper_sparsity: Sequence[float] | None, n_random: int) -> 
     }
     if paper_sparsity is not None:
         shapes = [tuple(m.shape) for m in masks]
-        at_paper = [masked_accuracy(weights, masks_at_rates(shapes, [s / 100 for s in paper_sparsity],
-                                                            RANDOM_MASK_SEED + i), x, y, act)
-                    for i in range(n_random)]
+        at_paper = [
+            masked_accuracy(
+                weights, masks_at_rates(shapes, [s / 100 for s in paper_sparsity], RANDOM_MASK_SEED + i), x, y, act
+            )
+            for i in range(n_random)
+        ]
         result["random_at_paper_rates"] = float(np.mean(at_paper))
         with torch.no_grad():
             keys = [model.spec.keep_key(stat.detach()) for stat in model.native_statistics()]
         learned_at_paper = top_masks(keys, [s / 100 for s in paper_sparsity], [m[:, -1] for m in masks])
         result["pruned_at_paper_rates"] = masked_accuracy(weights, learned_at_paper, x, y, act)
         result["random_at_paper_rates_sd"] = float(np.std(at_paper))
-    stored = {key: float(run.metrics[key]) for key in ("SIM-SIM R=10 accuracy", "MED-SIM R=10 accuracy",
-                                                       "MED-MEA R=1 accuracy", "ALL-MEA R=1 accuracy")
-              if key in run.metrics}
+    stored = {
+        key: float(run.metrics[key])
+        for key in ("SIM-SIM R=10 accuracy", "MED-SIM R=10 accuracy", "MED-MEA R=1 accuracy", "ALL-MEA R=1 accuracy")
+        if key in run.metrics
+    }
     result["stored"] = stored
     return result
 
@@ -250,14 +264,26 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return {"cpu": cpu, "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "python": platform.python_version(), "load_at_end": load}
+    return {
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "load_at_end": load,
+    }
 
 
 def entry_key(entry: dict[str, Any]) -> tuple:
     s = entry["schedule"]
-    return (entry["dataset"], entry["method"], entry["start"], s["warm_start_epochs"], s["epochs"],
-            s["kl_anneal_epochs"])
+    return (
+        entry["dataset"],
+        entry["method"],
+        entry["start"],
+        s["warm_start_epochs"],
+        s["epochs"],
+        s["kl_anneal_epochs"],
+    )
 
 
 def load_results(path: Path = JSON_PATH) -> dict[str, Any]:
@@ -285,14 +311,18 @@ def _sparsity(values: Sequence[float] | None, scale: float = 100.0) -> str:
 
 def render_table(entries: list[dict[str, Any]]) -> str:
     """The markdown table of all entries, each beside Bleahu's (2025) row for the same cell."""
-    lines = ["| data | method | start | schedule | sparsity % per layer (ours / paper) | unpruned % (ours / paper) "
-             "| pruned % (ours / paper) | pruned at paper's rates % | random % (ours, sd / paper) "
-             "| random at paper's rates % | SIM-SIM R=10 % | MED-SIM R=10 % | train s | run |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| data | method | start | schedule | sparsity % per layer (ours / paper) | unpruned % (ours / paper) "
+        "| pruned % (ours / paper) | pruned at paper's rates % | random % (ours, sd / paper) "
+        "| random at paper's rates % | SIM-SIM R=10 % | MED-SIM R=10 % | train s | run |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     order = {m: i for i, m in enumerate(METHODS)}
     starts = {s: i for i, s in enumerate(STARTS)}
-    for e in sorted(entries, key=lambda e: (e["dataset"], order.get(e["method"], 9), starts.get(e["start"], 9),
-                                            -e["schedule"]["epochs"])):
+    for e in sorted(
+        entries,
+        key=lambda e: (e["dataset"], order.get(e["method"], 9), starts.get(e["start"], 9), -e["schedule"]["epochs"]),
+    ):
         paper = PAPER.get(e["dataset"], {}).get(e["method"], {}).get(e["start"])
         r = e["result"]
         schedule = schedule_label(e["schedule"]) + (" (shortened)" if e.get("shortened") else "")
@@ -305,7 +335,8 @@ def render_table(entries: list[dict[str, Any]]) -> str:
             f"| {_pct(r['random'])} ({_pct(r['random_sd'])}) / {p.get('random', '-')} "
             f"| {_pct(r.get('random_at_paper_rates'))} "
             f"| {_pct(r['stored'].get('SIM-SIM R=10 accuracy'))} | {_pct(r['stored'].get('MED-SIM R=10 accuracy'))} "
-            f"| {e['train_seconds']:.0f} | `{e['run_id']}` |")
+            f"| {e['train_seconds']:.0f} | `{e['run_id']}` |"
+        )
     return "\n".join(lines)
 
 
@@ -330,7 +361,8 @@ SETUP_DIFFERENCES = (
     "N times more and prunes more); its deterministic pre-training runs 100 epochs (ours 10) and its "
     "'Bayesian' pre-training 100 KL-free Bayesian epochs (ours: none, the KL is annealed from the first "
     "epoch); its batch is 256 (ours 100); its accuracies average 200 weight draws (ours: the mean weights; "
-    "the R=10 columns are our sampled counterparts).")
+    "the R=10 columns are our sampled counterparts)."
+)
 
 
 def gap_notes(entries: list[dict[str, Any]], limit: float = 1.0) -> list[str]:
@@ -348,38 +380,50 @@ def gap_notes(entries: list[dict[str, Any]], limit: float = 1.0) -> list[str]:
         for column, ours, published in gaps:
             if column == "random":
                 at_rates = r.get("random_at_paper_rates")
-                text = (f"random {ours:.2f} % vs {published} %: we prune {_sparsity(r['layer_sparsity'])} %, the paper "
-                        f"{_sparsity(paper['sparsity'], 1.0)} %")
+                text = (
+                    f"random {ours:.2f} % vs {published} %: we prune {_sparsity(r['layer_sparsity'])} %, the paper "
+                    f"{_sparsity(paper['sparsity'], 1.0)} %"
+                )
                 if at_rates is None:
                     text += "; cause not yet measured"
                 elif abs(100 * at_rates - published) <= limit:
-                    text += (f"; random at the paper's rates gives {100 * at_rates:.2f} % on our net, within {limit:g} "
-                             f"point of the paper (measured: the difference in rates is the cause)")
+                    text += (
+                        f"; random at the paper's rates gives {100 * at_rates:.2f} % on our net, within {limit:g} "
+                        f"point of the paper (measured: the difference in rates is the cause)"
+                    )
                 else:
-                    text += (f"; random at the paper's rates gives {100 * at_rates:.2f} % on our net: our different "
-                             f"rates move it by {ours - 100 * at_rates:+.2f} points (measured), and at equal rates "
-                             f"ours differs from the paper's by {100 * at_rates - published:+.2f} points, not yet "
-                             "measured")
+                    text += (
+                        f"; random at the paper's rates gives {100 * at_rates:.2f} % on our net: our different "
+                        f"rates move it by {ours - 100 * at_rates:+.2f} points (measured), and at equal rates "
+                        f"ours differs from the paper's by {100 * at_rates - published:+.2f} points, not yet "
+                        "measured"
+                    )
             else:
                 text = f"{column} {ours:.2f} % vs {published} %"
                 at_rates = r.get("pruned_at_paper_rates") if column == "pruned" else None
                 if at_rates is not None and abs(100 * at_rates - published) <= limit:
-                    text += (f": cutting our learned statistic at the paper's sparsity "
-                             f"{_sparsity(paper['sparsity'], 1.0)} % instead of ours gives {100 * at_rates:.2f} % "
-                             f"(measured: within {limit:g} point of the paper at its sparsity, "
-                             "so our higher sparsity is the cause)")
+                    text += (
+                        f": cutting our learned statistic at the paper's sparsity "
+                        f"{_sparsity(paper['sparsity'], 1.0)} % instead of ours gives {100 * at_rates:.2f} % "
+                        f"(measured: within {limit:g} point of the paper at its sparsity, "
+                        "so our higher sparsity is the cause)"
+                    )
                 else:
                     text += ": cause not yet measured"
                     if at_rates is not None:
-                        text += (f" (our learned statistic cut at the paper's sparsity gives {100 * at_rates:.2f} %, "
-                                 "so our higher sparsity is not the whole cause)")
-                    sampled = r["stored"].get("SIM-SIM R=10 accuracy" if column == "unpruned"
-                                              else "MED-SIM R=10 accuracy")
+                        text += (
+                            f" (our learned statistic cut at the paper's sparsity gives {100 * at_rates:.2f} %, "
+                            "so our higher sparsity is not the whole cause)"
+                        )
+                    sampled = r["stored"].get(
+                        "SIM-SIM R=10 accuracy" if column == "unpruned" else "MED-SIM R=10 accuracy"
+                    )
                     if sampled is not None:
-                        text += (f" (with R=10 sampled weights instead of the means: {100 * sampled:.2f} %, "
-                                 + ("so mean vs sampled weights is not it)" if abs(100 * sampled - published) > limit
-                                    else "within a point of the paper: the sampled accuracy is the nearer "
-                                         "comparison)"))
+                        text += f" (with R=10 sampled weights instead of the means: {100 * sampled:.2f} %, " + (
+                            "so mean vs sampled weights is not it)"
+                            if abs(100 * sampled - published) > limit
+                            else "within a point of the paper: the sampled accuracy is the nearer comparison)"
+                        )
             parts.append(text)
         if e.get("shortened"):
             parts.append("this row's schedule is shortened, which may account for part of it")
@@ -396,17 +440,19 @@ def results_section(results: dict[str, Any] | None = None) -> str:
     if not entries:
         return f"Not run yet: `{COMMAND}` (add `--datasets mnist,fashion-mnist` for both).\n"
     n_random = sorted({e["result"]["random_masks"] for e in entries})
-    out = ["Bleahu's (2025) experiment: LeNet-300-100 (784-300-100-10) with sparse VD (prune at log alpha > 3) "
-           "and variational dense (N(0, 1) prior, prune at |mu|/sigma < 0.83), each from a deterministic "
-           "warm start and from scratch, with the `lenet-300-100` preset's schedule (Adam 1e-3, batch 100) "
-           "unless the row says *shortened*. Accuracies (test set, %) use the posterior-mean weights: "
-           "*unpruned* keeps every weight, *pruned* the family's cut, *random* keeps as many weights (and "
-           f"biases) per layer as the cut at random (mean (sd) over {'/'.join(map(str, n_random))} masks, fixed "
-           "seed); *pruned at paper's rates* cuts our learned statistic (the same ranking) at Bleahu's (2025) "
-           "published per-layer sparsity instead of the family's threshold; *random at paper's rates* prunes our "
-           "net at random at those rates. Sparsity: share of each weight matrix pruned (784x300, 300x100, 100x10). "
-           "Paper: "
-           + PAPER_SOURCE + ".", ""]
+    out = [
+        "Bleahu's (2025) experiment: LeNet-300-100 (784-300-100-10) with sparse VD (prune at log alpha > 3) "
+        "and variational dense (N(0, 1) prior, prune at |mu|/sigma < 0.83), each from a deterministic "
+        "warm start and from scratch, with the `lenet-300-100` preset's schedule (Adam 1e-3, batch 100) "
+        "unless the row says *shortened*. Accuracies (test set, %) use the posterior-mean weights: "
+        "*unpruned* keeps every weight, *pruned* the family's cut, *random* keeps as many weights (and "
+        f"biases) per layer as the cut at random (mean (sd) over {'/'.join(map(str, n_random))} masks, fixed "
+        "seed); *pruned at paper's rates* cuts our learned statistic (the same ranking) at Bleahu's (2025) "
+        "published per-layer sparsity instead of the family's threshold; *random at paper's rates* prunes our "
+        "net at random at those rates. Sparsity: share of each weight matrix pruned (784x300, 300x100, 100x10). "
+        "Paper: " + PAPER_SOURCE + ".",
+        "",
+    ]
     runs = sorted({(e["command"], e["date"], e["machine"]["cpu"], e["machine"]["cpu_count"]) for e in entries})
     for command, date, cpu, cores in runs:
         out.append(f"- `{command}` on {date}, {cpu}, {cores} cores")
@@ -424,9 +470,12 @@ def render_markdown(results: dict[str, Any]) -> str:
 
 def _progress(record: dict[str, Any]) -> None:
     if record.get("epoch", 0) % 10 == 0:
-        print(f"    [{record.get('phase')}] epoch {record.get('epoch', 0)}  "
-              f"loss {record.get('loss', float('nan')):.4g}  "
-              f"{record.get('elapsed', 0):.0f} s", flush=True)
+        print(
+            f"    [{record.get('phase')}] epoch {record.get('epoch', 0)}  "
+            f"loss {record.get('loss', float('nan')):.4g}  "
+            f"{record.get('elapsed', 0):.0f} s",
+            flush=True,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -462,35 +511,54 @@ def main(argv: list[str] | None = None) -> int:
     for dataset in datasets:
         for method in methods:
             for start in starts:
-                config, base = run_config(dataset, method, start, args.epochs, args.warm_start_epochs,
-                                          args.kl_anneal_epochs)
+                config, base = run_config(
+                    dataset, method, start, args.epochs, args.warm_start_epochs, args.kl_anneal_epochs
+                )
                 config = config.replace(seed=args.seed)
-                schedule = {"warm_start_epochs": config.train.warm_start_epochs, "epochs": config.train.epochs,
-                            "kl_anneal_epochs": config.train.kl_anneal_epochs}
-                shortened = (config.train.epochs != base.train.epochs
-                             or config.train.kl_anneal_epochs != base.train.kl_anneal_epochs
-                             or (start == "warm-start"
-                                 and config.train.warm_start_epochs != base.train.warm_start_epochs))
-                print(f"[{datetime.now(timezone.utc):%H:%M:%S}] {dataset} {method} {start}: {schedule_label(schedule)}",
-                      flush=True)
+                schedule = {
+                    "warm_start_epochs": config.train.warm_start_epochs,
+                    "epochs": config.train.epochs,
+                    "kl_anneal_epochs": config.train.kl_anneal_epochs,
+                }
+                shortened = (
+                    config.train.epochs != base.train.epochs
+                    or config.train.kl_anneal_epochs != base.train.kl_anneal_epochs
+                    or (start == "warm-start" and config.train.warm_start_epochs != base.train.warm_start_epochs)
+                )
+                print(
+                    f"[{datetime.now(timezone.utc):%H:%M:%S}] {dataset} {method} {start}: {schedule_label(schedule)}",
+                    flush=True,
+                )
                 started = time.time()
                 run = train_run(config, cache_dir=args.cache_dir, data_dir=args.data_dir, progress=_progress)
                 paper = PAPER.get(dataset, {}).get(method, {}).get(start)
                 result = evaluate_run(run, paper["sparsity"] if paper else None, args.random_masks)
-                entry = {"dataset": dataset, "method": method, "start": start, "seed": args.seed,
-                         "schedule": schedule, "shortened": shortened, "run_id": run.run_id,
-                         "from_cache": run.from_cache,
-                         "train_seconds": float(run.metrics.get("train_seconds", float("nan"))),
-                         "seconds_per_epoch": float(run.metrics.get("seconds_per_epoch", float("nan"))),
-                         "result": result, "command": command,
-                         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
-                         "wall_seconds": round(time.time() - started, 1)}
+                entry = {
+                    "dataset": dataset,
+                    "method": method,
+                    "start": start,
+                    "seed": args.seed,
+                    "schedule": schedule,
+                    "shortened": shortened,
+                    "run_id": run.run_id,
+                    "from_cache": run.from_cache,
+                    "train_seconds": float(run.metrics.get("train_seconds", float("nan"))),
+                    "seconds_per_epoch": float(run.metrics.get("seconds_per_epoch", float("nan"))),
+                    "result": result,
+                    "command": command,
+                    "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                    "machine": machine(),
+                    "wall_seconds": round(time.time() - started, 1),
+                }
                 results["entries"] = [e for e in results["entries"] if entry_key(e) != entry_key(entry)] + [entry]
                 save_results(results)
                 MD_PATH.write_text(render_markdown(results))
-                print(f"  sparsity {_sparsity(result['layer_sparsity'])}  unpruned {_pct(result['unpruned'])}  "
-                      f"pruned {_pct(result['pruned'])}  random {_pct(result['random'])}  "
-                      f"train {entry['train_seconds']:.0f} s{' (cached)' if run.from_cache else ''}", flush=True)
+                print(
+                    f"  sparsity {_sparsity(result['layer_sparsity'])}  unpruned {_pct(result['unpruned'])}  "
+                    f"pruned {_pct(result['pruned'])}  random {_pct(result['random'])}  "
+                    f"train {entry['train_seconds']:.0f} s{' (cached)' if run.from_cache else ''}",
+                    flush=True,
+                )
     return 0
 
 

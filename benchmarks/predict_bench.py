@@ -64,8 +64,7 @@ class BenchModel:
     inclusion_rate: float
 
     def describe(self, n_train: int) -> str:
-        return (f"trained {self.epochs} epoch(s) on {n_train} images, inclusion learning rate "
-                f"{self.inclusion_rate:g}")
+        return f"trained {self.epochs} epoch(s) on {n_train} images, inclusion learning rate {self.inclusion_rate:g}"
 
 
 MODELS = {
@@ -95,8 +94,10 @@ def synthetic_model(name: str) -> tuple[BayesianMLP, str]:
             if index < len(model.layers) - 1:
                 on[torch.rand(layer.out_features, generator=generator) < off_units] = False
             layer.inclusion_logit.copy_(torch.where(on, torch.tensor(logit), torch.tensor(-logit)))
-    return model, (f"untrained, inclusion logits set: {on_fraction:g} of the weights at +{logit:g}, the rest at "
-                   f"-{logit:g}, {off_units:g} of the hidden units with every weight at -{logit:g}")
+    return model, (
+        f"untrained, inclusion logits set: {on_fraction:g} of the weights at +{logit:g}, the rest at "
+        f"-{logit:g}, {off_units:g} of the hidden units with every weight at -{logit:g}"
+    )
 
 
 def timed(fn, repeats=3):
@@ -110,6 +111,7 @@ def timed(fn, repeats=3):
 
 def load_mnist():
     from core.settings import DATA_DIR  # BNN_DATA_DIR, read (and checked) where every BNN_* is
+
     candidates = [DATA_DIR.read(), str(Path(__file__).resolve().parents[2] / "shared" / "data")]
     for data_dir in filter(None, candidates):
         try:
@@ -161,17 +163,31 @@ def bench_model(model: BayesianMLP, data, rows: list) -> None:
 
     def add(what, seconds, target=None, note=""):
         # Time in dense forwards: how loaded the shared cores are cancels out of this column.
-        rows.append((what, f"{seconds * 1000:.0f} ms", f"{seconds / dense_seconds:.1f}",
-                     f"< {target * 1000:.0f} ms" if target else "", note))
+        rows.append(
+            (
+                what,
+                f"{seconds * 1000:.0f} ms",
+                f"{seconds / dense_seconds:.1f}",
+                f"< {target * 1000:.0f} ms" if target else "",
+                note,
+            )
+        )
 
     predict(model, x[:100], "mpm-mean")  # warm up
     mpm = predict(model, x[:10], "mpm-mean")
-    add("mpm-mean at the median probability model (0.5)", timed(lambda: evaluate(model, data, mode="mpm-mean"),
-                                                              repeats=5)[0], 0.2,
-        f"density {mpm.density:.3f}, per layer {', '.join(f'{d:.3f}' for d in mpm.layer_density)}")
+    add(
+        "mpm-mean at the median probability model (0.5)",
+        timed(lambda: evaluate(model, data, mode="mpm-mean"), repeats=5)[0],
+        0.2,
+        f"density {mpm.density:.3f}, per layer {', '.join(f'{d:.3f}' for d in mpm.layer_density)}",
+    )
     seconds, result = timed(lambda: evaluate(model, data, mode="mpm-mean", threshold=0.37), repeats=5)
-    add("mpm-mean evaluation at a new threshold (0.37)", seconds, 0.2,
-        f"density {result['density']:.3f}, accuracy {result['accuracy']:.4f}")
+    add(
+        "mpm-mean evaluation at a new threshold (0.37)",
+        seconds,
+        0.2,
+        f"density {result['density']:.3f}, accuracy {result['accuracy']:.4f}",
+    )
     seconds, curve = timed(lambda: sweep(model, data, mode="mpm-mean"), repeats=3)
     add("51-point mpm-mean sweep", seconds, 5.0, f"density {curve.density.min():.2f}..{curve.density.max():.2f}")
     seconds, result = timed(lambda: evaluate(model, data, mode="bma", samples=10, seed=0), repeats=3)
@@ -187,9 +203,13 @@ def bench_model(model: BayesianMLP, data, rows: list) -> None:
                 exported(inputs)
                 seconds, _ = timed(lambda model=exported: model(inputs), repeats=7)  # bound now, not at call
             units = [s[0] for s in exported.meta["layer_shapes"]]
-            add(f"exported model at density {density}", seconds, None,
+            add(
+                f"exported model at density {density}",
+                seconds,
+                None,
                 f"speed-up x{dense_seconds / seconds:.1f} over dense; units {units}, "
-                f"{exported.meta['n_weights_kept']} weights, {len(exported.input_index)} inputs")
+                f"{exported.meta['n_weights_kept']} weights, {len(exported.input_index)} inputs",
+            )
 
 
 DRAWS_HEADER = "## Cheaper sampled draws"
@@ -223,8 +243,9 @@ def bench_draws(model: BayesianMLP, data, repeats: int = 3) -> str:
             seconds = statistics.median(times[path])
             difference = float((outputs[path] - outputs[DrawPath.PLAIN]).abs().max())
             note = f"chosen by the probe ({probe_seconds * 1000:.0f} ms)" if path is chosen else ""
-            rows.append((mode, path.value, f"{seconds * 1000:.0f} ms", f"x{plain / seconds:.2f}", f"{difference:.1e}",
-                         note))
+            rows.append(
+                (mode, path.value, f"{seconds * 1000:.0f} ms", f"x{plain / seconds:.2f}", f"{difference:.1e}", note)
+            )
     table = "| mode | path | CPU time per draw (median) | speed-up over plain | max abs difference from plain "
     table += "| note |\n"
     table += "|---|---|---|---|---|---|\n" + "\n".join(f"| {' | '.join(row)} |" for row in rows) + "\n"
@@ -232,20 +253,24 @@ def bench_draws(model: BayesianMLP, data, repeats: int = 3) -> str:
 
 
 def draws_section(data, names: list[str], repeats: int) -> str:
-    parts = [f"{DRAWS_HEADER}\n\n`python -m benchmarks.predict_bench --only draws`: R = {DRAW_SAMPLES} draws on the "
-             f"{data.n_test} test images (network outputs, no metrics), each path of core.predict.draw_paths in "
-             f"turn, {repeats} rounds, median per draw of the process's CPU time (with one torch thread the work "
-             f"done, whatever the load; wall time on these shared cores measures the scheduler); torch threads: "
-             f"{torch.get_num_threads()}. `plain` is how "
-             "every draw ran before (bma: the full dense matrices; mpm: the shared mask's compact network); "
-             "`batched` is not chosen automatically (see core/predict/draw_paths.py). The probe runs one draw by "
-             "every candidate (the chosen one's outputs are that draw's), once per (run, threshold, inputs).\n"]
+    parts = [
+        f"{DRAWS_HEADER}\n\n`python -m benchmarks.predict_bench --only draws`: R = {DRAW_SAMPLES} draws on the "
+        f"{data.n_test} test images (network outputs, no metrics), each path of core.predict.draw_paths in "
+        f"turn, {repeats} rounds, median per draw of the process's CPU time (with one torch thread the work "
+        f"done, whatever the load; wall time on these shared cores measures the scheduler); torch threads: "
+        f"{torch.get_num_threads()}. `plain` is how "
+        "every draw ran before (bma: the full dense matrices; mpm: the shared mask's compact network); "
+        "`batched` is not chosen automatically (see core/predict/draw_paths.py). The probe runs one draw by "
+        "every candidate (the chosen one's outputs are that draw's), once per (run, threshold, inputs).\n"
+    ]
     for name in names:
         model, how = synthetic_model(name) if name in SYNTHETIC else trained_model(MODELS[name], data)
         load_before = os.getloadavg()[0]
         table = bench_draws(model, data, repeats)
-        parts.append(f"### `{name}` model\n\n{how}. Load average before / after: {load_before:.1f} / "
-                     f"{os.getloadavg()[0]:.1f}.\n\n{table}")
+        parts.append(
+            f"### `{name}` model\n\n{how}. Load average before / after: {load_before:.1f} / "
+            f"{os.getloadavg()[0]:.1f}.\n\n{table}"
+        )
     return "\n".join(parts)
 
 
@@ -278,15 +303,19 @@ def main() -> None:
         bench_model(model, data, rows)
         table = "| what | median time | in dense forwards | target | note |\n|---|---|---|---|---|\n"
         table += "\n".join(f"| {' | '.join(row)} |" for row in rows) + "\n"
-        sections.append(f"## `{name}` model\n\n{how}; density at the median probability model {mpm_density:.3f}, "
-                        f"mean inclusion per layer {inclusion}. Load average before / after: {load_before:.1f} / "
-                        f"{os.getloadavg()[0]:.1f}.\n\n{table}")
-    header = (f"# Prediction benchmarks\n\n{data.name}: {data.n_test} test images, 784-400-600-10 LBBNN. "
-              f"torch threads: {torch.get_num_threads()}. The 2 cores are shared with other work: compare rows "
-              "of one run, or the 'in dense forwards' column (time / the plain dense forward's time in the "
-              "same run; that forward takes about 70 ms on idle cores). With another 2-thread job on the "
-              "cores every small torch op waits for a descheduled thread, so paths made of many small ops "
-              "(the sweep) suffer most.\n\n")
+        sections.append(
+            f"## `{name}` model\n\n{how}; density at the median probability model {mpm_density:.3f}, "
+            f"mean inclusion per layer {inclusion}. Load average before / after: {load_before:.1f} / "
+            f"{os.getloadavg()[0]:.1f}.\n\n{table}"
+        )
+    header = (
+        f"# Prediction benchmarks\n\n{data.name}: {data.n_test} test images, 784-400-600-10 LBBNN. "
+        f"torch threads: {torch.get_num_threads()}. The 2 cores are shared with other work: compare rows "
+        "of one run, or the 'in dense forwards' column (time / the plain dense forward's time in the "
+        "same run; that forward takes about 70 ms on idle cores). With another 2-thread job on the "
+        "cores every small torch op waits for a descheduled thread, so paths made of many small ops "
+        "(the sweep) suffer most.\n\n"
+    )
     text = header + "\n".join(sections) + "\n" + draws
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(text)

@@ -26,64 +26,124 @@ PAGE = ROOT / "benchmarks" / "RESULTS.md"
 
 # Hubin & Storvik (2024), medians of 10 runs. Keys: (dataset, family) -> {our metric key: paper value}.
 PAPER: dict[tuple[str, str], dict[str, float]] = {
-    ("mnist", "lbbnn"): {"SIM-SIM R=1 accuracy": 0.968, "SIM-SIM R=10 accuracy": 0.981, "ALL-MEA R=1 accuracy": 0.981,
-                         "MED-SIM R=10 accuracy": 0.980, "MED-MEA R=1 accuracy": 0.981, "density": 0.079,
-                         "SIM-SIM R=10 doubt_accuracy": 0.999, "SIM-SIM R=10 doubt_count": 8322,
-                         "layer_1": 0.0844, "layer_2": 0.0959, "layer_3": 0.2945},
+    ("mnist", "lbbnn"): {
+        "SIM-SIM R=1 accuracy": 0.968,
+        "SIM-SIM R=10 accuracy": 0.981,
+        "ALL-MEA R=1 accuracy": 0.981,
+        "MED-SIM R=10 accuracy": 0.980,
+        "MED-MEA R=1 accuracy": 0.981,
+        "density": 0.079,
+        "SIM-SIM R=10 doubt_accuracy": 0.999,
+        "SIM-SIM R=10 doubt_count": 8322,
+        "layer_1": 0.0844,
+        "layer_2": 0.0959,
+        "layer_3": 0.2945,
+    },
     # Tables A2 / A3 (low-rank logits; the paper's MED rows sit at density 0.449 / 0.455)
-    ("mnist", "lbbnn-lfmvn"): {"SIM-SIM R=1 accuracy": 0.959, "SIM-SIM R=10 accuracy": 0.979,
-                               "ALL-MEA R=1 accuracy": 0.976, "MED-SIM R=10 accuracy": 0.979,
-                               "MED-MEA R=1 accuracy": 0.975, "density": 0.449,
-                               "SIM-SIM R=10 doubt_accuracy": 1.000, "SIM-SIM R=10 doubt_count": 7760},
-    ("fashion-mnist", "lbbnn-lfmvn"): {"SIM-SIM R=1 accuracy": 0.849, "SIM-SIM R=10 accuracy": 0.876,
-                                       "ALL-MEA R=1 accuracy": 0.864, "MED-SIM R=10 accuracy": 0.877,
-                                       "MED-MEA R=1 accuracy": 0.862, "density": 0.455,
-                                       "SIM-SIM R=10 doubt_accuracy": 0.996, "SIM-SIM R=10 doubt_count": 4485},
-    ("mnist", "bnn"): {"SIM-SIM R=1 accuracy": 0.965, "SIM-SIM R=10 accuracy": 0.984, "ALL-MEA R=1 accuracy": 0.984,
-                       "SIM-SIM R=10 doubt_accuracy": 0.999, "SIM-SIM R=10 doubt_count": 8477},
-    ("mnist", "bnn-mixture"): {"SIM-SIM R=1 accuracy": 0.965, "SIM-SIM R=10 accuracy": 0.982,
-                               "ALL-MEA R=1 accuracy": 0.983},
-    ("mnist", "concrete-dropout"): {"SIM-SIM R=1 accuracy": 0.982, "SIM-SIM R=10 accuracy": 0.984,
-                                    "ALL-MEA R=1 accuracy": 0.984},
-    ("mnist", "horseshoe"): {"SIM-SIM R=1 accuracy": 0.964, "SIM-SIM R=10 accuracy": 0.982,
-                             "ALL-MEA R=1 accuracy": 0.966},
-    ("fashion-mnist", "lbbnn"): {"SIM-SIM R=1 accuracy": 0.864, "SIM-SIM R=10 accuracy": 0.883,
-                                 "ALL-MEA R=1 accuracy": 0.882, "MED-SIM R=10 accuracy": 0.883,
-                                 "MED-MEA R=1 accuracy": 0.880, "density": 0.108,
-                                 "SIM-SIM R=10 doubt_accuracy": 0.995, "SIM-SIM R=10 doubt_count": 4946,
-                                 "layer_1": 0.1323, "layer_2": 0.1005, "layer_3": 0.2790},
-    ("fashion-mnist", "bnn"): {"SIM-SIM R=1 accuracy": 0.864, "SIM-SIM R=10 accuracy": 0.893,
-                               "ALL-MEA R=1 accuracy": 0.886},
-    ("fashion-mnist", "bnn-mixture"): {"SIM-SIM R=1 accuracy": 0.867, "SIM-SIM R=10 accuracy": 0.893,
-                                       "ALL-MEA R=1 accuracy": 0.888},
-    ("fashion-mnist", "concrete-dropout"): {"SIM-SIM R=1 accuracy": 0.896, "SIM-SIM R=10 accuracy": 0.897,
-                                            "ALL-MEA R=1 accuracy": 0.896},
-    ("fashion-mnist", "horseshoe"): {"SIM-SIM R=1 accuracy": 0.864, "SIM-SIM R=10 accuracy": 0.887,
-                                     "ALL-MEA R=1 accuracy": 0.867},
+    ("mnist", "lbbnn-lfmvn"): {
+        "SIM-SIM R=1 accuracy": 0.959,
+        "SIM-SIM R=10 accuracy": 0.979,
+        "ALL-MEA R=1 accuracy": 0.976,
+        "MED-SIM R=10 accuracy": 0.979,
+        "MED-MEA R=1 accuracy": 0.975,
+        "density": 0.449,
+        "SIM-SIM R=10 doubt_accuracy": 1.000,
+        "SIM-SIM R=10 doubt_count": 7760,
+    },
+    ("fashion-mnist", "lbbnn-lfmvn"): {
+        "SIM-SIM R=1 accuracy": 0.849,
+        "SIM-SIM R=10 accuracy": 0.876,
+        "ALL-MEA R=1 accuracy": 0.864,
+        "MED-SIM R=10 accuracy": 0.877,
+        "MED-MEA R=1 accuracy": 0.862,
+        "density": 0.455,
+        "SIM-SIM R=10 doubt_accuracy": 0.996,
+        "SIM-SIM R=10 doubt_count": 4485,
+    },
+    ("mnist", "bnn"): {
+        "SIM-SIM R=1 accuracy": 0.965,
+        "SIM-SIM R=10 accuracy": 0.984,
+        "ALL-MEA R=1 accuracy": 0.984,
+        "SIM-SIM R=10 doubt_accuracy": 0.999,
+        "SIM-SIM R=10 doubt_count": 8477,
+    },
+    ("mnist", "bnn-mixture"): {
+        "SIM-SIM R=1 accuracy": 0.965,
+        "SIM-SIM R=10 accuracy": 0.982,
+        "ALL-MEA R=1 accuracy": 0.983,
+    },
+    ("mnist", "concrete-dropout"): {
+        "SIM-SIM R=1 accuracy": 0.982,
+        "SIM-SIM R=10 accuracy": 0.984,
+        "ALL-MEA R=1 accuracy": 0.984,
+    },
+    ("mnist", "horseshoe"): {
+        "SIM-SIM R=1 accuracy": 0.964,
+        "SIM-SIM R=10 accuracy": 0.982,
+        "ALL-MEA R=1 accuracy": 0.966,
+    },
+    ("fashion-mnist", "lbbnn"): {
+        "SIM-SIM R=1 accuracy": 0.864,
+        "SIM-SIM R=10 accuracy": 0.883,
+        "ALL-MEA R=1 accuracy": 0.882,
+        "MED-SIM R=10 accuracy": 0.883,
+        "MED-MEA R=1 accuracy": 0.880,
+        "density": 0.108,
+        "SIM-SIM R=10 doubt_accuracy": 0.995,
+        "SIM-SIM R=10 doubt_count": 4946,
+        "layer_1": 0.1323,
+        "layer_2": 0.1005,
+        "layer_3": 0.2790,
+    },
+    ("fashion-mnist", "bnn"): {
+        "SIM-SIM R=1 accuracy": 0.864,
+        "SIM-SIM R=10 accuracy": 0.893,
+        "ALL-MEA R=1 accuracy": 0.886,
+    },
+    ("fashion-mnist", "bnn-mixture"): {
+        "SIM-SIM R=1 accuracy": 0.867,
+        "SIM-SIM R=10 accuracy": 0.893,
+        "ALL-MEA R=1 accuracy": 0.888,
+    },
+    ("fashion-mnist", "concrete-dropout"): {
+        "SIM-SIM R=1 accuracy": 0.896,
+        "SIM-SIM R=10 accuracy": 0.897,
+        "ALL-MEA R=1 accuracy": 0.896,
+    },
+    ("fashion-mnist", "horseshoe"): {
+        "SIM-SIM R=1 accuracy": 0.864,
+        "SIM-SIM R=10 accuracy": 0.887,
+        "ALL-MEA R=1 accuracy": 0.867,
+    },
 }
-TABLE_ROWS = ("SIM-SIM R=1 accuracy", "SIM-SIM R=10 accuracy", "ALL-MEA R=1 accuracy", "MED-SIM R=10 accuracy",
-              "MED-MEA R=1 accuracy")
+TABLE_ROWS = (
+    "SIM-SIM R=1 accuracy",
+    "SIM-SIM R=10 accuracy",
+    "ALL-MEA R=1 accuracy",
+    "MED-SIM R=10 accuracy",
+    "MED-MEA R=1 accuracy",
+)
 # Why our numbers differ from the paper's where they do (looked up per family and dataset).
 GAP_REASONS = {
     "lbbnn": "fast recipe: 23 epochs of a 0.05-tempered objective after a warm start, against the paper's 250 "
-             "epochs of the ELBO under a slow schedule (docs/why-lbbnn-over-prunes.md); the density is set by "
-             "the temperature, not by the prior",
+    "epochs of the ELBO under a slow schedule (docs/why-lbbnn-over-prunes.md); the density is set by "
+    "the temperature, not by the prior",
     "bnn": "23 epochs at step size 1e-3 (fast grid) against the paper's 250 epochs at 1e-4; the KL is tempered "
-           "by 0.05, so the posterior is narrower and one draw (R=1) is close to the mean",
+    "by 0.05, so the posterior is narrower and one draw (R=1) is close to the mean",
     "fnn": "not in Hubin & Storvik's (2024) Table 2 (magnitude pruning is Table A5)",
     # bnn-mixture: the paper's own mean is as good as ours (0.983), its single draw is not, so the gap
     # is the posterior's width; horseshoe: the paper's mean is as far below ours as its draw.
     "bnn-mixture": "the fast grid's KL is tempered by 0.05 (the data weighted 20 times against the prior), so "
-                   "the posterior is narrow and one draw is nearly as accurate as the mean; the paper's ELBO "
-                   "posterior is wider (MNIST: one draw 0.965 against its mean 0.983)",
+    "the posterior is narrow and one draw is nearly as accurate as the mean; the paper's ELBO "
+    "posterior is wider (MNIST: one draw 0.965 against its mean 0.983)",
     "horseshoe": "the fast grid's schedule (a 3-epoch deterministic warm start, then 20 epochs with the KL "
-                 "tempered by 0.05) against the paper's 250 epochs of the ELBO from scratch, where the posterior "
-                 "mean (ALL-MEA) is as far below ours as one draw: the whole posterior fits less; a run of "
-                 "this family under the ELBO on this machine is not measured yet",
+    "tempered by 0.05) against the paper's 250 epochs of the ELBO from scratch, where the posterior "
+    "mean (ALL-MEA) is as far below ours as one draw: the whole posterior fits less; a run of "
+    "this family under the ELBO on this machine is not measured yet",
     "lbbnn-lfmvn": "the paper's low-rank runs barely prune (inclusion near 0.5; MED at density 0.449 on MNIST, "
-                   "Table A2, and 0.455 on Fashion-MNIST, Table A3); "
-                   "here the logit prior variance is 10 and the fast recipe's tempered objective moves the logits "
-                   "(docs/why-lbbnn-over-prunes.md), and one draw is more accurate for the same reasons as lbbnn's",
+    "Table A2, and 0.455 on Fashion-MNIST, Table A3); "
+    "here the logit prior variance is 10 and the fast recipe's tempered objective moves the logits "
+    "(docs/why-lbbnn-over-prunes.md), and one draw is more accurate for the same reasons as lbbnn's",
 }
 
 
@@ -111,8 +171,11 @@ def paper_grid_config(setup: str, method: str) -> Any:
     from core.runs import get_preset
 
     grid = get_preset("paper")
-    return next(config for label, cell_method, seed, split, config in grid.cells()
-                if label == setup and cell_method == method and seed == grid.seeds[0])
+    return next(
+        config
+        for label, cell_method, seed, split, config in grid.cells()
+        if label == setup and cell_method == method and seed == grid.seeds[0]
+    )
 
 
 def find_runs(store, config) -> list:
@@ -140,9 +203,11 @@ def find_runs(store, config) -> list:
 
 def seed_table(store, setups: dict[str, Any], dataset: str) -> tuple[str, list[tuple[str, str, float, float]]]:
     """Hubin & Storvik (2024) Table 2/3 layout: one block per family, modes as rows, ours beside the paper's."""
-    lines = ["| family | prediction (R) | ours: median (min, max) over seeds | paper | doubt@0.95 acc / count | "
-             "density (MPM) | per-layer mean statistic | seeds |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| family | prediction (R) | ours: median (min, max) over seeds | paper | doubt@0.95 acc / count | "
+        "density (MPM) | per-layer mean statistic | seeds |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     gaps = []
     for family, config in setups.items():
         runs = find_runs(store, config)
@@ -151,14 +216,19 @@ def seed_table(store, setups: dict[str, Any], dataset: str) -> tuple[str, list[t
             continue
         # "lbbnn (paper-mnist preset)" is compared with the paper's lbbnn row
         paper = PAPER.get((dataset, family)) or PAPER.get((dataset, family.split(" (")[0]), {})
+
         def metric(key: str, runs: list = runs) -> list:  # this family's runs, bound now
             return [r.metrics[key] for r in runs if isinstance(r.metrics.get(key), (int, float))]
 
         density = metric("density")
         layers = []
         for layer in (1, 2, 3):
-            values = [v for r in runs for k, v in r.metrics.items() if k.endswith(f"_layer_{layer}")
-                      and k.startswith("mean_") and isinstance(v, (int, float))]
+            values = [
+                v
+                for r in runs
+                for k, v in r.metrics.items()
+                if k.endswith(f"_layer_{layer}") and k.startswith("mean_") and isinstance(v, (int, float))
+            ]
             if values:
                 layers.append(f"{statistics.median(values):.3f}")
         paper_layers = " / ".join(f"{paper[f'layer_{i}']:.4f}" for i in (1, 2, 3) if f"layer_{i}" in paper)
@@ -175,14 +245,16 @@ def seed_table(store, setups: dict[str, Any], dataset: str) -> tuple[str, list[t
                 acc, count = metric("SIM-SIM R=10 doubt_accuracy"), metric("SIM-SIM R=10 doubt_count")
                 doubt = f"{median_range(acc)} / {statistics.median(count):.0f}" if acc and count else ""
                 if paper.get("SIM-SIM R=10 doubt_count"):
-                    doubt += (f" (paper {paper['SIM-SIM R=10 doubt_accuracy']:.3f} / "
-                              f"{paper['SIM-SIM R=10 doubt_count']:.0f})")
+                    doubt += (
+                        f" (paper {paper['SIM-SIM R=10 doubt_accuracy']:.3f} / {paper['SIM-SIM R=10 doubt_count']:.0f})"
+                    )
             first = i == 0
             lines.append(
                 f"| {family if first else ''} | {row.replace(' accuracy', '')} | {median_range(values)} | "
                 f"{'' if theirs is None else f'{theirs:.3f}'} | {doubt} | "
                 f"{density_text if first else ''} | {layer_text if first else ''} | "
-                f"{len(runs) if first else ''} |")
+                f"{len(runs) if first else ''} |"
+            )
             if theirs is not None and abs(ours - theirs) > 0.01:
                 gaps.append((family, row, ours, theirs))
         if "density" in paper and density and abs(statistics.median(density) - paper["density"]) > 0.03:
@@ -196,17 +268,22 @@ def convergence_reason(store, config) -> str:
     runs = find_runs(store, config)
     if not runs:
         return "not yet investigated"
-    history = [row for row in store.read(runs[0].run_id, touch=False).history
-               if row.get("phase", "train") == "train" and "loss" in row]
+    history = [
+        row
+        for row in store.read(runs[0].run_id, touch=False).history
+        if row.get("phase", "train") == "train" and "loss" in row
+    ]
     if len(history) < 51:
         return "not yet investigated"
     before, last = history[-51], history[-1]
     step = config.train.learning_rates["weights"]
-    return (f"the ELBO had not converged by epoch {last['epoch']} at step size {step:g}: the per-example loss fell "
-            f"from {before['loss']:.2f} at epoch {before['epoch']} to {last['loss']:.2f}, the KL from "
-            f"{before['kl']:.0f} to {last['kl']:.0f} nats, while the data term rose to {last['data_term']:.3f} as the "
-            f"KL pulled the weights towards the prior; why the paper's run reached a better mean in "
-            f"{config.train.epochs} epochs is not measured")
+    return (
+        f"the ELBO had not converged by epoch {last['epoch']} at step size {step:g}: the per-example loss fell "
+        f"from {before['loss']:.2f} at epoch {before['epoch']} to {last['loss']:.2f}, the KL from "
+        f"{before['kl']:.0f} to {last['kl']:.0f} nats, while the data term rose to {last['data_term']:.3f} as the "
+        f"KL pulled the weights towards the prior; why the paper's run reached a better mean in "
+        f"{config.train.epochs} epochs is not measured"
+    )
 
 
 def gap_notes(gaps: list[tuple[str, str, float, float]], reasons: dict[str, str] | None = None) -> str:
@@ -240,8 +317,13 @@ def accuracy_vs_samples_section(store, setups, dataset, data_dir, figure: Path |
         cells = [f"{curve[r - 1]:.4f}" if len(curve) >= r else "-" for r in picks]
         lines.append(f"| {family} | " + " | ".join(cells) + " |")
     if figure is not None:
-        _plot_lines({f: (list(range(1, len(c) + 1)), c) for f, c in curves.items()}, figure,
-                    "R (posterior draws)", "SIM-SIM test accuracy", logx=True)
+        _plot_lines(
+            {f: (list(range(1, len(c) + 1)), c) for f, c in curves.items()},
+            figure,
+            "R (posterior draws)",
+            "SIM-SIM test accuracy",
+            logx=True,
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -333,82 +415,112 @@ def build_page(cache_dir=None, data_dir=None, figures: bool = True) -> str:
 
     store = RunStore(cache_dir)
     setups = fast_setups(get_preset("fast"))
-    paper = {dataset: {f"lbbnn ({setup} preset)": get_preset(setup),
-                       "bnn (paper grid)": paper_grid_config(setup, "bnn")} for dataset, setup in PAPER_SETUPS.items()}
+    paper = {
+        dataset: {f"lbbnn ({setup} preset)": get_preset(setup), "bnn (paper grid)": paper_grid_config(setup, "bnn")}
+        for dataset, setup in PAPER_SETUPS.items()
+    }
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     import os
     import platform
+
     machine = f"{os.cpu_count()} cores, {platform.platform()}"
-    out = [f"# Results\n\nGenerated by `python -m benchmarks.results_page` on {now} ({machine}) from the run store "
-           f"and `benchmarks/results/*.json`. Do not edit by hand.\n"]
+    out = [
+        f"# Results\n\nGenerated by `python -m benchmarks.results_page` on {now} ({machine}) from the run store "
+        f"and `benchmarks/results/*.json`. Do not edit by hand.\n"
+    ]
 
     out.append("## Summary\n")
     out.append(summary_table(store, setups))
 
-    for dataset, title in (("mnist", "MNIST (Hubin & Storvik 2024 Table 2 layout)"),
-                           ("fashion-mnist", "Fashion-MNIST (Hubin & Storvik 2024 Table 3 layout)")):
+    for dataset, title in (
+        ("mnist", "MNIST (Hubin & Storvik 2024 Table 2 layout)"),
+        ("fashion-mnist", "Fashion-MNIST (Hubin & Storvik 2024 Table 3 layout)"),
+    ):
         out.append(f"## {title}\n")
-        out.append("Every family trained with the `fast` grid's schedule (`python -m core grid fast`): a 3-epoch "
-                   "deterministic warm start, then 20 epochs at KL weight 0.05. The paper's medians over 10 "
-                   "runs beside ours; per-layer statistic: mean inclusion probability for LBBNN (Table 5), the "
-                   "family's own statistic otherwise.\n")
+        out.append(
+            "Every family trained with the `fast` grid's schedule (`python -m core grid fast`): a 3-epoch "
+            "deterministic warm start, then 20 epochs at KL weight 0.05. The paper's medians over 10 "
+            "runs beside ours; per-layer statistic: mean inclusion probability for LBBNN (Table 5), the "
+            "family's own statistic otherwise.\n"
+        )
         table, gaps = seed_table(store, setups[dataset], dataset)
         out.append(table)
-        out.append("The paper's own setup: the faithful LBBNN preset (250 epochs, prior (3), Table 1 step sizes, the "
-                   "ELBO) and the paper grid's BNN-GP-MF cell (250 epochs at step size 1e-4, N(0, 1) prior, the "
-                   f"ELBO; `python -m core grid paper --setups {PAPER_SETUPS[dataset]} --methods bnn --seeds 0`):\n")
+        out.append(
+            "The paper's own setup: the faithful LBBNN preset (250 epochs, prior (3), Table 1 step sizes, the "
+            "ELBO) and the paper grid's BNN-GP-MF cell (250 epochs at step size 1e-4, N(0, 1) prior, the "
+            f"ELBO; `python -m core grid paper --setups {PAPER_SETUPS[dataset]} --methods bnn --seeds 0`):\n"
+        )
         paper_table, paper_gaps = seed_table(store, {k: v for k, v in paper[dataset].items()}, dataset)
         out.append(paper_table)
         lbbnn_label, lbbnn_config = next(iter(paper[dataset].items()))
         other_paper_gaps = [gap for gap in paper_gaps if gap[0] != lbbnn_label]
-        reasons = {family: convergence_reason(store, paper[dataset][family])
-                   for family in {gap[0] for gap in other_paper_gaps}}
+        reasons = {
+            family: convergence_reason(store, paper[dataset][family]) for family in {gap[0] for gap in other_paper_gaps}
+        }
         out.append(gap_notes(gaps + other_paper_gaps, reasons))
         if any(g[0] == lbbnn_label for g in paper_gaps) or not find_runs(store, lbbnn_config):
-            out.append("The faithful paper preset collapses in pre-training (the median probability model is "
-                       "empty after one epoch, chance accuracy by epoch 18): see "
-                       "`docs/why-lbbnn-over-prunes.md`, \"The paper's schedule taken literally\".\n")
+            out.append(
+                "The faithful paper preset collapses in pre-training (the median probability model is "
+                "empty after one epoch, chance accuracy by epoch 18): see "
+                '`docs/why-lbbnn-over-prunes.md`, "The paper\'s schedule taken literally".\n'
+            )
 
     out.append("## Accuracy against the number of posterior draws R (Hubin & Storvik 2019 figure 1), MNIST\n")
-    out.append(accuracy_vs_samples_section(store, setups["mnist"], "mnist", data_dir,
-                                           RESULTS / "accuracy_vs_samples.png" if figures else None))
+    out.append(
+        accuracy_vs_samples_section(
+            store, setups["mnist"], "mnist", data_dir, RESULTS / "accuracy_vs_samples.png" if figures else None
+        )
+    )
     out.append("![accuracy vs R](results/accuracy_vs_samples.png)\n")
     out.append("## Out-of-domain entropy (Hubin & Storvik 2019 figure 2)\n")
     out.append(ood_section(store, setups, data_dir, RESULTS / "ood_entropy_ecdf.png" if figures else None))
     out.append("![entropy ECDFs](results/ood_entropy_ecdf.png)\n")
 
     out.append("## Time to quality (`python -m benchmarks.time_to_quality --preset fast-mnist --seeds 0,1,2`)\n")
-    out.append("Target: MED-MEA accuracy >= 0.975 at density <= 0.10 within 10 minutes of training on this "
-               "CPU. Training seconds only.\n")
-    out.append(_file_section("time_to_quality.json", time_to_quality.render_markdown,
-                             "python -m benchmarks.time_to_quality"))
+    out.append(
+        "Target: MED-MEA accuracy >= 0.975 at density <= 0.10 within 10 minutes of training on this "
+        "CPU. Training seconds only.\n"
+    )
+    out.append(
+        _file_section("time_to_quality.json", time_to_quality.render_markdown, "python -m benchmarks.time_to_quality")
+    )
     out.append("![time to quality](results/time_to_quality.png)\n")
 
-    out.append("## Why LBBNN over-prunes (`python -m benchmarks.elbo_solutions`, "
-               "`python -m benchmarks.kl_weight_sweep`)\n")
+    out.append(
+        "## Why LBBNN over-prunes (`python -m benchmarks.elbo_solutions`, `python -m benchmarks.kl_weight_sweep`)\n"
+    )
     out.append("Full write-up: `docs/why-lbbnn-over-prunes.md`.\n")
-    out.append(_file_section("elbo_solutions.json", elbo_solutions.render_markdown,
-                             "python -m benchmarks.elbo_solutions"))
-    out.append(_file_section("kl_weight_sweep.json", kl_weight_sweep.render_markdown,
-                             "python -m benchmarks.kl_weight_sweep"))
+    out.append(
+        _file_section("elbo_solutions.json", elbo_solutions.render_markdown, "python -m benchmarks.elbo_solutions")
+    )
+    out.append(
+        _file_section("kl_weight_sweep.json", kl_weight_sweep.render_markdown, "python -m benchmarks.kl_weight_sweep")
+    )
     out.append("![KL weight sweep](results/kl_weight_sweep.png)\n")
 
     out.append("## Bleahu (2025): LeNet-300-100 with sparse VD and variational dense (`python -m benchmarks.lenet`)\n")
     out.append(_file_section("lenet.json", lenet.results_section, lenet.COMMAND))
 
     from benchmarks.pareto import FIGURE, pareto_section
+
     out.append(pareto_section(store, setups, find_runs, figure=FIGURE if figures else None))
 
     # Both sections write their own "##" heading. The UCI section compares with MC dropout's
     # per-split files: from the data folder when given, else from the copy stored in uci.json.
     from benchmarks import bands_vs_reference, uci_table
-    out.append(uci_table.render_markdown(data_dir=data_dir))
-    out.append(bands_vs_reference.results_section() if bands_vs_reference.JSON_PATH.is_file()
-               else "## Regression bands against the NUTS reference\n\nNot run yet: "
-                    "`python -m benchmarks.bands_vs_reference`.\n")
 
-    out.append("## Toy regression with the shipped defaults (`python -m benchmarks.toy_regression --seeds 0,1 "
-               "--reference-cache DIR`)\n")
+    out.append(uci_table.render_markdown(data_dir=data_dir))
+    out.append(
+        bands_vs_reference.results_section()
+        if bands_vs_reference.JSON_PATH.is_file()
+        else "## Regression bands against the NUTS reference\n\nNot run yet: "
+        "`python -m benchmarks.bands_vs_reference`.\n"
+    )
+
+    out.append(
+        "## Toy regression with the shipped defaults (`python -m benchmarks.toy_regression --seeds 0,1 "
+        "--reference-cache DIR`)\n"
+    )
     out.append(_file_section("toy_regression.json", _toy_regression_render, "python -m benchmarks.toy_regression"))
 
     out.append("## Epoch time (`python -m benchmarks.epoch_time --repeats 3`)\n")
@@ -417,8 +529,10 @@ def build_page(cache_dir=None, data_dir=None, figures: bool = True) -> str:
 
 
 def summary_table(store, setups) -> str:
-    lines = ["| dataset | family | MED-MEA (ours) | paper | density (ours) | paper | seeds |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| dataset | family | MED-MEA (ours) | paper | density (ours) | paper | seeds |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for dataset, by_family in setups.items():
         for family in ("lbbnn", "bnn", "fnn"):
             config = by_family.get(family)
@@ -427,9 +541,11 @@ def summary_table(store, setups) -> str:
             values = [v for v in values if isinstance(v, (int, float))]
             density = [r.metrics.get("density") for r in runs if isinstance(r.metrics.get("density"), (int, float))]
             paper = PAPER.get((dataset, family), {})
-            lines.append(f"| {dataset} | {family} | {median_range(values)} | "
-                         f"{paper.get('MED-MEA R=1 accuracy', '-')} | {median_range(density)} | "
-                         f"{paper.get('density', '-')} | {len(runs)} |")
+            lines.append(
+                f"| {dataset} | {family} | {median_range(values)} | "
+                f"{paper.get('MED-MEA R=1 accuracy', '-')} | {median_range(density)} | "
+                f"{paper.get('density', '-')} | {len(runs)} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -438,16 +554,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--no-figures", action="store_true")
-    parser.add_argument("--only", choices=["pareto"], default=None,
-                        help="regenerate only this section of the existing page (the rest is kept as it is)")
+    parser.add_argument(
+        "--only",
+        choices=["pareto"],
+        default=None,
+        help="regenerate only this section of the existing page (the rest is kept as it is)",
+    )
     args = parser.parse_args(argv)
     if args.only == "pareto":
         from benchmarks.pareto import FIGURE, pareto_section, splice
         from core.runs.presets import get_preset
         from core.runs.store import RunStore
 
-        section = pareto_section(RunStore(args.cache_dir), fast_setups(get_preset("fast")), find_runs,
-                                 figure=None if args.no_figures else FIGURE)
+        section = pareto_section(
+            RunStore(args.cache_dir),
+            fast_setups(get_preset("fast")),
+            find_runs,
+            figure=None if args.no_figures else FIGURE,
+        )
         PAGE.write_text(splice(PAGE.read_text() if PAGE.is_file() else "# Results\n", section))
         print(f"wrote the sparsity frontier into {PAGE}")
         return 0

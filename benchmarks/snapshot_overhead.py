@@ -28,12 +28,21 @@ def timed_epochs(dataset, hidden, epochs: int, snapshots: bool) -> list[float]:
     from core.train import TrainConfig, train
 
     x, y = torch.tensor(dataset.x_train), torch.tensor(dataset.y_train)
-    model = BayesianMLP(ModelConfig(in_features=x.shape[1], out_classes=dataset.n_classes, hidden=hidden),
-                        torch.Generator().manual_seed(0))
+    model = BayesianMLP(
+        ModelConfig(in_features=x.shape[1], out_classes=dataset.n_classes, hidden=hidden),
+        torch.Generator().manual_seed(0),
+    )
     stamps: list[float] = []
     # progress runs after the epoch's snapshot: the gaps between calls are whole epochs with snapshots
-    train(model, x, y, TrainConfig(epochs=epochs + 1, batch_size=100), seed=0, snapshots=snapshots,
-          progress=lambda record: stamps.append(time.perf_counter()))
+    train(
+        model,
+        x,
+        y,
+        TrainConfig(epochs=epochs + 1, batch_size=100),
+        seed=0,
+        snapshots=snapshots,
+        progress=lambda record: stamps.append(time.perf_counter()),
+    )
     return [b - a for a, b in zip(stamps[:-1], stamps[1:])]
 
 
@@ -46,8 +55,11 @@ def stored_bytes(dataset_name: str, hidden, epochs: int) -> tuple[int, int, floa
         run = train_run(RunConfig(dataset=dataset_name, hidden=hidden, train={"epochs": epochs}), cache_dir=cache)
         size = (run.path / SNAPSHOTS).stat().st_size
         snapshots = run.snapshots()
-        per_epoch = sum(value.nbytes for name, value in snapshots.to_arrays().items()
-                        if name in ("phase", "epoch", "histogram", "kept", "mean") or name.startswith("statistics_"))
+        per_epoch = sum(
+            value.nbytes
+            for name, value in snapshots.to_arrays().items()
+            if name in ("phase", "epoch", "histogram", "kept", "mean") or name.startswith("statistics_")
+        )
         return size, snapshots.n_epochs, per_epoch / snapshots.n_epochs, snapshots.has_statistics
 
 
@@ -58,8 +70,10 @@ def record_seconds(dataset, hidden, repeats: int = 20) -> float:
     from core.models.network import BayesianMLP, ModelConfig
     from core.snapshots import SnapshotRecorder
 
-    model = BayesianMLP(ModelConfig(in_features=dataset.x_train.shape[1], out_classes=dataset.n_classes,
-                                    hidden=hidden), torch.Generator().manual_seed(0))
+    model = BayesianMLP(
+        ModelConfig(in_features=dataset.x_train.shape[1], out_classes=dataset.n_classes, hidden=hidden),
+        torch.Generator().manual_seed(0),
+    )
     recorder = SnapshotRecorder(model, total_epochs=repeats)
     times = []
     for epoch in range(repeats):
@@ -111,8 +125,11 @@ def main() -> None:
         "(uncompressed) | per-weight statistic |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name, widths, epochs in ((args.dataset, (400, 600), 5), (args.dataset, (100, 100), 5),
-                                 ("two-moons", (16, 16), 50)):
+    for name, widths, epochs in (
+        (args.dataset, (400, 600), 5),
+        (args.dataset, (100, 100), 5),
+        ("two-moons", (16, 16), 50),
+    ):
         size, n, raw, kept = stored_bytes(name, widths, epochs)
         in_features = 784 if name == args.dataset else 2
         outputs = 10 if name == args.dataset else 2

@@ -95,9 +95,19 @@ class _Stop(Exception):
     pass
 
 
-def run_seed(preset: str, seed: int, target_accuracy: float, target_density: float, budget_seconds: float,
-             stop_at_target: bool, data_dir: str | None, echo=print, device: str = "cpu",
-             hidden: tuple[int, ...] | None = None, train_changes: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_seed(
+    preset: str,
+    seed: int,
+    target_accuracy: float,
+    target_density: float,
+    budget_seconds: float,
+    stop_at_target: bool,
+    data_dir: str | None,
+    echo=print,
+    device: str = "cpu",
+    hidden: tuple[int, ...] | None = None,
+    train_changes: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     import numpy as np
     import torch
 
@@ -127,14 +137,23 @@ def run_seed(preset: str, seed: int, target_accuracy: float, target_density: flo
         state["cpu"] += time.process_time() - state["cpu_mark"]
         with torch.no_grad():
             result = evaluate(model, dataset, "mpm-mean", 1)
-        row = {"epoch": len(rows) + 1, "phase": record["phase"], "train_seconds": round(state["seconds"], 2),
-               "train_cpu_seconds": round(state["cpu"], 2), "load": round(load_average(), 1),
-               "mpm_mean_accuracy": result["accuracy"], "density": result["density"],
-               "layer_density": result.get("layer_density"), "kl_weight": record.get("kl_weight")}
+        row = {
+            "epoch": len(rows) + 1,
+            "phase": record["phase"],
+            "train_seconds": round(state["seconds"], 2),
+            "train_cpu_seconds": round(state["cpu"], 2),
+            "load": round(load_average(), 1),
+            "mpm_mean_accuracy": result["accuracy"],
+            "density": result["density"],
+            "layer_density": result.get("layer_density"),
+            "kl_weight": record.get("kl_weight"),
+        }
         rows.append(row)
-        echo(f"  seed {seed} epoch {row['epoch']:>3} [{row['phase']}] {row['train_seconds']:8.1f} s "
-             f"{row['train_cpu_seconds']:8.1f} cpu-s (load {row['load']})  "
-             f"MED-MEA {row['mpm_mean_accuracy']:.4f}  density {row['density']:.4f}")
+        echo(
+            f"  seed {seed} epoch {row['epoch']:>3} [{row['phase']}] {row['train_seconds']:8.1f} s "
+            f"{row['train_cpu_seconds']:8.1f} cpu-s (load {row['load']})  "
+            f"MED-MEA {row['mpm_mean_accuracy']:.4f}  density {row['density']:.4f}"
+        )
         good = row["mpm_mean_accuracy"] >= target_accuracy and row["density"] <= target_density
         if good and state["reached"] is None and record["phase"] != "warm-start":
             state["reached"] = dict(row)
@@ -150,11 +169,20 @@ def run_seed(preset: str, seed: int, target_accuracy: float, target_density: flo
         train(model, x, y, config.train, seed=config.seed, progress=after_epoch, cancel=lambda: state["stop"])
     except TrainingCancelled:
         pass
-    return {"preset": preset, "seed": seed, "run_id": run_id, "config": config.to_dict(),
-            "target_accuracy": target_accuracy, "target_density": target_density,
-            "budget_seconds": budget_seconds, "reached": state["reached"], "rows": rows,
-            "wall_seconds": round(time.time() - started, 1), "machine": machine(target),
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    return {
+        "preset": preset,
+        "seed": seed,
+        "run_id": run_id,
+        "config": config.to_dict(),
+        "target_accuracy": target_accuracy,
+        "target_density": target_density,
+        "budget_seconds": budget_seconds,
+        "reached": state["reached"],
+        "rows": rows,
+        "wall_seconds": round(time.time() - started, 1),
+        "machine": machine(target),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
 
 
 def configure(preset: Any, seed: int, hidden: tuple[int, ...] | None, train_changes: dict[str, Any] | None):
@@ -175,9 +203,15 @@ def machine(device: Any = "cpu") -> dict[str, Any]:
     import torch
 
     load = load_average()
-    info = {"cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "python": platform.python_version(), "platform": platform.platform(), "load_at_end": load,
-            "device": str(device)}
+    info = {
+        "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "load_at_end": load,
+        "device": str(device),
+    }
     if getattr(device, "type", device) == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info
@@ -203,37 +237,55 @@ def entry_name(entry: dict[str, Any]) -> str:
     train = entry.get("config", {}).get("train")
     if not train:
         return entry["preset"]
-    return (f"{entry['preset']} (batch {train['batch_size']}, {train.get('warm_start_epochs', 0)} + "
-            f"{train['epochs']} epochs)")
+    return (
+        f"{entry['preset']} (batch {train['batch_size']}, {train.get('warm_start_epochs', 0)} + "
+        f"{train['epochs']} epochs)"
+    )
 
 
 def render_markdown(entries: list[dict[str, Any]]) -> str:
     """The results section: one line per (preset, seed), then the median time to target per preset."""
     if not entries:
         return "No time-to-quality runs recorded yet: run `python -m benchmarks.time_to_quality`.\n"
-    lines = ["| preset | seed | target | reached at epoch | training seconds | MED-MEA accuracy | density | "
-             "training CPU seconds (threads), load | best MED-MEA at density <= target | machine, date |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| preset | seed | target | reached at epoch | training seconds | MED-MEA accuracy | density | "
+        "training CPU seconds (threads), load | best MED-MEA at density <= target | machine, date |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for e in entries:
         target = f">= {e['target_accuracy']:.3f} at <= {e['target_density']:.2f}"
         point = e["reached"] or (e["rows"][-1] if e["rows"] else {})
-        cpu = (f"{point['train_cpu_seconds']:.0f} ({e.get('threads') or 'default'}), {point['load']:.0f}"
-               if "train_cpu_seconds" in point else "-")
+        cpu = (
+            f"{point['train_cpu_seconds']:.0f} ({e.get('threads') or 'default'}), {point['load']:.0f}"
+            if "train_cpu_seconds" in point
+            else "-"
+        )
         eligible = [r for r in e["rows"] if r["density"] <= e["target_density"] and r["phase"] != "warm-start"]
         best = max(eligible, key=lambda r: r["mpm_mean_accuracy"]) if eligible else None
-        best_text = (f"{best['mpm_mean_accuracy']:.4f} (density {best['density']:.3f}, {best['train_seconds']:.0f} s)"
-                     if best else "-")
+        best_text = (
+            f"{best['mpm_mean_accuracy']:.4f} (density {best['density']:.3f}, {best['train_seconds']:.0f} s)"
+            if best
+            else "-"
+        )
         where = f"{e['machine']['cpu_count']} cores, {e['date']}"
         name = entry_name(e)
         if e["reached"]:
             r = e["reached"]
-            lines.append(f"| {name} | {e['seed']} | {target} | {r['epoch']} | {r['train_seconds']:.0f} | "
-                         f"{r['mpm_mean_accuracy']:.4f} | {r['density']:.4f} | {cpu} | {best_text} | {where} |")
+            lines.append(
+                f"| {name} | {e['seed']} | {target} | {r['epoch']} | {r['train_seconds']:.0f} | "
+                f"{r['mpm_mean_accuracy']:.4f} | {r['density']:.4f} | {cpu} | {best_text} | {where} |"
+            )
         else:
             last = e["rows"][-1] if e["rows"] else None
             stopped = "stopped" if e.get("interrupted") else "not reached"
-            tail = (f"{stopped} ({last['epoch']} epochs) | {last['train_seconds']:.0f} | "
-                    f"{last['mpm_mean_accuracy']:.4f} | {last['density']:.4f}") if last else "no epochs | - | - | -"
+            tail = (
+                (
+                    f"{stopped} ({last['epoch']} epochs) | {last['train_seconds']:.0f} | "
+                    f"{last['mpm_mean_accuracy']:.4f} | {last['density']:.4f}"
+                )
+                if last
+                else "no epochs | - | - | -"
+            )
             lines.append(f"| {name} | {e['seed']} | {target} | {tail} | {cpu} | {best_text} | {where} |")
     by_preset: dict[tuple, list[dict]] = {}
     for e in entries:
@@ -245,21 +297,31 @@ def render_markdown(entries: list[dict[str, Any]]) -> str:
             middle = len(times) // 2
             median = times[middle] if len(times) % 2 else 0.5 * (times[middle - 1] + times[middle])
             cpu = sorted(e["reached"].get("train_cpu_seconds", math.nan) for e in group if e["reached"])
-            cpu_text = ("" if any(math.isnan(c) for c in cpu) else
-                        f"; {_median(cpu):.0f} training CPU seconds (range {cpu[0]:.0f}-{cpu[-1]:.0f})")
-            lines.append(f"- `{preset}`, MED-MEA >= {accuracy:.3f} at density <= {density:.2f}: reached by "
-                         f"{len(times)} of {len(group)} seeds; median "
-                         f"{median / 60:.1f} min of training (range {times[0] / 60:.1f}-{times[-1] / 60:.1f})"
-                         f"{cpu_text}.")
+            cpu_text = (
+                ""
+                if any(math.isnan(c) for c in cpu)
+                else f"; {_median(cpu):.0f} training CPU seconds (range {cpu[0]:.0f}-{cpu[-1]:.0f})"
+            )
+            lines.append(
+                f"- `{preset}`, MED-MEA >= {accuracy:.3f} at density <= {density:.2f}: reached by "
+                f"{len(times)} of {len(group)} seeds; median "
+                f"{median / 60:.1f} min of training (range {times[0] / 60:.1f}-{times[-1] / 60:.1f})"
+                f"{cpu_text}."
+            )
         else:
-            lines.append(f"- `{preset}`, MED-MEA >= {accuracy:.3f} at density <= {density:.2f}: not reached by "
-                         f"any of {len(group)} seeds.")
+            lines.append(
+                f"- `{preset}`, MED-MEA >= {accuracy:.3f} at density <= {density:.2f}: not reached by "
+                f"any of {len(group)} seeds."
+            )
     curves = [e for e in entries if e["rows"] and "train_cpu_seconds" in e["rows"][-1]]
     if curves:
         lines += ["", "Curves (main phase; per epoch: MED-MEA accuracy / density @ training CPU seconds):", ""]
         for e in curves:
-            points = ", ".join(f"{r['mpm_mean_accuracy']:.4f} / {r['density']:.3f} @ {r['train_cpu_seconds']:.0f}"
-                               for r in e["rows"] if r["phase"] != "warm-start")
+            points = ", ".join(
+                f"{r['mpm_mean_accuracy']:.4f} / {r['density']:.3f} @ {r['train_cpu_seconds']:.0f}"
+                for r in e["rows"]
+                if r["phase"] != "warm-start"
+            )
             lines.append(f"- {entry_name(e)}, seed {e['seed']}: {points}")
     return "\n".join(lines) + "\n"
 
@@ -303,15 +365,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="rerun seeds already recorded")
     parser.add_argument("--render-only", action="store_true", help="rewrite the table and plot, train nothing")
     parser.add_argument("--device", default="cpu", help="cpu (the recorded tables), cuda, auto")
-    parser.add_argument("--name", default="time_to_quality",
-                        help="results basename under benchmarks/results (the GPU check writes time_to_quality_gpu)")
+    parser.add_argument(
+        "--name",
+        default="time_to_quality",
+        help="results basename under benchmarks/results (the GPU check writes time_to_quality_gpu)",
+    )
     parser.add_argument("--hidden", default=None, help="hidden widths instead of the preset's (e.g. 16,16)")
     parser.add_argument("--results-dir", default=str(RESULTS), help="where the json, table and plot go")
-    parser.add_argument("--train", default=None,
-                        help='JSON of training settings to change, e.g. \'{"batch_size": 1000}\' (an exploration: '
-                             "recorded under its own run id and labelled with the changes)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads (1 on a loaded machine: two threads waiting on each other cost more)")
+    parser.add_argument(
+        "--train",
+        default=None,
+        help="JSON of training settings to change, e.g. '{\"batch_size\": 1000}' (an exploration: "
+        "recorded under its own run id and labelled with the changes)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (1 on a loaded machine: two threads waiting on each other cost more)",
+    )
     args = parser.parse_args(argv)
     train_changes = None
     if args.train:
@@ -342,15 +414,29 @@ def main(argv: list[str] | None = None) -> int:
             except ConfigError as exc:
                 parser.error(str(exc))
             run_id = config.run_id(config.load_dataset(args.data_dir).fingerprint)
-            done = [e for e in entries if e["run_id"] == run_id and e["target_accuracy"] == args.target_accuracy
-                    and e["target_density"] == args.target_density]
+            done = [
+                e
+                for e in entries
+                if e["run_id"] == run_id
+                and e["target_accuracy"] == args.target_accuracy
+                and e["target_density"] == args.target_density
+            ]
             if done and not args.force:
                 print(f"{args.preset} seed {seed}: recorded already (run id {run_id}); --force reruns it")
                 continue
             print(f"{args.preset} seed {seed} (run id {run_id})", flush=True)
-            entry = run_seed(args.preset, seed, args.target_accuracy, args.target_density,
-                             args.budget_minutes * 60, not args.no_stop, args.data_dir, device=args.device,
-                             hidden=hidden, train_changes=train_changes)
+            entry = run_seed(
+                args.preset,
+                seed,
+                args.target_accuracy,
+                args.target_density,
+                args.budget_minutes * 60,
+                not args.no_stop,
+                args.data_dir,
+                device=args.device,
+                hidden=hidden,
+                train_changes=train_changes,
+            )
             if train_changes:
                 entry["label"] = f"{args.preset} {json.dumps(train_changes, separators=(',', ':'))}"
             entry["threads"] = args.threads
@@ -358,8 +444,10 @@ def main(argv: list[str] | None = None) -> int:
             entries = [e for e in entries if e not in done] + [entry]
             save_entries(entries, json_path)
     table = render_markdown(entries)
-    header = (f"# Time to quality\n\nGenerated by `python -m benchmarks.time_to_quality` from "
-              f"`{json_path.name}`. Training seconds only (evaluation after each epoch excluded).\n\n")
+    header = (
+        f"# Time to quality\n\nGenerated by `python -m benchmarks.time_to_quality` from "
+        f"`{json_path.name}`. Training seconds only (evaluation after each epoch excluded).\n\n"
+    )
     results.mkdir(parents=True, exist_ok=True)
     notes = NOTES if args.name == "time_to_quality" else ""
     (results / f"{args.name}.md").write_text(header + table + notes)

@@ -10,6 +10,7 @@ tempered to 0.2; four times the epochs on the sets the best of our families lose
 on kin8nm; protein's earlier 40-epoch schedule and a larger batch. Writes
 benchmarks/results/uci_misses.md: test LL and RMSE (original units, R = 100) per split and mean.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,8 +77,12 @@ VARIANTS = (
     ("uci-protein", "fnn (no weight noise), same schedule", "fnn", {}),
     ("uci-protein", "concrete-dropout, 40 epochs", "concrete-dropout", _epochs(40, cold=True)),
     ("uci-protein", "concrete-dropout as shipped", "concrete-dropout", {}),
-    ("uci-protein", "concrete-dropout, batch 1024 (the 40-epoch step count)", "concrete-dropout",
-     dict(_epochs(160, cold=True), batch_size=1024)),
+    (
+        "uci-protein",
+        "concrete-dropout, batch 1024 (the 40-epoch step count)",
+        "concrete-dropout",
+        dict(_epochs(160, cold=True), batch_size=1024),
+    ),
     ("uci-protein", "bnn, 40 epochs", "bnn", _epochs(40)),
     ("uci-protein", "bnn as shipped", "bnn", {}),
     ("uci-protein", "lbbnn, 40 epochs", "lbbnn", _epochs(40)),
@@ -96,27 +101,41 @@ def measure(splits: tuple[int, ...], cache_dir, data_dir, report=print) -> list[
             run = train_run(config, cache_dir=cache_dir, data_dir=data_dir)
             numbers = uci_table.evaluate_run(run.run_id, cache_dir, data_dir, uci_table.DEFAULT_SAMPLES)
             bma = numbers["modes"]["bma"]
-            rows.append({"set": dataset, "variant": label, "split": split, "run_id": run.run_id,
-                         "log_likelihood": bma["log_likelihood"], "rmse": bma["rmse"],
-                         "noise_std": numbers["noise_std"],
-                         "mc_dropout": None if reference is None else
-                         (reference["log_likelihood"][split], reference["rmse"][split], _edge(reference, split))})
+            rows.append(
+                {
+                    "set": dataset,
+                    "variant": label,
+                    "split": split,
+                    "run_id": run.run_id,
+                    "log_likelihood": bma["log_likelihood"],
+                    "rmse": bma["rmse"],
+                    "noise_std": numbers["noise_std"],
+                    "mc_dropout": None
+                    if reference is None
+                    else (reference["log_likelihood"][split], reference["rmse"][split], _edge(reference, split)),
+                }
+            )
             report(f"{dataset} {label} split {split}: LL {bma['log_likelihood']:.3f} RMSE {bma['rmse']:.3f}")
     return rows
 
 
 def _edge(reference: dict[str, Any], split: int) -> str | None:
-    """"top" / "bottom" where MC dropout's chosen noise precision is at that edge of its grid."""
+    """ "top" / "bottom" where MC dropout's chosen noise precision is at that edge of its grid."""
     if not reference.get("tau") or not reference.get("tau_grid"):
         return None
     return at_grid_edge([reference["tau"][split]], reference["tau_grid"])[0]
 
 
 def render(rows: list[dict[str, Any]], command: str) -> str:
-    lines = ["# UCI: what the sets we lose are missing", "", f"`{command}`. Test LL / RMSE in original units, "
-             "R = 100, per split; last column: mean over the splits. MC dropout: the reference's per-split "
-             "files; (τ top / bottom, bound B): its noise precision sits at that edge of its grid on the split, "
-             "and B is the Gaussian bound at its RMSE that the paired UCI table credits it with.", ""]
+    lines = [
+        "# UCI: what the sets we lose are missing",
+        "",
+        f"`{command}`. Test LL / RMSE in original units, "
+        "R = 100, per split; last column: mean over the splits. MC dropout: the reference's per-split "
+        "files; (τ top / bottom, bound B): its noise precision sits at that edge of its grid on the split, "
+        "and B is the Gaussian bound at its RMSE that the paired UCI table credits it with.",
+        "",
+    ]
     splits = sorted({r["split"] for r in rows})
     header = "| set | variant | " + " | ".join(f"split {s}" for s in splits) + " | mean |"
     lines += [header, "|---|---|" + "---|" * (len(splits) + 1)]
@@ -129,19 +148,28 @@ def render(rows: list[dict[str, Any]], command: str) -> str:
         if by_split:
             # the noise-grid bound check (uci_paired): a split whose tau sits at an edge of its grid is
             # marked, with the Gaussian bound at its RMSE that the paired table credits it with
-            cells = [f"{by_split[s][0]:.3f} / {by_split[s][1]:.3g}"
-                     + (f" (τ {by_split[s][2]}, bound {gaussian_bound(by_split[s][1]):.3f})"
-                        if len(by_split[s]) > 2 and by_split[s][2] else "") for s in splits]
-            lines.append(f"| {dataset[4:]} | MC dropout | " + " | ".join(cells) + " | "
-                         f"{np.mean([v[0] for v in by_split.values()]):.3f} / "
-                         f"{np.mean([v[1] for v in by_split.values()]):.3g} |")
+            cells = [
+                f"{by_split[s][0]:.3f} / {by_split[s][1]:.3g}"
+                + (
+                    f" (τ {by_split[s][2]}, bound {gaussian_bound(by_split[s][1]):.3f})"
+                    if len(by_split[s]) > 2 and by_split[s][2]
+                    else ""
+                )
+                for s in splits
+            ]
+            lines.append(
+                f"| {dataset[4:]} | MC dropout | " + " | ".join(cells) + " | "
+                f"{np.mean([v[0] for v in by_split.values()]):.3f} / "
+                f"{np.mean([v[1] for v in by_split.values()]):.3g} |"
+            )
         for _, variant in (sv for sv in seen if sv[0] == dataset):
             mine = {r["split"]: r for r in rows if r["set"] == dataset and r["variant"] == variant}
-            cells = [f"{mine[s]['log_likelihood']:.3f} / {mine[s]['rmse']:.3g}" if s in mine else "-"
-                     for s in splits]
-            lines.append(f"| {dataset[4:]} | {variant} | " + " | ".join(cells) + " | "
-                         f"{np.mean([m['log_likelihood'] for m in mine.values()]):.3f} / "
-                         f"{np.mean([m['rmse'] for m in mine.values()]):.3g} |")
+            cells = [f"{mine[s]['log_likelihood']:.3f} / {mine[s]['rmse']:.3g}" if s in mine else "-" for s in splits]
+            lines.append(
+                f"| {dataset[4:]} | {variant} | " + " | ".join(cells) + " | "
+                f"{np.mean([m['log_likelihood'] for m in mine.values()]):.3f} / "
+                f"{np.mean([m['rmse'] for m in mine.values()]):.3g} |"
+            )
     return "\n".join(lines) + "\n"
 
 

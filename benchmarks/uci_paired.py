@@ -30,7 +30,7 @@ LEVEL = 0.95
 def gaussian_bound(rmse: float) -> float:
     """The best mean test LL any homoscedastic Gaussian predictive with this test RMSE can reach:
     -0.5 log(2 pi e RMSE^2), attained when the predictive sd equals the RMSE."""
-    return -0.5 * math.log(2 * math.pi * math.e * rmse ** 2)
+    return -0.5 * math.log(2 * math.pi * math.e * rmse**2)
 
 
 def paired_comparison(ours: Sequence[float], theirs: Sequence[float], level: float = LEVEL) -> dict[str, Any]:
@@ -46,9 +46,16 @@ def paired_comparison(ours: Sequence[float], theirs: Sequence[float], level: flo
         raise ValueError(f"paired_comparison: level must be in (0, 1), got {level}")
     d = a - b
     n = int(d.size)
-    result: dict[str, Any] = {"n": n, "level": level, "mean": float(d.mean()) if n else math.nan,
-                              "se": math.nan, "t": math.nan, "p": math.nan, "ci": (math.nan, math.nan),
-                              "call": "n/a"}
+    result: dict[str, Any] = {
+        "n": n,
+        "level": level,
+        "mean": float(d.mean()) if n else math.nan,
+        "se": math.nan,
+        "t": math.nan,
+        "p": math.nan,
+        "ci": (math.nan, math.nan),
+        "call": "n/a",
+    }
     if n < 2:
         return result
     mean, sd = float(d.mean()), float(d.std(ddof=1))
@@ -72,15 +79,13 @@ def at_grid_edge(chosen: Sequence[float], grid: Sequence[float]) -> list[str | N
     tolerance = 1e-9 * max(abs(low), abs(high), 1.0)
     edges: list[str | None] = []
     for value in chosen:
-        edges.append("top" if abs(value - high) <= tolerance else "bottom" if abs(value - low) <= tolerance
-                     else None)
+        edges.append("top" if abs(value - high) <= tolerance else "bottom" if abs(value - low) <= tolerance else None)
     return edges
 
 
 def credited(log_likelihood: Sequence[float], rmse: Sequence[float], flagged: Sequence[bool]) -> list[float]:
     """Per split: max(LL, Gaussian bound at that split's RMSE) where flagged, else the LL."""
-    return [max(ll, gaussian_bound(r)) if flag else float(ll)
-            for ll, r, flag in zip(log_likelihood, rmse, flagged)]
+    return [max(ll, gaussian_bound(r)) if flag else float(ll) for ll, r, flag in zip(log_likelihood, rmse, flagged)]
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

@@ -44,7 +44,7 @@ def step_timers(dataset: str, data_dir: str | None) -> dict:
     def batches(batch_size: int, n: int):
         generator = torch.Generator().manual_seed(0)
         order = torch.randint(0, len(x_all) - batch_size, (n,), generator=generator)
-        return [(x_all[i:i + batch_size], y_all[i:i + batch_size]) for i in order.tolist()]
+        return [(x_all[i : i + batch_size], y_all[i : i + batch_size]) for i in order.tolist()]
 
     for method in UCI_METHODS:
         config = _uci(dataset, 0, method)
@@ -99,14 +99,23 @@ def measure(dataset: str, steps: int, rounds: int, data_dir: str | None) -> dict
 def render(ms: dict[str, float], dataset: str, command: str) -> str:
     import torch
 
-    revision = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True).stdout.strip() or "unknown"
-    lines = ["# UCI training step time", "",
-             f"`{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-             f"{platform.processor() or platform.machine()}, "
-             f"torch {torch.__version__}, one thread, revision {revision}. Median over the rounds; the ratio is to "
-             f"the plain MLP measured in the same rounds.", "",
-             f"| family ({dataset}, `uci-*` preset) | ms per step | x plain MLP |", "|---|---|---|"]
+    revision = (
+        subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        or "unknown"
+    )
+    lines = [
+        "# UCI training step time",
+        "",
+        f"`{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"{platform.processor() or platform.machine()}, "
+        f"torch {torch.__version__}, one thread, revision {revision}. Median over the rounds; the ratio is to "
+        f"the plain MLP measured in the same rounds.",
+        "",
+        f"| family ({dataset}, `uci-*` preset) | ms per step | x plain MLP |",
+        "|---|---|---|",
+    ]
     for name, value in ms.items():
         lines.append(f"| {name} | {value:.3f} | {value / ms[PLAIN]:.2f} |")
     return "\n".join(lines) + "\n"

@@ -85,8 +85,9 @@ def _names(text: str | None, known: Iterable[str], prefix: str = "") -> tuple[st
     known = tuple(known)
     if not text:
         return known
-    names = tuple(prefix + n.strip() if not n.strip().startswith(prefix) else n.strip()
-                  for n in text.split(",") if n.strip())
+    names = tuple(
+        prefix + n.strip() if not n.strip().startswith(prefix) else n.strip() for n in text.split(",") if n.strip()
+    )
     unknown = [n for n in names if n not in known]
     if unknown:
         raise SystemExit(f"unknown name(s) {', '.join(unknown)}; known: {', '.join(known)}")
@@ -110,15 +111,22 @@ class VariantGridSpec(GridSpec):
         cells = []
         for method in self.methods:
             family, changes = split_method(method)
-            base = GridSpec(name=self.name, setups=self.setups, methods=(family,), seeds=self.seeds,
-                            method_overrides=self.method_overrides, splits=self.splits)
+            base = GridSpec(
+                name=self.name,
+                setups=self.setups,
+                methods=(family,),
+                seeds=self.seeds,
+                method_overrides=self.method_overrides,
+                splits=self.splits,
+            )
             for label, _, seed, split, config in base.cells():
                 cells.append((label, method, seed, split, config.replace(**changes) if changes else config))
         return cells
 
 
-def uci_grid(methods: Iterable[str] = FAMILIES, sets: Iterable[str] = UCI_DATASETS,
-             splits: Iterable[int] | None = None) -> GridSpec:
+def uci_grid(
+    methods: Iterable[str] = FAMILIES, sets: Iterable[str] = UCI_DATASETS, splits: Iterable[int] | None = None
+) -> GridSpec:
     """The `uci` grid preset restricted to some methods (families or variants), sets and splits."""
     base: GridSpec = PRESETS["uci"]
     sets = tuple(sets)
@@ -128,9 +136,15 @@ def uci_grid(methods: Iterable[str] = FAMILIES, sets: Iterable[str] = UCI_DATASE
         available = base.splits.get(name, (0,))
         split_map[name] = available if chosen is None else tuple(s for s in chosen if s in available)
     setups = {name: base.setups[name] for name in sets if split_map[name]}
-    return VariantGridSpec(name="uci", setups=setups, methods=tuple(methods), seeds=base.seeds,
-                    method_overrides=base.method_overrides,
-                    splits={name: split_map[name] for name in setups}, description=base.description)
+    return VariantGridSpec(
+        name="uci",
+        setups=setups,
+        methods=tuple(methods),
+        seeds=base.seeds,
+        method_overrides=base.method_overrides,
+        splits={name: split_map[name] for name in setups},
+        description=base.description,
+    )
 
 
 # --- the MC-dropout reference -----------------------------------------------------------------------
@@ -146,19 +160,25 @@ def reference(dataset: str, data_dir: str | Path | None = None) -> dict[str, Any
     ll_path, rmse_path = folder / f"test_ll_{REFERENCE_SUFFIX}", folder / f"test_MC_rmse_{REFERENCE_SUFFIX}"
     if not ll_path.is_file() or not rmse_path.is_file():
         return None
-    tau_path, grid_path, epochs_path = (folder / f"test_tau_{REFERENCE_SUFFIX}", base / "data" / "tau_values.txt",
-                                        base / "data" / "n_epochs.txt")
-    return {"log_likelihood": [float(v) for v in np.loadtxt(ll_path, ndmin=1)],
-            "rmse": [float(v) for v in np.loadtxt(rmse_path, ndmin=1)],
-            "tau": [float(v) for v in np.loadtxt(tau_path, ndmin=1)] if tau_path.is_file() else None,
-            "tau_grid": [float(v) for v in np.loadtxt(grid_path, ndmin=1)] if grid_path.is_file() else None,
-            # the reference's file names say "100_xepochs": n_epochs.txt x 100 epochs
-            "epochs": int(100 * float(np.loadtxt(epochs_path))) if epochs_path.is_file() else None}
+    tau_path, grid_path, epochs_path = (
+        folder / f"test_tau_{REFERENCE_SUFFIX}",
+        base / "data" / "tau_values.txt",
+        base / "data" / "n_epochs.txt",
+    )
+    return {
+        "log_likelihood": [float(v) for v in np.loadtxt(ll_path, ndmin=1)],
+        "rmse": [float(v) for v in np.loadtxt(rmse_path, ndmin=1)],
+        "tau": [float(v) for v in np.loadtxt(tau_path, ndmin=1)] if tau_path.is_file() else None,
+        "tau_grid": [float(v) for v in np.loadtxt(grid_path, ndmin=1)] if grid_path.is_file() else None,
+        # the reference's file names say "100_xepochs": n_epochs.txt x 100 epochs
+        "epochs": int(100 * float(np.loadtxt(epochs_path))) if epochs_path.is_file() else None,
+    }
 
 
 # --- evaluating stored runs -------------------------------------------------------------------------
-def evaluate_run(run_id: str, cache_dir: str | Path | None, data_dir: str | Path | None,
-                 samples: int = DEFAULT_SAMPLES) -> dict[str, Any]:
+def evaluate_run(
+    run_id: str, cache_dir: str | Path | None, data_dir: str | Path | None, samples: int = DEFAULT_SAMPLES
+) -> dict[str, Any]:
     """Test LL and RMSE (original units) of a stored run in each mode that applies to its family."""
     import torch
 
@@ -174,15 +194,20 @@ def evaluate_run(run_id: str, cache_dir: str | Path | None, data_dir: str | Path
     with torch.no_grad():
         for mode in ("bma", "mpm") if family in SPARSE_FAMILIES else ("bma",):
             result = evaluate(run.model, dataset, mode, samples, seed=0)
-            modes[mode] = {"log_likelihood": float(result["log_likelihood"]), "rmse": float(result["rmse"]),
-                           "density": float(result.get("density", 1.0))}
+            modes[mode] = {
+                "log_likelihood": float(result["log_likelihood"]),
+                "rmse": float(result["rmse"]),
+                "density": float(result.get("density", 1.0)),
+            }
         if family in COLLAPSED_FAMILIES:
             collapsed = collapsed_predict(run.model, dataset.x_test, samples=samples, seed=0)
             modes["collapsed"] = {
-                "log_likelihood": regression.log_likelihood(collapsed.mean_per_draw, collapsed.std_per_draw,
-                                                            dataset.y_test, dataset.target_std),
+                "log_likelihood": regression.log_likelihood(
+                    collapsed.mean_per_draw, collapsed.std_per_draw, dataset.y_test, dataset.target_std
+                ),
                 "rmse": regression.rmse(collapsed.mean, dataset.y_test, dataset.target_std),
-                "density": modes["bma"]["density"]}
+                "density": modes["bma"]["density"],
+            }
     if run.config.likelihood == "heteroscedastic":
         # the noise sd is per input: its root mean square over the test inputs, one posterior draw
         torch.manual_seed(0)
@@ -191,9 +216,15 @@ def evaluate_run(run_id: str, cache_dir: str | Path | None, data_dir: str | Path
         noise = float(std.square().mean().sqrt()) * dataset.target_std
     else:
         noise = float(run.model.likelihood.log_noise_std.detach().exp()) * dataset.target_std
-    return {"modes": modes, "density": float(run.metrics.get("density", 1.0)), "noise_std": noise,
-            "train_seconds": float(run.metrics.get("train_seconds", math.nan)),
-            "epochs": int(run.info.get("epochs", 0)), "samples": samples, "evaluation": EVALUATION_VERSION}
+    return {
+        "modes": modes,
+        "density": float(run.metrics.get("density", 1.0)),
+        "noise_std": noise,
+        "train_seconds": float(run.metrics.get("train_seconds", math.nan)),
+        "epochs": int(run.info.get("epochs", 0)),
+        "samples": samples,
+        "evaluation": EVALUATION_VERSION,
+    }
 
 
 def runs_by_config(store) -> dict[str, str]:
@@ -212,9 +243,15 @@ def runs_by_config(store) -> dict[str, str]:
     return found
 
 
-def collect(grid: GridSpec, cache_dir: str | Path | None = None, data_dir: str | Path | None = None,
-            samples: int = DEFAULT_SAMPLES, previous: dict[str, Any] | None = None,
-            report=lambda line: None, workers: int = 1) -> list[dict[str, Any]]:
+def collect(
+    grid: GridSpec,
+    cache_dir: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    samples: int = DEFAULT_SAMPLES,
+    previous: dict[str, Any] | None = None,
+    report=lambda line: None,
+    workers: int = 1,
+) -> list[dict[str, Any]]:
     """One record per stored run of the grid (runs not trained yet are left out). Runs not
     evaluated before are evaluated by `workers` processes (a few hundred of them take minutes)."""
     from core.runs.store import RunStore
@@ -245,14 +282,26 @@ def collect(grid: GridSpec, cache_dir: str | Path | None = None, data_dir: str |
                 continue
             run_id = earlier_id
             cached = known.get(run_id)
-            current = bool(cached and cached.get("samples") == samples
-                           and cached.get("evaluation") == EVALUATION_VERSION)
+            current = bool(
+                cached and cached.get("samples") == samples and cached.get("evaluation") == EVALUATION_VERSION
+            )
         if current:
             records.append(cached)
             continue
-        pending.append((len(records), run_id, {"run_id": run_id, "set": short_name(config.dataset),
-                                               "dataset": config.dataset, "family": method, "split": split,
-                                               "seed": seed}))
+        pending.append(
+            (
+                len(records),
+                run_id,
+                {
+                    "run_id": run_id,
+                    "set": short_name(config.dataset),
+                    "dataset": config.dataset,
+                    "family": method,
+                    "split": split,
+                    "seed": seed,
+                },
+            )
+        )
         records.append(None)
     cache = None if cache_dir is None else str(cache_dir)
     for index, run_id, fields, numbers in _evaluate_all(pending, cache, data_dir, samples, workers):
@@ -280,9 +329,14 @@ def _evaluate_all(pending, cache_dir: str | None, data_dir, samples: int, worker
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        results = pool.map(_evaluate_or_error, [run_id for _, run_id, _ in pending],
-                           [cache_dir] * len(pending), [None if data_dir is None else str(data_dir)] * len(pending),
-                           [samples] * len(pending), chunksize=4)
+        results = pool.map(
+            _evaluate_or_error,
+            [run_id for _, run_id, _ in pending],
+            [cache_dir] * len(pending),
+            [None if data_dir is None else str(data_dir)] * len(pending),
+            [samples] * len(pending),
+            chunksize=4,
+        )
         for (index, run_id, fields), numbers in zip(pending, results):
             yield index, run_id, fields, numbers
 
@@ -307,24 +361,48 @@ def _cell(mean: float, se: float, digits: int = 2) -> str:
 # Published anchors beside ours: numbers exactly as printed in the source table (mean and the
 # table's +/-), never re-derived. Protocols differ from ours; `protocol` says how.
 ANCHORS: tuple[dict[str, Any], ...] = (
-    {"name": "CIBER (last)", "source": "Zeng & Van den Broeck (2023), Table 1",
-     "values": {"uci-boston": (-2.471, 0.140), "uci-concrete": (-2.959, 0.109), "uci-yacht": (-0.687, 0.301),
-                "uci-naval": (7.482, 0.188), "uci-energy": (-0.716, 0.211)},
-     "protocol": "the set-up of Izmailov et al. (2020): its own random splits and number of trials, not the "
-                 "20 fixed splits; one hidden layer; two outputs, the mean and a heteroscedastic variance "
-                 "(its section 6.1); "
-                 "samples from an SGD trajectory with the last layer integrated out; learning rate and "
-                 "weight decay by grid search on a validation split"},
-    {"name": "CIBER (second)", "source": "Zeng & Van den Broeck (2023), Table 1",
-     "values": {"uci-boston": (-2.471, 0.140), "uci-concrete": (-2.975, 0.102), "uci-yacht": (-0.678, 0.301),
-                "uci-naval": (7.276, 0.532), "uci-energy": (-0.716, 0.211)},
-     "protocol": "as CIBER (last), three second-to-last-layer weights integrated out"},
-    {"name": "DVI", "source": "Wu et al. (2019), as quoted in Zeng & Van den Broeck (2023), Table 1",
-     "values": {"uci-boston": (-2.410, 0.020), "uci-concrete": (-3.060, 0.010), "uci-yacht": (-0.470, 0.030),
-                "uci-naval": (6.290, 0.040), "uci-energy": (-1.010, 0.060)},
-     "protocol": "deterministic variational inference, reported with a heteroscedastic noise model; the "
-                 "original paper is not among the sources available offline, so its splits, training and "
-                 "output are not checked here: the number is the one Zeng & Van den Broeck print"},
+    {
+        "name": "CIBER (last)",
+        "source": "Zeng & Van den Broeck (2023), Table 1",
+        "values": {
+            "uci-boston": (-2.471, 0.140),
+            "uci-concrete": (-2.959, 0.109),
+            "uci-yacht": (-0.687, 0.301),
+            "uci-naval": (7.482, 0.188),
+            "uci-energy": (-0.716, 0.211),
+        },
+        "protocol": "the set-up of Izmailov et al. (2020): its own random splits and number of trials, not the "
+        "20 fixed splits; one hidden layer; two outputs, the mean and a heteroscedastic variance "
+        "(its section 6.1); "
+        "samples from an SGD trajectory with the last layer integrated out; learning rate and "
+        "weight decay by grid search on a validation split",
+    },
+    {
+        "name": "CIBER (second)",
+        "source": "Zeng & Van den Broeck (2023), Table 1",
+        "values": {
+            "uci-boston": (-2.471, 0.140),
+            "uci-concrete": (-2.975, 0.102),
+            "uci-yacht": (-0.678, 0.301),
+            "uci-naval": (7.276, 0.532),
+            "uci-energy": (-0.716, 0.211),
+        },
+        "protocol": "as CIBER (last), three second-to-last-layer weights integrated out",
+    },
+    {
+        "name": "DVI",
+        "source": "Wu et al. (2019), as quoted in Zeng & Van den Broeck (2023), Table 1",
+        "values": {
+            "uci-boston": (-2.410, 0.020),
+            "uci-concrete": (-3.060, 0.010),
+            "uci-yacht": (-0.470, 0.030),
+            "uci-naval": (6.290, 0.040),
+            "uci-energy": (-1.010, 0.060),
+        },
+        "protocol": "deterministic variational inference, reported with a heteroscedastic noise model; the "
+        "original paper is not among the sources available offline, so its splits, training and "
+        "output are not checked here: the number is the one Zeng & Van den Broeck print",
+    },
 )
 # Deep ensembles (Lakshminarayanan et al. 2017) are a standard anchor, but no paper available offline
 # prints their UCI numbers: rendered as "not sourced", never typed in from memory.
@@ -338,8 +416,9 @@ def our_edges(record: dict[str, Any]) -> list[str | None] | None:
     return record.get("edges")
 
 
-def _row_comparison(row: dict[str, Any], family_runs: dict[int, dict[str, Any]], mode: str,
-                    ref: dict[str, Any]) -> None:
+def _row_comparison(
+    row: dict[str, Any], family_runs: dict[int, dict[str, Any]], mode: str, ref: dict[str, Any]
+) -> None:
     """Fills in the paired comparison of one (set, family, mode) row with MC dropout."""
     splits = row["splits"]
     ours_ll = [family_runs[s]["modes"][mode]["log_likelihood"] for s in splits]
@@ -350,11 +429,15 @@ def _row_comparison(row: dict[str, Any], family_runs: dict[int, dict[str, Any]],
     their_edges = at_grid_edge([tau[s] for s in splits], grid) if tau and grid else [None] * len(splits)
     ours_flag = [bool(our_edges(family_runs[s])) for s in splits]
     row["paired"] = paired_comparison(ours_ll, theirs_ll)
-    row["reference_edges"] = {"top": their_edges.count("top"), "bottom": their_edges.count("bottom"),
-                              "known": bool(tau and grid)}
+    row["reference_edges"] = {
+        "top": their_edges.count("top"),
+        "bottom": their_edges.count("bottom"),
+        "known": bool(tau and grid),
+    }
     row["our_edges"] = sum(ours_flag)
-    row["checked"] = paired_comparison(credited(ours_ll, ours_rmse, ours_flag),
-                                       credited(theirs_ll, theirs_rmse, [e is not None for e in their_edges]))
+    row["checked"] = paired_comparison(
+        credited(ours_ll, ours_rmse, ours_flag), credited(theirs_ll, theirs_rmse, [e is not None for e in their_edges])
+    )
     row["call"] = row["checked"]["call"]
     row["qualified"] = row["checked"]["call"] != row["paired"]["call"]
     row["beats_reference"] = row["call"] == "win"
@@ -365,8 +448,11 @@ def _pick(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return max(rows, key=lambda row: row["checked"]["mean"])
 
 
-def summarise(records: list[dict[str, Any]], data_dir: str | Path | None = None,
-              references: dict[str, dict[str, Any] | None] | None = None) -> dict[str, Any]:
+def summarise(
+    records: list[dict[str, Any]],
+    data_dir: str | Path | None = None,
+    references: dict[str, dict[str, Any] | None] | None = None,
+) -> dict[str, Any]:
     """Per set and (method, mode) row: mean and standard error over the row's splits, MC dropout on
     exactly those splits, and the paired comparison with it (uci_paired: per-split difference,
     paired t at 95 %, before and after the noise-grid bound check). A row "wins" when its call after
@@ -397,13 +483,18 @@ def summarise(records: list[dict[str, Any]], data_dir: str | Path | None = None,
                 splits = sorted(s for s, r in family_runs.items() if mode in r["modes"])
                 numbers = [family_runs[s]["modes"][mode] for s in splits]
                 noise = [family_runs[s].get("noise_std") for s in splits]
-                row = {"family": family, "mode": mode, "splits": splits, "n": len(splits),
-                       "log_likelihood": _mean_se([n["log_likelihood"] for n in numbers]),
-                       "rmse": _mean_se([n["rmse"] for n in numbers]),
-                       "gaussian_bound": float(np.mean([gaussian_bound(n["rmse"]) for n in numbers])),
-                       "density": float(np.mean([n["density"] for n in numbers])),
-                       "noise_std": float(np.mean(noise)) if None not in noise else math.nan,
-                       "train_seconds": float(np.mean([family_runs[s]["train_seconds"] for s in splits]))}
+                row = {
+                    "family": family,
+                    "mode": mode,
+                    "splits": splits,
+                    "n": len(splits),
+                    "log_likelihood": _mean_se([n["log_likelihood"] for n in numbers]),
+                    "rmse": _mean_se([n["rmse"] for n in numbers]),
+                    "gaussian_bound": float(np.mean([gaussian_bound(n["rmse"]) for n in numbers])),
+                    "density": float(np.mean([n["density"] for n in numbers])),
+                    "noise_std": float(np.mean(noise)) if None not in noise else math.nan,
+                    "train_seconds": float(np.mean([family_runs[s]["train_seconds"] for s in splits])),
+                }
                 if ref is not None and splits and max(splits) < len(ref["log_likelihood"]):
                     row["reference_log_likelihood"] = _mean_se([ref["log_likelihood"][s] for s in splits])
                     row["reference_rmse"] = _mean_se([ref["rmse"][s] for s in splits])
@@ -413,9 +504,12 @@ def summarise(records: list[dict[str, Any]], data_dir: str | Path | None = None,
         all_splits = sorted({r["split"] for r in runs})
         entry: dict[str, Any] = {"splits": all_splits, "rows": rows, "n_splits": UCI_REGRESSION[dataset].n_splits}
         if ref is not None and all_splits and max(all_splits) < len(ref["log_likelihood"]):
-            entry["reference"] = {"log_likelihood": _mean_se([ref["log_likelihood"][s] for s in all_splits]),
-                                  "rmse": _mean_se([ref["rmse"][s] for s in all_splits]),
-                                  "epochs": ref.get("epochs"), "tau_grid": ref.get("tau_grid")}
+            entry["reference"] = {
+                "log_likelihood": _mean_se([ref["log_likelihood"][s] for s in all_splits]),
+                "rmse": _mean_se([ref["rmse"][s] for s in all_splits]),
+                "epochs": ref.get("epochs"),
+                "tau_grid": ref.get("tau_grid"),
+            }
             tau, grid = ref.get("tau"), ref.get("tau_grid")
             if tau and grid:
                 edges = at_grid_edge([tau[s] for s in all_splits], grid)
@@ -450,14 +544,24 @@ def summarise(records: list[dict[str, Any]], data_dir: str | Path | None = None,
         entry = sets[dataset]
         entry["best_p_corrected"] = adjusted
         significant = adjusted < 1 - LEVEL
-        entry["best_corrected_call"] = ("win" if entry["best_call"] == "win" and significant else
-                                        "loss" if entry["best_call"] == "loss" and significant else "tie")
+        entry["best_corrected_call"] = (
+            "win"
+            if entry["best_call"] == "win" and significant
+            else "loss"
+            if entry["best_call"] == "loss" and significant
+            else "tie"
+        )
         entry["best_corrected_win"] = entry["best_corrected_call"] == "win"
-    return {"sets": sets, "wins": wins, "family_wins": family_wins, "level": LEVEL,
-            "sets_won_by_best": sum(1 for e in sets.values() if e.get("best_beats_reference")),
-            "sets_won_by_best_corrected": sum(1 for e in sets.values() if e.get("best_corrected_win")),
-            "sets_won_by_lbbnn": sum(1 for e in sets.values() if e.get("lbbnn_call") == "win"),
-            "sets_won_by_lbbnn_shipped": sum(1 for e in sets.values() if e.get("lbbnn_shipped_call") == "win")}
+    return {
+        "sets": sets,
+        "wins": wins,
+        "family_wins": family_wins,
+        "level": LEVEL,
+        "sets_won_by_best": sum(1 for e in sets.values() if e.get("best_beats_reference")),
+        "sets_won_by_best_corrected": sum(1 for e in sets.values() if e.get("best_corrected_win")),
+        "sets_won_by_lbbnn": sum(1 for e in sets.values() if e.get("lbbnn_call") == "win"),
+        "sets_won_by_lbbnn_shipped": sum(1 for e in sets.values() if e.get("lbbnn_shipped_call") == "win"),
+    }
 
 
 def _diff(comparison: dict[str, Any]) -> str:
@@ -478,8 +582,13 @@ def _edges(row_edges: dict[str, Any], n: int) -> str:
 TARGET_BEST, TARGET_LBBNN = 5, 3  # the target: significant wins after the bound check, of 9 sets
 
 
-def render_markdown(summary: dict[str, Any] | None = None, *, records: list[dict[str, Any]] | None = None,
-                    data_dir: str | Path | None = None, results_json: str | Path | None = None) -> str:
+def render_markdown(
+    summary: dict[str, Any] | None = None,
+    *,
+    records: list[dict[str, Any]] | None = None,
+    data_dir: str | Path | None = None,
+    results_json: str | Path | None = None,
+) -> str:
     """The markdown section: from a summary, from per-run records, or from benchmarks/results/uci.json."""
     if summary is None:
         references = None
@@ -489,24 +598,29 @@ def render_markdown(summary: dict[str, Any] | None = None, *, records: list[dict
             records, references = stored.get("runs", []), stored.get("reference_mc_dropout")
         summary = summarise(records, data_dir, references)
     level = int(round(100 * summary.get("level", LEVEL)))
-    lines = ["## UCI regression: paired per-split comparison with MC dropout", "",
-             "One hidden layer of 50 ReLU units (100 for protein), the `uci-*` presets as shipped, the standard "
-             "train/test splits. Test LL per test point in original units. Every row is compared with MC dropout "
-             "(Gal & Ghahramani 2016) **on the same splits**, split by split: Δ = ours − MC dropout per split, "
-             "its mean ± standard error over the row's splits, and the call of a two-sided **paired t test at "
-             f"{level} %** on those splits (win: the {level} % interval of the mean difference is above 0; loss: "
-             "below; tie: it contains 0). Modes: `bma` averages posterior draws of structure and weights, `mpm` "
-             "is the median probability model (sparse families), `collapsed` integrates the last layer out. "
-             "Methods `<family>+het` train the family with the heteroscedastic output (mean and per-input "
-             "noise scale heads, `likelihood = \"heteroscedastic\"`) instead of one learned noise precision.", "",
-             "**Noise-grid bound check, both directions.** MC dropout chose its noise precision τ per split "
-             "from a grid of three values (the reference's `tau_values.txt`). Where the chosen τ is the grid's "
-             "largest (top) or smallest (bottom), the grid cut its noise level off, and that split is credited "
-             "with the best test LL any homoscedastic Gaussian with the split's test RMSE reaches, "
-             "−0.5 log(2πe RMSE²), when higher than its own. Our side gets the same credit on splits where a "
-             "setting we tune sits at the edge of its range; our noise precision has a Gamma posterior and the "
-             "heteroscedastic scale is a network output, neither on a grid, so no split of ours is credited. "
-             "The call after the check is the row's call; a row whose call the check changes is marked †.", ""]
+    lines = [
+        "## UCI regression: paired per-split comparison with MC dropout",
+        "",
+        "One hidden layer of 50 ReLU units (100 for protein), the `uci-*` presets as shipped, the standard "
+        "train/test splits. Test LL per test point in original units. Every row is compared with MC dropout "
+        "(Gal & Ghahramani 2016) **on the same splits**, split by split: Δ = ours − MC dropout per split, "
+        "its mean ± standard error over the row's splits, and the call of a two-sided **paired t test at "
+        f"{level} %** on those splits (win: the {level} % interval of the mean difference is above 0; loss: "
+        "below; tie: it contains 0). Modes: `bma` averages posterior draws of structure and weights, `mpm` "
+        "is the median probability model (sparse families), `collapsed` integrates the last layer out. "
+        "Methods `<family>+het` train the family with the heteroscedastic output (mean and per-input "
+        'noise scale heads, `likelihood = "heteroscedastic"`) instead of one learned noise precision.',
+        "",
+        "**Noise-grid bound check, both directions.** MC dropout chose its noise precision τ per split "
+        "from a grid of three values (the reference's `tau_values.txt`). Where the chosen τ is the grid's "
+        "largest (top) or smallest (bottom), the grid cut its noise level off, and that split is credited "
+        "with the best test LL any homoscedastic Gaussian with the split's test RMSE reaches, "
+        "−0.5 log(2πe RMSE²), when higher than its own. Our side gets the same credit on splits where a "
+        "setting we tune sits at the edge of its range; our noise precision has a Gamma posterior and the "
+        "heteroscedastic scale is a network output, neither on a grid, so no split of ours is credited. "
+        "The call after the check is the row's call; a row whose call the check changes is marked †.",
+        "",
+    ]
     if not summary["sets"]:
         return "\n".join(lines + ["No UCI runs are stored yet: `python -m benchmarks.uci_table run`.", ""])
     coverage = []
@@ -517,35 +631,48 @@ def render_markdown(summary: dict[str, Any] | None = None, *, records: list[dict
     lines += ["Splits covered: " + "; ".join(coverage) + ".", ""]
     lines += _per_set_markdown(summary)
     lines += _anchors_markdown(summary)
-    lines += [f"### Every row (paired t, {level} %, after the bound check)", "",
-              "| set | method | mode | splits | test LL | MC dropout LL, same splits | Δ ± se | call as measured "
-              "| MC dropout τ at grid edge | Δ ± se after check | call | RMSE | density | noise sd | s/run |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        f"### Every row (paired t, {level} %, after the bound check)",
+        "",
+        "| set | method | mode | splits | test LL | MC dropout LL, same splits | Δ ± se | call as measured "
+        "| MC dropout τ at grid edge | Δ ± se after check | call | RMSE | density | noise sd | s/run |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for dataset, entry in summary["sets"].items():
         ref = entry.get("reference")
         if ref:
-            lines.append(f"| {short_name(dataset)} | MC dropout | - | {len(entry['splits'])} | "
-                         f"{_cell(*ref['log_likelihood'])} | - | - | - | "
-                         f"{_edges({**ref.get('edges', {}), 'known': 'edges' in ref}, len(entry['splits']))} "
-                         f"| - | - | {_cell(*ref['rmse'])} | 1 | - | - |")
+            lines.append(
+                f"| {short_name(dataset)} | MC dropout | - | {len(entry['splits'])} | "
+                f"{_cell(*ref['log_likelihood'])} | - | - | - | "
+                f"{_edges({**ref.get('edges', {}), 'known': 'edges' in ref}, len(entry['splits']))} "
+                f"| - | - | {_cell(*ref['rmse'])} | 1 | - | - |"
+            )
         for row in entry["rows"]:
             ll = _cell(*row["log_likelihood"])
             if "checked" in row:
                 call = f"**{row['call']}**" if row["call"] == "win" else row["call"]
                 call += " †" if row["qualified"] else ""
-                compared = (f"{_cell(*row['reference_log_likelihood'])} | {_diff(row['paired'])} | "
-                            f"{row['paired']['call']} | {_edges(row['reference_edges'], row['n'])} | "
-                            f"{_diff(row['checked'])} | {call}")
+                compared = (
+                    f"{_cell(*row['reference_log_likelihood'])} | {_diff(row['paired'])} | "
+                    f"{row['paired']['call']} | {_edges(row['reference_edges'], row['n'])} | "
+                    f"{_diff(row['checked'])} | {call}"
+                )
             else:
                 compared = "- | - | - | - | - | -"
             noise = f"{row['noise_std']:.3g}" if math.isfinite(row["noise_std"]) else "-"
-            lines.append(f"| {short_name(dataset)} | {row['family']} | {row['mode']} | {row['n']} | {ll} | "
-                         f"{compared} | {_cell(*row['rmse'])} | {row['density']:.3f} | {noise} | "
-                         f"{row['train_seconds']:.0f} |")
-    lines += ["", "Noise sd: the learned noise sd in original units; for `+het` rows the root mean square of "
-              "the per-input sd over the test inputs (one posterior draw). s/run: each run's own training "
-              "clock where it trained (the machine's load differs between runs: the grid's runs on an idle "
-              "machine, the `+het` runs on a shared one at load ~20).", ""]
+            lines.append(
+                f"| {short_name(dataset)} | {row['family']} | {row['mode']} | {row['n']} | {ll} | "
+                f"{compared} | {_cell(*row['rmse'])} | {row['density']:.3f} | {noise} | "
+                f"{row['train_seconds']:.0f} |"
+            )
+    lines += [
+        "",
+        "Noise sd: the learned noise sd in original units; for `+het` rows the root mean square of "
+        "the per-input sd over the test inputs (one posterior draw). s/run: each run's own training "
+        "clock where it trained (the machine's load differs between runs: the grid's runs on an idle "
+        "machine, the `+het` runs on a shared one at load ~20).",
+        "",
+    ]
     lines += _misses_markdown(summary)
     return "\n".join(lines)
 
@@ -555,20 +682,25 @@ def _per_set_markdown(summary: dict[str, Any]) -> list[str]:
     n_sets = len(summary["sets"])
     best, lbbnn = summary["sets_won_by_best"], summary["sets_won_by_lbbnn"]
     met = best >= TARGET_BEST and lbbnn >= TARGET_LBBNN
-    lines = [f"### Calls by set (paired t, {level} %, after the bound check)", "",
-             "Best of ours: the row with the largest mean Δ after the check. Selection-corrected: that row's p "
-             "value times the number of rows it was chosen from (Bonferroni), then Holm over the sets, at "
-             f"{100 - level} %.", "",
-             "| set | MC dropout: splits, τ at grid edge, epochs | best of ours | Δ ± se after check | call | "
-             "selection-corrected | LBBNN's best row | LBBNN call | lbbnn as shipped |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"### Calls by set (paired t, {level} %, after the bound check)",
+        "",
+        "Best of ours: the row with the largest mean Δ after the check. Selection-corrected: that row's p "
+        "value times the number of rows it was chosen from (Bonferroni), then Holm over the sets, at "
+        f"{100 - level} %.",
+        "",
+        "| set | MC dropout: splits, τ at grid edge, epochs | best of ours | Δ ± se after check | call | "
+        "selection-corrected | LBBNN's best row | LBBNN call | lbbnn as shipped |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for dataset, entry in summary["sets"].items():
         ref = entry.get("reference") or {}
         ref_text = "-"
         if ref:
             n = len(entry["splits"])
-            ref_text = (f"{n}, {_edges({**ref.get('edges', {}), 'known': 'edges' in ref}, n)}, "
-                        f"{ref.get('epochs') or '?'}")
+            ref_text = (
+                f"{n}, {_edges({**ref.get('edges', {}), 'known': 'edges' in ref}, n)}, {ref.get('epochs') or '?'}"
+            )
         if "best" not in entry:
             lines.append(f"| {short_name(dataset)} | {ref_text} | - | - | - | - | - | - | - |")
             continue
@@ -576,31 +708,56 @@ def _per_set_markdown(summary: dict[str, Any]) -> list[str]:
         row = next(r for r in entry["rows"] if r["family"] == family and r["mode"] == mode)
         corrected = f"{entry.get('best_corrected_call', '-')} (p {entry.get('best_p_corrected', math.nan):.2g})"
         call = f"**{entry['best_call']}**" if entry["best_call"] == "win" else entry["best_call"]
-        lines.append(f"| {short_name(dataset)} | {ref_text} | {entry['best']} ({row['n']} splits) | "
-                     f"{_diff(row['checked'])} | {call}{' †' if row['qualified'] else ''} | {corrected} | "
-                     f"{entry.get('lbbnn_best', '-')} | {entry.get('lbbnn_call', '-')} | "
-                     f"{entry.get('lbbnn_shipped_call', '-')} |")
-    lines += ["", f"**Target: the best of our families beats MC dropout significantly on ≥ {TARGET_BEST} of "
-              f"9 sets after the bound check, LBBNN on ≥ {TARGET_LBBNN}.** Measured on the {n_sets} sets covered: "
-              f"best of ours {best}, LBBNN {lbbnn} (its `+het` rows included; as shipped, homoscedastic: "
-              f"{summary['sets_won_by_lbbnn_shipped']}); best of ours after the selection and multiple-set "
-              f"correction: {summary['sets_won_by_best_corrected']}. "
-              + ("Target met." if met else "**Target missed**" + (": " + "; ".join(
-                  part for part, short in ((f"best of ours {best} < {TARGET_BEST}", best < TARGET_BEST),
-                                           (f"LBBNN {lbbnn} < {TARGET_LBBNN}", lbbnn < TARGET_LBBNN)) if short)
-                  + ".")), ""]
+        lines.append(
+            f"| {short_name(dataset)} | {ref_text} | {entry['best']} ({row['n']} splits) | "
+            f"{_diff(row['checked'])} | {call}{' †' if row['qualified'] else ''} | {corrected} | "
+            f"{entry.get('lbbnn_best', '-')} | {entry.get('lbbnn_call', '-')} | "
+            f"{entry.get('lbbnn_shipped_call', '-')} |"
+        )
+    lines += [
+        "",
+        f"**Target: the best of our families beats MC dropout significantly on ≥ {TARGET_BEST} of "
+        f"9 sets after the bound check, LBBNN on ≥ {TARGET_LBBNN}.** Measured on the {n_sets} sets covered: "
+        f"best of ours {best}, LBBNN {lbbnn} (its `+het` rows included; as shipped, homoscedastic: "
+        f"{summary['sets_won_by_lbbnn_shipped']}); best of ours after the selection and multiple-set "
+        f"correction: {summary['sets_won_by_best_corrected']}. "
+        + (
+            "Target met."
+            if met
+            else "**Target missed**"
+            + (
+                ": "
+                + "; ".join(
+                    part
+                    for part, short in (
+                        (f"best of ours {best} < {TARGET_BEST}", best < TARGET_BEST),
+                        (f"LBBNN {lbbnn} < {TARGET_LBBNN}", lbbnn < TARGET_LBBNN),
+                    )
+                    if short
+                )
+                + "."
+            )
+        ),
+        "",
+    ]
     return lines
 
 
 def _anchors_markdown(summary: dict[str, Any]) -> list[str]:
     """Published anchors beside our best row and MC dropout on the sets they report."""
     sets = [d for d in summary["sets"] if any(d in a["values"] for a in ANCHORS)]
-    lines = ["### Published anchors (not paired: other splits and protocols)", "",
-             "Mean test LL as printed in each source (± as printed there). Ours and MC dropout: mean ± "
-             "standard error over our splits. These numbers cannot be paired with ours: the protocols differ as "
-             "listed below the table, so read them as orientation, not as calls.", "",
-             "| set | MC dropout (per-split files) | best of ours (homoscedastic) | best of ours (`+het`) | "
-             + " | ".join(a["name"] for a in ANCHORS) + " |", "|---|---|---|---|" + "---|" * len(ANCHORS)]
+    lines = [
+        "### Published anchors (not paired: other splits and protocols)",
+        "",
+        "Mean test LL as printed in each source (± as printed there). Ours and MC dropout: mean ± "
+        "standard error over our splits. These numbers cannot be paired with ours: the protocols differ as "
+        "listed below the table, so read them as orientation, not as calls.",
+        "",
+        "| set | MC dropout (per-split files) | best of ours (homoscedastic) | best of ours (`+het`) | "
+        + " | ".join(a["name"] for a in ANCHORS)
+        + " |",
+        "|---|---|---|---|" + "---|" * len(ANCHORS),
+    ]
     for dataset in sets:
         entry = summary["sets"][dataset]
         ref = entry.get("reference")
@@ -610,25 +767,39 @@ def _anchors_markdown(summary: dict[str, Any]) -> list[str]:
             if not rows:
                 return "-"
             top = max(rows, key=lambda r: r["log_likelihood"][0])
-            return (f"{_cell(*top['log_likelihood'])} ({top['family']} {top['mode']}, {top['n']} "
-                    f"split{'s' if top['n'] != 1 else ''})")
+            return (
+                f"{_cell(*top['log_likelihood'])} ({top['family']} {top['mode']}, {top['n']} "
+                f"split{'s' if top['n'] != 1 else ''})"
+            )
+
         plain = best_of([r for r in entry["rows"] if "+" not in r["family"]])
         het = best_of([r for r in entry["rows"] if r["family"].endswith("+het")])
-        anchors = [f"{a['values'][dataset][0]:.3f} ± {a['values'][dataset][1]:.3f}" if dataset in a["values"]
-                   else "-" for a in ANCHORS]
-        lines.append(f"| {short_name(dataset)} | {_cell(*ref['log_likelihood']) if ref else '-'} | {plain} | "
-                     f"{het} | " + " | ".join(anchors) + " |")
-    lines += ["", "How each protocol differs from ours (20 fixed splits, 5 for protein; one hidden layer of 50 "
-              "units, 100 for protein; the `uci-*` presets' schedules, about 6000 Adam steps a run; R = 100 "
-              "posterior draws at test time):", "",
-              "- MC dropout (Gal & Ghahramani 2016), the per-split files of its experiments repository: the same "
-              "splits and architecture; 40 x 100 = 4000 epochs (protein 20 x 100 = 2000), batch 128; dropout "
-              "rate and noise precision τ by grid search on a validation split carved from each training split; "
-              "10,000 MC samples at test time; homoscedastic noise 1/τ."]
+        anchors = [
+            f"{a['values'][dataset][0]:.3f} ± {a['values'][dataset][1]:.3f}" if dataset in a["values"] else "-"
+            for a in ANCHORS
+        ]
+        lines.append(
+            f"| {short_name(dataset)} | {_cell(*ref['log_likelihood']) if ref else '-'} | {plain} | "
+            f"{het} | " + " | ".join(anchors) + " |"
+        )
+    lines += [
+        "",
+        "How each protocol differs from ours (20 fixed splits, 5 for protein; one hidden layer of 50 "
+        "units, 100 for protein; the `uci-*` presets' schedules, about 6000 Adam steps a run; R = 100 "
+        "posterior draws at test time):",
+        "",
+        "- MC dropout (Gal & Ghahramani 2016), the per-split files of its experiments repository: the same "
+        "splits and architecture; 40 x 100 = 4000 epochs (protein 20 x 100 = 2000), batch 128; dropout "
+        "rate and noise precision τ by grid search on a validation split carved from each training split; "
+        "10,000 MC samples at test time; homoscedastic noise 1/τ.",
+    ]
     for anchor in ANCHORS:
         lines.append(f"- {anchor['name']} ({anchor['source']}): {anchor['protocol']}.")
-    lines += [f"- {name}: their UCI numbers are in none of the papers available offline to this project, so they "
-              "are not shown (no number is typed in from memory)." for name in UNSOURCED_ANCHORS]
+    lines += [
+        f"- {name}: their UCI numbers are in none of the papers available offline to this project, so they "
+        "are not shown (no number is typed in from memory)."
+        for name in UNSOURCED_ANCHORS
+    ]
     lines.append("")
     return lines
 
@@ -641,20 +812,29 @@ def _misses_markdown(summary: dict[str, Any]) -> list[str]:
             continue
         family, mode = entry["best"].split(" ")
         best = next(r for r in entry["rows"] if r["family"] == family and r["mode"] == mode)
-        rows.append(f"| {short_name(dataset)} | {entry['best']} | {best['n']} | {best['log_likelihood'][0]:.2f} | "
-                    f"{best['gaussian_bound']:.2f} | {_cell(best['rmse'][0], math.nan)} | "
-                    f"{best['reference_log_likelihood'][0]:.2f} | {best['reference_gaussian_bound']:.2f} | "
-                    f"{_cell(best['reference_rmse'][0], math.nan)} |")
+        rows.append(
+            f"| {short_name(dataset)} | {entry['best']} | {best['n']} | {best['log_likelihood'][0]:.2f} | "
+            f"{best['gaussian_bound']:.2f} | {_cell(best['rmse'][0], math.nan)} | "
+            f"{best['reference_log_likelihood'][0]:.2f} | {best['reference_gaussian_bound']:.2f} | "
+            f"{_cell(best['reference_rmse'][0], math.nan)} |"
+        )
     if not rows:
         return []
-    return ["### Where the non-wins come from", "",
-            "For each set our best row does not win, its test LL beside the best any homoscedastic Gaussian "
-            "predictive with the same test RMSE could reach (-0.5 log(2 pi e RMSE^2), per split, averaged), and "
-            "MC dropout's on the same splits. Ours at its bound: the spread is as good as a Gaussian's can be "
-            "and the gap is the predictive mean (RMSE). Above its bound: the predictive gains from "
-            "input-dependent spread (a mixture of dropout masks, or a heteroscedastic output).", "",
-            "| set | best of ours | splits | test LL | bound at its RMSE | RMSE | MC dropout LL | bound at MC "
-            "dropout's RMSE | MC dropout RMSE |", "|---|---|---|---|---|---|---|---|---|", *rows, ""]
+    return [
+        "### Where the non-wins come from",
+        "",
+        "For each set our best row does not win, its test LL beside the best any homoscedastic Gaussian "
+        "predictive with the same test RMSE could reach (-0.5 log(2 pi e RMSE^2), per split, averaged), and "
+        "MC dropout's on the same splits. Ours at its bound: the spread is as good as a Gaussian's can be "
+        "and the gap is the predictive mean (RMSE). Above its bound: the predictive gains from "
+        "input-dependent spread (a mixture of dropout masks, or a heteroscedastic output).",
+        "",
+        "| set | best of ours | splits | test LL | bound at its RMSE | RMSE | MC dropout LL | bound at MC "
+        "dropout's RMSE | MC dropout RMSE |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
 
 
 def _ranges(splits: list[int]) -> str:
@@ -668,15 +848,18 @@ def _ranges(splits: list[int]) -> str:
     return ",".join(parts)
 
 
-def write_results(records: list[dict[str, Any]], data_dir: str | Path | None = None,
-                  out_dir: str | Path = RESULTS_DIR) -> tuple[Path, Path]:
+def write_results(
+    records: list[dict[str, Any]], data_dir: str | Path | None = None, out_dir: str | Path = RESULTS_DIR
+) -> tuple[Path, Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = summarise(records, data_dir)
     refs = {d: reference(d, data_dir) for d in UCI_DATASETS}
     json_path, md_path = out_dir / "uci.json", out_dir / "uci.md"
-    json_path.write_text(json.dumps({"runs": records, "reference_mc_dropout": refs,
-                                     "summary": _json_summary(summary)}, indent=1), encoding="utf-8")
+    json_path.write_text(
+        json.dumps({"runs": records, "reference_mc_dropout": refs, "summary": _json_summary(summary)}, indent=1),
+        encoding="utf-8",
+    )
     md_path.write_text(render_markdown(summary), encoding="utf-8")
     return md_path, json_path
 
@@ -690,6 +873,7 @@ def _json_summary(summary: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, (list, tuple)):
             return [clean(v) for v in value]
         return value
+
     return clean(summary)
 
 
@@ -697,9 +881,12 @@ def _json_summary(summary: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("run", "render"))
-    parser.add_argument("--methods", default=None,
-                        help=f"families or variants such as lbbnn+het (default: run {','.join(FAMILIES)}; "
-                        "render: all, variants included)")
+    parser.add_argument(
+        "--methods",
+        default=None,
+        help=f"families or variants such as lbbnn+het (default: run {','.join(FAMILIES)}; "
+        "render: all, variants included)",
+    )
     parser.add_argument("--sets", default=None, help="sets, e.g. boston,yacht (default: all 9)")
     parser.add_argument("--splits", default=None, help="e.g. 0-4 (default: all; protein has 5)")
     parser.add_argument("--chunk", type=int, default=5, help="splits per round of `run` (split-major order)")
@@ -721,18 +908,29 @@ def main(argv: list[str] | None = None) -> int:
         all_splits = sorted({s for d in sets for s in range(UCI_REGRESSION[d].n_splits)})
         wanted = [s for s in all_splits if splits is None or s in splits]
         for start in range(0, len(wanted), max(1, args.chunk)):
-            chunk = wanted[start:start + max(1, args.chunk)]
+            chunk = wanted[start : start + max(1, args.chunk)]
             report(f"uci: splits {_ranges(chunk)} ({time.perf_counter() - started:.0f} s so far)")
-            run_grid(uci_grid(methods, sets, chunk), cache_dir=args.cache_dir, workers=args.workers,
-                     data_dir=args.data_dir, report=report)
+            run_grid(
+                uci_grid(methods, sets, chunk),
+                cache_dir=args.cache_dir,
+                workers=args.workers,
+                data_dir=args.data_dir,
+                report=report,
+            )
     out = Path(args.out)
     previous_path = out / "uci.json"
     previous = json.loads(previous_path.read_text(encoding="utf-8")) if previous_path.is_file() else None
-    records = collect(uci_grid(methods, sets, splits), args.cache_dir, args.data_dir, args.samples, previous, report,
-                      workers=args.workers)
+    records = collect(
+        uci_grid(methods, sets, splits),
+        args.cache_dir,
+        args.data_dir,
+        args.samples,
+        previous,
+        report,
+        workers=args.workers,
+    )
     md_path, json_path = write_results(records, args.data_dir, out)
-    report(f"uci: {len(records)} stored runs -> {md_path}, {json_path} ({time.perf_counter() - started:.0f} s "
-           f"in all)")
+    report(f"uci: {len(records)} stored runs -> {md_path}, {json_path} ({time.perf_counter() - started:.0f} s in all)")
     return 0
 
 

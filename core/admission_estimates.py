@@ -21,9 +21,15 @@ def training_estimate(config: RunConfig, limits: cost.Limits) -> dict[str, Any]:
     except cost.AdmissionError as exc:
         refusal = str(exc)
         need = cost.training_cost(config, shape)
-    return {"weights": need.weights, "memory_bytes": need.bytes, "seconds": need.seconds,
-            "wall_seconds": need.wall_seconds(), "epochs": need.epochs, "n_train": shape.n_train,
-            "refusal": refusal}
+    return {
+        "weights": need.weights,
+        "memory_bytes": need.bytes,
+        "seconds": need.seconds,
+        "wall_seconds": need.wall_seconds(),
+        "epochs": need.epochs,
+        "n_train": shape.n_train,
+        "refusal": refusal,
+    }
 
 
 def samples_allowed(config: RunConfig, n_inputs: int, samples: int, limits: cost.Limits) -> tuple[int, str | None]:

@@ -40,10 +40,11 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
 BYTES_PER_FLOAT = 4
-MB = 2 ** 20
+MB = 2**20
 
 
 # --- the machine's speed ----------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Speed:
@@ -61,8 +62,7 @@ class Speed:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "Speed":
-        return cls(float(values["matmul_flops"]), float(values["elements_per_second"]),
-                   float(values["seconds_per_op"]))
+        return cls(float(values["matmul_flops"]), float(values["elements_per_second"]), float(values["seconds_per_op"]))
 
 
 def measure_speed(repeats: int = 15) -> Speed:
@@ -77,7 +77,7 @@ def measure_speed(repeats: int = 15) -> Speed:
     generator = torch.Generator().manual_seed(0)
     a = torch.randn(100, 512, generator=generator)
     b = torch.randn(512, 512, generator=generator)
-    v = torch.randn(2 ** 20, generator=generator)
+    v = torch.randn(2**20, generator=generator)
     tiny = torch.randn(16, generator=generator)
 
     def fastest(work, count: int = 1) -> float:
@@ -100,8 +100,11 @@ def measure_speed(repeats: int = 15) -> Speed:
         op_seconds = fastest(lambda: tiny.add(tiny), 50)
     finally:
         torch.set_num_threads(previous)
-    return Speed(matmul_flops=2 * 100 * 512 * 512 / matmul_seconds, elements_per_second=v.numel() / element_seconds,
-                 seconds_per_op=op_seconds)
+    return Speed(
+        matmul_flops=2 * 100 * 512 * 512 / matmul_seconds,
+        elements_per_second=v.numel() / element_seconds,
+        seconds_per_op=op_seconds,
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -119,6 +122,7 @@ def load_factor() -> float:
     sampling it more often does not help; a running training's time left follows its measured epochs
     instead (remaining_seconds)."""
     import os
+
     try:
         load = os.getloadavg()[0]
     except OSError:
@@ -127,6 +131,7 @@ def load_factor() -> float:
 
 
 # --- what a request is made of ------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class DataShape:
@@ -170,13 +175,24 @@ def dataset_shape(name: str, params: Mapping[str, Any] | None = None) -> DataSha
             number = float(toy.GENERATOR_DEFAULTS[name].get(key, 0))
         return int(number) if math.isfinite(number) and number > 0 else 0
 
-    return DataShape(name, info.task, in_features, outputs, count("n"), count("n_test"), count("n_grid"),
-                     count("n_pool"), generated=True, n_classes=info.n_classes)
+    return DataShape(
+        name,
+        info.task,
+        in_features,
+        outputs,
+        count("n"),
+        count("n_test"),
+        count("n_grid"),
+        count("n_pool"),
+        generated=True,
+        n_classes=info.n_classes,
+    )
 
 
 def layer_widths(config: Any, shape: DataShape) -> list[int]:
     """Inputs, hidden widths and the network's outputs (the likelihood's count, as the model builds it)."""
     from core.models.likelihoods import make_likelihood
+
     outputs = make_likelihood(config.likelihood, dict(config.likelihood_options)).n_outputs(shape.n_classes)
     return [int(shape.in_features), *[int(h) for h in config.hidden], int(outputs)]
 
@@ -199,8 +215,11 @@ class LayerState:
     buffers_fixed: int
 
     def parameters(self, fan_in: int, fan_out: int) -> int:
-        return (self.parameters_per_weight * (fan_in + 1) * fan_out + self.parameters_per_unit * fan_out
-                + self.parameters_fixed)
+        return (
+            self.parameters_per_weight * (fan_in + 1) * fan_out
+            + self.parameters_per_unit * fan_out
+            + self.parameters_fixed
+        )
 
     def buffers(self, fan_in: int, fan_out: int) -> int:
         return self.buffers_per_weight * (fan_in + 1) * fan_out + self.buffers_per_unit * fan_out + self.buffers_fixed
@@ -235,6 +254,7 @@ def state_floats(family: str, widths: Sequence[int]) -> tuple[int, int]:
 
 
 # --- costs --------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Cost:
@@ -274,8 +294,13 @@ ACTIVATION_FLOATS_PER_UNIT = 8
 # 200,000): these short runs vary with the machine's load by up to 1.9 x.
 DATASET_BYTES_PER_VALUE = 20
 POOL_BYTES_PER_POINT = 10
-GENERATOR_PASSES_PER_POINT = {"two-moons": 380, "two-spirals": 380, "toy-hetero": 150, "toy-cubic": 150,
-                              "toy-sine-gaps": 40}
+GENERATOR_PASSES_PER_POINT = {
+    "two-moons": 380,
+    "two-spirals": 380,
+    "toy-hetero": 150,
+    "toy-cubic": 150,
+    "toy-sine-gaps": 40,
+}
 # A prediction and the page's metrics of it, per value of R x inputs x outputs: the outputs, the
 # probabilities, the page cache's copy and the metrics' float64 copies: measured 24-26 bytes for
 # classification (R x inputs = 1 and 10 million on two-moons); regression keeps a mean and an sd per
@@ -367,20 +392,25 @@ def model_build_cost(config: Any, shape: DataShape, speed: Speed | None = None) 
     widths = layer_widths(config, shape)
     parameters, buffers = state_floats(config.family, widths)
     weights = n_weights(widths)
-    return Cost(int((parameters + buffers + weights) * BYTES_PER_FLOAT),
-                BUILD_PASSES_PER_STATE_FLOAT * (parameters + buffers) / speed.elements_per_second, weights=weights)
+    return Cost(
+        int((parameters + buffers + weights) * BYTES_PER_FLOAT),
+        BUILD_PASSES_PER_STATE_FLOAT * (parameters + buffers) / speed.elements_per_second,
+        weights=weights,
+    )
 
 
-def dataset_cost(name: str, params: Mapping[str, Any] | None = None, shape: DataShape | None = None,
-                 speed: Speed | None = None) -> Cost:
+def dataset_cost(
+    name: str, params: Mapping[str, Any] | None = None, shape: DataShape | None = None, speed: Speed | None = None
+) -> Cost:
     """Generating (or reading) a dataset: its arrays and the generator's temporaries."""
     shape = shape or dataset_shape(name, params)
     points = (shape.n_train or 0) + (shape.n_test or 0) + shape.n_grid
     values = points * (shape.in_features + 1)
     speed = speed or server_speed()
     passes = GENERATOR_PASSES_PER_POINT.get(shape.name, 420) * (points + shape.n_pool)
-    return Cost(int(values * DATASET_BYTES_PER_VALUE + shape.n_pool * POOL_BYTES_PER_POINT),
-                passes / speed.elements_per_second)
+    return Cost(
+        int(values * DATASET_BYTES_PER_VALUE + shape.n_pool * POOL_BYTES_PER_POINT), passes / speed.elements_per_second
+    )
 
 
 def training_cost(config: Any, shape: DataShape, speed: Speed | None = None) -> Cost:
@@ -394,11 +424,16 @@ def training_cost(config: Any, shape: DataShape, speed: Speed | None = None) -> 
     batch = min(int(config.train.batch_size), max(1, n_train))
     mc = int(getattr(config.train, "mc_samples", 1))
     units = sum(widths)
-    per_weight = max(TRAINING_FLOATS_PER_WEIGHT,
-                     math.ceil((4 * parameters + buffers) / max(1, weights)) + TRAINING_FLOATS_BEYOND_STATE)
+    per_weight = max(
+        TRAINING_FLOATS_PER_WEIGHT,
+        math.ceil((4 * parameters + buffers) / max(1, weights)) + TRAINING_FLOATS_BEYOND_STATE,
+    )
     floats = per_weight * weights + ACTIVATION_FLOATS_PER_UNIT * batch * mc * units
-    data = dataset_cost(shape.name, shape=shape, speed=speed) if shape.generated else Cost(
-        int((n_train + n_test) * (shape.in_features + 1) * BYTES_PER_FLOAT * 2), 0.0)
+    data = (
+        dataset_cost(shape.name, shape=shape, speed=speed)
+        if shape.generated
+        else Cost(int((n_train + n_test) * (shape.in_features + 1) * BYTES_PER_FLOAT * 2), 0.0)
+    )
     # The stored sweep predicts the test set in chunks (core.predict.engine bounds one chunk).
     sweep_bytes = min(256 * MB, n_test * max(widths) * BYTES_PER_FLOAT * 2)
     memory = int(floats * BYTES_PER_FLOAT + data.bytes + sweep_bytes + TRAINING_FIXED_BYTES)
@@ -413,10 +448,11 @@ def training_cost(config: Any, shape: DataShape, speed: Speed | None = None) -> 
     activations = STEP_PASSES_PER_ACTIVATION * batch * mc * units / speed.elements_per_second
     step = products + ELEMENTWISE_PASSES_PER_STEP * per_pass + activations + dispatch
     epoch = EPOCH_PASSES_PER_WEIGHT * per_pass + EPOCH_PASSES_PER_LAYER * layers / speed.elements_per_second
-    after = (_by_family(PASSES_AFTER_TRAINING, family) * per_pass
-             + SWEEP_THRESHOLDS * 2 * weights * n_test / speed.matmul_flops)
-    seconds = (TRAINING_FIXED_PASSES / speed.elements_per_second + steps * step + epochs * epoch + after
-               + data.seconds)
+    after = (
+        _by_family(PASSES_AFTER_TRAINING, family) * per_pass
+        + SWEEP_THRESHOLDS * 2 * weights * n_test / speed.matmul_flops
+    )
+    seconds = TRAINING_FIXED_PASSES / speed.elements_per_second + steps * step + epochs * epoch + after + data.seconds
     return Cost(memory, seconds, weights=weights, epochs=epochs)
 
 
@@ -432,17 +468,25 @@ def prediction_cost(config: Any, shape: DataShape, n_inputs: int, samples: int, 
     activations = min(256 * MB, n_inputs * max(widths) * BYTES_PER_FLOAT)
     drawn = min(samples, max(1, 256 * MB // max(1, n_inputs * max(widths) * BYTES_PER_FLOAT * 2))) * weights
     task = "regression" if str(getattr(shape.task, "value", shape.task)) == "regression" else "classification"
-    memory = int(values * PREDICTION_BYTES_PER_VALUE[task] + activations + drawn * BYTES_PER_FLOAT * 4
-                 + PREDICTION_FIXED_BYTES)
-    seconds = (samples * (2 * weights * n_inputs / speed.matmul_flops + 10 * weights / speed.elements_per_second
-                          + n_inputs * sum(widths) * PREDICTION_PASSES_PER_UNIT / speed.elements_per_second)
-               + (values * PREDICTION_PASSES_PER_VALUE[task] * _beyond_cache(values)
-                  + n_inputs * PREDICTION_PASSES_PER_INPUT) / speed.elements_per_second)
+    memory = int(
+        values * PREDICTION_BYTES_PER_VALUE[task] + activations + drawn * BYTES_PER_FLOAT * 4 + PREDICTION_FIXED_BYTES
+    )
+    seconds = (
+        samples
+        * (
+            2 * weights * n_inputs / speed.matmul_flops
+            + 10 * weights / speed.elements_per_second
+            + n_inputs * sum(widths) * PREDICTION_PASSES_PER_UNIT / speed.elements_per_second
+        )
+        + (values * PREDICTION_PASSES_PER_VALUE[task] * _beyond_cache(values) + n_inputs * PREDICTION_PASSES_PER_INPUT)
+        / speed.elements_per_second
+    )
     return Cost(memory, seconds, weights=weights)
 
 
-def estimate_seconds(config: Any, shape: DataShape | None = None, speed: Speed | None = None,
-                     loaded: bool = True) -> float:
+def estimate_seconds(
+    config: Any, shape: DataShape | None = None, speed: Speed | None = None, loaded: bool = True
+) -> float:
     """Seconds a training of `config` is expected to take on this machine now (its measured speed,
     times the current load when `loaded`): what a queue shows as the time ahead of a run."""
     shape = shape or dataset_shape(config.dataset, config.dataset_params)
@@ -450,8 +494,13 @@ def estimate_seconds(config: Any, shape: DataShape | None = None, speed: Speed |
     return cost.wall_seconds() if loaded else cost.seconds
 
 
-def remaining_seconds(epoch_seconds: Sequence[float], total_epochs: int, estimated_seconds: float | None = None,
-                      elapsed: float = 0.0, recent: int = 5) -> float | None:
+def remaining_seconds(
+    epoch_seconds: Sequence[float],
+    total_epochs: int,
+    estimated_seconds: float | None = None,
+    elapsed: float = 0.0,
+    recent: int = 5,
+) -> float | None:
     """Seconds a running training has left. Before its first epoch: the estimate less the time
     spent (None without an estimate). After: the measured seconds per epoch (the mean of the last
     `recent` epochs, so a slowdown from new load shows within a few epochs) x the epochs left."""
@@ -459,5 +508,5 @@ def remaining_seconds(epoch_seconds: Sequence[float], total_epochs: int, estimat
     left = max(0, int(total_epochs) - done)
     if done == 0:
         return None if estimated_seconds is None else max(0.0, float(estimated_seconds) - float(elapsed))
-    window = [float(s) for s in epoch_seconds[-max(1, int(recent)):]]
+    window = [float(s) for s in epoch_seconds[-max(1, int(recent)) :]]
     return sum(window) / len(window) * left

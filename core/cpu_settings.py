@@ -36,4 +36,3 @@ def enable_flush_denormals() -> bool:
     cannot flush.
     """
     return torch.set_flush_denormal(True)
-

@@ -20,6 +20,7 @@ def jsonable(value: Any, keep_nonfinite: bool = False, fallback: Callable[[Any],
 
     A value with no JSON form goes through `fallback` (e.g. str), or raises TypeError without one.
     """
+
     def walk(item: Any) -> Any:
         if isinstance(item, dict):
             return {str(getattr(k, "value", k)): walk(v) for k, v in item.items()}

@@ -36,8 +36,23 @@ from core.errors import BNNError, InputError
 LESSONS_DIR = ASSETS_DIR / "lessons"
 PAGES = ("train", "inclusion", "pruning", "uncertainty", "compare", "playground", "glossary")
 # What a step can hide, as TensorFlow Playground's per-control flags: each name is a control of the app.
-HIDEABLE_CONTROLS = ("dataset", "method", "hidden", "prior", "epochs", "seed", "threshold", "mode", "samples",
-                     "ood", "weights", "download", "train_button", "sidebar_runs", "playback")
+HIDEABLE_CONTROLS = (
+    "dataset",
+    "method",
+    "hidden",
+    "prior",
+    "epochs",
+    "seed",
+    "threshold",
+    "mode",
+    "samples",
+    "ood",
+    "weights",
+    "download",
+    "train_button",
+    "sidebar_runs",
+    "playback",
+)
 VIEW_KEYS = ("threshold", "mode", "R", "ood", "epoch")  # what a shared link sets (dashboard/links.py)
 STEP_KEYS = ("page", "title", "text", "run", "preset", "view", "hide")
 LESSON_KEYS = ("title", "summary", "step")
@@ -150,7 +165,7 @@ def _step(table: Any, where: str) -> LessonStep:
         from core.runs import RunConfig
 
         if not isinstance(table["run"], Mapping):
-            raise InputError(f"{where}.run: expected a table of run settings, e.g. {{ dataset = \"two-moons\" }}")
+            raise InputError(f'{where}.run: expected a table of run settings, e.g. {{ dataset = "two-moons" }}')
         try:
             RunConfig.from_dict(dict(table["run"]))
         except BNNError as exc:
@@ -160,9 +175,15 @@ def _step(table: Any, where: str) -> LessonStep:
     if not isinstance(hide, list):
         raise InputError(f"{where}.hide: expected a list of control names")
     hidden = tuple(validate.one_of(name, f"{where}.hide", HIDEABLE_CONTROLS) for name in hide)
-    return LessonStep(page=page, title=_text(table["title"], f"{where}.title", 120),
-                      text=_text(table["text"], f"{where}.text"), run=run, preset=preset,
-                      view=_view(table.get("view", {}), f"{where}.view"), hide=hidden)
+    return LessonStep(
+        page=page,
+        title=_text(table["title"], f"{where}.title", 120),
+        text=_text(table["text"], f"{where}.text"),
+        run=run,
+        preset=preset,
+        view=_view(table.get("view", {}), f"{where}.view"),
+        hide=hidden,
+    )
 
 
 def parse_lesson(text: str | bytes, name: str) -> Lesson:
@@ -186,9 +207,12 @@ def parse_lesson(text: str | bytes, name: str) -> Lesson:
         raise InputError(f"{where}: a lesson needs at least one [[step]]")
     if len(steps) > MAX_STEPS:
         raise InputError(f"{where}: {len(steps)} steps; a lesson has at most {MAX_STEPS}")
-    return Lesson(name=name, title=_text(document["title"], f"{where}.title", 120),
-                  summary=_text(document.get("summary", ""), f"{where}.summary"),
-                  steps=tuple(_step(step, f"{where}, step {i}") for i, step in enumerate(steps, start=1)))
+    return Lesson(
+        name=name,
+        title=_text(document["title"], f"{where}.title", 120),
+        summary=_text(document.get("summary", ""), f"{where}.summary"),
+        steps=tuple(_step(step, f"{where}, step {i}") for i, step in enumerate(steps, start=1)),
+    )
 
 
 def lesson_names(folder: Path | None = None) -> list[str]:

@@ -45,8 +45,9 @@ class Setting:
         """The value of `text` under this setting's rule (InputError naming the variable)."""
         name = self.variable
         if self.kind == "whole":
-            return validate.whole_number(text, name, None if self.low is None else int(self.low),
-                                         None if self.high is None else int(self.high))
+            return validate.whole_number(
+                text, name, None if self.low is None else int(self.low), None if self.high is None else int(self.high)
+            )
         if self.kind == "real":
             return validate.real_number(text, name, self.low, self.high)
         if self.kind == "flag":
@@ -63,8 +64,7 @@ class Setting:
         text = (os.environ if environ is None else environ).get(self.variable, "")
         return isinstance(text, str) and bool(text.strip())
 
-    def read(self, environ: Mapping[str, str] | None = None,
-             fallback: Callable[[str], Any] | None = None) -> Any:
+    def read(self, environ: Mapping[str, str] | None = None, fallback: Callable[[str], Any] | None = None) -> Any:
         """$variable, else `fallback(secret_key)` (when given), else the default."""
         environ = os.environ if environ is None else environ
         text = environ.get(self.variable, "")
@@ -73,8 +73,9 @@ class Setting:
         if fallback is not None and self.secret_key is not None:
             value = fallback(self.secret_key)
             if value is not None and str(value).strip():
-                return self.parse(value if isinstance(value, (int, float)) and not isinstance(value, bool)
-                                  else str(value))
+                return self.parse(
+                    value if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+                )
         return self.default
 
     def allowed(self) -> str:
@@ -101,8 +102,13 @@ def describe(settings: list[Setting] | None = None) -> str:
     """A Markdown table of the settings (variable, secrets key, default, allowed, meaning)."""
     rows = ["| variable | secrets.toml key | default | allowed | meaning |", "|---|---|---|---|---|"]
     for item in sorted(settings or SETTINGS.values(), key=lambda s: s.variable):
-        default = (item.shown_default if item.shown_default is not None
-                   else "(none)" if item.default is None else f"`{item.default}`")
+        default = (
+            item.shown_default
+            if item.shown_default is not None
+            else "(none)"
+            if item.default is None
+            else f"`{item.default}`"
+        )
         key = f"`{item.secret_key}`" if item.secret_key else ""
         rows.append(f"| `{item.variable}` | {key} | {default} | {item.allowed()} | {item.meaning} |")
     return "\n".join(rows)
@@ -110,14 +116,30 @@ def describe(settings: list[Setting] | None = None) -> str:
 
 # --- where things live (read by core.data.locations, core.runs.store and the command line) ------
 
-DATA_DIR = register(Setting(
-    "BNN_DATA_DIR", "path", None, "folder that holds the datasets (also --data-dir); unset: the download "
-    "cache only"))
-CACHE_DIR = register(Setting(
-    "BNN_CACHE_DIR", "path", None, "folder of the run store (runs/) and the download cache (data/); also "
-    "--cache-dir", shown_default="platformdirs' user cache folder for bnn-explorer"))
-OFFLINE = register(Setting(
-    "BNN_OFFLINE", "flag", False, "no downloads: datasets come from the data folder or the cache only"))
-CACHE_MAX_MB = register(Setting(
-    "BNN_CACHE_MAX_MB", "real", None, "size cap of the run store in MB (the least recently used runs are "
-    "deleted beyond it; unset: no cap)", 0, 10 ** 9))
+DATA_DIR = register(
+    Setting(
+        "BNN_DATA_DIR", "path", None, "folder that holds the datasets (also --data-dir); unset: the download cache only"
+    )
+)
+CACHE_DIR = register(
+    Setting(
+        "BNN_CACHE_DIR",
+        "path",
+        None,
+        "folder of the run store (runs/) and the download cache (data/); also --cache-dir",
+        shown_default="platformdirs' user cache folder for bnn-explorer",
+    )
+)
+OFFLINE = register(
+    Setting("BNN_OFFLINE", "flag", False, "no downloads: datasets come from the data folder or the cache only")
+)
+CACHE_MAX_MB = register(
+    Setting(
+        "BNN_CACHE_MAX_MB",
+        "real",
+        None,
+        "size cap of the run store in MB (the least recently used runs are deleted beyond it; unset: no cap)",
+        0,
+        10**9,
+    )
+)

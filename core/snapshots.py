@@ -62,8 +62,9 @@ class TrainingSnapshots:
     @property
     def spec(self) -> StatisticSpec:
         """The keep rule of the statistic (its range is the edges')."""
-        return StatisticSpec(self.statistic, Keep(self.keep), self.default_threshold, float(self.edges[0]),
-                             float(self.edges[-1]))
+        return StatisticSpec(
+            self.statistic, Keep(self.keep), self.default_threshold, float(self.edges[0]), float(self.edges[-1])
+        )
 
     @property
     def density(self) -> np.ndarray:
@@ -103,12 +104,16 @@ class TrainingSnapshots:
     # --- storage: plain arrays (an .npz, read without pickle) ------------------------------------------
     def to_arrays(self) -> dict[str, np.ndarray]:
         arrays = {
-            "statistic": np.array(self.statistic), "keep": np.array(self.keep),
+            "statistic": np.array(self.statistic),
+            "keep": np.array(self.keep),
             "default_threshold": np.array(float(self.default_threshold)),
-            "edges": np.asarray(self.edges, dtype=np.float64), "phase": np.asarray(self.phase, dtype=str),
+            "edges": np.asarray(self.edges, dtype=np.float64),
+            "phase": np.asarray(self.phase, dtype=str),
             "epoch": np.asarray(self.epoch, dtype=np.int32),
-            "histogram": np.asarray(self.histogram, dtype=np.int32), "kept": np.asarray(self.kept, dtype=np.int32),
-            "weights": np.asarray(self.weights, dtype=np.int64), "mean": np.asarray(self.mean, dtype=np.float32),
+            "histogram": np.asarray(self.histogram, dtype=np.int32),
+            "kept": np.asarray(self.kept, dtype=np.int32),
+            "weights": np.asarray(self.weights, dtype=np.int64),
+            "mean": np.asarray(self.mean, dtype=np.float32),
             "shapes": np.asarray(self.shapes, dtype=np.int64),
             "statistic_index": np.asarray(self.statistic_index, dtype=np.int32),
         }
@@ -122,17 +127,26 @@ class TrainingSnapshots:
         try:
             shapes = np.asarray(arrays["shapes"], dtype=np.int64).reshape(-1, 2)
             n_layers = len(shapes)
-            statistics = tuple(np.asarray(arrays[f"statistics_{layer}"]) for layer in range(n_layers)
-                               if f"statistics_{layer}" in arrays)
+            statistics = tuple(
+                np.asarray(arrays[f"statistics_{layer}"])
+                for layer in range(n_layers)
+                if f"statistics_{layer}" in arrays
+            )
             snapshots = cls(
-                statistic=str(arrays["statistic"]), keep=Keep(str(arrays["keep"])).value,
+                statistic=str(arrays["statistic"]),
+                keep=Keep(str(arrays["keep"])).value,
                 default_threshold=float(arrays["default_threshold"]),
-                edges=np.asarray(arrays["edges"], dtype=np.float64), phase=np.asarray(arrays["phase"], dtype=str),
+                edges=np.asarray(arrays["edges"], dtype=np.float64),
+                phase=np.asarray(arrays["phase"], dtype=str),
                 epoch=np.asarray(arrays["epoch"], dtype=np.int64),
                 histogram=np.asarray(arrays["histogram"], dtype=np.int64),
-                kept=np.asarray(arrays["kept"], dtype=np.int64), weights=np.asarray(arrays["weights"], dtype=np.int64),
-                mean=np.asarray(arrays["mean"], dtype=np.float64), shapes=shapes,
-                statistic_index=np.asarray(arrays["statistic_index"], dtype=np.int64), statistics=statistics)
+                kept=np.asarray(arrays["kept"], dtype=np.int64),
+                weights=np.asarray(arrays["weights"], dtype=np.int64),
+                mean=np.asarray(arrays["mean"], dtype=np.float64),
+                shapes=shapes,
+                statistic_index=np.asarray(arrays["statistic_index"], dtype=np.int64),
+                statistics=statistics,
+            )
         except KeyError as exc:
             raise ValueError(f"the array {exc} is missing") from None
         snapshots.check()
@@ -162,8 +176,14 @@ class SnapshotRecorder:
     records (TrainConfig.total_epochs). Everything is computed on the model's device and read
     back once per epoch."""
 
-    def __init__(self, model: Any, total_epochs: int, bins: int = HISTOGRAM_BINS,
-                 max_weights: int = SNAPSHOT_MAX_WEIGHTS, budget_bytes: int = STATISTIC_BUDGET_BYTES):
+    def __init__(
+        self,
+        model: Any,
+        total_epochs: int,
+        bins: int = HISTOGRAM_BINS,
+        max_weights: int = SNAPSHOT_MAX_WEIGHTS,
+        budget_bytes: int = STATISTIC_BUDGET_BYTES,
+    ):
         self.spec = model.spec
         self.edges = np.asarray(self.spec.histogram_edges(bins), dtype=np.float64)
         # Exact counts against float64 edges; MPS has no float64.
@@ -193,8 +213,9 @@ class SnapshotRecorder:
                 values = statistic.reshape(-1).to(self._dtype)
                 counts = torch.bincount(torch.bucketize(values, self._inner, right=True), minlength=self.bins)
                 kept = self.spec.keep_mask(statistic, self.spec.default_threshold).sum()
-                rows.append(torch.cat([counts.to(self._dtype), kept.reshape(1).to(self._dtype),
-                                       values.mean().reshape(1)]))
+                rows.append(
+                    torch.cat([counts.to(self._dtype), kept.reshape(1).to(self._dtype), values.mean().reshape(1)])
+                )
             self._rows.append(torch.stack(rows).cpu().numpy())  # one read-back per epoch
             if self.keep_statistics and (index % self.stride == 0 or index == self.total_epochs - 1):
                 self._statistic_index.append(index)
@@ -205,13 +226,26 @@ class SnapshotRecorder:
     def result(self) -> TrainingSnapshots:
         rows = np.stack(self._rows) if self._rows else np.zeros((0, len(self.weights), self.bins + 2))
         layers = len(self.weights)
-        statistics = tuple(np.stack([epoch[layer] for epoch in self._statistics]).astype(STATISTIC_DTYPE)
-                           for layer in range(layers)) if self._statistics else ()
+        statistics = (
+            tuple(
+                np.stack([epoch[layer] for epoch in self._statistics]).astype(STATISTIC_DTYPE)
+                for layer in range(layers)
+            )
+            if self._statistics
+            else ()
+        )
         return TrainingSnapshots(
-            statistic=self.spec.name, keep=Keep(self.spec.keep).value,
-            default_threshold=float(self.spec.default_threshold), edges=self.edges,
-            phase=np.array(self._phase, dtype=str), epoch=np.array(self._epoch, dtype=np.int64),
-            histogram=rows[:, :, :self.bins].round().astype(np.int64),
-            kept=rows[:, :, self.bins].round().astype(np.int64), weights=self.weights.copy(),
-            mean=rows[:, :, self.bins + 1].astype(np.float64), shapes=self.shapes,
-            statistic_index=np.array(self._statistic_index, dtype=np.int64), statistics=statistics)
+            statistic=self.spec.name,
+            keep=Keep(self.spec.keep).value,
+            default_threshold=float(self.spec.default_threshold),
+            edges=self.edges,
+            phase=np.array(self._phase, dtype=str),
+            epoch=np.array(self._epoch, dtype=np.int64),
+            histogram=rows[:, :, : self.bins].round().astype(np.int64),
+            kept=rows[:, :, self.bins].round().astype(np.int64),
+            weights=self.weights.copy(),
+            mean=rows[:, :, self.bins + 1].astype(np.float64),
+            shapes=self.shapes,
+            statistic_index=np.array(self._statistic_index, dtype=np.int64),
+            statistics=statistics,
+        )

@@ -83,8 +83,7 @@ class TrainConfig:
     posttrain_structure: PosttrainStructure = PosttrainStructure.MPM
     batch_size: int = 100
     learning_rates: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_LEARNING_RATES))
-    pretrain_learning_rates: dict[str, float] = field(
-        default_factory=lambda: dict(DEFAULT_PRETRAIN_LEARNING_RATES))
+    pretrain_learning_rates: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_PRETRAIN_LEARNING_RATES))
     empirical_bayes: bool = False
     mc_samples: int = 1
     # None: 0, except where RunConfig resolves a dataset-dependent default (small regression sets).
@@ -112,32 +111,58 @@ class TrainConfig:
         check(self.epochs is None or self.epochs >= 0, "epochs", f"must be >= 0, got {self.epochs}")
         check(self.pretrain_epochs >= 0, "pretrain_epochs", f"must be >= 0, got {self.pretrain_epochs}")
         check(self.posttrain_epochs >= 0, "posttrain_epochs", f"must be >= 0, got {self.posttrain_epochs}")
-        check(self.epochs is None or self.epochs + self.pretrain_epochs + self.posttrain_epochs > 0, "epochs",
-              "at least one epoch of training is needed")
-        object.__setattr__(self, "posttrain_structure",
-                           PosttrainStructure.parse(self.posttrain_structure, "posttrain_structure"))
+        check(
+            self.epochs is None or self.epochs + self.pretrain_epochs + self.posttrain_epochs > 0,
+            "epochs",
+            "at least one epoch of training is needed",
+        )
+        object.__setattr__(
+            self, "posttrain_structure", PosttrainStructure.parse(self.posttrain_structure, "posttrain_structure")
+        )
         object.__setattr__(self, "lr_schedule", LearningRateSchedule.parse(self.lr_schedule, "lr_schedule"))
         check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
         check(self.mc_samples >= 1, "mc_samples", f"must be >= 1, got {self.mc_samples}")
-        check(self.kl_anneal_epochs is None or self.kl_anneal_epochs >= 0, "kl_anneal_epochs",
-              f"must be >= 0, got {self.kl_anneal_epochs}")
-        check(isinstance(self.kl_weight, (int, float)) and math.isfinite(self.kl_weight) and 0 < self.kl_weight <= 1,
-              "kl_weight", f"must lie in (0, 1] (1 is the ELBO; below 1 tempers the KL), got {self.kl_weight!r}")
+        check(
+            self.kl_anneal_epochs is None or self.kl_anneal_epochs >= 0,
+            "kl_anneal_epochs",
+            f"must be >= 0, got {self.kl_anneal_epochs}",
+        )
+        check(
+            isinstance(self.kl_weight, (int, float)) and math.isfinite(self.kl_weight) and 0 < self.kl_weight <= 1,
+            "kl_weight",
+            f"must lie in (0, 1] (1 is the ELBO; below 1 tempers the KL), got {self.kl_weight!r}",
+        )
         check(self.warm_start_epochs >= 0, "warm_start_epochs", f"must be >= 0, got {self.warm_start_epochs}")
         rate = self.warm_start_learning_rate
-        check(isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate) and rate > 0,
-              "warm_start_learning_rate", f"must be a positive number, got {rate!r}")
+        check(
+            isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate) and rate > 0,
+            "warm_start_learning_rate",
+            f"must be a positive number, got {rate!r}",
+        )
         target = self.target_density
-        check(target is None or (isinstance(target, (int, float)) and not isinstance(target, bool)
-                                 and math.isfinite(target) and 0 < target <= 1),
-              "target_density", f"must be a number in (0, 1] (or unset), got {target!r}")
-        for label, rates in (("learning_rates", self.learning_rates),
-                             ("pretrain_learning_rates", self.pretrain_learning_rates)):
+        check(
+            target is None
+            or (
+                isinstance(target, (int, float))
+                and not isinstance(target, bool)
+                and math.isfinite(target)
+                and 0 < target <= 1
+            ),
+            "target_density",
+            f"must be a number in (0, 1] (or unset), got {target!r}",
+        )
+        for label, rates in (
+            ("learning_rates", self.learning_rates),
+            ("pretrain_learning_rates", self.pretrain_learning_rates),
+        ):
             unknown = sorted(set(rates) - set(DEFAULT_LEARNING_RATES))
             check(not unknown, label, f"unknown group(s) {unknown}; groups are {', '.join(DEFAULT_LEARNING_RATES)}")
             for group, rate in rates.items():
-                check(isinstance(rate, (int, float)) and rate > 0 and math.isfinite(rate), f"{label}.{group}",
-                      f"must be a positive number, got {rate!r}")
+                check(
+                    isinstance(rate, (int, float)) and rate > 0 and math.isfinite(rate),
+                    f"{label}.{group}",
+                    f"must be a positive number, got {rate!r}",
+                )
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -234,8 +259,9 @@ def train(
     if n == 0:
         raise ConfigError("training data: the training set is empty")
     if x_train.shape[1] != model.config.in_features:
-        raise ConfigError(f"training data: inputs have {x_train.shape[1]} features, the model expects "
-                          f"{model.config.in_features}")
+        raise ConfigError(
+            f"training data: inputs have {x_train.shape[1]} features, the model expects {model.config.in_features}"
+        )
     config = config.resolved(n)
     history: list[dict[str, Any]] = []
     started = time.perf_counter()
@@ -248,6 +274,7 @@ def train(
             recorder.record(model, record)
         if progress is not None:
             progress(dict(record, elapsed=time.perf_counter() - started))
+
     enable_flush_denormals()  # for this thread; never turned off (core/cpu_settings.py)
     # Every draw comes from this run's own generators, never torch's global one,
     # which concurrent trainings in one process (dashboard sessions) would share.
@@ -267,12 +294,16 @@ def train(
                 kl_weight = config.kl_weight
                 if config.kl_anneal_epochs and phase != "posttrain":
                     kl_weight *= min(1.0, (global_epoch + 1) / config.kl_anneal_epochs)
-                record = _run_epoch(model, optimizer, x_train, y_train, config, kl_weight, batch_generator,
-                                    cancel, phase, global_epoch)
+                record = _run_epoch(
+                    model, optimizer, x_train, y_train, config, kl_weight, batch_generator, cancel, phase, global_epoch
+                )
                 if decay:
                     record["learning_rate_factor"] = factor
-                reached = (phase == "train" and config.target_density is not None
-                           and record["density"] <= config.target_density)
+                reached = (
+                    phase == "train"
+                    and config.target_density is not None
+                    and record["density"] <= config.target_density
+                )
                 if reached:
                     record["target_density_reached"] = True
                 finish_epoch(record)
@@ -283,8 +314,7 @@ def train(
             layer.use_compiled_kernels(config.compile)
         model.likelihood.initialise_from_data(x_train, y_train)  # noise_init="data"; a no-op otherwise
         if config.warm_start_epochs:
-            _warm_start(model, x_train, y_train, config, seed, batch_generator, noise_generator, cancel,
-                        finish_epoch)
+            _warm_start(model, x_train, y_train, config, seed, batch_generator, noise_generator, cancel, finish_epoch)
         offset = 0
         if config.pretrain_epochs:
             _set_empirical_bayes(model, config.empirical_bayes)
@@ -306,8 +336,12 @@ def train(
             run_phase("posttrain", config.posttrain_epochs, config.learning_rates, offset)
         # A network-level posterior (laplace) is fitted at the trained weights: milliseconds on the toys.
         posterior_fit = model.fit_posterior(x_train, y_train) if device.type != "meta" else {}
-    return TrainResult(history=history, seconds=time.perf_counter() - started,
-                       snapshots=None if recorder is None else recorder.result(), posterior_fit=posterior_fit)
+    return TrainResult(
+        history=history,
+        seconds=time.perf_counter() - started,
+        snapshots=None if recorder is None else recorder.result(),
+        posterior_fit=posterior_fit,
+    )
 
 
 def learning_rate_factor(schedule: LearningRateSchedule | str, epoch: int, epochs: int) -> float:
@@ -333,8 +367,9 @@ def _set_empirical_bayes(model: BayesianMLP, enabled: bool) -> None:
         layer.set_empirical_bayes(enabled)
 
 
-def _run_epoch(model, optimizer, x_train, y_train, config, kl_weight, batch_generator, cancel, phase,
-               epoch) -> dict[str, Any]:
+def _run_epoch(
+    model, optimizer, x_train, y_train, config, kl_weight, batch_generator, cancel, phase, epoch
+) -> dict[str, Any]:
     model.train()
     n = x_train.shape[0]
     epoch_start = time.perf_counter()
@@ -344,9 +379,8 @@ def _run_epoch(model, optimizer, x_train, y_train, config, kl_weight, batch_gene
     for start in range(0, n, config.batch_size):
         if _is_cancelled(cancel):
             raise TrainingCancelled(f"training cancelled during epoch {epoch + 1}")
-        index = order[start:start + config.batch_size]
-        data_sum += _training_step(model, optimizer, x_train[index], y_train[index], config.mc_samples,
-                                   kl_weight / n)
+        index = order[start : start + config.batch_size]
+        data_sum += _training_step(model, optimizer, x_train[index], y_train[index], config.mc_samples, kl_weight / n)
         n_batches += 1
     data_term = (data_sum / n_batches).item()  # one device sync per epoch
     with torch.no_grad():
@@ -357,7 +391,8 @@ def _run_epoch(model, optimizer, x_train, y_train, config, kl_weight, batch_gene
         raise TrainingDivergedError(
             f"the loss became {'NaN' if math.isnan(data_term + kl_value) else 'infinite'} in epoch {epoch + 1} "
             f"({phase}): data term {data_term}, KL {kl_value}. Likely causes: a learning rate too large for "
-            f"this model, or a prior variance too small; lower the learning rates and train again.")
+            f"this model, or a prior variance too small; lower the learning rates and train again."
+        )
     with torch.no_grad():
         density = model.density(model.keep_masks())
     return {
@@ -394,18 +429,23 @@ def _training_step(model, optimizer, x: Tensor, y: Tensor, mc_samples: int, kl_s
     return nll.detach()
 
 
-def _warm_start(model, x_train, y_train, config, seed, batch_generator, noise_generator, cancel,
-                finish_epoch) -> None:
+def _warm_start(model, x_train, y_train, config, seed, batch_generator, noise_generator, cancel, finish_epoch) -> None:
     """Train a deterministic net of the same shape; copy its weights into the means. Each epoch's
     record (phase "warm-start") goes to finish_epoch, which snapshots `model` (still at its initial
     values: the point net is what trains)."""
     from core.models.network import BayesianMLP, ModelConfig
 
-    point_config = ModelConfig(in_features=model.config.in_features, out_classes=model.config.out_classes,
-                               hidden=model.config.hidden, family="fnn", activation=model.config.activation,
-                               likelihood=model.config.likelihood,
-                               family_options={"input_skip": True} if model.input_skip else {},
-                               conv=model.config.conv, image_shape=model.config.image_shape)
+    point_config = ModelConfig(
+        in_features=model.config.in_features,
+        out_classes=model.config.out_classes,
+        hidden=model.config.hidden,
+        family="fnn",
+        activation=model.config.activation,
+        likelihood=model.config.likelihood,
+        family_options={"input_skip": True} if model.input_skip else {},
+        conv=model.config.conv,
+        image_shape=model.config.image_shape,
+    )
     # On a CPU the point net's initial values continue the noise stream, as they did
     # when both came from the global generator; elsewhere they come from the CPU stream.
     on_cpu = model.device.type == "cpu"
@@ -414,8 +454,9 @@ def _warm_start(model, x_train, y_train, config, seed, batch_generator, noise_ge
     optimizer = _adam([{"params": list(point.parameters()), "lr": config.warm_start_learning_rate}])
     no_anneal = TrainConfig(epochs=1, batch_size=config.batch_size)
     for epoch in range(config.warm_start_epochs):
-        finish_epoch(_run_epoch(point, optimizer, x_train, y_train, no_anneal, 0.0, batch_generator, cancel,
-                                "warm-start", epoch))
+        finish_epoch(
+            _run_epoch(point, optimizer, x_train, y_train, no_anneal, 0.0, batch_generator, cancel, "warm-start", epoch)
+        )
     with torch.no_grad():
         for layer, point_layer in zip(model.layers, point.layers):
             layer.load_point_estimate(point_layer.mean_weights())

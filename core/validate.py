@@ -103,15 +103,22 @@ def whole_number(value: Any, name: str, low: int | None = None, high: int | None
     return int(number)
 
 
-def real_number(value: Any, name: str, low: float | None = None, high: float | None = None, *,
-                low_open: bool = False, high_open: bool = False) -> float:
+def real_number(
+    value: Any,
+    name: str,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
     """A finite float in the interval (open or closed at each end as asked)."""
     left = "above" if low_open else "at least"
     right = "below" if high_open else "at most"
     parts = ([f"{left} {low:g}"] if low is not None else []) + ([f"{right} {high:g}"] if high is not None else [])
     allowed = "a finite number" + (" " + " and ".join(parts) if parts else "")
     number = _as_number(value, name, allowed)
-    number = float(number) if not isinstance(number, int) or abs(number) < 2 ** 1023 else math.inf
+    number = float(number) if not isinstance(number, int) or abs(number) < 2**1023 else math.inf
     if not math.isfinite(number):
         raise InputError(f"{name}: give {allowed}, got {shown(value)}")
     too_low = low is not None and (number <= low if low_open else number < low)
@@ -169,8 +176,9 @@ def _under_pseudo_filesystem(path: Path) -> str | None:
     return next((root for root in PSEUDO_FILESYSTEMS if text == root or text.startswith(root + "/")), None)
 
 
-def folder(value: Any, name: str, *, writable: bool = True, create_parents: bool = False,
-           must_exist: bool = False) -> Path:
+def folder(
+    value: Any, name: str, *, writable: bool = True, create_parents: bool = False, must_exist: bool = False
+) -> Path:
     """A folder named by outside text: non-empty, not under /proc, /sys or /dev, and, when it exists,
     a folder (writable if asked). A missing one must be creatable: its parent exists, is a folder and
     is writable (with `create_parents`, the nearest existing ancestor). Returns the path as given
@@ -196,8 +204,10 @@ def folder(value: Any, name: str, *, writable: bool = True, create_parents: bool
     while create_parents and not ancestor.exists() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
     if not ancestor.exists():
-        raise InputError(f"{name}: the folder {shown(str(ancestor))} that would hold {shown(str(value))} "
-                         f"does not exist; create it first")
+        raise InputError(
+            f"{name}: the folder {shown(str(ancestor))} that would hold {shown(str(value))} "
+            f"does not exist; create it first"
+        )
     if not ancestor.is_dir():
         raise InputError(f"{name}: {shown(str(ancestor))} is a file, so {shown(str(value))} cannot be created")
     if not os.access(ancestor, os.W_OK | os.X_OK):

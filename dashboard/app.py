@@ -72,8 +72,13 @@ def run_picker() -> None:
         if lesson_panel.hidden("sidebar_runs"):  # a lesson picks the run: shown, not offered
             st.sidebar.caption(f"Current run: {plain(labels[current])}")
         else:
-            st.sidebar.selectbox("Current run", ids, format_func=labels.get, key=SIDEBAR_RUN_KEY,
-                                 on_change=lambda: state.select_run(st.session_state[SIDEBAR_RUN_KEY]))
+            st.sidebar.selectbox(
+                "Current run",
+                ids,
+                format_func=labels.get,
+                key=SIDEBAR_RUN_KEY,
+                on_change=lambda: state.select_run(st.session_state[SIDEBAR_RUN_KEY]),
+            )
         state.apply_link_view(state.selected_run_id())
         # The address names the current run, so a link to this page opens the same run.
         if st.query_params.get(RUN_PARAM) != state.selected_run_id():
@@ -158,9 +163,11 @@ def main() -> None:
 
 def log_rerun(path: str, started: float, cpu_seconds: float, page: str | None) -> None:
     from dashboard.streamlit_compat import script_session_id
+
     session = script_session_id()
-    line = json.dumps({"session": session, "page": page, "start": started, "end": time.time(),
-                       "cpu": cpu_seconds}) + "\n"
+    line = (
+        json.dumps({"session": session, "page": page, "start": started, "end": time.time(), "cpu": cpu_seconds}) + "\n"
+    )
     # One write to a file opened for appending: concurrent sessions' lines do not interleave
     # (this script runs afresh each time, so a module-level lock would not be shared).
     handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -173,6 +180,7 @@ def log_rerun(path: str, started: float, cpu_seconds: float, page: str | None) -
 @functools.lru_cache(maxsize=1)
 def family_key_spec() -> dict:
     from dashboard import altair_spec, charts
+
     return altair_spec.spec(charts.family_key())
 
 
@@ -192,6 +200,7 @@ def render(page_out: list | None = None) -> None:
         starting.info("Starting the Sparse BNN Explorer: loading PyTorch and the cached runs ...")
     from dashboard import settings
     from dashboard.ui import guard
+
     pages = [
         st.Page(PAGES_DIR / "train.py", title="Train", icon=":material/model_training:", default=True),
         st.Page(PAGES_DIR / "inclusion.py", title="Inclusion & masks", icon=":material/grid_on:"),

@@ -101,6 +101,7 @@ DEFAULT_DATASET = "mnist-small"
 
 # --- runs and configs ----------------------------------------------------------------------------------
 
+
 def list_runs() -> list[RunInfo]:
     """RunInfo rows of the default store (newest last); corrupt runs are included with status."""
     return list(runs.list_runs())
@@ -114,35 +115,41 @@ def run_store_folder() -> Path:
     """The folder of the run store ($BNN_CACHE_DIR/runs): its modification time changes when a run
     is added or deleted."""
     from core.runs.store import RunStore
+
     return Path(RunStore().root)
 
 
 def dataset_table() -> list[dict[str, Any]]:
     """Every registered dataset as a dict (name, task, shapes, availability)."""
     from core.data import list_datasets
+
     return [info.to_dict() for info in list_datasets()]
 
 
 def family_option_fields() -> dict[str, list[dataclasses.Field]]:
     """Each family's Options dataclass fields, by family name."""
     from core.models.registry import FAMILY_PATHS, family_class
+
     return {name: list(dataclasses.fields(family_class(name).Options)) for name in FAMILY_PATHS}
 
 
 def family_option_defaults(method: str, dataset: str) -> dict[str, Any]:
     """A family's option defaults on a dataset (the small regression sets change some)."""
     from core.runs.config import family_option_defaults as defaults
+
     return defaults(method, dataset)
 
 
 def default_learning_rates() -> dict[str, float]:
     from core.train import DEFAULT_LEARNING_RATES
+
     return dict(DEFAULT_LEARNING_RATES)
 
 
 def make_config(values: dict[str, Any]) -> RunConfig:
     """A validated RunConfig from the Train form or a stored config (ConfigError names the bad field)."""
     from core.runs.config import RunConfig
+
     return RunConfig.from_dict(values)
 
 
@@ -152,6 +159,7 @@ config_from_fields = make_config  # a stored or posted config's fields
 def option_specs(method: str) -> dict[str, Any]:
     """Each option's declaration (core.models.options.OptionSpec) of family `method`, by name."""
     from core.models.registry import family_class
+
     return family_class(method).Options.option_specs()
 
 
@@ -162,6 +170,7 @@ def total_epochs(config: RunConfig) -> int:
 def default_settings(dataset: str, batch_size: int = 100) -> dict[str, Any]:
     """What a run on `dataset` gets when the form leaves hidden widths and epochs to core."""
     from core.train import DEFAULT_KL_WEIGHT
+
     config = make_config({"dataset": dataset, "train": {"batch_size": int(batch_size)}})
     return {"hidden": config.hidden, "epochs": config.train.epochs, "kl_weight": DEFAULT_KL_WEIGHT}
 
@@ -169,6 +178,7 @@ def default_settings(dataset: str, batch_size: int = 100) -> dict[str, Any]:
 def headline_text(metrics: dict[str, Any]) -> str:
     """'<key>: <value>' of a run's first stored headline metric (as `python -m core runs` picks it), or ''."""
     from core.predict.metrics.headline import stored_headline
+
     headline = stored_headline(metrics)
     return "" if headline is None else f"{headline[0]}: {headline[1]:.4f}"
 
@@ -186,6 +196,7 @@ def parse_options(text: str, what: str = "family options") -> dict[str, Any]:
 def check_dataset_params(dataset: str, params: dict[str, Any]) -> None:
     """DataError when the generator of `dataset` would refuse `params`, found without generating."""
     from core.data import toy
+
     if dataset in toy.GENERATORS:
         toy.check_params(dataset, params)
 
@@ -193,6 +204,7 @@ def check_dataset_params(dataset: str, params: dict[str, Any]) -> None:
 def generator_noise(dataset: str) -> float:
     """The noise a toy generator adds by default."""
     from core.data.toy import GENERATOR_DEFAULTS
+
     return float(GENERATOR_DEFAULTS[dataset]["noise"])
 
 
@@ -202,6 +214,7 @@ def training_snapshots(run: Run) -> TrainingSnapshots | None:
 
 
 # --- predictions (core.predict) -------------------------------------------------------------------------
+
 
 def uses_threshold(mode: str) -> bool:
     return parse_mode(mode).uses_threshold
@@ -220,8 +233,16 @@ def effective_threshold(mode: str, threshold: float | None) -> float | None:
 DRAW_CACHE = DrawCache(draw_cache_bytes(), compute_slots=predict_slots())
 
 
-def predict(run: Run, x: np.ndarray, mode: str, samples: int, threshold: float | None, seed: int = 0,
-            weights: str | None = None, inputs: Hashable | None = None) -> Prediction:
+def predict(
+    run: Run,
+    x: np.ndarray,
+    mode: str,
+    samples: int,
+    threshold: float | None,
+    seed: int = 0,
+    weights: str | None = None,
+    inputs: Hashable | None = None,
+) -> Prediction:
     """Run.predict with the threshold dropped for modes that take none; regression in original units.
 
     `inputs` names x for the draw cache ("test", ("ood", name, n, seed), ...): one name must always
@@ -230,8 +251,17 @@ def predict(run: Run, x: np.ndarray, mode: str, samples: int, threshold: float |
     threshold, weights = effective_threshold(mode, threshold), weights if mode == "prune" else None
     if inputs is None:
         return run.predict(x, mode=mode, samples=int(samples), threshold=threshold, seed=int(seed), weights=weights)
-    return DRAW_CACHE.predict(run, x, inputs, owner=getattr(run, "run_id", None), mode=mode, samples=int(samples),
-                              threshold=threshold, seed=int(seed), weights=weights)
+    return DRAW_CACHE.predict(
+        run,
+        x,
+        inputs,
+        owner=getattr(run, "run_id", None),
+        mode=mode,
+        samples=int(samples),
+        threshold=threshold,
+        seed=int(seed),
+        weights=weights,
+    )
 
 
 def forget_draws(run_id: str) -> None:
@@ -250,8 +280,12 @@ def sweep(run: Run, n_points: int = 30) -> SweepCurve:
     """Test metric (accuracy, or RMSE in original units) against density over thresholds:
     Run.default_sweep (the curve stored with the run, else computed over n_points thresholds)."""
     result = run.default_sweep(n_points=n_points)
-    return SweepCurve(np.asarray(result.thresholds, dtype=np.float64), np.asarray(result.density, dtype=np.float64),
-                      np.asarray(result.values, dtype=np.float64), str(result.metric))
+    return SweepCurve(
+        np.asarray(result.thresholds, dtype=np.float64),
+        np.asarray(result.density, dtype=np.float64),
+        np.asarray(result.values, dtype=np.float64),
+        str(result.metric),
+    )
 
 
 # --- regression bands: the collapsed predictive and the NUTS reference ------------------------------------
@@ -287,41 +321,48 @@ COMPARE_MODES = tuple((column, mode.value, r) for column, mode, r in PredictionM
 
 # --- admission: every request that allocates is costed by core.cost before anything is built ----------
 
+
 def admission_limits() -> Limits:
     """What one request may cost on this server (core.cost.Limits), each limit from the environment,
     else its key in secrets.toml, else its default."""
     from core.cost import server_limits
     from dashboard.settings import _secret
+
     return server_limits(fallback=_secret)
 
 
 def data_shape(dataset: str, params: dict[str, Any] | None = None) -> DataShape:
     """A dataset's sizes from its name and generator parameters, without loading it."""
     from core.cost import dataset_shape
+
     return dataset_shape(dataset, params)
 
 
 def training_estimate(config: RunConfig) -> dict[str, Any]:
     """core.admission_estimates.training_estimate under this server's limits."""
     from core.admission_estimates import training_estimate as estimate
+
     return estimate(config, admission_limits())
 
 
 def estimate_seconds(config: RunConfig, loaded: bool = True) -> float:
     """Expected seconds of a training on this server (times the current load when `loaded`)."""
     from core.cost import estimate_seconds as core_estimate
+
     return core_estimate(config, loaded=loaded)
 
 
 def samples_allowed(run: Run, n_inputs: int, samples: int) -> tuple[int, str | None]:
     """core.admission_estimates.samples_allowed for the run's config under this server's limits."""
     from core.admission_estimates import samples_allowed as allowed
+
     return allowed(run.config, n_inputs, samples, admission_limits())
 
 
 def admit_fit(config: RunConfig) -> RunConfig:
     """core.admission_estimates.admit_fit under this server's limits (AdmissionError when refused)."""
     from core.admission_estimates import admit_fit as admit
+
     return admit(config, admission_limits())
 
 
@@ -333,6 +374,7 @@ def device_message(text: str) -> str:
 def device_problem(device: str) -> str | None:
     """Why the Train form's device cannot be used here (in the form's words), or None."""
     from core.device import resolve_device
+
     try:
         resolve_device(device)
     except ConfigError as exc:
@@ -341,6 +383,7 @@ def device_problem(device: str) -> str | None:
 
 
 # --- take away -----------------------------------------------------------------------------------------
+
 
 def curve_csv(thresholds: np.ndarray, density: np.ndarray, values: np.ndarray, metric: str) -> str:
     """The sweep as CSV text: threshold, density, metric."""

@@ -55,6 +55,7 @@ from dashboard.caching import DERIVED_TTL, PREDICTIONS, next_generation, once_at
 
 def _cached_runs_setting() -> int:
     from dashboard.settings import cached_runs
+
     return cached_runs()
 
 
@@ -70,8 +71,9 @@ def cached_dataset(key: str) -> Any:
 def dataset_key(config: Any) -> str:
     """The RunConfig fields that decide which dataset a run loads."""
     values = config.to_dict()
-    return json.dumps({k: values.get(k) for k in ("dataset", "split", "data_seed", "dataset_params")
-                       if k in values}, sort_keys=True)
+    return json.dumps(
+        {k: values.get(k) for k in ("dataset", "split", "data_seed", "dataset_params") if k in values}, sort_keys=True
+    )
 
 
 def cached_run(run_id: str) -> Any:
@@ -130,6 +132,7 @@ def training_queue() -> Any:
     """The one training queue of this server process."""
     from dashboard.settings import queue_limits
     from dashboard.worker import TrainingQueue, default_slots, train_in_subprocess
+
     queue = TrainingQueue(train_in_subprocess, default_slots(), queue_limits())
     # A finished run reaches every session's run list at once, not after the list's time to live.
     queue.on_job_finished = cached_run_list.clear
@@ -156,8 +159,11 @@ def _store_stamp() -> tuple[str, int | None]:
 def _current_run_list() -> dict[str, Any]:
     stamp = _store_stamp()
     with _run_list_lock:
-        if (_run_list["rows"] is not None and _run_list["stamp"] == stamp
-                and time.monotonic() - _run_list["read_at"] < RUN_LIST_TTL):
+        if (
+            _run_list["rows"] is not None
+            and _run_list["stamp"] == stamp
+            and time.monotonic() - _run_list["read_at"] < RUN_LIST_TTL
+        ):
             return dict(_run_list)
     rows = _read_run_list()
     with _run_list_lock:
@@ -240,18 +246,21 @@ def conditional_mean_weights(run_id: str) -> list[np.ndarray]:
 
 
 @per_run(canonical_prediction=True, bounded=PREDICTIONS, show_spinner="Predicting the test set ...")
-def test_prediction(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
-                    weights: str | None = None) -> dict[str, np.ndarray]:
+def test_prediction(
+    run_id: str, mode: str, samples: int, threshold: float | None, seed: int, weights: str | None = None
+) -> dict[str, np.ndarray]:
     """Arrays of a prediction on the whole test set. Pass `backend.effective_threshold` so that
     modes without a threshold share one cache entry."""
     run = cached_run(run_id)
-    return prediction_arrays(backend.predict(run, run.dataset().x_test, mode, samples, threshold, seed, weights,
-                                             inputs="test"))
+    return prediction_arrays(
+        backend.predict(run, run.dataset().x_test, mode, samples, threshold, seed, weights, inputs="test")
+    )
 
 
 @per_run(canonical_prediction=True, max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
-def test_metrics(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
-                 weights: str | None = None) -> dict[str, Any]:
+def test_metrics(
+    run_id: str, mode: str, samples: int, threshold: float | None, seed: int, weights: str | None = None
+) -> dict[str, Any]:
     arrays = test_prediction(run_id, mode, samples, threshold, seed, weights)
     return backend.test_metrics(arrays, cached_run(run_id).dataset())
 
@@ -259,30 +268,47 @@ def test_metrics(run_id: str, mode: str, samples: int, threshold: float | None, 
 @per_run(max_entries=64, show_spinner="Sweeping thresholds ...")
 def sweep(run_id: str) -> dict[str, Any]:
     curve = backend.sweep(cached_run(run_id))
-    return {"thresholds": curve.thresholds, "density": curve.density, "values": curve.values,
-            "metric": curve.metric}
+    return {"thresholds": curve.thresholds, "density": curve.density, "values": curve.values, "metric": curve.metric}
 
 
 @per_run(canonical_prediction=True, bounded=PREDICTIONS, show_spinner="Predicting on the grid ...")
-def grid_prediction(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
-                    weights: str | None = None) -> dict[str, np.ndarray]:
+def grid_prediction(
+    run_id: str, mode: str, samples: int, threshold: float | None, seed: int, weights: str | None = None
+) -> dict[str, np.ndarray]:
     run = cached_run(run_id)
-    return prediction_arrays(backend.predict(run, run.dataset().x_grid, mode, samples, threshold, seed, weights,
-                                             inputs="grid"))
+    return prediction_arrays(
+        backend.predict(run, run.dataset().x_grid, mode, samples, threshold, seed, weights, inputs="grid")
+    )
 
 
 @per_run(canonical_prediction=True, max_entries=128, ttl=DERIVED_TTL, show_spinner=False)
-def selected_prediction(run_id: str, indices: tuple[int, ...], mode: str, samples: int, threshold: float | None,
-                        seed: int, weights: str | None = None) -> dict[str, np.ndarray]:
+def selected_prediction(
+    run_id: str,
+    indices: tuple[int, ...],
+    mode: str,
+    samples: int,
+    threshold: float | None,
+    seed: int,
+    weights: str | None = None,
+) -> dict[str, np.ndarray]:
     run = cached_run(run_id)
     x = run.dataset().x_test[list(indices)]
-    return prediction_arrays(backend.predict(run, x, mode, samples, threshold, seed, weights,
-                                             inputs=("test", tuple(indices))))
+    return prediction_arrays(
+        backend.predict(run, x, mode, samples, threshold, seed, weights, inputs=("test", tuple(indices)))
+    )
 
 
 @per_run(canonical_prediction=True, max_entries=64, ttl=DERIVED_TTL, show_spinner="Predicting OOD inputs ...")
-def ood_entropy(run_id: str, name: str, mode: str, samples: int, threshold: float | None, seed: int,
-                n: int, weights: str | None = None) -> np.ndarray:
+def ood_entropy(
+    run_id: str,
+    name: str,
+    mode: str,
+    samples: int,
+    threshold: float | None,
+    seed: int,
+    n: int,
+    weights: str | None = None,
+) -> np.ndarray:
     run = cached_run(run_id)
     x = backend.load_ood_inputs(run.dataset(), name, n=n, seed=seed)
     prediction = backend.predict(run, x, mode, samples, threshold, seed, weights, inputs=("ood", name, n, seed))
@@ -290,18 +316,30 @@ def ood_entropy(run_id: str, name: str, mode: str, samples: int, threshold: floa
 
 
 @per_run(canonical_prediction=True, max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
-def ood_summary(run_id: str, name: str, mode: str, samples: int, threshold: float | None, seed: int, n: int,
-                weights: str | None = None) -> dict[str, float]:
+def ood_summary(
+    run_id: str,
+    name: str,
+    mode: str,
+    samples: int,
+    threshold: float | None,
+    seed: int,
+    n: int,
+    weights: str | None = None,
+) -> dict[str, float]:
     """OOD set `name` against the test set: its size, mean predictive entropy and the entropy AUROC
     (small numbers: a rerun reads these, not the test set's per-draw probabilities)."""
     inside = backend.predictive_entropy(test_prediction(run_id, mode, samples, threshold, seed, weights)["probs"])
     values = ood_entropy(run_id, name, mode, samples, threshold, seed, n, weights)
-    return {"inputs": int(len(values)), "mean_entropy": float(values.mean()),
-            "auroc": float(backend.entropy_auroc(inside, values))}
+    return {
+        "inputs": int(len(values)),
+        "mean_entropy": float(values.mean()),
+        "auroc": float(backend.entropy_auroc(inside, values)),
+    }
 
 
-def test_draws_ready(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
-                     weights: str | None = None) -> tuple[int, int]:
+def test_draws_ready(
+    run_id: str, mode: str, samples: int, threshold: float | None, seed: int, weights: str | None = None
+) -> tuple[int, int]:
     """(k, R): test_prediction of this setting can be read now with k of its R draws, without waiting
     for any computation (k = R: complete; a mode that draws nothing: (1, 1)). With k < R the other
     draws are computed in the background (the draw cache's refiner: its workers share the compute
@@ -311,8 +349,9 @@ def test_draws_ready(run_id: str, mode: str, samples: int, threshold: float | No
     if not backend.mode_draws_samples(key["mode"]):
         return 1, 1
     run = cached_run(run_id)
-    progress = backend.DRAW_CACHE.refiner().ready(run, run.dataset().x_test, "test", run_id, key["mode"],
-                                                  key["samples"], key["threshold"], key["seed"])
+    progress = backend.DRAW_CACHE.refiner().ready(
+        run, run.dataset().x_test, "test", run_id, key["mode"], key["samples"], key["threshold"], key["seed"]
+    )
     return progress.draws, progress.samples
 
 
@@ -325,8 +364,18 @@ def prior_of_statistic(run_id: str) -> dict[str, Any] | None:
 def prediction_arrays(prediction: Any) -> dict[str, np.ndarray]:
     """The array fields of a Prediction (cache_data stores these, not the object)."""
     arrays = {}
-    for name in ("probs", "probs_per_draw", "mean", "mean_per_draw", "std_per_draw", "epistemic_variance",
-                 "aleatoric_variance", "total_variance", "density", "disconnected"):
+    for name in (
+        "probs",
+        "probs_per_draw",
+        "mean",
+        "mean_per_draw",
+        "std_per_draw",
+        "epistemic_variance",
+        "aleatoric_variance",
+        "total_variance",
+        "density",
+        "disconnected",
+    ):
         value = getattr(prediction, name, None)
         if value is not None:
             arrays[name] = np.asarray(value)
@@ -339,8 +388,9 @@ def export_zip(run_id: str, threshold: float, format: str = "safetensors") -> by
 
 
 @per_run(canonical_prediction=True, max_entries=64, ttl=DERIVED_TTL, show_spinner="Predicting on the input plane ...")
-def surface(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
-            weights: str | None = None, n: int = 60) -> dict[str, np.ndarray]:
+def surface(
+    run_id: str, mode: str, samples: int, threshold: float | None, seed: int, weights: str | None = None, n: int = 60
+) -> dict[str, np.ndarray]:
     """The decision surface of a 2-D classifier: grid axes and per-point class, confidence,
     predictive entropy and the spread of the R draws."""
     run = cached_run(run_id)

@@ -32,6 +32,7 @@ from dashboard.caching import DERIVED_TTL, generation, per_run
 # (`shipped`): Streamlit otherwise converts every dataset's rows (up to 4096 cells of a heatmap)
 # to Arrow again on every rerun of every session.
 
+
 def shipped(spec: dict[str, Any]) -> dict[str, Any]:
     """A Vega-Lite spec whose named datasets are Arrow IPC bytes, as st.vega_lite_chart ships them
     (it passes bytes through and converts anything else on every call). The numbers are the same;
@@ -39,8 +40,10 @@ def shipped(spec: dict[str, Any]) -> dict[str, Any]:
     datasets = spec.get("datasets")
     if not datasets:
         return spec
-    encoded = {name: rows if isinstance(rows, bytes) or not isinstance(rows, list)
-               else streamlit_compat.arrow_bytes(rows) for name, rows in datasets.items()}
+    encoded = {
+        name: rows if isinstance(rows, bytes) or not isinstance(rows, list) else streamlit_compat.arrow_bytes(rows)
+        for name, rows in datasets.items()
+    }
     if any(value is None for value in encoded.values()):  # a Streamlit without the converter: as before
         return spec
     spec["datasets"] = encoded
@@ -51,49 +54,86 @@ def shipped(spec: dict[str, Any]) -> dict[str, Any]:
 def density_chart(run_id: str, threshold: float) -> dict[str, Any]:
     """The Pruning page's metric-vs-density curve with the current threshold's point."""
     from dashboard import charts
+
     curve = sweep(run_id)
     # The marker is read off the sweep (no second prediction of the test set).
-    here = backend.curve_point(backend.SweepCurve(curve["thresholds"], curve["density"], curve["values"],
-                                                  curve["metric"]), threshold)
-    return shipped(altair_spec.spec(charts.metric_vs_density(
-        curve["thresholds"], curve["density"], curve["values"], curve["metric"], current=here,
-        colour=charts.family_colour(family(run_id)))))
+    here = backend.curve_point(
+        backend.SweepCurve(curve["thresholds"], curve["density"], curve["values"], curve["metric"]), threshold
+    )
+    return shipped(
+        altair_spec.spec(
+            charts.metric_vs_density(
+                curve["thresholds"],
+                curve["density"],
+                curve["values"],
+                curve["metric"],
+                current=here,
+                colour=charts.family_colour(family(run_id)),
+            )
+        )
+    )
 
 
 @per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
 def tuning_chart(run_id: str, threshold: float, tolerance: float) -> dict[str, Any]:
     """density_chart plus the suggested threshold (a star) and a click selection of a point."""
     from dashboard import charts
+
     curve = sweep(run_id)
     here = test_metrics(run_id, backend.SWEEP_MODE, 1, threshold, 0)
-    suggested = backend.suggested_threshold(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
-                                            tolerance)
-    return shipped(altair_spec.spec(charts.metric_vs_density(
-        curve["thresholds"], curve["density"], curve["values"], curve["metric"],
-        current=(here["density"], here[curve["metric"]]), suggested=suggested, selectable=True,
-        colour=charts.family_colour(family(run_id)),
-        title=f"{curve['metric']} vs density: prune at each threshold, mean weights "
-              "(click a point to prune there)"
-    )))
+    suggested = backend.suggested_threshold(
+        curve["thresholds"], curve["density"], curve["values"], curve["metric"], tolerance
+    )
+    return shipped(
+        altair_spec.spec(
+            charts.metric_vs_density(
+                curve["thresholds"],
+                curve["density"],
+                curve["values"],
+                curve["metric"],
+                current=(here["density"], here[curve["metric"]]),
+                suggested=suggested,
+                selectable=True,
+                colour=charts.family_colour(family(run_id)),
+                title=f"{curve['metric']} vs density: prune at each threshold, mean weights "
+                "(click a point to prune there)",
+            )
+        )
+    )
 
 
 @per_run(canonical_prediction=True, max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
-def accuracy_by_samples_chart(run_id: str, mode: str, samples: int, threshold: float | None, seed: int,
-                              weights: str | None = None) -> dict[str, Any]:
+def accuracy_by_samples_chart(
+    run_id: str, mode: str, samples: int, threshold: float | None, seed: int, weights: str | None = None
+) -> dict[str, Any]:
     """Accuracy vs R on the test set for R = 1 .. samples."""
     from dashboard import charts
+
     arrays = test_prediction(run_id, mode, samples, threshold, seed, weights)
     ladder = backend.accuracy_by_samples(arrays["probs_per_draw"], cached_run(run_id).dataset().y_test, samples)
-    return shipped(altair_spec.spec(charts.metric_vs_samples(ladder["samples"], ladder["accuracy"], "accuracy",
-                                                              colour=charts.family_colour(family(run_id)))))
+    return shipped(
+        altair_spec.spec(
+            charts.metric_vs_samples(
+                ladder["samples"], ladder["accuracy"], "accuracy", colour=charts.family_colour(family(run_id))
+            )
+        )
+    )
 
 
 @per_run(canonical_prediction=True, max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
-def class_probability_charts(run_id: str, indices: tuple[int, ...], mode: str, samples: int,
-                             threshold: float | None, seed: int, weights: str | None = None) -> list[dict[str, Any]]:
+def class_probability_charts(
+    run_id: str,
+    indices: tuple[int, ...],
+    mode: str,
+    samples: int,
+    threshold: float | None,
+    seed: int,
+    weights: str | None = None,
+) -> list[dict[str, Any]]:
     """The Uncertainty page's class-probability bars of test inputs `indices` (one spec per input;
     six Altair charts built on every rerun were three quarters of the page's cached rerun)."""
     from dashboard import charts
+
     dataset = cached_run(run_id).dataset()
     arrays = selected_prediction(run_id, indices, mode, samples, threshold, seed, weights)
     names = list(dataset.class_names) if dataset.class_names else None
@@ -103,16 +143,30 @@ def class_probability_charts(run_id: str, indices: tuple[int, ...], mode: str, s
         label = int(dataset.y_test[index])
         guess = int(probs.mean(axis=0).argmax())
         title = f"#{index}: true {names[label] if names else label}, predicted {names[guess] if names else guess}"
-        specs.append(shipped(altair_spec.spec(charts.class_probability_bars(probs, names, title=title,
-                                                                             doubt_level=backend.DOUBT_LEVEL))))
+        specs.append(
+            shipped(
+                altair_spec.spec(
+                    charts.class_probability_bars(probs, names, title=title, doubt_level=backend.DOUBT_LEVEL)
+                )
+            )
+        )
     return specs
 
 
 @per_run(canonical_prediction=True, max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
-def entropy_ecdf_chart(run_id: str, ood_sets: tuple[str, ...], mode: str, samples: int, threshold: float | None,
-                       seed: int, n: int, weights: str | None = None) -> dict[str, Any]:
+def entropy_ecdf_chart(
+    run_id: str,
+    ood_sets: tuple[str, ...],
+    mode: str,
+    samples: int,
+    threshold: float | None,
+    seed: int,
+    n: int,
+    weights: str | None = None,
+) -> dict[str, Any]:
     """The Uncertainty page's entropy ECDFs: the test set and the OOD sets `ood_sets` (n inputs each)."""
     from dashboard import charts
+
     dataset = cached_run(run_id).dataset()
     arrays = test_prediction(run_id, mode, samples, threshold, seed, weights)
     entropies = {f"{dataset.name} (in-domain)": backend.predictive_entropy(arrays["probs"])}
@@ -130,29 +184,40 @@ def compare_curves_chart(runs: list[tuple[str, str, str]]) -> dict[str, Any]:
 @st.cache_data(max_entries=64, ttl=DERIVED_TTL, show_spinner=False)
 def _compare_curves_chart(runs: tuple[tuple[str, int, str, str], ...]) -> dict[str, Any]:
     from dashboard import charts
+
     curves = [{"label": label, "family": fam, **sweep(run_id)} for run_id, _, label, fam in runs]
     return shipped(altair_spec.spec(charts.compare_curves(curves, curves[0]["metric"])))
 
 
-def compare_ecdf_chart(runs: list[tuple[str, str, str]], ood: str | None, samples: int, n: int,
-                       max_entropy: float | None) -> dict[str, Any]:
+def compare_ecdf_chart(
+    runs: list[tuple[str, str, str]], ood: str | None, samples: int, n: int, max_entropy: float | None
+) -> dict[str, Any]:
     """The Compare page's entropy ECDFs (bma, R = samples, seed 0): in-domain, and `ood` when given."""
-    return _compare_ecdf_chart(tuple((run_id, generation(run_id), label, fam) for run_id, label, fam in runs),
-                               ood, samples, n, max_entropy)
+    return _compare_ecdf_chart(
+        tuple((run_id, generation(run_id), label, fam) for run_id, label, fam in runs), ood, samples, n, max_entropy
+    )
 
 
 @st.cache_data(max_entries=64, ttl=DERIVED_TTL, show_spinner=False)
-def _compare_ecdf_chart(runs: tuple[tuple[str, int, str, str], ...], ood: str | None, samples: int, n: int,
-                        max_entropy: float | None) -> dict[str, Any]:
+def _compare_ecdf_chart(
+    runs: tuple[tuple[str, int, str, str], ...], ood: str | None, samples: int, n: int, max_entropy: float | None
+) -> dict[str, Any]:
     from dashboard import charts
+
     entropies = []
     for run_id, _, label, fam in runs:
         inside = backend.predictive_entropy(test_prediction(run_id, "bma", samples, None, 0)["probs"])
-        entropies.append({"label": label, "family": fam, "set": f"{label} in", "domain": "in-domain",
-                          "values": inside})
+        entropies.append({"label": label, "family": fam, "set": f"{label} in", "domain": "in-domain", "values": inside})
         if ood is not None:
-            entropies.append({"label": label, "family": fam, "set": f"{label} out", "domain": "out-of-domain",
-                              "values": ood_entropy(run_id, ood, "bma", samples, None, 0, n)})
+            entropies.append(
+                {
+                    "label": label,
+                    "family": fam,
+                    "set": f"{label} out",
+                    "domain": "out-of-domain",
+                    "values": ood_entropy(run_id, ood, "bma", samples, None, 0, n),
+                }
+            )
     return shipped(altair_spec.spec(charts.compare_ecdf(entropies, max_entropy)))
 
 
@@ -161,12 +226,22 @@ def histogram_without_threshold(run_id: str, log_counts: bool) -> dict[str, Any]
     """The Inclusion page's histograms (and the prior beside them) with no threshold rule: the same for
     every threshold, so a threshold step only adds its rule (charts.with_threshold_rules)."""
     from dashboard import charts
+
     spec = threshold_range(run_id)
     stats = statistics(run_id)
     labels = [charts.layer_label(i, s.shape) for i, s in enumerate(stats)]
-    return altair_spec.spec(charts.statistic_histogram(
-        stats, None, spec.name, log_counts=log_counts, labels=labels, value_range=(spec.low, spec.high),
-        prior=prior_of_statistic(run_id), colour=charts.family_colour(family(run_id))))
+    return altair_spec.spec(
+        charts.statistic_histogram(
+            stats,
+            None,
+            spec.name,
+            log_counts=log_counts,
+            labels=labels,
+            value_range=(spec.low, spec.high),
+            prior=prior_of_statistic(run_id),
+            colour=charts.family_colour(family(run_id)),
+        )
+    )
 
 
 @per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
@@ -177,13 +252,17 @@ def inclusion_charts(run_id: str, threshold: float, log_counts: bool, masked_wei
     import numpy as np
 
     from dashboard import charts, raster
+
     stats = statistics(run_id)
     labels = [charts.layer_label(i, s.shape) for i, s in enumerate(stats)]
     layer_masks = masks(run_id, threshold)
     weights = conditional_mean_weights(run_id) if masked_weights else None
-    pictures = [raster.mask_picture(mask, labels[index]) if weights is None else
-                raster.weight_picture(np.where(mask, weights[index], 0.0), labels[index])
-                for index, mask in enumerate(layer_masks)]
+    pictures = [
+        raster.mask_picture(mask, labels[index])
+        if weights is None
+        else raster.weight_picture(np.where(mask, weights[index], 0.0), labels[index])
+        for index, mask in enumerate(layer_masks)
+    ]
     input_shape = tuple(cached_run(run_id).dataset().input_shape)
     return {
         "histogram": charts.with_threshold_rules(histogram_without_threshold(run_id, log_counts), threshold),
@@ -201,23 +280,32 @@ def mask_comparison(run_id: str, threshold: float, second: float | None, draw: i
     (second None) the structure sampled with seed `draw`. One picture per layer and both kept counts;
     built once per setting for every session."""
     from dashboard import charts, raster
+
     spec = threshold_range(run_id)
     stats = statistics(run_id)
     masks_a = masks(run_id, threshold)
-    masks_b = (masks(run_id, float(second)) if second is not None
-               else backend.sample_structure(stats, spec.name, seed=int(draw)))
+    masks_b = (
+        masks(run_id, float(second))
+        if second is not None
+        else backend.sample_structure(stats, spec.name, seed=int(draw))
+    )
     if masks_b is None:
         raise ValueError(f"mask_comparison: {spec.name} is not an inclusion probability; give a second threshold")
     labels = [charts.layer_label(i, s.shape) for i, s in enumerate(stats)]
-    return {"charts": [raster.mask_difference_picture(a, b, labels[index])
-                       for index, (a, b) in enumerate(zip(masks_a, masks_b))],
-            "kept_a": sum(int(np.sum(m)) for m in masks_a), "kept_b": sum(int(np.sum(m)) for m in masks_b)}
+    return {
+        "charts": [
+            raster.mask_difference_picture(a, b, labels[index]) for index, (a, b) in enumerate(zip(masks_a, masks_b))
+        ],
+        "kept_a": sum(int(np.sum(m)) for m in masks_a),
+        "kept_b": sum(int(np.sum(m)) for m in masks_b),
+    }
 
 
 @per_run(max_entries=256, ttl=DERIVED_TTL, show_spinner=False)
 def receptive_fields_chart(run_id: str, threshold: float, units: tuple[int, ...]) -> dict[str, Any]:
     """The Inclusion page's receptive fields of first-layer `units` at `threshold` (a Vega-Lite spec)."""
     from dashboard import raster
+
     weights = conditional_mean_weights(run_id)
     first = masks(run_id, threshold)[0]
     input_shape = tuple(cached_run(run_id).dataset().input_shape)

@@ -23,6 +23,7 @@ from dashboard.bounded_cache import BoundedCache
 
 def _prediction_cache_bytes() -> int:
     from dashboard.settings import prediction_cache_bytes
+
     return prediction_cache_bytes()
 
 
@@ -32,6 +33,7 @@ def spinning(text: Any, compute: Callable, *args: Any, **kwargs: Any) -> Any:
         with st.spinner(text):
             return compute(*args, **kwargs)
     return compute(*args, **kwargs)
+
 
 # The pages' prediction arrays, bounded by bytes (st.cache_data bounds entries by count only).
 PREDICTIONS = BoundedCache(_prediction_cache_bytes(), ttl=3600)
@@ -72,8 +74,9 @@ def once_at_a_time(key: tuple, compute: Callable[[], Any]) -> Any:
                 del _inflight[key]
 
 
-def prediction_key(mode: str, samples: int, threshold: float | None, seed: int,
-                   weights: str | None = None) -> dict[str, Any]:
+def prediction_key(
+    mode: str, samples: int, threshold: float | None, seed: int, weights: str | None = None
+) -> dict[str, Any]:
     """The arguments of a prediction in one canonical form, so that settings which compute the same
     numbers share one cache entry (and one computation):
 
@@ -84,22 +87,27 @@ def prediction_key(mode: str, samples: int, threshold: float | None, seed: int,
     """
     same = backend.same_numbers_mode(mode, weights)
     draws = backend.mode_draws_samples(same)
-    return {"mode": same, "samples": int(samples) if draws else 1, "seed": int(seed) if draws else 0,
-            "threshold": float(threshold) if backend.uses_threshold(same) and threshold is not None else None,
-            "weights": None}
+    return {
+        "mode": same,
+        "samples": int(samples) if draws else 1,
+        "seed": int(seed) if draws else 0,
+        "threshold": float(threshold) if backend.uses_threshold(same) and threshold is not None else None,
+        "weights": None,
+    }
 
 
-def per_run(canonical_prediction: bool = False, bounded: BoundedCache | None = None,
-            **cache_options: Any) -> Callable:
+def per_run(canonical_prediction: bool = False, bounded: BoundedCache | None = None, **cache_options: Any) -> Callable:
     """st.cache_data for a function whose first argument is a run id, keyed by the run's
     generation too, so that forget_run(run_id) drops that run's entries and no other.
 
     canonical_prediction: the function takes (mode, samples, threshold, seed, weights) among its
     arguments; they are put in `prediction_key`'s form before the lookup.
     bounded: keep the values in this byte-bounded cache instead of st.cache_data (large arrays)."""
+
     def decorate(compute: Callable) -> Callable:
         def entry(run_id: str, run_generation: int, *args: Any, **kwargs: Any) -> Any:
             return compute(run_id, *args, **kwargs)
+
         # st.cache_data tells functions apart by module and qualified name (the source is the same here).
         entry.__name__ = compute.__name__
         entry.__qualname__ = f"{compute.__qualname__}.per_run"
@@ -112,17 +120,25 @@ def per_run(canonical_prediction: bool = False, bounded: BoundedCache | None = N
                 bound = signature.bind(run_id, *args, **kwargs)
                 bound.apply_defaults()
                 values = bound.arguments
-                values.update(prediction_key(values["mode"], values["samples"], values["threshold"],
-                                             values["seed"], values.get("weights")))
+                values.update(
+                    prediction_key(
+                        values["mode"], values["samples"], values["threshold"], values["seed"], values.get("weights")
+                    )
+                )
                 args, kwargs = tuple(values.values())[1:], {}
             run_generation = generation(run_id)
             key = (entry.__qualname__, run_id, run_generation, args, tuple(sorted(kwargs.items())))
             if bounded is not None:
-                return once_at_a_time(key, lambda: bounded.get_or_compute(
-                    key, lambda: spinning(cache_options.get("show_spinner"), compute, run_id, *args, **kwargs)))
+                return once_at_a_time(
+                    key,
+                    lambda: bounded.get_or_compute(
+                        key, lambda: spinning(cache_options.get("show_spinner"), compute, run_id, *args, **kwargs)
+                    ),
+                )
             return once_at_a_time(key, lambda: cached(run_id, run_generation, *args, **kwargs))
 
         lookup.__name__, lookup.__doc__, lookup.__wrapped__ = compute.__name__, compute.__doc__, compute
         lookup.clear = cached.clear if bounded is None else bounded.clear
         return lookup
+
     return decorate

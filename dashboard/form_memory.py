@@ -31,23 +31,56 @@ from dashboard import backend
 MEMORY_KEY = "train_form_memory"
 CARRIED_KEY = "train_form_carried"  # {"from": run id, "config": the filled config's fields}
 # The form's widget keys: these and every key with one of the prefixes (family options, learning rates).
-FORM_KEYS = ("train_dataset", "train_method", "train_hidden", "train_seed", "train_epochs", "train_batch",
-             "train_posttrain", "train_kl_weight", "train_empirical_bayes", "train_noise", "train_noise_init",
-             "train_noise_std", "train_precision_prior", "train_precision_a", "train_precision_b",
-             "train_params", "train_device")
+FORM_KEYS = (
+    "train_dataset",
+    "train_method",
+    "train_hidden",
+    "train_seed",
+    "train_epochs",
+    "train_batch",
+    "train_posttrain",
+    "train_kl_weight",
+    "train_empirical_bayes",
+    "train_noise",
+    "train_noise_init",
+    "train_noise_std",
+    "train_precision_prior",
+    "train_precision_a",
+    "train_precision_b",
+    "train_params",
+    "train_device",
+)
 FORM_PREFIXES = ("train_opt_", "train_lr_")
 DEVICES = ("auto", "cpu", "cuda")  # the form's device choices
 RATE_GROUPS = ("weights", "scales", "inclusion")
 # The form's noise boxes start at the Gaussian likelihood's defaults (core.models.likelihoods.GaussianOptions).
-NOISE_DEFAULTS = {"noise": "point", "noise_init": "value", "noise_std": 0.5, "precision_prior": "none",
-                  "precision_a": 6.0, "precision_b": 6.0}
-NOISE_KEYS = {"noise": "train_noise", "noise_init": "train_noise_init", "noise_std": "train_noise_std",
-              "precision_prior": "train_precision_prior", "precision_a": "train_precision_a",
-              "precision_b": "train_precision_b"}
+NOISE_DEFAULTS = {
+    "noise": "point",
+    "noise_init": "value",
+    "noise_std": 0.5,
+    "precision_prior": "none",
+    "precision_a": 6.0,
+    "precision_b": 6.0,
+}
+NOISE_KEYS = {
+    "noise": "train_noise",
+    "noise_init": "train_noise_init",
+    "noise_std": "train_noise_std",
+    "precision_prior": "train_precision_prior",
+    "precision_a": "train_precision_a",
+    "precision_b": "train_precision_b",
+}
 # Config fields without a box in the form, carried from the filled run while its dataset is chosen.
 CARRIED_FIELDS = ("split", "data_seed", "activation", "likelihood")
-FORM_TRAIN_FIELDS = ("epochs", "batch_size", "posttrain_epochs", "kl_weight", "learning_rates", "empirical_bayes",
-                     "lr_schedule")
+FORM_TRAIN_FIELDS = (
+    "epochs",
+    "batch_size",
+    "posttrain_epochs",
+    "kl_weight",
+    "learning_rates",
+    "empirical_bayes",
+    "lr_schedule",
+)
 
 
 def is_form_key(key: str) -> bool:
@@ -107,12 +140,14 @@ def exact_text(value: float) -> str:
 
 def option_defaults(method: str) -> dict[str, Any]:
     """The family's option defaults (its Options dataclass)."""
+
     def default(field: dataclasses.Field) -> Any:
         if field.default is not dataclasses.MISSING:
             return field.default
         if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
             return field.default_factory()  # type: ignore[misc]
         return None
+
     return {f.name: default(f) for f in backend.family_option_fields()[method]}
 
 
@@ -142,10 +177,13 @@ def form_values(config: dict[str, Any]) -> dict[str, Any]:
     train = config["train"]
     method, dataset = config["method"], config["dataset"]
     values: dict[str, Any] = {
-        "train_dataset": dataset, "train_method": method,
+        "train_dataset": dataset,
+        "train_method": method,
         "train_hidden": ", ".join(str(width) for width in config["hidden"]),
-        "train_seed": str(config["seed"]), "train_epochs": str(train["epochs"]),
-        "train_batch": str(train["batch_size"]), "train_posttrain": str(train["posttrain_epochs"]),
+        "train_seed": str(config["seed"]),
+        "train_epochs": str(train["epochs"]),
+        "train_batch": str(train["batch_size"]),
+        "train_posttrain": str(train["posttrain_epochs"]),
         "train_kl_weight": exact_text(float(train["kl_weight"])),
         "train_empirical_bayes": bool(train.get("empirical_bayes", False)),
         "train_lr_schedule": str(train.get("lr_schedule", "constant")),

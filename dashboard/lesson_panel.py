@@ -28,8 +28,7 @@ HIDE_CHARS = 400  # every control name, comma-separated, is under 200 characters
 def parse_hide(text: Any) -> tuple[str, ...]:
     """`?hide=`: comma-separated control names, each one of HIDEABLE_CONTROLS."""
     value = backend.validate.text_of(text, HIDE, HIDE_CHARS, r"[a-z_,]*", "control names separated by commas")
-    return tuple(backend.validate.one_of(name, HIDE, backend.HIDEABLE_CONTROLS)
-                 for name in value.split(",") if name)
+    return tuple(backend.validate.one_of(name, HIDE, backend.HIDEABLE_CONTROLS) for name in value.split(",") if name)
 
 
 def hidden(control: str) -> bool:
@@ -134,8 +133,10 @@ def render(pages: Mapping[str, Any]) -> None:
         run_id = step_run_id(lesson.name, number)
         if run_id is not None and run_id not in cached_run_ids():
             config = step.run_config()
-            st.info(f"This step shows a run that is not trained yet ({config.method} on {config.dataset}, "
-                    f"hidden {'-'.join(map(str, config.hidden))}): train it on the Train page, then come back.")
+            st.info(
+                f"This step shows a run that is not trained yet ({config.method} on {config.dataset}, "
+                f"hidden {'-'.join(map(str, config.hidden))}): train it on the Train page, then come back."
+            )
         back, forward, leave = st.columns(3)
         if back.button("Back", key="lesson_back", disabled=number <= 1, width="stretch"):
             go_to(lesson, number - 1, pages)

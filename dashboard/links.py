@@ -38,6 +38,7 @@ EPOCH_LINK_KEY = "epoch_link"  # (run id, accepted epoch) for the Inclusion page
 
 # --- one parser per parameter: text in, an accepted value out, or InputError -------------------------------
 
+
 def parse_run(text: Any, run_ids: Sequence[str]) -> str:
     """A cached run's id, or a prefix naming exactly one cached run."""
     prefix = validate.text_of(text, RUN, ID_CHARS, ID_PATTERN, "a run id (letters, digits, - and _)")
@@ -98,12 +99,14 @@ def link_number(value: float, low: float, high: float) -> str:
 
 # --- taking a parameter or refusing it ---------------------------------------------------------------------
 
+
 def refuse(param: str, reason: str) -> None:
     """Remove the parameter from the address and keep one message to show (see show_refusals)."""
     if param in st.query_params:
         del st.query_params[param]
     st.session_state.setdefault(REFUSED_KEY, []).append(
-        f"The link's {param} was not applied and was removed from the address. {reason}")
+        f"The link's {param} was not applied and was removed from the address. {reason}"
+    )
 
 
 def accept(param: str, parse: Callable[[str], Any]) -> Any | None:
@@ -141,8 +144,11 @@ def apply_view(run_id: str | None) -> None:
     if run_id is None:
         for param in VIEW:
             if param in st.query_params:
-                refuse(param, f"{param}: {validate.shown(st.query_params.get(param))} given, but there is no "
-                              "cached run to show it on")
+                refuse(
+                    param,
+                    f"{param}: {validate.shown(st.query_params.get(param))} given, but there is no "
+                    "cached run to show it on",
+                )
         return
 
     def recorded_epochs() -> int:

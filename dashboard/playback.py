@@ -71,8 +71,10 @@ def render(run_id: str, family: str, snapshots: Any, threshold: float, labels: S
 
     @st.fragment(run_every=PLAY_SECONDS if playing else None)
     def frame() -> None:
-        if st.session_state.get(playing_now) and time.monotonic() - st.session_state.get(frame_key(run_id), 0.0) \
-                >= 0.8 * PLAY_SECONDS:
+        if (
+            st.session_state.get(playing_now)
+            and time.monotonic() - st.session_state.get(frame_key(run_id), 0.0) >= 0.8 * PLAY_SECONDS
+        ):
             following = next_epoch(int(st.session_state[key]), n, step_size(n))
             if following is None:
                 st.session_state[playing_now] = False
@@ -82,40 +84,85 @@ def render(run_id: str, family: str, snapshots: Any, threshold: float, labels: S
         if bool(st.session_state.get(playing_now, False)) != playing:
             st.rerun()  # start or stop the timer: the fragment's run_every is set on a full run
         left, right = st.columns([5, 1])
-        epoch = int(left.slider("Epoch", min_value=1, max_value=max(n, 2), key=key,
-                                disabled=n < 2, help="epochs counted over every phase (warm start included); "
-                                                     "the last is the trained model"))
+        epoch = int(
+            left.slider(
+                "Epoch",
+                min_value=1,
+                max_value=max(n, 2),
+                key=key,
+                disabled=n < 2,
+                help="epochs counted over every phase (warm start included); the last is the trained model",
+            )
+        )
         epoch = min(epoch, n)
-        right.button("Pause" if playing else "Play", key=f"playback_button:{run_id}", on_click=toggle,
-                     help=f"replay the epochs, {step_size(n)} per frame" if step_size(n) > 1 else
-                     "replay the epochs one by one")
+        right.button(
+            "Pause" if playing else "Play",
+            key=f"playback_button:{run_id}",
+            on_click=toggle,
+            help=f"replay the epochs, {step_size(n)} per frame" if step_size(n) > 1 else "replay the epochs one by one",
+        )
         state.publish(EPOCH_PARAM, epoch)
         index = epoch - 1
         phase = str(snapshots.phase[index])
         density = float(snapshots.overall_density[index])
-        note = (" Warm start: a deterministic net of the same shape trains; this network waits at its initial "
-                "values until the warm start copies the weights in." if phase == "warm-start" else "")
-        st.caption(f"Epoch {epoch} of {n} ({phase}, epoch {int(snapshots.epoch[index])} of that phase): "
-                   f"density {density:.4f} at the default threshold {snapshots.default_threshold:g}.{note}")
+        note = (
+            " Warm start: a deterministic net of the same shape trains; this network waits at its initial "
+            "values until the warm start copies the weights in."
+            if phase == "warm-start"
+            else ""
+        )
+        st.caption(
+            f"Epoch {epoch} of {n} ({phase}, epoch {int(snapshots.epoch[index])} of that phase): "
+            f"density {density:.4f} at the default threshold {snapshots.default_threshold:g}.{note}"
+        )
         # The threshold's rule is data (with_threshold_rules): a threshold step swaps it in the drawn chart.
-        st.vega_lite_chart(charts.with_threshold_rules(altair_spec.spec(charts.snapshot_histograms(
-            snapshots.histogram[index], snapshots.edges, snapshots.statistic, labels, threshold=None,
-            colour=colour, max_count=max_count, title=f"{snapshots.statistic} at epoch {epoch}")), threshold))
-        st.vega_lite_chart(altair_spec.spec(charts.density_over_epochs(
-            snapshots.density, snapshots.overall_density, list(snapshots.phase), labels, epoch, colour=colour,
-            threshold=snapshots.default_threshold)))
+        st.vega_lite_chart(
+            charts.with_threshold_rules(
+                altair_spec.spec(
+                    charts.snapshot_histograms(
+                        snapshots.histogram[index],
+                        snapshots.edges,
+                        snapshots.statistic,
+                        labels,
+                        threshold=None,
+                        colour=colour,
+                        max_count=max_count,
+                        title=f"{snapshots.statistic} at epoch {epoch}",
+                    )
+                ),
+                threshold,
+            )
+        )
+        st.vega_lite_chart(
+            altair_spec.spec(
+                charts.density_over_epochs(
+                    snapshots.density,
+                    snapshots.overall_density,
+                    list(snapshots.phase),
+                    labels,
+                    epoch,
+                    colour=colour,
+                    threshold=snapshots.default_threshold,
+                )
+            )
+        )
         replay = snapshots.masks_at(index, threshold)
         if replay is not None:
             recorded, masks = replay
-            when = f"epoch {recorded + 1}" + (f" (the latest recorded up to epoch {epoch})"
-                                              if recorded != index else "")
+            when = f"epoch {recorded + 1}" + (
+                f" (the latest recorded up to epoch {epoch})" if recorded != index else ""
+            )
             columns = st.columns(min(3, len(masks)))
             for layer, mask in enumerate(masks):
                 columns[layer % len(columns)].vega_lite_chart(raster.mask_picture(mask, f"{labels[layer]} at {when}"))
-            st.caption(f"Masks at the threshold above ({threshold:.4g}), replayed from the statistic recorded at "
-                       f"{when} (stored in half precision: a weight within about 0.1% of the threshold may flip).")
+            st.caption(
+                f"Masks at the threshold above ({threshold:.4g}), replayed from the statistic recorded at "
+                f"{when} (stored in half precision: a weight within about 0.1% of the threshold may flip)."
+            )
         else:
-            st.caption("Masks are replayed for small networks only (at most a few thousand weights); this run "
-                       "has the histograms and densities of every epoch.")
+            st.caption(
+                "Masks are replayed for small networks only (at most a few thousand weights); this run "
+                "has the histograms and densities of every epoch."
+            )
 
     frame()

@@ -26,8 +26,11 @@ def playground_defaults(dataset: str) -> dict[str, Any]:
     number of epochs for the set (the small-regression defaults fit the 1-D curves; with fewer
     units or steps the fit is a line, docs/why-lbbnn-over-prunes.md)."""
     config = backend.make_config({"dataset": dataset, "train": {"batch_size": 500}})
-    return {"noise": backend.generator_noise(dataset), "hidden": list(config.hidden),
-            "epochs": int(config.train.epochs)}
+    return {
+        "noise": backend.generator_noise(dataset),
+        "hidden": list(config.hidden),
+        "epochs": int(config.train.epochs),
+    }
 
 
 def playground_max_weights() -> int | None:
@@ -54,8 +57,10 @@ def kept_text(picture: dict) -> str:
     """How many connections the picture's masks keep: the graph alone looked the same at psi 0.135 and 0.03."""
     kept = int(sum(int(np.count_nonzero(mask)) for mask in picture["masks"]))
     total = int(sum(int(np.size(mask)) for mask in picture["masks"]))
-    return (f"Kept at the default cut ({picture['default']:g}): {kept:,} of {total:,} connections "
-            f"({kept / max(total, 1):.1%}).")
+    return (
+        f"Kept at the default cut ({picture['default']:g}): {kept:,} of {total:,} connections "
+        f"({kept / max(total, 1):.1%})."
+    )
 
 
 class PlaygroundTraining:
@@ -73,8 +78,14 @@ class PlaygroundTraining:
     ABANDONED_SECONDS = 2.0
     PRESENCE_CHECK_SECONDS = 0.5
 
-    def __init__(self, values: dict[str, Any], every: int = 20, samples: int = 20, hold_seconds: float = 0.0,
-                 present: Callable[[], bool] | None = None):
+    def __init__(
+        self,
+        values: dict[str, Any],
+        every: int = 20,
+        samples: int = 20,
+        hold_seconds: float = 0.0,
+        present: Callable[[], bool] | None = None,
+    ):
         self.config = backend.make_config(values)
         self._values = dict(values)
         self.every = max(1, int(every))
@@ -209,15 +220,24 @@ class PlaygroundTraining:
         statistics = backend.native_statistics(model)
         spec = model.spec
         masks = backend.masks_at(statistics, float(spec.default_threshold), spec.keep_above)
-        picture: dict[str, Any] = {"epoch": epoch, "total_epochs": self._total, "statistics": statistics,
-                                   "statistic": str(spec.name), "default": float(spec.default_threshold),
-                                   "masks": masks, "loss": None if record is None else record.get("loss"),
-                                   "x_plot": self._x_plot}
+        picture: dict[str, Any] = {
+            "epoch": epoch,
+            "total_epochs": self._total,
+            "statistics": statistics,
+            "statistic": str(spec.name),
+            "default": float(spec.default_threshold),
+            "masks": masks,
+            "loss": None if record is None else record.get("loss"),
+            "x_plot": self._x_plot,
+        }
         if dataset.task == "regression":
             prediction = prediction.unstandardised(dataset.target_mean, dataset.target_std)
-            picture.update(mean=np.asarray(prediction.mean), mean_per_draw=np.asarray(prediction.mean_per_draw),
-                           epistemic_std=np.sqrt(np.asarray(prediction.epistemic_variance)),
-                           total_std=np.sqrt(np.asarray(prediction.total_variance)))
+            picture.update(
+                mean=np.asarray(prediction.mean),
+                mean_per_draw=np.asarray(prediction.mean_per_draw),
+                epistemic_std=np.sqrt(np.asarray(prediction.epistemic_variance)),
+                total_std=np.sqrt(np.asarray(prediction.total_variance)),
+            )
         else:
             picture.update(surface_arrays(np.asarray(prediction.probs_per_draw)))
         with self._lock:

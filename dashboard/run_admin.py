@@ -34,18 +34,28 @@ def cached_runs_section() -> None:
         st.caption("The store is empty.")
         return
     differences = backend.config_differences(rows)
-    table = pd.DataFrame([{
-        "run id": r["run_id"],
-        "dataset": r.get("dataset"),
-        "method": r.get("method"),
-        "hidden": "-".join(str(h) for h in (r.get("hidden") or [])),
-        "epochs": r.get("epochs"),
-        "differs in": differences.get(r["run_id"], ""),
-        "created": dt.datetime.fromtimestamp(r["created"]).strftime("%Y-%m-%d %H:%M") if r.get("created") else "",
-        "headline": headline_metric(r.get("metrics") or {}),
-        "status": (r.get("status", "ok") if r.get("status", "ok") == "ok"
-                   else f"corrupt: {without_server_paths(r.get('error'))}"),
-    } for r in reversed(rows)])
+    table = pd.DataFrame(
+        [
+            {
+                "run id": r["run_id"],
+                "dataset": r.get("dataset"),
+                "method": r.get("method"),
+                "hidden": "-".join(str(h) for h in (r.get("hidden") or [])),
+                "epochs": r.get("epochs"),
+                "differs in": differences.get(r["run_id"], ""),
+                "created": dt.datetime.fromtimestamp(r["created"]).strftime("%Y-%m-%d %H:%M")
+                if r.get("created")
+                else "",
+                "headline": headline_metric(r.get("metrics") or {}),
+                "status": (
+                    r.get("status", "ok")
+                    if r.get("status", "ok") == "ok"
+                    else f"corrupt: {without_server_paths(r.get('error'))}"
+                ),
+            }
+            for r in reversed(rows)
+        ]
+    )
     st.dataframe(table, hide_index=True, width="stretch")
     ids = list(table["run id"])
     left, middle, right = st.columns([3, 1, 1])
@@ -59,8 +69,10 @@ def cached_runs_section() -> None:
         st.session_state[PENDING_DELETE_KEY] = chosen
     pending = st.session_state.get(PENDING_DELETE_KEY)
     if pending is not None and pending in ids:
-        st.warning(f"Delete run {plain(pending)}? Its weights and results are removed for every session; "
-                   "this cannot be undone.")
+        st.warning(
+            f"Delete run {plain(pending)}? Its weights and results are removed for every session; "
+            "this cannot be undone."
+        )
         yes, no = st.columns([1, 4])
         if yes.button("Yes, delete it", key="confirm_delete", type="primary"):
             st.session_state.pop(PENDING_DELETE_KEY, None)
@@ -84,9 +96,11 @@ def teacher_section() -> None:
     training with a token. A token is checked only when Unlock is pressed (not on every rerun),
     and tries are throttled (dashboard/settings.py)."""
     from dashboard.settings import classroom_mode
+
     if not classroom_mode():
         return
     from dashboard.settings import classroom_notice
+
     notice = classroom_notice()
     if notice:  # turned on by itself: the teacher is told why, and how to turn it off
         st.caption(notice)
@@ -102,8 +116,11 @@ def teacher_section() -> None:
                 st.error(result.message)
             return
         st.caption("Unlocked: this session can delete runs, clear caches and cancel any training.")
-        if st.button("Clear every cache", key="clear_caches",
-                     help="every session reloads runs and recomputes results; trainings go on"):
+        if st.button(
+            "Clear every cache",
+            key="clear_caches",
+            help="every session reloads runs and recomputes results; trainings go on",
+        ):
             cache.clear_all()
             st.rerun()
         queue_panel()
@@ -121,14 +138,22 @@ def queue_panel() -> None:
         st.caption("Nothing is training or waiting.")
         return
     for entry in entries:
-        where = (f"queued, place {entry.place}" if entry.place is not None
-                 else f"running, epoch {entry.finished_epochs}/{entry.total_epochs}")
+        where = (
+            f"queued, place {entry.place}"
+            if entry.place is not None
+            else f"running, epoch {entry.finished_epochs}/{entry.total_epochs}"
+        )
         left, right = st.columns([5, 1])
         left.text(f"{entry.who}: {entry.label}; {where}, {eta_text(entry.eta, entry.place is not None)}")
         if right.button("Cancel", key=f"teacher_cancel_{entry.job_id}", type="secondary"):
             queue.cancel_job(entry.job_id)
-            log.info("the teacher (%s) cancelled training %d (%s) of %s", state.session_label(), entry.job_id,
-                     entry.label, entry.who)
+            log.info(
+                "the teacher (%s) cancelled training %d (%s) of %s",
+                state.session_label(),
+                entry.job_id,
+                entry.label,
+                entry.who,
+            )
             st.rerun(scope="fragment")
 
 

@@ -43,21 +43,35 @@ def _secrets() -> dict[str, Any]:
         return {}
     try:
         import streamlit as st
+
         return dict(st.secrets)
     except Exception:  # unreadable secrets, or not under a Streamlit runtime
         return {}
 
 
-CLASSROOM = register(Setting(
-    CLASSROOM_VARIABLE, "flag", None, "classroom mode: sessions cannot delete runs or clear caches; every "
-    "computation uses one PyTorch thread unless BNN_COMPUTE_THREADS says otherwise (unset: on whenever the "
-    "server listens on an address other machines reach, i.e. Streamlit's server.address is not a loopback "
-    "address; set 0 to turn it off there)", secret_key="classroom",
-    shown_default="on when the server listens beyond loopback"))
-TEACHER_TOKEN = register(Setting(
-    TEACHER_TOKEN_VARIABLE, "text", None, "the token that unlocks deleting runs, clearing caches and the "
-    "training queue's panel in classroom mode (a secret: environment or secrets.toml, never config.toml)",
-    secret_key="teacher_token"))
+CLASSROOM = register(
+    Setting(
+        CLASSROOM_VARIABLE,
+        "flag",
+        None,
+        "classroom mode: sessions cannot delete runs or clear caches; every "
+        "computation uses one PyTorch thread unless BNN_COMPUTE_THREADS says otherwise (unset: on whenever the "
+        "server listens on an address other machines reach, i.e. Streamlit's server.address is not a loopback "
+        "address; set 0 to turn it off there)",
+        secret_key="classroom",
+        shown_default="on when the server listens beyond loopback",
+    )
+)
+TEACHER_TOKEN = register(
+    Setting(
+        TEACHER_TOKEN_VARIABLE,
+        "text",
+        None,
+        "the token that unlocks deleting runs, clearing caches and the "
+        "training queue's panel in classroom mode (a secret: environment or secrets.toml, never config.toml)",
+        secret_key="teacher_token",
+    )
+)
 
 
 def classroom_mode() -> bool:
@@ -116,9 +130,11 @@ def classroom_notice() -> str | None:
     if CLASSROOM.read(fallback=_secret) is not None or not classroom_mode():
         return None
     address = server_address() or "every interface"
-    return (f"Classroom protections are on because this server listens on {address}, which other machines "
-            f"can reach: only the teacher (the token in {TEACHER_TOKEN_VARIABLE}) can delete runs, clear "
-            f"caches or cancel others' trainings. Set {CLASSROOM_VARIABLE}=0 to turn them off.")
+    return (
+        f"Classroom protections are on because this server listens on {address}, which other machines "
+        f"can reach: only the teacher (the token in {TEACHER_TOKEN_VARIABLE}) can delete runs, clear "
+        f"caches or cancel others' trainings. Set {CLASSROOM_VARIABLE}=0 to turn them off."
+    )
 
 
 def _say_once(on: bool, address: str | None) -> None:
@@ -130,11 +146,16 @@ def _say_once(on: bool, address: str | None) -> None:
             return
         _said.append(on)
     if on:
-        log.warning("classroom protections ON: the server listens on %s, reachable from other machines "
-                    "(%s unset; set it to 0 to turn them off)", address or "every interface", CLASSROOM_VARIABLE)
+        log.warning(
+            "classroom protections ON: the server listens on %s, reachable from other machines "
+            "(%s unset; set it to 0 to turn them off)",
+            address or "every interface",
+            CLASSROOM_VARIABLE,
+        )
     else:
-        log.info("classroom protections off: the server listens on loopback %s only (%s unset)", address,
-                 CLASSROOM_VARIABLE)
+        log.info(
+            "classroom protections off: the server listens on loopback %s only (%s unset)", address, CLASSROOM_VARIABLE
+        )
 
 
 def teacher_token() -> str | None:
@@ -152,20 +173,35 @@ def is_teacher_token(candidate: str) -> bool:
 
 
 MAX_TRAININGS_VARIABLE = "BNN_MAX_TRAININGS"
-MAX_TRAININGS = register(Setting(
-    MAX_TRAININGS_VARIABLE, "whole", None, "trainings at once (unset: 1 on a CPU, 2 with a GPU)", low=1,
-    high=1000, secret_key="max_trainings"))
+MAX_TRAININGS = register(
+    Setting(
+        MAX_TRAININGS_VARIABLE,
+        "whole",
+        None,
+        "trainings at once (unset: 1 on a CPU, 2 with a GPU)",
+        low=1,
+        high=1000,
+        secret_key="max_trainings",
+    )
+)
 COMPUTE_THREADS_VARIABLE = "BNN_COMPUTE_THREADS"
-COMPUTE_THREADS = register(Setting(
-    COMPUTE_THREADS_VARIABLE, "whole", None, "PyTorch threads per computation, in the server and its "
-    "trainings (unset: 1 in classroom mode, else PyTorch's own)", low=1, high=4096,
-    secret_key="compute_threads"))
+COMPUTE_THREADS = register(
+    Setting(
+        COMPUTE_THREADS_VARIABLE,
+        "whole",
+        None,
+        "PyTorch threads per computation, in the server and its "
+        "trainings (unset: 1 in classroom mode, else PyTorch's own)",
+        low=1,
+        high=4096,
+        secret_key="compute_threads",
+    )
+)
 
 
 def max_trainings_setting() -> int | None:
     """The configured number of concurrent trainings, or None (the worker's default)."""
     return MAX_TRAININGS.read(fallback=_secret)
-
 
 
 def compute_threads() -> int | None:
@@ -197,6 +233,7 @@ def apply_compute_threads() -> int | None:
             threads = compute_threads()
             if threads is not None:
                 import torch
+
                 torch.set_num_threads(threads)
             _threads_applied.append(threads)
         return _threads_applied[0]
@@ -211,6 +248,7 @@ def refuse_streamlit_cache_clearing() -> bool:
     if not classroom_mode():
         return False
     from dashboard.streamlit_compat import guard_clear_cache_request
+
     return guard_clear_cache_request(classroom_mode)
 
 
@@ -220,30 +258,66 @@ def refuse_streamlit_cache_clearing() -> bool:
 
 log = logging.getLogger(__name__)
 
-QUEUE_PER_SESSION = register(Setting(
-    "BNN_QUEUE_PER_SESSION", "whole", 2,
-    "trainings one session (a browser; a tab where the browser is not recognised) may have running or "
-    "queued at once (2: one running and one queued)",
-    low=1, high=100, secret_key="queue_per_session"))
-QUEUE_SESSION_SECONDS = register(Setting(
-    "BNN_QUEUE_SESSION_SECONDS", "real", 1200.0,
-    "estimated seconds of the trainings one session may have running or queued at once",
-    low=1, high=30 * 86400, secret_key="queue_session_seconds"))
-SHORT_TRAINING_SECONDS = register(Setting(
-    "BNN_SHORT_TRAINING_SECONDS", "real", 300.0,
-    "the short lane: while every training slot runs a training estimated above this many seconds, one "
-    "training estimated at most this long starts beside them (0: no short lane), so a default-size "
-    "training never waits behind another student's long one", low=0, high=86400,
-    secret_key="short_training_seconds"))
-QUEUE_GRACE_SECONDS = register(Setting(
-    "BNN_QUEUE_GRACE_SECONDS", "real", 60.0,
-    "seconds after a session's last open page closes before its queued trainings are dropped (its running "
-    "one goes on)",
-    low=0, high=86400, secret_key="queue_grace_seconds"))
-TEACHER_BACKOFF_MAX = register(Setting(
-    "BNN_TEACHER_BACKOFF_MAX_SECONDS", "real", 60.0,
-    "longest wait between teacher-token tries after wrong ones (2^k s after k failures, per session "
-    "and per server)", low=1, high=86400, secret_key="teacher_backoff_max_seconds"))
+QUEUE_PER_SESSION = register(
+    Setting(
+        "BNN_QUEUE_PER_SESSION",
+        "whole",
+        2,
+        "trainings one session (a browser; a tab where the browser is not recognised) may have running or "
+        "queued at once (2: one running and one queued)",
+        low=1,
+        high=100,
+        secret_key="queue_per_session",
+    )
+)
+QUEUE_SESSION_SECONDS = register(
+    Setting(
+        "BNN_QUEUE_SESSION_SECONDS",
+        "real",
+        1200.0,
+        "estimated seconds of the trainings one session may have running or queued at once",
+        low=1,
+        high=30 * 86400,
+        secret_key="queue_session_seconds",
+    )
+)
+SHORT_TRAINING_SECONDS = register(
+    Setting(
+        "BNN_SHORT_TRAINING_SECONDS",
+        "real",
+        300.0,
+        "the short lane: while every training slot runs a training estimated above this many seconds, one "
+        "training estimated at most this long starts beside them (0: no short lane), so a default-size "
+        "training never waits behind another student's long one",
+        low=0,
+        high=86400,
+        secret_key="short_training_seconds",
+    )
+)
+QUEUE_GRACE_SECONDS = register(
+    Setting(
+        "BNN_QUEUE_GRACE_SECONDS",
+        "real",
+        60.0,
+        "seconds after a session's last open page closes before its queued trainings are dropped (its running "
+        "one goes on)",
+        low=0,
+        high=86400,
+        secret_key="queue_grace_seconds",
+    )
+)
+TEACHER_BACKOFF_MAX = register(
+    Setting(
+        "BNN_TEACHER_BACKOFF_MAX_SECONDS",
+        "real",
+        60.0,
+        "longest wait between teacher-token tries after wrong ones (2^k s after k failures, per session "
+        "and per server)",
+        low=1,
+        high=86400,
+        secret_key="teacher_backoff_max_seconds",
+    )
+)
 
 
 def queue_limits() -> Any:
@@ -251,12 +325,14 @@ def queue_limits() -> Any:
     from dashboard import backend
     from dashboard.worker import QueueLimits
 
-    return QueueLimits(per_session=QUEUE_PER_SESSION.read(fallback=_secret),
-                       session_seconds=QUEUE_SESSION_SECONDS.read(fallback=_secret),
-                       # one limit for the form and the queue: core.cost's BNN_MAX_TRAINING_MINUTES
-                       training_seconds=backend.admission_limits().training_seconds,
-                       grace_seconds=QUEUE_GRACE_SECONDS.read(fallback=_secret),
-                       short_seconds=SHORT_TRAINING_SECONDS.read(fallback=_secret))
+    return QueueLimits(
+        per_session=QUEUE_PER_SESSION.read(fallback=_secret),
+        session_seconds=QUEUE_SESSION_SECONDS.read(fallback=_secret),
+        # one limit for the form and the queue: core.cost's BNN_MAX_TRAINING_MINUTES
+        training_seconds=backend.admission_limits().training_seconds,
+        grace_seconds=QUEUE_GRACE_SECONDS.read(fallback=_secret),
+        short_seconds=SHORT_TRAINING_SECONDS.read(fallback=_secret),
+    )
 
 
 class GuessThrottle:
@@ -283,7 +359,7 @@ class GuessThrottle:
         if count and now - last > 10 * self.cap:
             self._failures.pop(key, None)
             return 0.0
-        return max(0.0, last + min(2.0 ** count, self.cap) - now) if count else 0.0
+        return max(0.0, last + min(2.0**count, self.cap) - now) if count else 0.0
 
     def wait(self, who: str) -> float:
         """Seconds before `who` (a session label) may try again (0: now)."""
@@ -342,8 +418,13 @@ def check_teacher_token(candidate: str, who: str, throttle: GuessThrottle | None
         log.info("teacher token accepted from %s", who)
         return TokenCheck(True)
     mine, server, wait = throttle.failed(who)
-    log.warning("wrong teacher token from %s (%d from this session, %d on the server); next try in %.0f s",
-                who, mine, server, wait)
+    log.warning(
+        "wrong teacher token from %s (%d from this session, %d on the server); next try in %.0f s",
+        who,
+        mine,
+        server,
+        wait,
+    )
     return TokenCheck(False, f"That is not the teacher token. The next try is possible in {math.ceil(wait)} s.")
 
 
@@ -352,25 +433,65 @@ def check_teacher_token(candidate: str, who: str, throttle: GuessThrottle | None
 # draw cache (256 MB) and the prediction cache (512 MB): about 1.1 GB above an idle server, inside
 # the 2 GB a class's server is meant to grow by at most.
 
-CACHED_RUNS = register(Setting(
-    "BNN_CACHED_RUNS", "whole", 32, "loaded runs kept in memory, shared by every session (about 11 MB "
-    "each for 784-400-600-10)", low=1, high=10_000, secret_key="cached_runs"))
-DRAW_CACHE_MB = register(Setting(
-    "BNN_DRAW_CACHE_MB", "real", 256.0, "megabytes of sampled predictions' per-draw outputs kept "
-    "(least recently used dropped first; 0 keeps nothing)", low=0, high=10 ** 6, secret_key="draw_cache_mb"))
-PREDICTION_CACHE_MB = register(Setting(
-    "BNN_PREDICTION_CACHE_MB", "real", 512.0, "megabytes of the pages' test-set and grid predictions kept "
-    "(least recently used dropped first; a full MNIST test set at R = 100 is 40 MB)", low=0, high=10 ** 6,
-    secret_key="prediction_cache_mb"))
-PREDICT_SLOTS = register(Setting(
-    "BNN_PREDICT_SLOTS", "whole", 0, "predictions computed at once, the others queued first come, first "
-    "served (0: no limit)", low=0, high=10_000, secret_key="predict_slots"))
+CACHED_RUNS = register(
+    Setting(
+        "BNN_CACHED_RUNS",
+        "whole",
+        32,
+        "loaded runs kept in memory, shared by every session (about 11 MB each for 784-400-600-10)",
+        low=1,
+        high=10_000,
+        secret_key="cached_runs",
+    )
+)
+DRAW_CACHE_MB = register(
+    Setting(
+        "BNN_DRAW_CACHE_MB",
+        "real",
+        256.0,
+        "megabytes of sampled predictions' per-draw outputs kept (least recently used dropped first; 0 keeps nothing)",
+        low=0,
+        high=10**6,
+        secret_key="draw_cache_mb",
+    )
+)
+PREDICTION_CACHE_MB = register(
+    Setting(
+        "BNN_PREDICTION_CACHE_MB",
+        "real",
+        512.0,
+        "megabytes of the pages' test-set and grid predictions kept "
+        "(least recently used dropped first; a full MNIST test set at R = 100 is 40 MB)",
+        low=0,
+        high=10**6,
+        secret_key="prediction_cache_mb",
+    )
+)
+PREDICT_SLOTS = register(
+    Setting(
+        "BNN_PREDICT_SLOTS",
+        "whole",
+        0,
+        "predictions computed at once, the others queued first come, first served (0: no limit)",
+        low=0,
+        high=10_000,
+        secret_key="predict_slots",
+    )
+)
 
 
-FORM_MEMORY_BROWSERS = register(Setting(
-    "BNN_FORM_MEMORY_BROWSERS", "whole", 1000, "browsers whose Train form choices the server keeps for a "
-    "reload (the most recently used; a few hundred bytes each)", low=1, high=10 ** 6,
-    secret_key="form_memory_browsers"))
+FORM_MEMORY_BROWSERS = register(
+    Setting(
+        "BNN_FORM_MEMORY_BROWSERS",
+        "whole",
+        1000,
+        "browsers whose Train form choices the server keeps for a "
+        "reload (the most recently used; a few hundred bytes each)",
+        low=1,
+        high=10**6,
+        secret_key="form_memory_browsers",
+    )
+)
 
 
 def form_memory_browsers() -> int:
@@ -382,11 +503,11 @@ def cached_runs() -> int:
 
 
 def draw_cache_bytes() -> int:
-    return int(DRAW_CACHE_MB.read(fallback=_secret) * 2 ** 20)
+    return int(DRAW_CACHE_MB.read(fallback=_secret) * 2**20)
 
 
 def prediction_cache_bytes() -> int:
-    return int(PREDICTION_CACHE_MB.read(fallback=_secret) * 2 ** 20)
+    return int(PREDICTION_CACHE_MB.read(fallback=_secret) * 2**20)
 
 
 def predict_slots() -> int | None:
@@ -394,9 +515,15 @@ def predict_slots() -> int | None:
     return slots or None
 
 
-LESSON_RUNS = register(Setting(
-    "BNN_LESSON_RUNS", "flag", True, "place the shipped lessons' runs (assets/lessons/store) into the run store on "
-    "the server's first start, verified like any stored run, so a class opening a lesson waits for no training"))
+LESSON_RUNS = register(
+    Setting(
+        "BNN_LESSON_RUNS",
+        "flag",
+        True,
+        "place the shipped lessons' runs (assets/lessons/store) into the run store on "
+        "the server's first start, verified like any stored run, so a class opening a lesson waits for no training",
+    )
+)
 
 
 def lesson_runs() -> bool:

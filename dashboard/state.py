@@ -75,6 +75,7 @@ def set_worker(value: Any) -> None:
 def may_manage_runs() -> bool:
     """Deleting runs and clearing caches: anyone outside classroom mode, the teacher inside it."""
     from dashboard.settings import classroom_mode
+
     return not classroom_mode() or bool(st.session_state.get(TEACHER_KEY))
 
 
@@ -83,6 +84,7 @@ def unlock_teacher(token: str) -> Any:
     throttled and wrong ones logged under the session's label (dashboard/settings.py). Returns the
     TokenCheck (ok, or the message to show)."""
     from dashboard.settings import check_teacher_token
+
     result = check_teacher_token(token, session_label())
     if result.ok:
         st.session_state[TEACHER_KEY] = True
@@ -103,8 +105,11 @@ def session_owner() -> str:
     owner = st.session_state.get(OWNER_KEY)
     if not owner:
         token = browser_token()
-        owner = ("browser:" + hmac.new(_OWNER_KEY_BYTES, token, hashlib.sha256).hexdigest() if token
-                 else "session:" + secrets.token_urlsafe(18))
+        owner = (
+            "browser:" + hmac.new(_OWNER_KEY_BYTES, token, hashlib.sha256).hexdigest()
+            if token
+            else "session:" + secrets.token_urlsafe(18)
+        )
         st.session_state[OWNER_KEY] = owner
     return owner
 
@@ -135,6 +140,7 @@ def owns(request: Any) -> bool:
 def may_cancel(request: Any) -> bool:
     """Cancel is the owner's, and the unlocked teacher's in classroom mode; never a link's."""
     from dashboard.settings import classroom_mode
+
     return owns(request) or (classroom_mode() and bool(st.session_state.get(TEACHER_KEY)))
 
 
@@ -187,8 +193,10 @@ def collect_finished_worker() -> None:
         select_run(snapshot.run_id)
         if previous and previous != snapshot.run_id:
             # Never switch runs without a word (the reader may be studying the previous one).
-            notify(f"Training finished: now showing the new run {snapshot.run_id[:8]} ({current.label}); "
-                   f"the run you were looking at, {previous[:8]}, is still in the sidebar's list.")
+            notify(
+                f"Training finished: now showing the new run {snapshot.run_id[:8]} ({current.label}); "
+                f"the run you were looking at, {previous[:8]}, is still in the sidebar's list."
+            )
 
 
 def ensure_default_run() -> None:
@@ -200,8 +208,10 @@ def ensure_default_run() -> None:
         return
     select_run(ids[-1] if ids else None)
     if current is not None and ids:
-        notify(f"Run {current[:8]} is no longer in the store (deleted, here or in another session); "
-               f"now showing run {ids[-1][:8]}.")
+        notify(
+            f"Run {current[:8]} is no longer in the store (deleted, here or in another session); "
+            f"now showing run {ids[-1][:8]}."
+        )
 
 
 NOTICE_KEY = "pending_notice"
@@ -231,8 +241,9 @@ def publish(name: str, value: Any, text: str | None = None) -> None:
     """Write a view setting into the address (only when it changed: each write is a message)."""
     param = VIEW_PARAMS.get(name, name)
     if text is None:
-        text = (f"{value:.6g}" if isinstance(value, float)
-                else ",".join(value) if isinstance(value, list) else str(value))
+        text = (
+            f"{value:.6g}" if isinstance(value, float) else ",".join(value) if isinstance(value, list) else str(value)
+        )
     if st.query_params.get(param) != text:
         st.query_params[param] = text
 
@@ -245,8 +256,9 @@ def store_setting(run_id: str, name: str, value: Any) -> None:
     st.session_state.setdefault(SETTINGS_KEY, {}).setdefault(run_id, {})[name] = value
 
 
-def persistent_widget(widget: Any, run_id: str, name: str, default: Any, label: str,
-                      link_text: Any = None, **kwargs: Any) -> Any:
+def persistent_widget(
+    widget: Any, run_id: str, name: str, default: Any, label: str, link_text: Any = None, **kwargs: Any
+) -> Any:
     """A widget whose value is remembered per run across pages; link_text(value), when given, is how
     the address writes it."""
     key = f"widget:{name}:{run_id}"
@@ -287,8 +299,13 @@ def prediction_mode_select(run_id: str, default: str = "bma") -> str:
         store_setting(run_id, "mode", st.session_state[key])
         store_setting(run_id, "mode_chosen", True)
 
-    value = st.selectbox("Prediction mode", list(backend.PREDICTION_MODES), key=key, on_change=remember,
-                         format_func=lambda m: f"{m} ({backend.MODE_HELP[m].split(':')[0]})")
+    value = st.selectbox(
+        "Prediction mode",
+        list(backend.PREDICTION_MODES),
+        key=key,
+        on_change=remember,
+        format_func=lambda m: f"{m} ({backend.MODE_HELP[m].split(':')[0]})",
+    )
     publish("mode", value)
     return value
 
@@ -296,27 +313,48 @@ def prediction_mode_select(run_id: str, default: str = "bma") -> str:
 def samples_slider(run_id: str, max_samples: int = MAX_SAMPLES, disabled: bool = False) -> int:
     """The number of posterior draws R, shared by every page of a run; disabled (with the reason)
     in modes that draw nothing."""
-    return persistent_widget(st.slider, run_id, "samples", 10, "Posterior samples R", min_value=1,
-                             max_value=max_samples, disabled=disabled,
-                             help="this mode predicts with one network and draws nothing" if disabled else
-                             "posterior draws averaged per prediction")
+    return persistent_widget(
+        st.slider,
+        run_id,
+        "samples",
+        10,
+        "Posterior samples R",
+        min_value=1,
+        max_value=max_samples,
+        disabled=disabled,
+        help="this mode predicts with one network and draws nothing"
+        if disabled
+        else "posterior draws averaged per prediction",
+    )
 
 
-def threshold_slider(run_id: str, spec: backend.ThresholdRange, label: str | None = None,
-                     disabled_reason: str | None = None) -> float:
+def threshold_slider(
+    run_id: str, spec: backend.ThresholdRange, label: str | None = None, disabled_reason: str | None = None
+) -> float:
     direction = "keep above" if spec.keep_above else "keep below"
     step = (spec.high - spec.low) / 200 or 0.01
     current = spec.clip(setting(run_id, "threshold", spec.default))
     store_setting(run_id, "threshold", current)
-    help_text = (f"A weight is kept when its {spec.name} is {'above' if spec.keep_above else 'below'} the threshold. "
-                 f"The family's default is {spec.default:.4g}.")
-    return float(persistent_widget(
-        st.slider, run_id, "threshold", current,
-        label or f"threshold on {spec.name} ({direction})",
-        link_text=lambda value: links.link_number(float(value), float(spec.low), float(spec.high)),
-        min_value=float(spec.low), max_value=float(spec.high), step=float(step), format="%.4g",
-        disabled=disabled_reason is not None,
-        help=help_text if disabled_reason is None else f"{disabled_reason} {help_text}"))
+    help_text = (
+        f"A weight is kept when its {spec.name} is {'above' if spec.keep_above else 'below'} the threshold. "
+        f"The family's default is {spec.default:.4g}."
+    )
+    return float(
+        persistent_widget(
+            st.slider,
+            run_id,
+            "threshold",
+            current,
+            label or f"threshold on {spec.name} ({direction})",
+            link_text=lambda value: links.link_number(float(value), float(spec.low), float(spec.high)),
+            min_value=float(spec.low),
+            max_value=float(spec.high),
+            step=float(step),
+            format="%.4g",
+            disabled=disabled_reason is not None,
+            help=help_text if disabled_reason is None else f"{disabled_reason} {help_text}",
+        )
+    )
 
 
 def current_run() -> Any:

@@ -27,6 +27,7 @@ from typing import Any, Callable
 # 1. -----------------------------------------------------------------------------------------------
 try:
     from streamlit.elements.vega_charts import _altair_globals_lock as ALTAIR_GLOBALS_LOCK
+
     HAS_ALTAIR_GLOBALS_LOCK = True
 except ImportError:  # a Streamlit without it: the pages never call st.altair_chart, so ours suffices
     ALTAIR_GLOBALS_LOCK = threading.Lock()
@@ -93,6 +94,7 @@ def xsrf_token(cookie: str) -> bytes | None:
 def browser_token() -> bytes | None:
     """The random token of this browser's XSRF cookie (st.context.cookies), or None when there is none."""
     import streamlit as st
+
     try:
         raw = st.context.cookies.get(XSRF_COOKIE)
     except Exception:  # no runtime, or a Streamlit without it
@@ -105,6 +107,7 @@ def script_session_id() -> str | None:
     """The session id of the script running in this thread, or None outside a server."""
     try:
         from streamlit.runtime.scriptrunner import get_script_run_ctx
+
         ctx = get_script_run_ctx()
     except Exception:  # no runtime (bare mode) or a Streamlit without it
         return None

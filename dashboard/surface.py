@@ -26,5 +26,9 @@ def surface_arrays(probs_per_draw: np.ndarray) -> dict[str, np.ndarray]:
     mean = per_draw.mean(axis=0)
     winner = mean.argmax(axis=1)
     spread = per_draw[:, np.arange(mean.shape[0]), winner].std(axis=0)
-    return {"predicted": winner, "confidence": mean.max(axis=1), "entropy": backend.predictive_entropy(mean),
-            "spread": spread}
+    return {
+        "predicted": winner,
+        "confidence": mean.max(axis=1),
+        "entropy": backend.predictive_entropy(mean),
+        "spread": spread,
+    }

@@ -73,8 +73,14 @@ class WorkerSnapshot:
 class TrainingWorker:
     """Runs one training job in a daemon thread; cancel with `cancel()`."""
 
-    def __init__(self, train_fn: TrainFunction, config: Any, total_epochs: int, label: str = "",
-                 on_finish: Callable[["TrainingWorker"], None] | None = None):
+    def __init__(
+        self,
+        train_fn: TrainFunction,
+        config: Any,
+        total_epochs: int,
+        label: str = "",
+        on_finish: Callable[["TrainingWorker"], None] | None = None,
+    ):
         self._train_fn = train_fn
         self._on_finish = on_finish
         self.config = config
@@ -115,17 +121,25 @@ class TrainingWorker:
 
     def snapshot(self) -> WorkerSnapshot:
         with self._lock:
-            return WorkerSnapshot(status=self._status, history=list(self._history),
-                                  total_epochs=self._total_epochs, run_id=self._run_id, error=self._error,
-                                  started=self._started, finished=self._finished, run=self._trained)
+            return WorkerSnapshot(
+                status=self._status,
+                history=list(self._history),
+                total_epochs=self._total_epochs,
+                run_id=self._run_id,
+                error=self._error,
+                started=self._started,
+                finished=self._finished,
+                run=self._trained,
+            )
 
     # --- the thread ---------------------------------------------------------------------------------
     def _progress(self, record: dict[str, Any]) -> None:
         with self._lock:
             self._history.append(dict(record))
 
-    def _finish(self, status: WorkerStatus, run_id: str | None = None, error: str | None = None,
-                run: Any = None) -> None:
+    def _finish(
+        self, status: WorkerStatus, run_id: str | None = None, error: str | None = None, run: Any = None
+    ) -> None:
         with self._lock:
             self._status = status
             self._run_id = run_id
@@ -151,6 +165,7 @@ class TrainingWorker:
 
 # --- training in a child process ----------------------------------------------------------------
 
+
 def train_in_subprocess(config: Any, progress: Callable[[dict], None] | None = None, cancel: Any = None) -> Any:
     """core.runs.train_run(config) in a child process; the same contract as a TrainFunction.
 
@@ -175,8 +190,9 @@ def train_in_subprocess(config: Any, progress: Callable[[dict], None] | None = N
     # it is not validated again there.
     from dashboard.settings import compute_threads
 
-    child = context.Process(target=_train_child, args=(config, messages, stop, compute_threads()),
-                            name="bnn-training", daemon=True)
+    child = context.Process(
+        target=_train_child, args=(config, messages, stop, compute_threads()), name="bnn-training", daemon=True
+    )
     child.start()
     try:
         while True:
@@ -190,8 +206,10 @@ def train_in_subprocess(config: Any, progress: Callable[[dict], None] | None = N
                 try:  # it may have put its last message just before ending
                     message = messages.get(timeout=1.0)
                 except queue_module.Empty:
-                    raise BNNError(f"the training process ended without a result (exit code {child.exitcode}); "
-                                   "the server log may say why") from None
+                    raise BNNError(
+                        f"the training process ended without a result (exit code {child.exitcode}); "
+                        "the server log may say why"
+                    ) from None
             kind = message[0]
             if kind == "progress":
                 if progress is not None:
@@ -199,6 +217,7 @@ def train_in_subprocess(config: Any, progress: Callable[[dict], None] | None = N
             elif kind == "done":
                 if len(message) > 2 and message[2] is not None:  # the trained run itself
                     from dashboard import backend
+
                     return backend.run_from_handover(message[2])
                 return SimpleNamespace(run_id=message[1])
             else:
@@ -229,8 +248,10 @@ def _train_child(config: Any, messages: Any, stop: Any, threads: int | None = No
             os.nice(TRAINING_NICENESS)
         if threads is not None:
             import torch
+
             torch.set_num_threads(int(threads))
         from dashboard import backend
+
         run = backend.train_run(config, progress=lambda record: messages.put(("progress", record)), cancel=stop)
         messages.put(("done", run.run_id, backend.run_handover(run)))
     except BNNError as exc:
@@ -264,4 +285,5 @@ def default_slots() -> int:
     if slots is not None:
         return slots
     import torch
+
     return 2 if torch.cuda.is_available() else 1

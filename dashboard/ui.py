@@ -32,6 +32,7 @@ _ABSOLUTE_PATH = re.compile(r"(?:(?<=^)|(?<=[\s'\"(\[=]))(/[^\s'\"),;\]]+)")
 def _known_roots() -> list[tuple[str, str]]:
     """(server folder, what a page writes instead), the longest folder first."""
     from dashboard import backend
+
     roots = [*backend.server_folders(), (PROJECT_ROOT, "")]
     pairs = {str(Path(folder).expanduser().resolve()): name for folder, name in roots}
     pairs.update({str(Path(folder).expanduser()): name for folder, name in roots})
@@ -66,5 +67,9 @@ def guard(what: str | None = None) -> Iterator[None]:
         st.error(plain(without_server_paths(f"{what}: {exc}" if what else str(exc))))
     except Exception as exc:  # a bug: keep the page alive, the traceback goes to the server log
         log.exception("dashboard error")
-        st.error(plain(f"{UNEXPECTED_PREFIX}{' while ' + what.lower() if what else ''} "
-                       f"({type(exc).__name__}): {without_server_paths(str(exc))}. The details are in the server log."))
+        st.error(
+            plain(
+                f"{UNEXPECTED_PREFIX}{' while ' + what.lower() if what else ''} "
+                f"({type(exc).__name__}): {without_server_paths(str(exc))}. The details are in the server log."
+            )
+        )

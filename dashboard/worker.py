@@ -87,6 +87,7 @@ class QueueLimits:
 def duration_text(seconds: float) -> str:
     """'45 s', '12 min', '3.5 h': for messages about estimates (the cost model's one wording)."""
     from dashboard import backend
+
     return backend.time_text(seconds)
 
 
@@ -120,8 +121,7 @@ class TrainingRequest:
     Same interface as TrainingWorker for the UI (snapshot, cancel, cancel_requested, label, join).
     """
 
-    def __init__(self, queue: "TrainingQueue", job: _Job, request_id: int, joined: bool,
-                 owner: Hashable, who: str):
+    def __init__(self, queue: "TrainingQueue", job: _Job, request_id: int, joined: bool, owner: Hashable, who: str):
         self._queue = queue
         self._job = job
         self.id = request_id
@@ -142,8 +142,13 @@ class TrainingRequest:
     def snapshot(self) -> WorkerSnapshot:
         snapshot = self._job.worker.snapshot()
         if self._withdrawn:  # whatever the job does now (others may share it), this request is over
-            return replace(snapshot, status=WorkerStatus.CANCELLED, error=self._withdrawn,
-                           position=None, finished=snapshot.finished or time.time())
+            return replace(
+                snapshot,
+                status=WorkerStatus.CANCELLED,
+                error=self._withdrawn,
+                position=None,
+                finished=snapshot.finished or time.time(),
+            )
         position, eta = self._queue.place(self._job)
         return replace(snapshot, position=position, eta=eta, sharers=max(1, len(self._job.requests)))
 
@@ -187,8 +192,13 @@ class TrainingQueue:
 
     KEEP_FINISHED = 64
 
-    def __init__(self, train_fn: TrainFunction, slots: int = 1, limits: QueueLimits | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        train_fn: TrainFunction,
+        slots: int = 1,
+        limits: QueueLimits | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
         self._train_fn = train_fn
@@ -210,9 +220,18 @@ class TrainingQueue:
         self.on_job_finished: Callable[[], None] | None = None  # e.g. refresh the cached run list
 
     # --- asking -----------------------------------------------------------------------------------
-    def submit(self, key: Hashable, config: Any, total_epochs: int, label: str = "", *,
-               owner: Hashable | None = None, who: str | None = None, seconds: float | None = None,
-               presence: Callable[[], bool] | None = None) -> TrainingRequest:
+    def submit(
+        self,
+        key: Hashable,
+        config: Any,
+        total_epochs: int,
+        label: str = "",
+        *,
+        owner: Hashable | None = None,
+        who: str | None = None,
+        seconds: float | None = None,
+        presence: Callable[[], bool] | None = None,
+    ) -> TrainingRequest:
         """Queue a training of `config` (identified by `key`) for `owner` (a session identity;
         None: a session of its own), or join the job already queued or training for the same key.
         `seconds`: its estimated duration (None: unknown, only the count limit applies);
@@ -251,8 +270,7 @@ class TrainingQueue:
             self._dispatch()
             return request
 
-    def refusal(self, key: Hashable, total_epochs: int, *, owner: Hashable,
-                seconds: float | None = None) -> str | None:
+    def refusal(self, key: Hashable, total_epochs: int, *, owner: Hashable, seconds: float | None = None) -> str | None:
         """Why `submit` would refuse this request now (None: it would take it); changes nothing."""
         with self._lock:
             job = self._joinable(key)
@@ -267,7 +285,8 @@ class TrainingQueue:
     def _joinable(self, key: Hashable) -> _Job | None:
         """The job queued or training for `key` that a new request would join (not one stopping)."""
         return self._waiting.get(key) or next(
-            (j for j in self._running if j.key == key and not j.worker.cancel_requested), None)
+            (j for j in self._running if j.key == key and not j.worker.cancel_requested), None
+        )
 
     def _admit(self, session: _Session, seconds: float | None, total_epochs: int) -> None:
         """Raise QueueRefused when `session` may not add a training of `seconds` (estimated)."""
@@ -277,12 +296,14 @@ class TrainingQueue:
             raise QueueRefused(
                 f"This training would take about {duration_text(seconds)} by the estimate, above the "
                 f"{duration_text(limits.training_seconds)} one training may take on this server; "
-                + _what_fits(limits.training_seconds, per_epoch))
+                + _what_fits(limits.training_seconds, per_epoch)
+            )
         mine = self._active_requests(session.owner)
         if len(mine) >= limits.per_session:
             raise QueueRefused(
                 f"You already have {len(mine)} training(s) running or queued, the most one session may "
-                f"have on this server ({limits.per_session}); cancel one or wait until one finishes.")
+                f"have on this server ({limits.per_session}); cancel one or wait until one finishes."
+            )
         if seconds is not None and math.isfinite(limits.session_seconds):
             held = sum(self._remaining(r._job) or 0.0 for r in mine)
             if held + seconds > limits.session_seconds:
@@ -291,7 +312,8 @@ class TrainingQueue:
                     f"{duration_text(limits.session_seconds)} one session may hold on this server, and this "
                     f"one needs about {duration_text(seconds)}; "
                     + _what_fits(limits.session_seconds - held, per_epoch, "now")
-                    + ", or wait until one of yours finishes.")
+                    + ", or wait until one of yours finishes."
+                )
 
     def find(self, token: str | None) -> "TrainingRequest | None":
         """The request with this token (from the page's address), if it is still known."""
@@ -304,8 +326,10 @@ class TrainingQueue:
             return self._active_requests(owner)
 
     def _active_requests(self, owner: Hashable) -> list[TrainingRequest]:
-        return sorted((r for job in (*self._running, *self._waiting.values()) for r in job.requests.values()
-                       if r.owner == owner), key=lambda r: r.id)
+        return sorted(
+            (r for job in (*self._running, *self._waiting.values()) for r in job.requests.values() if r.owner == owner),
+            key=lambda r: r.id,
+        )
 
     # --- where things stand -----------------------------------------------------------------------
     def position(self, job: _Job) -> int | None:
@@ -337,11 +361,18 @@ class TrainingQueue:
                 snapshot = job.worker.snapshot()
                 waiting = place > 0
                 who = sorted({self._label_of(r.owner) for r in job.requests.values()})
-                entries.append(QueueEntry(
-                    job.id, ", ".join(who) or "nobody (every tab that asked has left)", job.worker.label,
-                    snapshot.status, place if waiting else None,
-                    starts.get(job.id) if waiting else self._remaining(job), snapshot.finished_epochs,
-                    snapshot.total_epochs))
+                entries.append(
+                    QueueEntry(
+                        job.id,
+                        ", ".join(who) or "nobody (every tab that asked has left)",
+                        job.worker.label,
+                        snapshot.status,
+                        place if waiting else None,
+                        starts.get(job.id) if waiting else self._remaining(job),
+                        snapshot.finished_epochs,
+                        snapshot.total_epochs,
+                    )
+                )
             return entries
 
     def _label_of(self, owner: Hashable) -> str:
@@ -412,10 +443,16 @@ class TrainingQueue:
                 continue
             for request in self._active_requests(owner):
                 if self._waiting.get(request._job.key) is request._job:
-                    log.info("dropping a waiting training of %s: its tab was closed %.0f s ago",
-                             session.label, now - session.gone_since)
-                    self._withdraw(request, f"dropped from the queue: the tab that asked for it was closed or "
-                                            f"reloaded more than {self.limits.grace_seconds:.0f} s ago; ask again")
+                    log.info(
+                        "dropping a waiting training of %s: its tab was closed %.0f s ago",
+                        session.label,
+                        now - session.gone_since,
+                    )
+                    self._withdraw(
+                        request,
+                        f"dropped from the queue: the tab that asked for it was closed or "
+                        f"reloaded more than {self.limits.grace_seconds:.0f} s ago; ask again",
+                    )
             if not self._active_requests(owner):
                 self._sessions.pop(owner, None)  # nothing left to be fair about
 
@@ -435,8 +472,9 @@ class TrainingQueue:
         for job in sorted(self._waiting.values(), key=lambda j: j.id):
             best = (len(running) + len(self._waiting) + 1, 0)
             for request in job.requests.values():
-                ahead = sum(1 for other in jobs_of[request.owner]
-                            if other != job.id and (other in running or other < job.id))
+                ahead = sum(
+                    1 for other in jobs_of[request.owner] if other != job.id and (other in running or other < job.id)
+                )
                 since = job.id
                 if ahead == 0:
                     pair = (job.id, request.owner)
@@ -492,10 +530,11 @@ class TrainingQueue:
             self._running = [job for job in self._running if job.worker is not worker]
             # Forget finished requests beyond the most recent few (their pages got the outcome).
             done = [t for t, r in self._requests.items() if not r._job.worker.snapshot().is_active]
-            for token in done[:-self.KEEP_FINISHED]:
+            for token in done[: -self.KEEP_FINISHED]:
                 del self._requests[token]
             idle = {owner for owner in self._sessions} - {
-                r.owner for job in (*self._running, *self._waiting.values()) for r in job.requests.values()}
+                r.owner for job in (*self._running, *self._waiting.values()) for r in job.requests.values()
+            }
             for owner in idle:  # nothing left to be fair about
                 del self._sessions[owner]
             self._dispatch()

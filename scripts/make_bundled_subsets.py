@@ -25,23 +25,28 @@ def make_subset(full_name: str, data_dir: Path, n_train: int, n_test: int, seed:
     train_index = stratified_subset(y_train, n_train, rng)
     test_index = stratified_subset(y_test, n_test, rng)
     return {
-        "x_train": x_train[train_index], "y_train": y_train[train_index],
-        "x_test": x_test[test_index], "y_test": y_test[test_index],
-        "train_index": train_index.astype(np.int32), "test_index": test_index.astype(np.int32),
+        "x_train": x_train[train_index],
+        "y_train": y_train[train_index],
+        "x_test": x_test[test_index],
+        "y_test": y_test[test_index],
+        "train_index": train_index.astype(np.int32),
+        "test_index": test_index.astype(np.int32),
         "seed": np.int64(seed),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", type=Path, required=True,
-                        help="folder holding mnist/ and fashion-mnist/ IDX files")
+    parser.add_argument(
+        "--data-dir", type=Path, required=True, help="folder holding mnist/ and fashion-mnist/ IDX files"
+    )
     parser.add_argument("--out", type=Path, default=Path("assets"))
     parser.add_argument("--n-train", type=int, default=10000)
     parser.add_argument("--n-test", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--only", choices=sorted(BUNDLED_SETS), action="append",
-                        help="make only this subset (repeatable)")
+    parser.add_argument(
+        "--only", choices=sorted(BUNDLED_SETS), action="append", help="make only this subset (repeatable)"
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     for name in args.only or sorted(BUNDLED_SETS):
@@ -49,8 +54,9 @@ def main(argv: list[str] | None = None) -> int:
         arrays = make_subset(full_name, args.data_dir, args.n_train, args.n_test, args.seed)
         path = args.out / file_name
         np.savez_compressed(path, **arrays)
-        print(f"{path}: {path.stat().st_size / 1e6:.2f} MB "
-              f"({args.n_train} train + {args.n_test} test from {full_name})")
+        print(
+            f"{path}: {path.stat().st_size / 1e6:.2f} MB ({args.n_train} train + {args.n_test} test from {full_name})"
+        )
     return 0
 
 

@@ -24,6 +24,7 @@ def table() -> str:
     for name in DECLARING_MODULES:
         importlib.import_module(name)
     from core.settings import describe
+
     return describe()
 
 

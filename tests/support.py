@@ -52,6 +52,7 @@ def full_data_dir() -> Path:
         unavailable(f"BNN_DATA_DIR={value} is not a directory: full datasets absent")
     return path
 
+
 # (family, options): every family with its defaults plus the option variants
 # that change the code path of the parameters, KL or estimator.
 VARIANTS = [
@@ -89,14 +90,22 @@ def write_fake_reference(cache_dir, dataset, hidden=(8,)) -> str:
     """A stored reference with prior draws of the weights (what the store and the page read)."""
     from core.reference import ReferenceConfig, ReferencePosterior, ReferenceStore, reference_id
     from core.reference.posterior import layer_shapes
+
     config = ReferenceConfig(dataset=dataset.name, hidden=hidden, samples=50, chains=1)
     rng = np.random.default_rng(0)
     weights = [rng.normal(size=(50, *shape)) for shape in layer_shapes(config, dataset.in_features)]
-    posterior = ReferencePosterior(config=config, weights=weights, log_noise=np.full(50, np.log(0.1)),
-                                   diagnostics={"function_rhat_max": 1.01, "function_ess_min": 40.0,
-                                                "warnings": ["few effective samples: ESS 40 < 100"]},
-                                   dataset_fingerprint=dataset.fingerprint,
-                                   reference_id=reference_id(config, dataset.fingerprint))
+    posterior = ReferencePosterior(
+        config=config,
+        weights=weights,
+        log_noise=np.full(50, np.log(0.1)),
+        diagnostics={
+            "function_rhat_max": 1.01,
+            "function_ess_min": 40.0,
+            "warnings": ["few effective samples: ESS 40 < 100"],
+        },
+        dataset_fingerprint=dataset.fingerprint,
+        reference_id=reference_id(config, dataset.fingerprint),
+    )
     ReferenceStore(cache_dir).write(posterior)
     return posterior.reference_id
 
@@ -107,6 +116,7 @@ def clear_dashboard_caches() -> None:
     import streamlit as st
 
     from dashboard import backend, cache
+
     st.cache_data.clear()
     st.cache_resource.clear()
     cache.cached_run_list.clear()

@@ -75,8 +75,12 @@ def random_masks(data, widths, skip, density):
 
 
 @settings(max_examples=150, deadline=None)
-@given(data=st.data(), widths=st.lists(st.integers(1, 4), min_size=2, max_size=5), skip=st.booleans(),
-       density=st.integers(10, 90))
+@given(
+    data=st.data(),
+    widths=st.lists(st.integers(1, 4), min_size=2, max_size=5),
+    skip=st.booleans(),
+    density=st.integers(10, 90),
+)
 def test_active_weights_are_the_edges_of_input_to_output_paths(data, widths, skip, density):
     masks = random_masks(data, widths, skip, density)
     expected, units = brute_force(masks, skip)
@@ -91,29 +95,49 @@ def test_active_weights_are_the_edges_of_input_to_output_paths(data, widths, ski
 
 
 @settings(max_examples=150, deadline=None)
-@given(data=st.data(), widths=st.lists(st.integers(1, 4), min_size=2, max_size=5), skip=st.booleans(),
-       density=st.integers(10, 90), activation=st.sampled_from(["relu", "sigmoid", "tanh"]))
+@given(
+    data=st.data(),
+    widths=st.lists(st.integers(1, 4), min_size=2, max_size=5),
+    skip=st.booleans(),
+    density=st.integers(10, 90),
+    activation=st.sampled_from(["relu", "sigmoid", "tanh"]),
+)
 def test_the_active_network_predicts_exactly_as_the_pruned_one(data, widths, skip, density, activation):
     """Only active entries (active_masks) are nonzero, and the outputs equal the raw-pruned net's."""
     masks = [torch.from_numpy(m) for m in random_masks(data, widths, skip, density)]
     generator = torch.Generator().manual_seed(data.draw(st.integers(0, 10_000)))
     weights = [torch.randn(m.shape, generator=generator, dtype=torch.float64) for m in masks]
     # Only the model's forward with explicit weights is used: its shape need not match `weights`.
-    model = BayesianMLP(ModelConfig(widths[0], None, hidden=(1,), family="fnn", activation=activation,
-                                    likelihood="gaussian", family_options={"input_skip": skip}))
+    model = BayesianMLP(
+        ModelConfig(
+            widths[0],
+            None,
+            hidden=(1,),
+            family="fnn",
+            activation=activation,
+            likelihood="gaussian",
+            family_options={"input_skip": skip},
+        )
+    )
     x = torch.randn(7, widths[0], generator=generator, dtype=torch.float64)
     raw = [w * m for w, m in zip(weights, masks)]
     active = active_network(weights, masks, model.activation)
     for a, keep in zip(active, active_masks(masks)):
         assert not (a != 0)[~keep].any()
-    np.testing.assert_allclose(model.forward_with_weights(x, active).numpy(),
-                               model.forward_with_weights(x, raw).numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        model.forward_with_weights(x, active).numpy(),
+        model.forward_with_weights(x, raw).numpy(),
+        rtol=1e-12,
+        atol=1e-12,
+    )
 
 
 def test_a_unit_without_input_is_dropped_and_its_constant_folded():
     """Hand case: hidden unit 1 has only a bias (a constant), unit 2 has no way out."""
-    masks = [torch.tensor([[1, 0, 0], [0, 0, 1], [1, 1, 1]], dtype=torch.bool),  # 2 inputs, 3 units
-             torch.tensor([[1, 1, 0, 0]], dtype=torch.bool)]  # output reads units 0 and 1, no bias
+    masks = [
+        torch.tensor([[1, 0, 0], [0, 0, 1], [1, 1, 1]], dtype=torch.bool),  # 2 inputs, 3 units
+        torch.tensor([[1, 1, 0, 0]], dtype=torch.bool),
+    ]  # output reads units 0 and 1, no bias
     active = active_masks(masks)
     assert active[0].tolist() == [[True, False, False], [False, False, False], [False, False, False]]
     # The output's bias becomes active: it carries unit 1's folded constant.
@@ -123,8 +147,10 @@ def test_a_unit_without_input_is_dropped_and_its_constant_folded():
 
 def test_skip_paths_count():
     """An input-skip net whose hidden layer is cut off entirely keeps its skip weights (a linear model)."""
-    masks = [torch.tensor([[0, 0, 1]], dtype=torch.bool),  # the one hidden unit: bias only
-             torch.tensor([[1, 1, 0, 1]], dtype=torch.bool)]  # output: hidden unit, x0 (skip), bias
+    masks = [
+        torch.tensor([[0, 0, 1]], dtype=torch.bool),  # the one hidden unit: bias only
+        torch.tensor([[1, 1, 0, 1]], dtype=torch.bool),
+    ]  # output: hidden unit, x0 (skip), bias
     active = active_masks(masks)
     assert active[0].tolist() == [[False, False, False]]
     assert active[1].tolist() == [[False, True, False, True]]
@@ -144,8 +170,9 @@ def test_export_writes_only_the_active_weights_and_predicts_as_the_pruned_net(tm
     path = export_pruned(model, threshold, tmp_path / "out")
     exported = load_exported(path)
     x = np.random.default_rng(0).normal(size=(30, 6)).astype(np.float32)
-    np.testing.assert_allclose(exported.predict(x).numpy(),
-                               predict(model, x, "prune", threshold=threshold, weights="mean").probs, atol=1e-5)
+    np.testing.assert_allclose(
+        exported.predict(x).numpy(), predict(model, x, "prune", threshold=threshold, weights="mean").probs, atol=1e-5
+    )
     n_active = sum(int(m[:, :-1].sum()) for m in active)
     assert exported.meta["n_weights_kept"] == n_active
     total = sum(m.numel() for m in active)
@@ -162,8 +189,16 @@ def test_run_reports_both_densities():
     rng = np.random.default_rng(1)
     x = rng.normal(size=(50, 6)).astype(np.float32)
     y = rng.integers(0, 3, size=50)
-    dataset = make_dataset(name="paths", task="classification", x_train=x[:30], y_train=y[:30], x_test=x[30:],
-                           y_test=y[30:], source="generated", n_classes=3)
+    dataset = make_dataset(
+        name="paths",
+        task="classification",
+        x_train=x[:30],
+        y_train=y[:30],
+        x_test=x[30:],
+        y_test=y[30:],
+        source="generated",
+        n_classes=3,
+    )
     result = sweep(model, dataset, thresholds=[0.3, 0.6, 0.9])
     for t, density, on_paths in zip(result.thresholds, result.density, result.active_density):
         masks = model.keep_masks(t)

@@ -16,7 +16,7 @@ APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
 TIMEOUT = 180
 # What a refused request may leave in this process: Streamlit's own bookkeeping of a rerun, never the
 # request (12000-12000 would build 2.7 GB; n=1e9 two-moons would allocate tens of GB).
-RSS_MARGIN_BYTES = 64 * 2 ** 20
+RSS_MARGIN_BYTES = 64 * 2**20
 
 
 def resident_bytes() -> int:
@@ -61,15 +61,18 @@ def test_oversized_playground_and_generator_parameters_are_refused_without_alloc
     at.text_input(key="play_hidden_toy-sine-gaps").input("4000, 4000").run()
     assert not at.exception  # within that limit, the playground's own cost limit names what fits
     errors = texts(at.error)
-    assert any("Too large for the playground" in e and "widths 4000,4000 need" in e and "widths up to" in e
-               for e in errors), errors
+    assert any(
+        "Too large for the playground" in e and "widths 4000,4000 need" in e and "widths up to" in e for e in errors
+    ), errors
     assert resident_bytes() - before < RSS_MARGIN_BYTES
 
     at.switch_page("views/train.py").run()
     at.selectbox(key="train_dataset").set_value("two-moons").run()
-    for params, said in (("n=1e9", "n=1000000000.0 is above the 100,000 points"),
-                         ("n=100000000", "n=100000000 is above the 100,000 points"),
-                         ("n_test=1000000", "n_test=1000000 is above the 100,000 points")):
+    for params, said in (
+        ("n=1e9", "n=1000000000.0 is above the 100,000 points"),
+        ("n=100000000", "n=100000000 is above the 100,000 points"),
+        ("n_test=1000000", "n_test=1000000 is above the 100,000 points"),
+    ):
         before = resident_bytes()
         at.text_input(key="train_params").input(params).run()
         assert not at.exception, [e.value for e in at.exception]
@@ -84,6 +87,7 @@ def test_oversized_playground_and_generator_parameters_are_refused_without_alloc
 @pytest.mark.slow
 def test_R_beyond_the_budget_is_lowered_with_a_message(tmp_path, monkeypatch):
     from core.runs import RunConfig, train_run
+
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
     run_id = train_run(RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 2})).run_id
     # 500 test points x 2 classes: R = 100 is 100,000 values; this server keeps at most 10,000.

@@ -52,6 +52,9 @@ def test_large_data_is_inline_and_altair_settings_are_left_as_they_were():
 
 
 def test_the_pages_never_convert_charts_with_st_altair_chart():
-    offenders = [str(path.relative_to(ROOT)) for path in (ROOT / "dashboard").rglob("*.py")
-                 if "st.altair_chart(" in path.read_text(encoding="utf-8")]
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "dashboard").rglob("*.py")
+        if "st.altair_chart(" in path.read_text(encoding="utf-8")
+    ]
     assert offenders == []

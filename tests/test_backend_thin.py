@@ -14,8 +14,10 @@ from dashboard import backend
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     cache = tmp_path_factory.mktemp("runs")
-    return (train_run(RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 2}), cache_dir=cache),
-            train_run(RunConfig(dataset="toy-cubic", hidden=(6,), train={"epochs": 3}), cache_dir=cache))
+    return (
+        train_run(RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 2}), cache_dir=cache),
+        train_run(RunConfig(dataset="toy-cubic", hidden=(6,), train={"epochs": 3}), cache_dir=cache),
+    )
 
 
 def _arrays(prediction):
@@ -63,8 +65,12 @@ def test_every_offered_mode_predicts_core_s_numbers_and_its_help_names_it(runs):
             theirs = run.predict(x, mode=mode, samples=3, threshold=threshold, seed=1)
             for name in ("probs", "mean", "density"):
                 if getattr(theirs, name) is not None:
-                    np.testing.assert_allclose(np.asarray(getattr(ours, name)), np.asarray(getattr(theirs, name)),
-                                               rtol=1e-6, err_msg=f"{mode} {name}")
+                    np.testing.assert_allclose(
+                        np.asarray(getattr(ours, name)),
+                        np.asarray(getattr(theirs, name)),
+                        rtol=1e-6,
+                        err_msg=f"{mode} {name}",
+                    )
             paper_name, _, what = backend.MODE_HELP[mode].partition(": ")
             assert parse_mode(paper_name).value == mode and what, mode
 
@@ -84,8 +90,12 @@ def test_the_marker_is_read_off_the_sweep(runs):
 def test_run_lists_show_the_same_headline_in_the_cli_and_the_dashboard(runs):
     from core.cli.runs import _headline
 
-    metrics = {"density": 0.25, "SIM-SIM R=10 doubt_accuracy": 0.99, "SIM-SIM R=10 accuracy": 0.875,
-               "MED-MEA R=1 accuracy": 0.5}
+    metrics = {
+        "density": 0.25,
+        "SIM-SIM R=10 doubt_accuracy": 0.99,
+        "SIM-SIM R=10 accuracy": 0.875,
+        "MED-MEA R=1 accuracy": 0.5,
+    }
     assert backend.headline_text(metrics) == "SIM-SIM R=10 accuracy: 0.8750"
     assert _headline(metrics) == "SIM-SIM R=10 accuracy 0.875, density 0.25"
     regression = runs[1].metrics

@@ -39,7 +39,7 @@ def test_never_above_its_bound_and_the_most_recent_survive(bound, requests):
 
 
 def test_a_hit_is_the_same_read_only_arrays_and_a_miss_computes_once():
-    cache = BoundedCache(10 ** 6)
+    cache = BoundedCache(10**6)
     calls = []
     first = cache.get_or_compute("a", lambda: calls.append(1) or arrays_of(400))
     again = cache.get_or_compute("a", lambda: calls.append(1) or arrays_of(400))
@@ -56,7 +56,7 @@ def test_a_value_larger_than_the_bound_is_returned_but_not_kept():
 
 def test_entries_past_their_time_to_live_are_computed_again_and_clear_empties():
     now = [0.0]
-    cache = BoundedCache(10 ** 6, ttl=10.0, clock=lambda: now[0])
+    cache = BoundedCache(10**6, ttl=10.0, clock=lambda: now[0])
     calls = []
     cache.get_or_compute("a", lambda: calls.append(1) or arrays_of(40))
     now[0] = 5.0

@@ -36,6 +36,7 @@ def titles(spec: dict) -> list[str]:
         elif isinstance(node, list):
             for value in node:
                 walk(value)
+
     walk(spec)
     return found
 
@@ -52,11 +53,13 @@ def classifier(n=3000, classes=4, seed=0, temperature=2.0):
 
 # --- reliability diagram ---------------------------------------------------------------------------
 
+
 def test_reliability_diagram_carries_core_bins_and_their_ece():
     probs, y = classifier()
     table = C.reliability(probs, y, 15)
-    spec = altair_spec.spec(charts.reliability_diagram(table["edges"], table["count"], table["confidence"],
-                                                       table["accuracy"], table["ece"]))
+    spec = altair_spec.spec(
+        charts.reliability_diagram(table["edges"], table["count"], table["confidence"], table["accuracy"], table["ece"])
+    )
     rows = rows_of(spec, "bin_low", "count", "accuracy")
     filled = np.flatnonzero(table["count"] > 0)
     assert len(rows) == len(filled)
@@ -74,13 +77,17 @@ def test_reliability_diagram_carries_core_bins_and_their_ece():
 
 # --- risk-coverage ---------------------------------------------------------------------------------
 
+
 def test_risk_coverage_chart_thins_the_curve_and_keeps_its_ends():
     probs, y = classifier(n=5000)
     curve = C.risk_coverage(probs, y)
     assert len(curve["coverage"]) > charts.MAX_CURVE_POINTS
     at = backend.doubt_point(probs, y, 0.95)
-    spec = altair_spec.spec(charts.risk_coverage_curve(curve["coverage"], curve["risk"], curve["aurc"],
-                                                       {"0.95": at}, threshold=curve["threshold"]))
+    spec = altair_spec.spec(
+        charts.risk_coverage_curve(
+            curve["coverage"], curve["risk"], curve["aurc"], {"0.95": at}, threshold=curve["threshold"]
+        )
+    )
     rows = rows_of(spec, "coverage", "risk", "threshold")
     assert len(rows) <= charts.MAX_CURVE_POINTS
     assert rows[0]["coverage"] == pytest.approx(curve["coverage"][0])
@@ -89,8 +96,14 @@ def test_risk_coverage_chart_thins_the_curve_and_keeps_its_ends():
     index = {round(c, 12): r for c, r in zip(curve["coverage"], curve["risk"])}
     assert all(index[round(r["coverage"], 12)] == pytest.approx(r["risk"]) for r in rows)
     marks = rows_of(spec, "decision", "level")
-    assert marks == [{"decision": "0.95", "level": 0.95, "coverage": pytest.approx(at["coverage"]),
-                      "risk": pytest.approx(at["risk"])}]
+    assert marks == [
+        {
+            "decision": "0.95",
+            "level": 0.95,
+            "coverage": pytest.approx(at["coverage"]),
+            "risk": pytest.approx(at["risk"]),
+        }
+    ]
     assert any(f"AURC {curve['aurc']:.4f}" in t for t in titles(spec))
     (scale,) = [e["scale"] for e in _encodings(spec, "color") if "scale" in e]
     assert scale["domain"] == ["0.95"] and scale["range"][0] == charts.MARK_COLOUR  # 0.95 in red
@@ -110,6 +123,7 @@ def test_doubt_point_is_the_brute_force_decision():
 
 
 # --- entropy split -----------------------------------------------------------------------------------
+
 
 def test_entropy_split_means_add_up_and_match_a_hand_computed_case():
     # Two draws that disagree completely on a binary input: total log 2, aleatoric 0, epistemic log 2.
@@ -131,6 +145,7 @@ def test_entropy_split_means_add_up_and_match_a_hand_computed_case():
 
 
 # --- regression -------------------------------------------------------------------------------------------
+
 
 def gaussian_regression(n=4000, scale=1.0, seed=0):
     """Targets drawn from N(m, 1); the predictive says N(m, scale^2) (one draw: R = 1)."""
@@ -159,8 +174,9 @@ def test_too_narrow_predictive_has_the_closed_form_coverage_and_a_u_shaped_pit()
     assert numbers["intervals"]["0.9"]["coverage"] == pytest.approx(expected, abs=0.025)
     density = numbers["pit"]["density"]
     assert density[0] > 1.5 and density[-1] > 1.5 and density[len(density) // 2] < 0.8
-    spec = altair_spec.spec(charts.pit_histogram_chart(numbers["pit"]["edges"], density,
-                                                       numbers["pit"]["ks_statistic"]))
+    spec = altair_spec.spec(
+        charts.pit_histogram_chart(numbers["pit"]["edges"], density, numbers["pit"]["ks_statistic"])
+    )
     rows = rows_of(spec, "pit_low", "pit_high", "density")
     assert sum(r["density"] * (r["pit_high"] - r["pit_low"]) for r in rows) == pytest.approx(1.0)
     curve = numbers["curve"]
@@ -174,6 +190,7 @@ def test_too_narrow_predictive_has_the_closed_form_coverage_and_a_u_shaped_pit()
 
 # --- the gap lesson -----------------------------------------------------------------------------------------
 
+
 def test_gap_ratio_of_a_band_twice_as_wide_in_the_gaps_is_two():
     x_train = np.concatenate([np.linspace(-1, -0.5, 20), np.linspace(0.5, 1, 20)])[:, None]
     x_grid = np.linspace(-1, 1, 201)[:, None]
@@ -182,14 +199,17 @@ def test_gap_ratio_of_a_band_twice_as_wide_in_the_gaps_is_two():
     assert backend.gap_ratio(x_grid, x_train, band) == pytest.approx(2.0)
 
 
-@pytest.mark.parametrize("diagnostics, trusted", [
-    ({"function_rhat_max": 1.005, "function_ess_min": 450.0}, True),
-    ({"function_rhat_max": 1.01, "function_ess_min": 400.0}, True),  # the targets are inclusive
-    ({"function_rhat_max": 1.12, "function_ess_min": 10.0}, False),  # the issue's toy-sine-gaps reference
-    ({"function_rhat_max": 1.005, "function_ess_min": 399.0}, False),
-    ({"function_rhat_max": 1.005, "function_ess_min": 900.0, "noise_rhat": 1.02}, False),
-    ({}, False),  # no diagnostics: never trusted
-])
+@pytest.mark.parametrize(
+    "diagnostics, trusted",
+    [
+        ({"function_rhat_max": 1.005, "function_ess_min": 450.0}, True),
+        ({"function_rhat_max": 1.01, "function_ess_min": 400.0}, True),  # the targets are inclusive
+        ({"function_rhat_max": 1.12, "function_ess_min": 10.0}, False),  # the issue's toy-sine-gaps reference
+        ({"function_rhat_max": 1.005, "function_ess_min": 399.0}, False),
+        ({"function_rhat_max": 1.005, "function_ess_min": 900.0, "noise_rhat": 1.02}, False),
+        ({}, False),  # no diagnostics: never trusted
+    ],
+)
 def test_a_reference_is_trusted_only_within_the_diagnostic_targets(diagnostics, trusted):
     warning = backend.reference_warning(diagnostics)
     assert (warning is None) == trusted
@@ -200,9 +220,17 @@ def test_a_reference_is_trusted_only_within_the_diagnostic_targets(diagnostics, 
 def test_gap_panels_print_each_ratio_and_warn_on_an_unconverged_reference():
     x = np.linspace(-1, 1, 50)
     band = {"mean": np.sin(x), "low": np.sin(x) - 0.2, "high": np.sin(x) + 0.2}
-    panels = [{"name": "lbbnn (mean-field)", **band, "gap_ratio": 0.81, "colour": figures.family_colour("lbbnn")},
-              {"name": "NUTS (unconverged)", **band, "gap_ratio": 2.17, "colour": charts.UNTRUSTED_REFERENCE_COLOUR,
-               "warning": "not converged (R-hat 1.120 > 1.01): not the truth", "caption": "1-64-1, 400 draws"}]
+    panels = [
+        {"name": "lbbnn (mean-field)", **band, "gap_ratio": 0.81, "colour": figures.family_colour("lbbnn")},
+        {
+            "name": "NUTS (unconverged)",
+            **band,
+            "gap_ratio": 2.17,
+            "colour": charts.UNTRUSTED_REFERENCE_COLOUR,
+            "warning": "not converged (R-hat 1.120 > 1.01): not the truth",
+            "caption": "1-64-1, 400 draws",
+        },
+    ]
     spec = altair_spec.spec(charts.gap_panels(x, panels, x[::5], np.sin(x[::5])))
     text = titles(spec)
     assert any("lbbnn (mean-field): gap ratio 0.81" in t for t in text)
@@ -224,7 +252,7 @@ def _encodings(node, channel):
 
 
 def hex_rgb(colour: str) -> np.ndarray:
-    return np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)], dtype=float)
+    return np.array([int(colour[i : i + 2], 16) for i in (1, 3, 5)], dtype=float)
 
 
 def test_the_reference_has_its_own_colour_far_from_every_family():
@@ -237,13 +265,22 @@ def test_the_reference_has_its_own_colour_far_from_every_family():
 
 # --- several runs -----------------------------------------------------------------------------------------
 
+
 def test_compare_charts_give_each_run_its_family_colour_and_its_own_numbers():
     runs = []
     for seed, family in ((0, "lbbnn"), (1, "bnn")):
         probs, y = classifier(n=800, seed=seed)
         table, curve = C.reliability(probs, y), C.risk_coverage(probs, y)
-        runs.append({"label": f"run {seed}", "family": family, **table, "coverage": curve["coverage"],
-                     "risk": curve["risk"], "aurc": curve["aurc"]})
+        runs.append(
+            {
+                "label": f"run {seed}",
+                "family": family,
+                **table,
+                "coverage": curve["coverage"],
+                "risk": curve["risk"],
+                "aurc": curve["aurc"],
+            }
+        )
     spec = altair_spec.spec(charts.compare_reliability(runs))
     rows = rows_of(spec, "run", "confidence", "ece")
     for run in runs:
@@ -262,14 +299,16 @@ def test_compare_charts_give_each_run_its_family_colour_and_its_own_numbers():
 
 def test_partner_run_prefers_the_same_seed_and_the_right_kind():
     from types import SimpleNamespace
+
     run = SimpleNamespace(run_id="me", config=SimpleNamespace(dataset="toy-sine-gaps", seed=1, method="lbbnn"))
-    rows = [{"run_id": "a", "dataset": "toy-sine-gaps", "method": "laplace", "config": {"seed": 0}},
-            {"run_id": "b", "dataset": "toy-sine-gaps", "method": "laplace", "config": {"seed": 1}},
-            {"run_id": "c", "dataset": "toy-cubic", "method": "laplace", "config": {"seed": 1}},
-            {"run_id": "d", "dataset": "toy-sine-gaps", "method": "bnn", "config": {"seed": 0}},
-            {"run_id": "e", "dataset": "toy-sine-gaps", "method": "laplace", "config": {"seed": 0},
-             "status": "corrupt"},
-            {"run_id": "me", "dataset": "toy-sine-gaps", "method": "lbbnn", "config": {"seed": 1}}]
+    rows = [
+        {"run_id": "a", "dataset": "toy-sine-gaps", "method": "laplace", "config": {"seed": 0}},
+        {"run_id": "b", "dataset": "toy-sine-gaps", "method": "laplace", "config": {"seed": 1}},
+        {"run_id": "c", "dataset": "toy-cubic", "method": "laplace", "config": {"seed": 1}},
+        {"run_id": "d", "dataset": "toy-sine-gaps", "method": "bnn", "config": {"seed": 0}},
+        {"run_id": "e", "dataset": "toy-sine-gaps", "method": "laplace", "config": {"seed": 0}, "status": "corrupt"},
+        {"run_id": "me", "dataset": "toy-sine-gaps", "method": "lbbnn", "config": {"seed": 1}},
+    ]
     assert backend.partner_run_id(rows, run, non_factorised=True) == "b"
     assert backend.partner_run_id(rows[:1], run, non_factorised=True) == "a"
     assert backend.partner_run_id(rows, run, non_factorised=False) == "d"
@@ -279,8 +318,9 @@ def test_partner_run_prefers_the_same_seed_and_the_right_kind():
 def test_a_failed_reference_is_said_on_the_bands_chart_itself():
     grid = np.linspace(0, 1, 5)
     reference = {"low": grid - 1, "high": grid + 1, "mean": grid}
-    bands = figures.regression_bands(grid[:, None], grid, grid * 0 + 0.1, grid * 0 + 0.2, grid[:, None], grid,
-                                     reference=reference)
+    bands = figures.regression_bands(
+        grid[:, None], grid, grid * 0 + 0.1, grid * 0 + 0.2, grid[:, None], grid, reference=reference
+    )
     plain = altair_spec.spec(charts.with_warning(bands, None))
     assert plain["title"] == altair_spec.spec(bands)["title"]
     warning = backend.reference_warning({"function_rhat_max": 1.12, "function_ess_min": 10.0})

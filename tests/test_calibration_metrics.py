@@ -268,7 +268,9 @@ def test_mixture_quantiles_invert_the_cdf_and_match_monte_carlo():
         which = rng.integers(0, 3, samples)
         draws = means[which, i] + stds[which, i] * rng.normal(size=samples)
         for level, q in zip(levels, quantiles):
-            assert R.mixture_cdf(means[:, i:i + 1], stds[:, i:i + 1], q[i:i + 1])[0] == pytest.approx(level, abs=1e-10)
+            assert R.mixture_cdf(means[:, i : i + 1], stds[:, i : i + 1], q[i : i + 1])[0] == pytest.approx(
+                level, abs=1e-10
+            )
             # The sample's CDF at the quantile, within 4 binomial sds of the level.
             assert np.mean(draws <= q[i]) == pytest.approx(level, abs=4 * math.sqrt(level * (1 - level) / samples))
 
@@ -301,8 +303,9 @@ def test_evaluate_reports_the_calibration_numbers_of_its_prediction():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(80, 5)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0)
-    dataset = make_dataset(name="tiny", task="classification", x_train=x, y_train=y, x_test=x, y_test=y,
-                           source="generated", n_classes=3)
+    dataset = make_dataset(
+        name="tiny", task="classification", x_train=x, y_train=y, x_test=x, y_test=y, source="generated", n_classes=3
+    )
     torch.manual_seed(0)
     model = BayesianMLP(ModelConfig(5, 3, hidden=(8,), family="lbbnn"))
     result = evaluate(model, dataset, mode="bma", samples=4, ood=["uniform-noise"])
@@ -324,8 +327,17 @@ def test_evaluate_reports_the_calibration_numbers_of_its_prediction():
 
     # Regression, in original units.
     target = x[:, 0] * 2 + 0.1 * rng.normal(size=80).astype(np.float32)
-    regression = make_dataset(name="tiny-reg", task="regression", x_train=x, y_train=target, x_test=x,
-                              y_test=target, source="generated", target_mean=1.0, target_std=3.0)
+    regression = make_dataset(
+        name="tiny-reg",
+        task="regression",
+        x_train=x,
+        y_train=target,
+        x_test=x,
+        y_test=target,
+        source="generated",
+        target_mean=1.0,
+        target_std=3.0,
+    )
     torch.manual_seed(0)
     model = BayesianMLP(ModelConfig(5, None, hidden=(8,), family="bnn", likelihood="gaussian"))
     result = evaluate(model, regression, mode="bma", samples=4)
@@ -343,6 +355,7 @@ def test_evaluate_reports_the_calibration_numbers_of_its_prediction():
 
     # The collapsed predictive reports the same numbers from its own CDF and quantiles.
     from core.predict.collapsed import collapsed_predict, evaluate_collapsed
+
     for variant in ("gaussian", "box"):
         collapsed = evaluate_collapsed(model, regression, variant, samples=4)
         predictive = collapsed_predict(model, x, samples=4, variant=variant).unstandardised(1.0, 3.0)

@@ -26,12 +26,12 @@ def store(tmp_path_factory):
     previous = os.environ.get("BNN_CACHE_DIR")
     os.environ["BNN_CACHE_DIR"] = str(cache)
     from core.runs import RunConfig, train_run
+
     runs = {
         "moons": train_run(RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 2})),
         "moons_bnn": train_run(RunConfig(dataset="two-moons", method="bnn", hidden=(8,), train={"epochs": 2})),
         "sine": train_run(RunConfig(dataset="toy-sine-gaps", hidden=(8,), train={"epochs": 2})),
-        "laplace": train_run(RunConfig(dataset="toy-sine-gaps", method="laplace", hidden=(8,),
-                                       train={"epochs": 20})),
+        "laplace": train_run(RunConfig(dataset="toy-sine-gaps", method="laplace", hidden=(8,), train={"epochs": 20})),
         "cubic": train_run(RunConfig(dataset="toy-cubic", hidden=(4,), train={"epochs": 1})),
     }
     # An unconverged reference of another width than the runs' (ESS 40; 1-16-1 against 1-8-1).
@@ -68,8 +68,12 @@ def captions(at: AppTest) -> str:
 
 def spec_titles(at: AppTest) -> list[str]:
     """The titles (with subtitles) of every chart the page drew."""
-    return [title for kind in ("arrow_vega_lite_chart", "vega_lite_chart") for chart in at.get(kind)
-            for title in titles(json.loads(chart.proto.spec))]
+    return [
+        title
+        for kind in ("arrow_vega_lite_chart", "vega_lite_chart")
+        for chart in at.get(kind)
+        for title in titles(json.loads(chart.proto.spec))
+    ]
 
 
 def tables(at: AppTest) -> list:
@@ -83,6 +87,7 @@ def table_with(at: AppTest, column: str):
 
 def core_evaluate(run, **options):
     from core.predict import evaluate
+
     return evaluate(run.model, run.dataset(), "bma", 10, seed=0, **options)
 
 
@@ -90,6 +95,7 @@ def ood_split(run, name, n=1000):
     from core.data import load_ood
     from core.predict import predict
     from core.predict.metrics.classification import entropy_split
+
     dataset = run.dataset()
     x = load_ood(dataset, name, seed=0, n=min(n, len(dataset.x_test)))
     split = entropy_split(predict(run.model, x, "bma", 10, seed=0).probs_per_draw)
@@ -97,6 +103,7 @@ def ood_split(run, name, n=1000):
 
 
 # --- the Uncertainty page --------------------------------------------------------------------------------
+
 
 def test_classifier_panels_show_cores_ece_aurc_entropy_split_and_the_doubt_slider(store):
     run = store["moons"]
@@ -146,8 +153,9 @@ def test_regression_panels_show_cores_calibration_curve_and_intervals(store):
     expected = core_evaluate(run, coverage_levels=(0.8, 0.99))
     intervals = table_with(at, "mean width")
     assert list(intervals["level"]) == [0.8, 0.99]
-    assert list(intervals["mean width"]) == pytest.approx([expected["intervals"][k]["width"] for k in ("0.8", "0.99")],
-                                                          rel=1e-6)
+    assert list(intervals["mean width"]) == pytest.approx(
+        [expected["intervals"][k]["width"] for k in ("0.8", "0.99")], rel=1e-6
+    )
     at.multiselect(key="interval_levels").set_value([]).run()  # none chosen: said, never silently the defaults
     assert_clean(at)
     assert any("Choose one or more interval levels" in i.value for i in at.info)
@@ -157,9 +165,11 @@ def test_regression_panels_show_cores_calibration_curve_and_intervals(store):
 def band_gap_ratio(run, samples=100):
     from core.predict import predict
     from core.predict.metrics.regression import band_width_ratios
+
     dataset = run.dataset()
-    prediction = predict(run.model, dataset.x_grid, "bma", samples, seed=0).unstandardised(dataset.target_mean,
-                                                                                            dataset.target_std)
+    prediction = predict(run.model, dataset.x_grid, "bma", samples, seed=0).unstandardised(
+        dataset.target_mean, dataset.target_std
+    )
     return band_width_ratios(dataset.x_grid, dataset.x_train, np.sqrt(prediction.epistemic_variance))["gap_ratio"]
 
 
@@ -173,16 +183,17 @@ def test_mean_field_laplace_and_nuts_side_by_side_with_gap_ratios_and_a_warning(
     # The reference is 1-16-1, the run 1-8-1: said on the chart; ESS 40 < 400: warned, never truth.
     (nuts,) = [t for t in titles if t.startswith("NUTS")]
     assert nuts.startswith("NUTS (unconverged): gap ratio") and "1-16-1" in nuts and "the run is 1-8-1" in nuts
-    (chart,) = [c for c in at.get("arrow_vega_lite_chart") + at.get("vega_lite_chart")
-                if "gap ratio" in c.proto.spec]
+    (chart,) = [c for c in at.get("arrow_vega_lite_chart") + at.get("vega_lite_chart") if "gap ratio" in c.proto.spec]
     assert "not the truth" in json.dumps(json.loads(chart.proto.spec)) or any(
-        "not the truth" in str(d.data) for d in chart.proto.datasets)
+        "not the truth" in str(d.data) for d in chart.proto.datasets
+    )
     warnings = " ".join(w.value for w in at.warning)
     assert f"NUTS reference {store['reference_id']}" in warnings and "not the truth" in warnings
     gaps = table_with(at, "gap ratio")
     assert list(gaps["posterior"]) == ["lbbnn (mean-field)", "laplace (non-factorised)", "NUTS (unconverged)"]
     # The existing bands chart draws the reference in its own colour and names its width.
     from dashboard.calibration_charts import REFERENCE_COLOUR
+
     bands = (at.get("arrow_vega_lite_chart") + at.get("vega_lite_chart"))[0].proto.spec
     assert "NUTS reference" in bands and REFERENCE_COLOUR in bands and "#f58518" not in bands
     assert json.loads(bands)["title"]["subtitle"][0].startswith("NUTS reference not converged (ESS 40 < 400)")
@@ -199,6 +210,7 @@ def test_without_a_laplace_run_the_page_offers_one_click_training(store):
     assert at.button(key="train_non_factorised").label == "Train laplace on toy-cubic"
     assert "No `laplace` run of toy-cubic is cached" in captions(at)
     from dashboard import backend
+
     config = backend.non_factorised_config(store["cubic"])
     assert (config.method, config.dataset, config.seed) == ("laplace", "toy-cubic", store["cubic"].config.seed)
 
@@ -206,6 +218,7 @@ def test_without_a_laplace_run_the_page_offers_one_click_training(store):
 def test_the_one_click_training_queues_the_non_factorised_config(store, monkeypatch):
     from core.errors import BNNError
     from dashboard import backend, cache
+
     submitted = []
 
     class RecordingQueue:  # records the request and refuses it: no training starts in the test
@@ -225,6 +238,7 @@ def test_the_one_click_training_queues_the_non_factorised_config(store, monkeypa
 
 # --- the Compare page -----------------------------------------------------------------------------------------
 
+
 def test_compare_page_tables_cores_calibration_for_classifiers_and_regressions(store):
     at = open_page(store["moons"].run_id, "compare")
     assert_clean(at)
@@ -242,12 +256,14 @@ def test_compare_page_tables_cores_calibration_for_classifiers_and_regressions(s
         # Out of domain: the split of the page's OOD set (its first n inputs, seed 0), from core's functions.
         ood = at.selectbox(key="compare_ood").value
         assert table[f"epistemic ({ood})"].iloc[position] == pytest.approx(
-            ood_split(store[key], ood)["epistemic"], rel=1e-9)
+            ood_split(store[key], ood)["epistemic"], rel=1e-9
+        )
     # Another mode: every run predicts in it (mean weights: one network, no epistemic part).
     at.selectbox(key="compare_calibration_mode").set_value("mean").run()
     assert_clean(at)
     table = table_with(at, "AURC")
     from core.predict import evaluate
+
     for position, key in enumerate(("moons", "moons_bnn")):
         expected = evaluate(store[key].model, store[key].dataset(), "mean", 1, seed=0)
         assert table["ECE"].iloc[position] == pytest.approx(expected["ece"])
@@ -268,6 +284,7 @@ def test_compare_page_tables_cores_calibration_for_classifiers_and_regressions(s
 
 # --- the Playground ---------------------------------------------------------------------------------------------
 
+
 def test_playground_prints_the_gap_ratio_of_its_band(tmp_path, monkeypatch):
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
@@ -283,5 +300,6 @@ def test_playground_prints_the_gap_ratio_of_its_band(tmp_path, monkeypatch):
     data = training._dataset
     assert data.in_features == 1  # the playground opens on a 1-D toy
     from core.predict.metrics.regression import band_width_ratios
+
     expected = band_width_ratios(picture["x_plot"], data.x_train, picture["epistemic_std"])["gap_ratio"]
     assert any(t.endswith(f"gap ratio of the epistemic band {expected:.2f}") for t in spec_titles(at)), spec_titles(at)

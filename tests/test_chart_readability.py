@@ -24,8 +24,11 @@ def encodings(spec: Any) -> Iterator[dict]:
 
 def test_mask_pictures_name_their_axes():
     mask = np.random.default_rng(0).random((5, 4)) > 0.5
-    for chart in (charts.mask_heatmap(mask, "layer 1"), charts.weight_heatmap(mask * 0.3, "layer 1"),
-                  charts.mask_difference(mask, ~mask, "A vs B")):
+    for chart in (
+        charts.mask_heatmap(mask, "layer 1"),
+        charts.weight_heatmap(mask * 0.3, "layer 1"),
+        charts.mask_difference(mask, ~mask, "A vs B"),
+    ):
         encoding = next(encodings(chart.to_dict()))
         assert encoding["x"]["axis"]["title"] == "input unit (last column: bias)"
         assert encoding["y"]["axis"]["title"] == "output unit"
@@ -46,8 +49,12 @@ def test_each_layer_has_its_own_line_in_the_density_over_epochs():
 def test_the_surface_reads_dark_as_certain_on_every_panel():
     xs = ys = np.linspace(-1, 1, 4)
     n = xs.size * ys.size
-    arrays = {"predicted": np.zeros(n, int), "confidence": np.full(n, 0.9), "entropy": np.full(n, 0.2),
-              "spread": np.full(n, 0.1)}
+    arrays = {
+        "predicted": np.zeros(n, int),
+        "confidence": np.full(n, 0.9),
+        "entropy": np.full(n, 0.2),
+        "spread": np.full(n, 0.1),
+    }
     spec = charts.decision_surface(xs, ys, arrays, np.zeros((3, 2)), np.array([0, 1, 0]), samples=5).to_dict()
     colours = {e["color"]["field"]: e["color"] for e in encodings(spec) if "field" in e.get("color", {})}
     for field in ("entropy", "spread"):

@@ -17,8 +17,10 @@ TOKEN = "s3cret-teacher"
 def store(tmp_path, monkeypatch):
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
     from core.runs import RunConfig, train_run
-    ids = [train_run(RunConfig(dataset="two-moons", hidden=(4,), seed=seed, train={"epochs": 1})).run_id
-           for seed in (0, 1)]
+
+    ids = [
+        train_run(RunConfig(dataset="two-moons", hidden=(4,), seed=seed, train={"epochs": 1})).run_id for seed in (0, 1)
+    ]
     st.cache_data.clear()
     st.cache_resource.clear()
     yield ids
@@ -53,6 +55,7 @@ def test_students_cannot_delete_but_the_teacher_can(store, monkeypatch):
     # The student's wrong guess made the whole server wait 2 s (tests/test_queue_ownership.py):
     # a fresh throttle, so the teacher need not.
     from dashboard import settings
+
     monkeypatch.setattr(settings, "_throttles", [])
     teacher = open_app(store[0])
     teacher.text_input(key="teacher_token_input").input(TOKEN)
@@ -65,6 +68,7 @@ def test_students_cannot_delete_but_the_teacher_can(store, monkeypatch):
     teacher.button(key="confirm_delete").click().run()  # delete asks first (a mis-click must not lose a class's run)
     assert not teacher.exception and not teacher.error
     from core.runs import list_runs
+
     assert [info.run_id for info in list_runs()] == [store[0]]
     # the student's session is still a student's
     student.run()
@@ -80,6 +84,7 @@ def test_without_classroom_mode_everyone_can_delete(store, monkeypatch):
 
 def test_forgetting_a_run_drops_only_its_cache_entries(store, monkeypatch):
     from dashboard import backend, cache
+
     computed = []
     original = backend.native_statistics
 
@@ -105,10 +110,10 @@ def test_forgetting_a_run_drops_only_its_cache_entries(store, monkeypatch):
     assert cache.cached_run(first) is not run_first
 
 
-
 def test_forgetting_a_run_drops_only_its_kept_draws(store, monkeypatch):
     from core.predict import DrawCache
     from dashboard import backend, cache
+
     monkeypatch.setattr(backend, "DRAW_CACHE", DrawCache())
     first, second = store
     for run_id in store:
@@ -121,8 +126,10 @@ def test_forgetting_a_run_drops_only_its_kept_draws(store, monkeypatch):
     cache.clear_all()
     assert len(backend.DRAW_CACHE) == 0
 
+
 def test_runs_of_one_dataset_share_one_loaded_copy(store):
     from dashboard import cache
+
     first, second = (cache.cached_run(run_id) for run_id in store)
     assert first.dataset() is second.dataset()
 
@@ -150,6 +157,7 @@ def test_two_sessions_asking_for_one_config_share_one_training(tmp_path, monkeyp
     assert [s.status.value for s in snapshots] == ["done", "done"]
     assert snapshots[0].run_id == snapshots[1].run_id
     from core.runs import list_runs
+
     assert len(list_runs()) == 1
     st.cache_resource.clear()
 
@@ -158,6 +166,7 @@ def test_streamlit_own_clear_cache_request_is_refused_in_classroom_mode(store, m
     from streamlit.runtime.app_session import AppSession
 
     from dashboard import cache, settings
+
     original = AppSession._handle_clear_cache_request
     monkeypatch.setattr(AppSession, "_handle_clear_cache_request", original)  # restored afterwards
     fake_session = type("FakeSession", (), {"_session_state": {}})()
@@ -235,6 +244,7 @@ def test_a_training_child_gets_the_compute_threads(monkeypatch):
         Process = FakeProcess
 
     import multiprocessing
+
     monkeypatch.setattr(multiprocessing, "get_context", lambda kind: FakeContext)
     monkeypatch.setenv(settings.COMPUTE_THREADS_VARIABLE, "1")
     with pytest.raises(RuntimeError, match="stop here"):

@@ -13,13 +13,24 @@ from dashboard import settings
 from tests.test_dashboard_app import APP, TIMEOUT, fresh_caches  # noqa: F401
 
 
-@pytest.mark.parametrize("address, reachable", [
-    (None, False),  # no server in this process (AppTest, the command line)
-    ("", True),  # Streamlit's default: every interface
-    ("0.0.0.0", True), ("::", True), ("192.168.1.20", True), ("[2001:db8::1]", True), ("class-server.local", True),
-    ("127.0.0.1", False), ("127.0.1.1", False), ("::1", False), ("[::1]", False), ("localhost", False),
-    ("LocalHost", False),
-])
+@pytest.mark.parametrize(
+    "address, reachable",
+    [
+        (None, False),  # no server in this process (AppTest, the command line)
+        ("", True),  # Streamlit's default: every interface
+        ("0.0.0.0", True),
+        ("::", True),
+        ("192.168.1.20", True),
+        ("[2001:db8::1]", True),
+        ("class-server.local", True),
+        ("127.0.0.1", False),
+        ("127.0.1.1", False),
+        ("::1", False),
+        ("[::1]", False),
+        ("localhost", False),
+        ("LocalHost", False),
+    ],
+)
 def test_which_addresses_other_machines_reach(address, reachable):
     assert settings.listens_beyond_loopback(address) is reachable
 
@@ -32,11 +43,18 @@ def unset(monkeypatch):
     return monkeypatch
 
 
-@pytest.mark.parametrize("variable, address, on", [
-    (None, "", True), (None, "0.0.0.0", True), (None, "127.0.0.1", False), (None, None, False),
-    ("0", "0.0.0.0", False),  # the teacher's explicit choice wins
-    ("1", "127.0.0.1", True), ("1", None, True),
-])
+@pytest.mark.parametrize(
+    "variable, address, on",
+    [
+        (None, "", True),
+        (None, "0.0.0.0", True),
+        (None, "127.0.0.1", False),
+        (None, None, False),
+        ("0", "0.0.0.0", False),  # the teacher's explicit choice wins
+        ("1", "127.0.0.1", True),
+        ("1", None, True),
+    ],
+)
 def test_classroom_mode_follows_the_address_unless_set(unset, variable, address, on):
     if variable is not None:
         unset.setenv(settings.CLASSROOM_VARIABLE, variable)

@@ -16,8 +16,15 @@ pytestmark = [pytest.mark.load, pytest.mark.slow, pytest.mark.timeout(1200)]  # 
 def test_ten_sessions_two_trainings_no_errors_and_no_leaks(tmp_path):
     from benchmarks.classroom_load import Scenario, run_load_test, table
 
-    scenario = Scenario(sessions=10, interactions=4, hidden=(32,), training_hidden="16", training_epochs=300,
-                        think_seconds=0.3, max_seconds=150)
+    scenario = Scenario(
+        sessions=10,
+        interactions=4,
+        hidden=(32,),
+        training_hidden="16",
+        training_epochs=300,
+        think_seconds=0.3,
+        max_seconds=150,
+    )
     report = run_load_test(scenario, work_dir=tmp_path)
     print(table(report))
     assert report.errors == []

@@ -81,104 +81,247 @@ R = ["reference", "toy-sine-gaps"]
 
 CASES: list[list[str]] = [
     # top level
-    ["nonsense"], ["--bogus"], ["train", "--bogus"],
+    ["nonsense"],
+    ["--bogus"],
+    ["train", "--bogus"],
     # datasets
-    ["datasets", "--data-dir", ""], ["datasets", "--data-dir", "/proc/1"], ["datasets", "--data-dir", "{MISSING}"],
-    ["datasets", "--data-dir", "{FILE}"], ["datasets", "extra"],
+    ["datasets", "--data-dir", ""],
+    ["datasets", "--data-dir", "/proc/1"],
+    ["datasets", "--data-dir", "{MISSING}"],
+    ["datasets", "--data-dir", "{FILE}"],
+    ["datasets", "extra"],
     # train: names
-    ["train", "--dataset", ""], ["train", "--dataset", "nope"], ["train", "--dataset", "../../etc/passwd"],
+    ["train", "--dataset", ""],
+    ["train", "--dataset", "nope"],
+    ["train", "--dataset", "../../etc/passwd"],
     ["train", "--dataset", "toy-sine-gaps", "--method", ""],
     ["train", "--dataset", "toy-sine-gaps", "--method", "nope"],
-    [*T, "--activation", "nope"], [*T, "--activation", ""], [*T, "--likelihood", "categorical"],
-    [*T, "--likelihood", "nope"], [*T, "--device", ""], [*T, "--device", "tpu"], [*T, "--device", "cuda:x"],
-    [*T, "--posttrain-structure", "nope"], [*T, "--bias-prior", "nope"], [*T, "--noise", "nope"],
-    ["train", "--preset", "nope"], ["train", "--preset", ""], ["train", "--preset", "quick-paper"],
+    [*T, "--activation", "nope"],
+    [*T, "--activation", ""],
+    [*T, "--likelihood", "categorical"],
+    [*T, "--likelihood", "nope"],
+    [*T, "--device", ""],
+    [*T, "--device", "tpu"],
+    [*T, "--device", "cuda:x"],
+    [*T, "--posttrain-structure", "nope"],
+    [*T, "--bias-prior", "nope"],
+    [*T, "--noise", "nope"],
+    ["train", "--preset", "nope"],
+    ["train", "--preset", ""],
+    ["train", "--preset", "quick-paper"],
     ["train", "--preset", "quick-mnist", "--config", "{CFG:list.json}"],
     # train: widths
-    *[[*T, "--hidden", bad] for bad in ("", "0", "-1", "a", "1e20", "100000000000000000000", "inf", "nan", "2.5",
-                                       "4,0", "1," * 40, "100000", "100000,100000,100000", ",", DIGITS_5000)],
+    *[
+        [*T, "--hidden", bad]
+        for bad in (
+            "",
+            "0",
+            "-1",
+            "a",
+            "1e20",
+            "100000000000000000000",
+            "inf",
+            "nan",
+            "2.5",
+            "4,0",
+            "1," * 40,
+            "100000",
+            "100000,100000,100000",
+            ",",
+            DIGITS_5000,
+        )
+    ],
     # train: counts and seeds (argparse's int() lets 23 digits through)
     *[[*T, flag, bad] for flag in ("--seed", "--data-seed") for bad in ("-1", HUGE, "4294967296")],
     *[[*T, flag, bad] for flag in ("--seed", "--epochs", "--batch-size") for bad in ("x", "1e20", "1.5", "")],
-    [*T, "--epochs", "-1"], [*T, "--epochs", "99999999999999"], [*T, "--batch-size", "0"],
-    [*T, "--batch-size", "-5"], [*T, "--batch-size", "99999999999999"], [*T, "--mc-samples", "999999999999"],
-    [*T, "--mc-samples", "-1"], [*T, "--pretrain-epochs", "-1"], [*T, "--pretrain-epochs", "99999999999999"],
-    [*T, "--posttrain-epochs", "99999999999999"], [*T, "--kl-anneal-epochs", "-1"],
-    [*T, "--warm-start-epochs", "99999999999999"], [*T, "--split", "0"], [*T, "--split", HUGE],
+    [*T, "--epochs", "-1"],
+    [*T, "--epochs", "99999999999999"],
+    [*T, "--batch-size", "0"],
+    [*T, "--batch-size", "-5"],
+    [*T, "--batch-size", "99999999999999"],
+    [*T, "--mc-samples", "999999999999"],
+    [*T, "--mc-samples", "-1"],
+    [*T, "--pretrain-epochs", "-1"],
+    [*T, "--pretrain-epochs", "99999999999999"],
+    [*T, "--posttrain-epochs", "99999999999999"],
+    [*T, "--kl-anneal-epochs", "-1"],
+    [*T, "--warm-start-epochs", "99999999999999"],
+    [*T, "--split", "0"],
+    [*T, "--split", HUGE],
     # train: reals
     *[[*T, "--kl-weight", bad] for bad in ("nan", "inf", "0", "-1", "2")],
     *[[*T, "--noise-std", bad] for bad in ("nan", "inf", "0", "-1", "1e400")],
     [*T, "--kl-weight", "x"],
     *[[*T, "--precision-prior", bad] for bad in ("x", "", "1,", "nan,1", "-1,2", "1e400,1", "1,2,3")],
     # train: name=value pairs
-    *[[*T, "--lr", bad] for bad in ("weights", "weights=", "weights=0", "weights=-1", "weights=inf", "weights=nan",
-                                   "nope=1", "=1", "weights=1e400", "weights=" + DEEP[:900], "weights=" + DIGITS_5000,
-                                   "weights=[1,2]", "weights=true")],
+    *[
+        [*T, "--lr", bad]
+        for bad in (
+            "weights",
+            "weights=",
+            "weights=0",
+            "weights=-1",
+            "weights=inf",
+            "weights=nan",
+            "nope=1",
+            "=1",
+            "weights=1e400",
+            "weights=" + DEEP[:900],
+            "weights=" + DIGITS_5000,
+            "weights=[1,2]",
+            "weights=true",
+        )
+    ],
     [*T, "--pretrain-lr", "weights=0"],
-    *[[*T, "--option", bad] for bad in ("x", "nope=1", "init_sigma=-1", "init_sigma=nan", "init_sigma=" + DEEP[:900],
-                                       "init_sigma=" + DIGITS_5000, "estimator=nope", "=", "init_sigma=[[1]]")],
+    *[
+        [*T, "--option", bad]
+        for bad in (
+            "x",
+            "nope=1",
+            "init_sigma=-1",
+            "init_sigma=nan",
+            "init_sigma=" + DEEP[:900],
+            "init_sigma=" + DIGITS_5000,
+            "estimator=nope",
+            "=",
+            "init_sigma=[[1]]",
+        )
+    ],
     *[[*T, "--param", bad] for bad in ("n=-1", "n=99999999999999", "n=1e400", "nope=1", "n=", "n=x")],
     # train: files and folders
     *[["train", "--config", f"{{CFG:{name}}}"] for name in CONFIGS if not name.startswith("grid-")],
-    ["train", "--config", ""], ["train", "--config", "{MISSING}.json"], ["train", "--config", "{DIR}/folder.json"],
+    ["train", "--config", ""],
+    ["train", "--config", "{MISSING}.json"],
+    ["train", "--config", "{DIR}/folder.json"],
     ["train", "--config", "{BIG}"],
     *[[*T, "--cache-dir", bad] for bad in ("", "/proc/1", "/proc/1/runs", "{FILE}", "{FILE}/sub", "{RO}", "{RO}/sub")],
-    [*T, "--data-dir", "{MISSING}"], [*T, "--data-dir", "/proc/1"],
+    [*T, "--data-dir", "{MISSING}"],
+    [*T, "--data-dir", "/proc/1"],
     # presets, runs, show, rm
-    ["presets", "--bogus"], ["presets", "extra"],
-    ["runs", "--cache-dir", ""], ["runs", "--cache-dir", "/proc/1"], ["runs", "--cache-dir", "{FILE}"],
-    ["show", "nope"], ["show", ""], ["show", "../../etc"], ["show", "x" * 10_000], ["show", "*"],
-    ["show", "{RUN}", "--cache-dir", "/proc/1"], ["show", "{RUN}", "--cache-dir", "{FILE}"], ["show"],
-    ["rm", "nope", "--yes"], ["rm", "", "--yes"], ["rm", "{RUN}"], ["rm", "{RUN}", "--yes", "--cache-dir", "{RO}"],
+    ["presets", "--bogus"],
+    ["presets", "extra"],
+    ["runs", "--cache-dir", ""],
+    ["runs", "--cache-dir", "/proc/1"],
+    ["runs", "--cache-dir", "{FILE}"],
+    ["show", "nope"],
+    ["show", ""],
+    ["show", "../../etc"],
+    ["show", "x" * 10_000],
+    ["show", "*"],
+    ["show", "{RUN}", "--cache-dir", "/proc/1"],
+    ["show", "{RUN}", "--cache-dir", "{FILE}"],
+    ["show"],
+    ["rm", "nope", "--yes"],
+    ["rm", "", "--yes"],
+    ["rm", "{RUN}"],
+    ["rm", "{RUN}", "--yes", "--cache-dir", "{RO}"],
     ["rm", "{RUN}", "--yes", "--cache-dir", "/proc/1"],
     # grid (each refused before anything trains)
-    ["grid", "nope"], ["grid", ""], ["grid", "{MISSING}.toml"], ["grid", "{FILE}"],
+    ["grid", "nope"],
+    ["grid", ""],
+    ["grid", "{MISSING}.toml"],
+    ["grid", "{FILE}"],
     *[["grid", f"{{CFG:{name}}}"] for name in CONFIGS if name.startswith("grid-") or name.startswith("nested")],
     *[["grid", "quick-paper", "--workers", bad] for bad in ("0", "-1", HUGE)],
     ["grid", "quick-paper", "--workers", "x"],
     *[["grid", "quick-paper", "--gpus-per-run", bad] for bad in ("nan", "-1", "inf")],
     *[["grid", "quick-paper", "--seeds", bad] for bad in ("x", "-1", HUGE, ",", "")],
-    ["grid", "quick-paper", "--methods", ","], ["grid", "quick-paper", "--methods", ""],
+    ["grid", "quick-paper", "--methods", ","],
+    ["grid", "quick-paper", "--methods", ""],
     ["grid", "quick-paper", "--methods", "nope"],
-    ["grid", "quick-paper", "--setups", "nope"], ["grid", "quick-paper", "--setups", ""],
+    ["grid", "quick-paper", "--setups", "nope"],
+    ["grid", "quick-paper", "--setups", ""],
     *[["grid", "quick-paper", "--out", bad] for bad in ("", "/proc/1", "{FILE}", "{RO}")],
-    ["grid", "quick-paper", "--backend", "nope"], ["grid", "quick-paper", "--cache-dir", "/proc/1"],
+    ["grid", "quick-paper", "--backend", "nope"],
+    ["grid", "quick-paper", "--cache-dir", "/proc/1"],
     # evaluate
     *[[*E, "--samples", bad] for bad in ("0", "-1", "", "abc", "1e20", "99999999999999999999", "inf", "nan", "2.5")],
     *[[*E, "--seed", bad] for bad in ("-1", HUGE, "x")],
     *[[*E, "--mode", "mpm", "--threshold", bad] for bad in ("nan", "inf", "", "abc", "1e400", "-5")],
-    [*E, "--threshold", "0.5"], [*E, "--mode", ""], [*E, "--mode", "nope"], [*E, "--ood", "nope"],
-    [*E, "--ood", ""], ["evaluate", "nope"], ["evaluate", ""], [*E, "--cache-dir", "/proc/1"],
+    [*E, "--threshold", "0.5"],
+    [*E, "--mode", ""],
+    [*E, "--mode", "nope"],
+    [*E, "--ood", "nope"],
+    [*E, "--ood", ""],
+    ["evaluate", "nope"],
+    ["evaluate", ""],
+    [*E, "--cache-dir", "/proc/1"],
     [*E, "--data-dir", "{MISSING}"],
     # sweep
-    *[[*S, "--thresholds", bad] for bad in ("0:1:1e-9", "0:1e9:1", "0:inf:0.1", "nan:1:0.1", "1:0:0.1", "0:1:0",
-                                           "0:1:-0.1", "", ",,,", "a:b:c", "0:1", "1," * 20000, "1e400",
-                                           "0:1:1e-320", "-1e308:1e308:1e-5", "0:1:0.1:5")],
+    *[
+        [*S, "--thresholds", bad]
+        for bad in (
+            "0:1:1e-9",
+            "0:1e9:1",
+            "0:inf:0.1",
+            "nan:1:0.1",
+            "1:0:0.1",
+            "0:1:0",
+            "0:1:-0.1",
+            "",
+            ",,,",
+            "a:b:c",
+            "0:1",
+            "1," * 20000,
+            "1e400",
+            "0:1:1e-320",
+            "-1e308:1e308:1e-5",
+            "0:1:0.1:5",
+        )
+    ],
     *[[*S, "--mode", "mpm", "--samples", bad] for bad in ("0", HUGE, "x", "")],
-    [*S, "--mode", "bma"], [*S, "--mode", "nope"], [*S, "--seed", HUGE], ["sweep", "nope"],
+    [*S, "--mode", "bma"],
+    [*S, "--mode", "nope"],
+    [*S, "--seed", HUGE],
+    ["sweep", "nope"],
     # export
-    *[[*X, "--threshold", "0.5", "--out", bad] for bad in ("", " ", "{MISSING}/x/y", "{FILE}", "{FILE}/x",
-                                                          "/proc/1/x", "/proc/1", "{RO}", "{RO}/x")],
+    *[
+        [*X, "--threshold", "0.5", "--out", bad]
+        for bad in ("", " ", "{MISSING}/x/y", "{FILE}", "{FILE}/x", "/proc/1/x", "/proc/1", "{RO}", "{RO}/x")
+    ],
     *[[*X, "--out", "{DIR}/out", "--threshold", bad] for bad in ("nan", "", "abc", "inf", "1e400", "-5")],
-    [*X, "--threshold", "0.5"], ["export", "nope", "--threshold", "0.5", "--out", "{DIR}/out"],
+    [*X, "--threshold", "0.5"],
+    ["export", "nope", "--threshold", "0.5", "--out", "{DIR}/out"],
     # explain
     *[["explain", "{RUN}", "--index", bad] for bad in ("", "-1", "x", "1e20", HUGE, "2.5", "nan", "99999")],
-    *[["explain", "{RUN}", "--index", "0", flag, bad] for flag in ("--samples", "--top", "--output", "--seed")
-      for bad in ("0" if flag != "--output" and flag != "--seed" else "-1", "x", HUGE)],
-    ["explain", "{RUN}", "--index", "0", "--threshold", "nan"], ["explain", "{RUN}"],
+    *[
+        ["explain", "{RUN}", "--index", "0", flag, bad]
+        for flag in ("--samples", "--top", "--output", "--seed")
+        for bad in ("0" if flag != "--output" and flag != "--seed" else "-1", "x", HUGE)
+    ],
+    ["explain", "{RUN}", "--index", "0", "--threshold", "nan"],
+    ["explain", "{RUN}"],
     ["explain", "nope", "--index", "0"],
     # train: input skip and target density
-    [*T, "--option", "input_skip=yes"], ["train", "--dataset", "toy-sine-gaps", "--method", "laplace", "--hidden", "4",
-                                         "--epochs", "1", "--quiet", "--option", "input_skip=true"],
+    [*T, "--option", "input_skip=yes"],
+    [
+        "train",
+        "--dataset",
+        "toy-sine-gaps",
+        "--method",
+        "laplace",
+        "--hidden",
+        "4",
+        "--epochs",
+        "1",
+        "--quiet",
+        "--option",
+        "input_skip=true",
+    ],
     *[[*T, "--target-density", bad] for bad in ("0", "-1", "1.5", "nan", "inf", "x", "")],
     # reference (refused before any sampling)
-    ["reference", "nope"], ["reference", ""], ["reference", "mnist-small", "--samples", "0"],
+    ["reference", "nope"],
+    ["reference", ""],
+    ["reference", "mnist-small", "--samples", "0"],
     *[[*R, "--samples", bad] for bad in ("0", "5", HUGE, "x")],
     *[[*R, "--warmup", bad] for bad in ("-1", HUGE)],
     *[[*R, "--chains", bad] for bad in ("0", "99999999999999")],
     *[[*R, "--max-tree-depth", bad] for bad in ("0", "99")],
     *[[*R, "--hidden", bad] for bad in ("1e20", "", "a")],
-    [*R, "--prior", "nope"], [*R, "--seed", "-1"], [*R, "--seed", HUGE], [*R, "--data-seed", HUGE],
+    [*R, "--prior", "nope"],
+    [*R, "--seed", "-1"],
+    [*R, "--seed", HUGE],
+    [*R, "--data-seed", HUGE],
     [*R, "--cache-dir", "/proc/1"],
 ]
 
@@ -208,12 +351,35 @@ def corpus_env(tmp_path_factory):
     (folder / "folder.json").mkdir(parents=True)
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["train", "--dataset", "toy-sine-gaps", "--method", "bnn", "--hidden", "4", "--epochs", "1",
-                     "--quiet", "--cache-dir", str(store)])
+        code = main(
+            [
+                "train",
+                "--dataset",
+                "toy-sine-gaps",
+                "--method",
+                "bnn",
+                "--hidden",
+                "4",
+                "--epochs",
+                "1",
+                "--quiet",
+                "--cache-dir",
+                str(store),
+            ]
+        )
     assert code == 0, err.getvalue()
     run_id = out.getvalue().split()[0]
-    return {"RUN": run_id, "FILE": str(a_file), "MISSING": str(root / "missing"), "RO": str(readonly),
-            "DIR": str(folder), "BIG": str(big), "store": store, "configs": config_dir, "root": root}
+    return {
+        "RUN": run_id,
+        "FILE": str(a_file),
+        "MISSING": str(root / "missing"),
+        "RO": str(readonly),
+        "DIR": str(folder),
+        "BIG": str(big),
+        "store": store,
+        "configs": config_dir,
+        "root": root,
+    }
 
 
 def _fill(argv: list[str], env: dict) -> list[str]:
@@ -239,6 +405,7 @@ def _run_in_thread(argv: list[str]) -> tuple[object, str, str]:
             result.append(exc.code)
         except BaseException as exc:  # reported below as the failure it is
             import traceback
+
             err.write(traceback.format_exc())
             result.append(exc)
 
@@ -309,32 +476,48 @@ def test_the_corpus_covers_every_subcommand():
     assert len(CASES) >= 145
 
 
-@pytest.mark.parametrize("argv", [
-    ["sweep", "{RUN}", "--thresholds", "0:1:1e-9"],
-    ["train", "--dataset", "toy-sine-gaps", "--hidden", "1e20"],
-    ["export", "{RUN}", "--threshold", "0.5", "--out", ""],
-    ["train", "--config", "{CFG:nested.json}"],
-], ids=["sweep-1e-9", "hidden-1e20", "export-empty-out", "nested-config"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sweep", "{RUN}", "--thresholds", "0:1:1e-9"],
+        ["train", "--dataset", "toy-sine-gaps", "--hidden", "1e20"],
+        ["export", "{RUN}", "--threshold", "0.5", "--out", ""],
+        ["train", "--config", "{CFG:nested.json}"],
+    ],
+    ids=["sweep-1e-9", "hidden-1e20", "export-empty-out", "nested-config"],
+)
 @pytest.mark.slow  # a Python process each, importing torch: 5 s CPU
 def test_a_real_process_refuses_in_one_line(argv, corpus_env, tmp_path):
     env = corpus_env
     project = Path(__file__).resolve().parents[1]
     environ = {**os.environ, "BNN_CACHE_DIR": str(env["store"]), "PYTHONPATH": str(project)}
-    done = subprocess.run([sys.executable, "-m", "core", *_fill(argv, env)], cwd=tmp_path, env=environ,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "core", *_fill(argv, env)],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert_clean_refusal(done.returncode, done.stderr, argv)
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("raised, message", [
-    (OSError(28, "No space left on device", "/store/runs/x"), "error: No space left on device: /store/runs/x"),
-    (PermissionError(13, "Permission denied", "/store"), "error: Permission denied: /store"),
-    (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 40000400000 bytes"),
-     "error: out of memory"),
-    (MemoryError(), "error: out of memory"),
-])
+@pytest.mark.parametrize(
+    "raised, message",
+    [
+        (OSError(28, "No space left on device", "/store/runs/x"), "error: No space left on device: /store/runs/x"),
+        (PermissionError(13, "Permission denied", "/store"), "error: Permission denied: /store"),
+        (
+            RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 40000400000 bytes"),
+            "error: out of memory",
+        ),
+        (MemoryError(), "error: out of memory"),
+    ],
+)
 def test_the_environments_refusals_become_one_line(raised, message, monkeypatch, capsys):
     """What no check can foresee (a disk that fills, memory that runs out) still ends in one line."""
+
     def handler(args):
         raise raised
 

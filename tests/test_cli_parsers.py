@@ -22,10 +22,31 @@ from core.runs.parsing import VALUE_CHARS, parse_hidden, parse_pair_list, parse_
 # A parse is a few string operations; 0.5 s leaves room for a loaded machine and still catches
 # anything that builds from the text (a billion thresholds took 14 s to fill 5 GB).
 SECONDS = 0.5
-NUMBER = st.one_of(st.integers(-10 ** 30, 10 ** 30).map(str), st.sampled_from(
-    ["0", "1", "-1", "1e-9", "1e9", "1e20", "1e400", "1e-320", "inf", "-inf", "nan", "2.5", "0.02", "9" * 5000,
-     "", " ", "x"]))
-GRAMMAR = st.text(alphabet="0123456789.:,-+eE infa[]{}=\"x", max_size=80)
+NUMBER = st.one_of(
+    st.integers(-(10**30), 10**30).map(str),
+    st.sampled_from(
+        [
+            "0",
+            "1",
+            "-1",
+            "1e-9",
+            "1e9",
+            "1e20",
+            "1e400",
+            "1e-320",
+            "inf",
+            "-inf",
+            "nan",
+            "2.5",
+            "0.02",
+            "9" * 5000,
+            "",
+            " ",
+            "x",
+        ]
+    ),
+)
+GRAMMAR = st.text(alphabet='0123456789.:,-+eE infa[]{}="x', max_size=80)
 ANY_TEXT = st.text(max_size=200)
 
 
@@ -33,12 +54,20 @@ def _range_spec(parts):
     return ":".join(parts)
 
 
-THRESHOLD_SPECS = st.one_of(ANY_TEXT, GRAMMAR, st.lists(NUMBER, min_size=3, max_size=3).map(_range_spec),
-                            st.lists(NUMBER, min_size=1, max_size=6).map(",".join),
-                            st.integers(1, 30_000).map(lambda n: "1," * n))
+THRESHOLD_SPECS = st.one_of(
+    ANY_TEXT,
+    GRAMMAR,
+    st.lists(NUMBER, min_size=3, max_size=3).map(_range_spec),
+    st.lists(NUMBER, min_size=1, max_size=6).map(",".join),
+    st.integers(1, 30_000).map(lambda n: "1," * n),
+)
 HIDDEN_SPECS = st.one_of(ANY_TEXT, GRAMMAR, st.lists(NUMBER, min_size=0, max_size=20).map(",".join))
-PAIR_TEXT = st.one_of(ANY_TEXT, GRAMMAR, st.tuples(st.sampled_from(["weights", "", " x ", "="]), NUMBER).map("=".join),
-                      st.integers(0, 2000).map(lambda n: "a=" + "[" * n + "]" * n))
+PAIR_TEXT = st.one_of(
+    ANY_TEXT,
+    GRAMMAR,
+    st.tuples(st.sampled_from(["weights", "", " x ", "="]), NUMBER).map("=".join),
+    st.integers(0, 2000).map(lambda n: "a=" + "[" * n + "]" * n),
+)
 
 
 def _timed(parse, text):

@@ -38,7 +38,8 @@ def test_train_json_then_cached_then_runs_show_rm(tmp_path, capsys):
     assert main(["show", first["run_id"][:5], *cache, "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["config"]["hidden"] == [16] and shown["metrics"]["density"] == pytest.approx(
-        first["metrics"]["density"])
+        first["metrics"]["density"]
+    )
 
     assert main(["rm", first["run_id"], *cache]) == 2  # not a terminal: needs --yes
     assert "--yes" in capsys.readouterr().err
@@ -49,8 +50,19 @@ def test_train_json_then_cached_then_runs_show_rm(tmp_path, capsys):
 
 
 def test_flags_override_a_preset():
-    config = _config(["--preset", "quick-mnist", "--epochs", "2", "--lr", "weights=2e-2,inclusion=1e-4",
-                      "--seed", "3", "--empirical-bayes"])
+    config = _config(
+        [
+            "--preset",
+            "quick-mnist",
+            "--epochs",
+            "2",
+            "--lr",
+            "weights=2e-2,inclusion=1e-4",
+            "--seed",
+            "3",
+            "--empirical-bayes",
+        ]
+    )
     preset = PRESETS["quick-mnist"]
     assert config.dataset == preset.dataset and config.hidden == preset.hidden
     assert config.train.epochs == 2 and config.seed == 3 and config.train.empirical_bayes
@@ -61,8 +73,22 @@ def test_flags_override_a_preset():
 def test_flags_override_a_config_file_and_options_parse(tmp_path):
     path = tmp_path / "run.toml"
     path.write_text('dataset = "toy-sine-gaps"\nmethod = "bnn"\nhidden = [8]\n[train]\nepochs = 5\n')
-    config = _config(["--config", str(path), "--hidden", "32,16", "--option", "prior_variance=2",
-                      "--param", "n=30", "--mc-samples", "2", "--pretrain-epochs", "1"])
+    config = _config(
+        [
+            "--config",
+            str(path),
+            "--hidden",
+            "32,16",
+            "--option",
+            "prior_variance=2",
+            "--param",
+            "n=30",
+            "--mc-samples",
+            "2",
+            "--pretrain-epochs",
+            "1",
+        ]
+    )
     assert config.dataset == "toy-sine-gaps" and config.method == "bnn" and config.hidden == (32, 16)
     assert config.family_options["prior_variance"] == 2 and config.dataset_params == {"n": 30}
     assert config.train.epochs == 5 and config.train.mc_samples == 2 and config.train.pretrain_epochs == 1
@@ -70,15 +96,18 @@ def test_flags_override_a_config_file_and_options_parse(tmp_path):
     assert switched.method == "lbbnn" and "prior_inclusion" in switched.family_options
 
 
-@pytest.mark.parametrize("argv, field", [
-    (["--batch-size", "0"], "batch_size"),
-    (["--lr", "weights"], "--lr"),
-    (["--lr", "weigths=1e-3"], "learning_rates"),
-    (["--activation", "swish"], "activation"),
-    (["--option", "prior_inclusion=2"], "prior_inclusion"),
-    (["--hidden", "a,b"], "hidden"),
-    (["--preset", "quick-paper"], "grid"),
-])
+@pytest.mark.parametrize(
+    "argv, field",
+    [
+        (["--batch-size", "0"], "batch_size"),
+        (["--lr", "weights"], "--lr"),
+        (["--lr", "weigths=1e-3"], "learning_rates"),
+        (["--activation", "swish"], "activation"),
+        (["--option", "prior_inclusion=2"], "prior_inclusion"),
+        (["--hidden", "a,b"], "hidden"),
+        (["--preset", "quick-paper"], "grid"),
+    ],
+)
 def test_bad_flags_exit_2_naming_the_field(argv, field, tmp_path, capsys):
     assert main(["train", *TINY, "--cache-dir", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err

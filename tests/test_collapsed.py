@@ -30,8 +30,9 @@ POINT_MASS = ("fnn", "concrete-dropout", "laplace", "ensemble")
 
 def regression_model(family, likelihood="gaussian", hidden=(5,), seed=0, activation="relu"):
     torch.manual_seed(seed)
-    model = BayesianMLP(ModelConfig(2, None, hidden=hidden, family=family, likelihood=likelihood,
-                                    activation=activation))
+    model = BayesianMLP(
+        ModelConfig(2, None, hidden=hidden, family=family, likelihood=likelihood, activation=activation)
+    )
     with torch.no_grad():  # spread q a little so the collapsed variance is not negligible
         for name, p in model.layers[-1].named_parameters():
             if name in ("weight_rho",):
@@ -57,6 +58,7 @@ def test_collapsed_mean_and_variance_are_those_of_the_sampled_last_layer(family,
     box = collapsed_predict(model, X, samples=40, seed=4, variant="box", box_terms=3)
     parts_noise = gaussian.var_per_draw
     from core.predict.collapsed import collapsed_parts
+
     noise_var = collapsed_parts(model, X, draws, 4).noise_std.numpy() ** 2
     weight_var = parts_noise - noise_var
     residual = gaussian.ensemble_mean_per_draw - gaussian.mean_per_draw
@@ -70,6 +72,7 @@ def test_collapsed_mean_and_variance_are_those_of_the_sampled_last_layer(family,
         assert abs(z.mean()) < 4 / np.sqrt(z.size) + 0.01 and abs(z.var() - 1) < 0.1
     # The plain ensemble of the same draws is bma's.
     from core.predict import predict
+
     bma = predict(model, X, "bma", samples=40, seed=4)
     assert np.allclose(box.ensemble_mean_per_draw, bma.mean_per_draw, atol=1e-4)
     assert np.allclose(gaussian.ensemble_mean_per_draw[:40], bma.mean_per_draw, atol=1e-4)
@@ -117,6 +120,7 @@ def test_sum_of_uniforms_against_closed_forms_and_monte_carlo():
 
 def test_gaussian_mixture_quantiles_invert_the_mixture_cdf():
     from scipy.stats import norm
+
     means = np.array([[0.0, 1.0], [3.0, 1.0]])
     stds = np.array([[1.0, 0.5], [0.5, 0.5]])
     low, high = gaussian_mixture_quantiles(means, stds, (0.05, 0.95))
@@ -138,9 +142,11 @@ def test_collapsed_refuses_classification():
 @pytest.fixture(scope="module")
 def tiny_runs(tmp_path_factory):
     from core.runs import RunConfig, train_run
+
     cache = tmp_path_factory.mktemp("collapsed-cache")
-    regression = train_run(RunConfig(dataset="toy-cubic", method="lbbnn", hidden=(6,), train={"epochs": 3}),
-                           cache_dir=cache)
+    regression = train_run(
+        RunConfig(dataset="toy-cubic", method="lbbnn", hidden=(6,), train={"epochs": 3}), cache_dir=cache
+    )
     classification = train_run(RunConfig(dataset="two-moons", hidden=(4,), train={"epochs": 1}), cache_dir=cache)
     return cache, regression, classification
 
@@ -149,8 +155,10 @@ def test_evaluate_cli_offers_both_collapsed_variants(tiny_runs, capsys):
     cache, regression, classification = tiny_runs
     results = {}
     for mode in ("collapsed", "collapsed-box"):
-        assert main(["evaluate", regression.run_id, "--mode", mode, "--samples", "8", "--json",
-                     "--cache-dir", str(cache)]) == 0
+        assert (
+            main(["evaluate", regression.run_id, "--mode", mode, "--samples", "8", "--json", "--cache-dir", str(cache)])
+            == 0
+        )
         results[mode] = json.loads(capsys.readouterr().out)
     direct = evaluate_collapsed(regression, regression.dataset(), "gaussian", samples=8)
     assert results["collapsed"]["rmse"] == pytest.approx(direct["rmse"])
@@ -168,10 +176,12 @@ def test_evaluate_cli_offers_both_collapsed_variants(tiny_runs, capsys):
     dataset = regression.dataset()
     y = dataset.unstandardise(dataset.y_test).astype(np.float64)
     gaussian = collapsed_predict(regression, dataset.x_test, samples=8, variant="gaussian").unstandardised(
-        dataset.target_mean, dataset.target_std)
+        dataset.target_mean, dataset.target_std
+    )
     pit = norm.cdf((y[None, :] - gaussian.mean_per_draw) / np.sqrt(gaussian.var_per_draw)).mean(0)
     box = collapsed_predict(regression, dataset.x_test, samples=8, variant="box").unstandardised(
-        dataset.target_mean, dataset.target_std)
+        dataset.target_mean, dataset.target_std
+    )
     for level in (0.5, 0.9, 0.95):
         inside = np.abs(pit - 0.5) <= level / 2
         assert results["collapsed"]["coverage"][f"{level:g}"] == pytest.approx(inside.mean(), abs=1e-12)
@@ -182,12 +192,15 @@ def test_evaluate_cli_offers_both_collapsed_variants(tiny_runs, capsys):
     assert results["collapsed-box"]["variant"] == "box" and results["collapsed-box"]["mean_collapsed_terms"] > 0
     assert main(["evaluate", classification.run_id, "--mode", "collapsed", "--cache-dir", str(cache)]) == 2
     assert "regression" in capsys.readouterr().err
-    assert main(["evaluate", regression.run_id, "--mode", "collapsed", "--threshold", "0.5",
-                 "--cache-dir", str(cache)]) == 2
+    assert (
+        main(["evaluate", regression.run_id, "--mode", "collapsed", "--threshold", "0.5", "--cache-dir", str(cache)])
+        == 2
+    )
 
 
 def test_backend_bands_and_reference_lookup(tiny_runs, monkeypatch):
     from dashboard import backend
+
     cache, regression, _ = tiny_runs
     monkeypatch.setenv("BNN_CACHE_DIR", str(cache))
     x = regression.dataset().x_grid
@@ -195,6 +208,7 @@ def test_backend_bands_and_reference_lookup(tiny_runs, monkeypatch):
     assert bands["mean"].shape == (len(x),) and np.all(bands["low"] < bands["high"])
     assert backend.reference_bands(regression, x) is None  # nothing cached yet
     from tests.support import write_fake_reference
+
     ref_id = write_fake_reference(cache, regression.dataset(), hidden=(6,))
     found = backend.reference_bands(regression, x)
     assert found["reference_id"] == ref_id and found["low"].shape == (len(x),)

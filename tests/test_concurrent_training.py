@@ -25,14 +25,22 @@ from tests.support import VARIANT_IDS, VARIANTS, subnormal
 PAIRS = [
     (("lbbnn", {}, {}), ("bnn", {}, {"warm_start_epochs": 1})),
     (("lbbnn-lfmvn", {"estimator": "relaxed-bernoulli"}, {}), ("horseshoe", {}, {})),
-    (("concrete-dropout", {}, {}), ("lbbnn", {}, {"pretrain_epochs": 1, "empirical_bayes": True,
-                                                  "posttrain_epochs": 1})),
+    (
+        ("concrete-dropout", {}, {}),
+        ("lbbnn", {}, {"pretrain_epochs": 1, "empirical_bayes": True, "posttrain_epochs": 1}),
+    ),
 ]
 
 
 def run_config(family: str, options: dict, train_options: dict, seed: int) -> RunConfig:
-    return RunConfig(dataset="two-moons", method=family, family_options=options, hidden=(16,), seed=seed,
-                     train={"epochs": 3, "batch_size": 16, **train_options})
+    return RunConfig(
+        dataset="two-moons",
+        method=family,
+        family_options=options,
+        hidden=(16,),
+        seed=seed,
+        train={"epochs": 3, "batch_size": 16, **train_options},
+    )
 
 
 def weights(run) -> dict[str, torch.Tensor]:
@@ -57,6 +65,7 @@ def train_side_by_side(configs: list[RunConfig], cache_dir) -> list:
         def progress(record):
             epochs_seen[index] += 1
             barrier.wait()
+
         try:
             results[index] = train_run(configs[index], cache_dir=cache_dir, progress=progress)
         except Exception as exc:  # reported below, with the thread's own error
@@ -132,12 +141,19 @@ def test_training_draws_only_from_the_run_generator(family, options):
 def test_a_training_step_with_the_run_generator_stays_on_the_meta_device():
     meta = torch.device("meta")
     assert run_generator(meta, 0) is None  # the meta device has no generator; its draws have no values
-    model = build_model(ModelConfig(in_features=6, out_classes=3, hidden=(5,)), "cpu",
-                        torch.Generator().manual_seed(0)).to(meta)
+    model = build_model(
+        ModelConfig(in_features=6, out_classes=3, hidden=(5,)), "cpu", torch.Generator().manual_seed(0)
+    ).to(meta)
     optimizer = _make_optimizer(model, DEFAULT_LEARNING_RATES)
     with model.noise_from(run_generator(meta, 0)):
-        data_term = _training_step(model, optimizer, torch.empty(4, 6, device=meta),
-                                   torch.zeros(4, dtype=torch.long, device=meta), mc_samples=2, kl_scale=0.01)
+        data_term = _training_step(
+            model,
+            optimizer,
+            torch.empty(4, 6, device=meta),
+            torch.zeros(4, dtype=torch.long, device=meta),
+            mc_samples=2,
+            kl_scale=0.01,
+        )
     assert data_term.device == meta
 
 
@@ -146,6 +162,7 @@ def test_a_finishing_training_leaves_denormal_flushing_on_for_the_one_still_runn
         pytest.skip("this CPU cannot flush denormals")
     tiny = subnormal()
     from core.data import load_dataset
+
     ds = load_dataset("two-moons", n=128)
     x, y = torch.tensor(ds.x_train), torch.tensor(ds.y_train)
     short_done = threading.Event()

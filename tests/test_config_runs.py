@@ -29,28 +29,31 @@ def test_same_config_same_id_and_round_trip():
     assert len(a.run_id(FINGERPRINT)) == 16 and int(a.run_id(FINGERPRINT), 16) >= 0
 
 
-@pytest.mark.parametrize("changes", [
-    {"dataset": "two-spirals"},
-    {"dataset_params": {"noise": 0.2}},
-    {"data_seed": 1},
-    {"method": "bnn"},
-    {"hidden": [17]},
-    {"hidden": [16, 16]},
-    {"activation": "tanh"},
-    {"likelihood": "bernoulli"},
-    {"family_options": {"prior_inclusion": 0.3}},
-    {"train": {"epochs": 3}},
-    {"train": {"epochs": 2, "batch_size": 50}},
-    {"train": {"epochs": 2, "learning_rates": {"weights": 0.02}}},
-    {"train": {"epochs": 2, "pretrain_learning_rates": {"inclusion": 0.5}}},
-    {"train": {"epochs": 2, "mc_samples": 2}},
-    {"train": {"epochs": 2, "kl_anneal_epochs": 1}},
-    {"train": {"epochs": 2, "warm_start_epochs": 1}},
-    {"train": {"epochs": 2, "empirical_bayes": True}},
-    {"train": {"epochs": 2, "posttrain_epochs": 1, "posttrain_structure": "alpha"}},
-    {"train": {"epochs": 2, "lr_schedule": "cosine"}},
-    {"seed": 1},
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"dataset": "two-spirals"},
+        {"dataset_params": {"noise": 0.2}},
+        {"data_seed": 1},
+        {"method": "bnn"},
+        {"hidden": [17]},
+        {"hidden": [16, 16]},
+        {"activation": "tanh"},
+        {"likelihood": "bernoulli"},
+        {"family_options": {"prior_inclusion": 0.3}},
+        {"train": {"epochs": 3}},
+        {"train": {"epochs": 2, "batch_size": 50}},
+        {"train": {"epochs": 2, "learning_rates": {"weights": 0.02}}},
+        {"train": {"epochs": 2, "pretrain_learning_rates": {"inclusion": 0.5}}},
+        {"train": {"epochs": 2, "mc_samples": 2}},
+        {"train": {"epochs": 2, "kl_anneal_epochs": 1}},
+        {"train": {"epochs": 2, "warm_start_epochs": 1}},
+        {"train": {"epochs": 2, "empirical_bayes": True}},
+        {"train": {"epochs": 2, "posttrain_epochs": 1, "posttrain_structure": "alpha"}},
+        {"train": {"epochs": 2, "lr_schedule": "cosine"}},
+        {"seed": 1},
+    ],
+)
 def test_every_result_changing_field_changes_the_id(changes):
     assert tiny(**changes).run_id(FINGERPRINT) != tiny().run_id(FINGERPRINT)
 
@@ -81,17 +84,20 @@ def test_device_is_excluded_from_the_id():
 def test_numbers_are_normalised():
     reference = tiny(family_options={"slab_variance": 1}, train={"epochs": 2, "learning_rates": {"weights": 0.01}})
     for slab, epochs, rate in ((1.0, 2.0, 1e-2), (1e0, 2, 0.010), (1, 2.0, 10e-3)):
-        other = tiny(family_options={"slab_variance": slab},
-                     train={"epochs": epochs, "learning_rates": {"weights": rate}})
+        other = tiny(
+            family_options={"slab_variance": slab}, train={"epochs": epochs, "learning_rates": {"weights": rate}}
+        )
         assert other.run_id(FINGERPRINT) == reference.run_id(FINGERPRINT)
     assert isinstance(tiny(train={"epochs": 2.0}).train.epochs, int)
 
 
 def test_defaults_are_filled_in():
     # Naming the default value of an option, likelihood or learning rate is the same run.
-    explicit = tiny(likelihood="categorical",
-                    family_options={"prior_inclusion": tiny().family_options["prior_inclusion"]},
-                    train={"epochs": 2, "learning_rates": {"weights": 1e-2}})
+    explicit = tiny(
+        likelihood="categorical",
+        family_options={"prior_inclusion": tiny().family_options["prior_inclusion"]},
+        train={"epochs": 2, "learning_rates": {"weights": 1e-2}},
+    )
     assert explicit.run_id(FINGERPRINT) == tiny().run_id(FINGERPRINT)
     assert tiny().likelihood == "categorical"
     assert RunConfig(dataset="toy-sine-gaps", hidden=(8,)).likelihood == "gaussian"
@@ -103,30 +109,33 @@ def test_paper_alias_is_the_same_method():
     assert tiny(method="BNN-GP-MF").method == "bnn"
 
 
-@pytest.mark.parametrize("changes, field", [
-    ({"dataset": "no-such-data"}, "dataset"),
-    ({"split": 3}, "split"),
-    ({"dataset_params": 5}, "dataset_params"),
-    ({"data_seed": -1}, "data_seed"),
-    ({"method": "lbbn-typo"}, "method"),
-    ({"hidden": [16, 0]}, "hidden"),
-    ({"hidden": [1.5]}, "hidden"),
-    ({"activation": "swish"}, "activation"),
-    ({"likelihood": "gaussian"}, "likelihood"),
-    ({"family_options": {"prior_inclusion": 1.5}}, "prior_inclusion"),
-    ({"family_options": {"no_such_option": 1}}, "no_such_option"),
-    ({"train": {"epochs": -1}}, "train.epochs"),
-    ({"train": {"epochs": 1.5}}, "train.epochs"),
-    ({"train": {"epochs": 2, "batch_size": 0}}, "batch_size"),
-    ({"train": {"epochs": 2, "learning_rates": {"weights": -1}}}, "train.learning_rates.weights"),
-    ({"train": {"epochs": 2, "learning_rates": {"wieghts": 1e-3}}}, "train.learning_rates"),
-    ({"train": {"epochs": 2, "posttrain_structure": "median"}}, "posttrain_structure"),
-    ({"train": {"epochs": 2, "empirical_bayes": "yes"}}, "train.empirical_bayes"),
-    ({"train": {"epoch": 2}}, "epoch"),
-    ({"seed": -3}, "seed"),
-    ({"seed": True}, "seed"),
-    ({"device": "gpu7"}, "device"),
-])
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        ({"dataset": "no-such-data"}, "dataset"),
+        ({"split": 3}, "split"),
+        ({"dataset_params": 5}, "dataset_params"),
+        ({"data_seed": -1}, "data_seed"),
+        ({"method": "lbbn-typo"}, "method"),
+        ({"hidden": [16, 0]}, "hidden"),
+        ({"hidden": [1.5]}, "hidden"),
+        ({"activation": "swish"}, "activation"),
+        ({"likelihood": "gaussian"}, "likelihood"),
+        ({"family_options": {"prior_inclusion": 1.5}}, "prior_inclusion"),
+        ({"family_options": {"no_such_option": 1}}, "no_such_option"),
+        ({"train": {"epochs": -1}}, "train.epochs"),
+        ({"train": {"epochs": 1.5}}, "train.epochs"),
+        ({"train": {"epochs": 2, "batch_size": 0}}, "batch_size"),
+        ({"train": {"epochs": 2, "learning_rates": {"weights": -1}}}, "train.learning_rates.weights"),
+        ({"train": {"epochs": 2, "learning_rates": {"wieghts": 1e-3}}}, "train.learning_rates"),
+        ({"train": {"epochs": 2, "posttrain_structure": "median"}}, "posttrain_structure"),
+        ({"train": {"epochs": 2, "empirical_bayes": "yes"}}, "train.empirical_bayes"),
+        ({"train": {"epoch": 2}}, "epoch"),
+        ({"seed": -3}, "seed"),
+        ({"seed": True}, "seed"),
+        ({"device": "gpu7"}, "device"),
+    ],
+)
 def test_validation_names_the_field(changes, field):
     with pytest.raises(ConfigError) as info:
         tiny(**changes)
@@ -159,12 +168,15 @@ def test_model_config_takes_shapes_from_the_dataset():
 
 def test_toml_and_json_files_give_the_same_run(tmp_path):
     toml = tmp_path / "run.toml"
-    toml.write_text('dataset = "two-moons"\nhidden = [16]\nseed = 0\n[train]\nepochs = 2.0\n'
-                    '[train.learning_rates]\nweights = 1e-2\n')
+    toml.write_text(
+        'dataset = "two-moons"\nhidden = [16]\nseed = 0\n[train]\nepochs = 2.0\n'
+        "[train.learning_rates]\nweights = 1e-2\n"
+    )
     as_json = tmp_path / "run.json"
     as_json.write_text(json.dumps({"dataset": "two-moons", "hidden": [16], "train": {"epochs": 2}}))
-    assert load_config(toml).run_id(FINGERPRINT) == load_config(as_json).run_id(FINGERPRINT) == \
-        tiny().run_id(FINGERPRINT)
+    assert (
+        load_config(toml).run_id(FINGERPRINT) == load_config(as_json).run_id(FINGERPRINT) == tiny().run_id(FINGERPRINT)
+    )
     broken = tmp_path / "broken.toml"
     broken.write_text("dataset = \n")
     with pytest.raises(ConfigError, match="broken.toml"):
@@ -225,8 +237,13 @@ def test_paper_grid_baselines_follow_hubin_storvik_2024_section_4():
 def _model_config(config: RunConfig, in_features: int, classes: int):
     from core.models.network import ModelConfig
 
-    return ModelConfig(in_features=in_features, out_classes=classes, hidden=config.hidden, family=config.method,
-                       family_options=dict(config.family_options))
+    return ModelConfig(
+        in_features=in_features,
+        out_classes=classes,
+        hidden=config.hidden,
+        family=config.method,
+        family_options=dict(config.family_options),
+    )
 
 
 def test_paper_grid_lbbnn_cells_use_the_prior_of_hubin_storvik_2024_section_4():
@@ -246,8 +263,11 @@ def test_bleahu_2025_presets_follow_the_thesis():
     learning rate 1e-3 then the KL annealed in (section 4.2); a 1-64-1 MLP on the gapped sine toy with
     150 warm-up epochs without KL, then the KL annealed over the remaining 250 at learning rate 0.01
     (section 4.3). Both use the standard ELBO (the thesis's Algorithm 1 divides the KL by N relative to it)."""
-    for name, dataset in (("lenet-300-100", "mnist"), ("lenet-300-100-mnist", "mnist"),
-                          ("lenet-300-100-fmnist", "fashion-mnist")):
+    for name, dataset in (
+        ("lenet-300-100", "mnist"),
+        ("lenet-300-100-mnist", "mnist"),
+        ("lenet-300-100-fmnist", "fashion-mnist"),
+    ):
         lenet = PRESETS[name]
         assert lenet.dataset == dataset and lenet.hidden == (300, 100) and lenet.method == "sparse-vd"
         assert lenet.train.warm_start_epochs > 0 and lenet.train.kl_anneal_epochs > 0
@@ -304,8 +324,10 @@ def test_small_regression_defaults_apply_only_what_the_family_takes():
     # failed on every small regression set with "bias_prior: ... got 'gaussian'".
     low_rank = RunConfig(dataset="toy-sine-gaps", method="lbbnn-lfmvn")
     assert low_rank.family_options["bias_prior"] == "spike-and-slab"
-    assert (low_rank.family_options["init_inclusion_low"], low_rank.family_options["init_inclusion_high"]) == \
-        (0.95, 0.99)
+    assert (low_rank.family_options["init_inclusion_low"], low_rank.family_options["init_inclusion_high"]) == (
+        0.95,
+        0.99,
+    )
     assert RunConfig(dataset="toy-sine-gaps", method="lbbnn").family_options["bias_prior"] == "gaussian"
 
 
@@ -313,8 +335,12 @@ def test_small_regression_defaults_fill_only_what_was_left_out():
     toy = RunConfig(dataset="toy-sine-gaps", method="lbbnn")
     assert toy.train.kl_anneal_epochs == toy.train.epochs // 2
     assert toy.family_options["bias_prior"] == "gaussian" and toy.family_options["init_inclusion_low"] == 0.95
-    chosen = RunConfig(dataset="toy-sine-gaps", method="lbbnn", family_options={"bias_prior": "spike-and-slab"},
-                       train={"kl_anneal_epochs": 0})
+    chosen = RunConfig(
+        dataset="toy-sine-gaps",
+        method="lbbnn",
+        family_options={"bias_prior": "spike-and-slab"},
+        train={"kl_anneal_epochs": 0},
+    )
     assert chosen.family_options["bias_prior"] == "spike-and-slab" and chosen.train.kl_anneal_epochs == 0
     # A stored config names every option, so reading it back never applies a default again.
     assert RunConfig.from_dict(chosen.to_dict()) == chosen

@@ -39,7 +39,7 @@ def test_lbbnn_closed_form_kl_matches_monte_carlo():
         alpha, mu, sigma = layer.inclusion_probability, layer.weight_mu, layer.weight_sigma
         gamma = (torch.rand((n, *layer.shape), generator=gen) < alpha).double()
         w = mu + sigma * torch.randn((n, *layer.shape), generator=gen)
-        alpha, mu, var, w = alpha.double(), mu.double(), (sigma ** 2).double(), w.double()
+        alpha, mu, var, w = alpha.double(), mu.double(), (sigma**2).double(), w.double()
         log_q = gamma * (torch.log(alpha) + log_normal(w, mu, var)) + (1 - gamma) * torch.log(1 - alpha)
         prior_var = torch.tensor(0.7, dtype=torch.double)
         log_p = gamma * (math.log(0.2) + log_normal(w, 0.0, prior_var)) + (1 - gamma) * math.log(0.8)
@@ -55,7 +55,7 @@ def test_gaussian_closed_form_kl_matches_monte_carlo():
     with torch.no_grad():
         layer.weight_mu.normal_(0, 1)
         layer.weight_rho.uniform_(-1, 1)
-        mu, var = layer.weight_mu.double(), (layer.weight_sigma ** 2).double()
+        mu, var = layer.weight_mu.double(), (layer.weight_sigma**2).double()
         w = mu + var.sqrt() * torch.randn((300_000, *layer.shape), dtype=torch.double)
         per_draw = (log_normal(w, mu, var) - log_normal(w, 0.0, torch.tensor(2.0, dtype=torch.double))).sum(dim=(1, 2))
         assert abs(layer.kl().item() - per_draw.mean().item()) < 4 * per_draw.std().item() / math.sqrt(len(per_draw))
@@ -72,9 +72,9 @@ def test_mixture_prior_kl_is_unbiased_for_the_numerical_kl():
         exact = 0.0
         for mu, sigma in zip(layer.weight_mu.flatten().double(), layer.weight_sigma.flatten().double()):
             grid = torch.linspace(float(mu - 10 * sigma), float(mu + 10 * sigma), 200_001, dtype=torch.double)
-            q = torch.exp(log_normal(grid, mu, sigma ** 2))
+            q = torch.exp(log_normal(grid, mu, sigma**2))
             log_p = layer.prior_log_density(grid.float()).double()
-            exact += torch.trapezoid(q * (log_normal(grid, mu, sigma ** 2) - log_p), grid).item()
+            exact += torch.trapezoid(q * (log_normal(grid, mu, sigma**2) - log_p), grid).item()
         draws = torch.stack([layer.kl() for _ in range(20_000)]).double()
     assert abs(draws.mean().item() - exact) < 4 * draws.std().item() / math.sqrt(len(draws)) + 1e-3
 
@@ -87,8 +87,12 @@ def test_beta_binomial_plug_in_matches_monte_carlo_for_a_wide_layer():
         alpha = layer.inclusion_probability.double()
         a, b, total = 2.0, 5.0, alpha.numel()
         k = (torch.rand((4000, *alpha.shape), dtype=torch.double) < alpha).sum(dim=(1, 2)).double()
-        log_prior = (torch.lgamma(a + k) + torch.lgamma(b + total - k) - math.lgamma(a + total + b)
-                     - (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)))
+        log_prior = (
+            torch.lgamma(a + k)
+            + torch.lgamma(b + total - k)
+            - math.lgamma(a + total + b)
+            - (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
+        )
         neg_entropy = (alpha * alpha.log() + (1 - alpha) * (1 - alpha).log()).sum()
         sigma2 = layer.weight_sigma.double() ** 2
         slab = (alpha * 0.5 * ((sigma2 + layer.weight_mu.double() ** 2) - 1 - torch.log(sigma2))).sum()
@@ -107,7 +111,7 @@ def test_local_reparameterisation_and_weight_sampling_give_the_same_preactivatio
         alpha, mu, s2 = layer.inclusion_probability.double(), layer.weight_mu.double(), layer.weight_sigma.double() ** 2
         x_aug = torch.cat([x, torch.ones(1, 1)], dim=1).double()
         exact_mean = (x_aug @ (alpha * mu).T).squeeze(0)
-        exact_var = (x_aug ** 2 @ (alpha * (s2 + mu ** 2) - (alpha * mu) ** 2).T).squeeze(0)
+        exact_var = (x_aug**2 @ (alpha * (s2 + mu**2) - (alpha * mu) ** 2).T).squeeze(0)
     for draws in (lrt, sampled):
         stderr = (exact_var / n).sqrt()
         assert torch.all((draws.mean(0) - exact_mean).abs() < 5 * stderr)
@@ -204,17 +208,29 @@ def test_lbbnn_inclusion_probabilities_match_exact_enumeration_on_a_linear_model
     y = (X @ true_beta + noise_std * rng.normal(size=n)).astype(np.float32)
     psi, slab_var = 0.3, 1.0
     # The augmented bias column is one more candidate covariate: a column of ones.
-    exact = exact_inclusion_probabilities(np.c_[X, np.ones(n)].astype(np.float64), y.astype(np.float64),
-                                          noise_std ** 2, slab_var, psi)
-    config = ModelConfig(in_features=4, out_classes=None, hidden=(), family="lbbnn", likelihood="gaussian",
-                         family_options={"prior_inclusion": psi, "slab_variance": slab_var, "init_sigma": 0.3})
+    exact = exact_inclusion_probabilities(
+        np.c_[X, np.ones(n)].astype(np.float64), y.astype(np.float64), noise_std**2, slab_var, psi
+    )
+    config = ModelConfig(
+        in_features=4,
+        out_classes=None,
+        hidden=(),
+        family="lbbnn",
+        likelihood="gaussian",
+        family_options={"prior_inclusion": psi, "slab_variance": slab_var, "init_sigma": 0.3},
+    )
     torch.manual_seed(0)
     model = BayesianMLP(config)
     model.likelihood.log_noise_std.data.fill_(math.log(noise_std))
     model.likelihood.log_noise_std.requires_grad_(False)
     rates = {"weights": 0.02, "scales": 0.02, "inclusion": 0.02}
-    train(model, torch.tensor(X), torch.tensor(y),
-          TrainConfig(epochs=3000, batch_size=n, mc_samples=4, learning_rates=rates, kl_weight=1.0), seed=0)
+    train(
+        model,
+        torch.tensor(X),
+        torch.tensor(y),
+        TrainConfig(epochs=3000, batch_size=n, mc_samples=4, learning_rates=rates, kl_weight=1.0),
+        seed=0,
+    )
     with torch.no_grad():
         approx = model.layers[0].inclusion_probability.flatten().numpy()
     assert np.all(np.abs(approx - exact) < 0.15), (approx, exact)
@@ -239,8 +255,13 @@ def test_invalid_hyperparameters_are_refused_with_the_field_named():
         ModelConfig(in_features=4, out_classes=2, hidden=(3,), family="bnn", family_options={"prior_variance": -2})
     with pytest.raises(ConfigError, match="method"):
         ModelConfig(in_features=4, out_classes=2, family="lbbn")
-    for bad in ({"batch_size": 0}, {"mc_samples": 0}, {"epochs": -1},
-                {"learning_rates": {"weights": -0.1}}, {"learning_rates": {"wieghts": 0.1}}):
+    for bad in (
+        {"batch_size": 0},
+        {"mc_samples": 0},
+        {"epochs": -1},
+        {"learning_rates": {"weights": -0.1}},
+        {"learning_rates": {"wieghts": 0.1}},
+    ):
         with pytest.raises(ConfigError, match=next(iter(bad))):
             TrainConfig(**bad)
 
@@ -252,8 +273,9 @@ def test_paper_aliases_resolve_to_the_families():
 
 @pytest.mark.parametrize("bias_prior", ["spike-and-slab", "gaussian"])
 def test_fused_training_path_equals_autograd_in_values_and_gradients(bias_prior):
-    layer = randomised_lbbnn(in_features=6, out_features=4, seed=5, prior_inclusion=0.3, slab_variance=0.5,
-                             bias_prior=bias_prior)
+    layer = randomised_lbbnn(
+        in_features=6, out_features=4, seed=5, prior_inclusion=0.3, slab_variance=0.5, bias_prior=bias_prior
+    )
     x = torch.randn(8, 6)
     assert layer._fused_path_applies()
     results = []
@@ -262,8 +284,13 @@ def test_fused_training_path_equals_autograd_in_values_and_gradients(bias_prior)
         torch.manual_seed(0)
         out, kl = layer.forward_with_kl(x) if fused else (layer(x), layer.kl())
         (out.pow(2).sum() * 0.3 + out.sum() + 0.7 * kl).backward()
-        results.append((out.detach(), kl.detach(),
-                        [p.grad.clone() for p in (layer.weight_mu, layer.weight_rho, layer.inclusion_logit)]))
+        results.append(
+            (
+                out.detach(),
+                kl.detach(),
+                [p.grad.clone() for p in (layer.weight_mu, layer.weight_rho, layer.inclusion_logit)],
+            )
+        )
     (out_f, kl_f, grads_f), (out_a, kl_a, grads_a) = results
     assert torch.allclose(out_f, out_a, atol=1e-5)
     assert torch.allclose(kl_f, kl_a, rtol=1e-5)
@@ -283,8 +310,9 @@ def test_fused_layer_passes_gradcheck_in_double_precision(bias_has_indicator):
     logit = torch.randn(4, 4, dtype=torch.double, requires_grad=True)
     noise = torch.randn(5, 4, dtype=torch.double)
     constants = torch.tensor(-1.2, dtype=torch.double), torch.tensor(0.8, dtype=torch.double).log()
-    assert torch.autograd.gradcheck(lambda *a: LBBNNLinear.apply(*a, noise, *constants, True, bias_has_indicator),
-                                    (x, mu, rho, logit))
+    assert torch.autograd.gradcheck(
+        lambda *a: LBBNNLinear.apply(*a, noise, *constants, True, bias_has_indicator), (x, mu, rho, logit)
+    )
 
 
 def test_fused_surrogate_kl_has_the_gradient_but_not_the_value_of_the_kl():

@@ -18,8 +18,9 @@ def moons(n=256):
 
 
 def small_model(family="lbbnn", in_features=2, classes=2, hidden=(16,), **options):
-    return BayesianMLP(ModelConfig(in_features=in_features, out_classes=classes, hidden=hidden, family=family,
-                                   family_options=options))
+    return BayesianMLP(
+        ModelConfig(in_features=in_features, out_classes=classes, hidden=hidden, family=family, family_options=options)
+    )
 
 
 def state(model):
@@ -48,8 +49,9 @@ def test_progress_reports_data_term_kl_density_and_time_per_epoch():
     result = train(small_model(), x, y, TrainConfig(epochs=3, batch_size=64), progress=records.append)
     assert [r["epoch"] for r in records] == [1, 2, 3]
     for record in records:
-        assert record["loss"] == pytest.approx(record["data_term"] + record["kl_weight"] * record["kl"] / len(x),
-                                               rel=1e-5)
+        assert record["loss"] == pytest.approx(
+            record["data_term"] + record["kl_weight"] * record["kl"] / len(x), rel=1e-5
+        )
         assert record["kl_weight"] == DEFAULT_KL_WEIGHT
         assert len(record["kl_per_layer"]) == 2 and all(k >= 0 for k in record["kl_per_layer"])
         assert 0 <= record["density"] <= 1 and record["elapsed"] >= record["seconds"] > 0
@@ -70,13 +72,23 @@ def test_the_reported_kl_is_the_exact_kl_at_the_end_of_the_epoch():
 def test_kl_annealing_ramps_the_kl_weight_linearly():
     _, x, y = moons()
     records = []
-    train(small_model(), x, y, TrainConfig(epochs=4, kl_anneal_epochs=4, batch_size=128, kl_weight=1.0),
-          progress=records.append)
+    train(
+        small_model(),
+        x,
+        y,
+        TrainConfig(epochs=4, kl_anneal_epochs=4, batch_size=128, kl_weight=1.0),
+        progress=records.append,
+    )
     assert [r["kl_weight"] for r in records] == [0.25, 0.5, 0.75, 1.0]
     records.clear()
     # A tempered objective anneals up to its own weight, not to 1.
-    train(small_model(), x, y, TrainConfig(epochs=3, kl_anneal_epochs=2, batch_size=128, kl_weight=0.2),
-          progress=records.append)
+    train(
+        small_model(),
+        x,
+        y,
+        TrainConfig(epochs=3, kl_anneal_epochs=2, batch_size=128, kl_weight=0.2),
+        progress=records.append,
+    )
     assert [r["kl_weight"] for r in records] == pytest.approx([0.1, 0.2, 0.2])
 
 
@@ -114,8 +126,13 @@ def test_pretraining_with_empirical_bayes_moves_the_prior_then_freezes_it():
     model = small_model()
     before = [layer.prior_hyperparameters() for layer in model.layers]
     records = []
-    train(model, x, y, TrainConfig(pretrain_epochs=3, epochs=2, empirical_bayes=True, batch_size=32),
-          progress=records.append)
+    train(
+        model,
+        x,
+        y,
+        TrainConfig(pretrain_epochs=3, epochs=2, empirical_bayes=True, batch_size=32),
+        progress=records.append,
+    )
     after = [layer.prior_hyperparameters() for layer in model.layers]
     assert [r["phase"] for r in records] == ["pretrain"] * 3 + ["train"] * 2
     assert any(abs(a["prior_inclusion"] - b["prior_inclusion"]) > 1e-4 for a, b in zip(after, before))
@@ -147,8 +164,13 @@ def test_posttraining_with_fixed_alpha_freezes_the_inclusion_probabilities():
     def remember(record):
         records.append((record["phase"], [layer.inclusion_logit.detach().clone() for layer in model.layers]))
 
-    train(model, x, y, TrainConfig(epochs=2, posttrain_epochs=2, batch_size=32, posttrain_structure="alpha"),
-          progress=remember)
+    train(
+        model,
+        x,
+        y,
+        TrainConfig(epochs=2, posttrain_epochs=2, batch_size=32, posttrain_structure="alpha"),
+        progress=remember,
+    )
     end_of_training = records[1][1]
     for logits_before, layer in zip(end_of_training, model.layers):
         assert torch.equal(logits_before, layer.inclusion_logit)
@@ -159,8 +181,13 @@ def test_warm_start_copies_a_trained_deterministic_net_into_the_means():
     model = small_model(family="bnn")
     records = []
     tiny_rates = {"weights": 1e-9, "scales": 1e-9}
-    train(model, x, y, TrainConfig(epochs=1, warm_start_epochs=8, batch_size=32, learning_rates=tiny_rates),
-          progress=records.append)
+    train(
+        model,
+        x,
+        y,
+        TrainConfig(epochs=1, warm_start_epochs=8, batch_size=32, learning_rates=tiny_rates),
+        progress=records.append,
+    )
     assert [r["phase"] for r in records][:8] == ["warm-start"] * 8
     with torch.no_grad():
         out = model.forward_with_weights(torch.tensor(ds.x_test), model.mean_weights())
@@ -181,8 +208,9 @@ def test_each_family_learns_mnist_small(family):
         test_x = torch.tensor(ds.x_test)
         mean_acc = (model.forward_with_weights(test_x, model.mean_weights()).argmax(-1).numpy() == ds.y_test).mean()
         masks = model.keep_masks()
-        sparse_acc = (model.forward_with_weights(test_x, model.conditional_mean_weights(masks)).argmax(-1).numpy()
-                      == ds.y_test).mean()
+        sparse_acc = (
+            model.forward_with_weights(test_x, model.conditional_mean_weights(masks)).argmax(-1).numpy() == ds.y_test
+        ).mean()
     assert mean_acc > 0.8, mean_acc
     assert sparse_acc > 0.7, sparse_acc
 
@@ -212,9 +240,10 @@ def test_train_fills_in_the_default_epochs_from_the_training_set(monkeypatch):
 
 def test_cosine_schedule_factor_starts_at_one_and_decays_to_near_zero():
     from core.train import learning_rate_factor
+
     assert [learning_rate_factor("constant", e, 4) for e in range(4)] == [1.0] * 4
     factors = [learning_rate_factor("cosine", e, 4) for e in range(4)]
-    assert factors == pytest.approx([1.0, 0.5 * (1 + 2 ** -0.5), 0.5, 0.5 * (1 - 2 ** -0.5)])
+    assert factors == pytest.approx([1.0, 0.5 * (1 + 2**-0.5), 0.5, 0.5 * (1 - 2**-0.5)])
     assert all(a > b > 0 for a, b in zip(factors, factors[1:]))
     with pytest.raises(ConfigError, match="lr_schedule"):
         TrainConfig(epochs=2, lr_schedule="linear")
@@ -227,7 +256,8 @@ def test_cosine_schedule_acts_on_the_main_phase_only():
     train(small_model(), x, y, config, progress=records.append)
     main = [r for r in records if r.get("phase") == "train"]
     assert [r["learning_rate_factor"] for r in main] == pytest.approx(
-        [0.5 * (1 + math.cos(math.pi * e / 4)) for e in range(4)])
+        [0.5 * (1 + math.cos(math.pi * e / 4)) for e in range(4)]
+    )
     assert all("learning_rate_factor" not in r for r in records if r.get("phase") != "train")
 
 
@@ -257,9 +287,14 @@ def test_parameter_groups_with_one_step_size_share_an_adam_group_and_update_as_i
     apart_model.load_state_dict(merged_model.state_dict())
     merged = _make_optimizer(merged_model, rates)
     assert sorted(len(g["params"]) for g in merged.param_groups) == [2, 4]  # inclusion apart; weights + scales
-    apart = torch.optim.Adam([{"params": [p for p in params if p.requires_grad], "lr": rates[name]}
-                              for name, params in apart_model.parameter_groups().items()
-                              if any(p.requires_grad for p in params)], fused=True)
+    apart = torch.optim.Adam(
+        [
+            {"params": [p for p in params if p.requires_grad], "lr": rates[name]}
+            for name, params in apart_model.parameter_groups().items()
+            if any(p.requires_grad for p in params)
+        ],
+        fused=True,
+    )
     generator = torch.Generator().manual_seed(1)
     for _ in range(3):
         grads = [torch.randn(p.shape, generator=generator) for p in merged_model.parameters()]

@@ -16,8 +16,14 @@ from core.runs.config import RunConfig
 
 # A fixed speed: the tests do not depend on this machine's load.
 SPEED = cost.Speed(matmul_flops=2e10, elements_per_second=5e8, seconds_per_op=3e-6)
-LIMITS = cost.Limits(memory_bytes=1536 * cost.MB, max_weights=3_000_000, playground_weights=5000,
-                     generated_points=100_000, prediction_values=10_000_000, training_seconds=1800.0)
+LIMITS = cost.Limits(
+    memory_bytes=1536 * cost.MB,
+    max_weights=3_000_000,
+    playground_weights=5000,
+    generated_points=100_000,
+    prediction_values=10_000_000,
+    training_seconds=1800.0,
+)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -30,8 +36,13 @@ def widths_beyond_the_request_limit():
 
 
 def config_of(hidden, dataset="two-moons", method="lbbnn", epochs=10, batch_size=100, params=None):
-    return RunConfig(dataset=dataset, method=method, hidden=tuple(hidden), dataset_params=params or {},
-                     train={"epochs": epochs, "batch_size": batch_size})
+    return RunConfig(
+        dataset=dataset,
+        method=method,
+        hidden=tuple(hidden),
+        dataset_params=params or {},
+        train={"epochs": epochs, "batch_size": batch_size},
+    )
 
 
 @pytest.mark.parametrize("method", sorted(cost.FAMILY_STATE))
@@ -39,6 +50,7 @@ def config_of(hidden, dataset="two-moons", method="lbbnn", epochs=10, batch_size
 def test_state_floats_count_a_built_model_exactly(method, hidden, dataset):
     from core.errors import ConfigError as Refused
     from core.models.network import build_model
+
     try:
         config = config_of(hidden, dataset, method)
     except Refused:  # a family that does not take this dataset's defaults
@@ -61,6 +73,7 @@ def test_optimizer_state_is_counted_in_the_training_cost():
     """Adam keeps two moments per parameter and every parameter has a gradient: the training cost
     counts at least the state, the gradients and the moments of the built model."""
     from core.models.network import build_model
+
     config = config_of((20, 10), epochs=1)
     model = build_model(config.model_config(config.load_dataset()), "cpu", torch.Generator().manual_seed(0))
     optimizer = torch.optim.Adam(model.parameters())
@@ -69,8 +82,9 @@ def test_optimizer_state_is_counted_in_the_training_cost():
     loss = model(x).square().mean() if not isinstance(model(x), tuple) else model(x)[0].square().mean()
     loss.backward()
     optimizer.step()
-    moments = sum(v.numel() for state in optimizer.state.values() for k, v in state.items()
-                  if k in ("exp_avg", "exp_avg_sq"))
+    moments = sum(
+        v.numel() for state in optimizer.state.values() for k, v in state.items() if k in ("exp_avg", "exp_avg_sq")
+    )
     gradients = sum(p.grad.numel() for p in model.parameters() if p.grad is not None)
     state = sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
     exact = (state + gradients + moments) * 4
@@ -82,8 +96,12 @@ def test_optimizer_state_is_counted_in_the_training_cost():
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(widths=st.lists(st.integers(1, 5000), min_size=1, max_size=3), grow=st.integers(1, 4000),
-       layer=st.integers(0, 2), method=st.sampled_from(sorted(cost.FAMILY_STATE)))
+@given(
+    widths=st.lists(st.integers(1, 5000), min_size=1, max_size=3),
+    grow=st.integers(1, 4000),
+    layer=st.integers(0, 2),
+    method=st.sampled_from(sorted(cost.FAMILY_STATE)),
+)
 def test_costs_grow_with_widths(widths, grow, layer, method):
     shape = cost.dataset_shape("two-moons")
     small = config_of(widths, method=method)
@@ -96,21 +114,29 @@ def test_costs_grow_with_widths(widths, grow, layer, method):
 
 
 @settings(max_examples=40, deadline=None)
-@given(n=st.integers(1, 10 ** 6), more=st.integers(1, 10 ** 6), samples=st.integers(1, 200))
+@given(n=st.integers(1, 10**6), more=st.integers(1, 10**6), samples=st.integers(1, 200))
 def test_costs_grow_with_points_and_draws(n, more, samples):
     config = config_of((16, 16))
     small, large = (cost.dataset_shape("two-moons", {"n": k, "n_test": k}) for k in (n, n + more))
-    assert cost.dataset_cost("two-moons", shape=large, speed=SPEED).bytes > cost.dataset_cost(
-        "two-moons", shape=small, speed=SPEED).bytes
+    assert (
+        cost.dataset_cost("two-moons", shape=large, speed=SPEED).bytes
+        > cost.dataset_cost("two-moons", shape=small, speed=SPEED).bytes
+    )
     assert cost.training_cost(config, large, SPEED).bytes > cost.training_cost(config, small, SPEED).bytes
     shape = cost.dataset_shape("two-moons")
-    assert (cost.prediction_cost(config, shape, n, samples + 1, SPEED).bytes
-            > cost.prediction_cost(config, shape, n, samples, SPEED).bytes)
+    assert (
+        cost.prediction_cost(config, shape, n, samples + 1, SPEED).bytes
+        > cost.prediction_cost(config, shape, n, samples, SPEED).bytes
+    )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(widths=st.lists(st.integers(1, 20000), min_size=1, max_size=3), epochs=st.integers(1, 3000),
-       n=st.integers(2, 100_000), budget_mb=st.integers(64, 4096))
+@given(
+    widths=st.lists(st.integers(1, 20000), min_size=1, max_size=3),
+    epochs=st.integers(1, 3000),
+    n=st.integers(2, 100_000),
+    budget_mb=st.integers(64, 4096),
+)
 def test_admitted_trainings_fit_and_refused_ones_say_what_fits(widths, epochs, n, budget_mb):
     limits = cost.Limits(memory_bytes=budget_mb * cost.MB, max_weights=3_000_000, training_seconds=3600.0)
     config = config_of(widths, epochs=epochs, params={"n": n})
@@ -162,9 +188,10 @@ def test_a_long_training_is_refused_with_the_epochs_that_fit():
         cost.admit_training(config, shape, limits, SPEED)
 
 
-@pytest.mark.parametrize("params", [{"n": 1e9}, {"n": 100_000_000}, {"n_test": 1_000_000}, {"n_grid": 10 ** 8}])
+@pytest.mark.parametrize("params", [{"n": 1e9}, {"n": 100_000_000}, {"n_test": 1_000_000}, {"n_grid": 10**8}])
 def test_generator_counts_above_the_limit_are_refused_before_anything_is_allocated(params):
     from core.data import load_dataset
+
     dataset = "toy-hetero" if "n_grid" in params else "two-moons"
     with pytest.raises(cost.AdmissionError, match="BNN_MAX_GENERATED_POINTS"):
         cost.admit_dataset(dataset, params, LIMITS)
@@ -176,6 +203,7 @@ def test_generator_counts_above_the_limit_are_refused_before_anything_is_allocat
 
 def test_the_generators_limit_is_a_setting(monkeypatch):
     from core.data import load_dataset
+
     monkeypatch.setenv("BNN_MAX_GENERATED_POINTS", "300")
     assert len(load_dataset("two-moons", n=300, n_test=10).x_train) == 300
     with pytest.raises(DataError, match="at most 300"):
@@ -193,8 +221,11 @@ def test_largest_samples_fits_and_one_more_does_not(n_inputs, wanted, budget_mb)
 
     def fits(samples):
         need = cost.prediction_cost(config, shape, n_inputs, samples, SPEED)
-        return (samples * n_inputs * shape.outputs <= limits.prediction_values
-                and need.bytes <= limits.memory_bytes and need.seconds <= limits.prediction_seconds)
+        return (
+            samples * n_inputs * shape.outputs <= limits.prediction_values
+            and need.bytes <= limits.memory_bytes
+            and need.seconds <= limits.prediction_seconds
+        )
 
     assert allowed == 0 or fits(allowed)
     assert allowed == wanted or not fits(allowed + 1)
@@ -226,8 +257,16 @@ def test_remaining_seconds_uses_the_estimate_then_the_measured_epochs():
 def test_the_limits_are_registered_settings_with_documented_defaults(monkeypatch):
     from core.errors import InputError
     from core.settings import SETTINGS, describe
-    for setting in (cost.MEMORY_BUDGET, cost.MAX_WEIGHTS, cost.PLAYGROUND_MAX_WEIGHTS, cost.MAX_GENERATED_POINTS,
-                    cost.MAX_PREDICTION_VALUES, cost.MAX_PREDICTION_SECONDS, cost.MAX_TRAINING_MINUTES):
+
+    for setting in (
+        cost.MEMORY_BUDGET,
+        cost.MAX_WEIGHTS,
+        cost.PLAYGROUND_MAX_WEIGHTS,
+        cost.MAX_GENERATED_POINTS,
+        cost.MAX_PREDICTION_VALUES,
+        cost.MAX_PREDICTION_SECONDS,
+        cost.MAX_TRAINING_MINUTES,
+    ):
         assert SETTINGS[setting.variable] is setting and setting.secret_key and setting.meaning
         assert f"`{setting.variable}`" in describe()
     defaults = cost.server_limits()

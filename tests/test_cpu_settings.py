@@ -41,4 +41,3 @@ def test_the_flag_belongs_to_each_thread():
     thread.join()
     assert seen[0] > 0.0 and seen[1] == 0.0
     assert float(tiny * 1.0) == 0.0  # switching it off there did not touch this thread
-

@@ -19,12 +19,14 @@ TIMEOUT = 180
 def store(tmp_path_factory):
     """A store with three tiny runs: two-moons, mnist-small and a 1-D regression toy."""
     from core.runs import RunConfig, train_run
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("BNN_CACHE_DIR", str(tmp_path_factory.mktemp("bnn-cache")))
         yield {
             "moons": train_run(RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 2})).run_id,
-            "mnist": train_run(RunConfig(dataset="mnist-small", hidden=(8,),
-                                         train={"epochs": 1, "batch_size": 500})).run_id,
+            "mnist": train_run(
+                RunConfig(dataset="mnist-small", hidden=(8,), train={"epochs": 1, "batch_size": 500})
+            ).run_id,
             "sine": train_run(RunConfig(dataset="toy-sine-gaps", hidden=(8,), train={"epochs": 2})).run_id,
         }
 
@@ -68,6 +70,7 @@ def test_every_page_renders_without_errors(store, name):
 
 def test_inclusion_density_table_follows_the_threshold(store):
     from core.runs import load_run
+
     model = load_run(store["mnist"]).model
     at = open_app(store["mnist"])
     at.switch_page("views/inclusion.py").run()
@@ -87,6 +90,7 @@ def test_inclusion_density_table_follows_the_threshold(store):
 def test_pruning_cards_match_a_direct_prediction(store):
     from core.predict import predict
     from core.runs import load_run
+
     run = load_run(store["mnist"])
     dataset = run.dataset()
     at = open_app(store["mnist"])
@@ -152,8 +156,9 @@ def test_ood_table_lists_every_set_with_an_auroc(store):
     scores_in = entropy(dataset.x_test)
     for row in ood.to_dict("records"):
         scores_out = entropy(load_ood(dataset, row["OOD set"], seed=0, n=min(1000, len(dataset.x_test))))
-        above = ((scores_out[None, :] > scores_in[:, None]).sum()
-                 + 0.5 * (scores_out[None, :] == scores_in[:, None]).sum())
+        above = (scores_out[None, :] > scores_in[:, None]).sum() + 0.5 * (
+            scores_out[None, :] == scores_in[:, None]
+        ).sum()
         assert row["inputs"] == len(scores_out)
         assert row["mean entropy"] == pytest.approx(scores_out.mean(), rel=1e-6)
         assert row["AUROC (entropy)"] == pytest.approx(above / (len(scores_in) * len(scores_out)), abs=1e-9), row
@@ -218,6 +223,7 @@ def test_training_from_the_form_stores_and_selects_the_run(tmp_path, monkeypatch
     assert at.session_state["selected_run_id"] == snapshot.run_id
     assert any(snapshot.run_id in s.value for s in at.success)
     from core.runs import list_runs
+
     assert [info.run_id for info in list_runs()] == [snapshot.run_id]
     at.switch_page("views/inclusion.py").run()
     assert_clean(at)

@@ -24,8 +24,11 @@ def test_three_layer_histograms_wrap_instead_of_running_off_the_page():
 
 def test_colour_legends_sit_below_their_heatmaps():
     mask = np.eye(4, 5)
-    for chart in (charts.mask_heatmap(mask, "m"), charts.weight_heatmap(mask - 0.5, "w"),
-                  charts.kept_per_input_image(np.ones((3, 17)), (4, 4))):
+    for chart in (
+        charts.mask_heatmap(mask, "m"),
+        charts.weight_heatmap(mask - 0.5, "w"),
+        charts.kept_per_input_image(np.ones((3, 17)), (4, 4)),
+    ):
         legends = _find(chart.to_dict(), lambda d: "legend" in d and isinstance(d["legend"], dict))
         assert legends and all(d["legend"]["orient"] == "bottom" for d in legends)
 

@@ -33,6 +33,7 @@ def _rows_with(spec: dict, column: str) -> list[list[dict]]:
 
 # --- histograms --------------------------------------------------------------------------------
 
+
 def test_histogram_counts_every_weight_of_every_layer():
     rng = np.random.default_rng(0)
     statistics = [rng.uniform(0, 1, size=(20, 11)), rng.beta(0.2, 0.2, size=(3, 21))]
@@ -61,8 +62,9 @@ def test_histogram_chart_data_and_threshold_rule():
     spec = charts.statistic_histogram(statistics, 0.37, "inclusion_probability", bins=10).to_dict()
     count_tables = _rows_with(spec, "count")
     assert sum(row["count"] for rows in count_tables for row in rows) == 40 + 36
-    rules = _find(spec, lambda d: d.get("mark") == "rule" or (isinstance(d.get("mark"), dict)
-                                                               and d["mark"].get("type") == "rule"))
+    rules = _find(
+        spec, lambda d: d.get("mark") == "rule" or (isinstance(d.get("mark"), dict) and d["mark"].get("type") == "rule")
+    )
     assert len(rules) == 2  # one per layer
     threshold_tables = _rows_with(spec, "threshold")
     assert threshold_tables and all(rows == [{"threshold": 0.37}] for rows in threshold_tables)
@@ -76,6 +78,7 @@ def test_histogram_range_includes_a_threshold_outside_the_data():
 
 
 # --- masks ----------------------------------------------------------------------------------------
+
 
 def test_small_mask_heatmap_has_one_cell_per_weight_and_the_right_ones():
     rng = np.random.default_rng(2)
@@ -100,7 +103,7 @@ def test_large_mask_is_block_aggregated_without_losing_kept_weights():
     r0, c0 = int(row["row_start"]), int(row["col_start"])
     r1 = frame[frame["row"] == row["row"] + 1]["row_start"].min() if row["row"] + 1 <= frame["row"].max() else 400
     c1 = frame[frame["col"] == row["col"] + 1]["col_start"].min() if row["col"] + 1 <= frame["col"].max() else 785
-    assert row["total"] == mask[r0:int(r1), c0:int(c1)].sum()
+    assert row["total"] == mask[r0 : int(r1), c0 : int(c1)].sum()
 
 
 def test_weight_heatmap_colour_scale_is_symmetric_about_zero():
@@ -133,6 +136,7 @@ def test_density_frame_per_layer_and_overall():
 
 # --- curves -----------------------------------------------------------------------------------------
 
+
 def test_metric_vs_density_marks_the_current_point():
     thresholds = np.linspace(0, 1, 5)
     density = np.array([1.0, 0.5, 0.2, 0.1, 0.01])
@@ -144,8 +148,9 @@ def test_metric_vs_density_marks_the_current_point():
     assert points == [[{"density": 0.2, "value": 0.95}]]
     x_encodings = _find(spec, lambda d: d.get("field") == "density" and d.get("title"))
     assert x_encodings and all(d["scale"] == {"type": "log"} for d in x_encodings)  # densities span decades
-    linear = charts.metric_vs_density(np.append(thresholds, 1.1), np.append(density, 0.0), np.append(accuracy, 0.1),
-                                       "accuracy")
+    linear = charts.metric_vs_density(
+        np.append(thresholds, 1.1), np.append(density, 0.0), np.append(accuracy, 0.1), "accuracy"
+    )
     # a zero density has no place on a log axis: the axis falls back to linear
     assert all("type" not in d.get("scale", {}) for d in _find(linear.to_dict(), lambda d: d.get("field") == "density"))
 
@@ -160,7 +165,7 @@ def test_regression_bands_are_nested_around_the_mean():
     x = np.linspace(-1, 1, 50)
     mean = np.sin(3 * x)
     epistemic = 0.1 + 0.2 * np.abs(x)
-    total = np.sqrt(epistemic ** 2 + 0.3 ** 2)
+    total = np.sqrt(epistemic**2 + 0.3**2)
     frame = charts.regression_frame(x, mean, epistemic, total)
     assert np.allclose(frame["epistemic_high"] - frame["mean"], 1.96 * epistemic)
     assert (frame["total_low"] <= frame["epistemic_low"]).all()
@@ -209,8 +214,10 @@ def test_entropy_ecdf_chart_is_thinned_but_keeps_the_end_point():
 
 
 def test_history_frame_has_loss_and_density_per_epoch():
-    history = [{"epoch": 1, "phase": "train", "loss": 2.0, "density": 0.9},
-               {"epoch": 2, "phase": "train", "loss": 1.5, "density": 0.7}]
+    history = [
+        {"epoch": 1, "phase": "train", "loss": 2.0, "density": 0.9},
+        {"epoch": 2, "phase": "train", "loss": 1.5, "density": 0.7},
+    ]
     frame = charts.history_frame(history)
     assert frame[frame["quantity"] == "loss"]["value"].tolist() == [2.0, 1.5]
     assert frame[frame["quantity"] == "density"]["step"].tolist() == [1, 2]
@@ -218,9 +225,11 @@ def test_history_frame_has_loss_and_density_per_epoch():
 
 
 def test_training_curves_plot_loss_and_density_per_epoch_coloured_by_phase():
-    history = [{"epoch": 1, "phase": "pretrain", "loss": 3.0, "density": 1.0},
-               {"epoch": 2, "phase": "train", "loss": 2.0},  # no density recorded this epoch
-               {"epoch": 3, "phase": "train", "loss": 1.5, "density": 0.4}]
+    history = [
+        {"epoch": 1, "phase": "pretrain", "loss": 3.0, "density": 1.0},
+        {"epoch": 2, "phase": "train", "loss": 2.0},  # no density recorded this epoch
+        {"epoch": 3, "phase": "train", "loss": 1.5, "density": 0.4},
+    ]
     spec = charts.training_curves(history).to_dict()
     left, right = spec["hconcat"]
     expected = {
@@ -233,8 +242,11 @@ def test_training_curves_plot_loss_and_density_per_epoch_coloured_by_phase():
         assert marks == ["circle", "line"]  # a line through the epochs with a dot at each
         for layer in panel["layer"]:
             encoding = layer["encoding"]
-            assert (encoding["x"]["field"], encoding["x"]["type"], encoding["x"]["title"]) == ("step", "quantitative",
-                                                                                               "epoch")
+            assert (encoding["x"]["field"], encoding["x"]["type"], encoding["x"]["title"]) == (
+                "step",
+                "quantitative",
+                "epoch",
+            )
             assert (encoding["y"]["field"], encoding["y"]["type"]) == ("value", "quantitative")
             assert encoding["y"]["scale"] == {"zero": False}
             assert (encoding["color"]["field"], encoding["color"]["type"]) == ("phase", "nominal")

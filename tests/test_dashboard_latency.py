@@ -39,11 +39,17 @@ def test_verdict_compares_with_the_target_and_says_when_nothing_was_measured():
 def test_table_reports_targets_verdicts_and_load():
     measured = bench.Measurements(
         threshold={"pruning": [0.1] * 19 + [0.5], "inclusion": [0.2, 0.25, 0.28]},
-        first_load={"pruning": 3.0}, page_loads={"pruning": [1.0, 1.5, 2.5]},
-        playground_heading=[0.4, 0.5], first_picture=[0.8, 0.9], converged=[8.0, math.nan],
+        first_load={"pruning": 3.0},
+        page_loads={"pruning": [1.0, 1.5, 2.5]},
+        playground_heading=[0.4, 0.5],
+        first_picture=[0.8, 0.9],
+        converged=[8.0, math.nan],
         playground_status=["done: epoch 3000/3000, loss -0.29", "training: epoch 75/3000"],
-        load_before=(0.5, 0.6, 0.7), load_after=(1.5, 1.6, 1.7), setting={"dataset": "mnist-small"},
-        wall_seconds=12.0)
+        load_before=(0.5, 0.6, 0.7),
+        load_after=(1.5, 1.6, 1.7),
+        setting={"dataset": "mnist-small"},
+        wall_seconds=12.0,
+    )
     text = bench.table(measured)
     # pruning: nineteen 0.1 s and one 0.5 s; p95 sits at order statistic 0.95 * 19 = 18.05: 0.1 + 0.05 * 0.4
     expected_p95 = bench.summary(measured.threshold["pruning"])["p95"]
@@ -55,8 +61,7 @@ def test_table_reports_targets_verdicts_and_load():
     assert next(line for line in text.splitlines() if line.startswith("| glossary |")).endswith("not measured |")
     assert next(line for line in text.splitlines() if line.startswith("| first picture")).endswith("PASS |")
     # one playground run never reported done: the converged verdict cannot pass
-    assert next(line for line in text.splitlines() if line.startswith("| fit reported done")).endswith(
-        "not measured |")
+    assert next(line for line in text.splitlines() if line.startswith("| fit reported done")).endswith("not measured |")
     assert "before 0.50/0.60/0.70, after 1.50/1.60/1.70" in text
 
 
@@ -66,9 +71,18 @@ def test_table_reports_targets_verdicts_and_load():
 def test_a_small_benchmark_run_through_the_browser(tmp_path, monkeypatch):
     """Three threshold steps per page, one load per page and one playground run on a tiny MNIST net."""
     from tests.test_browser import chromium_path  # Debian's chromium: skips locally without it, fails under CI
+
     monkeypatch.setattr(bench, "CHROMIUM", chromium_path())
-    setting = bench.Setting(dataset="mnist-small", hidden=(16,), epochs=1, repetitions=3, page_loads=1,
-                            playground_runs=1, timeout_seconds=240, max_seconds=900)
+    setting = bench.Setting(
+        dataset="mnist-small",
+        hidden=(16,),
+        epochs=1,
+        repetitions=3,
+        page_loads=1,
+        playground_runs=1,
+        timeout_seconds=240,
+        max_seconds=900,
+    )
     measured = bench.run_benchmark(setting, tmp_path / "cache", tmp_path)
     print(bench.table(measured))
     assert measured.errors == []

@@ -43,6 +43,7 @@ def store(tmp_path_factory):
     """One tiny two-moons run (2 recorded epochs). The dashboard's caches are emptied before and
     after this module only: its tests share the one store, and reuse each other's entries."""
     from core.runs import RunConfig, train_run
+
     clear_dashboard_caches()
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("BNN_CACHE_DIR", str(tmp_path_factory.mktemp("bnn-cache")))
@@ -108,20 +109,21 @@ def test_a_threshold_outside_the_range_or_not_a_number_is_refused(text):
 
 
 def test_each_parser_names_its_parameter_the_value_and_the_range():
-    cases = [(lambda: links.parse_samples("-5"), "R: '-5' is out of range; give a whole number from 1 to 100"),
-             (lambda: links.parse_samples("100000"), "R: '100000' is out of range"),
-             (lambda: links.parse_epoch("9", 4), "epoch: '9' is out of range; give a whole number from 1 to 4"),
-             (lambda: links.parse_epoch("1", 0), "this run recorded no epochs"),
-             (lambda: links.parse_mode("bogus", ("bma", "prune")), "mode: 'bogus' is not one of bma, prune"),
-             (lambda: links.parse_page("nonsense", ("train", "pruning")), "page: 'nonsense' is not one of train"),
-             (lambda: links.parse_ood("x", ("uniform-noise",)), "ood: 'x' is not one of uniform-noise"),
-             (lambda: links.parse_ood("x", ()), "this run has no OOD sets"),
-             (lambda: links.parse_run("abc", ("0123", "0456")), "run: 'abc' is not a cached run"),
-             (lambda: links.parse_run("0", ("0123", "0456")), "run: '0' names several cached runs"),
-             (lambda: links.parse_run(EVIL_IMAGE, ("0123",)), "run: '![x](http://evil/t.png)' is not a run id"),
-             (lambda: links.parse_weights("median", ("mean", "sample")),
-              "weights: 'median' is not one of mean, sample"),
-             (lambda: links.parse_train_token("a b"), "train: 'a b' is not a training token")]
+    cases = [
+        (lambda: links.parse_samples("-5"), "R: '-5' is out of range; give a whole number from 1 to 100"),
+        (lambda: links.parse_samples("100000"), "R: '100000' is out of range"),
+        (lambda: links.parse_epoch("9", 4), "epoch: '9' is out of range; give a whole number from 1 to 4"),
+        (lambda: links.parse_epoch("1", 0), "this run recorded no epochs"),
+        (lambda: links.parse_mode("bogus", ("bma", "prune")), "mode: 'bogus' is not one of bma, prune"),
+        (lambda: links.parse_page("nonsense", ("train", "pruning")), "page: 'nonsense' is not one of train"),
+        (lambda: links.parse_ood("x", ("uniform-noise",)), "ood: 'x' is not one of uniform-noise"),
+        (lambda: links.parse_ood("x", ()), "this run has no OOD sets"),
+        (lambda: links.parse_run("abc", ("0123", "0456")), "run: 'abc' is not a cached run"),
+        (lambda: links.parse_run("0", ("0123", "0456")), "run: '0' names several cached runs"),
+        (lambda: links.parse_run(EVIL_IMAGE, ("0123",)), "run: '![x](http://evil/t.png)' is not a run id"),
+        (lambda: links.parse_weights("median", ("mean", "sample")), "weights: 'median' is not one of mean, sample"),
+        (lambda: links.parse_train_token("a b"), "train: 'a b' is not a training token"),
+    ]
     for call, message in cases:
         with pytest.raises(InputError) as caught:
             call()
@@ -153,14 +155,20 @@ def test_a_pruning_link_carries_the_weights_choice(store):
     assert received.radio(key=f"widget:weights:{store}").value == "sample"
 
 
-TEXT = strategies.one_of(strategies.text(max_size=60),
-                         strategies.from_regex(r"-?[0-9]{0,6}(\.[0-9]{0,4})?(e-?[0-9]{1,3})?"),
-                         strategies.sampled_from(list(PAYLOADS.values())))
+TEXT = strategies.one_of(
+    strategies.text(max_size=60),
+    strategies.from_regex(r"-?[0-9]{0,6}(\.[0-9]{0,4})?(e-?[0-9]{1,3})?"),
+    strategies.sampled_from(list(PAYLOADS.values())),
+)
 
 
 @settings(max_examples=200, deadline=None)
-@given(text=TEXT, low=strategies.floats(-10, 10, allow_subnormal=False),
-       width=strategies.floats(0, 10, allow_subnormal=False), n_epochs=strategies.integers(0, 50))
+@given(
+    text=TEXT,
+    low=strategies.floats(-10, 10, allow_subnormal=False),
+    width=strategies.floats(0, 10, allow_subnormal=False),
+    n_epochs=strategies.integers(0, 50),
+)
 @pytest.mark.slow  # many app runs: 3 s CPU
 def test_any_text_is_accepted_within_range_or_refused_with_an_input_error(text, low, width, n_epochs):
     spec = SimpleNamespace(low=low, high=low + width)
@@ -184,8 +192,11 @@ def test_any_text_is_accepted_within_range_or_refused_with_an_input_error(text, 
 
 
 @settings(max_examples=300, deadline=None)
-@given(low=strategies.floats(-1e3, 1e3, allow_subnormal=False), width=strategies.floats(0, 1e3, allow_subnormal=False),
-       fraction=strategies.floats(0, 1, allow_subnormal=False))
+@given(
+    low=strategies.floats(-1e3, 1e3, allow_subnormal=False),
+    width=strategies.floats(0, 1e3, allow_subnormal=False),
+    fraction=strategies.floats(0, 1, allow_subnormal=False),
+)
 def test_a_threshold_the_page_writes_into_the_address_is_taken_back(low, width, fraction):
     high = low + width
     value = min(high, low + fraction * width)
@@ -195,8 +206,14 @@ def test_a_threshold_the_page_writes_into_the_address_is_taken_back(low, width, 
 
 # --- the app: a corpus of links ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("payload", [payload if payload in SESSION_BREAKERS | {"image", "long"} else
-                                     pytest.param(payload, marks=pytest.mark.slow) for payload in PAYLOADS])
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        payload if payload in SESSION_BREAKERS | {"image", "long"} else pytest.param(payload, marks=pytest.mark.slow)
+        for payload in PAYLOADS
+    ],
+)
 def test_every_parameter_with_a_bad_value_is_refused_once_and_the_session_stays_healthy(store, payload):
     value = PAYLOADS[payload]
     at = open_link({param: value for param in PARAMS})
@@ -213,8 +230,11 @@ def test_every_parameter_with_a_bad_value_is_refused_once_and_the_session_stays_
     assert at.session_state["selected_run_id"] == store
     assert at.query_params["run"] in (store, [store])
     # the same session on the pages that use the values: healthy, nothing refused again, valid widgets
-    pages = ("views/pruning.py", "views/uncertainty.py", "views/inclusion.py") if payload in SESSION_BREAKERS else \
-        ("views/inclusion.py",)
+    pages = (
+        ("views/pruning.py", "views/uncertainty.py", "views/inclusion.py")
+        if payload in SESSION_BREAKERS
+        else ("views/inclusion.py",)
+    )
     for page in pages:
         at.switch_page(page).run()
         assert_healthy(at)
@@ -223,9 +243,11 @@ def test_every_parameter_with_a_bad_value_is_refused_once_and_the_session_stays_
     assert epoch.value == epoch.max  # the last recorded epoch: the link's bad epoch was not applied
 
 
-@pytest.mark.parametrize("page", [pytest.param(page, marks=pytest.mark.slow)
-                                  for page in ("train", "inclusion", "compare", "glossary")]
-                         + ["pruning", "uncertainty"])
+@pytest.mark.parametrize(
+    "page",
+    [pytest.param(page, marks=pytest.mark.slow) for page in ("train", "inclusion", "compare", "glossary")]
+    + ["pruning", "uncertainty"],
+)
 def test_each_page_refuses_bad_view_values_and_shows_valid_settings(store, page):
     params = {"page": page, "threshold": "5", "R": "-5", "mode": EVIL_LINK, "ood": EVIL_IMAGE, "epoch": "100000"}
     at = open_link(params)
@@ -249,8 +271,14 @@ def test_each_page_refuses_bad_view_values_and_shows_valid_settings(store, page)
 
 @pytest.mark.slow  # many app runs: 3 s CPU
 def test_good_values_open_the_view_they_name(store):
-    params = {"run": store[:6], "page": "uncertainty", "threshold": "0.3", "R": "7", "mode": "prune",
-              "ood": "uniform-noise"}
+    params = {
+        "run": store[:6],
+        "page": "uncertainty",
+        "threshold": "0.3",
+        "R": "7",
+        "mode": "prune",
+        "ood": "uniform-noise",
+    }
     at = open_link(params)
     assert_healthy(at)
     assert not at.warning

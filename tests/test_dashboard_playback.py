@@ -23,12 +23,15 @@ def store(tmp_path_factory):
     os.environ["BNN_CACHE_DIR"] = str(cache)
     from core.runs import RunConfig, train_run
     from core.runs.store import MANIFEST, SNAPSHOTS
+
     runs = {
-        "moons": train_run(RunConfig(dataset="two-moons", hidden=(8,),
-                                     train={"epochs": 3, "warm_start_epochs": 1})).run_id,
+        "moons": train_run(
+            RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 3, "warm_start_epochs": 1})
+        ).run_id,
         "moons_bnn": train_run(RunConfig(dataset="two-moons", method="bnn", hidden=(8,), train={"epochs": 2})).run_id,
-        "mnist": train_run(RunConfig(dataset="mnist-small", hidden=(8,),
-                                     train={"epochs": 2, "batch_size": 500})).run_id,
+        "mnist": train_run(
+            RunConfig(dataset="mnist-small", hidden=(8,), train={"epochs": 2, "batch_size": 500})
+        ).run_id,
         "sine": train_run(RunConfig(dataset="toy-sine-gaps", method="bnn", hidden=(8,), train={"epochs": 2})).run_id,
     }
     old = train_run(RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 2}, seed=5))
@@ -60,6 +63,7 @@ def chart_elements(at: AppTest) -> list:
 def spec_of(chart) -> dict:
     """A chart element's spec with its datasets back inline (Streamlit ships them as Arrow beside it)."""
     import pyarrow as pa
+
     spec = json.loads(chart.proto.spec)
     datasets = spec.setdefault("datasets", {})
     for dataset in chart.proto.datasets:
@@ -106,17 +110,21 @@ def marker_epoch(density: dict) -> int:
 
 def histogram_counts(histograms: dict) -> list[list[int]]:
     """Per layer, the bars' counts (their data inline in the panel, or a named dataset)."""
+
     def rows(panel: dict) -> list[dict]:
         data = panel.get("data") or panel["layer"][0]["data"]
         return data["values"] if "values" in data else inline_rows(histograms, data["name"])
+
     return [[row["count"] for row in rows(panel)] for panel in histograms["concat"]]
 
 
 # --- the control ---------------------------------------------------------------------------------------------
 
+
 @pytest.mark.slow  # 3 s CPU
 def test_epoch_slider_changes_the_histograms_marker_and_address(store):
     from core.runs import load_run
+
     snapshots = load_run(store["moons"]).snapshots()
     at = open_page(store["moons"], "views/inclusion.py")
     assert_clean(at)
@@ -132,12 +140,19 @@ def test_epoch_slider_changes_the_histograms_marker_and_address(store):
     assert at.query_params["epoch"] in ("1", ["1"])
     assert any("warm-start" in c.value and "Warm start" in c.value for c in at.caption)
     # a small net: its masks at the page's threshold, replayed from the recorded statistic
-    masks = [s for s in (spec_of(c) for c in chart_elements(at)) if "at epoch 1" in json.dumps(s.get("title", ""))
-             and "concat" not in s]
+    masks = [
+        s
+        for s in (spec_of(c) for c in chart_elements(at))
+        if "at epoch 1" in json.dumps(s.get("title", "")) and "concat" not in s
+    ]
     assert len(masks) == 2
     # each mask is a picture whose tooltip counts its kept weights
-    kept = sum(int(re.search(r"kept (\d+) of", row["about"]).group(1))
-               for spec in masks for row in inline_rows(spec, "picture") if isinstance(row.get("url"), str))
+    kept = sum(
+        int(re.search(r"kept (\d+) of", row["about"]).group(1))
+        for spec in masks
+        for row in inline_rows(spec, "picture")
+        if isinstance(row.get("url"), str)
+    )
     _, replayed = snapshots.masks_at(0, at.slider(key=f"widget:threshold:{store['moons']}").value)
     assert kept == sum(int(m.sum()) for m in replayed)
 
@@ -166,6 +181,7 @@ def test_a_link_with_an_epoch_opens_there_and_a_bad_one_is_a_warning(store):
 @pytest.mark.slow  # plays every epoch: 3 s CPU
 def test_play_starts_from_the_first_epoch_advances_and_stops_at_the_end(store):
     from dashboard import playback
+
     run_id = store["moons"]
     at = open_page(run_id, "views/inclusion.py")
     at.button(key=f"playback_button:{run_id}").click().run()
@@ -202,8 +218,10 @@ def test_a_run_trained_before_snapshots_says_so(store):
 
 # --- pure builders -------------------------------------------------------------------------------------------
 
+
 def test_next_epoch_and_step_size():
     from dashboard import playback
+
     assert [playback.next_epoch(e, 5, 1) for e in (1, 4, 5)] == [2, 5, None]
     assert playback.next_epoch(3, 5, 4) == 5  # the last epoch is always shown
     assert playback.step_size(30) == 1 and playback.step_size(3000) == 50
@@ -211,10 +229,12 @@ def test_next_epoch_and_step_size():
 
 def test_snapshot_histograms_draw_the_counts_on_fixed_axes():
     from dashboard import charts
+
     edges = np.linspace(0, 1, 5)
     counts = np.array([[3, 0, 1, 6], [0, 2, 2, 0]])
-    spec = charts.snapshot_histograms(counts, edges, "p", ["a", "b"], threshold=0.5, colour="#E69F00",
-                                       max_count=40).to_dict()
+    spec = charts.snapshot_histograms(
+        counts, edges, "p", ["a", "b"], threshold=0.5, colour="#E69F00", max_count=40
+    ).to_dict()
     assert histogram_counts(spec) == counts.tolist()
     bars = spec["concat"][0]["layer"][0]
     assert bars["mark"]["color"] == "#E69F00"
@@ -232,10 +252,12 @@ def test_snapshot_histograms_draw_the_counts_on_fixed_axes():
 
 def test_density_over_epochs_marks_the_epoch_and_shades_the_warm_start():
     from dashboard import charts
+
     density = np.array([[1.0, 1.0], [0.8, 0.5], [0.6, 0.4]])
     overall = np.array([1.0, 0.7, 0.55])
-    spec = charts.density_over_epochs(density, overall, ["warm-start", "train", "train"], ["l1", "l2"], 2,
-                                       colour="#0072B2").to_dict()
+    spec = charts.density_over_epochs(
+        density, overall, ["warm-start", "train", "train"], ["l1", "l2"], 2, colour="#0072B2"
+    ).to_dict()
     marks = [layer["mark"] for layer in spec["layer"]]
     assert marks[0]["type"] == "rect" and marks[1] == {"type": "line", "color": "#0072B2", "strokeWidth": 2}
     assert marker_epoch(spec) == 2
@@ -243,16 +265,19 @@ def test_density_over_epochs_marks_the_epoch_and_shades_the_warm_start():
     assert sorted(p["density"] for p in points) == [0.5, 0.7, 0.8]
     frame = charts.density_over_epochs_frame(density, overall, ["w", "t", "t"], ["l1", "l2"])
     assert frame[frame["layer"] == "all weights"]["density"].tolist() == overall.tolist()
-    long = charts.density_over_epochs_frame(np.zeros((1000, 1)), np.zeros(1000), ["t"] * 1000, ["l1"],
-                                             max_epochs=100, keep_epoch=555)
+    long = charts.density_over_epochs_frame(
+        np.zeros((1000, 1)), np.zeros(1000), ["t"] * 1000, ["l1"], max_epochs=100, keep_epoch=555
+    )
     epochs = long[long["layer"] == "l1"]["epoch"]
     assert len(epochs) <= 101 and {1, 555, 1000} <= set(epochs)
 
 
 # --- one colour per family on every page ----------------------------------------------------------------
 
+
 def test_family_colour_is_the_one_palette():
     from dashboard import charts
+
     assert charts.family_colour("bnn") == charts.FAMILY_COLOURS["bnn"]
     assert charts.family_colour("no-such-family") == charts.OTHER_FAMILY_COLOUR
     scale = charts.family_colour_scale(["x"], ["sparse-vd"]).to_dict()
@@ -262,12 +287,16 @@ def test_family_colour_is_the_one_palette():
 @pytest.mark.parametrize("name,family", [("moons", "lbbnn"), ("moons_bnn", "bnn")])
 def test_inclusion_and_pruning_draw_the_family_in_its_colour(store, name, family):
     from dashboard import charts
+
     colour = charts.FAMILY_COLOURS[family]
     others = set(charts.FAMILY_COLOURS.values()) - {colour, "#009E73"}  # green: the prior and the star
     at = open_page(store[name], "views/inclusion.py")
     assert_clean(at)
-    (histogram,) = [spec_of(c) for c in chart_elements(at) if '"prior"' in c.proto.spec or
-                    (family == "bnn" and "concat" in spec_of(c) and "at epoch" not in c.proto.spec)][:1]
+    (histogram,) = [
+        spec_of(c)
+        for c in chart_elements(at)
+        if '"prior"' in c.proto.spec or (family == "bnn" and "concat" in spec_of(c) and "at epoch" not in c.proto.spec)
+    ][:1]
     assert colour in mark_colours(histogram) and not mark_colours(histogram) & others
     _, playback_histograms, density = playback_state(at, store[name])
     assert colour in mark_colours(playback_histograms) and colour in mark_colours(density)
@@ -279,6 +308,7 @@ def test_inclusion_and_pruning_draw_the_family_in_its_colour(store, name, family
 
 def test_uncertainty_bands_are_in_the_family_colour(store):
     from dashboard import charts
+
     at = open_page(store["sine"], "views/uncertainty.py")
     assert_clean(at)
     (bands,) = find(at, "95% bands")
@@ -287,6 +317,7 @@ def test_uncertainty_bands_are_in_the_family_colour(store):
 
 def test_playground_figures_take_the_family_colour():
     from dashboard import charts
+
     colour = charts.FAMILY_COLOURS["horseshoe"]
     masks = [np.ones((3, 3), dtype=bool), np.ones((1, 4), dtype=bool)]
     assert colour in mark_colours(charts.network_graph(masks, colour=colour).to_dict())
@@ -299,6 +330,7 @@ def test_playground_figures_take_the_family_colour():
 
 def test_training_curves_take_the_family_colour_and_dash_the_phases():
     from dashboard import charts
+
     colour = charts.FAMILY_COLOURS["bnn"]
     history = [{"loss": 1.0, "density": 1.0, "phase": "warm-start"}, {"loss": 0.5, "density": 0.4, "phase": "train"}]
     spec = charts.training_curves(history, colour=colour).to_dict()

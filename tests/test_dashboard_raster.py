@@ -31,7 +31,7 @@ def picture_of(spec: dict, panel: int | None = None) -> np.ndarray:
     (row,) = rows
     prefix = "data:image/png;base64,"
     assert row["url"].startswith(prefix)
-    return decode_png(base64.b64decode(row["url"][len(prefix):]))
+    return decode_png(base64.b64decode(row["url"][len(prefix) :]))
 
 
 def without_data(spec: dict) -> str:
@@ -76,8 +76,12 @@ def test_block_means_and_states_are_those_of_the_rectangle_heatmaps(shape):
     states, counts = raster.block_states(mask, other)
     index = {state: k for k, state in enumerate(charts.MASK_STATES)}
     assert states.ravel().tolist() == [index[s] for s in frame["state"]]
-    assert counts.tolist() == [int(mask[...].__and__(other).sum()), int((mask & ~other).sum()),
-                               int((~mask & other).sum()), int((~mask & ~other).sum())]
+    assert counts.tolist() == [
+        int(mask[...].__and__(other).sum()),
+        int((mask & ~other).sum()),
+        int((~mask & other).sum()),
+        int((~mask & ~other).sum()),
+    ]
 
 
 def test_mask_picture_has_one_pixel_per_weight_of_a_small_mask_in_the_legend_colours():
@@ -115,16 +119,26 @@ def test_a_threshold_step_changes_the_pictures_data_not_their_specs():
     rng = np.random.default_rng(2)
     alpha, weights = rng.random((50, 30)), rng.normal(size=(50, 30))
     first, second = alpha > 0.5, alpha > 0.7
-    pairs = [(raster.mask_picture(first, "l"), raster.mask_picture(second, "l")),
-             (raster.weight_picture(np.where(first, weights, 0), "l"),
-              raster.weight_picture(np.where(second, weights, 0), "l")),
-             (raster.mask_difference_picture(first, first, "l"), raster.mask_difference_picture(second, first, "l")),
-             (raster.kept_per_input_picture(np.c_[first[:, :25], np.ones(50)], (5, 5)),
-              raster.kept_per_input_picture(np.c_[second[:, :25], np.ones(50)], (5, 5))),
-             (raster.receptive_field_pictures(np.c_[weights[:, :25], np.ones(50)], np.c_[first[:, :25], np.ones(50)],
-                                              [0, 3], (5, 5)),
-              raster.receptive_field_pictures(np.c_[weights[:, :25], np.ones(50)], np.c_[second[:, :25], np.ones(50)],
-                                              [0, 3], (5, 5)))]
+    pairs = [
+        (raster.mask_picture(first, "l"), raster.mask_picture(second, "l")),
+        (
+            raster.weight_picture(np.where(first, weights, 0), "l"),
+            raster.weight_picture(np.where(second, weights, 0), "l"),
+        ),
+        (raster.mask_difference_picture(first, first, "l"), raster.mask_difference_picture(second, first, "l")),
+        (
+            raster.kept_per_input_picture(np.c_[first[:, :25], np.ones(50)], (5, 5)),
+            raster.kept_per_input_picture(np.c_[second[:, :25], np.ones(50)], (5, 5)),
+        ),
+        (
+            raster.receptive_field_pictures(
+                np.c_[weights[:, :25], np.ones(50)], np.c_[first[:, :25], np.ones(50)], [0, 3], (5, 5)
+            ),
+            raster.receptive_field_pictures(
+                np.c_[weights[:, :25], np.ones(50)], np.c_[second[:, :25], np.ones(50)], [0, 3], (5, 5)
+            ),
+        ),
+    ]
     for before, after in pairs:
         assert_valid(before)
         assert without_data(before) == without_data(after)
@@ -138,8 +152,9 @@ def test_weight_picture_is_symmetric_about_zero_and_its_legend_spans_the_drawn_v
     assert [r["value"] for r in legend_rows] == [-0.5, 0.5]
     picture = picture_of(spec)
     ramp = raster.scheme_stops("redblue").astype(np.uint8)
-    assert np.array_equal(picture[0, 0], ramp[-1]) and np.array_equal(picture[0, 1], raster.colour_ramp(
-        np.array([-0.25]), "redblue", -0.5, 0.5)[0])
+    assert np.array_equal(picture[0, 0], ramp[-1]) and np.array_equal(
+        picture[0, 1], raster.colour_ramp(np.array([-0.25]), "redblue", -0.5, 0.5)[0]
+    )
 
 
 def test_kept_per_input_picture_is_square_and_counts_outgoing_kept_weights():
@@ -174,8 +189,9 @@ def test_with_threshold_rules_draws_the_rule_in_every_histogram_from_one_dataset
     rng = np.random.default_rng(4)
     stats = [rng.random((20, 9)), rng.random((4, 21))]
     prior = {"kind": "point", "value": 0.3, "label": "psi = 0.3"}
-    base = charts.statistic_histogram(stats, None, "p", value_range=(0.0, 1.0), labels=["a", "b"],
-                                       prior=prior).to_dict()
+    base = charts.statistic_histogram(
+        stats, None, "p", value_range=(0.0, 1.0), labels=["a", "b"], prior=prior
+    ).to_dict()
     frozen = json.dumps(base, sort_keys=True)
     at_04, at_07 = charts.with_threshold_rules(base, 0.4), charts.with_threshold_rules(base, 0.7)
     assert json.dumps(base, sort_keys=True) == frozen  # the input is not changed
@@ -193,5 +209,6 @@ def test_with_threshold_rules_draws_the_rule_in_every_histogram_from_one_dataset
     inline = [r["count"] for p in histograms for r in p["data"]["values"]]
     assert sorted(inline) == sorted(counts) and sum(inline) == sum(s.size for s in stats)
     assert "name" not in json.dumps([p.get("data", {}) for p in at_04["concat"]]).replace(
-        f'"name": "{charts.THRESHOLD_DATASET}"', "")
+        f'"name": "{charts.THRESHOLD_DATASET}"', ""
+    )
     assert "threshold_rule" not in json.dumps(charts.with_threshold_rules(base, None))

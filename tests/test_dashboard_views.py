@@ -25,12 +25,14 @@ def store(tmp_path_factory):
     previous = os.environ.get("BNN_CACHE_DIR")
     os.environ["BNN_CACHE_DIR"] = str(cache)
     from core.runs import RunConfig, train_run
+
     runs = {
         "moons": train_run(RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 2})).run_id,
         "moons_seed1": train_run(RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 2}, seed=1)).run_id,
         "moons_bnn": train_run(RunConfig(dataset="two-moons", method="bnn", hidden=(8,), train={"epochs": 2})).run_id,
-        "mnist": train_run(RunConfig(dataset="mnist-small", hidden=(8,),
-                                     train={"epochs": 1, "batch_size": 500})).run_id,
+        "mnist": train_run(
+            RunConfig(dataset="mnist-small", hidden=(8,), train={"epochs": 1, "batch_size": 500})
+        ).run_id,
         "sine": train_run(RunConfig(dataset="toy-sine-gaps", hidden=(8,), train={"epochs": 2})).run_id,
     }
     yield runs
@@ -57,6 +59,7 @@ def chart_specs(at: AppTest) -> list[dict]:
 def chart_rows(chart, name: str) -> list[dict]:
     """The rows of a named dataset of a chart element (Streamlit ships them as Arrow, beside the spec)."""
     import pyarrow as pa
+
     for dataset in chart.proto.datasets:
         if dataset.name == name:
             return pa.ipc.open_stream(dataset.data.data).read_all().to_pandas().to_dict("records")
@@ -70,6 +73,7 @@ def texts(elements) -> list[str]:
 
 
 # --- out-of-range numbers are reported, never replaced ---------------------------------------
+
 
 def test_out_of_range_numbers_disable_train_with_a_message(tmp_path, monkeypatch):
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
@@ -91,6 +95,7 @@ def test_out_of_range_numbers_disable_train_with_a_message(tmp_path, monkeypatch
 
 # --- memory and time estimate before training ------------------------------------------------
 
+
 def test_a_network_too_large_for_memory_is_refused_before_training(tmp_path, monkeypatch):
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
     at = open_app()
@@ -108,6 +113,7 @@ def test_a_network_too_large_for_memory_is_refused_before_training(tmp_path, mon
 
 def test_training_estimate_counts_weights_exactly():
     from dashboard import backend
+
     config = backend.make_config({"dataset": "two-moons", "hidden": [8, 4], "train": {"epochs": 3}})
     estimate = backend.training_estimate(config)
     assert estimate["weights"] == (2 + 1) * 8 + (8 + 1) * 4 + (4 + 1) * 2
@@ -117,10 +123,12 @@ def test_training_estimate_counts_weights_exactly():
 
 # --- device message in the form's words; bundled page icon ------------------------------------
 
+
 def test_device_problem_names_the_form_control_not_a_cli_flag():
     import torch
 
     from dashboard import backend
+
     if torch.cuda.is_available():
         pytest.skip("a CUDA GPU is present: the cuda device is fine here")
     problem = backend.device_problem("cuda")
@@ -154,6 +162,7 @@ def test_the_sidebar_keys_every_family_colour_on_every_page(tmp_path, monkeypatc
     """One key of the family colours (charts.FAMILY_COLOURS, used by every chart), in the sidebar of
     every page, drawn before the page itself (it also loads the browser's chart library early)."""
     from dashboard import charts
+
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
     at = open_app()
     for page in (None, "views/glossary.py", "views/playground.py"):
@@ -167,17 +176,22 @@ def test_the_sidebar_keys_every_family_colour_on_every_page(tmp_path, monkeypatc
         scale = layer["encoding"]["color"]["scale"]
         assert scale["domain"] == list(charts.FAMILY_COLOURS)
         assert scale["range"] == [charts.FAMILY_COLOURS[f] for f in charts.FAMILY_COLOURS]
-        rows = chart_rows(keys[0], spec["data"]["name"]) if "name" in spec.get("data", {}) else \
-            chart_rows(keys[0], layer["data"]["name"])
+        rows = (
+            chart_rows(keys[0], spec["data"]["name"])
+            if "name" in spec.get("data", {})
+            else chart_rows(keys[0], layer["data"]["name"])
+        )
         assert sorted(r["family"] for r in rows) == sorted(charts.FAMILY_COLOURS)
 
 
 # --- delete asks first, and the other sessions are told -------------------------------------------
 
+
 @pytest.mark.slow  # 3 s CPU
 def test_delete_asks_for_confirmation_and_other_sessions_are_told(tmp_path, monkeypatch):
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
     from core.runs import RunConfig, list_runs, train_run
+
     keep = train_run(RunConfig(dataset="two-moons", hidden=(4,), train={"epochs": 1})).run_id
     doomed = train_run(RunConfig(dataset="two-moons", hidden=(4,), train={"epochs": 1}, seed=3)).run_id
     watcher = open_app(doomed)  # another browser looking at the run
@@ -193,6 +207,7 @@ def test_delete_asks_for_confirmation_and_other_sessions_are_told(tmp_path, monk
     assert_clean(at)
     assert [info.run_id for info in list_runs()] == [keep]
     from dashboard import cache
+
     cache.cached_run_list.clear()
     watcher.run()
     assert not watcher.exception
@@ -202,11 +217,13 @@ def test_delete_asks_for_confirmation_and_other_sessions_are_told(tmp_path, monk
 
 # --- training status survives reloads and page switches, and its end is announced ----------
 
+
 @pytest.fixture
 def held_training(monkeypatch, store):
     """The queue's training function replaced by one that waits for `release` (and obeys cancel)."""
     from core.errors import TrainingCancelled
     from dashboard import worker as worker_module
+
     release = threading.Event()
 
     def train(config, progress=None, cancel=None):
@@ -256,6 +273,7 @@ def test_train_page_status_right_after_clicking_and_after_a_reload(held_training
 
 def test_a_training_that_ends_on_another_page_is_announced(store):
     from dashboard.worker import TrainingQueue
+
     queue = TrainingQueue(lambda config, progress=None, cancel=None: SimpleNamespace(run_id=store["moons_seed1"]))
     request = queue.submit("k", SimpleNamespace(), 1, label="lbbnn [8] on two-moons, seed 1")
     request.join(timeout=10)
@@ -266,12 +284,14 @@ def test_a_training_that_ends_on_another_page_is_announced(store):
     assert_clean(at)
     assert at.session_state["selected_run_id"] == store["moons_seed1"]
     notices = texts(at.sidebar.info)
-    assert any("Training finished" in n and store["moons_seed1"][:8] in n and store["moons"][:8] in n
-               for n in notices), notices
+    assert any(
+        "Training finished" in n and store["moons_seed1"][:8] in n and store["moons"][:8] in n for n in notices
+    ), notices
 
 
 def test_finished_jobs_refresh_the_run_list_at_once():
     from dashboard.worker import TrainingQueue
+
     calls = []
     queue = TrainingQueue(lambda config, progress=None, cancel=None: SimpleNamespace(run_id="r"))
     queue.on_job_finished = lambda: calls.append("cleared")
@@ -281,16 +301,32 @@ def test_finished_jobs_refresh_the_run_list_at_once():
 
 # --- labels say what differs ----------------------------------------------------------------------
 
+
 def test_run_labels_name_the_fields_that_differ():
     from dashboard import backend
-    base = {"dataset": "mnist-small", "method": "lbbnn", "hidden": [100, 100], "seed": 0,
-            "train": {"epochs": 5, "kl_weight": 0.1}, "family_options": {}}
+
+    base = {
+        "dataset": "mnist-small",
+        "method": "lbbnn",
+        "hidden": [100, 100],
+        "seed": 0,
+        "train": {"epochs": 5, "kl_weight": 0.1},
+        "family_options": {},
+    }
     rows = [
         {"run_id": "a" * 16, "dataset": "mnist-small", "method": "lbbnn", "config": base},
-        {"run_id": "b" * 16, "dataset": "mnist-small", "method": "lbbnn",
-         "config": {**base, "family_options": {"prior_inclusion": 0.1}}},
-        {"run_id": "c" * 16, "dataset": "mnist-small", "method": "lbbnn",
-         "config": {**base, "train": {"epochs": 25, "kl_weight": 0.1}}},
+        {
+            "run_id": "b" * 16,
+            "dataset": "mnist-small",
+            "method": "lbbnn",
+            "config": {**base, "family_options": {"prior_inclusion": 0.1}},
+        },
+        {
+            "run_id": "c" * 16,
+            "dataset": "mnist-small",
+            "method": "lbbnn",
+            "config": {**base, "train": {"epochs": 25, "kl_weight": 0.1}},
+        },
         {"run_id": "d" * 16, "dataset": "two-moons", "method": "lbbnn", "config": {**base, "hidden": [8]}},
     ]
     labels = backend.run_labels(rows)
@@ -310,9 +346,11 @@ def test_sidebar_labels_tell_two_seeds_apart(store):
 
 # --- modes and units on the Pruning page ---------------------------------------------------
 
+
 def test_bma_density_card_is_the_expected_density_of_a_sampled_network(store):
     from core.runs import load_run
     from dashboard import backend
+
     at = open_app(store["mnist"])
     at.switch_page("views/pruning.py").run()
     at.selectbox(key=f"widget:mode:{store['mnist']}").set_value("bma").run()
@@ -334,8 +372,11 @@ def test_regression_card_and_curve_point_agree_in_original_units(store):
     card = float(metric_value(at, "RMSE"))
     (chart,) = [c for c in at.get("vega_lite_chart") if "density" in c.proto.spec]
     spec = json.loads(chart.proto.spec)
-    diamonds = [layer for layer in spec["layer"] if isinstance(layer.get("mark"), dict)
-                and layer["mark"].get("shape") == "diamond"]
+    diamonds = [
+        layer
+        for layer in spec["layer"]
+        if isinstance(layer.get("mark"), dict) and layer["mark"].get("shape") == "diamond"
+    ]
     (diamond,) = diamonds
     (point,) = chart_rows(chart, diamond["data"]["name"])
     assert point["value"] == pytest.approx(card, abs=1e-4)
@@ -343,6 +384,7 @@ def test_regression_card_and_curve_point_agree_in_original_units(store):
 
 
 # --- the decision surface of 2-D classifiers ---------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["moons", "moons_bnn"])
 def test_two_d_classifiers_draw_their_decision_surface(store, name):
@@ -356,29 +398,36 @@ def test_two_d_classifiers_draw_their_decision_surface(store, name):
 
 def test_surface_arrays_against_direct_computation():
     from dashboard import surface
+
     probs = np.array([[[0.9, 0.1], [0.5, 0.5]], [[0.7, 0.3], [0.3, 0.7]]])  # R=2, N=2, K=2
     arrays = surface.surface_arrays(probs)
     # averaged probabilities (0.8, 0.2) and (0.4, 0.6)
     assert list(arrays["predicted"]) == [0, 1]
     assert arrays["confidence"] == pytest.approx([0.8, 0.6])
-    assert arrays["entropy"] == pytest.approx([-(0.8 * np.log(0.8) + 0.2 * np.log(0.2)),
-                                               -(0.4 * np.log(0.4) + 0.6 * np.log(0.6))])
+    assert arrays["entropy"] == pytest.approx(
+        [-(0.8 * np.log(0.8) + 0.2 * np.log(0.2)), -(0.4 * np.log(0.4) + 0.6 * np.log(0.6))]
+    )
     assert arrays["spread"] == pytest.approx([0.1, 0.1])  # sd of (0.9, 0.7) and of (0.5, 0.7)
 
 
 # --- priors you can see ------------------------------------------------------------------------
+
 
 def test_prior_widgets_have_ranges_help_and_fold_advanced_options(tmp_path, monkeypatch):
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
     at = open_app()
     psi = at.text_input(key="train_opt_lbbnn_prior_inclusion")
     assert psi.label.startswith("Prior inclusion probability") and "(0, 1)" in psi.help
-    assert at.selectbox(key="train_opt_lbbnn_inclusion_prior").options == ["bernoulli", "beta-bernoulli",
-                                                                           "beta-binomial"]
+    assert at.selectbox(key="train_opt_lbbnn_inclusion_prior").options == [
+        "bernoulli",
+        "beta-bernoulli",
+        "beta-binomial",
+    ]
     advanced = [e for e in at.expander if "Advanced" in e.label]
     assert advanced and advanced[0].text_input(key="train_opt_lbbnn_init_sigma")
-    assert not [n for n in at.main.text_input if n.key == "train_opt_lbbnn_init_sigma"
-                and n not in advanced[0].text_input]
+    assert not [
+        n for n in at.main.text_input if n.key == "train_opt_lbbnn_init_sigma" and n not in advanced[0].text_input
+    ]
     keys = {n.key for n in at.text_input}
     # options shown only where they matter: Beta a, b for the beta priors, Student-t a, b for that slab
     assert "train_opt_lbbnn_beta_a" not in keys and "train_opt_lbbnn_slab_a" not in keys
@@ -399,6 +448,7 @@ def test_prior_widgets_have_ranges_help_and_fold_advanced_options(tmp_path, monk
 
 def test_prior_of_the_statistic_is_the_beta_density_or_the_point_psi():
     from dashboard import backend
+
     prior = backend.prior_of_statistic("lbbnn", {"inclusion_prior": "beta-bernoulli", "beta_a": 2.0, "beta_b": 5.0})
     assert prior["kind"] == "density" and prior["mean"] == pytest.approx(2 / 7)
     x = prior["x"]
@@ -430,13 +480,13 @@ def test_inclusion_page_draws_the_prior_beside_the_posterior(store):
     assert any("says nothing directly" in c for c in texts(bnn.caption))
 
 
-
 @pytest.mark.slow  # several sessions: 2.4 s CPU
 def test_inclusion_page_mask_comparison_is_built_once_for_every_session(store, monkeypatch):
     """The compared masks and receptive fields are shared cache entries: a second session on the same
     setting builds no chart, and the counts it shows are the masks' own."""
     from core.runs import load_run
     from dashboard import backend, raster
+
     built = []
     for name in ("mask_difference_picture", "receptive_field_pictures"):
         original = getattr(raster, name)
@@ -463,8 +513,10 @@ def test_inclusion_page_mask_comparison_is_built_once_for_every_session(store, m
 
 # --- tune and take away ---------------------------------------------------------------------------
 
+
 def test_suggested_threshold_is_the_sparsest_within_the_loss():
     from dashboard import backend
+
     thresholds = np.array([0.1, 0.3, 0.5, 0.7, 0.9])
     density = np.array([0.9, 0.6, 0.3, 0.1, 0.02])
     accuracy = np.array([0.950, 0.952, 0.948, 0.940, 0.5])
@@ -478,6 +530,7 @@ def test_suggested_threshold_is_the_sparsest_within_the_loss():
 
 def test_curve_click_and_suggestion_set_the_threshold(store):
     from dashboard import charts
+
     run_id = store["mnist"]
     at = open_app(run_id)
     at.switch_page("views/pruning.py").run()
@@ -498,12 +551,14 @@ def test_curve_click_and_suggestion_set_the_threshold(store):
 
 def test_downloads_are_the_export_and_the_curve(store, tmp_path):
     from dashboard import backend
+
     run = backend.load_run(store["mnist"])
     data = backend.export_zip(run, 0.5)
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         archive.extractall(tmp_path / "pruned")
     exported = backend.load_exported(tmp_path / "pruned")
     import torch
+
     x = torch.as_tensor(run.dataset().x_test[:50])
     direct = backend.predict(run, run.dataset().x_test[:50], "prune", 1, 0.5, weights="mean").probs
     assert np.asarray(exported.predict(x)) == pytest.approx(np.asarray(direct), abs=1e-5)
@@ -511,6 +566,7 @@ def test_downloads_are_the_export_and_the_curve(store, tmp_path):
     curve = backend.sweep(run)
     text = backend.curve_csv(curve.thresholds, curve.density, curve.values, curve.metric)
     import pandas as pd
+
     frame = pd.read_csv(io.StringIO(text))
     assert list(frame.columns) == ["threshold", "density", "accuracy"]
     assert frame["density"].to_numpy() == pytest.approx(curve.density, rel=1e-5)
@@ -535,6 +591,7 @@ def test_downloads_are_the_export_and_the_curve(store, tmp_path):
 
 
 # --- shareable views ------------------------------------------------------------------------------
+
 
 @pytest.mark.slow  # 5 s CPU
 def test_a_copied_link_reproduces_the_view(store):
@@ -572,11 +629,17 @@ def test_a_link_with_a_page_opens_that_page(store):
 
 # --- explain --------------------------------------------------------------------------------------
 
+
 def test_every_page_opens_with_its_explanation_and_the_glossary_names_the_modes(store):
     from dashboard import explain
+
     at = open_app(store["moons"])
-    for page, key in (("views/train.py", "train"), ("views/inclusion.py", "inclusion"),
-                      ("views/pruning.py", "pruning"), ("views/uncertainty.py", "uncertainty")):
+    for page, key in (
+        ("views/train.py", "train"),
+        ("views/inclusion.py", "inclusion"),
+        ("views/pruning.py", "pruning"),
+        ("views/uncertainty.py", "uncertainty"),
+    ):
         at.switch_page(page).run()
         assert_clean(at)
         assert explain.PAGE_INTROS[key] in texts(at.markdown), page
@@ -587,16 +650,23 @@ def test_every_page_opens_with_its_explanation_and_the_glossary_names_the_modes(
         assert f"**{name}" in body, name
     # the modes' help on every page uses the glossary's names
     from dashboard import backend
+
     for help_text in backend.MODE_HELP.values():
         assert help_text.split(":")[0] in body
 
 
 # --- compare runs ------------------------------------------------------------------------------
 
+
 def test_summary_over_seeds_gives_median_min_max():
     from dashboard import charts
-    records = [{"setting": "a", "acc": 0.9}, {"setting": "a", "acc": 0.8}, {"setting": "a", "acc": 0.95},
-               {"setting": "b", "acc": 0.7}]
+
+    records = [
+        {"setting": "a", "acc": 0.9},
+        {"setting": "a", "acc": 0.8},
+        {"setting": "a", "acc": 0.95},
+        {"setting": "b", "acc": 0.7},
+    ]
     table = charts.summary_over_seeds(records).set_index("setting")
     assert table.loc["a", "acc"] == "0.9 (0.8, 0.95)" and table.loc["a", "seeds"] == 3
     assert table.loc["b", "acc"] == "0.7" and table.loc["b", "seeds"] == 1
@@ -604,6 +674,7 @@ def test_summary_over_seeds_gives_median_min_max():
 
 def test_family_colours_are_fixed_and_distinct():
     from dashboard import charts
+
     colours = list(charts.FAMILY_COLOURS.values())
     assert len(set(colours)) == len(colours)
     scale = charts.family_colour_scale(["x", "y"], ["bnn", "lbbnn"]).to_dict()
@@ -612,6 +683,7 @@ def test_family_colours_are_fixed_and_distinct():
 
 def test_compare_page_overlays_runs_and_tables_modes_over_seeds(store):
     from dashboard import charts
+
     at = open_app(store["moons"])
     at.switch_page("views/compare.py").run()
     assert_clean(at)
@@ -620,8 +692,11 @@ def test_compare_page_overlays_runs_and_tables_modes_over_seeds(store):
     assert_clean(at)
     specs = chart_specs(at)
     (curves,) = [s for s in specs if "each family pruned" in json.dumps(s.get("title", ""))]
-    colour = curves["layer"][0]["encoding"]["color"]["scale"] if "encoding" in curves["layer"][0] else \
-        curves["encoding"]["color"]["scale"]
+    colour = (
+        curves["layer"][0]["encoding"]["color"]["scale"]
+        if "encoding" in curves["layer"][0]
+        else curves["encoding"]["color"]["scale"]
+    )
     assert colour["range"].count(charts.FAMILY_COLOURS["lbbnn"]) == 2
     assert colour["range"].count(charts.FAMILY_COLOURS["bnn"]) == 1
     assert any("entropy ECDFs" in json.dumps(s.get("title", "")) for s in specs)
@@ -635,6 +710,7 @@ def test_compare_page_overlays_runs_and_tables_modes_over_seeds(store):
 
 
 # --- a count has no arrow; an offline set says so before training --------------------------------------------
+
 
 def test_doubt_card_count_has_no_arrow(store):
     at = open_app(store["mnist"])
@@ -657,8 +733,10 @@ def test_a_set_that_needs_a_download_offline_disables_train_before_training(tmp_
 
 # --- masks as in Hubin & Storvik (2019) -----------------------------------------------------------------------
 
+
 def test_mask_difference_counts_every_weight_in_its_state():
     from dashboard import charts
+
     a = np.array([[1, 1, 0, 0]], dtype=bool)
     b = np.array([[1, 0, 1, 0]], dtype=bool)
     frame = charts.mask_difference_frame(a, b)
@@ -673,6 +751,7 @@ def test_mask_difference_counts_every_weight_in_its_state():
 
 def test_sampled_structure_keeps_weights_at_their_inclusion_rates():
     from dashboard import backend
+
     alpha = [np.full((200, 101), 0.2), np.full((10, 201), 0.9)]
     draws = [backend.sample_structure(alpha, "inclusion_probability", seed=s) for s in range(20)]
     for layer, rate in ((0, 0.2), (1, 0.9)):
@@ -682,6 +761,7 @@ def test_sampled_structure_keeps_weights_at_their_inclusion_rates():
 
 def test_receptive_fields_are_square_images_of_kept_weights():
     from dashboard import charts
+
     rng = np.random.default_rng(0)
     weights, mask = rng.normal(size=(5, 785)), rng.random((5, 785)) < 0.5
     frame = charts.receptive_field_frame(weights, mask, [1, 3], (28, 28))
@@ -703,6 +783,7 @@ def test_inclusion_page_compares_two_masks_and_shows_receptive_fields(store):
     at.slider(key="mask_b_threshold").set_value(0.9).run()
     assert_clean(at)
     from core.runs import load_run
+
     model = load_run(store["mnist"]).model
     kept_b = sum(int(m.sum()) for m in model.keep_masks(0.9))
     assert any(f"B keeps {kept_b}." in c for c in texts(at.caption)), texts(at.caption)
@@ -710,13 +791,21 @@ def test_inclusion_page_compares_two_masks_and_shows_receptive_fields(store):
 
 # --- the live playground -------------------------------------------------------------------------
 
+
 def test_playground_training_draws_while_it_trains():
     import time
 
     from dashboard import playground_training
-    job = playground_training.PlaygroundTraining({"dataset": "toy-sine-gaps", "hidden": [8],
-                                                  "dataset_params": {"noise": 0.05},
-                                      "train": {"epochs": 200, "batch_size": 500}}, every=20)
+
+    job = playground_training.PlaygroundTraining(
+        {
+            "dataset": "toy-sine-gaps",
+            "hidden": [8],
+            "dataset_params": {"noise": 0.05},
+            "train": {"epochs": 200, "batch_size": 500},
+        },
+        every=20,
+    )
     epochs = []
     job.start()
     while job.running:
@@ -737,8 +826,10 @@ def test_playground_cancel_stops_quickly():
     import time
 
     from dashboard import playground_training
-    job = playground_training.PlaygroundTraining({"dataset": "two-moons", "hidden": [8],
-                                      "train": {"epochs": 3000, "batch_size": 500}}, every=50).start()
+
+    job = playground_training.PlaygroundTraining(
+        {"dataset": "two-moons", "hidden": [8], "train": {"epochs": 3000, "batch_size": 500}}, every=50
+    ).start()
     while job.snapshot() is None:
         time.sleep(0.01)
     job.cancel()
@@ -753,8 +844,12 @@ def test_playground_has_its_first_picture_when_start_returns_and_trains_after_it
     import time
 
     from dashboard import playground_training
-    job = playground_training.PlaygroundTraining({"dataset": "toy-sine-gaps", "hidden": [8],
-                                      "train": {"epochs": 100, "batch_size": 500}}, every=10, hold_seconds=60).start()
+
+    job = playground_training.PlaygroundTraining(
+        {"dataset": "toy-sine-gaps", "hidden": [8], "train": {"epochs": 100, "batch_size": 500}},
+        every=10,
+        hold_seconds=60,
+    ).start()
     picture = job.snapshot()
     assert picture is not None and picture["epoch"] == 0 and picture["mean"].shape == (len(picture["x_plot"]),)
     time.sleep(0.5)
@@ -771,6 +866,7 @@ def test_playground_training_of_a_closed_tab_stops_and_a_present_one_finishes(mo
     import time
 
     from dashboard import playground_training
+
     monkeypatch.setattr(playground_training.PlaygroundTraining, "ABANDONED_SECONDS", 0.3)
     monkeypatch.setattr(playground_training.PlaygroundTraining, "PRESENCE_CHECK_SECONDS", 0.05)
     values = {"dataset": "two-moons", "hidden": [8], "train": {"epochs": 100000, "batch_size": 500}}
@@ -795,8 +891,10 @@ def test_playground_training_of_a_closed_tab_stops_and_a_present_one_finishes(mo
 
 def test_playground_too_large_a_network_is_a_message_not_a_thread():
     from dashboard import playground_training
-    job = playground_training.PlaygroundTraining({"dataset": "two-moons", "hidden": [100, 100],
-                                      "train": {"epochs": 10, "batch_size": 500}}).start()
+
+    job = playground_training.PlaygroundTraining(
+        {"dataset": "two-moons", "hidden": [100, 100], "train": {"epochs": 10, "batch_size": 500}}
+    ).start()
     job.join(timeout=5)
     assert job.done and not job.running and job.snapshot() is None
     assert "widths 100,100 need 10,602 weights" in job.error and "widths up to 67,67 fit" in job.error
@@ -804,6 +902,7 @@ def test_playground_too_large_a_network_is_a_message_not_a_thread():
 
 def test_network_graph_draws_each_kept_connection():
     from dashboard import charts
+
     masks = [np.array([[1, 0, 1], [0, 1, 0]], dtype=bool), np.array([[1, 1, 1]], dtype=bool)]
     nodes, edges = charts.network_graph_frames(masks)
     assert len(nodes) == 2 + 2 + 1

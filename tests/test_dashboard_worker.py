@@ -15,19 +15,22 @@ from dashboard import backend
 from dashboard.worker import TrainingWorker, WorkerStatus
 
 
-def fake_training(epochs: int, fail_at: int | None = None, error: Exception | None = None,
-                  gate: threading.Event | None = None):
+def fake_training(
+    epochs: int, fail_at: int | None = None, error: Exception | None = None, gate: threading.Event | None = None
+):
     def train(config, progress, cancel):
         for epoch in range(1, epochs + 1):
             if gate is not None:
                 gate.wait(5)
             if cancel.is_set():
                 from core.errors import TrainingCancelled
+
                 raise TrainingCancelled(f"training cancelled during epoch {epoch}")
             if fail_at == epoch:
                 raise error
             progress({"epoch": epoch, "phase": "train", "loss": 1.0 / epoch, "density": 1.0})
         return SimpleNamespace(run_id=f"run-{config}")
+
     return train
 
 
@@ -72,6 +75,7 @@ def test_cancel_reaches_core_training(tmp_path, monkeypatch):
     """The real training loop checks the worker's Event and nothing is stored."""
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
     from core.runs import list_runs
+
     config = backend.make_config({"dataset": "two-moons", "hidden": [4], "train": {"epochs": 500}})
     worker = TrainingWorker(backend.train_run, config, backend.total_epochs(config))
     worker.cancel()  # set before start: the first minibatch sees it
@@ -88,7 +92,11 @@ def test_parse_hidden_and_options():
         with pytest.raises(ConfigError, match="hidden"):
             backend.parse_hidden(bad)
     assert backend.parse_options("prior_inclusion=0.1, slab=student-t, beta_a=2, flag=true") == {
-        "prior_inclusion": 0.1, "slab": "student-t", "beta_a": 2, "flag": True}
+        "prior_inclusion": 0.1,
+        "slab": "student-t",
+        "beta_a": 2,
+        "flag": True,
+    }
     assert backend.parse_options("  ") == {}
     with pytest.raises(ConfigError, match="name=value"):
         backend.parse_options("prior_inclusion")
@@ -110,6 +118,7 @@ def test_threshold_range_replaces_an_infinite_end_by_the_data():
 @pytest.mark.parametrize("family", ["lbbnn", "bnn", "fnn"])
 def test_masks_from_statistics_equal_the_models_keep_masks(family):
     from core.models.network import ModelConfig, build_model
+
     torch.manual_seed(0)
     model = build_model(ModelConfig(in_features=5, out_classes=3, hidden=(7,), family=family))
     stats = backend.native_statistics(model)

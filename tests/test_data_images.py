@@ -40,13 +40,13 @@ def test_bundled_subset_is_stored_as_uint8_and_stratified(name):
 
 def test_assets_folder_under_8_mb():
     from core.data.locations import ASSETS_DIR
+
     total = sum(p.stat().st_size for p in ASSETS_DIR.rglob("*") if p.is_file())
     assert total < 8 * 1024 * 1024, f"assets/ is {total / 1e6:.2f} MB"
 
 
 @pytest.mark.fulldata
-@pytest.mark.parametrize("small, full", [("mnist-small", "mnist"),
-                                         ("fashion-mnist-small", "fashion-mnist")])
+@pytest.mark.parametrize("small, full", [("mnist-small", "mnist"), ("fashion-mnist-small", "fashion-mnist")])
 def test_bundled_subset_rows_come_from_full_set(small, full, data_dir):
     subset = load_dataset(small)
     arrays = read_bundled_arrays(small)
@@ -74,8 +74,12 @@ def test_full_sets_from_data_dir(name, data_dir):
 def _write_fake_mnist(folder, n_train=30, n_test=10, gz=True, seed=0):
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
-    arrays = [rng.integers(0, 256, (n_train, 28, 28)), rng.integers(0, 10, n_train),
-              rng.integers(0, 256, (n_test, 28, 28)), rng.integers(0, 10, n_test)]
+    arrays = [
+        rng.integers(0, 256, (n_train, 28, 28)),
+        rng.integers(0, 10, n_train),
+        rng.integers(0, 256, (n_test, 28, 28)),
+        rng.integers(0, 10, n_test),
+    ]
     for stem, array in zip(IDX_FILE_STEMS, arrays):
         write_idx(folder / (stem + (".gz" if gz else "")), array.astype(np.uint8))
     return arrays
@@ -129,8 +133,7 @@ def test_corrupt_file_in_data_dir_is_reported(tmp_path, isolated_data_env):
 def test_fetch_keeps_existing_file_and_checks_it(tmp_path, isolated_data_env):
     existing = tmp_path / "file.gz"
     existing.write_bytes(b"abc")
-    remote = RemoteFile("file.gz", ("http://invalid.example/file.gz",),
-                        md5="900150983cd24fb0d6963f7d28e17f72")
+    remote = RemoteFile("file.gz", ("http://invalid.example/file.gz",), md5="900150983cd24fb0d6963f7d28e17f72")
     assert fetch(remote, tmp_path, what="test file") == existing  # no network needed
     mismatching = RemoteFile("file.gz", remote.urls, md5="1" * 32)
     with pytest.raises(DataError, match="checksum mismatch"):

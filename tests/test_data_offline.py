@@ -30,7 +30,9 @@ def probe(monkeypatch):
             if not reachable:
                 raise socket.gaierror(-2, "Name or service not known")
             return _Connection()
+
         monkeypatch.setattr(socket, "create_connection", connect)
+
     install.calls = calls
     return install
 
@@ -57,6 +59,7 @@ def test_reachable_hosts_offer_the_download(probe, tmp_path, monkeypatch):
 
 def test_fetch_refuses_at_once_when_offline(probe, tmp_path):
     from core.errors import DataError
+
     probe(False)
     remote = download.RemoteFile(name="x.gz", urls=("https://ossci-datasets.s3.amazonaws.com/x.gz",))
     with pytest.raises(DataError, match="offline"):

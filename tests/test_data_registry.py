@@ -10,11 +10,34 @@ from core.cli import main
 from core.data import DATASET_NAMES, list_datasets, load_dataset
 from core.errors import DataError
 
-REQUIRED = ["toy-sine-gaps", "toy-cubic", "toy-hetero", "two-moons", "two-spirals", "mnist",
-            "fashion-mnist", "kmnist", "mnist-small", "fashion-mnist-small", "phoneme",
-            "uci-boston", "uci-concrete", "uci-energy", "uci-kin8nm", "uci-naval", "uci-power",
-            "uci-protein", "uci-wine", "uci-yacht", "credit-approval", "bank-marketing",
-            "adult", "dry-beans", "pistachio", "raisins"]
+REQUIRED = [
+    "toy-sine-gaps",
+    "toy-cubic",
+    "toy-hetero",
+    "two-moons",
+    "two-spirals",
+    "mnist",
+    "fashion-mnist",
+    "kmnist",
+    "mnist-small",
+    "fashion-mnist-small",
+    "phoneme",
+    "uci-boston",
+    "uci-concrete",
+    "uci-energy",
+    "uci-kin8nm",
+    "uci-naval",
+    "uci-power",
+    "uci-protein",
+    "uci-wine",
+    "uci-yacht",
+    "credit-approval",
+    "bank-marketing",
+    "adult",
+    "dry-beans",
+    "pistachio",
+    "raisins",
+]
 UCI9 = [n for n in REQUIRED if n.startswith("uci-")]
 
 

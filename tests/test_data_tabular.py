@@ -40,8 +40,7 @@ def test_phoneme_parser_uses_official_speaker_split(tmp_path, isolated_data_env)
     assert np.bincount(ds.y_test).tolist() == [1] * 5
 
 
-def test_phoneme_without_official_split_gets_seeded_stratified_split(tmp_path,
-                                                                     isolated_data_env):
+def test_phoneme_without_official_split_gets_seeded_stratified_split(tmp_path, isolated_data_env):
     _write(tmp_path / "phoneme" / "phoneme.data", _phoneme_text(10, official_split=False))
     a = load_dataset("phoneme", data_dir=tmp_path, seed=0)
     b = load_dataset("phoneme", data_dir=tmp_path, seed=0)
@@ -86,8 +85,10 @@ def test_credit_approval_missing_values_and_one_hot(tmp_path, isolated_data_env)
 
 def test_bank_marketing_semicolon_quoted(tmp_path, isolated_data_env):
     header = '"age";"job";"marital";"balance";"y"'
-    rows = [f'{20 + i};"{"admin." if i % 2 else "blue-collar"}";"married";{i * 100};'
-            f'"{"yes" if i % 3 == 0 else "no"}"' for i in range(30)]
+    rows = [
+        f'{20 + i};"{"admin." if i % 2 else "blue-collar"}";"married";{i * 100};"{"yes" if i % 3 == 0 else "no"}"'
+        for i in range(30)
+    ]
     _write(tmp_path / "bank-marketing" / "bank-full.csv", "\n".join([header] + rows) + "\n")
     ds = load_dataset("bank-marketing", data_dir=tmp_path)
     assert ds.class_names == ("no", "yes") and ds.n_train + ds.n_test == 30
@@ -96,11 +97,12 @@ def test_bank_marketing_semicolon_quoted(tmp_path, isolated_data_env):
 
 
 def test_adult_official_split_and_label_dots(tmp_path, isolated_data_env):
-    row = ("39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, "
-           "White, Male, 2174, 0, 40, United-States, {}")
+    row = (
+        "39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, "
+        "White, Male, 2174, 0, 40, United-States, {}"
+    )
     train = "\n".join(row.format("<=50K" if i % 2 else ">50K") for i in range(6)) + "\n\n"
-    test = "|1x3 Cross validator\n" + "\n".join(
-        row.format("<=50K." if i % 2 else ">50K.") for i in range(4)) + "\n"
+    test = "|1x3 Cross validator\n" + "\n".join(row.format("<=50K." if i % 2 else ">50K.") for i in range(4)) + "\n"
     _write(tmp_path / "adult" / "adult.data", train)
     _write(tmp_path / "adult" / "adult.test", test)
     ds = load_dataset("adult", data_dir=tmp_path)
@@ -127,9 +129,10 @@ def test_arff_and_csv_class_tables(tmp_path, isolated_data_env):
     ds = load_dataset("raisins", data_dir=tmp_path)
     assert ds.input_shape == (2,) and ds.class_names == ("Besni", "Kecimen")
     assert np.bincount(ds.y_test).tolist() == [2, 2]
-    csv_path = _write(tmp_path / "x" / "pistachio.csv",
-                      "A;B;Class\n" + "\n".join(f"{i};{i*2};{'K' if i % 2 else 'S'}"
-                                                for i in range(10)) + "\n")
+    csv_path = _write(
+        tmp_path / "x" / "pistachio.csv",
+        "A;B;Class\n" + "\n".join(f"{i};{i * 2};{'K' if i % 2 else 'S'}" for i in range(10)) + "\n",
+    )
     assert read_table_any(csv_path).names == ["A", "B", "Class"]
 
 
@@ -152,12 +155,18 @@ def test_ragged_row_names_file_and_row(tmp_path):
         read_table_any(path)
 
 
-@pytest.mark.parametrize("name, file_name", [
-    ("phoneme", "phoneme.data"), ("credit-approval", "crx.data"),
-    ("bank-marketing", "bank-full.csv"), ("adult", "adult.test"),
-    ("dry-beans", "Dry_Bean_Dataset.arff"), ("pistachio", "Pistachio_16_Features_Dataset.arff"),
-    ("raisins", "Raisin_Dataset.arff"),
-])
+@pytest.mark.parametrize(
+    "name, file_name",
+    [
+        ("phoneme", "phoneme.data"),
+        ("credit-approval", "crx.data"),
+        ("bank-marketing", "bank-full.csv"),
+        ("adult", "adult.test"),
+        ("dry-beans", "Dry_Bean_Dataset.arff"),
+        ("pistachio", "Pistachio_16_Features_Dataset.arff"),
+        ("raisins", "Raisin_Dataset.arff"),
+    ],
+)
 def test_offline_download_only_sets_explain_what_to_do(name, file_name, isolated_data_env):
     with pytest.raises(DataError) as info:
         load_dataset(name)

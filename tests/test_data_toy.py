@@ -52,8 +52,7 @@ def test_sine_grid_mean_is_noiseless_function():
     ds = load_dataset("toy-sine-gaps")
     np.testing.assert_allclose(ds.y_grid_mean, sine_function(ds.x_grid[:, 0]), atol=1e-6)
     noiseless = load_dataset("toy-sine-gaps", noise=0.0)
-    np.testing.assert_allclose(noiseless.y_train, sine_function(noiseless.x_train[:, 0]),
-                               atol=1e-5)
+    np.testing.assert_allclose(noiseless.y_train, sine_function(noiseless.x_train[:, 0]), atol=1e-5)
 
 
 def test_cubic_training_points_in_two_intervals():
@@ -72,14 +71,17 @@ def test_hetero_noise_grows_with_distance_from_zero():
     assert outer.std() > 2 * inner.std()
 
 
-@pytest.mark.parametrize("params, fragment", [
-    ({"n": 0}, "n must be"),
-    ({"noise": -1.0}, "noise"),
-    ({"gaps": [(0.5, 1.4)]}, "gaps"),
-    ({"gaps": [(0.2, 0.5), (0.4, 0.6)]}, "overlap"),
-    ({"n": 480}, "n_pool"),
-    ({"bogus": 1}, "bogus"),
-])
+@pytest.mark.parametrize(
+    "params, fragment",
+    [
+        ({"n": 0}, "n must be"),
+        ({"noise": -1.0}, "noise"),
+        ({"gaps": [(0.5, 1.4)]}, "gaps"),
+        ({"gaps": [(0.2, 0.5), (0.4, 0.6)]}, "overlap"),
+        ({"n": 480}, "n_pool"),
+        ({"bogus": 1}, "bogus"),
+    ],
+)
 def test_sine_gap_params_validated(params, fragment):
     with pytest.raises(DataError, match=fragment):
         load_dataset("toy-sine-gaps", **params)
@@ -122,13 +124,26 @@ def test_two_spirals_arms_are_point_symmetric():
 
 
 @pytest.mark.parametrize("name", ["toy-sine-gaps", "toy-cubic", "toy-hetero", "two-moons", "two-spirals"])
-@pytest.mark.parametrize("given", [{}, {"bogus": 3}, {"noise": "abc"}, {"n": -5}, {"n": 2.5}, {"n_test": 0},
-                                   {"noise": -1.0}, {"n": 30, "noise": 0.2}, {"gaps": [[0.5, 0.2]]},
-                                   {"intervals": "x"}])
+@pytest.mark.parametrize(
+    "given",
+    [
+        {},
+        {"bogus": 3},
+        {"noise": "abc"},
+        {"n": -5},
+        {"n": 2.5},
+        {"n_test": 0},
+        {"noise": -1.0},
+        {"n": 30, "noise": 0.2},
+        {"gaps": [[0.5, 0.2]]},
+        {"intervals": "x"},
+    ],
+)
 def test_check_params_refuses_exactly_what_the_generator_refuses(name, given):
     """The Train form checks generator parameters as they are typed with the generator's own rules."""
     from core.data import toy
     from core.errors import DataError
+
     try:
         toy.GENERATORS[name](seed=0, **given)
     except DataError as exc:
@@ -143,9 +158,10 @@ def test_check_params_draws_nothing():
     import time
 
     from core.data import toy
+
     started = time.perf_counter()
     # Generating these would need terabytes: each is refused by its count limit, at once.
     with pytest.raises(DataError, match="BNN_MAX_GENERATED_POINTS"):
-        toy.check_params("two-moons", {"n": 10 ** 12})
+        toy.check_params("two-moons", {"n": 10**12})
     toy.check_params("two-moons", {"n": 100_000})  # at the limit: checked, not generated
     assert time.perf_counter() - started < 0.1

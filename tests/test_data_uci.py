@@ -24,7 +24,7 @@ def _write_fake_uci(root, n=50, n_splits=2, constant_column=True):
     for split in range(n_splits):
         order = np.random.default_rng(split).permutation(n)
         np.savetxt(folder / f"index_train_{split}.txt", order[: n - 10], fmt="%d")
-        np.savetxt(folder / f"index_test_{split}.txt", order[n - 10:], fmt="%d")
+        np.savetxt(folder / f"index_test_{split}.txt", order[n - 10 :], fmt="%d")
     return table
 
 
@@ -33,8 +33,7 @@ def test_standardisation_uses_train_split_only(tmp_path):
     ds = load_dataset("uci-yacht", data_dir=tmp_path, split=1)
     train_rows = np.loadtxt(tmp_path / "uci-regression/yacht/data/index_train_1.txt", dtype=int)
     raw_y = table[train_rows, 6]
-    assert ds.target_mean == pytest.approx(raw_y.mean()) and ds.target_std == pytest.approx(
-        raw_y.std())
+    assert ds.target_mean == pytest.approx(raw_y.mean()) and ds.target_std == pytest.approx(raw_y.std())
     np.testing.assert_allclose(ds.x_train.mean(axis=0), 0.0, atol=1e-5)
     # Constant feature: std guarded to 1, values 0, no NaN.
     assert ds.x_std[1] == 1.0 and np.all(ds.x_train[:, 1] == 0.0)
@@ -84,8 +83,7 @@ def test_all_uci_sets_load_split_0(name, data_dir):
     np.testing.assert_allclose(ds.x_train.std(axis=0)[non_constant], 1.0, atol=1e-4)
     assert np.isfinite(ds.x_test).all()
     y = np.linspace(-2, 2, 5)
-    np.testing.assert_allclose(
-        (ds.unstandardise(y) - ds.target_mean) / ds.target_std, y, rtol=1e-12)
+    np.testing.assert_allclose((ds.unstandardise(y) - ds.target_mean) / ds.target_std, y, rtol=1e-12)
     np.testing.assert_allclose(ds.unstandardise_std(np.ones(2)), ds.target_std)
 
 

@@ -37,8 +37,13 @@ def _subset(name: str, data_dir: str | None):
     rng = np.random.default_rng(0)
     train = rng.permutation(dataset.n_train)[:TRAIN_ROWS]
     test = rng.permutation(dataset.n_test)[:TEST_ROWS]
-    return dataclasses.replace(dataset, x_train=dataset.x_train[train], y_train=dataset.y_train[train],
-                               x_test=dataset.x_test[test], y_test=dataset.y_test[test])
+    return dataclasses.replace(
+        dataset,
+        x_train=dataset.x_train[train],
+        y_train=dataset.y_train[train],
+        x_test=dataset.x_test[test],
+        y_test=dataset.y_test[test],
+    )
 
 
 def _train_with_defaults(family: str, name: str, data_dir: str | None = None) -> None:

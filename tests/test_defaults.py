@@ -18,8 +18,17 @@ from core.runs.training import train_run
 # horseshoe, prunes whole units only once their scale posterior is far below 1e-3: their density
 # stays 1 and is not asserted on.
 DENSITY_FIXED_BY_DESIGN = {"fnn", "concrete-dropout", "horseshoe"}
-FAMILIES = ("lbbnn", "lbbnn-lfmvn", "bnn", "bnn-mixture", "concrete-dropout", "horseshoe", "sparse-vd",
-            "variational-dense", "fnn")
+FAMILIES = (
+    "lbbnn",
+    "lbbnn-lfmvn",
+    "bnn",
+    "bnn-mixture",
+    "concrete-dropout",
+    "horseshoe",
+    "sparse-vd",
+    "variational-dense",
+    "fnn",
+)
 # "Within a few points": every family but the low-rank LBBNN is within 1 point on mnist-small.
 FEW_POINTS = 0.04
 
@@ -89,13 +98,17 @@ def test_defaults_fit_toy_sine_gaps(method, toy_cache):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "measured, not fixed: the mean-field posteriors' band inside the gaps is 0.75 (bnn) and 0.84 (lbbnn) "
-    "times its width over the data with the defaults (seed 0; 2.7 for bnn with seed 1), while the NUTS "
-    "posterior of a 1-64-1 net gives 2.2: the known lack of in-between uncertainty of factorised "
-    "Gaussian VI (Foong et al. 2019); five other settings (KL weight 1, prior variance 10, 64-64-64, 256-256, "
-    "initial sigma 0.1) give 0.30-1.03 (benchmarks/results/toy_regression.md); see "
-    "docs/why-lbbnn-over-prunes.md, 'Small regression sets'"))
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "measured, not fixed: the mean-field posteriors' band inside the gaps is 0.75 (bnn) and 0.84 (lbbnn) "
+        "times its width over the data with the defaults (seed 0; 2.7 for bnn with seed 1), while the NUTS "
+        "posterior of a 1-64-1 net gives 2.2: the known lack of in-between uncertainty of factorised "
+        "Gaussian VI (Foong et al. 2019); five other settings (KL weight 1, prior variance 10, 64-64-64, 256-256, "
+        "initial sigma 0.1) give 0.30-1.03 (benchmarks/results/toy_regression.md); see "
+        "docs/why-lbbnn-over-prunes.md, 'Small regression sets'"
+    ),
+)
 @pytest.mark.parametrize("method", ("lbbnn", "bnn"))
 def test_defaults_widen_the_band_in_the_gaps_of_toy_sine_gaps(method, toy_cache):
     bands = _bands(train_run(RunConfig(dataset="toy-sine-gaps", method=method), cache_dir=toy_cache))

@@ -33,8 +33,14 @@ def test_mixing_meta_and_cpu_tensors_or_reading_values_raises():
 
 
 def meta_model(family: str, options: dict, likelihood: str = "categorical", out_classes: int | None = 3):
-    config = ModelConfig(in_features=6, out_classes=out_classes, hidden=(5,), family=family,
-                         family_options=options, likelihood=likelihood)
+    config = ModelConfig(
+        in_features=6,
+        out_classes=out_classes,
+        hidden=(5,),
+        family=family,
+        family_options=options,
+        likelihood=likelihood,
+    )
     return build_model(config).to(META)
 
 
@@ -59,8 +65,16 @@ def test_training_step_and_model_verbs_stay_on_the_model_device(family, options)
         layer.set_empirical_bayes(False)
     with torch.no_grad():
         _, kl = model.forward_with_kl(x, kl_value=True)
-        tensors = [kl, model.kl(), model(x), *model.mean_weights(), *model.conditional_mean_weights(),
-                   *model.native_statistics(), *model.keep_masks(), *model.keep_masks(0.3)]
+        tensors = [
+            kl,
+            model.kl(),
+            model(x),
+            *model.mean_weights(),
+            *model.conditional_mean_weights(),
+            *model.native_statistics(),
+            *model.keep_masks(),
+            *model.keep_masks(0.3),
+        ]
         for layer in model.layers:
             tensors.append(layer.sample_weights(2)[0])
     assert all(t.device == META for t in tensors)

@@ -31,13 +31,18 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "references.md") + [ROOT / "README.md"]
 
 CODE_SPAN = re.compile(r"`[^`]*`")
-MEASURED = re.compile(r"(?<![\w.<>=])(?<![<>=] )"
-                      r"(?:\d+\.\d+(?:e-?\d+)?|\d+(?:\.\d+)?\s?%|\d{1,3}(?:,\d{3})+)(?!\w|\.\d)")
-COMMAND = re.compile(r"`(?:[A-Z_]+=\S+\s+)*(?:python3?|sparse-bnn|streamlit)\s[^`]*`|^\s*command:",
-                     re.IGNORECASE | re.MULTILINE)
-PAPER_QUOTE = re.compile(r"[A-Z][A-Za-z-]+(?:,? [A-Z][A-Za-z-]+)*(?: et al\.)?(?: & [A-Z][A-Za-z -]+)? "
-                         r"\(?(?:19|20)\d\d\)?,?"
-                         r"(?:'s)? (?:its )?(?:Tables?|Figures?|fig\.|section|Algorithm|appendix) [A-Z]?\d")
+MEASURED = re.compile(
+    r"(?<![\w.<>=])(?<![<>=] )"
+    r"(?:\d+\.\d+(?:e-?\d+)?|\d+(?:\.\d+)?\s?%|\d{1,3}(?:,\d{3})+)(?!\w|\.\d)"
+)
+COMMAND = re.compile(
+    r"`(?:[A-Z_]+=\S+\s+)*(?:python3?|sparse-bnn|streamlit)\s[^`]*`|^\s*command:", re.IGNORECASE | re.MULTILINE
+)
+PAPER_QUOTE = re.compile(
+    r"[A-Z][A-Za-z-]+(?:,? [A-Z][A-Za-z-]+)*(?: et al\.)?(?: & [A-Z][A-Za-z -]+)? "
+    r"\(?(?:19|20)\d\d\)?,?"
+    r"(?:'s)? (?:its )?(?:Tables?|Figures?|fig\.|section|Algorithm|appendix) [A-Z]?\d"
+)
 BEGIN = re.compile(r"^<!-- [\w -]+: begin \((?P<command>[^)]+)\) -->$")
 END = re.compile(r"^<!-- [\w -]+: end -->$")
 ITEM = re.compile(r"^\s*(?:[-*]|\d+\.)\s")
@@ -95,8 +100,12 @@ def introduction(blocks: list[tuple[int, str, bool]], i: int) -> str | None:
     list (the items of a list follow each other line by line), when that ends with a colon or is a
     command line."""
     j = i - 1
-    while (j >= 0 and ITEM.match(blocks[i][1]) and ITEM.match(blocks[j][1])
-           and blocks[j][0] + blocks[j][1].count("\n") + 1 == blocks[j + 1][0]):
+    while (
+        j >= 0
+        and ITEM.match(blocks[i][1])
+        and ITEM.match(blocks[j][1])
+        and blocks[j][0] + blocks[j][1].count("\n") + 1 == blocks[j + 1][0]
+    ):
         j -= 1
     if j < 0:
         return None
@@ -124,20 +133,28 @@ def unsourced(text: str) -> list[tuple[int, str]]:
 
 
 def test_the_convention_on_examples():
-    ok = ["Density 0.07 after 23 epochs (`python -m core train --preset fast-mnist`).",
-          ("`BNN_DATA_DIR=DATA python benchmarks/epoch_time.py --repeats 3`:\n\n"
-           "| family | ratio |\n|---|---|\n| lbbnn | 3.10 |"),
-          "| a | b |\n|---|---|\n| x | 0.5 |\n\ncommand: python benchmarks/x.py",
-          "Hubin & Storvik (2024), Table 2, report MED-MEA 0.981 at density 0.079.",
-          "`python benchmarks/kl_weight_sweep.py` gives, per KL weight:\n\n- 1: density 0.0038\n- 0.1: density 0.042",
-          "Keep where the statistic > 0.83, cut at >= 0.5; `kl_weight = 0.1`.",
-          "Widths 400, 600 and 10 units, 250 epochs, seed 0, `--kl-weight 0.1`.",
-          "<!-- table: begin (python scripts/t.py) -->\n| 0.5 |\n<!-- table: end -->",
-          "```\nloss 0.25\n```"]
-    bad = ["Density 0.07 after 23 epochs.", "The output layer keeps 45%.",
-           "One command `python -m core runs`.\n\nA later paragraph: 0.981.",
-           "- first item 0.5\n- second item `python x.py` 0.7", "keeps 45%.\n\n- as said `python x.py`",
-           "| a |\n|---|\n| 0.5 |\n\nA paragraph after.\n\n`python x.py`"]
+    ok = [
+        "Density 0.07 after 23 epochs (`python -m core train --preset fast-mnist`).",
+        (
+            "`BNN_DATA_DIR=DATA python benchmarks/epoch_time.py --repeats 3`:\n\n"
+            "| family | ratio |\n|---|---|\n| lbbnn | 3.10 |"
+        ),
+        "| a | b |\n|---|---|\n| x | 0.5 |\n\ncommand: python benchmarks/x.py",
+        "Hubin & Storvik (2024), Table 2, report MED-MEA 0.981 at density 0.079.",
+        "`python benchmarks/kl_weight_sweep.py` gives, per KL weight:\n\n- 1: density 0.0038\n- 0.1: density 0.042",
+        "Keep where the statistic > 0.83, cut at >= 0.5; `kl_weight = 0.1`.",
+        "Widths 400, 600 and 10 units, 250 epochs, seed 0, `--kl-weight 0.1`.",
+        "<!-- table: begin (python scripts/t.py) -->\n| 0.5 |\n<!-- table: end -->",
+        "```\nloss 0.25\n```",
+    ]
+    bad = [
+        "Density 0.07 after 23 epochs.",
+        "The output layer keeps 45%.",
+        "One command `python -m core runs`.\n\nA later paragraph: 0.981.",
+        "- first item 0.5\n- second item `python x.py` 0.7",
+        "keeps 45%.\n\n- as said `python x.py`",
+        "| a |\n|---|\n| 0.5 |\n\nA paragraph after.\n\n`python x.py`",
+    ]
     assert not [t for t in ok if unsourced(t)], [(t, unsourced(t)) for t in ok if unsourced(t)]
     assert all(unsourced(t) for t in bad), [t for t in bad if not unsourced(t)]
 
@@ -145,6 +162,8 @@ def test_the_convention_on_examples():
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_measured_number_in_the_docs_comes_with_its_command(path):
     problems = unsourced(path.read_text(encoding="utf-8"))
-    assert not problems, (f"{path.relative_to(ROOT)}: numbers without a command (give the command in the "
-                          "paragraph or the one before, or generate the block):\n"
-                          + "\n".join(f"  line {line}: {numbers}" for line, numbers in problems))
+    assert not problems, (
+        f"{path.relative_to(ROOT)}: numbers without a command (give the command in the "
+        "paragraph or the one before, or generate the block):\n"
+        + "\n".join(f"  line {line}: {numbers}" for line, numbers in problems)
+    )

@@ -21,6 +21,7 @@ def test_the_docs_table_is_the_declarations():
 
 def test_every_variable_named_in_the_docs_is_declared_or_read_elsewhere():
     from core.settings import SETTINGS
+
     settings_table.table()  # imports the declaring modules
     named = set()
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
@@ -34,6 +35,7 @@ def test_a_declared_setting_refuses_a_bad_value_naming_its_variable(monkeypatch)
 
     from core.errors import InputError
     from core.settings import SETTINGS
+
     settings_table.table()
     for variable, setting in SETTINGS.items():
         if setting.kind not in ("whole", "real", "flag"):
@@ -53,6 +55,7 @@ def test_the_location_settings_refuse_bad_values_where_they_are_read(monkeypatch
     from core.data.locations import is_offline
     from core.errors import InputError
     from core.runs.store import RunStore
+
     monkeypatch.setenv("BNN_CACHE_MAX_MB", "lots")
     with pytest.raises(InputError, match="BNN_CACHE_MAX_MB"):
         RunStore(tmp_path)

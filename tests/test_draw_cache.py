@@ -22,10 +22,28 @@ from core.models.network import BayesianMLP, ModelConfig
 from core.predict import DrawCache, predict
 from core.runs import Run
 
-ARRAYS = ("probs_per_draw", "probs", "mean_per_draw", "std_per_draw", "mean", "epistemic_variance",
-          "aleatoric_variance", "total_variance")
-SCALARS = ("samples", "threshold", "weights", "density", "layer_density", "draw_density", "disconnected",
-           "warnings", "mode", "task")
+ARRAYS = (
+    "probs_per_draw",
+    "probs",
+    "mean_per_draw",
+    "std_per_draw",
+    "mean",
+    "epistemic_variance",
+    "aleatoric_variance",
+    "total_variance",
+)
+SCALARS = (
+    "samples",
+    "threshold",
+    "weights",
+    "density",
+    "layer_density",
+    "draw_density",
+    "disconnected",
+    "warnings",
+    "mode",
+    "task",
+)
 # (mode, threshold, weights): the plans that draw
 SAMPLING = [("bma", None, None), ("mpm", None, None), ("prune", 0.45, None), ("prune", 0.3, "sample")]
 SEQUENCES = [(10, 20), (20, 10, 5), (1, 7, 3, 15), (4, 4, 1, 2), (3, 12, 6)]
@@ -40,8 +58,9 @@ def classification_run(seed=0, family="lbbnn"):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(40, 5)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0)
-    dataset = make_dataset(name="tiny", task="classification", x_train=x, y_train=y, x_test=x, y_test=y,
-                           source="generated", n_classes=3)
+    dataset = make_dataset(
+        name="tiny", task="classification", x_train=x, y_train=y, x_test=x, y_test=y, source="generated", n_classes=3
+    )
     return Run.of(make_model(family=family, seed=seed), dataset)
 
 
@@ -49,8 +68,17 @@ def regression_run(likelihood="gaussian", family="lbbnn", seed=1):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(30, 5)).astype(np.float32)
     y = (x[:, 0] - 0.5 * x[:, 2]).astype(np.float32)
-    dataset = make_dataset(name="tiny-regression", task="regression", x_train=x, y_train=y, x_test=x, y_test=y,
-                           source="generated", target_mean=3.0, target_std=2.5)
+    dataset = make_dataset(
+        name="tiny-regression",
+        task="regression",
+        x_train=x,
+        y_train=y,
+        x_test=x,
+        y_test=y,
+        source="generated",
+        target_mean=3.0,
+        target_std=2.5,
+    )
     outputs = 2 if likelihood == "heteroscedastic" else 1
     model = make_model(family=family, outputs=outputs, likelihood=likelihood, seed=seed)
     return Run.of(model, dataset)
@@ -84,8 +112,9 @@ def test_cached_classification_equals_run_predict_bit_for_bit(mode, threshold, w
     x = run.dataset().x_test
     cache = DrawCache()
     for samples in sequence:
-        cached = cache.predict(run, x, "test", owner="a", mode=mode, samples=samples, threshold=threshold, seed=3,
-                               weights=weights)
+        cached = cache.predict(
+            run, x, "test", owner="a", mode=mode, samples=samples, threshold=threshold, seed=3, weights=weights
+        )
         assert_same(cached, run.predict(x, mode=mode, samples=samples, threshold=threshold, seed=3, weights=weights))
     assert cache.draws_computed == max(sequence)  # every draw computed once
 
@@ -98,16 +127,28 @@ def test_cached_regression_equals_run_predict_in_original_units(likelihood, mode
     cache = DrawCache()
     for samples in (6, 2, 11, 1):
         for units in (True, False):
-            cached = cache.predict(run, x, "test", owner="r", mode=mode, samples=samples, threshold=threshold,
-                                   seed=5, weights=weights, original_units=units)
-            truth = run.predict(x, mode=mode, samples=samples, threshold=threshold, seed=5, weights=weights,
-                                original_units=units)
+            cached = cache.predict(
+                run,
+                x,
+                "test",
+                owner="r",
+                mode=mode,
+                samples=samples,
+                threshold=threshold,
+                seed=5,
+                weights=weights,
+                original_units=units,
+            )
+            truth = run.predict(
+                x, mode=mode, samples=samples, threshold=threshold, seed=5, weights=weights, original_units=units
+            )
             assert_same(cached, truth)
     assert cache.draws_computed == 11
     # original units really differ from the model's (the check above compares something)
-    assert not np.allclose(run.predict(x, mode=mode, samples=2, threshold=threshold, weights=weights).mean,
-                           run.predict(x, mode=mode, samples=2, threshold=threshold, weights=weights,
-                                       original_units=False).mean)
+    assert not np.allclose(
+        run.predict(x, mode=mode, samples=2, threshold=threshold, weights=weights).mean,
+        run.predict(x, mode=mode, samples=2, threshold=threshold, weights=weights, original_units=False).mean,
+    )
 
 
 @pytest.mark.parametrize("family", ["bnn", "concrete-dropout", "sparse-vd", "horseshoe"])
@@ -117,8 +158,10 @@ def test_other_families_cached_equal_uncached(family):
     cache = DrawCache()
     for mode in ("bma", "mpm"):
         for samples in (3, 8, 5):
-            assert_same(cache.predict(run, x, "test", owner="f", mode=mode, samples=samples),
-                        run.predict(x, mode=mode, samples=samples))
+            assert_same(
+                cache.predict(run, x, "test", owner="f", mode=mode, samples=samples),
+                run.predict(x, mode=mode, samples=samples),
+            )
 
 
 def test_draw_r_does_not_depend_on_r_with_two_threads():
@@ -133,8 +176,10 @@ def test_draw_r_does_not_depend_on_r_with_two_threads():
             assert np.array_equal(six.probs_per_draw[:samples], fewer.probs_per_draw)
         cache = DrawCache()
         for samples in (2, 6, 3):
-            assert_same(cache.predict(model, x, "x", owner="m", mode="bma", samples=samples),
-                        predict(model, x, "bma", samples=samples))
+            assert_same(
+                cache.predict(model, x, "x", owner="m", mode="bma", samples=samples),
+                predict(model, x, "bma", samples=samples),
+            )
 
 
 @pytest.mark.parametrize("mode, threshold, weights", [("mpm", None, None), ("prune", 0.3, "sample")])
@@ -152,9 +197,12 @@ def test_draws_with_sparse_layers_are_the_same_cached_or_not(monkeypatch, mode, 
         assert np.array_equal(six.probs_per_draw[:2], two.probs_per_draw)
         cache = DrawCache()
         for samples in (2, 6, 3):
-            assert_same(cache.predict(model, x, "x", owner="m", mode=mode, samples=samples, threshold=threshold,
-                                      seed=1, weights=weights),
-                        predict(model, x, mode, samples=samples, threshold=threshold, seed=1, weights=weights))
+            assert_same(
+                cache.predict(
+                    model, x, "x", owner="m", mode=mode, samples=samples, threshold=threshold, seed=1, weights=weights
+                ),
+                predict(model, x, mode, samples=samples, threshold=threshold, seed=1, weights=weights),
+            )
     monkeypatch.setattr(compact, "SPARSE_BELOW_DENSITY", 0.0)  # all dense: the same numbers up to rounding
     dense = predict(model, x, mode, samples=6, threshold=threshold, seed=1, weights=weights)
     assert np.allclose(dense.probs_per_draw, six.probs_per_draw, atol=1e-5)
@@ -190,9 +238,10 @@ def test_modes_that_draw_nothing_pass_through():
     cache = DrawCache()
     for mode, weights in (("mean", None), ("mpm-mean", None), ("prune", "mean")):
         threshold = 0.4 if mode == "prune" else None
-        assert_same(cache.predict(run, x, "test", owner="a", mode=mode, samples=7, threshold=threshold,
-                                  weights=weights),
-                    run.predict(x, mode=mode, samples=7, threshold=threshold, weights=weights))
+        assert_same(
+            cache.predict(run, x, "test", owner="a", mode=mode, samples=7, threshold=threshold, weights=weights),
+            run.predict(x, mode=mode, samples=7, threshold=threshold, weights=weights),
+        )
     assert len(cache) == 0 and cache.draws_computed == 0
     # without an owner nothing is kept either
     cache.predict(run, x, "test", owner=None, mode="bma", samples=3)
@@ -204,20 +253,28 @@ def test_no_cross_talk_between_runs_modes_thresholds_seeds_and_inputs():
     x = first.dataset().x_test
     other_x = np.random.default_rng(9).normal(size=(25, 5)).astype(np.float32)
     cache = DrawCache()
-    asks = [(first, "a", x, "test", "bma", None, 0), (second, "b", x, "test", "bma", None, 0),
-            (first, "a", x, "test", "mpm", None, 0), (first, "a", x, "test", "prune", 0.3, 0),
-            (first, "a", x, "test", "prune", 0.6, 0), (first, "a", x, "test", "bma", None, 1),
-            (first, "a", other_x, "other", "bma", None, 0)]
+    asks = [
+        (first, "a", x, "test", "bma", None, 0),
+        (second, "b", x, "test", "bma", None, 0),
+        (first, "a", x, "test", "mpm", None, 0),
+        (first, "a", x, "test", "prune", 0.3, 0),
+        (first, "a", x, "test", "prune", 0.6, 0),
+        (first, "a", x, "test", "bma", None, 1),
+        (first, "a", other_x, "other", "bma", None, 0),
+    ]
     for samples in (4, 9, 2):
         for run, owner, inputs, name, mode, threshold, seed in asks:
-            cached = cache.predict(run, inputs, name, owner=owner, mode=mode, samples=samples, threshold=threshold,
-                                   seed=seed)
+            cached = cache.predict(
+                run, inputs, name, owner=owner, mode=mode, samples=samples, threshold=threshold, seed=seed
+            )
             assert_same(cached, run.predict(inputs, mode=mode, samples=samples, threshold=threshold, seed=seed))
     assert len(cache) == len(asks)
     # the asks really differ from each other (else the checks above could not tell them apart)
-    values = [cache.predict(run, inputs, name, owner=owner, mode=mode, samples=4, threshold=threshold,
-                            seed=seed).probs for run, owner, inputs, name, mode, threshold, seed in asks[:6]]
-    assert all(not np.array_equal(a, b) for i, a in enumerate(values) for b in values[i + 1:])
+    values = [
+        cache.predict(run, inputs, name, owner=owner, mode=mode, samples=4, threshold=threshold, seed=seed).probs
+        for run, owner, inputs, name, mode, threshold, seed in asks[:6]
+    ]
+    assert all(not np.array_equal(a, b) for i, a in enumerate(values) for b in values[i + 1 :])
 
 
 def test_a_retrained_run_under_the_same_owner_is_not_served_old_draws():
@@ -263,8 +320,9 @@ def test_the_byte_bound_holds_and_the_least_recently_used_go_first():
     cache = DrawCache(max_bytes=int(2.5 * one))
     ask = {}
     for seed in range(4):
-        ask[seed] = lambda seed=seed, samples=10: cache.predict(run, x, "test", owner="a", mode="bma",
-                                                                 samples=samples, seed=seed)
+        ask[seed] = lambda seed=seed, samples=10: cache.predict(
+            run, x, "test", owner="a", mode="bma", samples=samples, seed=seed
+        )
     ask[0]()
     assert cache.nbytes == one  # the accounting is the entry's real size
     ask[1]()
@@ -296,28 +354,37 @@ def test_predicting_through_the_cache_does_not_mutate_the_model_or_the_global_rn
     for mode in ("bma", "mpm", "prune"):
         threshold = 0.4 if mode == "prune" else None
         for samples in (3, 6):
-            prediction = cache.predict(run, run.dataset().x_test, "test", owner="a", mode=mode, samples=samples,
-                                       threshold=threshold)
+            prediction = cache.predict(
+                run, run.dataset().x_test, "test", owner="a", mode=mode, samples=samples, threshold=threshold
+            )
             prediction.probs_per_draw[:] = -1  # a caller writing to its arrays does not reach the cache
     assert run.model.training
     assert torch.equal(torch.get_rng_state(), rng_before)
     for key, value in run.model.state_dict().items():
         assert torch.equal(value, before[key]), key
-    assert_same(cache.predict(run, run.dataset().x_test, "test", owner="a", mode="mpm", samples=6),
-                run.predict(run.dataset().x_test, "mpm", 6))
+    assert_same(
+        cache.predict(run, run.dataset().x_test, "test", owner="a", mode="mpm", samples=6),
+        run.predict(run.dataset().x_test, "mpm", 6),
+    )
     # regression in the model's units: its per-draw means are the network's outputs themselves
     run = regression_run()
     x = run.dataset().x_test
     cache.predict(run, x, "test", owner="r", mode="bma", samples=4, original_units=False).mean_per_draw[:] = -1
-    assert_same(cache.predict(run, x, "test", owner="r", mode="bma", samples=4, original_units=False),
-                run.predict(x, "bma", 4, original_units=False))
+    assert_same(
+        cache.predict(run, x, "test", owner="r", mode="bma", samples=4, original_units=False),
+        run.predict(x, "bma", 4, original_units=False),
+    )
 
 
 def test_sessions_in_threads_share_one_computation_and_get_the_truth():
     runs = {"a": classification_run(seed=0), "b": classification_run(seed=1)}
     x = runs["a"].dataset().x_test
-    truth = {(owner, mode, samples): runs[owner].predict(x, mode=mode, samples=samples)
-             for owner in runs for mode in ("bma", "mpm") for samples in (1, 5, 12)}
+    truth = {
+        (owner, mode, samples): runs[owner].predict(x, mode=mode, samples=samples)
+        for owner in runs
+        for mode in ("bma", "mpm")
+        for samples in (1, 5, 12)
+    }
     cache = DrawCache()
     start = threading.Barrier(12)
     failures = []
@@ -329,8 +396,10 @@ def test_sessions_in_threads_share_one_computation_and_get_the_truth():
             owner, mode = ("a", "b")[rng.integers(2)], ("bma", "mpm")[rng.integers(2)]
             samples = (1, 5, 12)[rng.integers(3)]
             try:
-                assert_same(cache.predict(runs[owner], x, "test", owner=owner, mode=mode, samples=samples),
-                            truth[(owner, mode, samples)])
+                assert_same(
+                    cache.predict(runs[owner], x, "test", owner=owner, mode=mode, samples=samples),
+                    truth[(owner, mode, samples)],
+                )
             except AssertionError as exc:
                 failures.append(f"{owner} {mode} R={samples}: {exc}")
 
@@ -347,13 +416,16 @@ def test_sessions_in_threads_share_one_computation_and_get_the_truth():
 
 def test_dashboard_backend_predicts_through_the_draw_cache(monkeypatch):
     from dashboard import backend
+
     run = classification_run()
     run.run_id = "run-a"
     x = run.dataset().x_test
     monkeypatch.setattr(backend, "DRAW_CACHE", DrawCache())
     for samples in (10, 20, 10):
-        assert_same(backend.predict(run, x, "prune", samples, 0.4, 0, "sample", inputs="test"),
-                    run.predict(x, mode="prune", samples=samples, threshold=0.4, weights="sample"))
+        assert_same(
+            backend.predict(run, x, "prune", samples, 0.4, 0, "sample", inputs="test"),
+            run.predict(x, mode="prune", samples=samples, threshold=0.4, weights="sample"),
+        )
     assert backend.DRAW_CACHE.draws_computed == 20
     # bma refuses a threshold: the backend drops it, and the cache entry has none
     assert_same(backend.predict(run, x, "bma", 4, 0.4, 0, inputs="test"), run.predict(x, "bma", 4))
@@ -364,11 +436,13 @@ def test_dashboard_backend_predicts_through_the_draw_cache(monkeypatch):
 
 def test_the_draw_cache_bound_is_read_from_the_environment(monkeypatch):
     from dashboard import backend
+
     monkeypatch.setenv("BNN_DRAW_CACHE_MB", "64")
     assert backend.draw_cache_bytes() == 64 * 2**20
     monkeypatch.setenv("BNN_DRAW_CACHE_MB", "0")
     assert backend.draw_cache_bytes() == 0
     from core.errors import InputError
+
     for bad in ("lots", "-1"):  # refused with the variable's name, never replaced by the default
         monkeypatch.setenv("BNN_DRAW_CACHE_MB", bad)
         with pytest.raises(InputError, match="BNN_DRAW_CACHE_MB"):
@@ -379,6 +453,7 @@ def test_the_draw_cache_bound_is_read_from_the_environment(monkeypatch):
 
 def test_a_computation_that_fails_midway_leaves_no_half_entry(monkeypatch):
     from core.predict import engine
+
     run = classification_run()
     x = run.dataset().x_test
     cache = DrawCache()
@@ -397,14 +472,16 @@ def test_a_computation_that_fails_midway_leaves_no_half_entry(monkeypatch):
         cache.predict(run, x, "test", owner="a", mode="bma", samples=9)
     monkeypatch.setattr(engine, "run_network", original)
     for samples in (9, 2):
-        assert_same(cache.predict(run, x, "test", owner="a", mode="bma", samples=samples),
-                    run.predict(x, "bma", samples))
+        assert_same(
+            cache.predict(run, x, "test", owner="a", mode="bma", samples=samples), run.predict(x, "bma", samples)
+        )
 
 
 def test_a_session_needing_fewer_draws_does_not_wait_for_the_whole_computation(monkeypatch):
     """A writer computing draws 0..9 publishes each one: a session asking R = 2 of the same plan
     returns while the writer is still drawing, with the numbers of an uncached prediction."""
     from core.predict import draw_cache
+
     run = classification_run()
     x = run.dataset().x_test
     cache = DrawCache()
@@ -421,8 +498,9 @@ def test_a_session_needing_fewer_draws_does_not_wait_for_the_whole_computation(m
 
     monkeypatch.setattr(draw_cache, "sampled_forward", slow)
     results = {}
-    writer = threading.Thread(target=lambda: results.__setitem__(10, cache.predict(
-        run, x, "test", owner="a", mode="mpm", samples=10)))
+    writer = threading.Thread(
+        target=lambda: results.__setitem__(10, cache.predict(run, x, "test", owner="a", mode="mpm", samples=10))
+    )
     writer.start()
     assert writer_started.wait(timeout=20)
     results[2] = cache.predict(run, x, "test", owner="a", mode="mpm", samples=2)
@@ -438,6 +516,7 @@ def test_a_session_needing_fewer_draws_does_not_wait_for_the_whole_computation(m
 @pytest.mark.parametrize("slots", [1, 2])
 def test_fair_turns_hold_at_most_the_slots_and_serve_in_order(slots):
     from core.predict.draw_cache import FairTurns
+
     turns = FairTurns(slots)
     holding, most, order = [0], [0], []
     lock = threading.Lock()

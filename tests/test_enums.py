@@ -37,8 +37,9 @@ def test_a_config_stored_by_main_loads_with_its_run_id_and_round_trips(index):
 
 def test_options_accept_a_member_or_its_string_and_hold_the_member():
     by_string = LBBNNOptions(slab="Student-T ", inclusion_prior="beta-binomial", estimator="relaxed-bernoulli")
-    by_member = LBBNNOptions(slab=Slab.STUDENT_T, inclusion_prior=InclusionPrior.BETA_BINOMIAL,
-                             estimator=Estimator.RELAXED_BERNOULLI)
+    by_member = LBBNNOptions(
+        slab=Slab.STUDENT_T, inclusion_prior=InclusionPrior.BETA_BINOMIAL, estimator=Estimator.RELAXED_BERNOULLI
+    )
     assert by_string == by_member
     assert by_string.slab is Slab.STUDENT_T and by_string.slab == "student-t"
     assert HorseshoeOptions(variational_family="structured").variational_family is VariationalFamily.STRUCTURED
@@ -52,10 +53,18 @@ def test_options_accept_a_member_or_its_string_and_hold_the_member():
 
 
 def test_a_config_given_members_is_the_config_given_strings():
-    strings = RunConfig(dataset="two-moons", hidden=(8,), family_options={"slab": "student-t"},
-                        train={"epochs": 2, "posttrain_epochs": 1, "posttrain_structure": "alpha"})
-    members = RunConfig(dataset="two-moons", hidden=(8,), family_options={"slab": Slab.STUDENT_T},
-                        train={"epochs": 2, "posttrain_epochs": 1, "posttrain_structure": PosttrainStructure.ALPHA})
+    strings = RunConfig(
+        dataset="two-moons",
+        hidden=(8,),
+        family_options={"slab": "student-t"},
+        train={"epochs": 2, "posttrain_epochs": 1, "posttrain_structure": "alpha"},
+    )
+    members = RunConfig(
+        dataset="two-moons",
+        hidden=(8,),
+        family_options={"slab": Slab.STUDENT_T},
+        train={"epochs": 2, "posttrain_epochs": 1, "posttrain_structure": PosttrainStructure.ALPHA},
+    )
     assert strings.run_id(FINGERPRINT) == members.run_id(FINGERPRINT)
     stored = members.to_dict()
     assert type(stored["family_options"]["slab"]) is str and type(stored["train"]["posttrain_structure"]) is str

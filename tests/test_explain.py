@@ -18,19 +18,29 @@ from core.predict.structure import active_masks
 from core.runs.run import Run
 
 
-def model_of(family="lbbnn", hidden=(7, 5), skip=False, classes=3, seed=0, likelihood="categorical",
-             activation="relu"):
+def model_of(family="lbbnn", hidden=(7, 5), skip=False, classes=3, seed=0, likelihood="categorical", activation="relu"):
     torch.manual_seed(seed)
     options = {"input_skip": True} if skip else {}
-    return BayesianMLP(ModelConfig(4, classes, hidden=hidden, family=family, family_options=options,
-                                   likelihood=likelihood, activation=activation))
+    return BayesianMLP(
+        ModelConfig(
+            4,
+            classes,
+            hidden=hidden,
+            family=family,
+            family_options=options,
+            likelihood=likelihood,
+            activation=activation,
+        )
+    )
 
 
 X = np.array([0.7, -1.2, 0.4, 2.0])
 
 
-@pytest.mark.parametrize("family,skip,activation", [("lbbnn", False, "relu"), ("lbbnn", True, "relu"),
-                                                    ("bnn", True, "relu"), ("sparse-vd", False, "tanh")])
+@pytest.mark.parametrize(
+    "family,skip,activation",
+    [("lbbnn", False, "relu"), ("lbbnn", True, "relu"), ("bnn", True, "relu"), ("sparse-vd", False, "tanh")],
+)
 def test_coefficients_are_the_jacobian_of_each_sampled_network(family, skip, activation):
     model = model_of(family, skip=skip, activation=activation, seed=2)
     threshold = model.spec.default_threshold if family != "lbbnn" else 0.3
@@ -94,8 +104,9 @@ def test_features_without_an_active_path_contribute_nothing_and_the_default_is_t
     assert not result.active_features[0]
     assert np.all(result.coefficients[:, 0] == 0.0)
     active = active_masks(model.keep_masks())
-    assert result.active_features[1:].tolist() == [bool(active[0][:, j].any() or any(
-        a[:, a.shape[1] - 5 + j].any() for a in active[1:])) for j in range(1, 4)]
+    assert result.active_features[1:].tolist() == [
+        bool(active[0][:, j].any() or any(a[:, a.shape[1] - 5 + j].any() for a in active[1:])) for j in range(1, 4)
+    ]
     prediction = Run.of(model).predict(X[None], mode="mpm", samples=20, seed=0)
     assert result.output == int(prediction.probs.argmax())
 
@@ -124,8 +135,16 @@ def _dataset(n_test=6):
     rng = np.random.default_rng(3)
     x = rng.normal(size=(10 + n_test, 4)).astype(np.float32)
     y = rng.integers(0, 3, size=10 + n_test)
-    return make_dataset(name="explain", task="classification", x_train=x[:10], y_train=y[:10], x_test=x[10:],
-                        y_test=y[10:], source="generated", n_classes=3)
+    return make_dataset(
+        name="explain",
+        task="classification",
+        x_train=x[:10],
+        y_train=y[:10],
+        x_test=x[10:],
+        y_test=y[10:],
+        source="generated",
+        n_classes=3,
+    )
 
 
 def _args(**given):
@@ -161,11 +180,19 @@ def test_cli_prints_the_table_of_one_test_example():
     assert json.loads(out.getvalue())["output"] == 1
 
 
-@pytest.mark.parametrize("given,message", [({"index": 6}, "index"), ({"index": -1}, "index"),
-                                           ({"index": "a"}, "index"), ({"index": 0, "top": 0}, "top"),
-                                           ({"index": 0, "top": 5}, "top"), ({"index": 0, "samples": 0}, "samples"),
-                                           ({"index": 0, "output": 7}, "output"),
-                                           ({"index": 0, "threshold": "x"}, "threshold")])
+@pytest.mark.parametrize(
+    "given,message",
+    [
+        ({"index": 6}, "index"),
+        ({"index": -1}, "index"),
+        ({"index": "a"}, "index"),
+        ({"index": 0, "top": 0}, "top"),
+        ({"index": 0, "top": 5}, "top"),
+        ({"index": 0, "samples": 0}, "samples"),
+        ({"index": 0, "output": 7}, "output"),
+        ({"index": 0, "threshold": "x"}, "threshold"),
+    ],
+)
 def test_cli_refuses_bad_values_in_one_line(given, message):
     import io
 

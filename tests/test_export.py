@@ -36,15 +36,21 @@ def compact_shapes_by_enumeration(masks: list[np.ndarray]) -> tuple[list[list[in
     weights = [m[:, :-1].astype(bool) for m in masks]  # the bias column carries no input
     depends = [np.ones(weights[0].shape[1], dtype=bool)]
     for w in weights[:-1]:
-        depends.append(np.array([any(w[k, j] and depends[-1][j] for j in range(w.shape[1]))
-                                 for k in range(w.shape[0])]))
+        depends.append(
+            np.array([any(w[k, j] and depends[-1][j] for j in range(w.shape[1])) for k in range(w.shape[0])])
+        )
     useful = [np.ones(weights[-1].shape[0], dtype=bool)]
     for w in reversed(weights[1:]):
-        useful.insert(0, np.array([any(w[k, j] and useful[0][k] for k in range(w.shape[0]))
-                                   for j in range(w.shape[1])]))
+        useful.insert(
+            0, np.array([any(w[k, j] and useful[0][k] for k in range(w.shape[0])) for j in range(w.shape[1])])
+        )
     kept_units = [d & u for d, u in zip(depends[1:], useful[:-1])] + [np.ones(weights[-1].shape[0], dtype=bool)]
-    used_inputs = np.array([any(weights[0][k, j] and kept_units[0][k] for k in range(weights[0].shape[0]))
-                            for j in range(weights[0].shape[1])])
+    used_inputs = np.array(
+        [
+            any(weights[0][k, j] and kept_units[0][k] for k in range(weights[0].shape[0]))
+            for j in range(weights[0].shape[1])
+        ]
+    )
     columns = [used_inputs] + kept_units[:-1]
     shapes = [[int(rows.sum()), int(cols.sum())] for rows, cols in zip(kept_units, columns)]
     n_kept = sum(int(w[np.ix_(rows, cols)].sum()) for w, rows, cols in zip(weights, kept_units, columns))
@@ -103,8 +109,9 @@ def test_load_exported_rejects_missing_files(tmp_path):
 def _dataset():
     x = x_data(80)
     y = (x[:, 0] > 0).astype(np.int64) + 2 * (x[:, 1] > 0)
-    return make_dataset(name="tiny", task="classification", x_train=x, y_train=y, x_test=x, y_test=y,
-                        source="generated", n_classes=4)
+    return make_dataset(
+        name="tiny", task="classification", x_train=x, y_train=y, x_test=x, y_test=y, source="generated", n_classes=4
+    )
 
 
 def test_cli_commands_print_json_and_tables(tmp_path):
@@ -114,8 +121,12 @@ def test_cli_commands_print_json_and_tables(tmp_path):
     result = evaluate_command(model, data, args, out=out)
     assert json.loads(out.getvalue())["accuracy"] == result["accuracy"]
     out = io.StringIO()
-    sweep_command(model, data, argparse.Namespace(thresholds="0:1:0.25", mode="mpm-mean", samples="1", seed=0,
-                                                  json=False), out=out)
+    sweep_command(
+        model,
+        data,
+        argparse.Namespace(thresholds="0:1:0.25", mode="mpm-mean", samples="1", seed=0, json=False),
+        out=out,
+    )
     lines = out.getvalue().strip().splitlines()
     assert lines[0].split()[:3] == ["threshold", "density", "accuracy"] and len(lines) == 6
     export_command(model, data, argparse.Namespace(threshold="0.6", out=str(tmp_path / "e")), out=io.StringIO())

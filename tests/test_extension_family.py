@@ -47,8 +47,9 @@ class RidgeLayer(SparseLayer):
     spec = StatisticSpec("snr", Keep.ABOVE, 1.0, 0.0, math.inf)
     Options = RidgeOptions
 
-    def __init__(self, in_features: int, out_features: int, options: RidgeOptions | None = None,
-                 is_output: bool = False):
+    def __init__(
+        self, in_features: int, out_features: int, options: RidgeOptions | None = None, is_output: bool = False
+    ):
         super().__init__(in_features, out_features, options, is_output)
         self.mu = self.initial_weights()
         self.rho = nn.Parameter(torch.full(self.shape, inverse_softplus(self.options.init_sd)))
@@ -70,8 +71,8 @@ class RidgeLayer(SparseLayer):
         return self.mean_weights(), self.masked(self.sigma())
 
     def kl(self) -> Tensor:
-        var, prior_var = self.sigma() ** 2, self.options.prior_sd ** 2
-        per_weight = 0.5 * ((var + self.mu ** 2) / prior_var - 1.0 - torch.log(var / prior_var))
+        var, prior_var = self.sigma() ** 2, self.options.prior_sd**2
+        per_weight = 0.5 * ((var + self.mu**2) / prior_var - 1.0 - torch.log(var / prior_var))
         return (self.fixed_mask * per_weight).sum()
 
     def native_statistic(self) -> Tensor:
@@ -167,8 +168,9 @@ def test_an_outside_family_trains_predicts_in_every_mode_sweeps_and_is_stored(re
     again = load_run(run.run_id, cache_dir=tmp_path)
     assert again.from_cache and again.config.method == FAMILY
     for mode in ("bma", "mean", "mpm", "prune"):
-        np.testing.assert_array_equal(again.predict(x_test, mode=mode, samples=4).probs,
-                                      run.predict(x_test, mode=mode, samples=4).probs)
+        np.testing.assert_array_equal(
+            again.predict(x_test, mode=mode, samples=4).probs, run.predict(x_test, mode=mode, samples=4).probs
+        )
     assert train_run(config, cache_dir=tmp_path).from_cache  # training it again is a cache hit
     assert (again.predict(x_test, mode="mean").predicted_class == y_test).mean() > 0.75
 
@@ -179,8 +181,9 @@ def test_an_outside_regression_family_answers_the_collapsed_modes(registered, tm
     from core.predict.modes import collapsed_variant
     from core.runs import RunConfig, train_run
 
-    run = train_run(RunConfig(dataset="toy-cubic", method=FAMILY, hidden=(8,), train={"epochs": 100}),
-                    cache_dir=tmp_path)
+    run = train_run(
+        RunConfig(dataset="toy-cubic", method=FAMILY, hidden=(8,), train={"epochs": 100}), cache_dir=tmp_path
+    )
     x = run.dataset().x_test
     for mode in ("bma", "mean", "mpm", "mpm-mean", "prune"):
         result = run.evaluate(mode=mode, samples=16)

@@ -19,8 +19,7 @@ from tests.support import VARIANT_IDS, VARIANTS, perturb
 # Families whose kl() is an exact KL (or a sum of exact KL terms), hence >= 0.
 # bnn-mixture and the Student-t slab use a one-draw Monte Carlo KL; concrete
 # dropout drops an infinite constant (see its module docstring).
-EXACT_KL = {"lbbnn", "lbbnn-lfmvn", "bnn", "variational-dense", "horseshoe", "sparse-vd", "fnn", "laplace",
-            "ensemble"}
+EXACT_KL = {"lbbnn", "lbbnn-lfmvn", "bnn", "variational-dense", "horseshoe", "sparse-vd", "fnn", "laplace", "ensemble"}
 # Prior constants that must be registered buffers (or frozen parameters) of a layer.
 PRIOR_NAMES = {
     "lbbnn": ["log_slab_variance", "prior_inclusion_logit", "log_beta_a", "log_beta_b"],
@@ -30,8 +29,15 @@ PRIOR_NAMES = {
     "bnn-mixture": ["prior_variance", "prior_variance_2", "mixture_weight"],
     "variational-dense": ["prior_variance"],
     "concrete-dropout": ["prior_variance"],
-    "horseshoe": ["layer_prior_scale", "node_prior_scale", "node_aux_rate", "layer_aux_rate", "slab_shape",
-                  "slab_scale", "prune_delta"],
+    "horseshoe": [
+        "layer_prior_scale",
+        "node_prior_scale",
+        "node_aux_rate",
+        "layer_aux_rate",
+        "slab_shape",
+        "slab_scale",
+        "prune_delta",
+    ],
     "sparse-vd": [],  # the log-uniform prior has no parameters
     "fnn": [],
     "laplace": ["prior_precision"],
@@ -116,8 +122,9 @@ def test_forward_pre_activation_mean_matches_the_mean_network(family, options):
         torch.manual_seed(1)
         # Draws shared within a call (horseshoe scales, LFMVN logits, relaxed
         # weight draws) correlate its rows: the standard error uses call means.
-        outputs = torch.stack([layer(x.repeat(repeats, 1)).reshape(repeats, 2, -1).mean(0)
-                               for _ in range(calls)]).double()
+        outputs = torch.stack(
+            [layer(x.repeat(repeats, 1)).reshape(repeats, 2, -1).mean(0) for _ in range(calls)]
+        ).double()
         weight = layer.mean_weights().double()
         expected = x.double() @ weight[:, :-1].T + weight[:, -1]
     standard_error = outputs.std(0) / math.sqrt(calls)
@@ -176,8 +183,11 @@ def test_kl_is_finite_and_nonnegative_where_exact(family, options):
             for layer in model.layers:
                 kl = layer.kl()
                 assert torch.isfinite(kl), (family, step)
-                if family in EXACT_KL and options.get("slab") != "student-t" and \
-                        options.get("inclusion_prior") != "beta-binomial":
+                if (
+                    family in EXACT_KL
+                    and options.get("slab") != "student-t"
+                    and options.get("inclusion_prior") != "beta-binomial"
+                ):
                     assert kl >= 0, (family, step, float(kl))
         perturb(model, seed=10 + step)
 
@@ -204,8 +214,12 @@ def mnist():
     from core.data import load_dataset
 
     data = load_dataset("mnist-small")
-    return (torch.from_numpy(data.x_train), torch.from_numpy(data.y_train),
-            torch.from_numpy(data.x_test), torch.from_numpy(data.y_test))
+    return (
+        torch.from_numpy(data.x_train),
+        torch.from_numpy(data.y_train),
+        torch.from_numpy(data.x_test),
+        torch.from_numpy(data.y_test),
+    )
 
 
 @pytest.mark.slow
@@ -230,8 +244,9 @@ def test_two_epochs_on_mnist_small_beat_a_loose_accuracy_floor(family, mnist):
 FUSED_PATH_VARIANTS = [("lbbnn", {}), ("bnn", {}), ("variational-dense", {})]
 
 
-@pytest.mark.parametrize("family,options", FUSED_PATH_VARIANTS,
-                         ids=[f"{family}-default" for family, _ in FUSED_PATH_VARIANTS])
+@pytest.mark.parametrize(
+    "family,options", FUSED_PATH_VARIANTS, ids=[f"{family}-default" for family, _ in FUSED_PATH_VARIANTS]
+)
 def test_forward_with_kl_equals_forward_then_kl_in_values_and_gradients(family, options):
     """The fused training path against forward + kl() under autograd.
 
@@ -296,10 +311,15 @@ def _half_cauchy_kl(mean: torch.Tensor, std: torch.Tensor, rate: torch.Tensor, s
     log p(u | lam) = -1/2 log lam - lgamma(1/2) - u/2 - exp(-u) / lam (the IG density times the Jacobian e^u);
     under q, E[1/lam] = 1/rate and E[log lam] = log rate + Euler's gamma (1/lam ~ Gamma(1, rate)).
     """
-    expected_neg_log_prior = (0.5 * (torch.log(rate) + 0.5772156649015329) + math.lgamma(0.5) + 0.5 * mean
-                              + torch.exp(-mean + 0.5 * std ** 2) / rate)
-    auxiliary = torch.distributions.kl_divergence(Gamma(torch.ones_like(rate), rate),
-                                                  Gamma(torch.full_like(rate, 0.5), 1 / scale ** 2))
+    expected_neg_log_prior = (
+        0.5 * (torch.log(rate) + 0.5772156649015329)
+        + math.lgamma(0.5)
+        + 0.5 * mean
+        + torch.exp(-mean + 0.5 * std**2) / rate
+    )
+    auxiliary = torch.distributions.kl_divergence(
+        Gamma(torch.ones_like(rate), rate), Gamma(torch.full_like(rate, 0.5), 1 / scale**2)
+    )
     return -Normal(mean, std).entropy() + expected_neg_log_prior + auxiliary
 
 
@@ -332,14 +352,14 @@ def _horseshoe_reference(layer, x: torch.Tensor, structured: bool) -> tuple[torc
         log_tau_v = log_tau + log_v_mean + log_v_std * noise_v
     else:
         sigma = _softplus(layer.weight_rho)
-        pre_mean, pre_var = x_aug @ layer.weight_mu.T, (x_aug ** 2) @ (sigma ** 2).T
+        pre_mean, pre_var = x_aug @ layer.weight_mu.T, (x_aug**2) @ (sigma**2).T
         log_tau_v = log_v_mean + log_v_std * noise_v
         if hidden:
             log_tau_v = log_tau_v + layer.log_node_scale_mu + _softplus(layer.log_node_scale_rho) * noise_tau
     scale = torch.exp(log_tau_v)
     if regularised:
         c2 = torch.exp(layer.log_slab_mu + _softplus(layer.log_slab_rho) * noise_c)
-        scale = 1 / torch.sqrt(1 / scale ** 2 + 1 / c2)
+        scale = 1 / torch.sqrt(1 / scale**2 + 1 / c2)
     output = scale * (pre_mean + pre_var.sqrt() * torch.randn(pre_mean.shape, dtype=x.dtype))
     # KL: beta against N(0, I), each half-Cauchy scale with its auxiliary, the slab c^2 ~ IG(c_a, c_b).
     kl = _half_cauchy_kl(2 * log_v_mean, 2 * log_v_std, layer.layer_aux_rate, layer.layer_prior_scale)
@@ -352,19 +372,33 @@ def _horseshoe_reference(layer, x: torch.Tensor, structured: bool) -> tuple[torc
         # the joint (beta, log tau) of each unit from its dense covariance.
         # In log tau (not log tau^2) the half-Cauchy term's -log p gains -log 2 and its entropy term
         # -H[q(log tau^2)] = -H[q(log tau)] - log 2: adding H[q(log tau)] back leaves -E log p + KL(lam).
-        kl = kl + beta_cross_entropy - joint_entropy + sum(
-            _half_cauchy_kl(2 * means[k, -1], 2 * tau_std[k], layer.node_aux_rate[k], layer.node_prior_scale)
-            + Normal(means[k, -1], tau_std[k]).entropy() for k in range(out_features))
+        kl = (
+            kl
+            + beta_cross_entropy
+            - joint_entropy
+            + sum(
+                _half_cauchy_kl(2 * means[k, -1], 2 * tau_std[k], layer.node_aux_rate[k], layer.node_prior_scale)
+                + Normal(means[k, -1], tau_std[k]).entropy()
+                for k in range(out_features)
+            )
+        )
     else:
         kl = kl + _gaussian_kl_to(layer.weight_mu, _softplus(layer.weight_rho), 1.0)
         if hidden:
-            kl = kl + _half_cauchy_kl(2 * layer.log_node_scale_mu, 2 * _softplus(layer.log_node_scale_rho),
-                                      layer.node_aux_rate, layer.node_prior_scale).sum()
+            kl = (
+                kl
+                + _half_cauchy_kl(
+                    2 * layer.log_node_scale_mu,
+                    2 * _softplus(layer.log_node_scale_rho),
+                    layer.node_aux_rate,
+                    layer.node_prior_scale,
+                ).sum()
+            )
     if regularised:
         mean, std = layer.log_slab_mu, _softplus(layer.log_slab_rho)
         a, b = layer.slab_shape, layer.slab_scale
         # log density of u = log c^2 for c^2 ~ IG(a, b): a log b - lgamma(a) - a u - b exp(-u)
-        expected_log_prior = a * torch.log(b) - torch.lgamma(a) - a * mean - b * torch.exp(-mean + 0.5 * std ** 2)
+        expected_log_prior = a * torch.log(b) - torch.lgamma(a) - a * mean - b * torch.exp(-mean + 0.5 * std**2)
         kl = kl - Normal(mean, std).entropy() - expected_log_prior
     return output, kl
 
@@ -384,9 +418,10 @@ def _lbbnn_reference(layer, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
         alpha = torch.sigmoid(xi)
     if options.estimator == "local-reparameterisation":
         # the spike-and-slab weight has mean alpha mu and variance alpha (sigma^2 + mu^2) - (alpha mu)^2
-        mean, var = alpha * mu, alpha * (sigma ** 2 + mu ** 2) - (alpha * mu) ** 2
-        output = _affine(x, mean) + torch.sqrt(_affine(x ** 2, var)) * torch.randn(len(x), layer.out_features,
-                                                                                  dtype=x.dtype)
+        mean, var = alpha * mu, alpha * (sigma**2 + mu**2) - (alpha * mu) ** 2
+        output = _affine(x, mean) + torch.sqrt(_affine(x**2, var)) * torch.randn(
+            len(x), layer.out_features, dtype=x.dtype
+        )
     else:  # a relaxed Bernoulli indicator per weight (uniform draws), then the slab draw
         u = torch.rand(layer.shape, dtype=x.dtype).clamp(1e-6, 1 - 1e-6)
         a = alpha.clamp(1e-6, 1 - 1e-6)
@@ -394,7 +429,7 @@ def _lbbnn_reference(layer, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
         output = _affine(x, gamma * (mu + sigma * torch.randn(layer.shape, dtype=x.dtype)))
     # KL: the slab term weighted by the inclusion probability, plus the inclusion term.
     if low_rank:  # E_q[sigmoid(l)] by the probit approximation (MacKay 1992)
-        inclusion = torch.sigmoid(xi / torch.sqrt(1 + math.pi * (diag + (factor ** 2).sum(-1)) / 8))
+        inclusion = torch.sigmoid(xi / torch.sqrt(1 + math.pi * (diag + (factor**2).sum(-1)) / 8))
     else:
         inclusion = alpha
     if options.slab == "gaussian":
@@ -408,16 +443,18 @@ def _lbbnn_reference(layer, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
         d = xi.numel()
         flat_factor = factor.reshape(d, -1)
         q = MultivariateNormal(xi.reshape(-1), flat_factor @ flat_factor.T + torch.diag(diag.reshape(-1)))
-        p = MultivariateNormal(layer.prior_inclusion_logit.expand(d),
-                               layer.logit_prior_variance * torch.eye(d, dtype=x.dtype))
+        p = MultivariateNormal(
+            layer.prior_inclusion_logit.expand(d), layer.logit_prior_variance * torch.eye(d, dtype=x.dtype)
+        )
         return output, kl + torch.distributions.kl_divergence(q, p)
     if options.inclusion_prior == "bernoulli":
         psi = torch.sigmoid(layer.prior_inclusion_logit)
         return output, kl + torch.distributions.kl_divergence(Bernoulli(alpha), Bernoulli(psi.expand_as(alpha))).sum()
     if options.inclusion_prior == "beta-bernoulli":  # BetaBinomial(1, a, b) = Bernoulli(a / (a + b))
         a, b = layer.log_beta_a.exp(), layer.log_beta_b.exp()
-        return output, kl + torch.distributions.kl_divergence(Bernoulli(alpha),
-                                                              Bernoulli((a / (a + b)).expand_as(alpha))).sum()
+        return output, kl + torch.distributions.kl_divergence(
+            Bernoulli(alpha), Bernoulli((a / (a + b)).expand_as(alpha))
+        ).sum()
     # beta-binomial: -H[q(gamma)] - log p(k) at k = E_q[sum gamma], p(k) = B(a + k, b + n - k) / B(a, b)
     a, b = layer.log_beta_a.exp(), layer.log_beta_b.exp()
     n, k = alpha.numel(), alpha.sum()
@@ -435,7 +472,7 @@ def independent_forward_and_kl(layer, x: torch.Tensor) -> tuple[torch.Tensor, to
     if family == "fnn":  # maximum likelihood: no prior, no KL
         return _affine(x, layer.weight), torch.zeros((), dtype=x.dtype)
     if family == "laplace":  # MAP: the "KL" is -log N(w; 0, 1/delta_0) without its constant
-        return _affine(x, layer.weight), 0.5 * options.prior_precision * (layer.weight ** 2).sum()
+        return _affine(x, layer.weight), 0.5 * options.prior_precision * (layer.weight**2).sum()
     if family == "concrete-dropout":
         # Gal et al. 2017: relaxed Bernoulli drop of each input, inverted scaling; KL up to a constant.
         p = torch.sigmoid(layer.dropout_logit)
@@ -443,18 +480,19 @@ def independent_forward_and_kl(layer, x: torch.Tensor) -> tuple[torch.Tensor, to
         drop = torch.sigmoid((torch.log(p) - torch.log1p(-p) + torch.log(u) - torch.log1p(-u)) / options.temperature)
         output = _affine(x * (1 - drop) / (1 - p), layer.weight)
         w, b = layer.weight[:, :-1], layer.weight[:, -1]
-        kl = ((w ** 2).sum() / (1 - p) + (b ** 2).sum()) / (2 * layer.prior_variance) \
-            + layer.in_features * (p * torch.log(p) + (1 - p) * torch.log(1 - p))
+        kl = ((w**2).sum() / (1 - p) + (b**2).sum()) / (2 * layer.prior_variance) + layer.in_features * (
+            p * torch.log(p) + (1 - p) * torch.log(1 - p)
+        )
         return output, kl
     if family == "sparse-vd":
         # Molchanov et al. 2017: q = N(theta, sigma^2), KL against the log-uniform prior by their fit.
         theta, var = layer.theta, torch.exp(layer.log_sigma2)
         if options.estimator == "local-reparameterisation":
             noise = torch.randn(len(x), layer.out_features, dtype=x.dtype)
-            output = _affine(x, theta) + torch.sqrt(_affine(x ** 2, var)) * noise
+            output = _affine(x, theta) + torch.sqrt(_affine(x**2, var)) * noise
         else:
             output = _affine(x, theta + var.sqrt() * torch.randn(layer.shape, dtype=x.dtype))
-        log_alpha = (layer.log_sigma2 - torch.log(theta ** 2)).clamp(-8, 8)
+        log_alpha = (layer.log_sigma2 - torch.log(theta**2)).clamp(-8, 8)
         k1, k2, k3 = 0.63576, 1.87320, 1.48695
         kl = -(k1 * torch.sigmoid(k2 + k3 * log_alpha) - 0.5 * torch.log1p(torch.exp(-log_alpha)) - k1).sum()
         return output, kl
@@ -462,7 +500,7 @@ def independent_forward_and_kl(layer, x: torch.Tensor) -> tuple[torch.Tensor, to
         mu, sigma = layer.weight_mu, _softplus(layer.weight_rho)
         if options.estimator == "local-reparameterisation":  # Kingma et al. 2015
             noise = torch.randn(len(x), layer.out_features, dtype=x.dtype)
-            output = _affine(x, mu) + torch.sqrt(_affine(x ** 2, sigma ** 2)) * noise
+            output = _affine(x, mu) + torch.sqrt(_affine(x**2, sigma**2)) * noise
         else:
             output = _affine(x, mu + sigma * torch.randn(layer.shape, dtype=x.dtype))
         if family != "bnn-mixture":
@@ -470,8 +508,10 @@ def independent_forward_and_kl(layer, x: torch.Tensor) -> tuple[torch.Tensor, to
         # Blundell et al. 2015: one reparameterised draw of log q(w) - log p(w), with q's entropy exact.
         w = mu + sigma * torch.randn(layer.shape, dtype=x.dtype)
         pi = layer.mixture_weight
-        log_prior = torch.logaddexp(torch.log(pi) + Normal(0.0, layer.prior_variance.sqrt()).log_prob(w),
-                                    torch.log(1 - pi) + Normal(0.0, layer.prior_variance_2.sqrt()).log_prob(w))
+        log_prior = torch.logaddexp(
+            torch.log(pi) + Normal(0.0, layer.prior_variance.sqrt()).log_prob(w),
+            torch.log(1 - pi) + Normal(0.0, layer.prior_variance_2.sqrt()).log_prob(w),
+        )
         return output, (-Normal(mu, sigma).entropy() - log_prior).sum()
     if family == "horseshoe":
         return _horseshoe_reference(layer, x, structured=hasattr(layer, "row_factor"))
@@ -479,6 +519,7 @@ def independent_forward_and_kl(layer, x: torch.Tensor) -> tuple[torch.Tensor, to
         return _lbbnn_reference(layer, x)
     if family == "lbbnn-flow":
         from tests.test_lbbnn_flow import independent_flow_forward_and_kl
+
         return independent_flow_forward_and_kl(layer, x)
     if family == "ensemble":  # member by member, then the mean of their Gaussian log priors
         w = layer.weight * layer.fixed_mask
@@ -646,7 +687,8 @@ def test_concrete_dropout_function_passes_gradcheck_with_its_kl():
     prior_variance = torch.tensor(0.7, dtype=torch.double)
     # temperature 0.5: the relaxed mask is smooth enough for finite differences
     assert torch.autograd.gradcheck(
-        lambda *a: ConcreteDropoutLinear.apply(*a, uniform, 0.5, prior_variance, True), (x, weight, logit))
+        lambda *a: ConcreteDropoutLinear.apply(*a, uniform, 0.5, prior_variance, True), (x, weight, logit)
+    )
 
 
 def test_concrete_dropout_training_forward_equals_autograd_and_its_surrogate_kl_has_the_gradient():

@@ -30,8 +30,14 @@ DETERMINISTIC_MODES = [mode.value for mode in PredictionMode if not mode.draws_s
 
 
 def tiny_config(family: str, options: dict, **changes) -> RunConfig:
-    values = {"dataset": "two-moons", "hidden": [16, 16], "method": family, "family_options": dict(options),
-              "train": {"epochs": 30}, "seed": 0}
+    values = {
+        "dataset": "two-moons",
+        "hidden": [16, 16],
+        "method": family,
+        "family_options": dict(options),
+        "train": {"epochs": 30},
+        "seed": 0,
+    }
     values.update(changes)
     return RunConfig.from_dict(values)
 
@@ -73,8 +79,7 @@ def check_family_on(device: str, family: str, options: dict, tmp_path) -> None:
     # A CPU-trained run of the same config reaches the same quality.
     cpu_run = train_run(config, cache_dir=tmp_path / "cpu", device="cpu")
     gpu_accuracy = float((gpu_predictions["mpm-mean"].argmax(axis=1) == run.dataset().y_test).mean())
-    cpu_accuracy = float((cpu_run.predict(x_test, mode="mpm-mean").probs.argmax(axis=1)
-                          == run.dataset().y_test).mean())
+    cpu_accuracy = float((cpu_run.predict(x_test, mode="mpm-mean").probs.argmax(axis=1) == run.dataset().y_test).mean())
     assert abs(gpu_accuracy - cpu_accuracy) <= 0.1, (gpu_accuracy, cpu_accuracy)
 
 
@@ -83,8 +88,9 @@ def test_regression_run_on_the_gpu_matches_the_cpu(tmp_path, cuda_available):
     run = train_run(config, cache_dir=tmp_path, device="cuda")
     on_cpu = load_run(run.run_id, cache_dir=tmp_path, device="cpu")
     x = run.dataset().x_test
-    np.testing.assert_allclose(on_cpu.predict(x, mode="mean").mean, run.predict(x, mode="mean").mean,
-                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        on_cpu.predict(x, mode="mean").mean, run.predict(x, mode="mean").mean, rtol=1e-4, atol=1e-4
+    )
     assert np.isfinite(run.predict(x, mode="bma", samples=16).mean).all()
 
 

@@ -35,8 +35,14 @@ def _csv_rows(path):
 @pytest.mark.slow  # two worker processes, each importing torch: 16 s CPU
 def test_local_grid_with_two_workers_writes_medians_min_max(tmp_path, grid_file):
     lines = []
-    result = run_grid(load_grid(str(grid_file)), cache_dir=tmp_path / "cache", backend="local", workers=2,
-                      out_dir=tmp_path / "out", report=lines.append)
+    result = run_grid(
+        load_grid(str(grid_file)),
+        cache_dir=tmp_path / "cache",
+        backend="local",
+        workers=2,
+        out_dir=tmp_path / "out",
+        report=lines.append,
+    )
     assert not result.failed and len(result.cells) == 4
     assert "4 to train" in lines[0]
     runs = list_runs(tmp_path / "cache")
@@ -80,8 +86,24 @@ def test_resuming_trains_only_the_missing_runs(tmp_path, grid_file, monkeypatch)
 def test_grid_cli_and_bad_grids(tmp_path, grid_file, capsys):
     from core.cli import main
 
-    assert main(["grid", str(grid_file), "--seeds", "0", "--methods", "fnn", "--cache-dir", str(tmp_path),
-                 "--out", str(tmp_path / "out"), "--json"]) == 0
+    assert (
+        main(
+            [
+                "grid",
+                str(grid_file),
+                "--seeds",
+                "0",
+                "--methods",
+                "fnn",
+                "--cache-dir",
+                str(tmp_path),
+                "--out",
+                str(tmp_path / "out"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     [cell] = json.loads(capsys.readouterr().out)
     assert cell["method"] == "fnn" and cell["seed"] == 0 and cell["error"] is None
     assert (tmp_path / "out" / "tiny.md").is_file() and (tmp_path / "out" / "tiny.csv").is_file()
@@ -101,10 +123,27 @@ def test_grid_cli_runs_only_the_named_setups(tmp_path, capsys):
 
     two = tmp_path / "two.json"
     moons = GRID["setups"]["moons"]
-    two.write_text(json.dumps({**GRID, "methods": ["fnn"], "seeds": [0],
-                               "setups": {"moons": moons, "other": dict(moons, hidden=[3])}}))
-    assert main(["grid", str(two), "--setups", "other", "--cache-dir", str(tmp_path), "--out",
-                 str(tmp_path / "out"), "--json"]) == 0
+    two.write_text(
+        json.dumps(
+            {**GRID, "methods": ["fnn"], "seeds": [0], "setups": {"moons": moons, "other": dict(moons, hidden=[3])}}
+        )
+    )
+    assert (
+        main(
+            [
+                "grid",
+                str(two),
+                "--setups",
+                "other",
+                "--cache-dir",
+                str(tmp_path),
+                "--out",
+                str(tmp_path / "out"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     cells = json.loads(capsys.readouterr().out)
     assert [cell["setup"] for cell in cells] == ["other"]
 
@@ -116,8 +155,9 @@ def test_ray_backend_on_a_local_instance(tmp_path, grid_file):
     ray.init(num_cpus=1, include_dashboard=False, ignore_reinit_error=True)
     try:
         spec = load_grid(str(grid_file))
-        result = run_grid(spec, cache_dir=tmp_path / "cache", backend="ray", out_dir=tmp_path / "out",
-                          report=lambda line: None)
+        result = run_grid(
+            spec, cache_dir=tmp_path / "cache", backend="ray", out_dir=tmp_path / "out", report=lambda line: None
+        )
     finally:
         ray.shutdown()
     assert not result.failed and len(result.cells) == 4
@@ -131,9 +171,18 @@ def test_summary_markdown_has_one_row_per_method_and_mode_with_median_min_max():
     from core.runs.presets import GridSpec
 
     spec = GridSpec(name="t", setups={"s": RunConfig(dataset="two-moons")}, methods=("lbbnn",), seeds=(0, 1, 2))
-    cells = [CellResult("s", "lbbnn", seed, None, f"id{seed}", False,
-                        {"MED-MEA R=1 accuracy": acc, "SIM-SIM R=10 accuracy": acc + 0.01, "density": 0.1 * (seed + 1)})
-             for seed, acc in enumerate([0.90, 0.97, 0.95])]
+    cells = [
+        CellResult(
+            "s",
+            "lbbnn",
+            seed,
+            None,
+            f"id{seed}",
+            False,
+            {"MED-MEA R=1 accuracy": acc, "SIM-SIM R=10 accuracy": acc + 0.01, "density": 0.1 * (seed + 1)},
+        )
+        for seed, acc in enumerate([0.90, 0.97, 0.95])
+    ]
     text = summary_markdown(GridResult(spec, cells))
     assert "| lbbnn | MED-MEA R=1 | 0.950 (0.900, 0.970) |" in text
     assert "| lbbnn | SIM-SIM R=10 | 0.960 (0.910, 0.980) |" in text

@@ -22,8 +22,9 @@ def test_a_handed_over_run_is_the_stored_run(tmp_path):
     assert _same_state(back.model, stored.model) and not back.model.training
     assert back.summaries.keys() == stored.summaries.keys()
     x = stored.dataset().x_test[:25]
-    np.testing.assert_array_equal(back.predict(x, mode="bma", samples=3).probs,
-                                  stored.predict(x, mode="bma", samples=3).probs)
+    np.testing.assert_array_equal(
+        back.predict(x, mode="bma", samples=3).probs, stored.predict(x, mode="bma", samples=3).probs
+    )
 
 
 @pytest.mark.slow  # trains in a child process: 8 s CPU

@@ -41,8 +41,8 @@ def test_log_prob_gradients_against_finite_differences():
     (grad,) = torch.autograd.grad(value, output)
     mu, raw = output.detach()[:, 0], output.detach()[:, 1]
     s = torch.nn.functional.softplus(raw) + 1e-3
-    torch.testing.assert_close(grad[:, 0], (y - mu) / s ** 2)
-    torch.testing.assert_close(grad[:, 1], (-1 / s + (y - mu) ** 2 / s ** 3) * torch.sigmoid(raw))
+    torch.testing.assert_close(grad[:, 0], (y - mu) / s**2)
+    torch.testing.assert_close(grad[:, 1], (-1 / s + (y - mu) ** 2 / s**3) * torch.sigmoid(raw))
 
 
 @pytest.mark.slow
@@ -76,7 +76,7 @@ def test_predictive_mixture_variance_by_monte_carlo(family):
     means, sds = prediction.mean_per_draw.astype(np.float64), prediction.std_per_draw.astype(np.float64)
     assert means.shape == sds.shape == (40, 5)
     assert np.ptp(sds, axis=1).max() > 0  # the sd varies with the input: a per-input noise
-    np.testing.assert_allclose(prediction.aleatoric_variance, (sds ** 2).mean(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(prediction.aleatoric_variance, (sds**2).mean(axis=0), rtol=1e-5)
     np.testing.assert_allclose(prediction.epistemic_variance, means.var(axis=0), rtol=1e-4, atol=1e-8)
     rng = np.random.default_rng(5)
     n = 400_000

@@ -42,7 +42,8 @@ def test_pruning_probability_equals_monte_carlo_of_tau_times_v():
     set_scales(layer, [-4.0, -3.0, -1.0, 0.5], [0.5, 1.5, 1.0, 0.2], layer_mean=-3.0, layer_std=0.8)
     generator = torch.Generator().manual_seed(0)
     log_tau = layer.log_node_scale_mu.detach() + torch.tensor([0.5, 1.5, 1.0, 0.2]) * torch.randn(
-        N_MC, 4, generator=generator)
+        N_MC, 4, generator=generator
+    )
     log_v = -3.0 + 0.8 * torch.randn(N_MC, 1, generator=generator)
     monte_carlo = (torch.exp(log_tau + log_v) < 1e-3).double().mean(0)
     with torch.no_grad():
@@ -61,10 +62,11 @@ def test_update_auxiliaries_gives_the_closed_form_inverse_gamma_rates():
     set_scales(layer, [-1.0, 0.0, 0.5, 1.0], [0.3, 0.6, 0.1, 1.0], layer_mean=-0.5, layer_std=0.4)
     generator = torch.Generator().manual_seed(1)
     log_tau = layer.log_node_scale_mu.detach() + torch.tensor([0.3, 0.6, 0.1, 1.0]) * torch.randn(
-        N_MC, 4, generator=generator, dtype=torch.float64)
+        N_MC, 4, generator=generator, dtype=torch.float64
+    )
     expected_inv_tau2 = torch.exp(-2 * log_tau).mean(0)
-    torch.testing.assert_close(layer.node_aux_rate.double(), expected_inv_tau2 + 1 / 0.7 ** 2, rtol=0.03, atol=0)
-    expected_layer_rate = math.exp(2 * 0.5 + 2 * 0.4 ** 2) + 1 / 0.2 ** 2
+    torch.testing.assert_close(layer.node_aux_rate.double(), expected_inv_tau2 + 1 / 0.7**2, rtol=0.03, atol=0)
+    expected_layer_rate = math.exp(2 * 0.5 + 2 * 0.4**2) + 1 / 0.2**2
     assert float(layer.layer_aux_rate) == pytest.approx(expected_layer_rate, rel=1e-5)
 
 
@@ -83,8 +85,9 @@ def test_the_auxiliary_update_minimises_the_kl_over_the_rates():
             layer.layer_aux_rate.div_(factor)
 
 
-@pytest.mark.parametrize("mean,std,rate,prior_scale", [(0.3, 0.5, 2.0, 1.0), (-2.0, 1.2, 9.0, 0.5),
-                                                        (1.0, 0.2, 1.5, 3.0)])
+@pytest.mark.parametrize(
+    "mean,std,rate,prior_scale", [(0.3, 0.5, 2.0, 1.0), (-2.0, 1.2, 9.0, 0.5), (1.0, 0.2, 1.5, 3.0)]
+)
 def test_half_cauchy_scale_kl_matches_monte_carlo(mean, std, rate, prior_scale):
     # u = log a^2 ~ N(mean, std^2), lam ~ IG(1, rate); prior a^2 | lam ~ IG(1/2, 1/lam), lam ~ IG(1/2, 1/b^2).
     q_u = Normal(torch.tensor(mean, dtype=torch.float64), torch.tensor(std, dtype=torch.float64))
@@ -92,12 +95,16 @@ def test_half_cauchy_scale_kl_matches_monte_carlo(mean, std, rate, prior_scale):
     torch.manual_seed(2)
     u, lam = q_u.sample((N_MC,)), q_lam.sample((N_MC,))
     log_p_u = InverseGamma(torch.tensor(0.5, dtype=torch.float64), 1 / lam).log_prob(u.exp()) + u  # + log-Jacobian
-    log_p_lam = InverseGamma(torch.tensor(0.5, dtype=torch.float64),
-                             torch.tensor(1 / prior_scale ** 2, dtype=torch.float64)).log_prob(lam)
+    log_p_lam = InverseGamma(
+        torch.tensor(0.5, dtype=torch.float64), torch.tensor(1 / prior_scale**2, dtype=torch.float64)
+    ).log_prob(lam)
     samples = q_u.log_prob(u) + q_lam.log_prob(lam) - log_p_u - log_p_lam
-    closed = half_cauchy_scale_kl(torch.tensor(mean, dtype=torch.float64), torch.tensor(std, dtype=torch.float64),
-                                  torch.tensor(rate, dtype=torch.float64),
-                                  torch.tensor(prior_scale, dtype=torch.float64))
+    closed = half_cauchy_scale_kl(
+        torch.tensor(mean, dtype=torch.float64),
+        torch.tensor(std, dtype=torch.float64),
+        torch.tensor(rate, dtype=torch.float64),
+        torch.tensor(prior_scale, dtype=torch.float64),
+    )
     standard_error = samples.std() / math.sqrt(N_MC)
     assert abs(float(closed - samples.mean())) < 5 * float(standard_error) + 1e-3
     assert closed >= 0
@@ -108,8 +115,12 @@ def test_slab_kl_matches_monte_carlo():
     q = Normal(torch.tensor(mean, dtype=torch.float64), torch.tensor(std, dtype=torch.float64))
     torch.manual_seed(3)
     y = q.sample((N_MC,))
-    log_prior = InverseGamma(torch.tensor(shape, dtype=torch.float64),
-                             torch.tensor(rate, dtype=torch.float64)).log_prob(y.exp()) + y
+    log_prior = (
+        InverseGamma(torch.tensor(shape, dtype=torch.float64), torch.tensor(rate, dtype=torch.float64)).log_prob(
+            y.exp()
+        )
+        + y
+    )
     samples = q.log_prob(y) - log_prior
     closed = inverse_gamma_log_scale_kl(*(torch.tensor(v, dtype=torch.float64) for v in (mean, std, shape, rate)))
     assert abs(float(closed - samples.mean())) < 5 * float(samples.std() / math.sqrt(N_MC)) + 1e-3
@@ -180,8 +191,9 @@ def test_invalid_options_name_the_field():
 STRUCTURED = HorseshoeOptions(variational_family="structured")
 
 
-def structured_layer(in_features: int = 3, out_features: int = 2, options: HorseshoeOptions = STRUCTURED,
-                     seed: int = 0) -> StructuredHorseshoeLayer:
+def structured_layer(
+    in_features: int = 3, out_features: int = 2, options: HorseshoeOptions = STRUCTURED, seed: int = 0
+) -> StructuredHorseshoeLayer:
     """A float64 structured layer with every parameter moved off its start, a strong rank-one term included."""
     torch.manual_seed(seed)
     layer = layer_class("horseshoe", options, is_output=False)(in_features, out_features, options).double()
@@ -194,11 +206,11 @@ def structured_layer(in_features: int = 3, out_features: int = 2, options: Horse
     with torch.no_grad():
         layer.weight_mu.copy_(normal(out_features, in_features + 1))
         layer.log_node_scale_mu.copy_(0.5 * normal(out_features))
-        layer.row_std_rho.copy_(inverse_softplus_tensor(0.3 + 0.4 * torch.rand(n, generator=generator,
-                                                                               dtype=torch.float64)))
+        layer.row_std_rho.copy_(
+            inverse_softplus_tensor(0.3 + 0.4 * torch.rand(n, generator=generator, dtype=torch.float64))
+        )
         layer.row_factor.copy_(0.6 * normal(n))
-        layer.column_std_rho.copy_(inverse_softplus_tensor(torch.linspace(0.6, 1.4, out_features,
-                                                                          dtype=torch.float64)))
+        layer.column_std_rho.copy_(inverse_softplus_tensor(torch.linspace(0.6, 1.4, out_features, dtype=torch.float64)))
         layer.log_layer_scale_mu.fill_(-0.3)
         layer.log_layer_scale_rho.fill_(inverse_softplus(0.3))
         if layer.regularised:
@@ -223,10 +235,20 @@ def joint_draws(layer: StructuredHorseshoeLayer, n: int, seed: int) -> Tensor:
 
 
 def test_structured_option_builds_structured_hidden_layers_and_a_factorised_output_layer():
-    model = build_model(ModelConfig(in_features=3, out_classes=2, hidden=(4, 3), family="horseshoe",
-                                    family_options={"variational_family": "structured"}))
-    assert [type(layer) for layer in model.layers] == [StructuredHorseshoeLayer, StructuredHorseshoeLayer,
-                                                        HorseshoeLayer]
+    model = build_model(
+        ModelConfig(
+            in_features=3,
+            out_classes=2,
+            hidden=(4, 3),
+            family="horseshoe",
+            family_options={"variational_family": "structured"},
+        )
+    )
+    assert [type(layer) for layer in model.layers] == [
+        StructuredHorseshoeLayer,
+        StructuredHorseshoeLayer,
+        HorseshoeLayer,
+    ]
     assert type(HorseshoeLayer(3, 2)) is HorseshoeLayer
     assert type(copy.deepcopy(model.layers[0])) is StructuredHorseshoeLayer
     with pytest.raises(ConfigError, match="variational_family"):
@@ -276,8 +298,9 @@ def test_structured_forward_matches_x_times_weight_draws_in_mean_and_variance():
         forward = torch.stack([layer(x.expand(repeats, -1)) for _ in range(calls)]).reshape(-1, 2)
         weights = layer.sample_weights(100_000, torch.Generator().manual_seed(3))
         direct = weights[:, :, :-1] @ x[0] + weights[:, :, -1]
-    torch.testing.assert_close(forward.mean(0), direct.mean(0), rtol=0, atol=5 * direct.std(0).max().item()
-                               / math.sqrt(calls))
+    torch.testing.assert_close(
+        forward.mean(0), direct.mean(0), rtol=0, atol=5 * direct.std(0).max().item() / math.sqrt(calls)
+    )
     torch.testing.assert_close(forward.var(0), direct.var(0), rtol=0.1, atol=0)
 
 
@@ -289,8 +312,11 @@ def test_structured_joint_entropy_equals_the_dense_gaussian_and_the_matrix_norma
     psi, h = (t.detach() for t in layer.row_covariance())
     full = torch.kron(torch.diag(column), torch.diag(psi) + torch.outer(h, h))  # vec(Z) column by column
     dense = MultivariateNormal(torch.zeros(n * out, dtype=torch.float64), full).entropy()
-    formula = (n * out / 2 * math.log(2 * math.pi * math.e) + n / 2 * torch.log(column).sum()
-               + out / 2 * (torch.log(psi).sum() + torch.log1p((h * h / psi).sum())))
+    formula = (
+        n * out / 2 * math.log(2 * math.pi * math.e)
+        + n / 2 * torch.log(column).sum()
+        + out / 2 * (torch.log(psi).sum() + torch.log1p((h * h / psi).sum()))
+    )
     with torch.no_grad():
         entropy = layer.joint_entropy()
     torch.testing.assert_close(entropy, dense)
@@ -300,8 +326,12 @@ def test_structured_joint_entropy_equals_the_dense_gaussian_and_the_matrix_norma
     mask[0, 1] = mask[1, 0] = mask[1, 3] = 0
     layer.fix_structure(mask)
     kept = torch.cat([mask, torch.ones(out, 1, dtype=torch.float64)], dim=1).bool()
-    dense_kept = sum(MultivariateNormal(torch.zeros(int(kept[k].sum()), dtype=torch.float64),
-                                        covariances[k][kept[k]][:, kept[k]]).entropy() for k in range(out))
+    dense_kept = sum(
+        MultivariateNormal(
+            torch.zeros(int(kept[k].sum()), dtype=torch.float64), covariances[k][kept[k]][:, kept[k]]
+        ).entropy()
+        for k in range(out)
+    )
     with torch.no_grad():
         torch.testing.assert_close(layer.joint_entropy(), dense_kept)
 
@@ -315,13 +345,18 @@ def test_structured_weight_and_node_scale_kl_matches_monte_carlo():
     torch.manual_seed(5)
     lam = InverseGamma(torch.ones(3, dtype=torch.float64), layer.node_aux_rate).sample((N_MC,))
     mean = torch.cat([layer.weight_mu.detach(), layer.log_node_scale_mu.detach()[:, None]], dim=1)
-    log_q = (MultivariateNormal(mean, dense_unit_covariances(layer)).log_prob(z)
-             + InverseGamma(torch.ones(3, dtype=torch.float64), layer.node_aux_rate).log_prob(lam))
+    log_q = MultivariateNormal(mean, dense_unit_covariances(layer)).log_prob(z) + InverseGamma(
+        torch.ones(3, dtype=torch.float64), layer.node_aux_rate
+    ).log_prob(lam)
     tau2 = torch.exp(2 * log_tau)
-    log_p = (Normal(0.0, 1.0).log_prob(beta).sum(-1)
-             + InverseGamma(torch.tensor(0.5, dtype=torch.float64), 1 / lam).log_prob(tau2) + torch.log(2 * tau2)
-             + InverseGamma(torch.tensor(0.5, dtype=torch.float64),
-                            torch.tensor(1 / 0.8 ** 2, dtype=torch.float64)).log_prob(lam))
+    log_p = (
+        Normal(0.0, 1.0).log_prob(beta).sum(-1)
+        + InverseGamma(torch.tensor(0.5, dtype=torch.float64), 1 / lam).log_prob(tau2)
+        + torch.log(2 * tau2)
+        + InverseGamma(torch.tensor(0.5, dtype=torch.float64), torch.tensor(1 / 0.8**2, dtype=torch.float64)).log_prob(
+            lam
+        )
+    )
     samples = (log_q - log_p).sum(-1)
     with torch.no_grad():
         terms = layer.kl_terms()
@@ -340,8 +375,14 @@ def test_structured_family_with_no_rank_one_term_is_the_factorised_family():
     psi, _ = structured.row_covariance()
     column_std = structured.column_variances().sqrt()
     with torch.no_grad():
-        for name in ("weight_mu", "log_node_scale_mu", "log_layer_scale_mu", "log_layer_scale_rho",
-                     "log_slab_mu", "log_slab_rho"):
+        for name in (
+            "weight_mu",
+            "log_node_scale_mu",
+            "log_layer_scale_mu",
+            "log_layer_scale_rho",
+            "log_slab_mu",
+            "log_slab_rho",
+        ):
             getattr(factorised, name).copy_(getattr(structured, name))
         factorised.weight_rho.copy_(inverse_softplus_tensor(column_std[:, None] * psi[:-1].sqrt()))
         factorised.log_node_scale_rho.copy_(inverse_softplus_tensor(column_std * psi[-1].sqrt()))
@@ -354,8 +395,9 @@ def test_structured_family_with_no_rank_one_term_is_the_factorised_family():
         x = torch.randn(5, 3, dtype=torch.float64)
         mean, var = structured.conditional_pre_activation_moments(x, torch.randn(4, dtype=torch.float64))
         torch.testing.assert_close(mean, x @ factorised.weight_mu[:, :-1].T + factorised.weight_mu[:, -1])
-        torch.testing.assert_close(var, (x * x) @ factorised.weight_sigma[:, :-1].T.square()
-                                   + factorised.weight_sigma[:, -1].square())
+        torch.testing.assert_close(
+            var, (x * x) @ factorised.weight_sigma[:, :-1].T.square() + factorised.weight_sigma[:, -1].square()
+        )
 
 
 @pytest.mark.parametrize("prior", PRIORS_UNDER_TEST)
@@ -392,8 +434,15 @@ def test_structured_pruning_uses_the_marginal_of_log_tau():
 def test_structured_model_round_trips_through_the_state_dict():
     def model(seed: int):
         torch.manual_seed(seed)
-        return build_model(ModelConfig(in_features=3, out_classes=2, hidden=(4,), family="horseshoe",
-                                       family_options={"variational_family": "structured"}))
+        return build_model(
+            ModelConfig(
+                in_features=3,
+                out_classes=2,
+                hidden=(4,),
+                family="horseshoe",
+                family_options={"variational_family": "structured"},
+            )
+        )
 
     source, target = model(0), model(1)
     with torch.no_grad():
@@ -420,8 +469,15 @@ def test_structured_model_trains_on_two_moons_without_nan_and_its_loss_goes_down
     x = torch.stack([torch.cos(angle) - labels, torch.sin(angle) * (1 - 2 * labels) + 0.5 * labels], 1)
     x = x + 0.1 * torch.randn(x.shape, generator=generator)
     torch.manual_seed(0)
-    model = build_model(ModelConfig(in_features=2, out_classes=2, hidden=(16,), family="horseshoe",
-                                    family_options={"variational_family": "structured"}))
+    model = build_model(
+        ModelConfig(
+            in_features=2,
+            out_classes=2,
+            hidden=(16,),
+            family="horseshoe",
+            family_options={"variational_family": "structured"},
+        )
+    )
     result = train(model, x, labels, TrainConfig(epochs=8, batch_size=32), seed=0)
     losses = [record["loss"] for record in result.history]
     data_terms = [record["data_term"] for record in result.history]
@@ -440,8 +496,9 @@ def _randomised(layer: HorseshoeLayer, seed: int) -> HorseshoeLayer:
 
 
 @pytest.mark.parametrize("prior", PRIORS_UNDER_TEST)
-@pytest.mark.parametrize("family,is_output", [("factorised", False), ("factorised", True),
-                                              ("structured", False)])  # output layers are factorised
+@pytest.mark.parametrize(
+    "family,is_output", [("factorised", False), ("factorised", True), ("structured", False)]
+)  # output layers are factorised
 def test_kl_gradient_surrogate_has_the_gradient_of_the_kl_but_not_its_value(family, prior, is_output):
     options = HorseshoeOptions(prior=prior, variational_family=family)
     layer = layer_class("horseshoe", options, is_output=is_output)(4, 3, options, is_output=is_output).double()
@@ -473,7 +530,7 @@ def test_fused_training_forward_equals_autograd_in_values_and_gradients(prior):
     for fused in (True, False):
         torch.manual_seed(1)
         out, kl = layer.forward_with_kl(x) if fused else (layer(x), layer.kl())
-        loss = (out.pow(2).sum() * 0.3 + out.sum() + 0.7 * kl)
+        loss = out.pow(2).sum() * 0.3 + out.sum() + 0.7 * kl
         results.append((out.detach(), kl.detach(), torch.autograd.grad(loss, parameters)))
     (out_f, kl_f, grads_f), (out_a, kl_a, grads_a) = results
     assert torch.allclose(out_f, out_a) and torch.allclose(kl_f, kl_a)
@@ -517,16 +574,22 @@ def test_fused_scales_pass_gradcheck(regularised, has_nodes):
     slab_mu, slab_rho = (normal(), normal()) if regularised else (None, None)
     eps_layer, eps_node = normal(1, requires_grad=False), normal(out, requires_grad=False) if has_nodes else None
     eps_slab = normal(1, requires_grad=False) if regularised else None
-    rates = (torch.tensor(1.7, dtype=torch.float64), torch.rand(out, generator=generator, dtype=torch.float64) + 0.5
-             if has_nodes else None)
-    slab_prior = (torch.tensor(2.0, dtype=torch.float64), torch.tensor(6.0, dtype=torch.float64)) if regularised \
+    rates = (
+        torch.tensor(1.7, dtype=torch.float64),
+        torch.rand(out, generator=generator, dtype=torch.float64) + 0.5 if has_nodes else None,
+    )
+    slab_prior = (
+        (torch.tensor(2.0, dtype=torch.float64), torch.tensor(6.0, dtype=torch.float64))
+        if regularised
         else (None, None)
+    )
     weights = torch.randn(out, generator=generator, dtype=torch.float64)
 
     def function(*free):
         values = iter(free)
-        args = [next(values) if a is not None else None
-                for a in (layer_mu, layer_rho, node_mu, node_rho, slab_mu, slab_rho)]
+        args = [
+            next(values) if a is not None else None for a in (layer_mu, layer_rho, node_mu, node_rho, slab_mu, slab_rho)
+        ]
         scale, _ = HorseshoeScales.apply(*args, eps_layer, eps_node, eps_slab, *rates, *slab_prior, out)
         # The KL output is a surrogate (value 0, a gradient): finite differences cannot check it; the
         # test above checks its gradient against kl()'s under autograd.

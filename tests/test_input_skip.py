@@ -24,8 +24,9 @@ D = 5
 def skip_model(family="lbbnn", hidden=(6, 4), classes=3, seed=0, likelihood="categorical", skip=True):
     torch.manual_seed(seed)
     options = {"input_skip": True} if skip else {}
-    return BayesianMLP(ModelConfig(D, classes, hidden=hidden, family=family, family_options=options,
-                                   likelihood=likelihood))
+    return BayesianMLP(
+        ModelConfig(D, classes, hidden=hidden, family=family, family_options=options, likelihood=likelihood)
+    )
 
 
 def inputs(n=32, seed=1):
@@ -62,8 +63,9 @@ def test_layer_shapes_and_every_forward_match_a_hand_built_net(family):
         draws = model.sample_weights(2, seed=3)
         batched = model.forward_with_weights(torch.from_numpy(x), draws).numpy()
         for r in range(2):
-            np.testing.assert_allclose(batched[r], by_hand([w[r] for w in draws], x.astype(np.float64)),
-                                       rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(
+                batched[r], by_hand([w[r] for w in draws], x.astype(np.float64)), rtol=1e-4, atol=1e-5
+            )
 
 
 @pytest.mark.parametrize("family", ["lbbnn", "bnn", "sparse-vd", "fnn"])
@@ -108,7 +110,7 @@ def test_with_every_skip_weight_excluded_it_is_the_plain_network(family):
             # but the skip weights.
             mask = torch.ones(a.shape)
             if index > 0:
-                mask[:, a.in_features - D:a.in_features] = 0.0
+                mask[:, a.in_features - D : a.in_features] = 0.0
             a.fix_structure(mask)
             b.fix_structure(torch.ones(b.shape))
     x = inputs()
@@ -127,9 +129,17 @@ def test_density_counts_skip_weights():
     assert sum(int(m.numel()) for m in masks) == model.n_weights()
 
 
-@pytest.mark.parametrize("mode,extra", [("bma", {"samples": 3}), ("mpm", {"samples": 3}), ("mpm-mean", {}),
-                                        ("mean", {}), ("prune", {"weights": "mean", "threshold": 0.4}),
-                                        ("prune", {"weights": "sample", "threshold": 0.6, "samples": 2})])
+@pytest.mark.parametrize(
+    "mode,extra",
+    [
+        ("bma", {"samples": 3}),
+        ("mpm", {"samples": 3}),
+        ("mpm-mean", {}),
+        ("mean", {}),
+        ("prune", {"weights": "mean", "threshold": 0.4}),
+        ("prune", {"weights": "sample", "threshold": 0.6, "samples": 2}),
+    ],
+)
 def test_every_prediction_mode_equals_the_hand_built_networks(mode, extra):
     """Each mode's outputs are those of the hand-built skip net on its weights (mask applied)."""
     model = skip_model("lbbnn", seed=2)
@@ -156,8 +166,16 @@ def test_sweep_points_equal_fresh_predictions_and_report_active_density():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(60, D)).astype(np.float32)
     y = rng.integers(0, 3, size=60)
-    dataset = make_dataset(name="skip-test", task="classification", x_train=x[:40], y_train=y[:40],
-                           x_test=x[40:], y_test=y[40:], source="generated", n_classes=3)
+    dataset = make_dataset(
+        name="skip-test",
+        task="classification",
+        x_train=x[:40],
+        y_train=y[:40],
+        x_test=x[40:],
+        y_test=y[40:],
+        source="generated",
+        n_classes=3,
+    )
     grid = [0.2, 0.5, 0.8]
     result = sweep(model, dataset, thresholds=grid)
     for t, value, density in zip(grid, result.values, result.density):

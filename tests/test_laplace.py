@@ -20,9 +20,15 @@ SIGMA, DELTA = 0.3, 2.0
 
 def linear_model(delta: float = DELTA, tune: bool = False, in_features: int = 2):
     """A net with no hidden layer and an identity output: Bayesian linear regression with a bias."""
-    config = ModelConfig(in_features=in_features, out_classes=None, hidden=(), family="laplace",
-                         family_options={"prior_precision": delta, "tune_prior": tune}, likelihood="gaussian",
-                         likelihood_options={"noise": "fixed", "noise_std": SIGMA})
+    config = ModelConfig(
+        in_features=in_features,
+        out_classes=None,
+        hidden=(),
+        family="laplace",
+        family_options={"prior_precision": delta, "tune_prior": tune},
+        likelihood="gaussian",
+        likelihood_options={"noise": "fixed", "noise_std": SIGMA},
+    )
     return build_model(config)
 
 
@@ -37,12 +43,13 @@ def blr(x: torch.Tensor, y: torch.Tensor, delta: float):
     """Bayesian linear regression, prior N(0, I / delta) on (w, b), noise sd SIGMA: posterior mean and
     covariance, and the log evidence log N(y; 0, SIGMA^2 I + X X^T / delta)."""
     design = torch.cat([x, torch.ones(len(x), 1)], dim=1).double()
-    precision = delta * torch.eye(design.shape[1], dtype=torch.float64) + design.T @ design / SIGMA ** 2
+    precision = delta * torch.eye(design.shape[1], dtype=torch.float64) + design.T @ design / SIGMA**2
     covariance = torch.linalg.inv(precision)
-    mean = covariance @ design.T @ y.double() / SIGMA ** 2
-    marginal = SIGMA ** 2 * torch.eye(len(x), dtype=torch.float64) + design @ design.T / delta
+    mean = covariance @ design.T @ y.double() / SIGMA**2
+    marginal = SIGMA**2 * torch.eye(len(x), dtype=torch.float64) + design @ design.T / delta
     evidence = torch.distributions.MultivariateNormal(torch.zeros(len(x), dtype=torch.float64), marginal).log_prob(
-        y.double())
+        y.double()
+    )
     return mean, covariance, float(evidence)
 
 
@@ -65,8 +72,9 @@ def test_linear_gaussian_posterior_predictive_and_evidence_equal_bayesian_linear
     torch.testing.assert_close(variance[:, 0], ((design @ covariance) * design).sum(1), rtol=1e-5, atol=1e-8)
     assert float(model.posterior.log_evidence) == pytest.approx(evidence, rel=1e-5)
     # the per-weight sds the layers report (coef, pruning) are the covariance's diagonal
-    torch.testing.assert_close(model.layers[0].posterior_std.double().reshape(-1), covariance.diagonal().sqrt(),
-                               rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(
+        model.layers[0].posterior_std.double().reshape(-1), covariance.diagonal().sqrt(), rtol=1e-5, atol=1e-7
+    )
 
 
 def test_tuned_prior_precision_maximises_the_closed_form_evidence_at_fixed_weights():
@@ -81,10 +89,10 @@ def test_tuned_prior_precision_maximises_the_closed_form_evidence_at_fixed_weigh
         design = torch.cat([x, torch.ones(len(x), 1)], dim=1).double()
         w = mean
         residual = y.double() - design @ w
-        log_lik = -0.5 * len(x) * math.log(2 * math.pi * SIGMA ** 2) - 0.5 * float(residual @ residual) / SIGMA ** 2
+        log_lik = -0.5 * len(x) * math.log(2 * math.pi * SIGMA**2) - 0.5 * float(residual @ residual) / SIGMA**2
         p = len(w)
         log_prior = 0.5 * p * math.log(delta / (2 * math.pi)) - 0.5 * delta * float(w @ w)
-        hessian = delta * torch.eye(p, dtype=torch.float64) + design.T @ design / SIGMA ** 2
+        hessian = delta * torch.eye(p, dtype=torch.float64) + design.T @ design / SIGMA**2
         return log_lik + log_prior + 0.5 * p * math.log(2 * math.pi) - 0.5 * float(torch.logdet(hessian))
 
     grid = np.logspace(-4, 4, 2001)
@@ -96,9 +104,16 @@ def test_tuned_prior_precision_maximises_the_closed_form_evidence_at_fixed_weigh
 @pytest.mark.parametrize("likelihood,outputs", [("gaussian", None), ("categorical", 3), ("bernoulli", 2)])
 def test_ggn_equals_j_transpose_lambda_j_from_autograd_jacobians(likelihood, outputs):
     torch.manual_seed(0)
-    config = ModelConfig(in_features=2, out_classes=outputs, hidden=(3,), family="laplace", activation="tanh",
-                         family_options={"prior_precision": 1.5, "tune_prior": False}, likelihood=likelihood,
-                         likelihood_options={"noise": "fixed", "noise_std": SIGMA} if likelihood == "gaussian" else {})
+    config = ModelConfig(
+        in_features=2,
+        out_classes=outputs,
+        hidden=(3,),
+        family="laplace",
+        activation="tanh",
+        family_options={"prior_precision": 1.5, "tune_prior": False},
+        likelihood=likelihood,
+        likelihood_options={"noise": "fixed", "noise_std": SIGMA} if likelihood == "gaussian" else {},
+    )
     model = build_model(config)
     x = torch.randn(7, 2)
     y = torch.randn(7) if outputs is None else torch.randint(0, outputs, (7,)).float()
@@ -118,7 +133,7 @@ def test_ggn_equals_j_transpose_lambda_j_from_autograd_jacobians(likelihood, out
     jacobian = torch.autograd.functional.jacobian(network, flat)  # (n, K, P)
     f = network(flat)
     if likelihood == "gaussian":
-        lam = torch.eye(1, dtype=torch.float64).expand(7, 1, 1) / SIGMA ** 2
+        lam = torch.eye(1, dtype=torch.float64).expand(7, 1, 1) / SIGMA**2
     elif likelihood == "bernoulli":
         p = torch.sigmoid(f)
         lam = (p * (1 - p)).unsqueeze(-1)
@@ -134,8 +149,11 @@ def test_ggn_equals_j_transpose_lambda_j_from_autograd_jacobians(likelihood, out
 
 def test_relu_jacobian_matches_autograd():
     torch.manual_seed(3)
-    weights = [torch.randn(5, 3, dtype=torch.float64), torch.randn(4, 6, dtype=torch.float64),
-               torch.randn(2, 5, dtype=torch.float64)]
+    weights = [
+        torch.randn(5, 3, dtype=torch.float64),
+        torch.randn(4, 6, dtype=torch.float64),
+        torch.randn(2, 5, dtype=torch.float64),
+    ]
     x = torch.randn(9, 2, dtype=torch.float64)
     sizes = [w.numel() for w in weights]
 
@@ -166,7 +184,7 @@ def test_sampled_predictive_variance_matches_the_closed_form_on_a_linear_model()
     # the variance of a sample variance of a Gaussian is 2 s^4 / (R - 1): 5 standard errors
     tolerance = 5 * math.sqrt(2 / (draws - 1))
     np.testing.assert_allclose(prediction.epistemic_variance, exact[:, 0].numpy(), rtol=tolerance)
-    np.testing.assert_allclose(prediction.aleatoric_variance, SIGMA ** 2, rtol=1e-5)
+    np.testing.assert_allclose(prediction.aleatoric_variance, SIGMA**2, rtol=1e-5)
     # and the weight draws themselves have the posterior's covariance
     flat = model.posterior.flatten(model.sample_weights(draws, seed=5)).double()
     torch.testing.assert_close(torch.cov(flat.T), covariance, rtol=0.15, atol=0.15 * float(covariance.diagonal().max()))
@@ -202,8 +220,9 @@ def test_a_trained_run_round_trips_through_the_store(tmp_path):
     from core.runs import RunConfig
     from core.runs.training import load_run, train_run
 
-    config = RunConfig.from_dict({"dataset": "toy-sine-gaps", "method": "laplace", "hidden": [8],
-                                  "train": {"epochs": 30}})
+    config = RunConfig.from_dict(
+        {"dataset": "toy-sine-gaps", "method": "laplace", "hidden": [8], "train": {"epochs": 30}}
+    )
     run = train_run(config, cache_dir=tmp_path)
     assert run.metrics["laplace_fit_seconds"] < 1.0
     assert run.model.posterior.is_fitted and run.model.posterior.eigenvalues.numel() > 0
@@ -212,8 +231,15 @@ def test_a_trained_run_round_trips_through_the_store(tmp_path):
     x = run.dataset().x_grid
     first, second = run.predict(x, "bma", samples=5), again.predict(x, "bma", samples=5)
     np.testing.assert_array_equal(first.mean_per_draw, second.mean_per_draw)
-    assert (run.model.posterior.state_dict().keys() ==
-            {"eigenvectors", "eigenvalues", "prior_precision", "log_evidence", "fit_seconds", "fitted", "kept"})
+    assert run.model.posterior.state_dict().keys() == {
+        "eigenvectors",
+        "eigenvalues",
+        "prior_precision",
+        "log_evidence",
+        "fit_seconds",
+        "fitted",
+        "kept",
+    }
     np.testing.assert_array_equal(run.predict(x, "mean").mean, again.predict(x, "mean").mean)
 
 
@@ -221,19 +247,28 @@ def test_post_hoc_fit_on_a_pruned_network_covers_the_kept_weights_only():
     from core.models.laplace import fit_laplace
 
     torch.manual_seed(2)
-    config = ModelConfig(in_features=1, out_classes=None, hidden=(4,), family="bnn", activation="tanh",
-                         likelihood="gaussian", likelihood_options={"noise": "fixed", "noise_std": SIGMA})
+    config = ModelConfig(
+        in_features=1,
+        out_classes=None,
+        hidden=(4,),
+        family="bnn",
+        activation="tanh",
+        likelihood="gaussian",
+        likelihood_options={"noise": "fixed", "noise_std": SIGMA},
+    )
     model = build_model(config)
     x, y = torch.linspace(-1, 1, 15).unsqueeze(1), torch.linspace(-1, 1, 15) ** 2
-    masks = [torch.rand(layer.shape, generator=torch.Generator().manual_seed(i)) > 0.3
-             for i, layer in enumerate(model.layers)]
+    masks = [
+        torch.rand(layer.shape, generator=torch.Generator().manual_seed(i)) > 0.3
+        for i, layer in enumerate(model.layers)
+    ]
     posterior = fit_laplace(model, x, y, masks=masks, prior_precision=0.7, tune_prior=False)
     with torch.no_grad():
         weights = [w.double() * m for w, m in zip(model.conditional_mean_weights(masks), masks)]
     kept = posterior.flatten(masks).bool()
     _, jacobian = output_jacobian(x.double(), weights, torch.tanh)
     j = jacobian[:, 0][:, kept]
-    expected = torch.linalg.inv(0.7 * torch.eye(int(kept.sum()), dtype=torch.float64) + j.T @ j / SIGMA ** 2)
+    expected = torch.linalg.inv(0.7 * torch.eye(int(kept.sum()), dtype=torch.float64) + j.T @ j / SIGMA**2)
     covariance = posterior.covariance()
     torch.testing.assert_close(covariance[kept][:, kept], expected, rtol=1e-6, atol=1e-9)
     assert covariance[~kept].abs().max() == 0 and covariance[:, ~kept].abs().max() == 0
@@ -249,9 +284,16 @@ def test_ggn_equals_autograds_hessian_of_the_loss_through_the_linearised_net(lik
     from core.models.laplace import curvature_factor
 
     torch.manual_seed(1)
-    config = ModelConfig(in_features=2, out_classes=outputs, hidden=(3,), family="laplace", activation="tanh",
-                         family_options={"prior_precision": 1.0, "tune_prior": False}, likelihood=likelihood,
-                         likelihood_options={"noise": "fixed", "noise_std": SIGMA} if likelihood == "gaussian" else {})
+    config = ModelConfig(
+        in_features=2,
+        out_classes=outputs,
+        hidden=(3,),
+        family="laplace",
+        activation="tanh",
+        family_options={"prior_precision": 1.0, "tune_prior": False},
+        likelihood=likelihood,
+        likelihood_options={"noise": "fixed", "noise_std": SIGMA} if likelihood == "gaussian" else {},
+    )
     model = build_model(config).double()
     x = torch.randn(5, 2, dtype=torch.float64)
     y = torch.randn(5, dtype=torch.float64) if outputs is None else torch.randint(0, outputs, (5,)).double()
@@ -278,6 +320,7 @@ def test_laplace_runs_on_the_1d_toys_default_to_tanh_and_other_runs_keep_relu():
     assert RunConfig(dataset="mnist-small", method="laplace").activation == "relu"
     # a config that names no activation is the same run as one that names the default (ids unchanged)
     fingerprint = "0" * 16
-    assert (RunConfig(dataset="toy-sine-gaps", method="bnn").run_id(fingerprint)
-            == RunConfig(dataset="toy-sine-gaps", method="bnn", activation="relu").run_id(fingerprint))
+    assert RunConfig(dataset="toy-sine-gaps", method="bnn").run_id(fingerprint) == RunConfig(
+        dataset="toy-sine-gaps", method="bnn", activation="relu"
+    ).run_id(fingerprint)
     assert RunConfig.from_dict(RunConfig(dataset="toy-cubic", method="laplace").to_dict()).activation == "tanh"

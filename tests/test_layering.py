@@ -35,16 +35,22 @@ def test_dashboard_reaches_core_only_through_backend():
 
 
 def test_core_never_imports_the_dashboard():
-    offenders = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "core").rglob("*.py"))
-                 if any(m == "dashboard" or m.startswith("dashboard.") for m in imported_modules(p))]
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in sorted((ROOT / "core").rglob("*.py"))
+        if any(m == "dashboard" or m.startswith("dashboard.") for m in imported_modules(p))
+    ]
     assert not offenders
 
 
 def test_core_predict_never_imports_core_runs():
     # Runs are built on predictions (core.runs.Run's verbs call core.predict), never the other way round,
     # lazily imported or not.
-    offenders = {str(p.relative_to(ROOT)): sorted(m for m in imported_modules(p)
-                                                  if m == "core.runs" or m.startswith(("core.runs.", "core.cli")))
-                 for p in sorted((ROOT / "core" / "predict").rglob("*.py"))}
+    offenders = {
+        str(p.relative_to(ROOT)): sorted(
+            m for m in imported_modules(p) if m == "core.runs" or m.startswith(("core.runs.", "core.cli"))
+        )
+        for p in sorted((ROOT / "core" / "predict").rglob("*.py"))
+    }
     offenders = {path: modules for path, modules in offenders.items() if modules}
     assert not offenders, f"core.predict must not import core.runs or the CLI: {offenders}"

@@ -59,8 +59,10 @@ def test_random_masks_are_uniform_over_subsets():
 
 
 def test_layer_sparsity_counts_weight_matrices_only():
-    masks = [mask_from([[1, 0, 0, 0, 1], [0, 0, 1, 1, 0]]),  # weights 3 of 8 kept; biases ignored
-             mask_from([[0, 0, 0]])]
+    masks = [
+        mask_from([[1, 0, 0, 0, 1], [0, 0, 1, 1, 0]]),  # weights 3 of 8 kept; biases ignored
+        mask_from([[0, 0, 0]]),
+    ]
     assert lenet.layer_sparsity(masks) == pytest.approx([5 / 8, 1.0])
 
 
@@ -114,17 +116,37 @@ def test_run_configs_differ_only_in_the_warm_start(method):
     assert tuple(warm.hidden) == (300, 100)
     short, _ = lenet.run_config("fashion-mnist", method, "warm-start", 30, 3, None)
     assert (short.dataset, short.train.epochs, short.train.kl_anneal_epochs, short.train.warm_start_epochs) == (
-        "fashion-mnist", 30, 15, 3)
+        "fashion-mnist",
+        30,
+        15,
+        3,
+    )
 
 
 def entry(unpruned, pruned, random, method="variational-dense", start="warm-start"):
-    return {"dataset": "mnist", "method": method, "start": start,
-            "schedule": {"warm_start_epochs": 10, "epochs": 100, "kl_anneal_epochs": 50}, "shortened": False,
-            "run_id": "abc", "train_seconds": 12.0, "command": "python -m benchmarks.lenet", "date": "today",
-            "machine": {"cpu": "cpu", "cpu_count": 2},
-            "result": {"layer_sparsity": [0.9, 0.8, 0.1], "density": 0.15, "unpruned": unpruned, "pruned": pruned,
-                       "random": random, "random_sd": 0.01, "random_masks": 5, "random_at_paper_rates": 0.11,
-                       "stored": {"SIM-SIM R=10 accuracy": 0.98}}}
+    return {
+        "dataset": "mnist",
+        "method": method,
+        "start": start,
+        "schedule": {"warm_start_epochs": 10, "epochs": 100, "kl_anneal_epochs": 50},
+        "shortened": False,
+        "run_id": "abc",
+        "train_seconds": 12.0,
+        "command": "python -m benchmarks.lenet",
+        "date": "today",
+        "machine": {"cpu": "cpu", "cpu_count": 2},
+        "result": {
+            "layer_sparsity": [0.9, 0.8, 0.1],
+            "density": 0.15,
+            "unpruned": unpruned,
+            "pruned": pruned,
+            "random": random,
+            "random_sd": 0.01,
+            "random_masks": 5,
+            "random_at_paper_rates": 0.11,
+            "stored": {"SIM-SIM R=10 accuracy": 0.98},
+        },
+    }
 
 
 def test_accuracy_gaps_flag_only_differences_above_one_point():
@@ -149,8 +171,10 @@ def test_evaluate_run_agrees_with_the_run_verbs():
 
     dataset = load_dataset("two-moons")
     torch.manual_seed(1)
-    model = build_model(ModelConfig(in_features=dataset.in_features, out_classes=dataset.n_classes, hidden=(12,),
-                                    family="sparse-vd"), "cpu")
+    model = build_model(
+        ModelConfig(in_features=dataset.in_features, out_classes=dataset.n_classes, hidden=(12,), family="sparse-vd"),
+        "cpu",
+    )
     with torch.no_grad():  # make about half of each layer's weights prunable (log alpha > 3)
         for layer in model.layers:
             noisy = torch.rand(layer.log_sigma2.shape) < 0.5

@@ -59,8 +59,9 @@ def open_address(params: dict[str, str]) -> AppTest:
 
 
 def panel_text(at: AppTest) -> str:
-    return (" ".join(str(c.value) for c in at.sidebar.caption) + " "
-            + " ".join(str(m.value) for m in at.sidebar.markdown))
+    return (
+        " ".join(str(c.value) for c in at.sidebar.caption) + " " + " ".join(str(m.value) for m in at.sidebar.markdown)
+    )
 
 
 def param(at: AppTest, name: str):
@@ -99,16 +100,19 @@ def test_a_lesson_link_opens_its_first_step_as_a_link(store):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("params,refused", [
-    ({"lesson": "../walk"}, "lesson"),
-    ({"lesson": "[click](http://evil)"}, "lesson"),
-    ({"lesson": "nope"}, "lesson"),
-    ({"lesson": "walk", "step": "9"}, "step"),
-    ({"lesson": "walk", "step": "-1"}, "step"),
-    ({"step": "2"}, "step"),
-    ({"hide": "everything"}, "hide"),
-    ({"hide": "seed;rm"}, "hide"),
-])
+@pytest.mark.parametrize(
+    "params,refused",
+    [
+        ({"lesson": "../walk"}, "lesson"),
+        ({"lesson": "[click](http://evil)"}, "lesson"),
+        ({"lesson": "nope"}, "lesson"),
+        ({"lesson": "walk", "step": "9"}, "step"),
+        ({"lesson": "walk", "step": "-1"}, "step"),
+        ({"step": "2"}, "step"),
+        ({"hide": "everything"}, "hide"),
+        ({"hide": "seed;rm"}, "hide"),
+    ],
+)
 def test_bad_lesson_values_are_refused_once_and_the_session_stays_whole(store, params, refused):
     at = open_address(params)
     assert_healthy(at)

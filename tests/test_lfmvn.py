@@ -45,9 +45,10 @@ def test_low_rank_kl_equals_the_full_covariance_formula(rank):
     diff = xi - prior_mean
     full = 0.5 * (torch.trace(sigma) / v + diff @ diff / v - d + d * math.log(v) - torch.linalg.slogdet(sigma)[1])
     torch.testing.assert_close(closed, full, rtol=1e-4, atol=1e-4)
-    reference = kl_divergence(MultivariateNormal(xi, sigma),
-                              MultivariateNormal(torch.full((d,), prior_mean, dtype=torch.float64),
-                                                 v * torch.eye(d, dtype=torch.float64)))
+    reference = kl_divergence(
+        MultivariateNormal(xi, sigma),
+        MultivariateNormal(torch.full((d,), prior_mean, dtype=torch.float64), v * torch.eye(d, dtype=torch.float64)),
+    )
     torch.testing.assert_close(closed, reference, rtol=1e-4, atol=1e-4)
 
 
@@ -57,10 +58,13 @@ def test_low_rank_kl_is_exact_in_double_precision():
     factor = torch.randn(30, 2, generator=generator, dtype=torch.float64)
     diag = torch.rand(30, generator=generator, dtype=torch.float64) + 0.1
     prior_mean, prior_var = torch.tensor(-1.0, dtype=torch.float64), torch.tensor(2.0, dtype=torch.float64)
-    reference = kl_divergence(MultivariateNormal(mean, factor @ factor.T + torch.diag(diag)),
-                              MultivariateNormal(prior_mean.expand(30), prior_var * torch.eye(30, dtype=torch.float64)))
-    torch.testing.assert_close(low_rank_gaussian_kl(mean, factor, diag, prior_mean, prior_var), reference,
-                               rtol=1e-10, atol=1e-10)
+    reference = kl_divergence(
+        MultivariateNormal(mean, factor @ factor.T + torch.diag(diag)),
+        MultivariateNormal(prior_mean.expand(30), prior_var * torch.eye(30, dtype=torch.float64)),
+    )
+    torch.testing.assert_close(
+        low_rank_gaussian_kl(mean, factor, diag, prior_mean, prior_var), reference, rtol=1e-10, atol=1e-10
+    )
 
 
 def test_probit_inclusion_probability_is_close_to_monte_carlo():
@@ -96,8 +100,7 @@ def test_sampled_masks_carry_the_dependence_between_indicators():
         layer.logit_factor[1, 0, 0] = -3.0  # ... which this weight loads on with the opposite sign
         draws = layer.sample_weights(50_000, torch.Generator().manual_seed(4))
     included = (draws != 0).double()
-    first, same, opposite, independent = (included[:, 0, 0], included[:, 0, 1], included[:, 1, 0],
-                                          included[:, 1, 1])
+    first, same, opposite, independent = (included[:, 0, 0], included[:, 0, 1], included[:, 1, 0], included[:, 1, 1])
     assert torch.corrcoef(torch.stack([first, same]))[0, 1] > 0.3
     assert torch.corrcoef(torch.stack([first, opposite]))[0, 1] < -0.3
     assert abs(torch.corrcoef(torch.stack([first, independent]))[0, 1]) < 0.03

@@ -17,7 +17,7 @@ def test_accuracy_brier_and_nll_by_hand():
     probs = np.array([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6]])
     y = np.array([0, 1])
     assert C.accuracy(probs, y) == 0.5
-    expected_brier = ((0.3 ** 2 + 0.2 ** 2 + 0.1 ** 2) + (0.1 ** 2 + 0.7 ** 2 + 0.6 ** 2)) / 2
+    expected_brier = ((0.3**2 + 0.2**2 + 0.1**2) + (0.1**2 + 0.7**2 + 0.6**2)) / 2
     assert C.brier(probs, y) == pytest.approx(expected_brier)
     draws = np.array([[[0.9, 0.1], [0.2, 0.8]], [[0.5, 0.5], [0.6, 0.4]]])  # (R=2, n=2, K=2)
     y2 = np.array([0, 1])
@@ -87,7 +87,8 @@ def test_log_likelihood_in_original_units_matches_scipy(mixture):
     direct = np.log(np.mean(stats.norm.pdf(y_orig, means * target_std + target_mean, stds * target_std), axis=0))
     assert R.log_likelihood(means, stds, y, target_std) == pytest.approx(direct.mean(), rel=1e-10)
     assert R.rmse(means.mean(0), y, target_std) == pytest.approx(
-        np.sqrt(np.mean((means.mean(0) * target_std + target_mean - y_orig) ** 2)))
+        np.sqrt(np.mean((means.mean(0) * target_std + target_mean - y_orig) ** 2))
+    )
 
 
 def test_crps_closed_form_against_monte_carlo(mixture):
@@ -121,13 +122,14 @@ def test_coverage_is_exact_through_the_cdf():
 def test_variance_split_is_the_mixture_variance(mixture):
     means, stds, _ = mixture
     split = R.variance_split(means, stds, target_std=2.0)
-    mixture_var = (np.mean(stds ** 2 + means ** 2, axis=0) - means.mean(0) ** 2) * 4.0
+    mixture_var = (np.mean(stds**2 + means**2, axis=0) - means.mean(0) ** 2) * 4.0
     assert split["total"] == pytest.approx(mixture_var)
     assert split["epistemic"] == pytest.approx(means.var(0) * 4.0)
 
 
 def test_band_width_ratios_by_construction():
     from core.predict.metrics.regression import band_width_ratios
+
     x_train = np.array([[0.0], [1.0], [4.0], [5.0]])  # span 5, a gap between 1 and 4
     x_grid = np.linspace(-2, 7, 901)[:, None]
     x = x_grid[:, 0]

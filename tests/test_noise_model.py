@@ -36,8 +36,10 @@ def test_hand_written_noise_terms_pass_gradcheck_and_equal_the_autograd_formulas
     torch.manual_seed(0)
     f = torch.randn(7, dtype=torch.double, requires_grad=True)
     y = torch.randn(7, dtype=torch.double)
-    logs = (torch.tensor(1.3, dtype=torch.double, requires_grad=True),
-            torch.tensor(-0.4, dtype=torch.double, requires_grad=True))
+    logs = (
+        torch.tensor(1.3, dtype=torch.double, requires_grad=True),
+        torch.tensor(-0.4, dtype=torch.double, requires_grad=True),
+    )
     a0, b0 = torch.tensor(2.0, dtype=torch.double), torch.tensor(0.7, dtype=torch.double)
     assert torch.autograd.gradcheck(lambda f, la, lb: VariationalGaussianLogProb.apply(f, y, la, lb), (f, *logs))
     assert torch.autograd.gradcheck(lambda la, lb: GammaKLFromLogs.apply(la, lb, a0, b0), logs)
@@ -46,8 +48,10 @@ def test_hand_written_noise_terms_pass_gradcheck_and_equal_the_autograd_formulas
     by_hand = VariationalGaussianLogProb.apply(f, y, *logs)
     weights = torch.randn(7, dtype=torch.double)
     assert torch.allclose(by_hand, by_autograd)
-    for fast, slow in zip(torch.autograd.grad((by_hand * weights).sum(), (f, *logs)),
-                          torch.autograd.grad((by_autograd * weights).sum(), (f, *logs))):
+    for fast, slow in zip(
+        torch.autograd.grad((by_hand * weights).sum(), (f, *logs)),
+        torch.autograd.grad((by_autograd * weights).sum(), (f, *logs)),
+    ):
         assert torch.allclose(fast, slow)
     kl = GammaKLFromLogs.apply(*logs, a0, b0)
     reference = gamma_kl(logs[0].exp(), logs[1].exp(), a0, b0)
@@ -89,7 +93,7 @@ def test_q_tau_trained_on_fixed_residuals_reaches_the_conjugate_posterior():
         loss.backward()
         optimizer.step()
     assert float(likelihood.log_q_shape.exp()) == pytest.approx(a0 + n / 2, rel=2e-2)
-    assert float(likelihood.log_q_rate.exp()) == pytest.approx(b0 + float((residual ** 2).sum()) / 2, rel=2e-2)
+    assert float(likelihood.log_q_rate.exp()) == pytest.approx(b0 + float((residual**2).sum()) / 2, rel=2e-2)
 
 
 @pytest.mark.slow  # trains to convergence: 3 s CPU
@@ -106,7 +110,7 @@ def test_point_noise_with_gamma_prior_is_the_map_estimate():
         optimizer.step()
     # d/dtau [N/2 log tau - tau S/2 + (a0 - 1) log tau - b0 tau] = 0 (the density of tau, not log tau,
     # since the prior is on tau and the point estimate is of tau).
-    s = float((residual ** 2).sum())
+    s = float((residual**2).sum())
     tau_map = (n / 2 + a0 - 1) / (s / 2 + b0)
     assert float((-2 * likelihood.log_noise_std).exp()) == pytest.approx(tau_map, rel=1e-3)
 
@@ -120,8 +124,9 @@ def test_noise_initialised_from_the_data_is_the_least_squares_residual_sd():
     expected = np.sqrt(np.mean((y.numpy() - design @ coef) ** 2))
     assert least_squares_residual_std(x, y) == pytest.approx(expected, rel=1e-4)
     for noise in ("point", "fixed", "variational"):
-        options = GaussianOptions(noise=noise, noise_init="data",
-                                  precision_prior="gamma" if noise == "variational" else "none")
+        options = GaussianOptions(
+            noise=noise, noise_init="data", precision_prior="gamma" if noise == "variational" else "none"
+        )
         likelihood = Gaussian(options)
         likelihood.initialise_from_data(x, y)
         assert float(likelihood.log_noise_std.exp()) == pytest.approx(expected, rel=1e-3)
@@ -132,11 +137,21 @@ def test_fixed_noise_does_not_train_and_variational_noise_learns_the_noise_level
     generator = torch.Generator().manual_seed(3)
     x = torch.randn(300, 2, generator=generator)
     y = torch.sin(2 * x[:, 0]) + 0.2 * torch.randn(300, generator=generator)
-    for options, check in (({"noise": "fixed", "noise_std": 0.9}, lambda s: s == pytest.approx(0.9, rel=1e-6)),
-                           (VARIATIONAL, lambda s: 0.12 < s < 0.4)):
+    for options, check in (
+        ({"noise": "fixed", "noise_std": 0.9}, lambda s: s == pytest.approx(0.9, rel=1e-6)),
+        (VARIATIONAL, lambda s: 0.12 < s < 0.4),
+    ):
         torch.manual_seed(0)
-        model = BayesianMLP(ModelConfig(in_features=2, out_classes=None, hidden=(32,), family="bnn",
-                                        likelihood="gaussian", likelihood_options=options))
+        model = BayesianMLP(
+            ModelConfig(
+                in_features=2,
+                out_classes=None,
+                hidden=(32,),
+                family="bnn",
+                likelihood="gaussian",
+                likelihood_options=options,
+            )
+        )
         train(model, x, y, TrainConfig(epochs=150, batch_size=50))
         assert check(float(model.likelihood.log_noise_std.exp())), options
 
@@ -180,7 +195,7 @@ def test_gaussian_bias_prior_has_no_indicator_and_a_plain_gaussian_kl():
     assert torch.all(layer.inclusion_probability[:, -1] == 1)
     assert torch.equal(layer.inclusion_probability[:, :-1], alpha[:, :-1])
     psi, prior_var = torch.tensor(0.2), torch.tensor(0.7)
-    slab = gaussian_kl(layer.weight_mu, layer.weight_sigma ** 2, prior_var)
+    slab = gaussian_kl(layer.weight_mu, layer.weight_sigma**2, prior_var)
     a = alpha[:, :-1]
     weights_kl = (a * (torch.log(a / psi) + slab[:, :-1]) + (1 - a) * torch.log((1 - a) / (1 - psi))).sum()
     assert float(layer.kl()) == pytest.approx(float(weights_kl + slab[:, -1].sum()), rel=1e-5)
@@ -197,12 +212,22 @@ def test_gaussian_bias_prior_with_the_beta_binomial_counts_only_the_weights():
     layer = randomised_lbbnn(bias_prior="gaussian", inclusion_prior="beta-binomial", beta_a=2.0, beta_b=3.0)
     alpha = torch.sigmoid(layer.inclusion_logit)[:, :-1]
     a, b, total, k = torch.tensor(2.0), torch.tensor(3.0), torch.tensor(float(alpha.numel())), alpha.sum()
-    log_prior = (torch.lgamma(a + k) + torch.lgamma(b + total - k) - torch.lgamma(a + b + total)
-                 - torch.lgamma(a) - torch.lgamma(b) + torch.lgamma(a + b))
+    log_prior = (
+        torch.lgamma(a + k)
+        + torch.lgamma(b + total - k)
+        - torch.lgamma(a + b + total)
+        - torch.lgamma(a)
+        - torch.lgamma(b)
+        + torch.lgamma(a + b)
+    )
     neg_entropy = (alpha * torch.log(alpha) + (1 - alpha) * torch.log(1 - alpha)).sum()
-    slab = gaussian_kl(layer.weight_mu, layer.weight_sigma ** 2, torch.tensor(1.0))
-    expected = (torch.sigmoid(layer.inclusion_logit)[:, :-1] * slab[:, :-1]).sum() + slab[:, -1].sum() \
-        + neg_entropy - log_prior
+    slab = gaussian_kl(layer.weight_mu, layer.weight_sigma**2, torch.tensor(1.0))
+    expected = (
+        (torch.sigmoid(layer.inclusion_logit)[:, :-1] * slab[:, :-1]).sum()
+        + slab[:, -1].sum()
+        + neg_entropy
+        - log_prior
+    )
     assert float(layer.kl()) == pytest.approx(float(expected), rel=1e-5)
 
 
@@ -223,8 +248,20 @@ def test_cli_flags_set_the_noise_model_and_the_bias_prior():
     def config(*argv):
         return config_from_args(build_parser().parse_args(["train", *argv]))
 
-    c = config("--dataset", "toy-sine-gaps", "--method", "lbbnn", "--noise", "variational",
-               "--precision-prior", "6,6", "--noise-init", "data", "--bias-prior", "gaussian")
+    c = config(
+        "--dataset",
+        "toy-sine-gaps",
+        "--method",
+        "lbbnn",
+        "--noise",
+        "variational",
+        "--precision-prior",
+        "6,6",
+        "--noise-init",
+        "data",
+        "--bias-prior",
+        "gaussian",
+    )
     assert c.likelihood_options == {"noise": "variational", "precision_prior": "gamma", "noise_init": "data"}
     assert c.family_options["bias_prior"] == "gaussian"
     c = config("--dataset", "toy-sine-gaps", "--method", "bnn", "--noise", "fixed", "--noise-std", "0.2")

@@ -24,8 +24,13 @@ def test_the_paper_table_columns_are_the_modes_paper_names_and_their_draws():
     table = PredictionMode.paper_table()
     # The dashboard's Compare table, as it was written out by hand before it was derived.
     assert [(c, m.value, r) for c, m, r in table] == [
-        ("SIM-SIM R=1", "bma", 1), ("SIM-SIM R=10", "bma", 10), ("MED-SIM R=1", "mpm", 1),
-        ("MED-SIM R=10", "mpm", 10), ("MED-MEA", "mpm-mean", 1), ("ALL-MEA", "mean", 1)]
+        ("SIM-SIM R=1", "bma", 1),
+        ("SIM-SIM R=10", "bma", 10),
+        ("MED-SIM R=1", "mpm", 1),
+        ("MED-SIM R=10", "mpm", 10),
+        ("MED-MEA", "mpm-mean", 1),
+        ("ALL-MEA", "mean", 1),
+    ]
     for column, mode, _ in table:
         assert parse_mode(column.split(" ")[0]) is mode  # the column names the mode by its paper alias
     assert [r for _, _, r in PredictionMode.paper_table(samples=(3,))] == [3, 3, 1, 1]
@@ -45,6 +50,7 @@ def test_a_statistic_samples_a_structure_exactly_when_its_family_has_one(family)
 
 def test_sampling_a_structure_follows_has_structure_and_the_inclusion_probabilities():
     from dashboard import backend
+
     alpha = [np.full((200, 100), 0.3)]
     structure_family = next(f for f in FAMILIES if family_class(f).has_structure)
     dense_family = next(f for f in FAMILIES if not family_class(f).has_structure)
@@ -59,6 +65,7 @@ def test_sampling_a_structure_follows_has_structure_and_the_inclusion_probabilit
 def test_the_family_list_is_the_registry_and_every_family_has_a_colour():
     from core.runs.presets import ALL_FAMILIES
     from dashboard.charts import FAMILY_COLOURS
+
     assert FAMILIES == tuple(FAMILY_PATHS)
     assert set(FAMILIES) <= set(FAMILY_COLOURS), sorted(set(FAMILIES) - set(FAMILY_COLOURS))
     assert set(FAMILY_COLOURS) <= set(FAMILIES), "colours only for registered families"
@@ -70,6 +77,7 @@ def test_the_dashboard_reads_cores_groups_and_constants():
     from core.predict.metrics.classification import DOUBT_LEVEL
     from core.predict.metrics.headline import HEADLINE_METRIC
     from dashboard import backend
+
     assert backend.DEFAULT_CUT_MODES == ("mpm", "mpm-mean")
     assert [m for _, m, _ in backend.COMPARE_MODES] == [m.value for _, m, _ in PredictionMode.paper_table()]
     assert backend.DOUBT_LEVEL == DOUBT_LEVEL

@@ -36,10 +36,12 @@ def onnxruntime():
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     cache = tmp_path_factory.mktemp("runs")
-    classification = train_run(RunConfig(dataset="two-moons", hidden=(8, 8), train={"epochs": 2}, device="cpu"),
-                               cache_dir=cache)
-    regression = train_run(RunConfig(dataset="toy-cubic", hidden=(6,), train={"epochs": 3}, device="cpu"),
-                           cache_dir=cache)
+    classification = train_run(
+        RunConfig(dataset="two-moons", hidden=(8, 8), train={"epochs": 2}, device="cpu"), cache_dir=cache
+    )
+    regression = train_run(
+        RunConfig(dataset="toy-cubic", hidden=(6,), train={"epochs": 3}, device="cpu"), cache_dir=cache
+    )
     return {"classification": classification, "regression": regression}
 
 
@@ -53,8 +55,7 @@ def _export(run, tmp_path, threshold=None, fmt="onnx"):
 @pytest.mark.slow  # trains two tiny runs (module fixture, about 20 s on the loaded CI machine)
 @pytest.mark.parametrize("task", ["classification", "regression"])
 @pytest.mark.parametrize("threshold", [None, "0.3"])
-def test_onnxruntime_reproduces_the_prune_mean_prediction_on_the_test_set(onnxruntime, runs, tmp_path, task,
-                                                                          threshold):
+def test_onnxruntime_reproduces_the_prune_mean_prediction_on_the_test_set(onnxruntime, runs, tmp_path, task, threshold):
     run = runs[task]
     path, printed = _export(run, tmp_path, threshold)
     assert "+ ONNX; onnxruntime agrees" in printed
@@ -92,6 +93,7 @@ def test_the_graph_drops_dead_units_and_is_smaller_than_the_dense_one(onnxruntim
 
 def write_dense(model, path):
     from core.predict.onnx_export import onnx_bytes
+
     path.write_bytes(onnx_bytes(model, None))
     return path
 
@@ -110,8 +112,11 @@ def test_the_dense_module_is_the_compact_one_when_everything_is_kept(onnxruntime
 @pytest.mark.parametrize("likelihood,classes", [("bernoulli", 2), ("heteroscedastic", None), ("gaussian", None)])
 def test_every_likelihood_head_and_input_skips_match(onnxruntime, tmp_path, likelihood, classes):
     torch.manual_seed(2)
-    model = BayesianMLP(ModelConfig(7, classes, hidden=(9, 6), family="lbbnn", likelihood=likelihood,
-                                    family_options={"input_skip": True}))
+    model = BayesianMLP(
+        ModelConfig(
+            7, classes, hidden=(9, 6), family="lbbnn", likelihood=likelihood, family_options={"input_skip": True}
+        )
+    )
     x = np.random.default_rng(1).normal(size=(50, 7)).astype(np.float32)
     export_pruned(model, 0.6, tmp_path)
     write_onnx(model, 0.6, tmp_path)
@@ -134,8 +139,9 @@ def test_the_readme_pytorch_snippet_computes_the_export(onnxruntime, runs, tmp_p
     onnx_scope: dict = {}
     exec(ONNX_SNIPPET, onnx_scope)  # the onnxruntime snippet, on its five zero inputs
     zeros = np.zeros((5, x.shape[1]), dtype=np.float32)
-    expected_zeros = predict(run.model, zeros, "prune", threshold=run.model.spec.default_threshold,
-                             weights="mean").probs
+    expected_zeros = predict(
+        run.model, zeros, "prune", threshold=run.model.spec.default_threshold, weights="mean"
+    ).probs
     assert np.max(np.abs(onnx_scope["outputs"]["probabilities"] - expected_zeros)) < ATOL
 
 
@@ -155,9 +161,12 @@ def test_kept_counts_agree_with_the_density_and_the_stored_entries(runs, tmp_pat
     assert meta["kept_raw"] == counts["raw"] and meta["kept_active"] == counts["active"]
     # active = the stored weight values plus the compact layers' nonzero biases
     from safetensors.torch import load_file
+
     tensors = load_file(str(path / "model.safetensors"))
-    stored = sum(int(torch.count_nonzero(tensors[f"layer_{i}.values"])) +
-                 int(torch.count_nonzero(tensors[f"layer_{i}.bias"])) for i in range(len(meta["layer_shapes"])))
+    stored = sum(
+        int(torch.count_nonzero(tensors[f"layer_{i}.values"])) + int(torch.count_nonzero(tensors[f"layer_{i}.bias"]))
+        for i in range(len(meta["layer_shapes"]))
+    )
     assert stored == counts["active"]
 
 
@@ -189,6 +198,7 @@ def test_the_docs_print_the_snippets_the_export_writes():
 def test_verify_refuses_a_graph_that_is_not_the_prediction(onnxruntime):
     """verify is the export's own check: the graph at another threshold is caught, the right one passes."""
     from core.predict.onnx_export import onnx_bytes, verify
+
     torch.manual_seed(3)
     model = BayesianMLP(ModelConfig(10, 4, hidden=(16, 12), family="lbbnn"))
     x = np.random.default_rng(2).normal(size=(40, 10)).astype(np.float32)

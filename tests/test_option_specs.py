@@ -16,8 +16,9 @@ from core.models.base import LayerOptions
 from core.models.options import POSITIVE, OptionSpec, option
 from core.models.registry import FAMILIES, family_class
 
-SPECS = [(family, name, spec) for family in FAMILIES
-         for name, spec in family_class(family).Options.option_specs().items()]
+SPECS = [
+    (family, name, spec) for family in FAMILIES for name, spec in family_class(family).Options.option_specs().items()
+]
 RANGED = [(f, n, s) for f, n, s in SPECS if s.kind in ("real", "whole") and (s.low is not None or s.high is not None)]
 CHOICES = [(f, n, s) for f, n, s in SPECS if s.choices is not None]
 
@@ -29,10 +30,32 @@ def _options(family: str, **values):
 def test_the_declarations_are_complete_where_the_old_form_table_had_them():
     declared = {name for _, name, spec in SPECS if spec.label != name}
     # every option the Train form labelled before the declarations moved into core still has its label
-    assert {"prior_inclusion", "slab_variance", "beta_a", "beta_b", "inclusion_prior", "slab", "prior_variance",
-            "mixture_weight", "prior_variance_2", "prior", "node_scale", "global_scale", "slab_shape", "slab_scale",
-            "prune_delta", "init_dropout", "estimator", "temperature", "init_sigma", "rank",
-            "logit_prior_variance", "variational_family", "bias_prior", "prior_scaling"} <= declared
+    assert {
+        "prior_inclusion",
+        "slab_variance",
+        "beta_a",
+        "beta_b",
+        "inclusion_prior",
+        "slab",
+        "prior_variance",
+        "mixture_weight",
+        "prior_variance_2",
+        "prior",
+        "node_scale",
+        "global_scale",
+        "slab_shape",
+        "slab_scale",
+        "prune_delta",
+        "init_dropout",
+        "estimator",
+        "temperature",
+        "init_sigma",
+        "rank",
+        "logit_prior_variance",
+        "variational_family",
+        "bias_prior",
+        "prior_scaling",
+    } <= declared
     for family, name, spec in SPECS:
         field = {f.name: f for f in dataclasses.fields(family_class(family).Options)}[name]
         assert spec.name == name and spec.default == field.default, (family, name)
@@ -75,15 +98,20 @@ def test_each_choice_is_accepted_and_nothing_else(family, name, spec):
 
 def test_a_family_offers_only_its_own_estimators():
     assert family_class("lbbnn").Options.option_specs()["estimator"].choices == (
-        "local-reparameterisation", "relaxed-bernoulli")
+        "local-reparameterisation",
+        "relaxed-bernoulli",
+    )
     assert family_class("bnn").Options.option_specs()["estimator"].choices == (
-        "local-reparameterisation", "weight-sampling")
+        "local-reparameterisation",
+        "weight-sampling",
+    )
     with pytest.raises(ConfigError, match="estimator: must be one of"):
         _options("bnn", estimator="relaxed-bernoulli")
 
 
 def test_the_train_form_reads_the_families_declarations():
     from dashboard import priors
+
     for family in FAMILIES:
         specs = family_class(family).Options.option_specs()
         for name, spec in specs.items():
@@ -94,7 +122,11 @@ def test_the_train_form_reads_the_families_declarations():
     assert not priors.relevant("beta_a", {}, defaults, "lbbnn")
     assert priors.relevant("prior_inclusion", {}, defaults, "lbbnn")
     assert priors.ordered(["beta_a", "slab_variance", "inclusion_prior", "slab"], "lbbnn") == [
-        "inclusion_prior", "slab", "beta_a", "slab_variance"]
+        "inclusion_prior",
+        "slab",
+        "beta_a",
+        "slab_variance",
+    ]
     assert set(priors.BETA_PRIORS) == {"beta-bernoulli", "beta-binomial"}
 
 
@@ -109,7 +141,11 @@ def test_a_family_declared_outside_core_is_checked_by_its_declarations():
     assert (specs["scale"].kind, specs["count"].kind) == ("real", "whole")
     assert specs["plain"].label == "plain" and specs["plain"].advanced
     Outside.from_dict({"scale": 0.5, "count": 5, "plain": -1.0})
-    for bad, name in (({"scale": 0.0}, "scale"), ({"count": 6}, "count"), ({"count": 2.0}, "count"),
-                      ({"scale": "x"}, "scale")):
+    for bad, name in (
+        ({"scale": 0.0}, "scale"),
+        ({"count": 6}, "count"),
+        ({"count": 2.0}, "count"),
+        ({"scale": "x"}, "scale"),
+    ):
         with pytest.raises(ConfigError, match=name):
             Outside.from_dict(bad)

@@ -108,8 +108,11 @@ def test_the_version_is_declared_once_in_each_place_and_they_agree():
 def test_the_console_script_is_python_m_core():
     assert PROJECT["scripts"] == {"sparse-bnn": "core.cli:main"}
     tree = ast.parse((ROOT / "core" / "__main__.py").read_text(encoding="utf-8"))
-    imports = [(node.module, [alias.name for alias in node.names])
-               for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    imports = [
+        (node.module, [alias.name for alias in node.names])
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+    ]
     assert ("core.cli", ["main"]) in imports
 
 
@@ -127,6 +130,7 @@ def test_the_installed_console_script_prints_the_commands():
     done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     from core.cli import build_parser
+
     commands = build_parser()._subparsers._group_actions[0].choices
     assert all(command in done.stdout for command in commands)
     assert done.stdout.startswith("usage: sparse-bnn "), done.stdout[:80]  # the name the user typed
@@ -134,14 +138,23 @@ def test_the_installed_console_script_prints_the_commands():
 
 def setting_sys_path(tree: ast.AST) -> list[int]:
     """Lines that change sys.path (insert, append, extend, assignment, +=)."""
+
     def is_sys_path(node: ast.AST) -> bool:
-        return (isinstance(node, ast.Attribute) and node.attr == "path"
-                and isinstance(node.value, ast.Name) and node.value.id == "sys")
+        return (
+            isinstance(node, ast.Attribute)
+            and node.attr == "path"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "sys"
+        )
 
     lines = []
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and is_sys_path(node.func.value) and node.func.attr in {"insert", "append", "extend"}):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and is_sys_path(node.func.value)
+            and node.func.attr in {"insert", "append", "extend"}
+        ):
             lines.append(node.lineno)
         elif isinstance(node, (ast.Assign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]

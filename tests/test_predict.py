@@ -76,10 +76,13 @@ def test_chunked_forward_equals_one_batch():
 def test_mpm_equals_prune_at_one_half_for_lbbnn():
     model = make_model()
     x = inputs()
-    assert np.array_equal(predict(model, x, "mpm-mean").probs,
-                          predict(model, x, "prune", threshold=0.5, weights="mean").probs)
-    assert np.array_equal(predict(model, x, "mpm", samples=5, seed=2).probs_per_draw,
-                          predict(model, x, "prune", threshold=0.5, samples=5, seed=2).probs_per_draw)
+    assert np.array_equal(
+        predict(model, x, "mpm-mean").probs, predict(model, x, "prune", threshold=0.5, weights="mean").probs
+    )
+    assert np.array_equal(
+        predict(model, x, "mpm", samples=5, seed=2).probs_per_draw,
+        predict(model, x, "prune", threshold=0.5, samples=5, seed=2).probs_per_draw,
+    )
     masks = model.keep_masks(0.5)
     with torch.no_grad():
         means = [layer.weight_mu for layer in model.layers]
@@ -106,8 +109,15 @@ def test_paper_aliases_and_errors():
     assert parse_mode("PRN") is PredictionMode.PRUNE and parse_mode("All-Mea") is PredictionMode.MEAN
     model = make_model()
     x = inputs()
-    cases = [dict(mode="nope"), dict(samples=0), dict(samples=2.5), dict(mode="prune", threshold=1.5),
-             dict(mode="bma", threshold=0.5), dict(mode="mpm", weights="mean"), dict(mode="prune", weights="median")]
+    cases = [
+        dict(mode="nope"),
+        dict(samples=0),
+        dict(samples=2.5),
+        dict(mode="prune", threshold=1.5),
+        dict(mode="bma", threshold=0.5),
+        dict(mode="mpm", weights="mean"),
+        dict(mode="prune", weights="median"),
+    ]
     for kwargs in cases:
         with pytest.raises(PredictionError):
             predict(model, x, **kwargs)
@@ -199,8 +209,9 @@ def test_evaluate_is_json_ready_and_checks_ood_shape():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(60, 5)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0)
-    dataset = make_dataset(name="tiny", task="classification", x_train=x, y_train=y, x_test=x, y_test=y,
-                           source="generated", n_classes=3)
+    dataset = make_dataset(
+        name="tiny", task="classification", x_train=x, y_train=y, x_test=x, y_test=y, source="generated", n_classes=3
+    )
     model = make_model()
     result = evaluate(model, dataset, mode="bma", samples=4, ood=["uniform-noise"])
     json.dumps(result)
@@ -229,8 +240,19 @@ def test_evaluate_is_json_ready_and_checks_ood_shape():
 
 
 # Every (mode, weights) predict accepts: prune takes either, the others their own or none.
-ACCEPTED = [("bma", None), ("bma", "sample"), ("mean", None), ("mean", "mean"), ("mpm", None), ("mpm", "sample"),
-            ("mpm-mean", None), ("mpm-mean", "mean"), ("prune", None), ("prune", "sample"), ("prune", "mean")]
+ACCEPTED = [
+    ("bma", None),
+    ("bma", "sample"),
+    ("mean", None),
+    ("mean", "mean"),
+    ("mpm", None),
+    ("mpm", "sample"),
+    ("mpm-mean", None),
+    ("mpm-mean", "mean"),
+    ("prune", None),
+    ("prune", "sample"),
+    ("prune", "mean"),
+]
 
 
 @pytest.mark.parametrize("mode, weights", ACCEPTED)

@@ -144,8 +144,9 @@ def make_data(n=120):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(n, 7)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0.5)
-    return make_dataset(name="tiny", task="classification", x_train=x, y_train=y, x_test=x, y_test=y,
-                        source="generated", n_classes=3)
+    return make_dataset(
+        name="tiny", task="classification", x_train=x, y_train=y, x_test=x, y_test=y, source="generated", n_classes=3
+    )
 
 
 @pytest.mark.parametrize("sparse_below", [0.0, 1.1])
@@ -182,8 +183,10 @@ def test_sample_weights_in_chunks_equal_one_call(family):
     masks = random_masks(model, 0.5, 9)
     for layer_masks in (None, masks):
         whole = model.sample_weights(7, seed=11, masks=layer_masks)
-        parts = [model.sample_weights(3, seed=11, masks=layer_masks, start=0),
-                 model.sample_weights(4, seed=11, masks=layer_masks, start=3)]
+        parts = [
+            model.sample_weights(3, seed=11, masks=layer_masks, start=0),
+            model.sample_weights(4, seed=11, masks=layer_masks, start=3),
+        ]
         for layer, (a, b) in enumerate(zip(*parts)):
             assert torch.equal(torch.cat([a, b]), whole[layer])
         assert not torch.equal(model.sample_weights(3, seed=11, start=1)[0], whole[0][:3])

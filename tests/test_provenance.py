@@ -36,8 +36,22 @@ FORBIDDEN = [
 ]
 
 # Files whose text is not prose the project writes: data, images, lock-like fixtures.
-BINARY_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".ico", ".npz", ".npy", ".gz", ".safetensors", ".woff",
-                   ".woff2", ".ttf", ".pdf", ".zip"}
+BINARY_SUFFIXES = {
+    ".png",
+    ".jpg",
+    ".jpeg",
+    ".gif",
+    ".ico",
+    ".npz",
+    ".npy",
+    ".gz",
+    ".safetensors",
+    ".woff",
+    ".woff2",
+    ".ttf",
+    ".pdf",
+    ".zip",
+}
 
 
 def tracked_files() -> list[Path]:
@@ -46,8 +60,12 @@ def tracked_files() -> list[Path]:
         out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True, timeout=60)
         names = [n for n in out.stdout.decode("utf-8").split("\0") if n]
     except (OSError, subprocess.SubprocessError):
-        names = [str(Path(d, f).relative_to(ROOT)) for d, dirs, files in os.walk(ROOT)
-                 if ".git" not in Path(d).relative_to(ROOT).parts for f in files]
+        names = [
+            str(Path(d, f).relative_to(ROOT))
+            for d, dirs, files in os.walk(ROOT)
+            if ".git" not in Path(d).relative_to(ROOT).parts
+            for f in files
+        ]
     return [ROOT / n for n in names if Path(n).suffix.lower() not in BINARY_SUFFIXES]
 
 
@@ -75,11 +93,28 @@ def violations(text: str) -> list[tuple[int, str, str]]:
 
 
 def test_the_patterns_catch_what_they_should_and_nothing_else():
-    bad = [SEED + " 000", SEED.capitalize() + " 004's thesis", "test_follows_" + SEED + "_000",
-           "see " + "METHODS" + ".md section 4", "BNN_DATA_DIR=" + ".." + "/shared/data",
-           "cache " + "/wo" + "rk/cache-uci", "(issue " + "13, defect " + "8)", "Issue #" + "11.", "fixed in #" + "12"]
-    good = ["seed 0, 1 and 2", "--seeds 0,1,2", "colour #1f77b4", "#000000", "# 1. a comment",
-            "Hubin & Storvik (2024)", "the shared data directory (BNN_DATA_DIR)", "a&#39;b", "CPython gh-106905"]
+    bad = [
+        SEED + " 000",
+        SEED.capitalize() + " 004's thesis",
+        "test_follows_" + SEED + "_000",
+        "see " + "METHODS" + ".md section 4",
+        "BNN_DATA_DIR=" + ".." + "/shared/data",
+        "cache " + "/wo" + "rk/cache-uci",
+        "(issue " + "13, defect " + "8)",
+        "Issue #" + "11.",
+        "fixed in #" + "12",
+    ]
+    good = [
+        "seed 0, 1 and 2",
+        "--seeds 0,1,2",
+        "colour #1f77b4",
+        "#000000",
+        "# 1. a comment",
+        "Hubin & Storvik (2024)",
+        "the shared data directory (BNN_DATA_DIR)",
+        "a&#39;b",
+        "CPython gh-106905",
+    ]
     assert all(violations(text) for text in bad), [t for t in bad if not violations(t)]
     assert not any(violations(text) for text in good), [(t, violations(t)) for t in good if violations(t)]
 
@@ -94,11 +129,20 @@ def test_no_private_file_numbers_issue_numbers_or_outside_paths_in_tracked_text(
             continue
         for number, found, why in violations(text):
             problems.append(f"{path.relative_to(ROOT)}:{number}: {found!r} ({why})")
-    assert not problems, ("cite papers by authors and year (docs/references.md), give the reason:\n"
-                          + "\n".join(problems))
+    assert not problems, "cite papers by authors and year (docs/references.md), give the reason:\n" + "\n".join(
+        problems
+    )
 
 
-@pytest.mark.parametrize("short", ["Hubin & Storvik (2024)", "Hubin & Storvik (2019)",
-                                   "Ghosh, Yao & Doshi-Velez (2018)", "Zeng & Van den Broeck (2023)", "Bleahu (2025)"])
+@pytest.mark.parametrize(
+    "short",
+    [
+        "Hubin & Storvik (2024)",
+        "Hubin & Storvik (2019)",
+        "Ghosh, Yao & Doshi-Velez (2018)",
+        "Zeng & Van den Broeck (2023)",
+        "Bleahu (2025)",
+    ],
+)
 def test_references_list_the_papers_the_project_implements(short):
     assert f"| {short} |" in (ROOT / "docs" / "references.md").read_text(encoding="utf-8")

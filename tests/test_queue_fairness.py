@@ -64,6 +64,7 @@ def finish(queue: TrainingQueue, gates: Gates, request) -> None:
 
 # --- limits: what is refused says why and what would fit -----------------------------------------
 
+
 def test_a_session_holds_one_running_and_one_queued_training_by_default():
     gates = Gates()
     queue = TrainingQueue(gates, slots=1)
@@ -107,6 +108,7 @@ def test_a_session_time_cap_counts_its_running_and_queued_trainings():
 
 
 # --- turns: round-robin across sessions -------------------------------------------------------------
+
 
 def test_a_sessions_second_training_waits_behind_every_other_sessions_first():
     gates = Gates()
@@ -188,6 +190,7 @@ def test_the_estimated_wait_adds_up_the_trainings_ahead():
 
 # --- closed tabs and the teacher ----------------------------------------------------------------------
 
+
 def test_a_closed_tabs_waiting_request_is_dropped_after_the_grace_period_its_running_one_goes_on():
     gates, clock = Gates(), Clock()
     queue = TrainingQueue(gates, slots=1, limits=QueueLimits(grace_seconds=60), clock=clock)
@@ -204,7 +207,7 @@ def test_a_closed_tabs_waiting_request_is_dropped_after_the_grace_period_its_run
     assert waiting.snapshot().status is WorkerStatus.CANCELLED
     assert "closed or reloaded more than 60 s ago" in waiting.snapshot().error
     assert running.snapshot().status is WorkerStatus.RUNNING
-    entry, = queue.overview()
+    (entry,) = queue.overview()
     assert entry.status is WorkerStatus.RUNNING and entry.label == running.label
     assert entry.who.endswith("(tab closed)")
     # nobody is left to cancel it, but the teacher can
@@ -268,7 +271,11 @@ def test_the_overview_lists_who_what_state_place_and_eta():
     queue.submit("b1", "b1", 10, owner="C", who="tab-cccc", seconds=30)
     running, waiting = queue.overview()
     assert (running.who, running.label, running.status, running.place) == (
-        "tab-aaaa", "lbbnn [8] on two-moons", WorkerStatus.RUNNING, None)
+        "tab-aaaa",
+        "lbbnn [8] on two-moons",
+        WorkerStatus.RUNNING,
+        None,
+    )
     assert (waiting.who, waiting.status, waiting.place) == ("tab-bbbb, tab-cccc", WorkerStatus.QUEUED, 1)
     assert 0 < running.eta <= 60 and 0 < waiting.eta <= 60
     assert queue.cancel_job(waiting.job_id)
@@ -281,17 +288,20 @@ def test_the_overview_lists_who_what_state_place_and_eta():
 
 SESSIONS = ("A", "B", "C")
 # Submits and finishes weigh more: the orders of turns only show after several of them.
-operations = st.lists(st.one_of(
-    st.tuples(st.just("submit"), st.sampled_from(SESSIONS)),
-    st.tuples(st.just("submit"), st.sampled_from(SESSIONS)),
-    st.tuples(st.just("finish"), st.integers(0, 3)),
-    st.tuples(st.just("join"), st.sampled_from(SESSIONS)),
-    st.tuples(st.just("cancel"), st.sampled_from(SESSIONS)),
-    st.tuples(st.just("finish"), st.integers(0, 3)),
-    st.tuples(st.just("leave"), st.sampled_from(SESSIONS)),
-    st.tuples(st.just("wait"), st.integers(1, 90)),
-    st.tuples(st.just("teacher"), st.integers(0, 3)),
-), max_size=30)
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("submit"), st.sampled_from(SESSIONS)),
+        st.tuples(st.just("submit"), st.sampled_from(SESSIONS)),
+        st.tuples(st.just("finish"), st.integers(0, 3)),
+        st.tuples(st.just("join"), st.sampled_from(SESSIONS)),
+        st.tuples(st.just("cancel"), st.sampled_from(SESSIONS)),
+        st.tuples(st.just("finish"), st.integers(0, 3)),
+        st.tuples(st.just("leave"), st.sampled_from(SESSIONS)),
+        st.tuples(st.just("wait"), st.integers(1, 90)),
+        st.tuples(st.just("teacher"), st.integers(0, 3)),
+    ),
+    max_size=30,
+)
 
 
 def external_ranks(queue: TrainingQueue) -> dict[int, int]:
@@ -303,9 +313,13 @@ def external_ranks(queue: TrainingQueue) -> dict[int, int]:
         mine = {owner: queue.requests_of(owner) for owner in owners}
         for job in queue._waiting.values():
             ranks[job.id] = min(
-                sum(1 for r in mine[request.owner] if r._job is not job and (
-                    r.snapshot().status is WorkerStatus.RUNNING or r.job_id < job.id))
-                for request in job.requests.values())
+                sum(
+                    1
+                    for r in mine[request.owner]
+                    if r._job is not job and (r.snapshot().status is WorkerStatus.RUNNING or r.job_id < job.id)
+                )
+                for request in job.requests.values()
+            )
     return ranks
 
 
@@ -334,8 +348,9 @@ def test_any_sequence_keeps_the_queue_fair_and_loses_nothing(slots, steps):
         started = [job for job in queue._running if job.id not in before]
         for job in started:
             for waiting_id, per_creator in ahead_of.items():
-                if waiting_id in {j.id for j in queue._waiting.values()} and \
-                        creator[waiting_id] not in {r.owner for r in job.requests.values()}:
+                if waiting_id in {j.id for j in queue._waiting.values()} and creator[waiting_id] not in {
+                    r.owner for r in job.requests.values()
+                }:
                     per_creator[creator[job.id]] = per_creator.get(creator[job.id], 0) + 1
 
     for op, arg in steps:
@@ -388,8 +403,9 @@ def test_any_sequence_keeps_the_queue_fair_and_loses_nothing(slots, steps):
         # a gone session's waiting requests do not outlive the grace period
         for request in requests:
             if not present[request.owner] and request.snapshot().status is WorkerStatus.QUEUED:
-                assert request._job.requests.keys() - {request.id} or \
-                    queue._sessions[request.owner].gone_since is not None
+                assert (
+                    request._job.requests.keys() - {request.id} or queue._sessions[request.owner].gone_since is not None
+                )
     # Whatever one session did, another session's first job saw at most one of its trainings start
     # ahead of it (with one slot: the one first in line when it asked).
     if slots == 1:
@@ -406,6 +422,7 @@ def test_any_sequence_keeps_the_queue_fair_and_loses_nothing(slots, steps):
 
 
 # --- the short lane: a default-size training never waits behind another session's long one --------
+
 
 def lane_queue(gates: Gates, slots: int = 1) -> TrainingQueue:
     return TrainingQueue(gates, slots=slots, limits=QueueLimits(per_session=2, short_seconds=100.0))

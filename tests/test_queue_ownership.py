@@ -91,6 +91,7 @@ def test_a_copied_link_shows_the_progress_but_never_hands_over_cancel():
 def browser(monkeypatch):
     """Which browser the next AppTest session runs in: its XSRF token (AppTest has no cookies)."""
     from dashboard import state
+
     current = {"token": None}
     monkeypatch.setattr(state, "browser_token", lambda: current["token"])
     return current
@@ -99,6 +100,7 @@ def browser(monkeypatch):
 @pytest.mark.slow  # several AppTest sessions: 6-12 s here
 def test_one_browser_is_one_owner_across_reloads_and_tabs_another_browser_is_not(monkeypatch, browser):
     from dashboard.state import xsrf_token
+
     monkeypatch.setenv("BNN_CLASSROOM", "1")
     # two page loads of one browser: the cookie is masked afresh, the token under the mask is the same
     browser["token"] = xsrf_token("2|083d8cb9|9442e6eae789ef420684eee8b48e71de|1795684499")
@@ -176,6 +178,7 @@ def test_wrong_teacher_tokens_are_throttled_and_logged_without_their_text(monkey
     monkeypatch.setenv("BNN_CLASSROOM", "1")
     monkeypatch.setenv("BNN_TEACHER_TOKEN", TOKEN)
     from dashboard import settings
+
     monkeypatch.setattr(settings, "_throttles", [])
     at = open_train_page()
     with caplog.at_level(logging.INFO, logger="dashboard.settings"):
@@ -188,6 +191,7 @@ def test_wrong_teacher_tokens_are_throttled_and_logged_without_their_text(monkey
         assert not buttons(at, "clear_caches")
     assert "guess-one" not in caplog.text and TOKEN not in caplog.text
     from dashboard.state import session_label
+
     assert f"wrong teacher token from {session_label(at.session_state['session_owner'])}" in caplog.text
 
 
@@ -198,7 +202,7 @@ def test_the_throttle_backs_off_exponentially_per_session_and_per_server():
     throttle = GuessThrottle(cap=60, clock=lambda: now[0])
     for k in range(1, 9):  # 2, 4, ... 60 (capped) seconds after k failures
         assert check_teacher_token("wrong", "tab a", throttle).ok is False
-        assert throttle.wait("tab a") == min(2 ** k, 60)
+        assert throttle.wait("tab a") == min(2**k, 60)
         now[0] += throttle.wait("tab a")
     # another session waits for the server's back-off too, but less once only its own count is left
     assert throttle.wait("tab b") == 0 and throttle.wait("tab a") == 0
@@ -227,13 +231,23 @@ def test_queue_limits_come_from_the_environment_then_secrets_then_the_defaults(m
     from core.errors import InputError
     from dashboard import settings
 
-    for variable in ("BNN_QUEUE_PER_SESSION", "BNN_QUEUE_SESSION_SECONDS", "BNN_MAX_TRAINING_MINUTES",
-                     "BNN_QUEUE_GRACE_SECONDS", "BNN_SHORT_TRAINING_SECONDS"):
+    for variable in (
+        "BNN_QUEUE_PER_SESSION",
+        "BNN_QUEUE_SESSION_SECONDS",
+        "BNN_MAX_TRAINING_MINUTES",
+        "BNN_QUEUE_GRACE_SECONDS",
+        "BNN_SHORT_TRAINING_SECONDS",
+    ):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setattr(settings, "_secret", lambda name: {"queue_grace_seconds": 30}.get(name))
     limits = settings.queue_limits()
-    assert (limits.per_session, limits.session_seconds, limits.training_seconds, limits.grace_seconds,
-            limits.short_seconds) == (2, 1200.0, 600.0, 30.0, 300.0)
+    assert (
+        limits.per_session,
+        limits.session_seconds,
+        limits.training_seconds,
+        limits.grace_seconds,
+        limits.short_seconds,
+    ) == (2, 1200.0, 600.0, 30.0, 300.0)
     monkeypatch.setenv("BNN_QUEUE_PER_SESSION", "3")
     monkeypatch.setenv("BNN_QUEUE_GRACE_SECONDS", "5")
     limits = settings.queue_limits()
@@ -242,4 +256,5 @@ def test_queue_limits_come_from_the_environment_then_secrets_then_the_defaults(m
     with pytest.raises(InputError, match="BNN_QUEUE_PER_SESSION"):
         settings.queue_limits()
     from core.settings import SETTINGS, describe
+
     assert "BNN_TEACHER_BACKOFF_MAX_SECONDS" in SETTINGS and "`teacher_backoff_max_seconds`" in describe()

@@ -82,20 +82,26 @@ def test_empirical_bayes_moves_psi_and_leaves_slab_at_its_own_step_size():
     x, y = torch.randn(64, 3), torch.randint(0, 2, (64,))
     # psi starts at 0.1, far below the inclusion probabilities' mean (about 0.5): empirical Bayes raises it.
     options = {"inclusion_prior": "beta-bernoulli", "slab": "student-t", "beta_a": 1.0, "beta_b": 9.0}
-    model = BayesianMLP(ModelConfig(in_features=3, out_classes=2, hidden=(8,), family="lbbnn",
-                                    family_options=options))
+    model = BayesianMLP(ModelConfig(in_features=3, out_classes=2, hidden=(8,), family="lbbnn", family_options=options))
     before = [layer.prior_hyperparameters() for layer in model.layers]
     rates = {"prior": 5e-2, "slab_prior": 1e-12}
-    train(model, x, y, TrainConfig(pretrain_epochs=20, epochs=1, batch_size=64, empirical_bayes=True,
-                                   pretrain_learning_rates=rates))
+    train(
+        model,
+        x,
+        y,
+        TrainConfig(pretrain_epochs=20, epochs=1, batch_size=64, empirical_bayes=True, pretrain_learning_rates=rates),
+    )
     after = [layer.prior_hyperparameters() for layer in model.layers]
     for old, new in zip(before, after):
         assert new["prior_inclusion"] > old["prior_inclusion"] + 0.05
         assert new["slab_a"] == pytest.approx(old["slab_a"], rel=1e-6)
         assert new["slab_b"] == pytest.approx(old["slab_b"], rel=1e-6)
     # frozen after pre-training
-    assert not any(p.requires_grad for layer in model.layers
-                   for p in layer.parameter_groups()["prior"] + layer.parameter_groups()["slab_prior"])
+    assert not any(
+        p.requires_grad
+        for layer in model.layers
+        for p in layer.parameter_groups()["prior"] + layer.parameter_groups()["slab_prior"]
+    )
 
 
 def _posttrained_model():
@@ -125,8 +131,12 @@ def test_stored_metrics_after_mpm_posttraining_keep_only_the_med_modes():
     dataset = load_dataset("two-moons", n=80, n_test=40)
     torch.manual_seed(0)
     model = BayesianMLP(ModelConfig(in_features=2, out_classes=2, hidden=(8,), family="lbbnn"))
-    train(model, torch.from_numpy(dataset.x_train), torch.from_numpy(dataset.y_train),
-          TrainConfig(epochs=2, posttrain_epochs=1, batch_size=40, posttrain_structure="mpm"))
+    train(
+        model,
+        torch.from_numpy(dataset.x_train),
+        torch.from_numpy(dataset.y_train),
+        TrainConfig(epochs=2, posttrain_epochs=1, batch_size=40, posttrain_structure="mpm"),
+    )
     metrics = final_metrics(model.eval(), dataset)
     assert metrics["structure_fixed"] == 1.0
     assert "MED-MEA R=1 accuracy" in metrics and "MED-SIM R=10 accuracy" in metrics
@@ -137,12 +147,27 @@ def test_time_to_quality_table_reports_the_first_epoch_at_target_and_the_median(
     from benchmarks.time_to_quality import render_markdown
 
     def entry(seed, reached_seconds, reached=True):
-        rows = [{"epoch": 1, "phase": "train", "train_seconds": 10.0, "mpm_mean_accuracy": 0.97, "density": 0.3},
-                {"epoch": 2, "phase": "train", "train_seconds": reached_seconds, "mpm_mean_accuracy": 0.98,
-                 "density": 0.09}]
+        rows = [
+            {"epoch": 1, "phase": "train", "train_seconds": 10.0, "mpm_mean_accuracy": 0.97, "density": 0.3},
+            {
+                "epoch": 2,
+                "phase": "train",
+                "train_seconds": reached_seconds,
+                "mpm_mean_accuracy": 0.98,
+                "density": 0.09,
+            },
+        ]
         reached = rows[1] if reached else None
-        return {"preset": "fast-mnist", "seed": seed, "target_accuracy": 0.975, "target_density": 0.1,
-                "reached": reached, "rows": rows, "machine": {"cpu_count": 2}, "date": "today"}
+        return {
+            "preset": "fast-mnist",
+            "seed": seed,
+            "target_accuracy": 0.975,
+            "target_density": 0.1,
+            "reached": reached,
+            "rows": rows,
+            "machine": {"cpu_count": 2},
+            "date": "today",
+        }
 
     text = render_markdown([entry(0, 60.0), entry(1, 120.0), entry(2, 300.0)])
     assert "| fast-mnist | 0 | >= 0.975 at <= 0.10 | 2 | 60 | 0.9800 | 0.0900 |" in text

@@ -39,8 +39,9 @@ def linear_dataset(n=30, seed=0):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n, 2))
     y = x @ np.array([1.5, -0.7]) + 0.3 + 0.5 * rng.normal(size=n)
-    return make_dataset(name="linear", task="regression", x_train=x, y_train=y, x_test=x[:5], y_test=y[:5],
-                        source="generated")
+    return make_dataset(
+        name="linear", task="regression", x_train=x, y_train=y, x_test=x[:5], y_test=y[:5], source="generated"
+    )
 
 
 @pytest.mark.slow  # NUTS chains: 11 s CPU
@@ -48,13 +49,21 @@ def test_nuts_matches_the_closed_form_posterior_of_bayesian_linear_regression(py
     # No hidden layer and a fixed noise std: the posterior of [w1, w2, b] is Gaussian in closed form.
     dataset = linear_dataset()
     noise, prior_var = 0.5, 2.0
-    config = ReferenceConfig(dataset="linear", hidden=(), noise_std=noise, prior_variance=prior_var,
-                             samples=300, warmup=100, chains=2, seed=1)
+    config = ReferenceConfig(
+        dataset="linear",
+        hidden=(),
+        noise_std=noise,
+        prior_variance=prior_var,
+        samples=300,
+        warmup=100,
+        chains=2,
+        seed=1,
+    )
     posterior = run_nuts(config, dataset, progress=None)
     phi = np.concatenate([dataset.x_train, np.ones((dataset.n_train, 1))], axis=1).astype(np.float64)
-    precision = phi.T @ phi / noise ** 2 + np.eye(3) / prior_var
+    precision = phi.T @ phi / noise**2 + np.eye(3) / prior_var
     cov = np.linalg.inv(precision)
-    mean = cov @ phi.T @ dataset.y_train.astype(np.float64) / noise ** 2
+    mean = cov @ phi.T @ dataset.y_train.astype(np.float64) / noise**2
     draws = posterior.weights[0][:, 0, :]  # (S, 3)
     assert draws.shape == (600, 3)
     ess = split_rhat_and_ess(draws.reshape(2, 300, 3))[1]
@@ -65,7 +74,7 @@ def test_nuts_matches_the_closed_form_posterior_of_bayesian_linear_regression(py
     x = np.array([[0.5, -1.0]])
     bands = posterior.bands(x, (0.05, 0.95))
     phi_x = np.array([0.5, -1.0, 1.0])
-    sd = np.sqrt(phi_x @ cov @ phi_x + noise ** 2)
+    sd = np.sqrt(phi_x @ cov @ phi_x + noise**2)
     assert bands["mean"][0] == pytest.approx(phi_x @ mean, abs=4 * sd / np.sqrt(ess.min()))
     assert bands["q0.95"][0] - bands["q0.05"][0] == pytest.approx(2 * 1.6449 * sd, rel=0.08)
     assert posterior.diagnostics["noise_rhat"] is None
@@ -86,8 +95,9 @@ def test_rhat_and_ess_flag_chains_that_disagree(pyro_installed):
     assert any("R-hat 1.500" in m for m in messages) and any("ESS 20" in m for m in messages)
 
 
-TINY = dict(dataset="toy-cubic", dataset_params={"n": 12}, hidden=(3,), samples=20, warmup=10, chains=1,
-            max_tree_depth=4)
+TINY = dict(
+    dataset="toy-cubic", dataset_params={"n": 12}, hidden=(3,), samples=20, warmup=10, chains=1, max_tree_depth=4
+)
 
 
 @pytest.mark.slow  # NUTS chains: 5 s CPU
@@ -125,8 +135,22 @@ def test_cache_round_trip_and_corruption(pyro_installed, tmp_path):
 
 @pytest.mark.slow  # NUTS chains through the CLI: 4 s CPU
 def test_cli_reference_prints_diagnostics_and_warns(pyro_installed, tmp_path, capsys):
-    args = ["reference", "toy-cubic", "--hidden", "2", "--samples", "20", "--warmup", "10", "--chains", "2",
-            "--max-tree-depth", "4", "--cache-dir", str(tmp_path)]
+    args = [
+        "reference",
+        "toy-cubic",
+        "--hidden",
+        "2",
+        "--samples",
+        "20",
+        "--warmup",
+        "10",
+        "--chains",
+        "2",
+        "--max-tree-depth",
+        "4",
+        "--cache-dir",
+        str(tmp_path),
+    ]
     assert main(args) == 0
     out, err = capsys.readouterr()
     assert "function_rhat_max" in out and "noise_ess" in out and "from_cache           False" in out
@@ -151,6 +175,7 @@ def test_missing_pyro_names_the_requirements_file(monkeypatch, tmp_path, capsys)
 
 def test_config_validation():
     from core.errors import ConfigError
+
     with pytest.raises(ConfigError, match="prior"):
         ReferenceConfig(dataset="toy-cubic", prior="laplace")
     with pytest.raises(ConfigError, match="samples"):
@@ -163,7 +188,17 @@ def test_config_validation():
 def test_relaxed_spike_and_slab_prior_gates_the_weights(pyro_installed):
     torch.manual_seed(0)
     dataset = linear_dataset(n=20)
-    config = ReferenceConfig(dataset="linear", hidden=(), prior="spike-slab-relaxed", prior_inclusion=0.2,
-                             temperature=0.3, noise_std=0.5, samples=30, warmup=20, chains=1, max_tree_depth=5)
+    config = ReferenceConfig(
+        dataset="linear",
+        hidden=(),
+        prior="spike-slab-relaxed",
+        prior_inclusion=0.2,
+        temperature=0.3,
+        noise_std=0.5,
+        samples=30,
+        warmup=20,
+        chains=1,
+        max_tree_depth=5,
+    )
     posterior = run_nuts(config, dataset, progress=None)
     assert posterior.weights[0].shape == (30, 1, 3) and np.all(np.isfinite(posterior.weights[0]))

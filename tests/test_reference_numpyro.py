@@ -37,12 +37,21 @@ def numpyro_installed():
 def test_numpyro_nuts_matches_the_closed_form_posterior_of_bayesian_linear_regression(numpyro_installed):
     dataset = linear_dataset()
     noise, prior_var = 0.5, 2.0
-    config = ReferenceConfig(dataset="linear", hidden=(), noise_std=noise, prior_variance=prior_var,
-                             samples=400, warmup=200, chains=2, seed=3, sampler="numpyro")
+    config = ReferenceConfig(
+        dataset="linear",
+        hidden=(),
+        noise_std=noise,
+        prior_variance=prior_var,
+        samples=400,
+        warmup=200,
+        chains=2,
+        seed=3,
+        sampler="numpyro",
+    )
     posterior = run_nuts(config, dataset, progress=None)
     phi = np.concatenate([dataset.x_train, np.ones((dataset.n_train, 1))], axis=1).astype(np.float64)
-    cov = np.linalg.inv(phi.T @ phi / noise ** 2 + np.eye(3) / prior_var)
-    mean = cov @ phi.T @ dataset.y_train.astype(np.float64) / noise ** 2
+    cov = np.linalg.inv(phi.T @ phi / noise**2 + np.eye(3) / prior_var)
+    mean = cov @ phi.T @ dataset.y_train.astype(np.float64) / noise**2
     draws = posterior.weights[0][:, 0, :]
     assert draws.shape == (800, 3) and draws.dtype == np.float64
     ess = split_rhat_and_ess(draws.reshape(2, 400, 3))[1]
@@ -75,6 +84,7 @@ def test_numpyro_and_pyro_models_have_the_same_log_density(numpyro_installed):
     model = _pyro_model(config, shapes, torch.nn.Tanh())
     conditioned = {k: torch.as_tensor(v) for k, v in values.items()}
     import pyro
+
     tr = trace(pyro.condition(model, data=conditioned)).get_trace(torch.as_tensor(x), torch.as_tensor(y))
     pyro_value = float(tr.log_prob_sum())
 
@@ -94,8 +104,9 @@ def test_numpyro_and_pyro_models_have_the_same_log_density(numpyro_installed):
         log_noise = numpyro.sample("log_noise", dist.Normal(config.noise_loc, config.noise_scale))
         numpyro.sample("y", dist.Normal(h[:, 0], jnp.exp(log_noise)).to_event(1), obs=y)
 
-    np_value, _ = numpyro_log_density(np_model, (jnp.asarray(x), jnp.asarray(y)), {},
-                                      {k: jnp.asarray(v) for k, v in values.items()})
+    np_value, _ = numpyro_log_density(
+        np_model, (jnp.asarray(x), jnp.asarray(y)), {}, {k: jnp.asarray(v) for k, v in values.items()}
+    )
     assert float(np_value) == pytest.approx(pyro_value, rel=1e-10)
 
 
@@ -121,5 +132,6 @@ def test_a_config_without_a_sampler_keeps_its_earlier_reference_id():
 
     old = ReferenceConfig(dataset="toy-cubic", hidden=(64,))
     assert "sampler" not in {k for k, v in old.to_dict().items() if v is not None}
-    assert reference_id(old, "f" * 16) != reference_id(ReferenceConfig(dataset="toy-cubic", hidden=(64,),
-                                                                       sampler="numpyro"), "f" * 16)
+    assert reference_id(old, "f" * 16) != reference_id(
+        ReferenceConfig(dataset="toy-cubic", hidden=(64,), sampler="numpyro"), "f" * 16
+    )

@@ -16,10 +16,12 @@ from core.runs import Run, RunConfig, load_run, train_run
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     cache = tmp_path_factory.mktemp("runs")
-    classification = train_run(RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 2}, device="cpu"),
-                               cache_dir=cache)
-    regression = train_run(RunConfig(dataset="toy-cubic", hidden=(6,), train={"epochs": 3}, device="cpu"),
-                           cache_dir=cache)
+    classification = train_run(
+        RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 2}, device="cpu"), cache_dir=cache
+    )
+    regression = train_run(
+        RunConfig(dataset="toy-cubic", hidden=(6,), train={"epochs": 3}, device="cpu"), cache_dir=cache
+    )
     return cache, classification, regression
 
 
@@ -106,19 +108,32 @@ def test_coef_from_draws_agrees_with_the_closed_form(runs):
 
 
 def test_summary_of_a_gaussian_family_gives_its_prior(tmp_path):
-    run = train_run(RunConfig(dataset="two-moons", method="bnn", hidden=(4,), family_options={"prior_variance": 0.5},
-                              train={"epochs": 1}, device="cpu"), cache_dir=tmp_path)
+    run = train_run(
+        RunConfig(
+            dataset="two-moons",
+            method="bnn",
+            hidden=(4,),
+            family_options={"prior_variance": 0.5},
+            train={"epochs": 1},
+            device="cpu",
+        ),
+        cache_dir=tmp_path,
+    )
     summary = run.summary()
     assert [layer["prior"] for layer in summary["layers"]] == [{"prior_variance": 0.5}] * 2
     assert summary["statistic"] == "signal_to_noise"
-    means = [float((m.weight_mu.abs() / torch.nn.functional.softplus(m.weight_rho)).detach().double().mean())
-             for m in run.model.layers]
+    means = [
+        float((m.weight_mu.abs() / torch.nn.functional.softplus(m.weight_rho)).detach().double().mean())
+        for m in run.model.layers
+    ]
     assert [layer["mean_statistic"] for layer in summary["layers"]] == pytest.approx(means)
 
 
 def test_coef_of_a_non_gaussian_family_uses_draws(tmp_path):
-    run = train_run(RunConfig(dataset="two-moons", method="horseshoe", hidden=(4,), train={"epochs": 1},
-                              device="cpu"), cache_dir=tmp_path)
+    run = train_run(
+        RunConfig(dataset="two-moons", method="horseshoe", hidden=(4,), train={"epochs": 1}, device="cpu"),
+        cache_dir=tmp_path,
+    )
     coefficients = run.coef(samples=200)
     assert all(c.method == "draws" and np.all(c.lower <= c.upper) for c in coefficients)
     with pytest.raises(Exception, match="draws"):
@@ -140,8 +155,7 @@ def test_predict_is_core_predict_in_original_units(runs):
 def test_evaluate_and_sweep_match_the_stored_numbers(runs):
     cache, run, _ = runs
     again = load_run(run.run_id, cache_dir=cache)
-    assert again.evaluate(mode="mpm-mean", samples=1)["accuracy"] == pytest.approx(
-        run.metrics["MED-MEA R=1 accuracy"])
+    assert again.evaluate(mode="mpm-mean", samples=1)["accuracy"] == pytest.approx(run.metrics["MED-MEA R=1 accuracy"])
     stored = again.default_sweep()
     computed = again.sweep()
     np.testing.assert_allclose(stored.values, computed.values)
@@ -149,8 +163,9 @@ def test_evaluate_and_sweep_match_the_stored_numbers(runs):
     np.testing.assert_allclose(stored.density, computed.density)
     assert computed.disconnected.any() and not computed.disconnected.all()
     # A run stored before summaries held the flag: it comes from the masks.
-    older = dataclasses.replace(again, summaries={k: v for k, v in again.summaries.items()
-                                                  if k != "sweep_disconnected"})
+    older = dataclasses.replace(
+        again, summaries={k: v for k, v in again.summaries.items() if k != "sweep_disconnected"}
+    )
     np.testing.assert_array_equal(older.default_sweep().disconnected, computed.disconnected)
 
 

@@ -16,15 +16,32 @@ import pytest
 from core.runs import RunConfig, RunStore, list_runs, train_run
 
 REPO = Path(__file__).resolve().parents[1]
-TRAIN_ARGS = ["--dataset", "two-moons", "--hidden", "16", "--epochs", "8", "--batch-size", "100",
-              "--device", "cpu", "--json"]
+TRAIN_ARGS = [
+    "--dataset",
+    "two-moons",
+    "--hidden",
+    "16",
+    "--epochs",
+    "8",
+    "--batch-size",
+    "100",
+    "--device",
+    "cpu",
+    "--json",
+]
 SAME_CONFIG = RunConfig(dataset="two-moons", hidden=(16,), train={"epochs": 8, "batch_size": 100}, device="cpu")
 
 
 def _start(cache: Path) -> subprocess.Popen:
     env = dict(os.environ, BNN_CACHE_DIR=str(cache), PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    return subprocess.Popen([sys.executable, "-m", "core", "train", *TRAIN_ARGS], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "core", "train", *TRAIN_ARGS],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_for_first_epoch(process: subprocess.Popen, timeout: float = 60.0) -> None:

@@ -23,6 +23,7 @@ class FakeProcess:
 @pytest.fixture
 def health_server():
     """A local HTTP server whose /_stcore/health answers 200 and anything else 404."""
+
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             self.send_response(200 if self.path == "/_stcore/health" else 404)

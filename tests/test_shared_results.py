@@ -19,10 +19,15 @@ from tests.support import clear_dashboard_caches
 def runs(tmp_path_factory):
     """Two tiny mnist-small runs that differ only by seed, in their own store."""
     from core.runs import RunConfig, train_run
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("BNN_CACHE_DIR", str(tmp_path_factory.mktemp("bnn-shared")))
-        yield [train_run(RunConfig(dataset="mnist-small", hidden=(8,), seed=seed,
-                                   train={"epochs": 1, "batch_size": 500})).run_id for seed in (0, 1)]
+        yield [
+            train_run(
+                RunConfig(dataset="mnist-small", hidden=(8,), seed=seed, train={"epochs": 1, "batch_size": 500})
+            ).run_id
+            for seed in (0, 1)
+        ]
 
 
 @pytest.fixture(autouse=True)
@@ -35,17 +40,24 @@ def fresh_caches():
 def fresh_metrics(run, mode, samples, threshold, weights=None):
     """The metric cards computed from scratch: Run.predict, no cache of any kind."""
     from dashboard import backend, cache
-    prediction = run.predict(run.dataset().x_test, mode=mode, samples=samples, threshold=threshold, seed=0,
-                             weights=weights)
+
+    prediction = run.predict(
+        run.dataset().x_test, mode=mode, samples=samples, threshold=threshold, seed=0, weights=weights
+    )
     return backend.test_metrics(cache.prediction_arrays(prediction), run.dataset())
 
 
 # --- one entry for settings that compute the same numbers ------------------------------------------
 
+
 def test_prediction_key_merges_settings_that_compute_the_same_numbers():
     from dashboard.caching import prediction_key
-    assert prediction_key("prune", 7, 0.3, 0, "mean") == prediction_key("mpm-mean", 1, 0.3, 0) == {
-        "mode": "mpm-mean", "samples": 1, "threshold": 0.3, "seed": 0, "weights": None}
+
+    assert (
+        prediction_key("prune", 7, 0.3, 0, "mean")
+        == prediction_key("mpm-mean", 1, 0.3, 0)
+        == {"mode": "mpm-mean", "samples": 1, "threshold": 0.3, "seed": 0, "weights": None}
+    )
     assert prediction_key("prune", 7, 0.3, 2, "sample") == prediction_key("mpm", 7, 0.3, 2)
     assert prediction_key("prune", 7, 0.3, 2, None) == prediction_key("mpm", 7, 0.3, 2)  # prune samples by default
     assert prediction_key("mean", 20, None, 5) == prediction_key("ALL-MEA", 1, None, 0)
@@ -60,6 +72,7 @@ def test_prediction_key_merges_settings_that_compute_the_same_numbers():
 @pytest.mark.parametrize("weights", ["mean", "sample"])
 def test_cached_prune_metrics_are_the_fresh_numbers_and_one_entry_serves_both_modes(runs, weights, monkeypatch):
     from dashboard import backend, cache
+
     run_id = runs[0]
     run = cache.cached_run(run_id)
     samples = 1 if weights == "mean" else 6
@@ -73,13 +86,15 @@ def test_cached_prune_metrics_are_the_fresh_numbers_and_one_entry_serves_both_mo
     same_mode = "mpm-mean" if weights == "mean" else "mpm"
     for threshold in (0.3, 0.55):
         assert cache.test_metrics(run_id, same_mode, samples, threshold, 0) == fresh_metrics(
-            run, same_mode, samples, threshold)
+            run, same_mode, samples, threshold
+        )
     assert calls == []
 
 
 def test_draw_cache_keeps_prune_with_sampled_weights_and_mpm_in_one_entry(runs):
     from core.predict.draw_cache import DrawCache
     from dashboard import cache
+
     run = cache.cached_run(runs[0])
     x = run.dataset().x_test[:300]
     draws = DrawCache()
@@ -96,6 +111,7 @@ def test_draw_cache_keeps_prune_with_sampled_weights_and_mpm_in_one_entry(runs):
 
 def test_cache_entries_of_two_runs_stay_apart_and_forgetting_one_keeps_the_other(runs, monkeypatch):
     from dashboard import backend, cache
+
     first, second = runs
     a = cache.test_metrics(first, "prune", 4, 0.4, 0, "sample")
     b = cache.test_metrics(second, "prune", 4, 0.4, 0, "sample")
@@ -114,9 +130,11 @@ def test_cache_entries_of_two_runs_stay_apart_and_forgetting_one_keeps_the_other
 
 # --- compute slots ------------------------------------------------------------------------------------
 
+
 def test_compute_slots_let_one_prediction_run_at_a_time_with_the_same_numbers(runs, monkeypatch):
     from core.predict import draw_cache
     from dashboard import cache
+
     run = cache.cached_run(runs[0])
     x = run.dataset().x_test[:200]
     running, most = [0], [0]
@@ -140,8 +158,14 @@ def test_compute_slots_let_one_prediction_run_at_a_time_with_the_same_numbers(ru
         draws = draw_cache.DrawCache(compute_slots=slots)
         most[0] = 0
         results = {}
-        threads = [threading.Thread(target=lambda t=t: results.__setitem__(t, draws.predict(
-            run, x, "test", owner="a", mode="mpm", samples=3, threshold=t))) for t in (0.2, 0.3, 0.4, 0.5)]
+        threads = [
+            threading.Thread(
+                target=lambda t=t: results.__setitem__(
+                    t, draws.predict(run, x, "test", owner="a", mode="mpm", samples=3, threshold=t)
+                )
+            )
+            for t in (0.2, 0.3, 0.4, 0.5)
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -158,15 +182,18 @@ def test_compute_slots_let_one_prediction_run_at_a_time_with_the_same_numbers(ru
 
 # --- the run list -------------------------------------------------------------------------------------
 
+
 def test_run_list_is_read_once_and_again_when_the_store_changes(runs, monkeypatch):
     from core.runs import RunConfig, delete_run, train_run
     from dashboard import backend, cache
+
     reads = []
     original = backend.list_runs
     monkeypatch.setattr(backend, "list_runs", lambda: reads.append(1) or original())
     rows = cache.cached_run_list()
     assert [r["run_id"] for r in rows] == [info.run_id for info in original()] and set(runs) <= {
-        r["run_id"] for r in rows}
+        r["run_id"] for r in rows
+    }
     for _ in range(5):
         assert cache.cached_run_list() == rows
     assert cache.cached_run_labels() == backend.run_labels(rows)
@@ -182,15 +209,23 @@ def test_run_list_is_read_once_and_again_when_the_store_changes(runs, monkeypatc
 
 # --- chart specs kept with their data encoded ----------------------------------------------------------
 
+
 def arrow_rows(data: bytes) -> list[dict]:
     import pyarrow as pa
+
     return pa.ipc.open_stream(data).read_all().to_pandas().to_dict("records")
 
 
 def test_shipped_spec_holds_the_same_rows_as_arrow():
     from dashboard import cache, charts
-    spec = charts.metric_vs_density(np.array([0.1, 0.5, 0.9]), np.array([0.9, 0.4, 0.1]),
-                                     np.array([0.95, 0.94, 0.5]), "accuracy", current=(0.4, 0.94)).to_dict()
+
+    spec = charts.metric_vs_density(
+        np.array([0.1, 0.5, 0.9]),
+        np.array([0.9, 0.4, 0.1]),
+        np.array([0.95, 0.94, 0.5]),
+        "accuracy",
+        current=(0.4, 0.94),
+    ).to_dict()
     plain = {name: list(rows) for name, rows in spec["datasets"].items()}
     shipped = cache.shipped(spec)
     assert set(shipped["datasets"]) == set(plain)
@@ -201,17 +236,21 @@ def test_shipped_spec_holds_the_same_rows_as_arrow():
 
 def test_cached_uncertainty_charts_are_built_from_the_shared_prediction(runs):
     from dashboard import backend, cache, charts
+
     run_id = runs[0]
     run = cache.cached_run(run_id)
     indices = (3, 4, 5)
     specs = cache.class_probability_charts(run_id, indices, "prune", 4, 0.4, 0, "sample")
-    fresh = run.predict(run.dataset().x_test[list(indices)], mode="prune", samples=4, threshold=0.4, seed=0,
-                        weights="sample")
+    fresh = run.predict(
+        run.dataset().x_test[list(indices)], mode="prune", samples=4, threshold=0.4, seed=0, weights="sample"
+    )
     assert len(specs) == len(indices)
     for position, spec in enumerate(specs):
-        expected = charts.class_probability_bars(fresh.probs_per_draw[:, position, :],
-                                                  list(run.dataset().class_names or []) or None,
-                                                  doubt_level=backend.DOUBT_LEVEL).to_dict()
+        expected = charts.class_probability_bars(
+            fresh.probs_per_draw[:, position, :],
+            list(run.dataset().class_names or []) or None,
+            doubt_level=backend.DOUBT_LEVEL,
+        ).to_dict()
         expected_rows = sorted(tuple(sorted(r.items())) for rows in expected["datasets"].values() for r in rows)
         got_rows = sorted(tuple(sorted(r.items())) for data in spec["datasets"].values() for r in arrow_rows(data))
         assert got_rows == expected_rows
@@ -219,21 +258,25 @@ def test_cached_uncertainty_charts_are_built_from_the_shared_prediction(runs):
     summary = cache.ood_summary(run_id, "uniform-noise", "bma", 3, None, 0, 50)
     inside = backend.predictive_entropy(run.predict(run.dataset().x_test, mode="bma", samples=3, seed=0).probs)
     outside = cache.ood_entropy(run_id, "uniform-noise", "bma", 3, None, 0, 50)
-    assert summary == {"inputs": 50, "mean_entropy": float(outside.mean()),
-                       "auroc": backend.entropy_auroc(inside, outside)}
+    assert summary == {
+        "inputs": 50,
+        "mean_entropy": float(outside.mean()),
+        "auroc": backend.entropy_auroc(inside, outside),
+    }
 
 
 # --- the server's rerun log (the load test's CPU per interaction) ---------------------------------------
+
 
 def test_rerun_log_records_each_script_run(runs, tmp_path, monkeypatch):
     import json
     from pathlib import Path
 
     from streamlit.testing.v1 import AppTest
+
     log = tmp_path / "reruns.jsonl"
     monkeypatch.setenv("BNN_RERUN_LOG", str(log))
-    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py"),
-                           default_timeout=120)
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py"), default_timeout=120)
     at.session_state["selected_run_id"] = runs[0]
     at.run()
     at.switch_page("views/glossary.py").run()
@@ -245,12 +288,14 @@ def test_rerun_log_records_each_script_run(runs, tmp_path, monkeypatch):
 
 def test_predict_slots_setting(monkeypatch):
     from dashboard import backend
+
     monkeypatch.delenv("BNN_PREDICT_SLOTS", raising=False)
     assert backend.predict_slots() is None  # no limit by default (see predict_slots: measured)
     for text, slots in (("3", 3), ("1", 1), ("0", None)):
         monkeypatch.setenv("BNN_PREDICT_SLOTS", text)
         assert backend.predict_slots() == slots
     from core.errors import InputError
+
     for bad in ("-2", "many"):  # refused with the variable's name, never read as "no limit"
         monkeypatch.setenv("BNN_PREDICT_SLOTS", bad)
         with pytest.raises(InputError, match="BNN_PREDICT_SLOTS"):
@@ -262,6 +307,7 @@ def test_no_page_relies_on_streamlit_magic():
     expression in a page would silently show nothing, so there must be none."""
     import ast
     from pathlib import Path
+
     root = Path(__file__).resolve().parent.parent
     config = (root / ".streamlit" / "config.toml").read_text()
     assert "magicEnabled = false" in config
@@ -273,8 +319,12 @@ def test_no_page_relies_on_streamlit_magic():
             for index, node in enumerate(body if isinstance(body, list) else []):
                 if not isinstance(node, ast.Expr) or isinstance(node.value, (ast.Call, ast.Await)):
                     continue
-                docstring = (index == 0 and isinstance(parent, (ast.Module, ast.FunctionDef, ast.ClassDef))
-                             and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str))
+                docstring = (
+                    index == 0
+                    and isinstance(parent, (ast.Module, ast.FunctionDef, ast.ClassDef))
+                    and isinstance(node.value, ast.Constant)
+                    and isinstance(node.value.value, str)
+                )
                 if not docstring:
                     bare.append(f"{path.name}:{node.lineno}")
     assert bare == []

@@ -27,8 +27,10 @@ def moons(n=200):
 
 def trained(family, hidden=(8,), epochs=3, warm_start=0, **options):
     x, y = moons()
-    model = BayesianMLP(ModelConfig(in_features=2, out_classes=2, hidden=hidden, family=family,
-                                    family_options=options), torch.Generator().manual_seed(0))
+    model = BayesianMLP(
+        ModelConfig(in_features=2, out_classes=2, hidden=hidden, family=family, family_options=options),
+        torch.Generator().manual_seed(0),
+    )
     result = train(model, x, y, TrainConfig(epochs=epochs, batch_size=50, warm_start_epochs=warm_start), seed=0)
     return model, result
 
@@ -124,6 +126,7 @@ def test_a_stored_run_has_its_snapshots_checksummed_and_reads_them_back(tmp_path
 
 def test_a_run_handed_over_by_the_training_process_reads_its_snapshots(tmp_path):
     from core.runs import run_from_handover, run_handover
+
     run = train_run(CONFIG, cache_dir=tmp_path)
     handed = run_from_handover(run_handover(run))
     np.testing.assert_array_equal(handed.snapshots().histogram, run.snapshots().histogram)

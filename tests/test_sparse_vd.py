@@ -17,7 +17,7 @@ def expected_log_abs_noise(log_alpha: float) -> float:
     alpha = math.exp(log_alpha)
 
     def integrand(e: float) -> float:
-        return math.log(abs(e)) * math.exp(-(e - 1) ** 2 / (2 * alpha)) / math.sqrt(2 * math.pi * alpha)
+        return math.log(abs(e)) * math.exp(-((e - 1) ** 2) / (2 * alpha)) / math.sqrt(2 * math.pi * alpha)
 
     return sum(integrate.quad(integrand, a, b, limit=200)[0] for a, b in ((-np.inf, 0.0), (0.0, np.inf)))
 

@@ -115,8 +115,9 @@ def test_the_graph_refuses_a_layer_past_its_limit():
     wide = [np.ones((sparsity.MAX_GRAPH_UNITS + 1, 3), bool), np.ones((2, sparsity.MAX_GRAPH_UNITS + 2), bool)]
     with pytest.raises(ValueError, match=f"at most {sparsity.MAX_GRAPH_UNITS} units"):
         sparsity.active_graph_figure(wide)
-    sparsity.active_graph_figure([np.ones((sparsity.MAX_GRAPH_UNITS, 3), bool),
-                                  np.ones((2, sparsity.MAX_GRAPH_UNITS + 1), bool)])
+    sparsity.active_graph_figure(
+        [np.ones((sparsity.MAX_GRAPH_UNITS, 3), bool), np.ones((2, sparsity.MAX_GRAPH_UNITS + 1), bool)]
+    )
 
 
 @pytest.mark.parametrize("skip,threshold", itertools.product([False, True], [0.3, 0.6]))
@@ -131,7 +132,7 @@ def test_reaching_pixels_are_the_features_with_an_active_path(skip, threshold):
     for layer, flag in enumerate(skip_layers([m.shape for m in active])):
         if flag:
             width = active[layer - 1].shape[0]
-            expected = expected + active[layer][:, width:width + D].sum(axis=0)
+            expected = expected + active[layer][:, width : width + D].sum(axis=0)
     np.testing.assert_array_equal(z.ravel(), expected)
     # a pixel reaches an output exactly when explain (core) finds it on an active path
     explained = run.explain(np.ones(D), threshold=threshold, samples=2)
@@ -145,8 +146,7 @@ def test_density_frame_is_core_densities_raw_and_on_active_paths(skip):
     frame = sparsity.density_comparison_frame(densities, ["a", "b", "c"])
     masks, active = run.masks(0.5), run.active_paths(0.5)
     np.testing.assert_allclose(frame["density"], list(layer_densities(masks)) + [overall_density(masks)])
-    np.testing.assert_allclose(frame["active-path density"],
-                               list(layer_densities(active)) + [overall_density(active)])
+    np.testing.assert_allclose(frame["active-path density"], list(layer_densities(active)) + [overall_density(active)])
     assert (frame["active-path density"] <= frame["density"] + 1e-12).all()
 
 

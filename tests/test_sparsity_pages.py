@@ -15,8 +15,16 @@ from streamlit.testing.v1 import AppTest
 
 from tests.test_dashboard_app import APP, TIMEOUT, assert_clean, fresh_caches  # noqa: F401
 
-DTYPES = {"i1": np.int8, "u1": np.uint8, "i2": np.int16, "u2": np.uint16, "i4": np.int32, "u4": np.uint32,
-          "f4": np.float32, "f8": np.float64}
+DTYPES = {
+    "i1": np.int8,
+    "u1": np.uint8,
+    "i2": np.int16,
+    "u2": np.uint16,
+    "i4": np.int32,
+    "u4": np.uint32,
+    "f4": np.float32,
+    "f8": np.float64,
+}
 
 
 @pytest.fixture(scope="module")
@@ -25,11 +33,14 @@ def store(tmp_path_factory):
     previous = os.environ.get("BNN_CACHE_DIR")
     os.environ["BNN_CACHE_DIR"] = str(cache)
     from core.runs import RunConfig, train_run
+
     runs = {
-        "moons": train_run(RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 2},
-                                     family_options={"input_skip": True})).run_id,
-        "mnist": train_run(RunConfig(dataset="mnist-small", hidden=(8,),
-                                     train={"epochs": 1, "batch_size": 500})).run_id,
+        "moons": train_run(
+            RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 2}, family_options={"input_skip": True})
+        ).run_id,
+        "mnist": train_run(
+            RunConfig(dataset="mnist-small", hidden=(8,), train={"epochs": 1, "batch_size": 500})
+        ).run_id,
     }
     yield runs
     if previous is None:
@@ -79,6 +90,7 @@ def test_inclusion_page_draws_full_masks_the_graph_and_both_densities(store):
     from core.runs.sparsity_views import active_path_densities
     from dashboard import charts
     from dashboard.charts import sparsity
+
     run = load_run(store["moons"])
     at = open_page(store["moons"], "views/inclusion.py")
     threshold = threshold_of(at)
@@ -88,8 +100,9 @@ def test_inclusion_page_draws_full_masks_the_graph_and_both_densities(store):
     densities = active_path_densities(run, threshold)
     (table,) = [d.value for d in at.dataframe if "active-path density" in d.value.columns]
     np.testing.assert_allclose(table["density"], list(densities["layer_density"]) + [densities["density"]])
-    np.testing.assert_allclose(table["active-path density"],
-                               list(densities["active_layer_density"]) + [densities["active_density"]])
+    np.testing.assert_allclose(
+        table["active-path density"], list(densities["active_layer_density"]) + [densities["active_density"]]
+    )
     for layer in range(len(masks)):
         at.selectbox(key="full_mask_layer").set_value(layer).run()
         assert_clean(at)
@@ -100,13 +113,16 @@ def test_inclusion_page_draws_full_masks_the_graph_and_both_densities(store):
         shapes = figure_titled(at, charts.layer_label(layer, statistics[layer].shape))["layout"].get("shapes", [])
         assert [s["x0"] for s in shapes] == ([masks[0].shape[0] - 0.5] if layer == 1 else [])  # input skip
     graph = figure_titled(at, "active paths")
-    drawn = {trace["name"]: sum(1 for v in trace["x"] if v is None) for trace in graph["data"] if
-             trace.get("mode") == "lines"}
+    drawn = {
+        trace["name"]: sum(1 for v in trace["x"] if v is None)
+        for trace in graph["data"]
+        if trace.get("mode") == "lines"
+    }
     edges = sparsity.graph_edges(active)
     assert drawn.get("active weight", 0) == sum(not e[4] for e in edges)
     assert drawn.get("input-skip weight", 0) == sum(e[4] for e in edges)  # the run has input skip
     width = active[0].shape[0]  # the output layer reads the 8 hidden units, then the 2 inputs
-    assert int(active[1][:, width:width + 2].sum()) == drawn.get("input-skip weight", 0)
+    assert int(active[1][:, width : width + 2].sum()) == drawn.get("input-skip weight", 0)
     assert not [f for f in figures(at) if "reach an output" in json.dumps(f["layout"].get("title", ""))]
     # another threshold: the page's arrays follow it
     at.slider(key=[s.key for s in at.slider if s.label.startswith("threshold on")][0]).set_value(0.9).run()
@@ -119,6 +135,7 @@ def test_inclusion_page_draws_full_masks_the_graph_and_both_densities(store):
 def test_images_show_the_pixels_that_reach_an_output_and_explanations_as_a_heat_map(store):
     from core.runs import load_run
     from dashboard.charts import sparsity
+
     run = load_run(store["mnist"])
     at = open_page(store["mnist"], "views/inclusion.py")
     threshold = threshold_of(at)
@@ -144,6 +161,7 @@ def test_images_show_the_pixels_that_reach_an_output_and_explanations_as_a_heat_
 @pytest.mark.slow
 def test_tabular_explanation_bars_follow_the_chosen_example(store):
     from core.runs import load_run
+
     run = load_run(store["moons"])
     at = open_page(store["moons"], "views/uncertainty.py")
     for index in (0, 7):
@@ -168,6 +186,7 @@ def test_tabular_explanation_bars_follow_the_chosen_example(store):
 def image_server(tmp_path_factory, browser):
     """A dashboard server over one tiny mnist-small run."""
     from tests.test_browser import serve, train_runs
+
     cache = tmp_path_factory.mktemp("bnn-sparsity")
     train_runs(cache, "[RunConfig(dataset='mnist-small', hidden=(8,), train={'epochs': 1, 'batch_size': 500})]")
     with serve(cache) as running:
@@ -187,18 +206,19 @@ def plotly_shapes(page) -> list[list[int]]:
 @pytest.mark.slow  # a server and Chromium: about 40 s
 def test_full_resolution_masks_and_explanations_render_in_chromium(image_server, browser):
     from tests.test_browser import RENDER_TIMEOUT, assert_no_traceback
+
     url, log = image_server
     page = browser.new_page(viewport={"width": 1400, "height": 2200})
     page.goto(f"{url}/inclusion")
     page.get_by_role("heading", name="Active paths", exact=True).wait_for(timeout=RENDER_TIMEOUT)
     selector = "[data-testid='stMain'] .js-plotly-plot .hm image"  # a drawn heat map
-    page.wait_for_function(f"document.querySelectorAll(\"{selector}\").length >= 2", timeout=RENDER_TIMEOUT)
+    page.wait_for_function(f'document.querySelectorAll("{selector}").length >= 2', timeout=RENDER_TIMEOUT)
     shapes = plotly_shapes(page)
     assert [8, 785] in shapes and [28, 28] in shapes, shapes  # one cell per weight; the image grid
     assert_no_traceback(page)
     page.goto(f"{url}/uncertainty")
     page.get_by_role("heading", name="Local explanation", exact=True).wait_for(timeout=RENDER_TIMEOUT)
-    page.wait_for_function(f"document.querySelectorAll(\"{selector}\").length >= 1", timeout=RENDER_TIMEOUT)
+    page.wait_for_function(f'document.querySelectorAll("{selector}").length >= 1', timeout=RENDER_TIMEOUT)
     assert [28, 28] in plotly_shapes(page)
     assert_no_traceback(page)
     page.close()
@@ -208,6 +228,7 @@ def test_full_resolution_masks_and_explanations_render_in_chromium(image_server,
 @pytest.mark.slow
 def test_a_large_network_is_explained_only_on_request(store, monkeypatch):
     from dashboard import sparsity_panels
+
     monkeypatch.setattr(sparsity_panels, "EXPLAIN_AUTO_WEIGHTS", 10)  # the tiny run counts as large
     computed = []
     original = sparsity_panels.local_explanation
@@ -219,4 +240,3 @@ def test_a_large_network_is_explained_only_on_request(store, monkeypatch):
     at.toggle(key="explain_on").set_value(True).run()
     assert_clean(at)
     assert len(computed) == 1 and [f for f in figures(at) if f["data"][0].get("type") == "bar"]
-

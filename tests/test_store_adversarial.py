@@ -37,18 +37,31 @@ from core.runs.store import RunContents, sha256_file
 
 TINY = RunConfig(dataset="two-moons", hidden=(16,), train={"epochs": 1}, device="cpu")
 DOORS = ("_mkdir", "_rename", "_unlink", "_rmdir", "_write_file", "_open_lock_file")
-FILE_KINDS = ("weights.safetensors", "summaries.safetensors", "snapshots.npz", "config.json", "info.json",
-              "metrics.json", "history.json", "summaries.json", "manifest.json")
+FILE_KINDS = (
+    "weights.safetensors",
+    "summaries.safetensors",
+    "snapshots.npz",
+    "config.json",
+    "info.json",
+    "metrics.json",
+    "history.json",
+    "summaries.json",
+    "manifest.json",
+)
 LEFTOVER_DIRS = (".tmp", ".trash", ".locks")
 
 
 def contents(tag: int) -> RunContents:
     """A small run whose metrics carry `tag` (which version of a run was read back)."""
-    return RunContents(config=TINY.to_dict(),
-                       info={"created": 1000.0 + tag, "model": {"in_features": 2, "out_classes": 2}},
-                       state_dict={"w": torch.arange(300.0) + tag}, metrics={"tag": tag, "density": 0.5},
-                       history=[{"loss": 1.0, "epoch": 1}], summaries={"a": np.arange(4.0), "b": [1, 2]},
-                       snapshots={"density": np.linspace(0, 1, 5)})
+    return RunContents(
+        config=TINY.to_dict(),
+        info={"created": 1000.0 + tag, "model": {"in_features": 2, "out_classes": 2}},
+        state_dict={"w": torch.arange(300.0) + tag},
+        metrics={"tag": tag, "density": 0.5},
+        history=[{"loss": 1.0, "epoch": 1}],
+        summaries={"a": np.arange(4.0), "b": [1, 2]},
+        snapshots={"density": np.linspace(0, 1, 5)},
+    )
 
 
 class Killed(BaseException):
@@ -74,6 +87,7 @@ class KillSwitch:
                     real(path, data[: int(len(data) * self.torn)])
                 raise Killed
             return real(*args)
+
         return changed
 
 
@@ -108,8 +122,9 @@ def template(tmp_path_factory) -> Path:
 
 def leftovers(root: Path) -> list[str]:
     runs = root / "runs"
-    return sorted(f"{sub}/{entry.name}" for sub in LEFTOVER_DIRS if (runs / sub).is_dir()
-                  for entry in (runs / sub).iterdir())
+    return sorted(
+        f"{sub}/{entry.name}" for sub in LEFTOVER_DIRS if (runs / sub).is_dir() for entry in (runs / sub).iterdir()
+    )
 
 
 # What each operation of a scenario may leave: id -> the tags it may have after a kill (None: absent).
@@ -141,8 +156,9 @@ def check_after_restart(root: Path, allowed: dict[str, set]) -> dict[str, int | 
     return found
 
 
-def run_with_kill(template: Path, operation: str, kill_at: int | None, torn: float = 0.5,
-                  recovery_kill_at: int | None = None) -> tuple[KillSwitch, Path]:
+def run_with_kill(
+    template: Path, operation: str, kill_at: int | None, torn: float = 0.5, recovery_kill_at: int | None = None
+) -> tuple[KillSwitch, Path]:
     root = Path(tempfile.mkdtemp(prefix="kill-"))
     shutil.copytree(template, root, dirs_exist_ok=True)
     action, _ = OPERATIONS[operation]
@@ -193,10 +209,15 @@ def test_a_kill_at_every_disk_change_loses_no_run(template, operation):
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(operation=st.sampled_from(sorted(OPERATIONS)), kill_percent=st.integers(0, 100),
-       torn_percent=st.integers(0, 100), recovery_kill=st.one_of(st.none(), st.integers(1, 30)))
-def test_random_kills_in_writes_and_in_the_restart_lose_no_run(template, operation, kill_percent, torn_percent,
-                                                                recovery_kill):
+@given(
+    operation=st.sampled_from(sorted(OPERATIONS)),
+    kill_percent=st.integers(0, 100),
+    torn_percent=st.integers(0, 100),
+    recovery_kill=st.one_of(st.none(), st.integers(1, 30)),
+)
+def test_random_kills_in_writes_and_in_the_restart_lose_no_run(
+    template, operation, kill_percent, torn_percent, recovery_kill
+):
     # (integers, not floats: torch sets flush-to-zero, and hypothesis refuses to draw floats then)
     total = count_changes(template, operation)
     kill_at = 1 + (kill_percent * (total - 1)) // 100
@@ -263,8 +284,7 @@ def test_real_sigkills_of_a_writer_lose_no_run(template, tmp_path):
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             os.close(read_end)
-        found = check_after_restart(root, {"a1": set(range(1, 10_000)), "b2": {1},
-                                           "c3": {None, *range(1, 10_000)}})
+        found = check_after_restart(root, {"a1": set(range(1, 10_000)), "b2": {1}, "c3": {None, *range(1, 10_000)}})
         assert found["a1"] >= 2
 
 
@@ -284,8 +304,11 @@ def _damage(path: Path, how: str, where: float) -> None:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(kind=st.sampled_from(FILE_KINDS), how=st.sampled_from(("truncate", "flip", "delete", "empty-list")),
-       where_percent=st.integers(0, 100))
+@given(
+    kind=st.sampled_from(FILE_KINDS),
+    how=st.sampled_from(("truncate", "flip", "delete", "empty-list")),
+    where_percent=st.integers(0, 100),
+)
 def test_damaged_files_are_listed_as_damaged_and_never_loaded(template, kind, how, where_percent):
     where = where_percent / 100
     root = Path(tempfile.mkdtemp(prefix="damage-"))
@@ -350,19 +373,22 @@ def _vouch(folder: Path, name: str) -> None:
 
 
 WRONG_SHAPES = {
-    "config-list": ("config.json", "[]"), "info-list": ("info.json", "[]"), "metrics-list": ("metrics.json", "[]"),
-    "summaries-number": ("summaries.json", "7"), "history-object": ("history.json", "{}"),
+    "config-list": ("config.json", "[]"),
+    "info-list": ("info.json", "[]"),
+    "metrics-list": ("metrics.json", "[]"),
+    "summaries-number": ("summaries.json", "7"),
+    "history-object": ("history.json", "{}"),
     "metrics-5000-digits": ("metrics.json", '{"accuracy": ' + "9" * 5000 + "}"),
     "history-nested-100000": ("history.json", "[" * 100_000 + "]" * 100_000),
     "config-dataset-object": ("config.json", '{"dataset": {"not": "a name"}}'),
-    "info-created-text": ("info.json", '{"created": "yesterday"}'), "manifest-list": ("manifest.json", "[]"),
+    "info-created-text": ("info.json", '{"created": "yesterday"}'),
+    "manifest-list": ("manifest.json", "[]"),
     "manifest-escaping-name": ("manifest.json", '{"files": {"../../etc": {"sha256": "x", "bytes": 1}}}'),
 }
 
 
 @pytest.mark.parametrize("name, text", list(WRONG_SHAPES.values()), ids=list(WRONG_SHAPES))
-def test_a_file_the_manifest_vouches_for_but_of_the_wrong_shape_breaks_nobody(template, tmp_path, capsys, name,
-                                                                              text):
+def test_a_file_the_manifest_vouches_for_but_of_the_wrong_shape_breaks_nobody(template, tmp_path, capsys, name, text):
     shutil.copytree(template, tmp_path, dirs_exist_ok=True)
     folder = RunStore(tmp_path).path("a1")
     (folder / name).write_text(text)
@@ -416,6 +442,7 @@ def test_concurrent_writers_deleters_and_readers(template, tmp_path):
                     work(RunStore(tmp_path))
             except BaseException as exc:  # noqa: BLE001 - the test reports whatever escaped
                 problems.append(f"{type(exc).__name__}: {exc}")
+
         return loop
 
     def replace_keep(store):
@@ -536,6 +563,7 @@ def test_leftovers_count_towards_the_cap_until_cleaned_and_live_writers_keep_the
 def _raise(code: int):
     def fail(*args, **kwargs):
         raise OSError(code, os.strerror(code), str(args[0]) if args else None)
+
     return fail
 
 
@@ -560,13 +588,13 @@ def test_a_full_disk_while_writing_leaves_no_partial_run_and_one_line(template, 
 @pytest.mark.parametrize("code", [errno.EROFS, errno.EACCES])
 def test_a_read_only_store_lists_and_loads_and_refuses_writes_in_one_line(template, tmp_path, capsys, code):
     shutil.copytree(template, tmp_path, dirs_exist_ok=True)
-    failing = {name: _raise(code) for name in ("_mkdir", "_rename", "_unlink", "_rmdir", "_write_file",
-                                               "_open_lock_file")}
+    failing = {
+        name: _raise(code) for name in ("_mkdir", "_rename", "_unlink", "_rmdir", "_write_file", "_open_lock_file")
+    }
     with injected(**failing):
         assert [row.status for row in RunStore(tmp_path).list()] == ["ok", "ok"]
         assert RunStore(tmp_path).read("a1").metrics["tag"] == 1
-        for action in (lambda: RunStore(tmp_path).write("c3", contents(1)),
-                       lambda: RunStore(tmp_path).delete("a1")):
+        for action in (lambda: RunStore(tmp_path).write("c3", contents(1)), lambda: RunStore(tmp_path).delete("a1")):
             with pytest.raises(RunStoreError, match="cannot be written") as info:
                 action()
             assert "BNN_CACHE_DIR" in str(info.value) and "\n" not in str(info.value)

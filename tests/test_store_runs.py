@@ -59,8 +59,10 @@ def test_loaded_run_matches_what_was_trained(tmp_path):
     assert loaded.dataset().fingerprint == run.dataset().fingerprint
     assert loaded.created == pytest.approx(run.created)
     x = torch.from_numpy(loaded.dataset().x_test[:5])
-    assert torch.allclose(loaded.model.forward_with_weights(x, loaded.model.mean_weights()),
-                          run.model.forward_with_weights(x, run.model.mean_weights()))
+    assert torch.allclose(
+        loaded.model.forward_with_weights(x, loaded.model.mean_weights()),
+        run.model.forward_with_weights(x, run.model.mean_weights()),
+    )
 
 
 def test_listing_and_deleting(store_copy):
@@ -177,17 +179,25 @@ def test_interrupt_while_writing_removes_the_temporary_folder(tmp_path, monkeypa
 
 
 def _contents(size: int, summaries=None) -> RunContents:
-    return RunContents(config=TINY.to_dict(), info={"created": 1.0, "model": {"in_features": 2, "out_classes": 2}},
-                       state_dict={"w": torch.zeros(size)}, metrics={"accuracy": float("nan")}, history=[],
-                       summaries=summaries or {})
+    return RunContents(
+        config=TINY.to_dict(),
+        info={"created": 1.0, "model": {"in_features": 2, "out_classes": 2}},
+        state_dict={"w": torch.zeros(size)},
+        metrics={"accuracy": float("nan")},
+        history=[],
+        summaries=summaries or {},
+    )
 
 
 def test_summaries_and_aliased_tensors_round_trip(tmp_path):
     store = RunStore(tmp_path)
     shared = torch.arange(6.0).reshape(2, 3)
-    summaries = {"sorted_statistics": [np.linspace(0, 1, 5), np.arange(3)],
-                 "sweep": {"threshold": np.array([0.1, 0.5]), "label": "default", "accuracy": [0.5, 0.7]},
-                 "masks": np.array([True, False]), "r": 10}
+    summaries = {
+        "sorted_statistics": [np.linspace(0, 1, 5), np.arange(3)],
+        "sweep": {"threshold": np.array([0.1, 0.5]), "label": "default", "accuracy": [0.5, 0.7]},
+        "masks": np.array([True, False]),
+        "r": 10,
+    }
     contents = _contents(4, summaries)
     contents.state_dict = {"a": shared, "b": shared, "view": shared.t(), "flag": torch.tensor(True)}
     store.write("abc", contents)
@@ -271,8 +281,15 @@ def test_a_pickle_planted_in_a_run_folder_is_never_executed(store_copy, tmp_path
 
     cache, run_id = store_copy
     folder = RunStore(cache).path(run_id)
-    names = ["weights.safetensors", "summaries.safetensors", "config.json", "info.json", "metrics.json",
-             "history.json", "summaries.json"]
+    names = [
+        "weights.safetensors",
+        "summaries.safetensors",
+        "config.json",
+        "info.json",
+        "metrics.json",
+        "history.json",
+        "summaries.json",
+    ]
     for name in names:
         original = {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()}
         marker = tmp_path / f"executed-{name}"

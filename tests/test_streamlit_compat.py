@@ -94,8 +94,13 @@ def test_session_presence_reports_a_session_that_left(monkeypatch):
     assert not present()
 
 
-PRIVATE_STREAMLIT = ("streamlit.runtime", "streamlit.elements", "streamlit.web", "streamlit.dataframe_util",
-                     "streamlit.proto")
+PRIVATE_STREAMLIT = (
+    "streamlit.runtime",
+    "streamlit.elements",
+    "streamlit.web",
+    "streamlit.dataframe_util",
+    "streamlit.proto",
+)
 
 
 def test_only_the_compat_module_imports_streamlit_internals():

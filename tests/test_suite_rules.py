@@ -53,9 +53,13 @@ def test_no_importorskip_on_a_declared_dependency():
     offenders = []
     for path in (ROOT / "tests").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr == "importorskip" and node.args
-                    and isinstance(node.args[0], ast.Constant)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "importorskip"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
                 module = str(node.args[0].value).split(".")[0].lower()
                 if module in declared:
                     offenders.append(f"{path.name}: importorskip({module!r})")
@@ -70,12 +74,16 @@ def test_a_missing_module_skips_locally_and_fails_under_ci(monkeypatch):
     with pytest.raises(pytest.fail.Exception, match="no_such_module_here.*CI=true"):
         require_module("no_such_module_here", "pip install it")
     import json
+
     assert require_module("json", "never needed") is json
 
 
 def _skips_in_handler(handler: ast.ExceptHandler) -> bool:
-    names = {getattr(node.func, "attr", getattr(node.func, "id", None))
-             for node in ast.walk(handler) if isinstance(node, ast.Call)}
+    names = {
+        getattr(node.func, "attr", getattr(node.func, "id", None))
+        for node in ast.walk(handler)
+        if isinstance(node, ast.Call)
+    }
     return bool(names & {"skip", "unavailable", "_unavailable"})
 
 
@@ -88,8 +96,10 @@ def test_no_hand_written_skip_on_a_failed_import():
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ExceptHandler) and node.type is not None:
-                caught = {getattr(t, "id", None) for t in (node.type.elts if isinstance(node.type, ast.Tuple)
-                                                          else [node.type])}
+                caught = {
+                    getattr(t, "id", None)
+                    for t in (node.type.elts if isinstance(node.type, ast.Tuple) else [node.type])
+                }
                 if caught & {"ImportError", "ModuleNotFoundError"} and _skips_in_handler(node):
                     offenders.append(f"{path.name}:{node.lineno}")
     assert not offenders, offenders

@@ -24,11 +24,21 @@ def make_data(task="classification", n=150):
     x = rng.normal(size=(n, 6)).astype(np.float32)
     if task == "classification":
         y = (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0.5)
-        return make_dataset(name="tiny", task=task, x_train=x, y_train=y, x_test=x, y_test=y,
-                            source="generated", n_classes=3)
+        return make_dataset(
+            name="tiny", task=task, x_train=x, y_train=y, x_test=x, y_test=y, source="generated", n_classes=3
+        )
     y = (np.sin(x[:, 0]) + 0.1 * rng.normal(size=n)).astype(np.float32)
-    return make_dataset(name="tiny-reg", task=task, x_train=x, y_train=y, x_test=x, y_test=y,
-                        source="generated", target_mean=5.0, target_std=2.0)
+    return make_dataset(
+        name="tiny-reg",
+        task=task,
+        x_train=x,
+        y_train=y,
+        x_test=x,
+        y_test=y,
+        source="generated",
+        target_mean=5.0,
+        target_std=2.0,
+    )
 
 
 @pytest.mark.parametrize("family", ["lbbnn", "bnn", "fnn"])

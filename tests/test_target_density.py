@@ -22,8 +22,9 @@ def tiny_problem():
 def tiny_model():
     # A high initial inclusion and a small prior inclusion: the density falls epoch after epoch.
     options = {"init_inclusion_low": 0.55, "init_inclusion_high": 0.6, "prior_inclusion": 0.05}
-    return BayesianMLP(ModelConfig(3, 2, hidden=(8,), family="lbbnn", family_options=options),
-                       torch.Generator().manual_seed(0))
+    return BayesianMLP(
+        ModelConfig(3, 2, hidden=(8,), family="lbbnn", family_options=options), torch.Generator().manual_seed(0)
+    )
 
 
 def history_of(config: TrainConfig):
@@ -41,11 +42,12 @@ def test_training_stops_at_the_first_epoch_at_or_below_the_target():
     # no earlier epoch is at or below it.
     k = int(np.argmin(densities))
     assert k > 0
-    model, stopped = history_of(TrainConfig(epochs=12, batch_size=50, learning_rates=rates,
-                                            target_density=densities[k]))
+    model, stopped = history_of(
+        TrainConfig(epochs=12, batch_size=50, learning_rates=rates, target_density=densities[k])
+    )
     assert len(stopped) == k + 1
     assert stopped[-1]["target_density_reached"] is True
-    assert [r["density"] for r in stopped] == densities[:k + 1]  # the same run up to the stop
+    assert [r["density"] for r in stopped] == densities[: k + 1]  # the same run up to the stop
     assert BayesianMLP.density(model.keep_masks()) <= densities[k]
     assert not any(r.get("target_density_reached") for r in stopped[:-1])
     # Never reached: every epoch runs.
@@ -54,8 +56,9 @@ def test_training_stops_at_the_first_epoch_at_or_below_the_target():
 
 
 def test_post_training_still_follows_and_pretraining_never_stops():
-    _, history = history_of(TrainConfig(epochs=5, pretrain_epochs=2, posttrain_epochs=2, batch_size=50,
-                                        target_density=1.0))
+    _, history = history_of(
+        TrainConfig(epochs=5, pretrain_epochs=2, posttrain_epochs=2, batch_size=50, target_density=1.0)
+    )
     assert [r["phase"] for r in history] == ["pretrain", "pretrain", "train", "posttrain", "posttrain"]
 
 
@@ -73,8 +76,9 @@ def test_run_ids_without_the_option_are_unchanged_and_the_cli_flag_sets_it():
 
     base = RunConfig(dataset="two-moons", hidden=(4,), train={"epochs": 3})
     assert "target_density" not in base.canonical_json()
-    assert base.run_id("data") == RunConfig(dataset="two-moons", hidden=(4,),
-                                            train={"epochs": 3, "target_density": None}).run_id("data")
+    assert base.run_id("data") == RunConfig(
+        dataset="two-moons", hidden=(4,), train={"epochs": 3, "target_density": None}
+    ).run_id("data")
     targeted = RunConfig(dataset="two-moons", hidden=(4,), train={"epochs": 3, "target_density": 0.2})
     assert targeted.run_id("data") != base.run_id("data")
     assert RunConfig.from_dict(targeted.to_dict()) == targeted

@@ -42,6 +42,7 @@ def test_the_playground_says_how_large_its_default_network_is(tmp_path, monkeypa
 
 def test_kept_connections_are_counted_from_the_masks():
     from dashboard.playground_training import kept_text
+
     masks = [np.array([[1, 0, 1], [0, 0, 1]], bool), np.array([[1], [0], [0]], bool)]
     assert kept_text({"masks": masks, "default": 0.5}) == "Kept at the default cut (0.5): 4 of 9 connections (44.4%)."
 

@@ -15,11 +15,16 @@ def moons_run(tmp_path, monkeypatch):
     """A tiny two-moons run whose config leaves the defaults almost everywhere a form could lose them:
     a non-default seed, generator parameters, a family option, a tempered KL, a schedule."""
     from core.runs import RunConfig, train_run
+
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
-    config = RunConfig(dataset="two-moons", dataset_params={"n": 60, "noise": 0.2}, hidden=(4, 3), seed=3,
-                       family_options={"prior_inclusion": 0.2},
-                       train={"epochs": 2, "batch_size": 30, "kl_weight": 0.3, "lr_schedule": "cosine",
-                              "kl_anneal_epochs": 1})
+    config = RunConfig(
+        dataset="two-moons",
+        dataset_params={"n": 60, "noise": 0.2},
+        hidden=(4, 3),
+        seed=3,
+        family_options={"prior_inclusion": 0.2},
+        train={"epochs": 2, "batch_size": 30, "kl_weight": 0.3, "lr_schedule": "cosine", "kl_anneal_epochs": 1},
+    )
     return train_run(config)
 
 
@@ -30,8 +35,14 @@ def open_train_page(run_id: str | None = None) -> AppTest:
     return at.run()
 
 
-TYPED = {"train_hidden": "5, 2", "train_epochs": "7", "train_batch": "20", "train_kl_weight": "0.25",
-         "train_seed": "11", "train_params": "n=80"}
+TYPED = {
+    "train_hidden": "5, 2",
+    "train_epochs": "7",
+    "train_batch": "20",
+    "train_kl_weight": "0.25",
+    "train_seed": "11",
+    "train_params": "n=80",
+}
 
 
 def test_the_form_keeps_its_choices_across_pages(tmp_path, monkeypatch):
@@ -73,6 +84,7 @@ def submitted_after_fill(run, monkeypatch, family: str | None = None, seed: str 
 
 def test_another_seed_fills_the_form_exactly_from_the_run(moons_run, monkeypatch):
     from core.runs import RunConfig
+
     at, config = submitted_after_fill(moons_run, monkeypatch, seed="9")
     expected = RunConfig.from_dict({**moons_run.config.to_dict(), "seed": 9})
     assert config.to_dict() == expected.to_dict()
@@ -89,9 +101,11 @@ def test_the_same_seed_reproduces_the_run(moons_run, monkeypatch):
 
 def test_another_family_keeps_everything_but_the_family_options(moons_run, monkeypatch):
     from core.runs import RunConfig
+
     _, config = submitted_after_fill(moons_run, monkeypatch, family="bnn")
-    expected = RunConfig.from_dict({**moons_run.config.to_dict(), "method": "bnn", "family_options": {},
-                                    "seed": moons_run.config.seed + 1})
+    expected = RunConfig.from_dict(
+        {**moons_run.config.to_dict(), "method": "bnn", "family_options": {}, "seed": moons_run.config.seed + 1}
+    )
     assert config.to_dict() == expected.to_dict()
 
 
@@ -120,6 +134,7 @@ def test_a_reload_of_the_same_browser_finds_the_form_as_it_was(tmp_path, monkeyp
 
 def test_the_server_keeps_a_bounded_number_of_browsers(monkeypatch):
     from dashboard import form_memory
+
     monkeypatch.setenv("BNN_FORM_MEMORY_BROWSERS", "2")
     monkeypatch.setattr(form_memory, "_browsers", type(form_memory._browsers)())
     for owner in ("browser:a", "browser:b", "browser:c"):

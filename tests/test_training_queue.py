@@ -159,10 +159,12 @@ def test_slots_come_from_the_environment(monkeypatch):
             default_slots()
     monkeypatch.delenv("BNN_MAX_TRAININGS")
     import torch
+
     assert default_slots() == (2 if torch.cuda.is_available() else 1)
 
 
 # --- the dashboard's train function: a child process ------------------------------------------------
+
 
 @pytest.mark.slow  # trains in a child process: 8 s CPU
 def test_a_training_in_a_child_process_stores_the_run_this_process_would_train(tmp_path, monkeypatch):

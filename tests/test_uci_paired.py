@@ -73,8 +73,10 @@ def test_simulated_coverage_and_error_rates(mean_difference):
     else:
         # power against mu = 0.05 with sd 0.1 and n = 20: noncentral t, delta = 0.05 / (0.1 / sqrt(20)) = 2.24
         from scipy import stats
-        power = stats.nct.sf(stats.t.ppf(0.975, n - 1), n - 1, 0.05 / (0.1 / math.sqrt(n))) \
-            + stats.nct.cdf(-stats.t.ppf(0.975, n - 1), n - 1, 0.05 / (0.1 / math.sqrt(n)))
+
+        power = stats.nct.sf(stats.t.ppf(0.975, n - 1), n - 1, 0.05 / (0.1 / math.sqrt(n))) + stats.nct.cdf(
+            -stats.t.ppf(0.975, n - 1), n - 1, 0.05 / (0.1 / math.sqrt(n))
+        )
         assert calls / repeats == pytest.approx(power, abs=0.03)
 
 
@@ -91,8 +93,9 @@ def test_grid_edges_and_credit():
     bound = gaussian_bound(0.5)
     assert bound == pytest.approx(-0.5 * math.log(2 * math.pi * math.e * 0.25))
     # credited only where flagged, and only upwards
-    assert credited([bound - 1, bound - 1, bound + 1], [0.5, 0.5, 0.5], [True, False, True]) == \
-        pytest.approx([bound, bound - 1, bound + 1])
+    assert credited([bound - 1, bound - 1, bound + 1], [0.5, 0.5, 0.5], [True, False, True]) == pytest.approx(
+        [bound, bound - 1, bound + 1]
+    )
 
 
 def test_gaussian_bound_is_the_best_homoscedastic_gaussian():
@@ -100,9 +103,11 @@ def test_gaussian_bound_is_the_best_homoscedastic_gaussian():
     density is at s = r and equals the bound."""
     rng = np.random.default_rng(3)
     residuals = rng.standard_t(5, size=20000) * 0.7
-    r = float(np.sqrt(np.mean(residuals ** 2)))
-    scores = {s: float(np.mean(-0.5 * np.log(2 * np.pi * s * s) - residuals ** 2 / (2 * s * s)))
-              for s in np.linspace(0.3 * r, 3 * r, 271)}
+    r = float(np.sqrt(np.mean(residuals**2)))
+    scores = {
+        s: float(np.mean(-0.5 * np.log(2 * np.pi * s * s) - residuals**2 / (2 * s * s)))
+        for s in np.linspace(0.3 * r, 3 * r, 271)
+    }
     best = max(scores, key=scores.get)
     assert best == pytest.approx(r, rel=0.02)
     assert scores[best] == pytest.approx(uci_paired.gaussian_bound(r), abs=1e-4)

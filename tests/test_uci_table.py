@@ -27,16 +27,32 @@ def write_reference(root: Path, folder: str, lls, rmses, taus=None, grid=None) -
 
 
 def record(family, split, ll, rmse, mode="bma", density=1.0, dataset="uci-yacht"):
-    return {"run_id": f"{family}-{split}", "set": dataset[4:], "dataset": dataset, "family": family, "split": split,
-            "seed": 0, "modes": {mode: {"log_likelihood": ll, "rmse": rmse, "density": density}}, "density": density,
-            "noise_std": 0.5, "train_seconds": 3.0, "epochs": 10, "samples": 100, "evaluation": 1}
+    return {
+        "run_id": f"{family}-{split}",
+        "set": dataset[4:],
+        "dataset": dataset,
+        "family": family,
+        "split": split,
+        "seed": 0,
+        "modes": {mode: {"log_likelihood": ll, "rmse": rmse, "density": density}},
+        "density": density,
+        "noise_std": 0.5,
+        "train_seconds": 3.0,
+        "epochs": 10,
+        "samples": 100,
+        "evaluation": 1,
+    }
 
 
 def test_summary_compares_each_row_with_mc_dropout_on_its_own_splits_paired(tmp_path):
     write_reference(tmp_path, "yacht", [-1.0, -2.0, -3.0, -4.0], [1.0, 2.0, 3.0, 4.0])
-    records = [record("bnn", 0, -1.5, 1.0), record("bnn", 1, -1.5, 3.0), record("bnn", 2, -2.5, 2.0),
-               record("lbbnn", 0, -0.5, 1.0, mode="mpm", density=0.2),
-               record("lbbnn", 1, -2.5, 1.0, mode="mpm", density=0.4)]
+    records = [
+        record("bnn", 0, -1.5, 1.0),
+        record("bnn", 1, -1.5, 3.0),
+        record("bnn", 2, -2.5, 2.0),
+        record("lbbnn", 0, -0.5, 1.0, mode="mpm", density=0.2),
+        record("lbbnn", 1, -2.5, 1.0, mode="mpm", density=0.4),
+    ]
     summary = uci_table.summarise(records, tmp_path)
     entry = summary["sets"]["uci-yacht"]
     assert entry["splits"] == [0, 1, 2]
@@ -64,9 +80,9 @@ def test_summary_compares_each_row_with_mc_dropout_on_its_own_splits_paired(tmp_
     assert summary["sets_won_by_lbbnn"] == 0
     text = uci_table.render_markdown(summary)
     assert "| yacht | MC dropout | - | 3 | -2.00 ± 0.58 | - | - | - | ? | - | - | 2.00 ± 0.58 | 1 | - | - |" in text
-    assert ("| yacht | bnn | bma | 3 | -1.47 ± 0.58 | -2.00 ± 0.58 | +0.533 ± 0.033 | win | ? | +0.533 ± 0.033 | "
-            "**win** |") \
-        in text
+    assert (
+        "| yacht | bnn | bma | 3 | -1.47 ± 0.58 | -2.00 ± 0.58 | +0.533 ± 0.033 | win | ? | +0.533 ± 0.033 | **win** |"
+    ) in text
     assert "yacht 3 of 20 (0-2)" in text
     assert "paired t test at 95 %" in text
     assert "**Target missed**: best of ours 1 < 5; LBBNN 0 < 3." in text
@@ -75,8 +91,9 @@ def test_summary_compares_each_row_with_mc_dropout_on_its_own_splits_paired(tmp_
 def test_bound_check_credits_mc_dropout_where_its_tau_is_at_the_grid_edge(tmp_path):
     # MC dropout at the top of its grid on splits 0 and 1, inside it on split 2; its LL -3 is far below
     # the Gaussian bound at RMSE 1 (-1.419): credited there, not on split 2.
-    write_reference(tmp_path, "yacht", [-3.0, -3.0, -3.0], [1.0, 1.0, 1.0], taus=[0.75, 0.75, 0.5],
-                    grid=[0.25, 0.5, 0.75])
+    write_reference(
+        tmp_path, "yacht", [-3.0, -3.0, -3.0], [1.0, 1.0, 1.0], taus=[0.75, 0.75, 0.5], grid=[0.25, 0.5, 0.75]
+    )
     records = [record("lbbnn", s, ll, 1.0) for s, ll in ((0, -2.0), (1, -2.1), (2, -2.0))]
     summary = uci_table.summarise(records, tmp_path)
     row = summary["sets"]["uci-yacht"]["rows"][0]
@@ -118,8 +135,13 @@ def test_uci_grid_covers_nine_sets_five_families_and_all_splits():
     assert lbbnn.family_options["bias_prior"] == "gaussian"
     assert lbbnn.likelihood_options["noise"] == "variational"
     restricted = uci_table.uci_grid(("bnn",), ("uci-protein", "uci-yacht"), (3, 4, 5))
-    assert {(c[0], c[3]) for c in restricted.cells()} == {("uci-protein", 3), ("uci-protein", 4),
-                                                         ("uci-yacht", 3), ("uci-yacht", 4), ("uci-yacht", 5)}
+    assert {(c[0], c[3]) for c in restricted.cells()} == {
+        ("uci-protein", 3),
+        ("uci-protein", 4),
+        ("uci-yacht", 3),
+        ("uci-yacht", 4),
+        ("uci-yacht", 5),
+    }
     # The single-run presets keep their names and are the grid's lbbnn runs on split 0.
     for name in ("uci-boston", "uci-yacht", "uci-protein"):
         assert PRESETS[name] == next(c[-1] for c in cells if c[0] == name and c[1] == "lbbnn" and c[3] == 0)
@@ -130,8 +152,10 @@ def test_rendering_from_the_results_file_without_a_data_folder_uses_the_stored_r
     # from the MC-dropout numbers uci.json stored, not vanish (it once rendered "0 wins" that way).
     monkeypatch.delenv("BNN_DATA_DIR", raising=False)
     records = [record("bnn", 0, -1.5, 1.0), record("bnn", 1, -1.5, 3.0)]
-    stored = {"runs": records, "reference_mc_dropout": {"uci-yacht": {"log_likelihood": [-1.0, -3.0],
-                                                                    "rmse": [1.0, 2.0]}}}
+    stored = {
+        "runs": records,
+        "reference_mc_dropout": {"uci-yacht": {"log_likelihood": [-1.0, -3.0], "rmse": [1.0, 2.0]}},
+    }
     path = tmp_path / "uci.json"
     path.write_text(json.dumps(stored))
     text = uci_table.render_markdown(results_json=path)
@@ -146,10 +170,10 @@ def test_rendering_from_the_results_file_without_a_data_folder_uses_the_stored_r
 
 def test_gaussian_bound_is_the_best_mean_log_likelihood_of_a_homoscedastic_gaussian():
     residuals = np.random.default_rng(0).standard_t(df=3, size=2000) * 2.5
-    rmse = float(np.sqrt(np.mean(residuals ** 2)))
+    rmse = float(np.sqrt(np.mean(residuals**2)))
 
     def mean_ll(sd):
-        return float(np.mean(-0.5 * np.log(2 * np.pi * sd ** 2) - residuals ** 2 / (2 * sd ** 2)))
+        return float(np.mean(-0.5 * np.log(2 * np.pi * sd**2) - residuals**2 / (2 * sd**2)))
 
     assert uci_table.gaussian_bound(rmse) == pytest.approx(mean_ll(rmse), abs=1e-12)
     for sd in (0.5 * rmse, 0.9 * rmse, 1.1 * rmse, 2 * rmse):
@@ -159,8 +183,12 @@ def test_gaussian_bound_is_the_best_mean_log_likelihood_of_a_homoscedastic_gauss
 def test_misses_table_lists_only_sets_our_best_row_loses(tmp_path):
     write_reference(tmp_path, "yacht", [-1.0, -1.0], [1.0, 1.0])
     write_reference(tmp_path, "wine", [-3.0, -3.0], [1.0, 1.0])
-    records = [record("bnn", 0, -1.5, 2.0), record("bnn", 1, -1.7, 2.0),
-               record("bnn", 0, -1.5, 2.0, dataset="uci-wine"), record("bnn", 1, -1.7, 2.0, dataset="uci-wine")]
+    records = [
+        record("bnn", 0, -1.5, 2.0),
+        record("bnn", 1, -1.7, 2.0),
+        record("bnn", 0, -1.5, 2.0, dataset="uci-wine"),
+        record("bnn", 1, -1.7, 2.0, dataset="uci-wine"),
+    ]
     text = uci_table.render_markdown(uci_table.summarise(records, tmp_path))
     bound_ours, bound_mc = uci_table.gaussian_bound(2.0), uci_table.gaussian_bound(1.0)
     assert f"| yacht | bnn bma | 2 | -1.60 | {bound_ours:.2f} | 2.00 | -1.00 | {bound_mc:.2f} | 1.00 |" in text
@@ -170,9 +198,20 @@ def test_misses_table_lists_only_sets_our_best_row_loses(tmp_path):
 
 def test_misses_benchmark_table_means_over_splits():
     from benchmarks import uci_misses
-    rows = [{"set": "uci-wine", "variant": "fnn", "split": s, "run_id": "x", "log_likelihood": ll, "rmse": rmse,
-             "noise_std": 0.5, "mc_dropout": (ref_ll, ref_rmse)}
-            for s, ll, rmse, ref_ll, ref_rmse in ((0, -1.0, 0.6, -0.9, 0.5), (1, -2.0, 0.8, -1.1, 0.7))]
+
+    rows = [
+        {
+            "set": "uci-wine",
+            "variant": "fnn",
+            "split": s,
+            "run_id": "x",
+            "log_likelihood": ll,
+            "rmse": rmse,
+            "noise_std": 0.5,
+            "mc_dropout": (ref_ll, ref_rmse),
+        }
+        for s, ll, rmse, ref_ll, ref_rmse in ((0, -1.0, 0.6, -0.9, 0.5), (1, -2.0, 0.8, -1.1, 0.7))
+    ]
     text = uci_misses.render(rows, "cmd")
     assert "| wine | MC dropout | -0.900 / 0.5 | -1.100 / 0.7 | -1.000 / 0.6 |" in text
     assert "| wine | fnn | -1.000 / 0.6 | -2.000 / 0.8 | -1.500 / 0.7 |" in text
@@ -218,10 +257,11 @@ def test_evaluation_in_worker_processes_gives_the_numbers_of_one_process_in_orde
 def test_a_het_variant_run_trains_and_evaluates_in_every_mode(data_dir, tmp_path):
     from core.runs.training import train_run
 
-    (_, method, _, _, config), = uci_table.uci_grid(("lbbnn+het",), ("uci-yacht",), (0,)).cells()
+    ((_, method, _, _, config),) = uci_table.uci_grid(("lbbnn+het",), ("uci-yacht",), (0,)).cells()
     assert method == "lbbnn+het"
-    config = config.replace(train={**config.to_dict()["train"], "epochs": 3, "warm_start_epochs": 1,
-                                   "kl_anneal_epochs": 1})
+    config = config.replace(
+        train={**config.to_dict()["train"], "epochs": 3, "warm_start_epochs": 1, "kl_anneal_epochs": 1}
+    )
     run = train_run(config, cache_dir=tmp_path, data_dir=data_dir)
     numbers = uci_table.evaluate_run(run.run_id, tmp_path, data_dir, samples=4)
     assert set(numbers["modes"]) == {"bma", "mpm", "collapsed"}

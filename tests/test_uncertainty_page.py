@@ -19,6 +19,7 @@ TIMEOUT = 180
 def sine_run(tmp_path, monkeypatch):
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
     from core.runs import RunConfig, train_run
+
     run = train_run(RunConfig(dataset="toy-sine-gaps", hidden=(8,), train={"epochs": 2}))
     st.cache_data.clear()
     st.cache_resource.clear()

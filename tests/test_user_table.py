@@ -38,6 +38,7 @@ def _good_rows(n: int = 40) -> str:
 
 def _tiny_parquet(tmp_path):
     import pandas as pd
+
     path = tmp_path / "bad.parquet"
     pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "y": ["p", "q"] * 3}).to_parquet(path)
     data = path.read_bytes()
@@ -56,29 +57,50 @@ MALFORMED = [
     ("typo.csv", _good_rows().encode(), ["--target", "lable"], {}, "no column 'lable'; did you mean 'label'?"),
     ("constant.csv", b"a,label\n1,3\n2,3\n3,3\n4,3\n5,3\n6,3\n", ["--task", "regression"], {}, "is constant"),
     ("oneclass.csv", b"a,label\n1,x\n2,x\n3,x\n4,x\n5,x\n6,x\n", [], {}, "has one class only ('x')"),
-    ("levels.csv", ("id,a,label\n" + "".join(f"u{i},{i},{'xy'[i % 2]}\n" for i in range(20))).encode(), [],
-     {"BNN_MAX_TABLE_LEVELS": "5"}, "text column 'id' has 20 distinct values, more than 5"),
+    (
+        "levels.csv",
+        ("id,a,label\n" + "".join(f"u{i},{i},{'xy'[i % 2]}\n" for i in range(20))).encode(),
+        [],
+        {"BNN_MAX_TABLE_LEVELS": "5"},
+        "text column 'id' has 20 distinct values, more than 5",
+    ),
     ("big.csv", _good_rows(100).encode(), [], {"BNN_MAX_TABLE_MB": "0.001"}, "larger than 0.001 MB"),
-    ("missing.csv", b"a,b,label\n1,2,x\n,3,y\n4,NA,x\n5,,y\n6,7,x\n8,9,y\n", [], {},
-     "missing values in 2 column(s): 'a': 1 (first at line 3); 'b': 2 (first at line 4)"),
+    (
+        "missing.csv",
+        b"a,b,label\n1,2,x\n,3,y\n4,NA,x\n5,,y\n6,7,x\n8,9,y\n",
+        [],
+        {},
+        "missing values in 2 column(s): 'a': 1 (first at line 3); 'b': 2 (first at line 4)",
+    ),
     ("header.csv", b"a,b,label\n", [], {}, "has a header but no data rows"),
     ("duplicate.csv", b"a,a,label\n1,2,x\n", [], {}, "has two columns named 'a' (columns 1 and 2)"),
     ("noname.csv", b"a,,label\n1,2,x\n", [], {}, "column 2 has no name in the header (line 1)"),
     ("textreg.csv", b"a,label\n1,x\n2,y\n3,z\n4,x\n5,y\n", ["--task", "regression"], {}, "is text (line 2: 'x')"),
     ("inf.csv", b"a,label\n1,x\ninf,y\n3,x\n4,y\n5,x\n", [], {}, "column 'a' line 3: 'inf' is not a finite number"),
-    ("split.csv", b"a,s,label\n1,train,x\n2,test,y\n3,maybe,x\n4,train,y\n5,test,x\n",
-     ["--split-column", "s"], {}, "'s' line 4: 'maybe' is neither train nor test"),
+    (
+        "split.csv",
+        b"a,s,label\n1,train,x\n2,test,y\n3,maybe,x\n4,train,y\n5,test,x\n",
+        ["--split-column", "s"],
+        {},
+        "'s' line 4: 'maybe' is neither train nor test",
+    ),
     ("bad.parquet", _tiny_parquet, [], {}, "is not a readable Parquet file"),
     ("short.csv", b"a,label\n1,x\n2,y\n", [], {}, "at least 5 are needed"),
     ("quote.csv", b'a,label\n1,x\n2,"y\n', [], {}, "line 3"),
-    ("nothing-else.csv", b"s,label\ntrain,x\ntest,y\ntrain,y\ntest,x\ntrain,x\n", ["--split-column", "s"], {},
-     "no input columns besides the target"),
+    (
+        "nothing-else.csv",
+        b"s,label\ntrain,x\ntest,y\ntrain,y\ntest,x\ntrain,x\n",
+        ["--split-column", "s"],
+        {},
+        "no input columns besides the target",
+    ),
 ]
 
 
 @pytest.mark.parametrize("name,content,argv,env,expected", MALFORMED, ids=[m[0] for m in MALFORMED])
-def test_a_malformed_file_gets_one_message_and_nothing_is_stored(cache, tmp_path, monkeypatch, capsys,
-                                                                  name, content, argv, env, expected):
+def test_a_malformed_file_gets_one_message_and_nothing_is_stored(
+    cache, tmp_path, monkeypatch, capsys, name, content, argv, env, expected
+):
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     if callable(content):
@@ -108,8 +130,11 @@ def test_a_file_that_does_not_exist(cache, tmp_path, capsys):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.one_of(st.binary(max_size=300),
-                      st.text(alphabet=',;\t|"\n abcxy0123456789.-eNA?', max_size=300).map(str.encode)))
+@given(
+    data=st.one_of(
+        st.binary(max_size=300), st.text(alphabet=',;\t|"\n abcxy0123456789.-eNA?', max_size=300).map(str.encode)
+    )
+)
 def test_random_bytes_give_a_table_or_one_input_error(data):
     try:
         table = user_table.parse_table(data, "random.csv")
@@ -144,19 +169,23 @@ def test_numeric_columns_are_standardised_with_training_statistics_only():
 
 
 def test_regression_targets_are_standardised_on_the_training_split():
-    text = "x,side,y\n" + "".join(f"{i},{'train' if i < 6 else 'test'},{v}\n"
-                                  for i, v in enumerate([0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 10.0, 20.0]))
+    text = "x,side,y\n" + "".join(
+        f"{i},{'train' if i < 6 else 'test'},{v}\n" for i, v in enumerate([0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 10.0, 20.0])
+    )
     data = user_table.build_dataset(_table(text), NAME, {"target": "y", "split_column": "side"})
     assert data.task == "regression"
-    assert data.target_mean == pytest.approx(3.0) and data.target_std == pytest.approx(np.std([.5, 1.5, 2.5, 3.5,
-                                                                                              4.5, 5.5]))
+    assert data.target_mean == pytest.approx(3.0) and data.target_std == pytest.approx(
+        np.std([0.5, 1.5, 2.5, 3.5, 4.5, 5.5])
+    )
     np.testing.assert_allclose(data.unstandardise(data.y_test), [10.0, 20.0], rtol=1e-5)
 
 
 def test_one_hot_encoding_is_exact():
-    text = ("color,size,side,y\n"
-            "red,1,train,a\nblue,2,train,b\nred,3,train,a\ngreen,4,train,b\n"
-            "blue,5,test,a\npurple,6,test,b\n")
+    text = (
+        "color,size,side,y\n"
+        "red,1,train,a\nblue,2,train,b\nred,3,train,a\ngreen,4,train,b\n"
+        "blue,5,test,a\npurple,6,test,b\n"
+    )
     data = user_table.build_dataset(_table(text), NAME, {"target": "y", "split_column": "side"})
     assert data.feature_names == ("color=blue", "color=green", "color=red", "size")
     np.testing.assert_array_equal(data.x_train[:, :3], [[0, 0, 1], [1, 0, 0], [0, 0, 1], [0, 1, 0]])
@@ -166,14 +195,17 @@ def test_one_hot_encoding_is_exact():
     np.testing.assert_array_equal(data.y_train, [0, 1, 0, 1])
 
 
-@pytest.mark.parametrize("cells,task", [
-    (("a", "b", "a"), "classification"),
-    (tuple(str(i % 3) for i in range(30)), "classification"),
-    (tuple(str(i) for i in range(10)), "classification"),
-    (tuple(str(i) for i in range(11)), "regression"),
-    (("0.5", "1", "2"), "regression"),
-    (("1.0", "2.0", None), "classification"),
-])
+@pytest.mark.parametrize(
+    "cells,task",
+    [
+        (("a", "b", "a"), "classification"),
+        (tuple(str(i % 3) for i in range(30)), "classification"),
+        (tuple(str(i) for i in range(10)), "classification"),
+        (tuple(str(i) for i in range(11)), "regression"),
+        (("0.5", "1", "2"), "regression"),
+        (("1.0", "2.0", None), "classification"),
+    ],
+)
 def test_the_task_rule(cells, task):
     assert user_table.infer_task(cells) == task
 
@@ -196,6 +228,7 @@ def test_missing_values_dropped_on_request_and_the_split_is_seeded():
 
 def test_parquet_reads_like_csv(tmp_path):
     import pandas as pd
+
     frame = pd.DataFrame({"n": [1, 2, 3, 4, 5, 6], "c": list("pqpqpq"), "y": ["u", "v"] * 3})
     buffer = io.BytesIO()
     frame.to_parquet(buffer)
@@ -231,8 +264,27 @@ def test_train_evaluate_and_reload_after_the_file_is_gone(cache, tmp_path, capsy
 
     path = tmp_path / "mine.csv"
     path.write_text(_good_rows(60))
-    code = main(["train", "--data", str(path), "--target", "label", "--hidden", "4", "--epochs", "2",
-                 "--pretrain-epochs", "0", "--posttrain-epochs", "0", "--mc-samples", "1", "--quiet", "--json"])
+    code = main(
+        [
+            "train",
+            "--data",
+            str(path),
+            "--target",
+            "label",
+            "--hidden",
+            "4",
+            "--epochs",
+            "2",
+            "--pretrain-epochs",
+            "0",
+            "--posttrain-epochs",
+            "0",
+            "--mc-samples",
+            "1",
+            "--quiet",
+            "--json",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     run_id = json.loads(out)["run_id"]

@@ -34,9 +34,12 @@ def table_runs(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("BNN_CACHE_DIR", str(tmp_path_factory.mktemp("bnn-cache")))
         train = {"epochs": 2, "pretrain_epochs": 0, "posttrain_epochs": 0}
-        runs = {task: train_run(RunConfig.from_dict({"data": str(paths[task]), "target": target, "hidden": [6],
-                                                     "train": train})).run_id
-                for task, target in (("classification", "label"), ("regression", "amount"))}
+        runs = {
+            task: train_run(
+                RunConfig.from_dict({"data": str(paths[task]), "target": target, "hidden": [6], "train": train})
+            ).run_id
+            for task, target in (("classification", "label"), ("regression", "amount"))
+        }
         for path in paths.values():
             path.unlink()
         user_table._parsed.cache_clear()

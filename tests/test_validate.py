@@ -13,7 +13,7 @@ from core.errors import ConfigError, InputError
 from core.settings import Setting
 
 
-@given(st.integers(min_value=-10**6, max_value=10**6), st.integers(-1000, 1000), st.integers(0, 2000))
+@given(st.integers(min_value=-(10**6), max_value=10**6), st.integers(-1000, 1000), st.integers(0, 2000))
 def test_whole_number_accepts_exactly_the_range(number, low, span):
     high = low + span
     for given_value in (number, str(number), f"  {number} "):
@@ -25,9 +25,16 @@ def test_whole_number_accepts_exactly_the_range(number, low, span):
             assert str(info.value).startswith("n: ") and f"{low:g}" in str(info.value)
 
 
-@given(st.one_of(st.text(max_size=200), st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False),
-                 st.booleans(), st.none(), st.lists(st.integers(), max_size=3),
-                 st.integers(min_value=-10**5000 // 1, max_value=10**60)))
+@given(
+    st.one_of(
+        st.text(max_size=200),
+        st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False),
+        st.booleans(),
+        st.none(),
+        st.lists(st.integers(), max_size=3),
+        st.integers(min_value=-(10**5000) // 1, max_value=10**60),
+    )
+)
 @settings(max_examples=300)
 def test_whole_number_never_raises_anything_but_input_error(value):
     try:
@@ -49,12 +56,20 @@ def test_whole_number_refuses_fractions_booleans_and_huge_text():
     assert issubclass(InputError, ConfigError)  # every caller that catches ConfigError still catches it
 
 
-@given(st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False), st.floats(-10, 10, allow_subnormal=False),
-       st.floats(0, 10, allow_subnormal=False), st.booleans(), st.booleans())
+@given(
+    st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False),
+    st.floats(-10, 10, allow_subnormal=False),
+    st.floats(0, 10, allow_subnormal=False),
+    st.booleans(),
+    st.booleans(),
+)
 def test_real_number_interval_ends(value, low, span, low_open, high_open):
     high = low + span
-    inside = (math.isfinite(value) and (value > low if low_open else value >= low)
-              and (value < high if high_open else value <= high))
+    inside = (
+        math.isfinite(value)
+        and (value > low if low_open else value >= low)
+        and (value < high if high_open else value <= high)
+    )
     if inside:
         assert validate.real_number(value, "x", low, high, low_open=low_open, high_open=high_open) == value
     else:
@@ -64,12 +79,12 @@ def test_real_number_interval_ends(value, low, span, low_open, high_open):
 
 def test_real_number_of_a_huge_integer_is_refused_not_an_overflow():
     with pytest.raises(InputError):
-        validate.real_number(10 ** 400, "x", 0, None)
+        validate.real_number(10**400, "x", 0, None)
 
 
 def test_shown_is_short_for_any_value():
     assert len(validate.shown("x" * 10_000)) <= validate.SHOWN_CHARS
-    assert "digits" in validate.shown(10 ** 5000)
+    assert "digits" in validate.shown(10**5000)
     assert validate.shown("abc") == "'abc'"
 
 
@@ -88,7 +103,8 @@ def test_plain_keeps_links_and_images_literal():
     assert validate.plain("![x](http://a)") == "\\!\\[x\\]\\(http\\:" + zws + "//a\\)"
     # bare addresses, which Markdown would make clickable however escaped, are broken by a zero-width space
     assert validate.plain("see http://evil.example or www.evil.example, mail me@evil.example") == (
-        f"see http\\:{zws}//evil\\.example or www{zws}\\.evil\\.example, mail me{zws}@evil\\.example")
+        f"see http\\:{zws}//evil\\.example or www{zws}\\.evil\\.example, mail me{zws}@evil\\.example"
+    )
 
 
 def test_one_of_and_text_of():
@@ -119,7 +135,7 @@ def test_whole_bounds_are_written_in_full():
     with pytest.raises(InputError, match=r"from 1 to 1000000$"):
         validate.whole_number("1e20", "Batch size", 1, 1_000_000)
     with pytest.raises(InputError, match=r"from 0 to 4294967295$"):
-        validate.whole_number("-1", "Seed", 0, 2 ** 32 - 1)
+        validate.whole_number("-1", "Seed", 0, 2**32 - 1)
 
 
 def test_nested_within_counts_levels_without_recursing():
@@ -140,9 +156,15 @@ def test_folder_refuses_each_unusable_path_with_one_line(tmp_path, monkeypatch):
     assert validate.folder(tmp_path, "out") == tmp_path
     assert validate.folder(str(tmp_path / "new"), "out") == tmp_path / "new"
     assert validate.folder(str(tmp_path / "a" / "b"), "out", create_parents=True) == tmp_path / "a" / "b"
-    cases = {"": "give a folder", "  ": "give a folder", "/proc/1": "under /proc", "/sys/x": "under /sys",
-             str(a_file): "is a file, not a folder", str(a_file / "x"): "is a file, so",
-             str(tmp_path / "missing" / "out"): "does not exist; create it first"}
+    cases = {
+        "": "give a folder",
+        "  ": "give a folder",
+        "/proc/1": "under /proc",
+        "/sys/x": "under /sys",
+        str(a_file): "is a file, not a folder",
+        str(a_file / "x"): "is a file, so",
+        str(tmp_path / "missing" / "out"): "does not exist; create it first",
+    }
     for value, message in cases.items():
         with pytest.raises(InputError, match=message) as info:
             validate.folder(value, "out")

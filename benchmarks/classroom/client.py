@@ -8,6 +8,7 @@ from typing import Any
 
 # --- one session speaking Streamlit's protocol ----------------------------------------------------
 
+
 class RunResult:
     """What one script run sent: its elements in order, and how it ended."""
 
@@ -50,8 +51,10 @@ class Session:
 
     async def connect(self) -> None:
         import websockets
-        self._ws = await websockets.connect(self.ws_url, subprotocols=["streamlit"], max_size=None,
-                                            open_timeout=self.timeout, ping_interval=None)
+
+        self._ws = await websockets.connect(
+            self.ws_url, subprotocols=["streamlit"], max_size=None, open_timeout=self.timeout, ping_interval=None
+        )
         self._reader = asyncio.create_task(self._read())
         self._reader.add_done_callback(self._reader_ended)
 
@@ -71,6 +74,7 @@ class Session:
 
     async def _read(self) -> None:
         from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
         async for data in self._ws:
             msg = ForwardMsg()
             msg.ParseFromString(data)
@@ -80,8 +84,11 @@ class Session:
                 self.server_session = msg.new_session.initialize.session_id or self.server_session
             elif kind == "navigation":
                 self.pages = {page.page_name: page.page_script_hash for page in msg.navigation.app_pages}
-                current = [p.page_name for p in msg.navigation.app_pages
-                           if p.page_script_hash == msg.navigation.page_script_hash]
+                current = [
+                    p.page_name
+                    for p in msg.navigation.app_pages
+                    if p.page_script_hash == msg.navigation.page_script_hash
+                ]
                 self.page = current[0] if current else self.page
             elif kind == "delta" and msg.delta.WhichOneof("type") == "new_element" and self._current is not None:
                 element = msg.delta.new_element
@@ -124,8 +131,9 @@ class Session:
                 break  # a full run: its fragments are the ones to poll now
         return results
 
-    async def rerun(self, page: str | None = None, changes: dict[str, Any] | None = None,
-                    fragment_id: str | None = None) -> RunResult:
+    async def rerun(
+        self, page: str | None = None, changes: dict[str, Any] | None = None, fragment_id: str | None = None
+    ) -> RunResult:
         """Rerun the script (on `page`, with widget `changes` by id), or only fragment `fragment_id`, and
         wait for it to finish."""
         from streamlit.proto.BackMsg_pb2 import BackMsg
@@ -179,6 +187,7 @@ class Session:
 
 def slider_state(widget_id: str, values: list[float]) -> Any:
     from streamlit.proto.WidgetStates_pb2 import WidgetState
+
     state = WidgetState(id=widget_id)
     state.double_array_value.data.extend(values)
     return state
@@ -186,14 +195,17 @@ def slider_state(widget_id: str, values: list[float]) -> Any:
 
 def number_state(widget_id: str, value: int) -> Any:
     from streamlit.proto.WidgetStates_pb2 import WidgetState
+
     return WidgetState(id=widget_id, int_value=int(value))
 
 
 def text_state(widget_id: str, value: str) -> Any:
     from streamlit.proto.WidgetStates_pb2 import WidgetState
+
     return WidgetState(id=widget_id, string_value=value)
 
 
 def trigger_state(widget_id: str) -> Any:
     from streamlit.proto.WidgetStates_pb2 import WidgetState
+
     return WidgetState(id=widget_id, trigger_value=True)

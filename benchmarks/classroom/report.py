@@ -61,13 +61,18 @@ class Report:
     def summary(self, kinds: tuple[str, ...] | None = None, complete: bool = False) -> dict[str, float]:
         """n, p50, p95 and max of the latency to the first update (complete: to the complete numbers; an
         interaction that never completed counts as infinitely slow)."""
-        values = sorted(self.latencies(kinds) if not complete else
-                        [float("inf") if i.complete_seconds is None else i.complete_seconds
-                         for i in self.interactions if kinds is None or i.kind in kinds])
+        values = sorted(
+            self.latencies(kinds)
+            if not complete
+            else [
+                float("inf") if i.complete_seconds is None else i.complete_seconds
+                for i in self.interactions
+                if kinds is None or i.kind in kinds
+            ]
+        )
         if not values:
             return {"n": 0, "p50": float("nan"), "p95": float("nan"), "max": float("nan")}
-        return {"n": len(values), "p50": statistics.median(values), "p95": percentile(values, 0.95),
-                "max": values[-1]}
+        return {"n": len(values), "p50": statistics.median(values), "p95": percentile(values, 0.95), "max": values[-1]}
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -106,6 +111,7 @@ def attribute_script_cpu(report: Report, rerun_log: Path) -> None:
 
 # --- the table -------------------------------------------------------------------------------------
 
+
 def table(report: Report) -> str:
     s = report.scenario
     lines = [
@@ -113,22 +119,30 @@ def table(report: Report) -> str:
         "|---|---|---|---|---|",
     ]
     sliders = ("threshold", "samples")
-    groups = [("slider release -> first update of cards and charts (threshold, R)", sliders, False),
-              ("slider release -> complete R-draw numbers (threshold, R)", sliders, True),
-              ("threshold slider: first update", ("threshold",), False),
-              ("threshold slider: complete", ("threshold",), True),
-              ("R slider: first update", ("samples",), False), ("R slider: complete", ("samples",), True),
-              ("page switch", ("page switch",), False), ("open a shared link", ("open link",), False),
-              ("training sessions' polls", ("train poll",), False)]
+    groups = [
+        ("slider release -> first update of cards and charts (threshold, R)", sliders, False),
+        ("slider release -> complete R-draw numbers (threshold, R)", sliders, True),
+        ("threshold slider: first update", ("threshold",), False),
+        ("threshold slider: complete", ("threshold",), True),
+        ("R slider: first update", ("samples",), False),
+        ("R slider: complete", ("samples",), True),
+        ("page switch", ("page switch",), False),
+        ("open a shared link", ("open link",), False),
+        ("training sessions' polls", ("train poll",), False),
+    ]
     for label, kinds, complete in groups:
         summary = report.summary(kinds, complete=complete)
-        lines.append(f"| {label} | {summary['n']} | {summary['p50']:.2f} | {summary['p95']:.2f} | "
-                     f"{summary['max']:.2f} |")
+        lines.append(
+            f"| {label} | {summary['n']} | {summary['p50']:.2f} | {summary['p95']:.2f} | {summary['max']:.2f} |"
+        )
     moved = [i for i in report.interactions if i.kind in sliders]
     refined = [i for i in moved if i.complete_seconds is None or i.complete_seconds > i.seconds]
     rss = [m for m in report.memory_mb if m == m]
-    browsed = (f"preset {s.preset}, seeds 0-{s.browsed_runs - 1}" if s.preset
-               else f"{s.train_epochs} epoch(s) with the default settings")
+    browsed = (
+        f"preset {s.preset}, seeds 0-{s.browsed_runs - 1}"
+        if s.preset
+        else f"{s.train_epochs} epoch(s) with the default settings"
+    )
     lines += [
         "",
         f"- sessions: {s.sessions} (2 training, {s.sessions - 2} browsing {s.browsed_runs} cached {s.dataset} "
@@ -153,15 +167,22 @@ def table(report: Report) -> str:
     ]
     by_kind = report.cpu_by_kind()
     if report.script_cpu_seconds == report.script_cpu_seconds:  # a rerun log was read
-        lines += ["", "Server CPU per interaction kind (thread CPU of the script runs each interaction caused; "
-                      "the rest of the server's CPU is its event loop, sending messages and the fragments' polls):",
-                  "", "| interaction | n | CPU per interaction (s) | CPU in all (s) |", "|---|---|---|---|"]
+        lines += [
+            "",
+            "Server CPU per interaction kind (thread CPU of the script runs each interaction caused; "
+            "the rest of the server's CPU is its event loop, sending messages and the fragments' polls):",
+            "",
+            "| interaction | n | CPU per interaction (s) | CPU in all (s) |",
+            "|---|---|---|---|",
+        ]
         for kind in ("threshold", "samples", "weights", "page switch", "open link", "train", "train poll", "cancel"):
             if kind in by_kind:
                 count, mean = by_kind[kind]
                 lines.append(f"| {kind} | {count} | {mean:.3f} | {count * mean:.1f} |")
-        lines.append(f"| script runs in all / server process | | | {report.script_cpu_seconds:.1f} / "
-                     f"{report.server_cpu_seconds:.1f} |")
+        lines.append(
+            f"| script runs in all / server process | | | {report.script_cpu_seconds:.1f} / "
+            f"{report.server_cpu_seconds:.1f} |"
+        )
     if report.errors or report.leaks:
         lines += ["", "First problems:"] + [f"- {p}" for p in (report.errors + report.leaks)[:10]]
     return "\n".join(lines)

@@ -45,10 +45,18 @@ class Scenario:
 
 # --- what a session must (not) see ----------------------------------------------------------------
 
-def check_result(session: Session, result: RunResult, report: Report, kind: str, expect: dict[str, Any],
-                 trainer_labels: dict[int, str]) -> bool:
+
+def check_result(
+    session: Session,
+    result: RunResult,
+    report: Report,
+    kind: str,
+    expect: dict[str, Any],
+    trainer_labels: dict[int, str],
+) -> bool:
     """Errors and cross-session leaks in one run's output; True when clean."""
     from streamlit.proto.Alert_pb2 import Alert
+
     ok = True
     where = f"session {session.index} {kind}"
     if result.status != 0:
@@ -78,19 +86,25 @@ def check_result(session: Session, result: RunResult, report: Report, kind: str,
     if "threshold" in expect:
         slider = next((s for s in result.of_type("slider") if s.label.startswith("threshold")), None)
         if slider is None or abs(slider.value[0] - expect["threshold"]) > 1e-6:
-            report.leaks.append(f"{where}: threshold slider shows {slider and list(slider.value)}, "
-                                f"the session set {expect['threshold']}")
+            report.leaks.append(
+                f"{where}: threshold slider shows {slider and list(slider.value)}, "
+                f"the session set {expect['threshold']}"
+            )
             ok = False
     if "samples" in expect:
         slider = next((s for s in result.of_type("slider") if s.label.startswith("Posterior samples")), None)
         if slider is None or int(round(slider.value[0])) != expect["samples"]:
-            report.leaks.append(f"{where}: R slider shows {slider and list(slider.value)}, "
-                                f"the session set {expect['samples']}")
+            report.leaks.append(
+                f"{where}: R slider shows {slider and list(slider.value)}, the session set {expect['samples']}"
+            )
             ok = False
     own_label = trainer_labels.get(session.index)
     for text in texts:
-        if "Training in the background" in text or "Training queued" in text or text.startswith(
-                ("**Training**", "**Queued**")):
+        if (
+            "Training in the background" in text
+            or "Training queued" in text
+            or text.startswith(("**Training**", "**Queued**"))
+        ):
             if own_label is None:
                 report.leaks.append(f"{where}: sees training progress it never started: {text[:120]!r}")
                 ok = False
@@ -100,18 +114,28 @@ def check_result(session: Session, result: RunResult, report: Report, kind: str,
     if kind in ("threshold", "samples") and ok:
         charts = [c for c in result.of_type("vega_lite_chart") if len(c.datasets) > 0 or c.HasField("data")]
         if len(result.of_type("metric")) < 4 or not charts:
-            report.errors.append(f"{where}: the cards or charts are missing after the slider moved (page "
-                                 f"{session.page!r}: {len(result.of_type('metric'))} cards, {len(charts)} charts, "
-                                 f"elements {[name for name, _ in result.elements][:40]}; charts without data: "
-                                 f"{[c.spec[:300] for c in result.of_type('vega_lite_chart') if c not in charts]})")
+            report.errors.append(
+                f"{where}: the cards or charts are missing after the slider moved (page "
+                f"{session.page!r}: {len(result.of_type('metric'))} cards, {len(charts)} charts, "
+                f"elements {[name for name, _ in result.elements][:40]}; charts without data: "
+                f"{[c.spec[:300] for c in result.of_type('vega_lite_chart') if c not in charts]})"
+            )
             ok = False
     return ok
 
 
 # --- the scenario ------------------------------------------------------------------------------------
 
-async def timed(session: Session, report: Report, kind: str, expect: dict[str, Any], trainer_labels: dict,
-                page: str | None = None, changes: dict | None = None) -> RunResult | None:
+
+async def timed(
+    session: Session,
+    report: Report,
+    kind: str,
+    expect: dict[str, Any],
+    trainer_labels: dict,
+    page: str | None = None,
+    changes: dict | None = None,
+) -> RunResult | None:
     started, wall = time.perf_counter(), time.time()
     if os.environ.get("BNN_LOAD_DEBUG"):
         print(f"{time.strftime('%H:%M:%S')} session {session.index} {kind} ...", file=sys.stderr, flush=True)
@@ -119,8 +143,9 @@ async def timed(session: Session, report: Report, kind: str, expect: dict[str, A
         result = await session.rerun(page=page, changes=changes)
     except (asyncio.TimeoutError, OSError, Exception) as exc:  # a dropped connection or a timeout
         report.errors.append(f"session {session.index} {kind}: {type(exc).__name__}: {exc}")
-        report.interactions.append(Interaction(session.index, kind, time.perf_counter() - started, False, wall,
-                                               session.server_session))
+        report.interactions.append(
+            Interaction(session.index, kind, time.perf_counter() - started, False, wall, session.server_session)
+        )
         return None
     seconds = time.perf_counter() - started
     complete: float | None = seconds
@@ -129,12 +154,14 @@ async def timed(session: Session, report: Report, kind: str, expect: dict[str, A
             result, complete = await refine(session, report, result, started, trainer_labels)
         except (asyncio.TimeoutError, OSError, Exception) as exc:
             report.errors.append(f"session {session.index} {kind} (refining): {type(exc).__name__}: {exc}")
-            report.interactions.append(Interaction(session.index, kind, seconds, False, wall,
-                                                   session.server_session, complete_seconds=None))
+            report.interactions.append(
+                Interaction(session.index, kind, seconds, False, wall, session.server_session, complete_seconds=None)
+            )
             return None
     ok = check_result(session, result, report, kind, expect, trainer_labels)
-    report.interactions.append(Interaction(session.index, kind, seconds, ok, wall, session.server_session,
-                                           complete_seconds=complete))
+    report.interactions.append(
+        Interaction(session.index, kind, seconds, ok, wall, session.server_session, complete_seconds=complete)
+    )
     return result
 
 
@@ -146,8 +173,9 @@ def partial(result: RunResult) -> bool:
     return any(PARTIAL.search(text) for text in result.texts())
 
 
-async def refine(session: Session, report: Report, result: RunResult, started: float,
-                 trainer_labels: dict) -> tuple[RunResult, float | None]:
+async def refine(
+    session: Session, report: Report, result: RunResult, started: float, trainer_labels: dict
+) -> tuple[RunResult, float | None]:
     """Poll the page's fragments as the browser does until a run shows the complete numbers: (that run,
     seconds from the widget change to it), or None seconds when nothing polls (the page never refines)."""
     while partial(result):
@@ -167,8 +195,15 @@ async def refine(session: Session, report: Report, result: RunResult, started: f
     return result, time.perf_counter() - started
 
 
-async def browse(session: Session, report: Report, scenario: Scenario, runs: list[str], deadline: float,
-                 trainer_labels: dict, rng: random.Random) -> None:
+async def browse(
+    session: Session,
+    report: Report,
+    scenario: Scenario,
+    runs: list[str],
+    deadline: float,
+    trainer_labels: dict,
+    rng: random.Random,
+) -> None:
     others = [r for r in runs if r != session.run_id]
     expect: dict[str, Any] = {"run_id": session.run_id, "other_runs": others}
     await session.connect()
@@ -196,8 +231,9 @@ async def browse(session: Session, report: Report, scenario: Scenario, runs: lis
             step = slider.step or 0.01
             threshold_value = round(low + round((threshold_value - low) / step) * step, 10)
             changes = {slider.id: slider_state(slider.id, [threshold_value])}
-            await timed(session, report, "threshold", dict(expect, threshold=threshold_value), trainer_labels,
-                        changes=changes)
+            await timed(
+                session, report, "threshold", dict(expect, threshold=threshold_value), trainer_labels, changes=changes
+            )
         else:
             slider = session.find("slider", "Posterior samples")
             if slider is None:
@@ -208,21 +244,29 @@ async def browse(session: Session, report: Report, scenario: Scenario, runs: lis
                 if weights is None:
                     report.errors.append(f"session {session.index}: R is off and there is no weights choice")
                     continue
-                result = await timed(session, report, "weights", expect, trainer_labels,
-                                     changes={weights.id: text_state(weights.id, "sample")})
+                result = await timed(
+                    session,
+                    report,
+                    "weights",
+                    expect,
+                    trainer_labels,
+                    changes={weights.id: text_state(weights.id, "sample")},
+                )
                 slider = session.find("slider", "Posterior samples") if result is not None else None
                 if slider is None or slider.disabled:
                     report.errors.append(f"session {session.index}: R slider still off with sampled weights")
                     continue
             samples_value = rng.choice(SAMPLES)
             changes = {slider.id: slider_state(slider.id, [float(samples_value)])}
-            await timed(session, report, "samples", dict(expect, samples=samples_value), trainer_labels,
-                        changes=changes)
+            await timed(
+                session, report, "samples", dict(expect, samples=samples_value), trainer_labels, changes=changes
+            )
     await session.close()
 
 
-async def train(session: Session, report: Report, scenario: Scenario, deadline: float, trainer_labels: dict,
-                stop: asyncio.Event) -> None:
+async def train(
+    session: Session, report: Report, scenario: Scenario, deadline: float, trainer_labels: dict, stop: asyncio.Event
+) -> None:
     """A session that trains from the form (seed = its index) and polls its progress until `stop`."""
     expect: dict[str, Any] = {}
     await session.connect()
@@ -241,12 +285,18 @@ async def train(session: Session, report: Report, scenario: Scenario, deadline: 
     # cache, and nothing would train while the class browses (every seed has six digits, so neither
     # trainer's label is a prefix of the other's).
     training_seed = scenario.training_seed_base + session.index
-    seed_state = text_state(seed.id, str(training_seed)) if seed in first.of_type("text_input") \
+    seed_state = (
+        text_state(seed.id, str(training_seed))
+        if seed in first.of_type("text_input")
         else number_state(seed.id, training_seed)
-    changes = {seed.id: seed_state,
-               epochs.id: text_state(epochs.id, str(scenario.training_epochs)) if epochs in first.of_type("text_input")
-               else number_state(epochs.id, scenario.training_epochs),
-               hidden.id: text_state(hidden.id, scenario.training_hidden)}
+    )
+    changes = {
+        seed.id: seed_state,
+        epochs.id: text_state(epochs.id, str(scenario.training_epochs))
+        if epochs in first.of_type("text_input")
+        else number_state(epochs.id, scenario.training_epochs),
+        hidden.id: text_state(hidden.id, scenario.training_hidden),
+    }
     session.widgets.update(changes)
     trainer_labels[session.index] = f"seed {training_seed}"
     await timed(session, report, "train", expect, trainer_labels, changes={button.id: trigger_state(button.id)})
@@ -268,8 +318,9 @@ async def train(session: Session, report: Report, scenario: Scenario, deadline: 
     if session.last is not None:  # cancel the own request before leaving
         cancel = next((b for b in session.last.of_type("button") if b.label.startswith("Cancel")), None)
         if cancel is not None:
-            await timed(session, report, "cancel", expect, trainer_labels,
-                        changes={cancel.id: trigger_state(cancel.id)})
+            await timed(
+                session, report, "cancel", expect, trainer_labels, changes={cancel.id: trigger_state(cancel.id)}
+            )
     await session.close()
 
 
@@ -298,13 +349,17 @@ async def run_class(url: str, runs: list[str], scenario: Scenario, report: Repor
     report.started = time.time()
     server_cpu, client_cpu = server.cpu_seconds(), time.process_time()
     memory = asyncio.create_task(sample_memory())
-    training = [asyncio.create_task(train(s, report, scenario, deadline, trainer_labels, stop))
-                for s in sessions[:trainers]]
+    training = [
+        asyncio.create_task(train(s, report, scenario, deadline, trainer_labels, stop)) for s in sessions[:trainers]
+    ]
     await asyncio.sleep(3.0)  # the trainings start first, as in class
     browsing = []
     for session in sessions[trainers:]:
-        browsing.append(asyncio.create_task(browse(session, report, scenario, runs, deadline, trainer_labels,
-                                                   random.Random(rng.random()))))
+        browsing.append(
+            asyncio.create_task(
+                browse(session, report, scenario, runs, deadline, trainer_labels, random.Random(rng.random()))
+            )
+        )
         await asyncio.sleep(0.1)  # students do not all click in the same millisecond
     await asyncio.gather(*browsing, return_exceptions=False)
     stop.set()
@@ -318,8 +373,14 @@ def run_load_test(scenario: Scenario, cache_dir: Path | None = None, work_dir: P
     work = Path(work_dir or tempfile.mkdtemp(prefix="bnn-classroom-"))
     cache = Path(cache_dir or work / "cache")
     rerun_log = work / "reruns.jsonl"
-    env = dict(os.environ, BNN_CACHE_DIR=str(cache), BNN_OFFLINE="1", BNN_MAX_TRAININGS="2",
-               PYTHONUNBUFFERED="1", BNN_RERUN_LOG=str(rerun_log))
+    env = dict(
+        os.environ,
+        BNN_CACHE_DIR=str(cache),
+        BNN_OFFLINE="1",
+        BNN_MAX_TRAININGS="2",
+        PYTHONUNBUFFERED="1",
+        BNN_RERUN_LOG=str(rerun_log),
+    )
     env.setdefault("BNN_CLASSROOM", "1")  # a class runs the app in classroom mode
     runs = prepare_runs(scenario, env)
     server = Server(env, work / "streamlit.log")
@@ -327,8 +388,7 @@ def run_load_test(scenario: Scenario, cache_dir: Path | None = None, work_dir: P
     started = time.perf_counter()
     try:
         server.wait_healthy()
-        asyncio.run(asyncio.wait_for(run_class(server.url, runs, scenario, report, server),
-                                     scenario.max_seconds + 300))
+        asyncio.run(asyncio.wait_for(run_class(server.url, runs, scenario, report, server), scenario.max_seconds + 300))
     except asyncio.TimeoutError:
         report.errors.append(f"the class did not finish within {scenario.max_seconds + 300:.0f} s")
     finally:
@@ -338,5 +398,5 @@ def run_load_test(scenario: Scenario, cache_dir: Path | None = None, work_dir: P
     attribute_script_cpu(report, rerun_log)
     log = (work / "streamlit.log").read_text()
     if "Traceback" in log:
-        report.errors.append("the server log has a traceback:\n" + log[log.index("Traceback"):][:2000])
+        report.errors.append("the server log has a traceback:\n" + log[log.index("Traceback") :][:2000])
     return report

@@ -21,21 +21,25 @@ APP = ROOT / "dashboard" / "app.py"
 
 # --- the server --------------------------------------------------------------------------------
 
+
 def prepare_runs(scenario: Scenario, env: dict[str, str]) -> list[str]:
     """Train (or find cached) the runs the class browses; returns their ids."""
     if scenario.preset:
-        configs = (f"[dataclasses.replace(get_preset({scenario.preset!r}), seed=s) "
-                   f"for s in range({scenario.browsed_runs})]")
+        configs = (
+            f"[dataclasses.replace(get_preset({scenario.preset!r}), seed=s) for s in range({scenario.browsed_runs})]"
+        )
     else:
-        configs = (f"[RunConfig(dataset={scenario.dataset!r}, hidden={tuple(scenario.hidden)!r}, seed=s, "
-                   f"train={{'epochs': {scenario.train_epochs}}}) for s in range({scenario.browsed_runs})]")
+        configs = (
+            f"[RunConfig(dataset={scenario.dataset!r}, hidden={tuple(scenario.hidden)!r}, seed=s, "
+            f"train={{'epochs': {scenario.train_epochs}}}) for s in range({scenario.browsed_runs})]"
+        )
     code = (
         "import dataclasses, json, sys, torch; torch.set_num_threads(1)\n"
         "from core.runs import RunConfig, get_preset, train_run\n"
         f"ids = [train_run(config).run_id for config in {configs}]\n"
-        "print(json.dumps(ids))\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=1800)
+        "print(json.dumps(ids))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise RuntimeError(f"training the browsed runs failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -50,9 +54,26 @@ class Server:
         self.log = log
         self._handle = open(log, "w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
-             "--server.port", str(self.port), "--server.address", HOST, "--browser.gatherUsageStats", "false"],
-            cwd=ROOT, env=env, stdout=self._handle, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "streamlit",
+                "run",
+                str(APP),
+                "--server.headless",
+                "true",
+                "--server.port",
+                str(self.port),
+                "--server.address",
+                HOST,
+                "--browser.gatherUsageStats",
+                "false",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=self._handle,
+            stderr=subprocess.STDOUT,
+        )
 
     def wait_healthy(self, timeout: float = 120) -> None:
         wait_until_healthy(self.url, self.process, self.log, timeout)

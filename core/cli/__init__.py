@@ -71,8 +71,13 @@ def check_run_id(args: argparse.Namespace) -> None:
     from core.runs.config import RUN_ID_LENGTH
 
     if isinstance(getattr(args, "run", None), str):
-        validate.text_of(args.run, "run", RUN_ID_LENGTH, r"[0-9a-f]+",
-                         "a run id or its first digits (0-9, a-f; list them with `python -m core runs`)")
+        validate.text_of(
+            args.run,
+            "run",
+            RUN_ID_LENGTH,
+            r"[0-9a-f]+",
+            "a run id or its first digits (0-9, a-f; list them with `python -m core runs`)",
+        )
 
 
 def _out_of_memory(exc: BaseException) -> bool:

@@ -10,12 +10,13 @@ from core.data.registry import list_datasets
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "datasets", help="list datasets and their availability",
+        "datasets",
+        help="list datasets and their availability",
         description="List datasets: task, shapes, sizes, splits and where each comes from "
-                    "(bundled, data dir, download, generated or unavailable).")
+        "(bundled, data dir, download, generated or unavailable).",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--data-dir", default=None,
-                        help="folder with full datasets (default: $BNN_DATA_DIR)")
+    parser.add_argument("--data-dir", default=None, help="folder with full datasets (default: $BNN_DATA_DIR)")
     parser.set_defaults(handler=run_datasets)
 
 
@@ -29,9 +30,19 @@ def _cell(value) -> str:
 
 def format_table(infos) -> str:
     header = ("name", "task", "input", "classes", "n_train", "n_test", "splits", "availability")
-    rows = [(i.name, i.task, _cell(i.input_shape), _cell(i.n_classes) if i.n_classes else "-",
-             _cell(i.n_train), _cell(i.n_test), _cell(i.splits) if i.splits else "-",
-             f"{i.availability}: {i.detail}") for i in infos]
+    rows = [
+        (
+            i.name,
+            i.task,
+            _cell(i.input_shape),
+            _cell(i.n_classes) if i.n_classes else "-",
+            _cell(i.n_train),
+            _cell(i.n_test),
+            _cell(i.splits) if i.splits else "-",
+            f"{i.availability}: {i.detail}",
+        )
+        for i in infos
+    ]
     widths = [max(len(r[c]) for r in rows + [header]) for c in range(len(header) - 1)]
     lines = []
     for row in [header] + rows:
@@ -43,11 +54,13 @@ def format_table(infos) -> str:
 def format_tables(tables) -> str:
     """Stored tables: name, rows, columns, the targets trained on, the file's name and its hash prefix."""
     header = ("name", "rows", "columns", "targets", "file", "sha256")
-    rows = [(t.name, str(t.rows), str(t.columns), ",".join(t.targets) or "-", t.file_name(), t.sha256[:12])
-            for t in tables]
+    rows = [
+        (t.name, str(t.rows), str(t.columns), ",".join(t.targets) or "-", t.file_name(), t.sha256[:12]) for t in tables
+    ]
     widths = [max(len(r[c]) for r in rows + [header]) for c in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
-                     for row in [header] + rows)
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [header] + rows
+    )
 
 
 def run_datasets(args: argparse.Namespace) -> int:
@@ -56,8 +69,12 @@ def run_datasets(args: argparse.Namespace) -> int:
     infos = list_datasets(args.data_dir)
     tables = list_tables()
     if args.json:
-        print(json.dumps([info.to_dict() for info in infos] + [{**t.to_dict(), "availability": "stored"}
-                                                                for t in tables], indent=2))
+        print(
+            json.dumps(
+                [info.to_dict() for info in infos] + [{**t.to_dict(), "availability": "stored"} for t in tables],
+                indent=2,
+            )
+        )
     else:
         print(format_table(infos))
         print(f"stored tables ({tables_dir()}):")

@@ -62,8 +62,14 @@ def _flatten(prefix: str, value: Any, rows: list[dict[str, Any]]) -> None:
     elif isinstance(value, list) and len(value) > 8:
         rows.append({"metric": prefix, "value": f"[{len(value)} values]"})
     else:
-        rows.append({"metric": prefix, "value": value if not isinstance(value, list) else
-                     ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in value)})
+        rows.append(
+            {
+                "metric": prefix,
+                "value": value
+                if not isinstance(value, list)
+                else ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in value),
+            }
+        )
 
 
 def evaluate_command(model_or_run, dataset, args: argparse.Namespace, out=None) -> dict[str, Any]:
@@ -72,14 +78,20 @@ def evaluate_command(model_or_run, dataset, args: argparse.Namespace, out=None) 
     variant = collapsed_variant(args.mode)
     if variant is not None:
         from core.predict.collapsed import evaluate_collapsed
+
         if args.threshold is not None or args.ood:
             raise PredictionError(f"mode {args.mode!r}: takes no --threshold or --ood")
-        result = evaluate_collapsed(run.model, run.dataset(), variant, samples=_positive_int(str(args.samples)),
-                                    seed=limits.seed(args.seed))
+        result = evaluate_collapsed(
+            run.model, run.dataset(), variant, samples=_positive_int(str(args.samples)), seed=limits.seed(args.seed)
+        )
         return _print_result(result, args, out)
-    result = run.evaluate(mode=parse_mode(args.mode), samples=_positive_int(str(args.samples)),
-                          threshold=_float("threshold", args.threshold), seed=limits.seed(args.seed),
-                          ood=args.ood or None)
+    result = run.evaluate(
+        mode=parse_mode(args.mode),
+        samples=_positive_int(str(args.samples)),
+        threshold=_float("threshold", args.threshold),
+        seed=limits.seed(args.seed),
+        ood=args.ood or None,
+    )
     return _print_result(result, args, out)
 
 
@@ -98,9 +110,12 @@ def _print_result(result: dict[str, Any], args: argparse.Namespace, out) -> dict
 def sweep_command(model_or_run, dataset, args: argparse.Namespace, out=None):
     out = out or sys.stdout
     thresholds = parse_threshold_grid(args.thresholds) if args.thresholds is not None else None
-    result = _as_run(model_or_run, dataset).sweep(thresholds=thresholds, mode=parse_mode(args.mode),
-                                                  samples=_positive_int(str(args.samples)),
-                                                  seed=limits.seed(args.seed))
+    result = _as_run(model_or_run, dataset).sweep(
+        thresholds=thresholds,
+        mode=parse_mode(args.mode),
+        samples=_positive_int(str(args.samples)),
+        seed=limits.seed(args.seed),
+    )
     if args.json:
         print(json.dumps(result.to_dict()), file=out)
     else:
@@ -126,10 +141,15 @@ def export_command(model_or_run, dataset, args: argparse.Namespace, out=None):
         onnx_file = onnx_export.write_onnx(run.model, threshold, path)
         x_test = run.dataset().x_test
         difference = onnx_export.verify(run.model, onnx_file, x_test, threshold)
-        written += (f" + ONNX; onnxruntime agrees with the prune / mean-weights prediction on the {len(x_test):,} "
-                    f"test inputs to {difference:.1e}")
-    print(f"exported {run.model.family} at threshold {threshold:g} (density {metrics['density']:.4f}{on_paths}) "
-          f"to {path} ({written})", file=out)
+        written += (
+            f" + ONNX; onnxruntime agrees with the prune / mean-weights prediction on the {len(x_test):,} "
+            f"test inputs to {difference:.1e}"
+        )
+    print(
+        f"exported {run.model.family} at threshold {threshold:g} (density {metrics['density']:.4f}{on_paths}) "
+        f"to {path} ({written})",
+        file=out,
+    )
     return path
 
 
@@ -145,17 +165,21 @@ def explain_command(model_or_run, dataset, args: argparse.Namespace, out=None):
     output = None if args.output is None else validate.whole_number(args.output, "output", 0, None)
     features = int(data.in_features)
     top = features if args.top is None else validate.whole_number(args.top, "top", 1, features)
-    result = run.explain(data.x_test[index], threshold=threshold, samples=samples, seed=limits.seed(args.seed),
-                         output=output)
+    result = run.explain(
+        data.x_test[index], threshold=threshold, samples=samples, seed=limits.seed(args.seed), output=output
+    )
     if args.json:
         print(json.dumps({"index": index, **result.to_dict()}), file=out)
         return result
     summary = result.to_dict()
     value, intercept = summary["value"], summary["intercept"]
-    print(f"test example {index}: {result.output_name} = {value['median']:.4g} "
-          f"[{value['lower']:.4g}, {value['upper']:.4g}], intercept {intercept['median']:.4g} "
-          f"[{intercept['lower']:.4g}, {intercept['upper']:.4g}] ({result.samples} draws, threshold "
-          f"{result.threshold:g}, {int(result.level * 100)} % intervals)", file=out)
+    print(
+        f"test example {index}: {result.output_name} = {value['median']:.4g} "
+        f"[{value['lower']:.4g}, {value['upper']:.4g}], intercept {intercept['median']:.4g} "
+        f"[{intercept['lower']:.4g}, {intercept['upper']:.4g}] ({result.samples} draws, threshold "
+        f"{result.threshold:g}, {int(result.level * 100)} % intervals)",
+        file=out,
+    )
     rows = sorted(result.table(), key=lambda row: -abs(row["contribution"]))[:top]
     print(format_table(rows), file=out)
     return result
@@ -182,8 +206,13 @@ def register(subparsers) -> None:
     evaluate_parser.add_argument("--mode", default=PredictionMode.BMA.value, help=modes_help())
     evaluate_parser.add_argument("--threshold", default=None, help="cut of the native statistic (mpm, mpm-mean, prune)")
     evaluate_parser.add_argument("--samples", default="10", help="posterior draws R (>= 1)")
-    evaluate_parser.add_argument("--ood", action="append", default=[], metavar="DATASET",
-                                 help="out-of-domain set (a dataset or uniform-noise/inverted/rotated); repeatable")
+    evaluate_parser.add_argument(
+        "--ood",
+        action="append",
+        default=[],
+        metavar="DATASET",
+        help="out-of-domain set (a dataset or uniform-noise/inverted/rotated); repeatable",
+    )
     evaluate_parser.add_argument("--seed", type=int, default=0)
     evaluate_parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     evaluate_parser.set_defaults(handler=_handler(evaluate_command))
@@ -191,31 +220,39 @@ def register(subparsers) -> None:
     sweep_parser = subparsers.add_parser("sweep", help="accuracy (or RMSE) vs density over thresholds")
     _common(sweep_parser)
     sweep_parser.add_argument("--thresholds", default=None, help="start:stop:step (e.g. 0:1:0.02) or a list a,b,c")
-    sweep_parser.add_argument("--mode", default=PredictionMode.MPM_MEAN.value,
-                              help="mpm-mean (mean weights) or mpm/prune (sampled)")
+    sweep_parser.add_argument(
+        "--mode", default=PredictionMode.MPM_MEAN.value, help="mpm-mean (mean weights) or mpm/prune (sampled)"
+    )
     sweep_parser.add_argument("--samples", default="1", help="posterior draws R for the sampled modes")
     sweep_parser.add_argument("--seed", type=int, default=0)
     sweep_parser.add_argument("--json", action="store_true")
     sweep_parser.set_defaults(handler=_handler(sweep_command))
 
     explain_parser = subparsers.add_parser(
-        "explain", help="one test example's local explanation: each feature's contribution with 95%% intervals")
+        "explain", help="one test example's local explanation: each feature's contribution with 95%% intervals"
+    )
     _common(explain_parser)
     explain_parser.add_argument("--index", required=True, help="test example to explain (0 .. n_test - 1)")
     explain_parser.add_argument("--threshold", default=None, help="cut of the native statistic (default: the family's)")
     explain_parser.add_argument("--samples", default="100", help="posterior draws R (>= 1)")
-    explain_parser.add_argument("--output", default=None,
-                                help="class whose logit is explained (default: the predicted class)")
+    explain_parser.add_argument(
+        "--output", default=None, help="class whose logit is explained (default: the predicted class)"
+    )
     explain_parser.add_argument("--top", default=None, help="rows shown, largest |contribution| first (default: all)")
     explain_parser.add_argument("--seed", default="0")
     explain_parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     explain_parser.set_defaults(handler=_handler(explain_command))
 
-    export_parser = subparsers.add_parser("export", help="write the pruned mean network (safetensors + JSON, "
-                                                         "or also ONNX)")
+    export_parser = subparsers.add_parser(
+        "export", help="write the pruned mean network (safetensors + JSON, or also ONNX)"
+    )
     _common(export_parser)
     export_parser.add_argument("--threshold", default=None, help="cut of the native statistic (default: the family's)")
     export_parser.add_argument("--out", required=True, help="output folder")
-    export_parser.add_argument("--format", default="safetensors", help="safetensors (+ JSON, the default) or onnx "
-                               "(the same files plus model.onnx; needs pip install -e '.[export]')")
+    export_parser.add_argument(
+        "--format",
+        default="safetensors",
+        help="safetensors (+ JSON, the default) or onnx "
+        "(the same files plus model.onnx; needs pip install -e '.[export]')",
+    )
     export_parser.set_defaults(handler=_handler(export_command))

@@ -106,8 +106,9 @@ class DatasetInfo:
         }
 
 
-def compute_fingerprint(name: str, arrays: list[np.ndarray], *, split: int | None = None,
-                        params: dict[str, Any] | None = None) -> str:
+def compute_fingerprint(
+    name: str, arrays: list[np.ndarray], *, split: int | None = None, params: dict[str, Any] | None = None
+) -> str:
     """sha256 over the identity of a load and the bytes of its arrays.
 
     Called once per load; run ids derive from it so they change when data does.
@@ -122,12 +123,23 @@ def compute_fingerprint(name: str, arrays: list[np.ndarray], *, split: int | Non
     return digest.hexdigest()
 
 
-def make_dataset(*, name: str, task: Task, x_train: np.ndarray, y_train: np.ndarray,
-                 x_test: np.ndarray, y_test: np.ndarray, source: Source,
-                 input_shape: tuple[int, ...] | None = None, n_classes: int | None = None,
-                 class_names: tuple[str, ...] | None = None, split: int | None = None,
-                 params: dict[str, Any] | None = None, fingerprint_override: str | None = None,
-                 **extra: Any) -> Dataset:
+def make_dataset(
+    *,
+    name: str,
+    task: Task,
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+    x_test: np.ndarray,
+    y_test: np.ndarray,
+    source: Source,
+    input_shape: tuple[int, ...] | None = None,
+    n_classes: int | None = None,
+    class_names: tuple[str, ...] | None = None,
+    split: int | None = None,
+    params: dict[str, Any] | None = None,
+    fingerprint_override: str | None = None,
+    **extra: Any,
+) -> Dataset:
     """Cast arrays to the contract dtypes, fingerprint them and build the record.
 
     `fingerprint_override` lets a loader pass a digest of cheaper source arrays
@@ -140,9 +152,21 @@ def make_dataset(*, name: str, task: Task, x_train: np.ndarray, y_train: np.ndar
     y_test = np.ascontiguousarray(y_test, dtype=label_dtype).reshape(-1)
     params = dict(params or {})
     fingerprint = fingerprint_override or compute_fingerprint(
-        name, [x_train, y_train, x_test, y_test], split=split, params=params)
+        name, [x_train, y_train, x_test, y_test], split=split, params=params
+    )
     return Dataset(
-        name=name, task=task, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test,
-        n_classes=n_classes, input_shape=tuple(input_shape or (x_train.shape[1],)),
-        class_names=class_names, source=source, fingerprint=fingerprint, split=split,
-        params=params, **extra)
+        name=name,
+        task=task,
+        x_train=x_train,
+        y_train=y_train,
+        x_test=x_test,
+        y_test=y_test,
+        n_classes=n_classes,
+        input_shape=tuple(input_shape or (x_train.shape[1],)),
+        class_names=class_names,
+        source=source,
+        fingerprint=fingerprint,
+        split=split,
+        params=params,
+        **extra,
+    )

@@ -53,7 +53,8 @@ def verify_md5(path: str | Path, expected: str) -> None:
         raise DataError(
             f"checksum mismatch for {path}: md5 {actual}, expected {expected}. "
             "The file is corrupt or a different version: delete it and download it again "
-            "(or replace it with the official file)")
+            "(or replace it with the official file)"
+        )
 
 
 def read_md5sums(path: str | Path) -> dict[str, str]:
@@ -135,8 +136,10 @@ def fetch(remote: RemoteFile, folder: Path, *, what: str) -> Path:
             if remote.md5:
                 verify_md5(downloaded, remote.md5)
             else:
-                print(f"note: no published checksum for {remote.name}; "
-                      f"md5 of the download is {md5_file(downloaded)}", file=sys.stderr)
+                print(
+                    f"note: no published checksum for {remote.name}; md5 of the download is {md5_file(downloaded)}",
+                    file=sys.stderr,
+                )
             if target.exists():  # appeared meanwhile (another process): keep theirs
                 downloaded.unlink(missing_ok=True)
             else:
@@ -153,8 +156,7 @@ def _download_to_temp(url: str, folder: Path) -> Path:
     handle, temp_name = tempfile.mkstemp(prefix=".download-", suffix=".part", dir=folder)
     temp_path = Path(temp_name)
     try:
-        with os.fdopen(handle, "wb") as out, \
-                urllib.request.urlopen(request, timeout=CONNECT_TIMEOUT_S) as response:
+        with os.fdopen(handle, "wb") as out, urllib.request.urlopen(request, timeout=CONNECT_TIMEOUT_S) as response:
             print(f"downloading {url}", file=sys.stderr)
             shutil.copyfileobj(response, out, length=1 << 20)
     except BaseException:
@@ -169,27 +171,27 @@ def _extract_member(archive: Path, member_suffix: str, folder: Path, url: str) -
             names = zipped.namelist()
             for name in names:
                 if name.lower().endswith(member_suffix.lower()) and "__MACOSX" not in name:
-                    handle, temp_name = tempfile.mkstemp(prefix=".extract-", suffix=".part",
-                                                         dir=folder)
+                    handle, temp_name = tempfile.mkstemp(prefix=".extract-", suffix=".part", dir=folder)
                     with os.fdopen(handle, "wb") as out, zipped.open(name) as member:
                         shutil.copyfileobj(member, out)
                     return Path(temp_name)
     except zipfile.BadZipFile as exc:
         raise DataError(f"the download from {url} is not a valid zip archive") from exc
     raise DataError(
-        f"the archive from {url} has no file ending in {member_suffix!r} "
-        f"(it holds: {', '.join(names[:10])})")
+        f"the archive from {url} has no file ending in {member_suffix!r} (it holds: {', '.join(names[:10])})"
+    )
 
 
-def missing_files_message(what: str, folder_name: str, file_names: list[str],
-                          data_dir: Path | None, *, extra: str = "") -> str:
+def missing_files_message(
+    what: str, folder_name: str, file_names: list[str], data_dir: Path | None, *, extra: str = ""
+) -> str:
     """The DataError text for absent files: which files, which folder, BNN_DATA_DIR."""
     files = ", ".join(file_names)
     if data_dir is not None:
-        where = (f"{data_dir / folder_name}/ (data dir {data_dir}; change it with "
-                 f"{DATA_DIR_ENV} or --data-dir)")
+        where = f"{data_dir / folder_name}/ (data dir {data_dir}; change it with {DATA_DIR_ENV} or --data-dir)"
     else:
-        where = (f"<data dir>/{folder_name}/ and set {DATA_DIR_ENV}=<data dir> "
-                 "(or pass --data-dir); no data dir is set now")
+        where = (
+            f"<data dir>/{folder_name}/ and set {DATA_DIR_ENV}=<data dir> (or pass --data-dir); no data dir is set now"
+        )
     message = f"{what} is not available: put the files {files} in {where}"
     return message + (f". {extra}" if extra else "")

@@ -32,8 +32,8 @@ def read_idx_bytes(path: str | Path) -> bytes:
             return gzip.decompress(raw)
         except (OSError, EOFError) as exc:
             raise DataError(
-                f"{path} is a corrupt or truncated gzip file ({exc}); "
-                "delete it and download it again") from exc
+                f"{path} is a corrupt or truncated gzip file ({exc}); delete it and download it again"
+            ) from exc
     return raw
 
 
@@ -51,10 +51,10 @@ def read_idx(path: str | Path, expected_magic: int | None = None) -> np.ndarray:
     if expected_magic is not None and magic != expected_magic:
         raise DataError(
             f"{path} has IDX magic number 0x{magic:08x}, expected 0x{expected_magic:08x}; "
-            "is it the right file (images vs labels) and not corrupt?")
+            "is it the right file (images vs labels) and not corrupt?"
+        )
     if magic >> 16 != 0 or (magic >> 8) & 0xFF != 0x08:
-        raise DataError(
-            f"{path} has magic number 0x{magic:08x}, which is not an unsigned-byte IDX file")
+        raise DataError(f"{path} has magic number 0x{magic:08x}, which is not an unsigned-byte IDX file")
     rank = magic & 0xFF
     header_size = 4 + 4 * rank
     if rank == 0 or len(data) < header_size:
@@ -65,7 +65,8 @@ def read_idx(path: str | Path, expected_magic: int | None = None) -> np.ndarray:
     if actual_size != expected_size:
         raise DataError(
             f"{path} holds {actual_size} data bytes but its header {tuple(shape)} says "
-            f"{expected_size}; the file is truncated or corrupt: delete it and fetch it again")
+            f"{expected_size}; the file is truncated or corrupt: delete it and fetch it again"
+        )
     # Read-only view on the decoded bytes: no copy of the 47 MB MNIST training images.
     return np.frombuffer(data, dtype=np.uint8, offset=header_size).reshape(shape)
 

@@ -40,8 +40,12 @@ class ImageSetSpec:
         return self.folder_aliases[0]
 
     def remote_files(self) -> list[RemoteFile]:
-        return [RemoteFile(name=f"{stem}.gz", urls=tuple(m + f"{stem}.gz" for m in self.mirrors),
-                           md5=self.md5s[f"{stem}.gz"]) for stem in IDX_FILE_STEMS]
+        return [
+            RemoteFile(
+                name=f"{stem}.gz", urls=tuple(m + f"{stem}.gz" for m in self.mirrors), md5=self.md5s[f"{stem}.gz"]
+            )
+            for stem in IDX_FILE_STEMS
+        ]
 
 
 # Official download locations and the md5 of the official archives.
@@ -49,8 +53,7 @@ IMAGE_SETS: dict[str, ImageSetSpec] = {
     "mnist": ImageSetSpec(
         name="mnist",
         folder_aliases=("mnist", "MNIST", "MNIST/raw", "mnist/raw"),
-        mirrors=("https://ossci-datasets.s3.amazonaws.com/mnist/",
-                 "http://yann.lecun.com/exdb/mnist/"),
+        mirrors=("https://ossci-datasets.s3.amazonaws.com/mnist/", "http://yann.lecun.com/exdb/mnist/"),
         md5s={
             "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
             "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
@@ -69,8 +72,18 @@ IMAGE_SETS: dict[str, ImageSetSpec] = {
             "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
             "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
         },
-        class_names=("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                     "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"),
+        class_names=(
+            "T-shirt/top",
+            "Trouser",
+            "Pullover",
+            "Dress",
+            "Coat",
+            "Sandal",
+            "Shirt",
+            "Sneaker",
+            "Bag",
+            "Ankle boot",
+        ),
     ),
     "kmnist": ImageSetSpec(
         name="kmnist",
@@ -130,9 +143,12 @@ def locate_idx_files(name: str, data_dir: str | Path | None = None) -> list[Path
 def _missing_message(spec: ImageSetSpec, data_dir: str | Path | None, reason: str) -> str:
     names = [f"{stem}.gz" for stem in IDX_FILE_STEMS]
     return missing_files_message(
-        spec.name, spec.folder, names, resolve_data_dir(data_dir),
-        extra=(f"Automatic download failed: {reason}. The files (gzipped or not) come from "
-               f"{spec.mirrors[0]}"))
+        spec.name,
+        spec.folder,
+        names,
+        resolve_data_dir(data_dir),
+        extra=(f"Automatic download failed: {reason}. The files (gzipped or not) come from {spec.mirrors[0]}"),
+    )
 
 
 def _download_idx_files(spec: ImageSetSpec, data_dir: str | Path | None) -> list[Path]:
@@ -141,8 +157,7 @@ def _download_idx_files(spec: ImageSetSpec, data_dir: str | Path | None) -> list
         raise DataError(_missing_message(spec, data_dir, reason))
     folder = writable_download_root(data_dir) / spec.folder
     try:
-        return [fetch(remote, folder, what=f"{spec.name} {remote.name}")
-                for remote in spec.remote_files()]
+        return [fetch(remote, folder, what=f"{spec.name} {remote.name}") for remote in spec.remote_files()]
     except DataError as exc:
         if "checksum mismatch" in str(exc):
             raise
@@ -157,11 +172,15 @@ def _read_idx_set(paths: tuple[Path, ...], stamps: tuple) -> tuple:
     y_train = read_idx(paths[1], LABELS_MAGIC)
     x_test = read_idx(paths[2], IMAGES_MAGIC)
     y_test = read_idx(paths[3], LABELS_MAGIC)
-    for images, labels, image_path, label_path in ((x_train, y_train, paths[0], paths[1]),
-                                                    (x_test, y_test, paths[2], paths[3])):
+    for images, labels, image_path, label_path in (
+        (x_train, y_train, paths[0], paths[1]),
+        (x_test, y_test, paths[2], paths[3]),
+    ):
         if len(images) != len(labels):
-            raise DataError(f"{image_path} has {len(images)} images but {label_path} has "
-                            f"{len(labels)} labels; one of them is wrong or corrupt")
+            raise DataError(
+                f"{image_path} has {len(images)} images but {label_path} has "
+                f"{len(labels)} labels; one of them is wrong or corrupt"
+            )
     arrays = (x_train, y_train, x_test, y_test)
     for array in arrays:
         array.setflags(write=False)
@@ -189,17 +208,26 @@ def _scaled_pixels(images: np.ndarray) -> np.ndarray:
     return pixels
 
 
-def _image_dataset(name: str, arrays: tuple, source: str, class_names: tuple[str, ...],
-                   params: dict | None = None) -> Dataset:
+def _image_dataset(
+    name: str, arrays: tuple, source: str, class_names: tuple[str, ...], params: dict | None = None
+) -> Dataset:
     x_train, y_train, x_test, y_test = arrays
     # Fingerprint the uint8 arrays: 4x fewer bytes than the float32 ones, same information.
     fingerprint = compute_fingerprint(name, [x_train, y_train, x_test, y_test], params=params)
     dataset = make_dataset(
-        name=name, task="classification",
-        x_train=_scaled_pixels(x_train), y_train=y_train,
-        x_test=_scaled_pixels(x_test), y_test=y_test,
-        source=source, input_shape=IMAGE_SHAPE, n_classes=len(class_names),
-        class_names=class_names, params=params, fingerprint_override=fingerprint)
+        name=name,
+        task="classification",
+        x_train=_scaled_pixels(x_train),
+        y_train=y_train,
+        x_test=_scaled_pixels(x_test),
+        y_test=y_test,
+        source=source,
+        input_shape=IMAGE_SHAPE,
+        n_classes=len(class_names),
+        class_names=class_names,
+        params=params,
+        fingerprint_override=fingerprint,
+    )
     return dataset
 
 
@@ -215,14 +243,17 @@ def bundled_asset_path(name: str) -> Path:
 def read_bundled_arrays(name: str) -> dict[str, np.ndarray]:
     path = bundled_asset_path(name)
     if not path.is_file():
-        raise DataError(f"bundled subset {path} is missing; recreate it with "
-                        f"`python scripts/make_bundled_subsets.py --data-dir <dir with "
-                        f"{BUNDLED_SETS[name][1]}/>`")
+        raise DataError(
+            f"bundled subset {path} is missing; recreate it with "
+            f"`python scripts/make_bundled_subsets.py --data-dir <dir with "
+            f"{BUNDLED_SETS[name][1]}/>`"
+        )
     try:
         return read_npz(path)
     except (OSError, ValueError) as exc:
-        raise DataError(f"bundled subset {path} is unreadable ({exc}); recreate it with "
-                        "scripts/make_bundled_subsets.py") from exc
+        raise DataError(
+            f"bundled subset {path} is unreadable ({exc}); recreate it with scripts/make_bundled_subsets.py"
+        ) from exc
 
 
 def bundled_sizes(name: str) -> tuple[int | None, int | None]:
@@ -249,5 +280,8 @@ def load_bundled_image_set(name: str) -> Dataset:
     arrays = read_bundled_arrays(name)
     full_name = BUNDLED_SETS[name][1]
     return _image_dataset(
-        name, (arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"]),
-        "bundled", IMAGE_SETS[full_name].class_names)
+        name,
+        (arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"]),
+        "bundled",
+        IMAGE_SETS[full_name].class_names,
+    )

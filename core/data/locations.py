@@ -36,6 +36,7 @@ def user_cache_dir() -> Path:
         return Path(override).expanduser() / "data"
     try:
         from platformdirs import user_cache_dir as platform_cache_dir
+
         return Path(platform_cache_dir("bnn-explorer")) / "data"
     except ImportError:  # platformdirs is a requirement; keep working without it
         return Path.home() / ".cache" / "bnn-explorer" / "data"

@@ -44,8 +44,7 @@ def _subsample(x: np.ndarray, n: int | None, rng: np.random.Generator, what: str
     return x[np.sort(rng.choice(len(x), size=n, replace=False))]
 
 
-def _synthetic(in_dataset: Dataset, name: str, rng: np.random.Generator,
-               n: int | None) -> np.ndarray:
+def _synthetic(in_dataset: Dataset, name: str, rng: np.random.Generator, n: int | None) -> np.ndarray:
     x_test = in_dataset.x_test
     if name == "uniform-noise":
         count = len(x_test) if n is None else n
@@ -57,9 +56,11 @@ def _synthetic(in_dataset: Dataset, name: str, rng: np.random.Generator,
             low, high = in_dataset.x_train.min(axis=0), in_dataset.x_train.max(axis=0)
         return rng.uniform(low, high, size=(count, in_dataset.in_features)).astype(np.float32)
     if not _is_image(in_dataset):
-        raise DataError(f"OOD set {name!r} needs an image dataset; {in_dataset.name} has inputs "
-                        f"of shape {in_dataset.input_shape}. Use 'uniform-noise' or another "
-                        "dataset instead")
+        raise DataError(
+            f"OOD set {name!r} needs an image dataset; {in_dataset.name} has inputs "
+            f"of shape {in_dataset.input_shape}. Use 'uniform-noise' or another "
+            "dataset instead"
+        )
     x = _subsample(x_test, n, rng, f"{in_dataset.name} test set")
     if name == "inverted":
         return (1.0 - x).astype(np.float32)
@@ -68,8 +69,9 @@ def _synthetic(in_dataset: Dataset, name: str, rng: np.random.Generator,
     return np.ascontiguousarray(rotated.reshape(len(x), -1), dtype=np.float32)
 
 
-def load_ood(in_dataset: Dataset, name: str, *, data_dir: str | Path | None = None,
-             seed: int = 0, n: int | None = None) -> np.ndarray:
+def load_ood(
+    in_dataset: Dataset, name: str, *, data_dir: str | Path | None = None, seed: int = 0, n: int | None = None
+) -> np.ndarray:
     """float32 OOD inputs (n, d) for `in_dataset`: a dataset name or one of OOD_SYNTHETIC."""
     rng = np.random.default_rng(seed)
     if name in OOD_SYNTHETIC:
@@ -84,5 +86,6 @@ def load_ood(in_dataset: Dataset, name: str, *, data_dir: str | Path | None = No
         raise DataError(
             f"OOD set {name} has inputs of shape {other.input_shape} ({other.in_features} "
             f"features) but {in_dataset.name} has {in_dataset.input_shape} "
-            f"({in_dataset.in_features}); pick a dataset with the same input shape")
+            f"({in_dataset.in_features}); pick a dataset with the same input shape"
+        )
     return _subsample(other.x_test, n, rng, f"{name} test set")

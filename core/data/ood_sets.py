@@ -7,8 +7,12 @@ import numpy as np
 from core.data.dataset import Dataset
 from core.data.ood import OOD_SYNTHETIC, load_ood
 
-OOD_PARTNER = {"mnist-small": "fashion-mnist-small", "fashion-mnist-small": "mnist-small",
-               "mnist": "fashion-mnist", "fashion-mnist": "mnist"}
+OOD_PARTNER = {
+    "mnist-small": "fashion-mnist-small",
+    "fashion-mnist-small": "mnist-small",
+    "mnist": "fashion-mnist",
+    "fashion-mnist": "mnist",
+}
 
 
 def ood_set_names(dataset: Dataset) -> list[str]:

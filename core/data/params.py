@@ -12,8 +12,10 @@ def merge_params(name: str, defaults: dict[str, Any], given: dict[str, Any]) -> 
     unknown = sorted(set(given) - set(defaults))
     if unknown:
         valid = ", ".join(f"{k}={v!r}" for k, v in defaults.items()) or "none"
-        raise DataError(f"dataset {name!r} does not take parameter(s) {', '.join(unknown)}; "
-                        f"valid parameters (with defaults): {valid}")
+        raise DataError(
+            f"dataset {name!r} does not take parameter(s) {', '.join(unknown)}; "
+            f"valid parameters (with defaults): {valid}"
+        )
     return {**defaults, **given}
 
 
@@ -21,6 +23,7 @@ def positive_int(name: str, key: str, value: Any, minimum: int = 1, maximum: int
     """A whole number in [minimum, maximum]. The generators pass maximum for counts of points
     (core.cost.max_generated_points), checked here before any array of that length exists."""
     from core.validate import shown
+
     try:
         as_int = int(value)
     except (TypeError, ValueError, OverflowError):
@@ -28,14 +31,17 @@ def positive_int(name: str, key: str, value: Any, minimum: int = 1, maximum: int
     if as_int is None or as_int != value or as_int < minimum:
         raise DataError(f"{name}: {key} must be an integer >= {minimum}, got {shown(value)}")
     if maximum is not None and as_int > maximum:
-        raise DataError(f"{name}: {key}={shown(value)} is above the {maximum:,} points a generated set may have "
-                        f"(BNN_MAX_GENERATED_POINTS); give {key} of at most {maximum:,}")
+        raise DataError(
+            f"{name}: {key}={shown(value)} is above the {maximum:,} points a generated set may have "
+            f"(BNN_MAX_GENERATED_POINTS); give {key} of at most {maximum:,}"
+        )
     return as_int
 
 
 def point_count(name: str, key: str, value: Any, minimum: int = 1) -> int:
     """A count of generated points: positive_int up to $BNN_MAX_GENERATED_POINTS."""
     from core.cost import max_generated_points
+
     return positive_int(name, key, value, minimum, maximum=max_generated_points())
 
 
@@ -54,12 +60,10 @@ def interval_list(name: str, key: str, value: Any, low: float, high: float) -> l
     try:
         pairs = sorted((float(a), float(b)) for a, b in value)
     except (TypeError, ValueError) as exc:
-        raise DataError(f"{name}: {key} must be a list of (start, end) pairs, "
-                        f"got {value!r}") from exc
+        raise DataError(f"{name}: {key} must be a list of (start, end) pairs, got {value!r}") from exc
     for index, (a, b) in enumerate(pairs):
         if not (low <= a < b <= high):
-            raise DataError(f"{name}: {key} interval ({a}, {b}) must satisfy "
-                            f"{low} <= start < end <= {high}")
+            raise DataError(f"{name}: {key} interval ({a}, {b}) must satisfy {low} <= start < end <= {high}")
         if index and a < pairs[index - 1][1]:
             raise DataError(f"{name}: {key} intervals {pairs[index - 1]} and ({a}, {b}) overlap")
     return pairs

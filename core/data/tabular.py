@@ -21,15 +21,30 @@ from core.data.tabular_parsing import Table, encode_features, encode_labels, rea
 from core.errors import DataError
 
 TEST_FRACTION = 0.2
-ADULT_COLUMNS = ["age", "workclass", "fnlwgt", "education", "education-num", "marital-status",
-                 "occupation", "relationship", "race", "sex", "capital-gain", "capital-loss",
-                 "hours-per-week", "native-country", "income"]
+ADULT_COLUMNS = [
+    "age",
+    "workclass",
+    "fnlwgt",
+    "education",
+    "education-num",
+    "marital-status",
+    "occupation",
+    "relationship",
+    "race",
+    "sex",
+    "capital-gain",
+    "capital-loss",
+    "hours-per-week",
+    "native-country",
+    "income",
+]
 CREDIT_COLUMNS = [f"A{i}" for i in range(1, 16)] + ["class"]
 
 
 @dataclass
 class ParsedTable:
     """Rows split into train/test (test empty: make a split) and the label column."""
+
     names: list[str]
     train_rows: list[list[str]]
     train_labels: list[str]
@@ -49,14 +64,14 @@ def _split_off_label(table: Table, label_column: str) -> tuple:
 
 # ------------------------------------------------------------------ parsers
 
+
 def parse_phoneme(path: Path) -> ParsedTable:
     """ESL phoneme.data: row.names, x.1..x.256, g, speaker. Official split by speaker prefix."""
     table = read_delimited(path, delimiter=",", header=True)
     expected = [f"x.{i}" for i in range(1, 257)]
     missing = [c for c in expected + ["g", "speaker"] if c not in table.names]
     if missing:
-        raise DataError(f"{path} is not the ESL phoneme.data file: missing columns "
-                        f"{', '.join(missing[:5])}")
+        raise DataError(f"{path} is not the ESL phoneme.data file: missing columns {', '.join(missing[:5])}")
     feature_idx = [table.names.index(c) for c in expected]
     label_idx, speaker_idx = table.names.index("g"), table.names.index("speaker")
     rows = [[row[i] for i in feature_idx] for row in table.rows]
@@ -65,8 +80,7 @@ def parse_phoneme(path: Path) -> ParsedTable:
     if all(s.startswith(("train.", "test.")) for s in speakers):
         is_train = [s.startswith("train.") for s in speakers]
         pick = lambda seq, keep: [v for v, t in zip(seq, is_train) if t == keep]  # noqa: E731
-        return ParsedTable(expected, pick(rows, True), pick(labels, True),
-                           pick(rows, False), pick(labels, False))
+        return ParsedTable(expected, pick(rows, True), pick(labels, True), pick(rows, False), pick(labels, False))
     return ParsedTable(expected, rows, labels)
 
 
@@ -88,8 +102,9 @@ def parse_adult(train_path: Path, test_path: Path) -> ParsedTable:
     test = read_delimited(test_path, header=False, names=ADULT_COLUMNS, skip_prefixes=("|",))
     names, train_rows, train_labels = _split_off_label(train, "income")
     _, test_rows, test_labels = _split_off_label(test, "income")
-    return ParsedTable(names, train_rows, [s.rstrip(".") for s in train_labels],
-                       test_rows, [s.rstrip(".") for s in test_labels])
+    return ParsedTable(
+        names, train_rows, [s.rstrip(".") for s in train_labels], test_rows, [s.rstrip(".") for s in test_labels]
+    )
 
 
 def parse_class_table(path: Path) -> ParsedTable:
@@ -100,6 +115,7 @@ def parse_class_table(path: Path) -> ParsedTable:
 
 
 # ------------------------------------------------------------------ specs
+
 
 @dataclass(frozen=True)
 class TabularSpec:
@@ -116,51 +132,108 @@ class TabularSpec:
 
 
 UCI = "https://archive.ics.uci.edu/ml/machine-learning-databases"
-TABULAR_SETS: dict[str, TabularSpec] = {spec.name: spec for spec in (
-    TabularSpec(
-        "phoneme", "ESL phoneme (256 log-periodogram features, 5 phonemes)",
-        (("phoneme.data", "phoneme.csv"),),
-        (RemoteFile("phoneme.data", (
-            "https://hastie.su.domains/ElemStatLearn/datasets/phoneme.data",
-            "https://web.stanford.edu/~hastie/ElemStatLearn/datasets/phoneme.data")),),
-        parse_phoneme, 5, (256,)),
-    TabularSpec(
-        "credit-approval", "UCI Credit Approval (crx.data)", (("crx.data",),),
-        (RemoteFile("crx.data", (f"{UCI}/credit-screening/crx.data",)),),
-        parse_credit_approval, 2, None),
-    TabularSpec(
-        "bank-marketing", "UCI Bank Marketing (bank-full.csv)", (("bank-full.csv",),),
-        (RemoteFile("bank-full.csv", (f"{UCI}/00222/bank.zip",), zip_member="bank-full.csv"),),
-        parse_bank_marketing, 2, None),
-    TabularSpec(
-        "adult", "UCI Adult (adult.data + adult.test, official split)",
-        (("adult.data",), ("adult.test",)),
-        (RemoteFile("adult.data", (f"{UCI}/adult/adult.data",)),
-         RemoteFile("adult.test", (f"{UCI}/adult/adult.test",))),
-        parse_adult, 2, None, 32561, 16281),
-    TabularSpec(
-        "dry-beans", "UCI Dry Bean (16 shape features, 7 classes)",
-        (("Dry_Bean_Dataset.arff", "Dry_Bean_Dataset.csv", "dry-beans.csv"),),
-        (RemoteFile("Dry_Bean_Dataset.arff",
+TABULAR_SETS: dict[str, TabularSpec] = {
+    spec.name: spec
+    for spec in (
+        TabularSpec(
+            "phoneme",
+            "ESL phoneme (256 log-periodogram features, 5 phonemes)",
+            (("phoneme.data", "phoneme.csv"),),
+            (
+                RemoteFile(
+                    "phoneme.data",
+                    (
+                        "https://hastie.su.domains/ElemStatLearn/datasets/phoneme.data",
+                        "https://web.stanford.edu/~hastie/ElemStatLearn/datasets/phoneme.data",
+                    ),
+                ),
+            ),
+            parse_phoneme,
+            5,
+            (256,),
+        ),
+        TabularSpec(
+            "credit-approval",
+            "UCI Credit Approval (crx.data)",
+            (("crx.data",),),
+            (RemoteFile("crx.data", (f"{UCI}/credit-screening/crx.data",)),),
+            parse_credit_approval,
+            2,
+            None,
+        ),
+        TabularSpec(
+            "bank-marketing",
+            "UCI Bank Marketing (bank-full.csv)",
+            (("bank-full.csv",),),
+            (RemoteFile("bank-full.csv", (f"{UCI}/00222/bank.zip",), zip_member="bank-full.csv"),),
+            parse_bank_marketing,
+            2,
+            None,
+        ),
+        TabularSpec(
+            "adult",
+            "UCI Adult (adult.data + adult.test, official split)",
+            (("adult.data",), ("adult.test",)),
+            (
+                RemoteFile("adult.data", (f"{UCI}/adult/adult.data",)),
+                RemoteFile("adult.test", (f"{UCI}/adult/adult.test",)),
+            ),
+            parse_adult,
+            2,
+            None,
+            32561,
+            16281,
+        ),
+        TabularSpec(
+            "dry-beans",
+            "UCI Dry Bean (16 shape features, 7 classes)",
+            (("Dry_Bean_Dataset.arff", "Dry_Bean_Dataset.csv", "dry-beans.csv"),),
+            (
+                RemoteFile(
+                    "Dry_Bean_Dataset.arff",
                     ("https://archive.ics.uci.edu/static/public/602/dry+bean+dataset.zip",),
-                    zip_member=".arff"),),
-        parse_class_table, 7, (16,), excel_hint="dry-beans.csv"),
-    TabularSpec(
-        "pistachio", "Pistachio (16 features, 2 classes; Koklu et al.)",
-        (("Pistachio_16_Features_Dataset.arff", "Pistachio_16_Features_Dataset.csv",
-          "pistachio.csv"),),
-        (RemoteFile("Pistachio_16_Features_Dataset.arff",
+                    zip_member=".arff",
+                ),
+            ),
+            parse_class_table,
+            7,
+            (16,),
+            excel_hint="dry-beans.csv",
+        ),
+        TabularSpec(
+            "pistachio",
+            "Pistachio (16 features, 2 classes; Koklu et al.)",
+            (("Pistachio_16_Features_Dataset.arff", "Pistachio_16_Features_Dataset.csv", "pistachio.csv"),),
+            (
+                RemoteFile(
+                    "Pistachio_16_Features_Dataset.arff",
                     ("https://www.muratkoklu.com/datasets/vtdhnd07.php",),
-                    zip_member="Pistachio_16_Features_Dataset.arff"),),
-        parse_class_table, 2, (16,), excel_hint="pistachio.csv"),
-    TabularSpec(
-        "raisins", "UCI Raisin (7 morphological features, 2 classes)",
-        (("Raisin_Dataset.arff", "Raisin_Dataset.csv", "raisins.csv"),),
-        (RemoteFile("Raisin_Dataset.arff",
+                    zip_member="Pistachio_16_Features_Dataset.arff",
+                ),
+            ),
+            parse_class_table,
+            2,
+            (16,),
+            excel_hint="pistachio.csv",
+        ),
+        TabularSpec(
+            "raisins",
+            "UCI Raisin (7 morphological features, 2 classes)",
+            (("Raisin_Dataset.arff", "Raisin_Dataset.csv", "raisins.csv"),),
+            (
+                RemoteFile(
+                    "Raisin_Dataset.arff",
                     ("https://archive.ics.uci.edu/static/public/850/raisin.zip",),
-                    zip_member=".arff"),),
-        parse_class_table, 2, (7,), excel_hint="raisins.csv"),
-)}
+                    zip_member=".arff",
+                ),
+            ),
+            parse_class_table,
+            2,
+            (7,),
+            excel_hint="raisins.csv",
+        ),
+    )
+}
 
 
 def locate_tabular_files(name: str, data_dir: str | Path | None = None) -> list[Path] | None:
@@ -193,8 +266,12 @@ def _missing_message(spec: TabularSpec, data_dir, reason: str) -> str:
         names[-1] += f" (or a CSV export named {spec.excel_hint})"
     urls = ", ".join(r.urls[0] for r in spec.remote)
     return missing_files_message(
-        spec.name, spec.name, names, resolve_data_dir(data_dir),
-        extra=f"Automatic download failed: {reason}. Source: {urls}")
+        spec.name,
+        spec.name,
+        names,
+        resolve_data_dir(data_dir),
+        extra=f"Automatic download failed: {reason}. Source: {urls}",
+    )
 
 
 def _obtain_files(spec: TabularSpec, data_dir) -> tuple[list[Path], str]:
@@ -205,8 +282,10 @@ def _obtain_files(spec: TabularSpec, data_dir) -> tuple[list[Path], str]:
         return found, "data-dir" if in_data_dir else "download"
     excel = _excel_only(spec.name, data_dir)
     if excel is not None:
-        raise DataError(f"found {excel} but Excel files are not read: open it and export CSV "
-                        f"(with the header row) to {excel.parent / (spec.excel_hint or 'data.csv')}")
+        raise DataError(
+            f"found {excel} but Excel files are not read: open it and export CSV "
+            f"(with the header row) to {excel.parent / (spec.excel_hint or 'data.csv')}"
+        )
     reason = offline_reason()
     if reason:
         raise DataError(_missing_message(spec, data_dir, reason))
@@ -214,13 +293,17 @@ def _obtain_files(spec: TabularSpec, data_dir) -> tuple[list[Path], str]:
     try:
         return [fetch(r, folder, what=f"{spec.name} {r.name}") for r in spec.remote], "download"
     except DataError as exc:
-        hint = (f" If the official download is an .xlsx file, export it as CSV to "
-                f"{folder / spec.excel_hint}." if spec.excel_hint else "")
+        hint = (
+            f" If the official download is an .xlsx file, export it as CSV to {folder / spec.excel_hint}."
+            if spec.excel_hint
+            else ""
+        )
         raise DataError(_missing_message(spec, data_dir, str(exc)) + hint) from exc
 
 
-def dataset_from_parsed(name: str, parsed: ParsedTable, *, seed: int, source: str,
-                        n_classes: int | None = None) -> Dataset:
+def dataset_from_parsed(
+    name: str, parsed: ParsedTable, *, seed: int, source: str, n_classes: int | None = None
+) -> Dataset:
     """Split (if no official split), encode and wrap a parsed table."""
     names = parsed.names
     if parsed.test_rows:
@@ -236,14 +319,25 @@ def dataset_from_parsed(name: str, parsed: ParsedTable, *, seed: int, source: st
     features = encode_features(names, train_rows, test_rows)
     y_train, y_test, class_names = encode_labels(train_labels, test_labels)
     if n_classes is not None and len(class_names) != n_classes:
-        raise DataError(f"{name}: expected {n_classes} classes, found {len(class_names)} "
-                        f"({', '.join(class_names[:10])}); is it the right file?")
+        raise DataError(
+            f"{name}: expected {n_classes} classes, found {len(class_names)} "
+            f"({', '.join(class_names[:10])}); is it the right file?"
+        )
     return make_dataset(
-        name=name, task="classification", x_train=features.x_train, y_train=y_train,
-        x_test=features.x_test, y_test=y_test, source=source,
-        input_shape=(features.x_train.shape[1],), n_classes=len(class_names),
-        class_names=class_names, params={"seed": seed} if not parsed.test_rows else {},
-        x_mean=features.x_mean, x_std=features.x_std)
+        name=name,
+        task="classification",
+        x_train=features.x_train,
+        y_train=y_train,
+        x_test=features.x_test,
+        y_test=y_test,
+        source=source,
+        input_shape=(features.x_train.shape[1],),
+        n_classes=len(class_names),
+        class_names=class_names,
+        params={"seed": seed} if not parsed.test_rows else {},
+        x_mean=features.x_mean,
+        x_std=features.x_std,
+    )
 
 
 def load_tabular(name: str, *, data_dir: str | Path | None = None, seed: int = 0) -> Dataset:

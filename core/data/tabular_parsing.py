@@ -29,8 +29,7 @@ class Table:
     def column_index(self, wanted: str) -> int:
         lowered = [n.lower() for n in self.names]
         if wanted.lower() not in lowered:
-            raise DataError(f"{self.path} has no column {wanted!r} (columns: "
-                            f"{', '.join(self.names[:20])})")
+            raise DataError(f"{self.path} has no column {wanted!r} (columns: {', '.join(self.names[:20])})")
         return lowered.index(wanted.lower())
 
 
@@ -41,14 +40,22 @@ def _read_text(path: Path) -> str:
         raise DataError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
-def read_delimited(path: str | Path, *, delimiter: str = ",", header: bool = True,
-                   names: list[str] | None = None, skip_prefixes: tuple[str, ...] = ()) -> Table:
+def read_delimited(
+    path: str | Path,
+    *,
+    delimiter: str = ",",
+    header: bool = True,
+    names: list[str] | None = None,
+    skip_prefixes: tuple[str, ...] = (),
+) -> Table:
     """Rows of a delimited file with quotes handled; blank and skipped lines dropped."""
     path = Path(path)
-    lines = [line for line in _read_text(path).splitlines()
-             if line.strip() and not line.lstrip().startswith(skip_prefixes or ("\0",))]
-    reader = csv.reader(io.StringIO("\n".join(lines)), delimiter=delimiter,
-                        skipinitialspace=True)
+    lines = [
+        line
+        for line in _read_text(path).splitlines()
+        if line.strip() and not line.lstrip().startswith(skip_prefixes or ("\0",))
+    ]
+    reader = csv.reader(io.StringIO("\n".join(lines)), delimiter=delimiter, skipinitialspace=True)
     rows = [[cell.strip() for cell in row] for row in reader]
     if header:
         if not rows:
@@ -58,8 +65,9 @@ def read_delimited(path: str | Path, *, delimiter: str = ",", header: bool = Tru
         names = [f"column_{i}" for i in range(len(rows[0]) if rows else 0)]
     for number, row in enumerate(rows, start=2 if header else 1):
         if len(row) != len(names):
-            raise DataError(f"{path}: row {number} has {len(row)} fields, expected "
-                            f"{len(names)} (delimiter {delimiter!r})")
+            raise DataError(
+                f"{path}: row {number} has {len(row)} fields, expected {len(names)} (delimiter {delimiter!r})"
+            )
     return Table(list(names), rows, path)
 
 
@@ -81,7 +89,7 @@ def read_arff(path: str | Path) -> Table:
             rest = line.split(None, 1)[1]
             if rest[0] in "'\"":
                 quote = rest[0]
-                names.append(rest[1:rest.index(quote, 1)])
+                names.append(rest[1 : rest.index(quote, 1)])
             else:
                 names.append(rest.split(None, 1)[0])
         elif keyword == "@data":
@@ -90,14 +98,16 @@ def read_arff(path: str | Path) -> Table:
         raise DataError(f"{path} is not an ARFF file (needs @attribute lines and @data)")
     if any(line.startswith("{") for line in data_lines):
         raise DataError(f"{path} uses sparse ARFF rows, which are not supported; export CSV")
-    reader = csv.reader(io.StringIO("\n".join(data_lines)), delimiter=",",
-                        quotechar="'" if "'" in "".join(data_lines[:5]) else '"',
-                        skipinitialspace=True)
+    reader = csv.reader(
+        io.StringIO("\n".join(data_lines)),
+        delimiter=",",
+        quotechar="'" if "'" in "".join(data_lines[:5]) else '"',
+        skipinitialspace=True,
+    )
     rows = [[cell.strip() for cell in row] for row in reader]
     for number, row in enumerate(rows, start=1):
         if len(row) != len(names):
-            raise DataError(f"{path}: data row {number} has {len(row)} values, expected "
-                            f"{len(names)} attributes")
+            raise DataError(f"{path}: data row {number} has {len(row)} values, expected {len(names)} attributes")
     return Table(names, rows, path)
 
 
@@ -105,8 +115,9 @@ def read_table_any(path: str | Path) -> Table:
     """ARFF or CSV (comma or semicolon) by extension/content; header row required for CSV."""
     path = Path(path)
     if path.suffix.lower() in {".xlsx", ".xls"}:
-        raise DataError(f"{path} is an Excel file; open it and export it as CSV "
-                        f"(header row included) to {path.with_suffix('.csv')}")
+        raise DataError(
+            f"{path} is an Excel file; open it and export it as CSV (header row included) to {path.with_suffix('.csv')}"
+        )
     if path.suffix.lower() == ".arff":
         return read_arff(path)
     first_line = next((ln for ln in _read_text(path).splitlines() if ln.strip()), "")
@@ -139,8 +150,7 @@ class EncodedFeatures:
     x_std: np.ndarray
 
 
-def encode_features(names: list[str], train_rows: list[list[str]],
-                    test_rows: list[list[str]]) -> EncodedFeatures:
+def encode_features(names: list[str], train_rows: list[list[str]], test_rows: list[list[str]]) -> EncodedFeatures:
     """Numeric columns imputed+standardised on train stats; categorical one-hot."""
     all_rows = train_rows + test_rows
     n_train = len(train_rows)
@@ -168,13 +178,17 @@ def encode_features(names: list[str], train_rows: list[list[str]],
             means += [0.0] * len(categories)
             stds += [1.0] * len(categories)
     x = np.concatenate(blocks, axis=1) if blocks else np.zeros((len(all_rows), 0))
-    return EncodedFeatures(x[:n_train], x[n_train:], feature_names,
-                           np.array(means, dtype=np.float32), np.array(stds, dtype=np.float32))
+    return EncodedFeatures(
+        x[:n_train], x[n_train:], feature_names, np.array(means, dtype=np.float32), np.array(stds, dtype=np.float32)
+    )
 
 
 def encode_labels(train_labels: list[str], test_labels: list[str]) -> tuple:
     """(y_train, y_test, class_names) with classes in sorted order."""
     class_names = tuple(sorted(set(train_labels) | set(test_labels)))
     lookup = {c: i for i, c in enumerate(class_names)}
-    return (np.array([lookup[v] for v in train_labels], dtype=np.int64),
-            np.array([lookup[v] for v in test_labels], dtype=np.int64), class_names)
+    return (
+        np.array([lookup[v] for v in train_labels], dtype=np.int64),
+        np.array([lookup[v] for v in test_labels], dtype=np.int64),
+        class_names,
+    )

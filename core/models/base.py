@@ -83,9 +83,7 @@ class StatisticSpec:
     def check_threshold(self, threshold: float) -> float:
         threshold = float(threshold)
         if not (self.low <= threshold <= self.high) or math.isnan(threshold):
-            raise ConfigError(
-                f"threshold {threshold!r} is outside the range [{self.low}, {self.high}] of {self.name}"
-            )
+            raise ConfigError(f"threshold {threshold!r} is outside the range [{self.low}, {self.high}] of {self.name}")
         return threshold
 
     def clip(self, value: float) -> float:
@@ -186,8 +184,12 @@ def _option_specs(cls: type) -> dict[str, OptionSpec]:
         choices = declared.choices if declared.choices is not None else choices
         default = item.default if item.default is not dataclasses.MISSING else None
         specs[item.name] = dataclasses.replace(
-            declared, name=item.name, kind="choice" if choices is not None else kind,
-            choices=None if choices is None else tuple(str(getattr(c, "value", c)) for c in choices), default=default)
+            declared,
+            name=item.name,
+            kind="choice" if choices is not None else kind,
+            choices=None if choices is None else tuple(str(getattr(c, "value", c)) for c in choices),
+            default=default,
+        )
     return specs
 
 
@@ -208,8 +210,11 @@ def _kind_and_choices(hint: Any) -> tuple[str, tuple | None]:
 @functools.cache
 def _enum_fields(cls: type) -> dict[str, type[OptionEnum]]:
     hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)
-            if isinstance(hints.get(f.name), type) and issubclass(hints[f.name], OptionEnum)}
+    return {
+        f.name: hints[f.name]
+        for f in dataclasses.fields(cls)
+        if isinstance(hints.get(f.name), type) and issubclass(hints[f.name], OptionEnum)
+    }
 
 
 def require(condition: bool, field: str, message: str) -> None:
@@ -231,8 +236,9 @@ def augmented_linear(x: Tensor, weight: Tensor) -> Tensor:
     return torch.baddbmm(weight[:, :, -1].unsqueeze(1), x, weight[:, :, :-1].transpose(1, 2))
 
 
-def local_reparameterisation(x: Tensor, mean_weight: Tensor, var_weight: Tensor,
-                             generator: torch.Generator | None = None) -> Tensor:
+def local_reparameterisation(
+    x: Tensor, mean_weight: Tensor, var_weight: Tensor, generator: torch.Generator | None = None
+) -> Tensor:
     """Sample pre-activations from their exact Gaussian marginal given x.
 
     For independent weights with means m and variances v, the pre-activation
@@ -285,8 +291,9 @@ class SparseLayer(nn.Module, ABC):
     # shapes and options) where q is not per layer (laplace); None: the layers' q is the posterior.
     network_posterior: ClassVar[type | None] = None
 
-    def __init__(self, in_features: int, out_features: int, options: LayerOptions | None = None,
-                 is_output: bool = False):
+    def __init__(
+        self, in_features: int, out_features: int, options: LayerOptions | None = None, is_output: bool = False
+    ):
         super().__init__()
         require(int(in_features) > 0, "in_features", f"must be positive, got {in_features}")
         require(int(out_features) > 0, "out_features", f"must be positive, got {out_features}")

@@ -49,8 +49,10 @@ def concrete_dropout_kl(weight: Tensor, dropout_logit: Tensor, prior_variance: T
     weight_regulariser = 0.5 / prior_variance
     # p log p + (1-p) log(1-p) in logits, stable at p near 0 or 1.
     neg_entropy = F.logsigmoid(-dropout_logit) + p * dropout_logit
-    return (weight_regulariser * (weight[:, :-1].square().sum() / (1 - p) + weight[:, -1].square().sum())
-            + (weight.shape[1] - 1) * neg_entropy)
+    return (
+        weight_regulariser * (weight[:, :-1].square().sum() / (1 - p) + weight[:, -1].square().sum())
+        + (weight.shape[1] - 1) * neg_entropy
+    )
 
 
 class ConcreteDropoutLinear(torch.autograd.Function):
@@ -65,8 +67,16 @@ class ConcreteDropoutLinear(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, dropout_logit: Tensor, uniform: Tensor, temperature: float,
-                prior_variance: Tensor, kl_value: bool = True):
+    def forward(
+        ctx,
+        x: Tensor,
+        weight: Tensor,
+        dropout_logit: Tensor,
+        uniform: Tensor,
+        temperature: float,
+        prior_variance: Tensor,
+        kl_value: bool = True,
+    ):
         p = torch.sigmoid(dropout_logit)
         drop = torch.sigmoid((dropout_logit + torch.logit(uniform)) / temperature)
         scale = (1 - drop) / (1 - p)
@@ -92,16 +102,21 @@ class ConcreteDropoutLinear(torch.autograd.Function):
         kl_scale = 2 * regulariser * grad_kl
         grad_weight[:, :-1].add_(weight_in * (kl_scale / (1 - p)))
         grad_weight[:, -1].add_(weight[:, -1] * kl_scale)
-        grad_logit = grad_logit + grad_kl * (regulariser * weight_in.square().sum() * p / (1 - p)
-                                             + in_features * dropout_logit * p * (1 - p))
+        grad_logit = grad_logit + grad_kl * (
+            regulariser * weight_in.square().sum() * p / (1 - p) + in_features * dropout_logit * p * (1 - p)
+        )
         return grad_x, grad_weight, grad_logit, None, None, None, None
 
 
 @dataclass(frozen=True)
 class ConcreteDropoutOptions(LayerOptions):
     prior_variance: float = option(1.0, PRIOR_VARIANCE)
-    init_dropout: float = option(0.1, OptionSpec(  # Gal et al.'s initial rate, also for the input layer
-        "Initial dropout rate", "learned per layer", **PROBABILITY))
+    init_dropout: float = option(
+        0.1,
+        OptionSpec(  # Gal et al.'s initial rate, also for the input layer
+            "Initial dropout rate", "learned per layer", **PROBABILITY
+        ),
+    )
     temperature: float = option(0.1, TEMPERATURE)  # of the relaxed Bernoulli masks in training
 
 
@@ -110,8 +125,13 @@ class ConcreteDropoutLayer(SparseLayer):
     spec = StatisticSpec("magnitude", Keep.ABOVE, 0.0, 0.0, math.inf)
     Options = ConcreteDropoutOptions
 
-    def __init__(self, in_features: int, out_features: int, options: ConcreteDropoutOptions | None = None,
-                 is_output: bool = False):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        options: ConcreteDropoutOptions | None = None,
+        is_output: bool = False,
+    ):
         super().__init__(in_features, out_features, options, is_output)
         opts: ConcreteDropoutOptions = self.options
         self.weight = self.initial_weights()
@@ -135,8 +155,15 @@ class ConcreteDropoutLayer(SparseLayer):
     def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:
         if x.dim() != 2 or self.is_structure_fixed:
             return self(x), self.kl()
-        return ConcreteDropoutLinear.apply(x, self.weight, self.dropout_logit, self._mask_uniforms(x),
-                                           self.options.temperature, self.prior_variance, kl_value)
+        return ConcreteDropoutLinear.apply(
+            x,
+            self.weight,
+            self.dropout_logit,
+            self._mask_uniforms(x),
+            self.options.temperature,
+            self.prior_variance,
+            kl_value,
+        )
 
     def mean_weights(self) -> Tensor:
         return self.weight * self.fixed_mask

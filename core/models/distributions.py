@@ -31,8 +31,7 @@ def bernoulli_kl_from_logits(logit: Tensor, prior_logit: Tensor) -> Tensor:
     Written in logits, log(1 - alpha) - log(1 - psi) + alpha (logit - logit psi),
     which is stable at alpha near 0 or 1 and several times cheaper than xlogy.
     """
-    return (F.logsigmoid(-logit) - F.logsigmoid(-prior_logit)
-            + torch.sigmoid(logit) * (logit - prior_logit))
+    return F.logsigmoid(-logit) - F.logsigmoid(-prior_logit) + torch.sigmoid(logit) * (logit - prior_logit)
 
 
 def bernoulli_neg_entropy_from_logits(logit: Tensor) -> Tensor:
@@ -44,9 +43,12 @@ def student_t_log_density(w: Tensor, a: Tensor, b: Tensor) -> Tensor:
     """log t_{2a}(w; 0, scale^2 = b / a)."""
     nu = 2 * a
     scale2 = b / a
-    return (torch.lgamma((nu + 1) / 2) - torch.lgamma(nu / 2) - 0.5 * torch.log(nu * math.pi * scale2)
-            - (nu + 1) / 2 * torch.log1p(w * w / (nu * scale2)))
-
+    return (
+        torch.lgamma((nu + 1) / 2)
+        - torch.lgamma(nu / 2)
+        - 0.5 * torch.log(nu * math.pi * scale2)
+        - (nu + 1) / 2 * torch.log1p(w * w / (nu * scale2))
+    )
 
 
 def normal_entropy(std: Tensor) -> Tensor:

@@ -44,11 +44,17 @@ class EnsembleOptions(LayerOptions):
 
     def validate(self) -> None:
         k = self.members
-        require(isinstance(k, int) and not isinstance(k, bool) and 2 <= k <= MAX_MEMBERS, "members",
-                f"must be an integer from 2 to {MAX_MEMBERS}, got {k!r}")
+        require(
+            isinstance(k, int) and not isinstance(k, bool) and 2 <= k <= MAX_MEMBERS,
+            "members",
+            f"must be an integer from 2 to {MAX_MEMBERS}, got {k!r}",
+        )
         value = self.prior_precision
-        require(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-                and value > 0, "prior_precision", f"must be a positive number, got {value!r}")
+        require(
+            isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0,
+            "prior_precision",
+            f"must be a positive number, got {value!r}",
+        )
 
 
 def member_of_generator(generator: torch.Generator, members: int) -> int:
@@ -66,8 +72,9 @@ class EnsembleLayer(SparseLayer):
     # As for laplace: with relu, members agree too well between the toy sets' clusters.
     small_regression_activation = "tanh"
 
-    def __init__(self, in_features: int, out_features: int, options: EnsembleOptions | None = None,
-                 is_output: bool = False):
+    def __init__(
+        self, in_features: int, out_features: int, options: EnsembleOptions | None = None, is_output: bool = False
+    ):
         super().__init__(in_features, out_features, options, is_output)
         k = int(self.options.members)
         bound = 1.0 / math.sqrt(self.in_features)  # nn.Linear's initialisation, independently per member

@@ -28,8 +28,16 @@ def products_forward(x: Tensor, mean_weight: Tensor, var_weight: Tensor, noise: 
     return torch.addcmul(mean, sd, noise), x_aug, x2_aug, sd
 
 
-def products_backward(grad_h: Tensor, noise: Tensor, x_aug: Tensor, x2_aug: Tensor, sd: Tensor,
-                      mean_weight: Tensor, var_weight: Tensor, input_grad: bool):
+def products_backward(
+    grad_h: Tensor,
+    noise: Tensor,
+    x_aug: Tensor,
+    x2_aug: Tensor,
+    sd: Tensor,
+    mean_weight: Tensor,
+    var_weight: Tensor,
+    input_grad: bool,
+):
     """(grad x or None, grad of the mean weights, grad of the variance weights)."""
     grad_var_pre = (grad_h * noise).div_(sd).mul_(0.5)
     grad_x = None
@@ -53,13 +61,15 @@ class LocalReparameterisation(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_h: Tensor):
         noise, x_aug, x2_aug, sd, mean_weight, var_weight = ctx.saved_tensors
-        grad_x, grad_mean, grad_var = products_backward(grad_h, noise, x_aug, x2_aug, sd, mean_weight, var_weight,
-                                                        ctx.needs_input_grad[0])
+        grad_x, grad_mean, grad_var = products_backward(
+            grad_h, noise, x_aug, x2_aug, sd, mean_weight, var_weight, ctx.needs_input_grad[0]
+        )
         return grad_x, grad_mean, grad_var, None
 
 
-def backward_through(ctx, grad_h: Tensor | None, grad_kl: Tensor | None, backward_kernel: Callable,
-                     unused_inputs: int) -> tuple:
+def backward_through(
+    ctx, grad_h: Tensor | None, grad_kl: Tensor | None, backward_kernel: Callable, unused_inputs: int
+) -> tuple:
     """A fused Function's backward: the kernel on the saved tensors, then None for the inputs
     that take no gradient (noise, constants, flags). Saved tensors start with the noise."""
     saved = ctx.saved_tensors
@@ -100,7 +110,11 @@ def apply_fused(layer, function: type[torch.autograd.Function], *args):
         try:
             return function.apply(*args, True)
         except Exception as exc:
-            warnings.warn(f"torch.compile of the {layer.family} kernels failed ({type(exc).__name__}: {exc}); "
-                          f"training continues with the eager kernels", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"torch.compile of the {layer.family} kernels failed ({type(exc).__name__}: {exc}); "
+                f"training continues with the eager kernels",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             layer.compiled_kernels = False
     return function.apply(*args, False)

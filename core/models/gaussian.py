@@ -45,8 +45,9 @@ ESTIMATORS = (Estimator.LOCAL_REPARAMETERISATION, Estimator.WEIGHT_SAMPLING)
 @dataclass(frozen=True)
 class GaussianOptions(LayerOptions):
     prior_variance: float = option(1.0, PRIOR_VARIANCE)
-    estimator: Estimator = option(Estimator.LOCAL_REPARAMETERISATION,
-                                  dataclasses.replace(ESTIMATOR, choices=tuple(e.value for e in ESTIMATORS)))
+    estimator: Estimator = option(
+        Estimator.LOCAL_REPARAMETERISATION, dataclasses.replace(ESTIMATOR, choices=tuple(e.value for e in ESTIMATORS))
+    )
     init_sigma: float = option(0.01, INIT_SIGMA)
     # "fan-in": the prior variance of a layer is prior_variance / in_features, so the prior's
     # pre-activations keep the same scale in every layer whatever its width.
@@ -56,10 +57,12 @@ class GaussianOptions(LayerOptions):
 @dataclass(frozen=True)
 class MixtureOptions(GaussianOptions):
     # Hubin & Storvik (2024)'s BNN-MGP-MF prior: 0.5 N(0, 1) + 0.5 N(0, 2.479e-3).
-    mixture_weight: float = option(0.5, OptionSpec(
-        "Mixture weight", "weight of the wide component of the scale-mixture prior", **PROBABILITY))
-    prior_variance_2: float = option(2.479e-3, OptionSpec(
-        "Second prior variance", "variance of the narrow mixture component", **POSITIVE))
+    mixture_weight: float = option(
+        0.5, OptionSpec("Mixture weight", "weight of the wide component of the scale-mixture prior", **PROBABILITY)
+    )
+    prior_variance_2: float = option(
+        2.479e-3, OptionSpec("Second prior variance", "variance of the narrow mixture component", **POSITIVE)
+    )
 
 
 class GaussianLayer(SparseLayer):
@@ -67,13 +70,16 @@ class GaussianLayer(SparseLayer):
     spec = StatisticSpec("signal_to_noise", Keep.ABOVE, 0.83, 0.0, math.inf)
     Options = GaussianOptions
 
-    def __init__(self, in_features: int, out_features: int, options: GaussianOptions | None = None,
-                 is_output: bool = False):
+    def __init__(
+        self, in_features: int, out_features: int, options: GaussianOptions | None = None, is_output: bool = False
+    ):
         super().__init__(in_features, out_features, options, is_output)
         self.weight_mu = self.initial_weights()
         self.weight_rho = nn.Parameter(torch.full(self.shape, inverse_softplus(self.options.init_sigma)))
-        self.register_buffer("prior_variance", torch.tensor(
-            scaled_prior_variance(self.options.prior_variance, self.options.prior_scaling, in_features)))
+        self.register_buffer(
+            "prior_variance",
+            torch.tensor(scaled_prior_variance(self.options.prior_variance, self.options.prior_scaling, in_features)),
+        )
 
     # Whether kl() is the closed-form Gaussian KL that the fused layer differentiates.
     closed_form_kl = True
@@ -89,12 +95,17 @@ class GaussianLayer(SparseLayer):
         return augmented_linear(x, mu + sigma * self.normal_noise(mu.shape, mu))
 
     def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:
-        if (x.dim() != 2 or not self.closed_form_kl or self.is_structure_fixed
-                or self.options.estimator is not Estimator.LOCAL_REPARAMETERISATION):
+        if (
+            x.dim() != 2
+            or not self.closed_form_kl
+            or self.is_structure_fixed
+            or self.options.estimator is not Estimator.LOCAL_REPARAMETERISATION
+        ):
             return self(x), self.kl()
         noise = self.normal_noise((x.shape[0], self.out_features), x)
-        return apply_fused(self, GaussianLinear, x, self.weight_mu, self.weight_rho, noise,
-                           self.prior_variance.log(), kl_value)
+        return apply_fused(
+            self, GaussianLinear, x, self.weight_mu, self.weight_rho, noise, self.prior_variance.log(), kl_value
+        )
 
     def mean_weights(self) -> Tensor:
         return self.weight_mu * self.fixed_mask
@@ -143,22 +154,28 @@ class MixtureGaussianLayer(GaussianLayer):
     Options = MixtureOptions
     closed_form_kl = False
 
-    def __init__(self, in_features: int, out_features: int, options: MixtureOptions | None = None,
-                 is_output: bool = False):
+    def __init__(
+        self, in_features: int, out_features: int, options: MixtureOptions | None = None, is_output: bool = False
+    ):
         super().__init__(in_features, out_features, options, is_output)
         self.register_buffer("mixture_weight", torch.tensor(float(self.options.mixture_weight)))
         self.register_buffer("prior_variance_2", torch.tensor(float(self.options.prior_variance_2)))
 
     def prior_hyperparameters(self) -> dict[str, float]:
-        return {"prior_variance": float(self.prior_variance), "mixture_weight": float(self.mixture_weight),
-                "prior_variance_2": float(self.prior_variance_2)}
+        return {
+            "prior_variance": float(self.prior_variance),
+            "mixture_weight": float(self.mixture_weight),
+            "prior_variance_2": float(self.prior_variance_2),
+        }
 
     def prior_log_density(self, w: Tensor) -> Tensor:
         def log_normal(var: Tensor) -> Tensor:
             return -0.5 * (torch.log(2 * math.pi * var) + w * w / var)
 
-        return torch.logaddexp(torch.log(self.mixture_weight) + log_normal(self.prior_variance),
-                               torch.log1p(-self.mixture_weight) + log_normal(self.prior_variance_2))
+        return torch.logaddexp(
+            torch.log(self.mixture_weight) + log_normal(self.prior_variance),
+            torch.log1p(-self.mixture_weight) + log_normal(self.prior_variance_2),
+        )
 
     def kl(self) -> Tensor:
         sigma = self.weight_sigma

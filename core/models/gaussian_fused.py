@@ -26,13 +26,23 @@ def layer_forward(x: Tensor, mu: Tensor, rho: Tensor, noise: Tensor):
     return h, (x_aug, x2_aug, sd, var_weight, sigma)
 
 
-def layer_backward(grad_h: Tensor, grad_kl: Tensor, noise: Tensor, mu: Tensor, rho: Tensor, x_aug: Tensor,
-                   x2_aug: Tensor, sd: Tensor, var_weight: Tensor, sigma: Tensor, log_prior_variance: Tensor,
-                   input_grad: bool):
+def layer_backward(
+    grad_h: Tensor,
+    grad_kl: Tensor,
+    noise: Tensor,
+    mu: Tensor,
+    rho: Tensor,
+    x_aug: Tensor,
+    x2_aug: Tensor,
+    sd: Tensor,
+    var_weight: Tensor,
+    sigma: Tensor,
+    log_prior_variance: Tensor,
+    input_grad: bool,
+):
     """(grad x or None, grad mu, grad rho)."""
     kl_over_v = grad_kl * torch.exp(-log_prior_variance)
-    grad_x, grad_mu, grad_var_weight = products_backward(grad_h, noise, x_aug, x2_aug, sd, mu, var_weight,
-                                                         input_grad)
+    grad_x, grad_mu, grad_var_weight = products_backward(grad_h, noise, x_aug, x2_aug, sd, mu, var_weight, input_grad)
     grad_mu.addcmul_(mu, kl_over_v)
     grad_rho = torch.add(kl_over_v, grad_var_weight, alpha=2.0, out=grad_var_weight).mul_(sigma)
     grad_rho.addcdiv_(grad_kl, sigma, value=-1.0).mul_(torch.sigmoid(rho))
@@ -47,15 +57,26 @@ class GaussianLinear(torch.autograd.Function):
     """Local-reparameterisation pre-activations of a mean-field Gaussian layer, plus its KL."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, mu: Tensor, rho: Tensor, noise: Tensor, log_prior_variance: Tensor,
-                kl_value: bool = True, compiled: bool = False):
+    def forward(
+        ctx,
+        x: Tensor,
+        mu: Tensor,
+        rho: Tensor,
+        noise: Tensor,
+        log_prior_variance: Tensor,
+        kl_value: bool = True,
+        compiled: bool = False,
+    ):
         forward_kernel, _ = kernels(compiled)
         h, saved = forward_kernel(x, mu, rho, noise)
         if kl_value:
             var_weight, sigma = saved[3], saved[4]
             inverse_v = torch.exp(-log_prior_variance)
-            kl = 0.5 * ((torch.sum(var_weight) + torch.dot(mu.reshape(-1), mu.reshape(-1))) * inverse_v
-                        - mu.numel() * (1.0 - log_prior_variance) - 2.0 * torch.log(sigma).sum())
+            kl = 0.5 * (
+                (torch.sum(var_weight) + torch.dot(mu.reshape(-1), mu.reshape(-1))) * inverse_v
+                - mu.numel() * (1.0 - log_prior_variance)
+                - 2.0 * torch.log(sigma).sum()
+            )
         else:
             kl = h.new_zeros(())
         ctx.save_for_backward(noise, mu, rho, *saved, log_prior_variance)

@@ -61,10 +61,17 @@ from core.settings import Setting, register
 
 # 5000 admits the default 1-64-64-1 net of the 1-D toys (4353 weights); the fit there takes milliseconds
 # since the GGN's rank is at most the 40 training points, but a classifier on N K > P rows needs a P x P eigh.
-MAX_WEIGHTS = register(Setting(
-    "BNN_LAPLACE_MAX_WEIGHTS", "whole", 5000,
-    "largest network (weights and biases) the `laplace` family fits: its covariance needs up to "
-    "weights^2 numbers and an eigendecomposition of that size", low=1, high=100_000))
+MAX_WEIGHTS = register(
+    Setting(
+        "BNN_LAPLACE_MAX_WEIGHTS",
+        "whole",
+        5000,
+        "largest network (weights and biases) the `laplace` family fits: its covariance needs up to "
+        "weights^2 numbers and an eigendecomposition of that size",
+        low=1,
+        high=100_000,
+    )
+)
 
 # Grid of log10 delta searched for the marginal likelihood's maximum (then refined once around it).
 LOG10_PRIOR_PRECISION_RANGE = (-4.0, 4.0)
@@ -83,8 +90,11 @@ class LaplaceOptions(LayerOptions):
 
     def validate(self) -> None:
         value = self.prior_precision
-        require(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-                and value > 0, "prior_precision", f"must be a positive number, got {value!r}")
+        require(
+            isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0,
+            "prior_precision",
+            f"must be a positive number, got {value!r}",
+        )
         require(isinstance(self.tune_prior, bool), "tune_prior", f"must be true or false, got {self.tune_prior!r}")
 
 
@@ -100,8 +110,9 @@ class LaplaceLayer(SparseLayer):
     # (0.92, benchmarks/results/laplace_gaps.md); with tanh every seed meets the targets.
     small_regression_activation = "tanh"
 
-    def __init__(self, in_features: int, out_features: int, options: LaplaceOptions | None = None,
-                 is_output: bool = False):
+    def __init__(
+        self, in_features: int, out_features: int, options: LaplaceOptions | None = None, is_output: bool = False
+    ):
         super().__init__(in_features, out_features, options, is_output)
         self.weight = self.initial_weights()
         self.register_buffer("prior_precision", torch.tensor(float(self.options.prior_precision)))
@@ -152,8 +163,9 @@ def activation_derivative(activation: Callable[[Tensor], Tensor], z: Tensor) -> 
     return grad
 
 
-def output_jacobian(x: Tensor, weights: Sequence[Tensor],
-                    activation: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
+def output_jacobian(
+    x: Tensor, weights: Sequence[Tensor], activation: Callable[[Tensor], Tensor]
+) -> tuple[Tensor, Tensor]:
     """Outputs f (n, K) and their Jacobian J (n, K, P) in the flattened augmented weights
     (layer by layer, each (out, in + 1) row-major), by backpropagating the K output directions by hand."""
     inputs, pre = [x], []
@@ -190,8 +202,10 @@ def curvature_factor(likelihood: nn.Module, outputs: Tensor, jacobian: Tensor) -
         # Lambda = diag(p) - p p^T = L L^T with L = diag(sqrt p) - p sqrt(p)^T, so B_n = L^T J_n.
         factor = torch.diag_embed(root) - root.unsqueeze(2) * p.unsqueeze(1)
         return (factor @ jacobian).reshape(-1, jacobian.shape[2])
-    raise ConfigError(f"laplace: no Laplace fit for the {name or type(likelihood).__name__!r} likelihood; "
-                      "use gaussian, bernoulli or categorical")
+    raise ConfigError(
+        f"laplace: no Laplace fit for the {name or type(likelihood).__name__!r} likelihood; "
+        "use gaussian, bernoulli or categorical"
+    )
 
 
 def ggn_eigen(factor: Tensor) -> tuple[Tensor, Tensor]:
@@ -208,8 +222,9 @@ def ggn_eigen(factor: Tensor) -> tuple[Tensor, Tensor]:
     return values[keep], vectors[:, keep]
 
 
-def log_marginal_likelihood(log_likelihood: float, weight_norm2: float, eigenvalues: Tensor,
-                            prior_precision: float | Tensor) -> Tensor:
+def log_marginal_likelihood(
+    log_likelihood: float, weight_norm2: float, eigenvalues: Tensor, prior_precision: float | Tensor
+) -> Tensor:
     """The Laplace evidence log p(D | delta) at the mode (see the module docstring)."""
     delta = torch.as_tensor(prior_precision, dtype=eigenvalues.dtype)
     return log_likelihood - 0.5 * delta * weight_norm2 - 0.5 * torch.log1p(eigenvalues / delta.unsqueeze(-1)).sum(-1)
@@ -244,7 +259,8 @@ class LaplacePosterior(nn.Module):
             raise ConfigError(
                 f"method laplace: the network has {self.n_weights} weights, above the limit of {limit} "
                 f"for a full-GGN Laplace fit (its covariance needs up to {self.n_weights}^2 numbers); use "
-                f"narrower hidden layers or raise {MAX_WEIGHTS.variable}")
+                f"narrower hidden layers or raise {MAX_WEIGHTS.variable}"
+            )
         self.tune_prior = bool(options.tune_prior)
         self.register_buffer("eigenvectors", torch.zeros(self.n_weights, 0, dtype=torch.float64))
         self.register_buffer("eigenvalues", torch.zeros(0, dtype=torch.float64))
@@ -271,19 +287,31 @@ class LaplacePosterior(nn.Module):
         return torch.cat([w.reshape(*w.shape[:-2], -1) for w in weights], dim=-1)
 
     def unflatten(self, flat: Tensor) -> list[Tensor]:
-        return [part.reshape(*flat.shape[:-1], *shape)
-                for part, shape in zip(torch.split(flat, self.sizes, dim=-1), self.shapes)]
+        return [
+            part.reshape(*flat.shape[:-1], *shape)
+            for part, shape in zip(torch.split(flat, self.sizes, dim=-1), self.shapes)
+        ]
 
     # --- fitting ----------------------------------------------------------------------------------
     @torch.no_grad()
-    def fit(self, weights: Sequence[Tensor], activation: Callable[[Tensor], Tensor], likelihood: nn.Module,
-            x: Tensor, y: Tensor, masks: Sequence[Tensor] | None = None) -> dict[str, float]:
+    def fit(
+        self,
+        weights: Sequence[Tensor],
+        activation: Callable[[Tensor], Tensor],
+        likelihood: nn.Module,
+        x: Tensor,
+        y: Tensor,
+        masks: Sequence[Tensor] | None = None,
+    ) -> dict[str, float]:
         """Fit at the weights `weights` (the MAP) on the training set; returns what the fit found.
         With `masks` the posterior covers the kept weights only (the pruned ones stay exactly 0)."""
         started = time.perf_counter()
         weights = [w.detach().to(torch.float64) for w in weights]
-        kept = (torch.ones(self.n_weights, dtype=torch.bool, device=weights[0].device) if masks is None
-                else self.flatten([m.to(device=weights[0].device) for m in masks]).bool())
+        kept = (
+            torch.ones(self.n_weights, dtype=torch.bool, device=weights[0].device)
+            if masks is None
+            else self.flatten([m.to(device=weights[0].device) for m in masks]).bool()
+        )
         if masks is not None:
             weights = [w * m.to(w) for w, m in zip(weights, masks)]
         x = x.to(device=weights[0].device, dtype=torch.float64)
@@ -310,10 +338,12 @@ class LaplacePosterior(nn.Module):
     def report(self) -> dict[str, float]:
         if not self.is_fitted:
             return {}
-        return {"laplace_prior_precision": float(self.prior_precision),
-                "laplace_log_evidence": float(self.log_evidence),
-                "laplace_fit_seconds": float(self.fit_seconds),
-                "laplace_ggn_rank": float(self.eigenvalues.numel())}
+        return {
+            "laplace_prior_precision": float(self.prior_precision),
+            "laplace_log_evidence": float(self.log_evidence),
+            "laplace_fit_seconds": float(self.fit_seconds),
+            "laplace_ggn_rank": float(self.eigenvalues.numel()),
+        }
 
     def _require_fit(self) -> None:
         if not self.is_fitted:
@@ -350,23 +380,25 @@ class LaplacePosterior(nn.Module):
             out[offset] = z / math.sqrt(delta) + u @ (shrink * (u.T @ z))
         return out
 
-    def predictive_variance(self, x: Tensor, weights: Sequence[Tensor],
-                            activation: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
+    def predictive_variance(
+        self, x: Tensor, weights: Sequence[Tensor], activation: Callable[[Tensor], Tensor]
+    ) -> tuple[Tensor, Tensor]:
         """The linearised predictive's mean f(x; w*) (n, K) and variance diag(J Sigma J^T) (n, K)."""
         self._require_fit()
         weights = [w.detach().to(torch.float64) for w in weights]
-        outputs, jacobian = output_jacobian(x.to(device=weights[0].device, dtype=torch.float64), weights,
-                                            activation)
+        outputs, jacobian = output_jacobian(x.to(device=weights[0].device, dtype=torch.float64), weights, activation)
         delta, u = float(self.prior_precision), self.eigenvectors
         scale = 1.0 / (delta + self.eigenvalues) - 1.0 / delta
         projected = jacobian @ u  # (n, K, k)
-        variance = ((jacobian * jacobian * self.kept.to(u.dtype)).sum(-1) / delta
-                    + (projected * projected * scale).sum(-1))
+        variance = (jacobian * jacobian * self.kept.to(u.dtype)).sum(-1) / delta + (projected * projected * scale).sum(
+            -1
+        )
         return outputs, variance.clamp_min(0)
 
 
-def linearised_forward(x: Tensor, centre: Sequence[Tensor], tangent: Sequence[Tensor],
-                       activation: Callable[[Tensor], Tensor]) -> Tensor:
+def linearised_forward(
+    x: Tensor, centre: Sequence[Tensor], tangent: Sequence[Tensor], activation: Callable[[Tensor], Tensor]
+) -> Tensor:
     """f(x; centre) + J(x) tangent: the network linearised about `centre`, one forward-mode pass."""
     from torch.func import jvp
 
@@ -385,15 +417,22 @@ def linearised_forward(x: Tensor, centre: Sequence[Tensor], tangent: Sequence[Te
 LaplaceLayer.network_posterior = LaplacePosterior
 
 
-def fit_laplace(model: nn.Module, x: Tensor, y: Tensor, masks: Sequence[Tensor] | None = None,
-                prior_precision: float = 1.0, tune_prior: bool = True) -> LaplacePosterior:
+def fit_laplace(
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    masks: Sequence[Tensor] | None = None,
+    prior_precision: float = 1.0,
+    tune_prior: bool = True,
+) -> LaplacePosterior:
     """A Laplace posterior fitted post hoc at any family's network (a BayesianMLP): at its posterior-mean
     weights, or with `masks` at its pruned network (conditional means, kept weights only). The model is
     not changed; `posterior.predictive_variance(x, weights, model.activation)` with the same weights
     gives the linearised band (what the Uncertainty page can set beside the family's own)."""
     with torch.no_grad():
         weights = model.mean_weights() if masks is None else model.conditional_mean_weights(masks)
-    posterior = LaplacePosterior([tuple(w.shape) for w in weights],
-                                 LaplaceOptions(prior_precision=prior_precision, tune_prior=tune_prior))
+    posterior = LaplacePosterior(
+        [tuple(w.shape) for w in weights], LaplaceOptions(prior_precision=prior_precision, tune_prior=tune_prior)
+    )
     posterior.fit(weights, model.activation, model.likelihood, x, y, masks)
     return posterior.to(weights[0].device)

@@ -69,56 +69,108 @@ BIAS_PRIORS = ("spike-and-slab", "gaussian")
 
 @dataclass(frozen=True)
 class LBBNNOptions(LayerOptions):
-    slab: Slab = option(Slab.GAUSSIAN, OptionSpec(
-        "Slab", "the prior of an included weight: Gaussian, or Student-t (heavier tails)"))
-    slab_variance: float = option(1.0, OptionSpec(  # sigma_beta^2 of the Gaussian slab (Hubin & Storvik 2019)
-        "Slab variance sigma^2", "variance of the Gaussian slab, in units of the weight squared (inputs are "
-        "standardised)", when=("slab", ("gaussian",)), **POSITIVE))
-    slab_a: float = option(1.0, OptionSpec(  # a_beta: Student-t with 2 a_beta degrees of freedom
-        "Student-t a", "Student-t slab with 2a degrees of freedom", when=("slab", ("student-t",)), **POSITIVE))
-    slab_b: float = option(1.0, OptionSpec(  # b_beta: Student-t scale^2 = b_beta / a_beta
-        "Student-t b", "Student-t slab with scale^2 = b / a (weight units squared)", when=("slab", ("student-t",)),
-        **POSITIVE))
+    slab: Slab = option(
+        Slab.GAUSSIAN, OptionSpec("Slab", "the prior of an included weight: Gaussian, or Student-t (heavier tails)")
+    )
+    slab_variance: float = option(
+        1.0,
+        OptionSpec(  # sigma_beta^2 of the Gaussian slab (Hubin & Storvik 2019)
+            "Slab variance sigma^2",
+            "variance of the Gaussian slab, in units of the weight squared (inputs are standardised)",
+            when=("slab", ("gaussian",)),
+            **POSITIVE,
+        ),
+    )
+    slab_a: float = option(
+        1.0,
+        OptionSpec(  # a_beta: Student-t with 2 a_beta degrees of freedom
+            "Student-t a", "Student-t slab with 2a degrees of freedom", when=("slab", ("student-t",)), **POSITIVE
+        ),
+    )
+    slab_b: float = option(
+        1.0,
+        OptionSpec(  # b_beta: Student-t scale^2 = b_beta / a_beta
+            "Student-t b",
+            "Student-t slab with scale^2 = b / a (weight units squared)",
+            when=("slab", ("student-t",)),
+            **POSITIVE,
+        ),
+    )
     # "bernoulli": fixed psi. "beta-bernoulli": Hubin & Storvik (2024) equation (3), gamma ~ BetaBinomial(1, a_psi,
     # b_psi) per weight, i.e. Bernoulli(a_psi / (a_psi + b_psi)) with a_psi, b_psi learnable by empirical Bayes.
     # "beta-binomial": psi ~ Beta(a_psi, b_psi) shared by the layer and integrated out (count prior).
     # The prior's form (inclusion_prior) and its inclusion probability psi (prior_inclusion; under
     # beta-bernoulli psi = beta_a / (beta_a + beta_b) instead). Stored configs name both: kept as is.
-    inclusion_prior: InclusionPrior = option(InclusionPrior.BERNOULLI, OptionSpec(
-        "Inclusion prior", "bernoulli: every weight is kept a priori with probability psi; beta-bernoulli: "
-        "psi ~ Beta(a, b) per weight (learnable by empirical Bayes); beta-binomial: one psi per layer, "
-        "integrated out."))
-    prior_inclusion: float = option(math.exp(-2.0), OptionSpec(  # psi, Hubin & Storvik (2019)'s choice
-        "Prior inclusion probability psi", "prior probability that a weight is in the network (unitless, "
-        "between 0 and 1). Hubin & Storvik (2019) use exp(-2) = 0.135; smaller values prune more.",
-        when=("inclusion_prior", ("bernoulli",)), **PROBABILITY))
-    beta_a: float = option(1.0, OptionSpec(  # a_psi
-        "Beta a (a_psi)", "first shape of the Beta prior on psi: prior mean a / (a + b)",
-        when=("inclusion_prior", InclusionPrior.beta_priors()), **POSITIVE))
-    beta_b: float = option(1.0, OptionSpec(  # b_psi
-        "Beta b (b_psi)", "second shape of the Beta prior on psi: larger b, sparser prior",
-        when=("inclusion_prior", InclusionPrior.beta_priors()), **POSITIVE))
-    estimator: Estimator = option(Estimator.LOCAL_REPARAMETERISATION,
-                                  dataclasses.replace(ESTIMATOR, choices=tuple(e.value for e in ESTIMATORS)))
+    inclusion_prior: InclusionPrior = option(
+        InclusionPrior.BERNOULLI,
+        OptionSpec(
+            "Inclusion prior",
+            "bernoulli: every weight is kept a priori with probability psi; beta-bernoulli: "
+            "psi ~ Beta(a, b) per weight (learnable by empirical Bayes); beta-binomial: one psi per layer, "
+            "integrated out.",
+        ),
+    )
+    prior_inclusion: float = option(
+        math.exp(-2.0),
+        OptionSpec(  # psi, Hubin & Storvik (2019)'s choice
+            "Prior inclusion probability psi",
+            "prior probability that a weight is in the network (unitless, "
+            "between 0 and 1). Hubin & Storvik (2019) use exp(-2) = 0.135; smaller values prune more.",
+            when=("inclusion_prior", ("bernoulli",)),
+            **PROBABILITY,
+        ),
+    )
+    beta_a: float = option(
+        1.0,
+        OptionSpec(  # a_psi
+            "Beta a (a_psi)",
+            "first shape of the Beta prior on psi: prior mean a / (a + b)",
+            when=("inclusion_prior", InclusionPrior.beta_priors()),
+            **POSITIVE,
+        ),
+    )
+    beta_b: float = option(
+        1.0,
+        OptionSpec(  # b_psi
+            "Beta b (b_psi)",
+            "second shape of the Beta prior on psi: larger b, sparser prior",
+            when=("inclusion_prior", InclusionPrior.beta_priors()),
+            **POSITIVE,
+        ),
+    )
+    estimator: Estimator = option(
+        Estimator.LOCAL_REPARAMETERISATION, dataclasses.replace(ESTIMATOR, choices=tuple(e.value for e in ESTIMATORS))
+    )
     # relaxed Bernoulli; Hubin & Storvik (2024)'s 1e-3 nearly stops gradients to omega
     temperature: float = option(0.5, TEMPERATURE)
     # initial alpha spread uniformly in logit space
-    init_inclusion_low: float = option(0.1, OptionSpec(
-        "Initial inclusion low", "initial alpha spread in logit space", advanced=True, **PROBABILITY))
-    init_inclusion_high: float = option(0.9, OptionSpec(
-        "Initial inclusion high", "initial alpha spread in logit space", advanced=True, **PROBABILITY))
+    init_inclusion_low: float = option(
+        0.1, OptionSpec("Initial inclusion low", "initial alpha spread in logit space", advanced=True, **PROBABILITY)
+    )
+    init_inclusion_high: float = option(
+        0.9, OptionSpec("Initial inclusion high", "initial alpha spread in logit space", advanced=True, **PROBABILITY)
+    )
     init_sigma: float = option(0.01, INIT_SIGMA)
     # "spike-and-slab": the bias has an inclusion indicator like any weight (Hubin & Storvik 2024's
     # intercept); "gaussian": a plain slab prior on the bias, always included, no indicator.
-    bias_prior: Literal["spike-and-slab", "gaussian"] = option("spike-and-slab", OptionSpec(
-        "Bias prior", "spike-and-slab: biases have inclusion indicators too; gaussian: always-included biases",
-        advanced=True, choices=BIAS_PRIORS))
+    bias_prior: Literal["spike-and-slab", "gaussian"] = option(
+        "spike-and-slab",
+        OptionSpec(
+            "Bias prior",
+            "spike-and-slab: biases have inclusion indicators too; gaussian: always-included biases",
+            advanced=True,
+            choices=BIAS_PRIORS,
+        ),
+    )
     # "fan-in": the Gaussian slab's variance is slab_variance / in_features in each layer.
     prior_scaling: Literal["none", "fan-in"] = option("none", PRIOR_SCALING)
 
     def validate(self) -> None:
-        require(self.init_inclusion_low <= self.init_inclusion_high, "init_inclusion_low/high",
-                "must satisfy 0 < low <= high < 1")
+        require(
+            self.init_inclusion_low <= self.init_inclusion_high,
+            "init_inclusion_low/high",
+            "must satisfy 0 < low <= high < 1",
+        )
 
 
 class LBBNNLayer(SparseLayer):
@@ -127,8 +179,9 @@ class LBBNNLayer(SparseLayer):
     Options = LBBNNOptions
     has_structure = True
 
-    def __init__(self, in_features: int, out_features: int, options: LBBNNOptions | None = None,
-                 is_output: bool = False):
+    def __init__(
+        self, in_features: int, out_features: int, options: LBBNNOptions | None = None, is_output: bool = False
+    ):
         super().__init__(in_features, out_features, options, is_output)
         opts: LBBNNOptions = self.options
         self.weight_mu = self.initial_weights()
@@ -142,7 +195,8 @@ class LBBNNLayer(SparseLayer):
         self.log_slab_a = nn.Parameter(torch.tensor(math.log(opts.slab_a)), requires_grad=False)
         self.log_slab_b = nn.Parameter(torch.tensor(math.log(opts.slab_b)), requires_grad=False)
         self.prior_inclusion_logit = nn.Parameter(
-            torch.tensor(math.log(opts.prior_inclusion / (1 - opts.prior_inclusion))), requires_grad=False)
+            torch.tensor(math.log(opts.prior_inclusion / (1 - opts.prior_inclusion))), requires_grad=False
+        )
         self.log_beta_a = nn.Parameter(torch.tensor(math.log(opts.beta_a)), requires_grad=False)
         self.log_beta_b = nn.Parameter(torch.tensor(math.log(opts.beta_b)), requires_grad=False)
         # 1 where a weight has an inclusion indicator; the bias column is 0 under bias_prior="gaussian".
@@ -215,16 +269,29 @@ class LBBNNLayer(SparseLayer):
         if x.dim() != 2 or not self._fused_path_applies():
             return self(x), self.kl()
         noise = self.normal_noise((*x.shape[:-1], self.out_features), x)
-        args = (x, self.weight_mu, self.weight_rho, self.inclusion_logit, noise,
-                self.prior_inclusion_logit.detach(), self.log_slab_variance.detach(), kl_value,
-                self.all_have_indicators)
+        args = (
+            x,
+            self.weight_mu,
+            self.weight_rho,
+            self.inclusion_logit,
+            noise,
+            self.prior_inclusion_logit.detach(),
+            self.log_slab_variance.detach(),
+            kl_value,
+            self.all_have_indicators,
+        )
         return apply_fused(self, LBBNNLinear, *args)
 
     def _fused_path_applies(self) -> bool:
         opts: LBBNNOptions = self.options
-        return (opts.estimator is Estimator.LOCAL_REPARAMETERISATION and opts.slab is Slab.GAUSSIAN
-                and opts.inclusion_prior == "bernoulli" and not self.is_structure_fixed
-                and not self.prior_inclusion_logit.requires_grad and not self.log_slab_variance.requires_grad)
+        return (
+            opts.estimator is Estimator.LOCAL_REPARAMETERISATION
+            and opts.slab is Slab.GAUSSIAN
+            and opts.inclusion_prior == "bernoulli"
+            and not self.is_structure_fixed
+            and not self.prior_inclusion_logit.requires_grad
+            and not self.log_slab_variance.requires_grad
+        )
 
     def _relaxed_inclusion(self, alpha: Tensor) -> Tensor:
         u = self.uniform_noise(alpha.shape, alpha).clamp(1e-6, 1 - 1e-6)
@@ -281,8 +348,12 @@ class LBBNNLayer(SparseLayer):
         a, b = self.log_beta_a.exp(), self.log_beta_b.exp()
         total = indicators.sum()
         k = (indicators * alpha).sum()
-        log_prior = (torch.lgamma(a + k) + torch.lgamma(b + total - k) - torch.lgamma(a + b + total)
-                     - (torch.lgamma(a) + torch.lgamma(b) - torch.lgamma(a + b)))
+        log_prior = (
+            torch.lgamma(a + k)
+            + torch.lgamma(b + total - k)
+            - torch.lgamma(a + b + total)
+            - (torch.lgamma(a) + torch.lgamma(b) - torch.lgamma(a + b))
+        )
         neg_entropy = (indicators * bernoulli_neg_entropy_from_logits(logit)).sum()
         return kl + neg_entropy - log_prior
 
@@ -308,7 +379,8 @@ class LBBNNLayer(SparseLayer):
     def set_empirical_bayes(self, enabled: bool) -> None:
         opts: LBBNNOptions = self.options
         slab = [self.log_slab_variance] if opts.slab is Slab.GAUSSIAN else [self.log_slab_a, self.log_slab_b]
-        inclusion = ([self.prior_inclusion_logit] if opts.inclusion_prior == "bernoulli"
-                     else [self.log_beta_a, self.log_beta_b])
+        inclusion = (
+            [self.prior_inclusion_logit] if opts.inclusion_prior == "bernoulli" else [self.log_beta_a, self.log_beta_b]
+        )
         for param in self.parameter_groups()["prior"] + self.parameter_groups()["slab_prior"]:
             param.requires_grad_(enabled and any(param is p for p in slab + inclusion))

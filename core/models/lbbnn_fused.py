@@ -72,9 +72,20 @@ def weight_moments(mu: Tensor, rho: Tensor, logit: Tensor, bias_has_indicator: b
     return mean_weight, var_weight, alpha, sigma, sigmoid_rho, second_moment
 
 
-def parameter_gradients(grad_mean_weight: Tensor, grad_var_weight: Tensor, grad_kl: Tensor, mu: Tensor,
-                        logit: Tensor, mean_weight: Tensor, alpha: Tensor, sigma: Tensor, sigmoid_rho: Tensor,
-                        second_moment: Tensor, slab_offset: Tensor, inverse_prior_variance: Tensor):
+def parameter_gradients(
+    grad_mean_weight: Tensor,
+    grad_var_weight: Tensor,
+    grad_kl: Tensor,
+    mu: Tensor,
+    logit: Tensor,
+    mean_weight: Tensor,
+    alpha: Tensor,
+    sigma: Tensor,
+    sigmoid_rho: Tensor,
+    second_moment: Tensor,
+    slab_offset: Tensor,
+    inverse_prior_variance: Tensor,
+):
     """The hand-derived gradients of the module docstring (grad_kl and the constants 0-dim tensors).
 
     grad_var_weight is this step's own product output and is overwritten; the
@@ -110,22 +121,51 @@ SOFTPLUS_LINEAR_ABOVE = 20.0
 
 def layer_forward(x: Tensor, mu: Tensor, rho: Tensor, logit: Tensor, noise: Tensor, bias_has_indicator: bool = True):
     """Pre-activations h, and what the backward pass needs."""
-    mean_weight, var_weight, alpha, sigma, sigmoid_rho, second_moment = weight_moments(mu, rho, logit,
-                                                                                       bias_has_indicator)
+    mean_weight, var_weight, alpha, sigma, sigmoid_rho, second_moment = weight_moments(
+        mu, rho, logit, bias_has_indicator
+    )
     h, x_aug, x2_aug, sd = products_forward(x, mean_weight, var_weight, noise)
     return h, (x_aug, x2_aug, sd, mean_weight, var_weight, alpha, sigma, sigmoid_rho, second_moment)
 
 
-def layer_backward(grad_h: Tensor, grad_kl: Tensor, noise: Tensor, mu: Tensor, logit: Tensor, x_aug: Tensor,
-                   x2_aug: Tensor, sd: Tensor, mean_weight: Tensor, var_weight: Tensor, alpha: Tensor,
-                   sigma: Tensor, sigmoid_rho: Tensor, second_moment: Tensor, prior_logit: Tensor,
-                   log_prior_variance: Tensor, input_grad: bool):
+def layer_backward(
+    grad_h: Tensor,
+    grad_kl: Tensor,
+    noise: Tensor,
+    mu: Tensor,
+    logit: Tensor,
+    x_aug: Tensor,
+    x2_aug: Tensor,
+    sd: Tensor,
+    mean_weight: Tensor,
+    var_weight: Tensor,
+    alpha: Tensor,
+    sigma: Tensor,
+    sigmoid_rho: Tensor,
+    second_moment: Tensor,
+    prior_logit: Tensor,
+    log_prior_variance: Tensor,
+    input_grad: bool,
+):
     """(grad x or None, grad mu, grad rho, grad logit)."""
     inverse_prior_variance, slab_offset = prior_constants(prior_logit, log_prior_variance)
-    grad_x, grad_mean_weight, grad_var_weight = products_backward(grad_h, noise, x_aug, x2_aug, sd, mean_weight,
-                                                                  var_weight, input_grad)
-    grads = parameter_gradients(grad_mean_weight, grad_var_weight, grad_kl, mu, logit, mean_weight, alpha, sigma,
-                                sigmoid_rho, second_moment, slab_offset, inverse_prior_variance)
+    grad_x, grad_mean_weight, grad_var_weight = products_backward(
+        grad_h, noise, x_aug, x2_aug, sd, mean_weight, var_weight, input_grad
+    )
+    grads = parameter_gradients(
+        grad_mean_weight,
+        grad_var_weight,
+        grad_kl,
+        mu,
+        logit,
+        mean_weight,
+        alpha,
+        sigma,
+        sigmoid_rho,
+        second_moment,
+        slab_offset,
+        inverse_prior_variance,
+    )
     return (grad_x, *grads)
 
 
@@ -146,9 +186,19 @@ class LBBNNLinear(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor, mu: Tensor, rho: Tensor, logit: Tensor, noise: Tensor, prior_logit: Tensor,
-                log_prior_variance: Tensor, kl_value: bool = True, bias_has_indicator: bool = True,
-                compiled: bool = False):
+    def forward(
+        ctx,
+        x: Tensor,
+        mu: Tensor,
+        rho: Tensor,
+        logit: Tensor,
+        noise: Tensor,
+        prior_logit: Tensor,
+        log_prior_variance: Tensor,
+        kl_value: bool = True,
+        bias_has_indicator: bool = True,
+        compiled: bool = False,
+    ):
         forward_kernel, _ = kernels(compiled)
         h, saved = forward_kernel(x, mu, rho, logit, noise, bias_has_indicator)
         if kl_value:
@@ -156,8 +206,11 @@ class LBBNNLinear(torch.autograd.Function):
             alpha, sigma, second_moment = saved[5], saved[6], saved[8]
             slab_plus = slab_plus_term(logit, second_moment, sigma, slab_offset, inverse_prior_variance)
             # -log(1 - psi) = softplus(prior logit), once per weight
-            kl = (torch.dot(alpha.reshape(-1), slab_plus.reshape(-1)) + F.logsigmoid(-logit).sum()
-                  + F.softplus(prior_logit) * logit.numel())
+            kl = (
+                torch.dot(alpha.reshape(-1), slab_plus.reshape(-1))
+                + F.logsigmoid(-logit).sum()
+                + F.softplus(prior_logit) * logit.numel()
+            )
             if not bias_has_indicator:  # with a = 1 the bias column's terms above are slab + l - lp + the
                 bias_logit = logit[:, -1]  # inclusion KL's; keep the slab only
                 kl = kl - (bias_logit - prior_logit + F.logsigmoid(-bias_logit) + F.softplus(prior_logit)).sum()

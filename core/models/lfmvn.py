@@ -46,24 +46,40 @@ class LowRankLBBNNOptions(LBBNNOptions):
     # to +2 costs 8 nats, four times mean-field LBBNN's log(1/psi): most logits stayed near the
     # prior (mean inclusion 0.2) and the median probability model lost 5 points to the posterior
     # mean on mnist-small (0.917 vs 0.965); at v = 10 it is 0.958 vs 0.963 (docs/why-lbbnn-over-prunes.md).
-    logit_prior_variance: float = option(10.0, OptionSpec(
-        "Logit prior variance", "prior N(logit psi, v) on the logits", **POSITIVE))
-    init_logit_std: float = option(0.1, OptionSpec(  # initial sqrt(D)
-        "Initial logit sd", "", advanced=True, **POSITIVE))
-    init_factor_std: float = option(0.01, OptionSpec(  # initial entries of F; 0 starts mean-field
-        "Initial factor sd", "", advanced=True, low=0.0))
+    logit_prior_variance: float = option(
+        10.0, OptionSpec("Logit prior variance", "prior N(logit psi, v) on the logits", **POSITIVE)
+    )
+    init_logit_std: float = option(
+        0.1,
+        OptionSpec(  # initial sqrt(D)
+            "Initial logit sd", "", advanced=True, **POSITIVE
+        ),
+    )
+    init_factor_std: float = option(
+        0.01,
+        OptionSpec(  # initial entries of F; 0 starts mean-field
+            "Initial factor sd", "", advanced=True, low=0.0
+        ),
+    )
 
     def validate(self) -> None:
         super().validate()
-        require(self.inclusion_prior == "bernoulli", "inclusion_prior",
-                "lbbnn-lfmvn puts a Gaussian prior on the inclusion logits (mean logit(prior_inclusion)); "
-                f"only 'bernoulli' is supported, got {self.inclusion_prior!r}")
-        require(self.bias_prior == "spike-and-slab", "bias_prior",
-                f"lbbnn-lfmvn gives every weight and bias an indicator; got {self.bias_prior!r}")
+        require(
+            self.inclusion_prior == "bernoulli",
+            "inclusion_prior",
+            "lbbnn-lfmvn puts a Gaussian prior on the inclusion logits (mean logit(prior_inclusion)); "
+            f"only 'bernoulli' is supported, got {self.inclusion_prior!r}",
+        )
+        require(
+            self.bias_prior == "spike-and-slab",
+            "bias_prior",
+            f"lbbnn-lfmvn gives every weight and bias an indicator; got {self.bias_prior!r}",
+        )
 
 
-def low_rank_gaussian_kl(mean: Tensor, factor: Tensor, diag: Tensor, prior_mean: Tensor,
-                         prior_variance: Tensor) -> Tensor:
+def low_rank_gaussian_kl(
+    mean: Tensor, factor: Tensor, diag: Tensor, prior_mean: Tensor, prior_variance: Tensor
+) -> Tensor:
     """KL(N(mean, factor factor^T + diag(diag)) || N(prior_mean, prior_variance I)) for flat vectors.
 
     mean, diag: (d,); factor: (d, r). Costs O(d r^2).
@@ -71,8 +87,9 @@ def low_rank_gaussian_kl(mean: Tensor, factor: Tensor, diag: Tensor, prior_mean:
     d = mean.numel()
     trace = diag.sum() + factor.square().sum()
     quadratic = (mean - prior_mean).square().sum()
-    capacitance = torch.eye(factor.shape[1], dtype=factor.dtype, device=factor.device) + \
-        factor.T @ (factor / diag[:, None])
+    capacitance = torch.eye(factor.shape[1], dtype=factor.dtype, device=factor.device) + factor.T @ (
+        factor / diag[:, None]
+    )
     log_det = torch.log(diag).sum() + 2 * torch.log(torch.diagonal(torch.linalg.cholesky(capacitance))).sum()
     return 0.5 * ((trace + quadratic) / prior_variance - d + d * torch.log(prior_variance) - log_det)
 
@@ -81,13 +98,15 @@ class LowRankLBBNNLayer(LBBNNLayer):
     family = "lbbnn-lfmvn"
     Options = LowRankLBBNNOptions
 
-    def __init__(self, in_features: int, out_features: int, options: LowRankLBBNNOptions | None = None,
-                 is_output: bool = False):
+    def __init__(
+        self, in_features: int, out_features: int, options: LowRankLBBNNOptions | None = None, is_output: bool = False
+    ):
         super().__init__(in_features, out_features, options, is_output)
         opts: LowRankLBBNNOptions = self.options
         # self.inclusion_logit (LBBNN's omega) is the mean xi of the logits.
-        self.logit_factor = nn.Parameter(torch.randn(*self.shape, opts.rank, generator=init_generator())
-                                        * opts.init_factor_std)
+        self.logit_factor = nn.Parameter(
+            torch.randn(*self.shape, opts.rank, generator=init_generator()) * opts.init_factor_std
+        )
         self.logit_diag_rho = nn.Parameter(torch.full(self.shape, inverse_softplus(opts.init_logit_std)))
         self.register_buffer("logit_prior_variance", torch.tensor(float(opts.logit_prior_variance)))
 
@@ -142,9 +161,13 @@ class LowRankLBBNNLayer(LBBNNLayer):
 
     # --- KL -------------------------------------------------------------------------------
     def logit_kl(self) -> Tensor:
-        return low_rank_gaussian_kl(self.inclusion_logit.reshape(-1), self.logit_factor.reshape(-1, self.options.rank),
-                                    self.logit_diag.reshape(-1), self.prior_inclusion_logit,
-                                    self.logit_prior_variance)
+        return low_rank_gaussian_kl(
+            self.inclusion_logit.reshape(-1),
+            self.logit_factor.reshape(-1, self.options.rank),
+            self.logit_diag.reshape(-1),
+            self.prior_inclusion_logit,
+            self.logit_prior_variance,
+        )
 
     def kl(self) -> Tensor:
         return (self._effective_inclusion() * self.slab_kl()).sum() + self.logit_kl()

@@ -110,16 +110,28 @@ class GaussianOptions:
                 raise ConfigError(f"likelihood_options.{name}: {message}")
 
         check(self.noise in NOISE_MODES, "noise", f"must be one of {', '.join(NOISE_MODES)}, got {self.noise!r}")
-        check(self.noise_init in NOISE_INITS, "noise_init",
-              f"must be one of {', '.join(NOISE_INITS)}, got {self.noise_init!r}")
-        check(self.precision_prior in PRECISION_PRIORS, "precision_prior",
-              f"must be one of {', '.join(PRECISION_PRIORS)}, got {self.precision_prior!r}")
+        check(
+            self.noise_init in NOISE_INITS,
+            "noise_init",
+            f"must be one of {', '.join(NOISE_INITS)}, got {self.noise_init!r}",
+        )
+        check(
+            self.precision_prior in PRECISION_PRIORS,
+            "precision_prior",
+            f"must be one of {', '.join(PRECISION_PRIORS)}, got {self.precision_prior!r}",
+        )
         for name in ("noise_std", "precision_a", "precision_b"):
             value = getattr(self, name)
-            check(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-                  and value > 0, name, f"must be a positive number, got {value!r}")
-        check(self.noise != "variational" or self.precision_prior == "gamma", "noise",
-              "variational noise needs precision_prior=gamma (a prior to update against)")
+            check(
+                isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0,
+                name,
+                f"must be a positive number, got {value!r}",
+            )
+        check(
+            self.noise != "variational" or self.precision_prior == "gamma",
+            "noise",
+            "variational noise needs precision_prior=gamma (a prior to update against)",
+        )
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any] | None) -> "GaussianOptions":
@@ -127,20 +139,25 @@ class GaussianOptions:
         known = [f.name for f in fields(cls)]
         unknown = sorted(set(values) - set(known))
         if unknown:
-            raise ConfigError(f"likelihood_options: unknown option(s) {', '.join(unknown)}; "
-                              f"known: {', '.join(known)}")
+            raise ConfigError(f"likelihood_options: unknown option(s) {', '.join(unknown)}; known: {', '.join(known)}")
         return cls(**values)
 
     def non_defaults(self) -> dict[str, Any]:
         default = type(self)()
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if getattr(self, f.name) != getattr(default, f.name)}
+        return {
+            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != getattr(default, f.name)
+        }
 
 
 def gamma_kl(a: Tensor, b: Tensor, a0: Tensor, b0: Tensor) -> Tensor:
     """KL(Gamma(a, b) || Gamma(a0, b0)), shape a / rate b."""
-    return ((a - a0) * torch.digamma(a) - torch.lgamma(a) + torch.lgamma(a0)
-            + a0 * (torch.log(b) - torch.log(b0)) + a * (b0 - b) / b)
+    return (
+        (a - a0) * torch.digamma(a)
+        - torch.lgamma(a)
+        + torch.lgamma(a0)
+        + a0 * (torch.log(b) - torch.log(b0))
+        + a * (b0 - b) / b
+    )
 
 
 # A training step of a small regression net spends as much time on the variational noise's two
@@ -192,8 +209,9 @@ def least_squares_residual_std(x: Tensor, y: Tensor) -> float:
     """sd of the residuals of a (slightly ridge-regularised) linear fit of y on [x, 1]."""
     design = torch.cat([x.double(), torch.ones_like(x[:, :1], dtype=torch.float64)], dim=1)
     target = y.double().reshape(-1, 1)
-    gram = design.T @ design + 1e-6 * len(design) * torch.eye(design.shape[1], dtype=torch.float64,
-                                                              device=design.device)
+    gram = design.T @ design + 1e-6 * len(design) * torch.eye(
+        design.shape[1], dtype=torch.float64, device=design.device
+    )
     coef = torch.linalg.solve(gram, design.T @ target)
     residual = target - design @ coef
     return max(float(residual.pow(2).mean().sqrt()), 1e-3)

@@ -96,8 +96,10 @@ def check_input_skip(family: str, options: LayerOptions) -> None:
     """Refuse `input_skip` where the posterior is over the whole network (laplace): its linearised
     forward runs the plain layer chain."""
     if getattr(options, "input_skip", False) and getattr(family_class(family), "network_posterior", None):
-        raise ConfigError(f"input_skip: the {family!r} family's posterior spans the whole network and "
-                          f"has no input-skip form; use a per-layer family such as lbbnn, bnn, sparse-vd or fnn")
+        raise ConfigError(
+            f"input_skip: the {family!r} family's posterior spans the whole network and "
+            f"has no input-skip form; use a per-layer family such as lbbnn, bnn, sparse-vd or fnn"
+        )
 
 
 class BayesianMLP(nn.Module):
@@ -119,8 +121,10 @@ class BayesianMLP(nn.Module):
             conv_class = None if self.geometry is None else conv_layer_class(config.family)
             self.layers = nn.ModuleList(
                 [conv_class(c_in, c_out, kernel, options) for c_in, c_out, kernel, _, _ in blocks]
-                + [layer_class(config.family, options, i == last)(w_in, w_out, options, is_output=(i == last))
-                   for i, (w_in, w_out) in enumerate(zip(fan_ins, widths[1:]))]
+                + [
+                    layer_class(config.family, options, i == last)(w_in, w_out, options, is_output=(i == last))
+                    for i, (w_in, w_out) in enumerate(zip(fan_ins, widths[1:]))
+                ]
             )
         self.n_conv = len(blocks)
         self.activation = ACTIVATIONS[config.activation]()
@@ -228,8 +232,7 @@ class BayesianMLP(nn.Module):
         weights = [layer.conditional_mean_weights() for layer in self.layers]
         return weights if masks is None else [w * m for w, m in zip(weights, masks)]
 
-    def sample_weights(self, n: int, seed: int, masks: Sequence[Tensor] | None = None,
-                       start: int = 0) -> list[Tensor]:
+    def sample_weights(self, n: int, seed: int, masks: Sequence[Tensor] | None = None, start: int = 0) -> list[Tensor]:
         """Draws start .. start+n-1 of the network. Layer l of draw r depends only on
         (seed, r, l), so R=20 reuses R=10's draws, a caller may draw in chunks
         (start=0, 10, ...), and families that consume different amounts of
@@ -237,10 +240,13 @@ class BayesianMLP(nn.Module):
         layers together, draw r from the generator of (seed, r, 0)."""
         if self.posterior is not None:
             means = self.mean_weights() if masks is None else self.conditional_mean_weights(masks)
-            noise = self.posterior.unflatten(self.posterior.noise(n, lambda draw: draw_seed(seed, draw, 0), start,
-                                                                  self.device))
-            return [mean + change.to(mean.dtype) * (1.0 if masks is None else mask)
-                    for mean, change, mask in zip(means, noise, masks or [None] * len(means))]
+            noise = self.posterior.unflatten(
+                self.posterior.noise(n, lambda draw: draw_seed(seed, draw, 0), start, self.device)
+            )
+            return [
+                mean + change.to(mean.dtype) * (1.0 if masks is None else mask)
+                for mean, change, mask in zip(means, noise, masks or [None] * len(means))
+            ]
         per_layer = []
         for index, layer in enumerate(self.layers):
             draws = None
@@ -273,8 +279,9 @@ class BayesianMLP(nn.Module):
             return None
         return self.mean_weights() if masks is None else self.conditional_mean_weights(masks)
 
-    def prediction_network(self, weights: Sequence[Tensor], masks: Sequence[Tensor] | None = None
-                           ) -> ConvNetwork | None:
+    def prediction_network(
+        self, weights: Sequence[Tensor], masks: Sequence[Tensor] | None = None
+    ) -> ConvNetwork | None:
         """A conv network's runner for these weights (zero outside `masks` where given); None for a fully
         connected network (core.predict runs those as compact networks)."""
         if self.geometry is None:
@@ -333,6 +340,7 @@ def draw_seed(seed: int, draw: int, layer: int) -> int:
     return (1 << 63) | (int.from_bytes(digest[:8], "little") >> 1)
 
 
-def build_model(config: ModelConfig, device: torch.device | str = "cpu",
-                generator: torch.Generator | None = None) -> BayesianMLP:
+def build_model(
+    config: ModelConfig, device: torch.device | str = "cpu", generator: torch.Generator | None = None
+) -> BayesianMLP:
     return BayesianMLP(config, generator).to(device)

@@ -104,13 +104,19 @@ def undeclared(name: str) -> OptionSpec:
 
 
 # Declarations several families share (the same option, the same meaning and range).
-ESTIMATOR = OptionSpec("Gradient estimator", "local-reparameterisation (fast) or the paper's sampling",
-                       advanced=True)
-TEMPERATURE = OptionSpec("Relaxation temperature", "of the relaxed Bernoulli / concrete masks", advanced=True,
-                         **POSITIVE)
-INIT_SIGMA = OptionSpec("Initial sigma", "initial posterior standard deviation of the weights", advanced=True,
-                        log_scale=True, **POSITIVE)
-PRIOR_VARIANCE = OptionSpec("Prior variance", "variance of the Gaussian prior of each weight (weight units squared)",
-                            **POSITIVE)
-PRIOR_SCALING = OptionSpec("Prior scaling", "fan-in: the slab / prior variance is divided by the layer's number "
-                           "of inputs", advanced=True, choices=PRIOR_SCALINGS)
+ESTIMATOR = OptionSpec("Gradient estimator", "local-reparameterisation (fast) or the paper's sampling", advanced=True)
+TEMPERATURE = OptionSpec(
+    "Relaxation temperature", "of the relaxed Bernoulli / concrete masks", advanced=True, **POSITIVE
+)
+INIT_SIGMA = OptionSpec(
+    "Initial sigma", "initial posterior standard deviation of the weights", advanced=True, log_scale=True, **POSITIVE
+)
+PRIOR_VARIANCE = OptionSpec(
+    "Prior variance", "variance of the Gaussian prior of each weight (weight units squared)", **POSITIVE
+)
+PRIOR_SCALING = OptionSpec(
+    "Prior scaling",
+    "fan-in: the slab / prior variance is divided by the layer's number of inputs",
+    advanced=True,
+    choices=PRIOR_SCALINGS,
+)

@@ -25,10 +25,18 @@ def prior_of_statistic(family: str, options: Mapping[str, Any] | None, n_points:
     values.update({k: v for k, v in (options or {}).items() if k in values})
     kind = values["inclusion_prior"]
     if kind == "bernoulli":
-        return {"kind": "point", "value": float(values["prior_inclusion"]),
-                "label": f"prior inclusion probability psi = {float(values['prior_inclusion']):.3g}"}
+        return {
+            "kind": "point",
+            "value": float(values["prior_inclusion"]),
+            "label": f"prior inclusion probability psi = {float(values['prior_inclusion']):.3g}",
+        }
     a, b = float(values["beta_a"]), float(values["beta_b"])
     grid = np.linspace(0.0, 1.0, n_points + 2)[1:-1]  # open interval: the density may be infinite at 0 or 1
     prior = stats.beta(a, b)
-    return {"kind": "density", "x": grid, "density": prior.pdf(grid), "mean": float(prior.mean()),
-            "label": f"Beta({a:.3g}, {b:.3g}) prior on psi ({kind}), mean {a / (a + b):.3g}"}
+    return {
+        "kind": "density",
+        "x": grid,
+        "density": prior.pdf(grid),
+        "mean": float(prior.mean()),
+        "label": f"Beta({a:.3g}, {b:.3g}) prior on psi ({kind}), mean {a / (a + b):.3g}",
+    }

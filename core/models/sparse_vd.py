@@ -41,11 +41,13 @@ K1, K2, K3 = 0.63576, 1.87320, 1.48695
 
 @dataclass(frozen=True)
 class SparseVDOptions(LayerOptions):
-    estimator: Estimator = option(Estimator.LOCAL_REPARAMETERISATION,
-                                  dataclasses.replace(ESTIMATOR, choices=tuple(e.value for e in ESTIMATORS)))
+    estimator: Estimator = option(
+        Estimator.LOCAL_REPARAMETERISATION, dataclasses.replace(ESTIMATOR, choices=tuple(e.value for e in ESTIMATORS))
+    )
     # Molchanov et al.'s initialisation: start nearly deterministic
-    init_log_sigma2: float = option(-10.0, OptionSpec(
-        "Initial log sigma^2", "sparse VD starts nearly deterministic", advanced=True))
+    init_log_sigma2: float = option(
+        -10.0, OptionSpec("Initial log sigma^2", "sparse VD starts nearly deterministic", advanced=True)
+    )
 
 
 def sparse_vd_kl(log_alpha: Tensor) -> Tensor:
@@ -59,8 +61,9 @@ class SparseVDLayer(SparseLayer):
     spec = StatisticSpec("log_alpha", Keep.BELOW, 3.0, LOG_ALPHA_MIN, LOG_ALPHA_MAX)
     Options = SparseVDOptions
 
-    def __init__(self, in_features: int, out_features: int, options: SparseVDOptions | None = None,
-                 is_output: bool = False):
+    def __init__(
+        self, in_features: int, out_features: int, options: SparseVDOptions | None = None, is_output: bool = False
+    ):
         super().__init__(in_features, out_features, options, is_output)
         self.theta = self.initial_weights()
         self.log_sigma2 = nn.Parameter(torch.full(self.shape, float(self.options.init_log_sigma2)))

@@ -1,9 +1,9 @@
 """Prediction modes, metrics, OOD detection, accuracy-vs-density sweeps and export.
 
-    from core.predict import predict, evaluate, sweep
-    p = predict(run, x, mode="mpm", samples=10)      # run: a BayesianMLP or a core.runs.Run
-    metrics = evaluate(run, dataset, mode="bma", samples=10, ood=["fashion-mnist-small"])
-    curve = sweep(run, dataset, mode="mpm-mean")     # accuracy (or RMSE) vs density
+from core.predict import predict, evaluate, sweep
+p = predict(run, x, mode="mpm", samples=10)      # run: a BayesianMLP or a core.runs.Run
+metrics = evaluate(run, dataset, mode="bma", samples=10, ood=["fashion-mnist-small"])
+curve = sweep(run, dataset, mode="mpm-mean")     # accuracy (or RMSE) vs density
 """
 
 from core.predict.collapsed import CollapsedPredictive, collapsed_predict
@@ -14,12 +14,12 @@ from core.predict.export import ExportedMLP, export_pruned, load_exported
 from core.predict.modes import PredictionMode, WeightChoice, parse_mode
 from core.predict.summaries import default_summaries
 from core.predict.sweep import (
-                                SweepResult,
-                                default_thresholds,
-                                parse_threshold_grid,
-                                sweep,
-                                sweep_at_densities,
-                                thresholds_for_densities,
+    SweepResult,
+    default_thresholds,
+    parse_threshold_grid,
+    sweep,
+    sweep_at_densities,
+    thresholds_for_densities,
 )
 
 __all__ = [

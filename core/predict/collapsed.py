@@ -61,6 +61,7 @@ def check_variant(variant: Any) -> str:
 
 # --- the last layer's conditional q, per family --------------------------------------------------
 
+
 def last_layer_conditional(model, last: Tensor, seed: int) -> tuple[Tensor, Tensor]:
     """Mean and variance (R, out, in+1) of the last layer's weights given draw r's non-Gaussian part.
 
@@ -78,9 +79,14 @@ def last_layer_conditional(model, last: Tensor, seed: int) -> tuple[Tensor, Tens
         # Given the output scale s (drawn first by sample_weights, from the same generator), w = s * beta
         # with beta ~ N(mu, sigma^2).
         index = len(model.layers) - 1
-        scales = torch.stack([
-            torch.exp(layer._draw_log_scale(1, new_generator(model.device, (seed * 1_000_003 + r) * 101 + index)))[0]
-            for r in range(last.shape[0])])[:, :, None]  # (R, out, 1)
+        scales = torch.stack(
+            [
+                torch.exp(layer._draw_log_scale(1, new_generator(model.device, (seed * 1_000_003 + r) * 101 + index)))[
+                    0
+                ]
+                for r in range(last.shape[0])
+            ]
+        )[:, :, None]  # (R, out, 1)
         mu, sigma = layer.weight_mu * layer.fixed_mask, layer.weight_sigma * layer.fixed_mask
         return scales * mu, (scales * sigma) ** 2
     if hasattr(layer, "collapsed_conditional"):  # lbbnn-flow: Gaussian given its multipliers, replayed per draw
@@ -88,15 +94,16 @@ def last_layer_conditional(model, last: Tensor, seed: int) -> tuple[Tensor, Tens
         generators = [new_generator(model.device, draw_seed(seed, r, index)) for r in range(last.shape[0])]
         return layer.collapsed_conditional(last, generators)
     if hasattr(layer, "weight_mu") and hasattr(layer, "weight_sigma"):  # bnn, bnn-mixture, variational-dense, lbbnn*
-        mean, var = layer.weight_mu * layer.fixed_mask, layer.weight_sigma ** 2 * layer.fixed_mask
+        mean, var = layer.weight_mu * layer.fixed_mask, layer.weight_sigma**2 * layer.fixed_mask
     elif hasattr(layer, "theta") and hasattr(layer, "log_sigma2"):  # sparse variational dropout
         mean, var = layer.theta * layer.fixed_mask, layer.log_sigma2.exp() * layer.fixed_mask
     elif layer.conditional_normal() is not None:  # any other family whose q(w | kept) is Gaussian (the interface)
         mean, std = layer.conditional_normal()
-        mean, var = mean * layer.fixed_mask, std ** 2 * layer.fixed_mask
+        mean, var = mean * layer.fixed_mask, std**2 * layer.fixed_mask
     else:
-        raise PredictionError(f"collapsed predictive: no conditional Gaussian known for the last layer of "
-                              f"family {family!r}")
+        raise PredictionError(
+            f"collapsed predictive: no conditional Gaussian known for the last layer of family {family!r}"
+        )
     if layer.has_structure:  # the sampled inclusion mask: a kept weight is a.s. nonzero, a dropped one exactly 0
         kept = (last != 0).to(last.dtype)
         return kept * mean, kept * var
@@ -117,8 +124,10 @@ class CollapsedParts:
 def collapsed_parts(model_or_run: Any, x: Any, samples: int, seed: int) -> CollapsedParts:
     model = resolve_model(model_or_run)
     if model.likelihood.task != "regression" or not isinstance(model.likelihood, Gaussian):
-        raise PredictionError("collapsed predictive: needs a regression model with a Gaussian likelihood "
-                              f"(gaussian or heteroscedastic), got {model.config.likelihood!r}")
+        raise PredictionError(
+            "collapsed predictive: needs a regression model with a Gaussian likelihood "
+            f"(gaussian or heteroscedastic), got {model.config.likelihood!r}"
+        )
     samples = check_samples(samples)
     with torch.no_grad():
         inputs = as_inputs(model, x)
@@ -133,8 +142,13 @@ def collapsed_parts(model_or_run: Any, x: Any, samples: int, seed: int) -> Colla
         phi = torch.cat([hidden, torch.ones_like(hidden[..., :1])], dim=-1)
         outputs = torch.einsum("rni,roi->rno", phi, last)
         _, noise_std = model.likelihood.mean_and_std(outputs)  # the mean output is output 0
-        return CollapsedParts(phi=phi.double(), mean=mean_w[:, 0].double(), var=var_w[:, 0].double(),
-                              sampled=last[:, 0].double(), noise_std=noise_std.double())
+        return CollapsedParts(
+            phi=phi.double(),
+            mean=mean_w[:, 0].double(),
+            var=var_w[:, 0].double(),
+            sampled=last[:, 0].double(),
+            noise_std=noise_std.double(),
+        )
 
 
 # --- mixtures of Gaussians ----------------------------------------------------------------------
@@ -146,6 +160,7 @@ gaussian_mixture_quantiles = mixture_quantiles
 
 
 # --- sums of uniforms (the box variant) ---------------------------------------------------------
+
 
 @functools.lru_cache(maxsize=16)
 def _signs(m: int) -> np.ndarray:
@@ -171,7 +186,7 @@ class UniformSums:
         shifts = self.halfwidths @ signs.T  # (N, 2^m)
         parity = np.prod(signs, axis=1)
         inner = np.maximum(np.asarray(t, dtype=np.float64)[..., None] + shifts[:, None, :], 0.0)
-        return (inner ** power) @ parity  # (N, G)
+        return (inner**power) @ parity  # (N, G)
 
     def cdf(self, t: np.ndarray) -> np.ndarray:
         t = np.asarray(t, dtype=np.float64)
@@ -206,6 +221,7 @@ def condition_number(halfwidths: np.ndarray) -> float:
 
 
 # --- the two predictives ----------------------------------------------------------------------
+
 
 @dataclass
 class CollapsedPredictive:
@@ -259,8 +275,12 @@ class CollapsedPredictive:
 
     def unstandardised(self, target_mean: float, target_std: float) -> "CollapsedPredictive":
         s, m = float(target_std), float(target_mean)
-        return replace(self, mean_per_draw=self.mean_per_draw * s + m, var_per_draw=self.var_per_draw * s * s,
-                       ensemble_mean_per_draw=self.ensemble_mean_per_draw * s + m)
+        return replace(
+            self,
+            mean_per_draw=self.mean_per_draw * s + m,
+            var_per_draw=self.var_per_draw * s * s,
+            ensemble_mean_per_draw=self.ensemble_mean_per_draw * s + m,
+        )
 
 
 @dataclass
@@ -278,7 +298,7 @@ class BoxCollapsedPredictive:
 
     @property
     def var_per_draw(self) -> np.ndarray:
-        return (self.halfwidths ** 2).sum(-1) / 3
+        return (self.halfwidths**2).sum(-1) / 3
 
     @property
     def std_per_draw(self) -> np.ndarray:
@@ -348,22 +368,34 @@ class BoxCollapsedPredictive:
 
     def unstandardised(self, target_mean: float, target_std: float) -> "BoxCollapsedPredictive":
         s, m = float(target_std), float(target_mean)
-        return replace(self, centre_per_draw=self.centre_per_draw * s + m, halfwidths=self.halfwidths * s,
-                       ensemble_mean_per_draw=self.ensemble_mean_per_draw * s + m)
+        return replace(
+            self,
+            centre_per_draw=self.centre_per_draw * s + m,
+            halfwidths=self.halfwidths * s,
+            ensemble_mean_per_draw=self.ensemble_mean_per_draw * s + m,
+        )
 
 
-def collapsed_predict(model_or_run: Any, x: Any, samples: int = 10, seed: int = 0, variant: str = "gaussian",
-                      box_terms: int = DEFAULT_BOX_TERMS) -> CollapsedPredictive | BoxCollapsedPredictive:
+def collapsed_predict(
+    model_or_run: Any,
+    x: Any,
+    samples: int = 10,
+    seed: int = 0,
+    variant: str = "gaussian",
+    box_terms: int = DEFAULT_BOX_TERMS,
+) -> CollapsedPredictive | BoxCollapsedPredictive:
     """The collapsed predictive at inputs x (standardised units); variant "gaussian" or "box"."""
     variant = check_variant(variant)
     parts = collapsed_parts(model_or_run, x, samples, seed)
     ensemble = torch.einsum("rni,ri->rn", parts.phi, parts.sampled).cpu().numpy()
     if variant == "gaussian":
         mean = torch.einsum("rni,ri->rn", parts.phi, parts.mean)
-        weight_var = torch.einsum("rni,ri->rn", parts.phi ** 2, parts.var)
-        return CollapsedPredictive(mean_per_draw=mean.cpu().numpy(),
-                                   var_per_draw=(weight_var + parts.noise_std ** 2).cpu().numpy(),
-                                   ensemble_mean_per_draw=ensemble)
+        weight_var = torch.einsum("rni,ri->rn", parts.phi**2, parts.var)
+        return CollapsedPredictive(
+            mean_per_draw=mean.cpu().numpy(),
+            var_per_draw=(weight_var + parts.noise_std**2).cpu().numpy(),
+            ensemble_mean_per_draw=ensemble,
+        )
     if isinstance(box_terms, bool) or not isinstance(box_terms, int) or not 0 <= box_terms <= 10:
         raise PredictionError(f"box_terms: collapse between 0 and 10 last-layer terms, got {box_terms!r}")
     return _box_predictive(parts, ensemble, box_terms)
@@ -389,8 +421,7 @@ def _box_predictive(parts: CollapsedParts, ensemble: np.ndarray, box_terms: int)
         ok = candidate > 0
         c = np.where(trial > 0, trial, 1.0)
         m = (trial > 0).sum(-1)
-        log_condition = (m * np.log(2 * trial.sum(-1)) - gammaln(m + 1.0)
-                         - np.log(c).sum(-1))
+        log_condition = m * np.log(2 * trial.sum(-1)) - gammaln(m + 1.0) - np.log(c).sum(-1)
         ok &= log_condition < np.log(MAX_CONDITION)
         halfwidths[..., slot] = np.where(ok, candidate, 0.0)
         np.put_along_axis(collapsed, index[..., None], ok[..., None], -1)
@@ -400,8 +431,15 @@ def _box_predictive(parts: CollapsedParts, ensemble: np.ndarray, box_terms: int)
 
 # --- metrics ----------------------------------------------------------------------------------
 
-def evaluate_collapsed(model_or_run: Any, dataset, variant: str = "gaussian", samples: int = 10, seed: int = 0,
-                       levels: Sequence[float] = COVERAGE_LEVELS) -> dict[str, Any]:
+
+def evaluate_collapsed(
+    model_or_run: Any,
+    dataset,
+    variant: str = "gaussian",
+    samples: int = 10,
+    seed: int = 0,
+    levels: Sequence[float] = COVERAGE_LEVELS,
+) -> dict[str, Any]:
     """Test-set RMSE, log-likelihood, interval coverage and width, PIT KS distance and calibration gap
     of the collapsed predictive, original units."""
     from core.predict.metrics.regression import (
@@ -420,9 +458,13 @@ def evaluate_collapsed(model_or_run: Any, dataset, variant: str = "gaussian", sa
     y = dataset.unstandardise(dataset.y_test).astype(np.float64)
     pit = predictive.cdf(y)
     result: dict[str, Any] = {
-        "mode": f"collapsed-{variant}" if variant == "box" else "collapsed", "variant": variant,
-        "samples": int(samples), "seed": int(seed), "n_test": int(len(y)),
-        "rmse": rmse(predictive.mean, y), "log_likelihood": float(predictive.log_likelihood_per_point(y).mean()),
+        "mode": f"collapsed-{variant}" if variant == "box" else "collapsed",
+        "variant": variant,
+        "samples": int(samples),
+        "seed": int(seed),
+        "n_test": int(len(y)),
+        "rmse": rmse(predictive.mean, y),
+        "log_likelihood": float(predictive.log_likelihood_per_point(y).mean()),
         "coverage": {f"{level:g}": central_coverage(pit, level) for level in levels},
         "ensemble_rmse": rmse(predictive.ensemble_mean_per_draw.mean(axis=0), y),
         # The calibration numbers of evaluate's other modes, from the same PIT values.

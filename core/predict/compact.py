@@ -82,8 +82,11 @@ class CompactLayer:
                 h = h[0]
             return torch.addmm(self.bias, self.weight, h)
         if self.weight.dim() == 2:
-            return torch.addmm(self.bias, self.weight, h) if h.dim() == 2 else torch.baddbmm(
-                self.bias, self.weight.expand(h.shape[0], -1, -1), h)
+            return (
+                torch.addmm(self.bias, self.weight, h)
+                if h.dim() == 2
+                else torch.baddbmm(self.bias, self.weight.expand(h.shape[0], -1, -1), h)
+            )
         if h.dim() == 2:  # R draws on one shared input: a single (R*out, in) @ (in, n) product
             draws, out, fan_in = self.weight.shape
             stacked = torch.addmm(self.bias.reshape(draws * out, 1), self.weight.reshape(draws * out, fan_in), h)
@@ -101,8 +104,7 @@ class CompactLayer:
         if self.weight.dim() != 3:
             return self
         if self.draw_format is LayerFormat.SPARSE and self.weight.shape[0] == 1:
-            return CompactLayer(to_format(self.weight[0], LayerFormat.SPARSE), self.bias[0].clone(),
-                                LayerFormat.SPARSE)
+            return CompactLayer(to_format(self.weight[0], LayerFormat.SPARSE), self.bias[0].clone(), LayerFormat.SPARSE)
         return CompactLayer(self.weight.clone(), self.bias.clone(), self.format, self.draw_format)
 
 
@@ -133,8 +135,14 @@ class CompactNetwork:
         return [layer.shape[0] for layer in self.layers]
 
     def draws(self, start: int, stop: int) -> "CompactNetwork":
-        return CompactNetwork(self.input_index, [layer.draws(start, stop) for layer in self.layers],
-                              self.activation, self.n_inputs, self.disconnected, self.skip)
+        return CompactNetwork(
+            self.input_index,
+            [layer.draws(start, stop) for layer in self.layers],
+            self.activation,
+            self.n_inputs,
+            self.disconnected,
+            self.skip,
+        )
 
     def draw(self, index: int) -> "CompactNetwork":
         """Draw `index` alone (a network of one draw): run by itself, its products have the same
@@ -143,8 +151,14 @@ class CompactNetwork:
         the chunk, and MKL's kernels may sum in another order for another alignment (seen: 3e-8
         with 2 threads)."""
         part = self.draws(index, index + 1)
-        return CompactNetwork(part.input_index, [layer.detached_copy() for layer in part.layers],
-                              part.activation, part.n_inputs, part.disconnected, part.skip)
+        return CompactNetwork(
+            part.input_index,
+            [layer.detached_copy() for layer in part.layers],
+            part.activation,
+            part.n_inputs,
+            part.disconnected,
+            part.skip,
+        )
 
     def gather_inputs(self, x: Tensor) -> Tensor:
         """x (n, d) -> the used features, transposed (k, n)."""
@@ -171,8 +185,13 @@ class CompactNetwork:
         return self.forward_transposed(self.gather_inputs(x)).transpose(-1, -2)
 
 
-def compact_network(weights: Sequence[Tensor], masks: Sequence[Tensor], activation: nn.Module,
-                    sparse_below: float | None = None, fold_constants: bool = True) -> CompactNetwork:
+def compact_network(
+    weights: Sequence[Tensor],
+    masks: Sequence[Tensor],
+    activation: nn.Module,
+    sparse_below: float | None = None,
+    fold_constants: bool = True,
+) -> CompactNetwork:
     """A CompactNetwork computing the network `weights` with every entry outside `masks` set to 0.
 
     masks: bool (out, in+1) per layer, shared by all draws when weights are (R, out, in+1);
@@ -190,7 +209,7 @@ def compact_network(weights: Sequence[Tensor], masks: Sequence[Tensor], activati
     for index in range(1, len(masks)):
         if skip[index]:  # the inputs a skipping layer's kept units read are gathered too
             width = masks[index - 1].shape[-2]
-            skipped = masks[index][:, width:width + n_inputs] & keep[index].unsqueeze(1)
+            skipped = masks[index][:, width : width + n_inputs] & keep[index].unsqueeze(1)
             used_inputs = used_inputs | skipped.any(dim=0)
     columns = used_inputs.nonzero().squeeze(1)
     input_index = None if len(columns) == n_inputs else columns
@@ -215,9 +234,14 @@ def compact_network(weights: Sequence[Tensor], masks: Sequence[Tensor], activati
         draw_format = LayerFormat.DENSE
         if compact.dim() == 3:
             layer_format, draw_format = LayerFormat.DENSE, layer_format
-        layers.append(CompactLayer(to_format(compact, layer_format),
-                                   bias.index_select(-1, rows).to(weight.dtype).unsqueeze(-1).contiguous(),
-                                   layer_format, draw_format))
+        layers.append(
+            CompactLayer(
+                to_format(compact, layer_format),
+                bias.index_select(-1, rows).to(weight.dtype).unsqueeze(-1).contiguous(),
+                layer_format,
+                draw_format,
+            )
+        )
         if index < len(weights) - 1:
             const_index = (~depends[index]).nonzero().squeeze(1)
             const_value = activation(bias.index_select(-1, const_index))
@@ -281,9 +305,9 @@ def run_chunked(network: CompactNetwork, x: Tensor, memory_budget: int, batch_si
     for r in range(0, n_draws, draw_chunk):
         part = network.draws(r, r + draw_chunk) if network.n_draws else network
         for i in range(0, n, input_chunk):
-            out = part(x[i:i + input_chunk])
+            out = part(x[i : i + input_chunk])
             out = out if out.dim() == 3 else out.unsqueeze(0)
             if outputs is None:
                 outputs = torch.empty((n_draws, n, out.shape[-1]), dtype=out.dtype, device=out.device)
-            outputs[r:r + out.shape[0], i:i + out.shape[1]] = out
+            outputs[r : r + out.shape[0], i : i + out.shape[1]] = out
     return outputs

@@ -221,9 +221,20 @@ class DrawCache:
             yield
 
     # --- predicting -----------------------------------------------------------------------------------
-    def predict(self, run: Any, x: Any, inputs: Hashable, owner: Hashable | None, mode: str | PredictionMode = "bma",
-                samples: int = 10, threshold: float | None = None, seed: int = 0, weights: str | None = None,
-                batch_size: int | None = None, original_units: bool = True) -> Prediction:
+    def predict(
+        self,
+        run: Any,
+        x: Any,
+        inputs: Hashable,
+        owner: Hashable | None,
+        mode: str | PredictionMode = "bma",
+        samples: int = 10,
+        threshold: float | None = None,
+        seed: int = 0,
+        weights: str | None = None,
+        batch_size: int | None = None,
+        original_units: bool = True,
+    ) -> Prediction:
         """What `run.predict(x, mode, samples, threshold, seed, weights)` returns (for a bare model,
         `core.predict.predict`), computing only the draws not yet kept for this plan on these inputs.
 
@@ -242,9 +253,19 @@ class DrawCache:
         self._account(key, entry, computed, plan.samples - computed)
         return self._in_units(run, prediction, original_units)
 
-    def plan_key(self, run: Any, x: Any, inputs: Hashable, owner: Hashable | None, mode: str | PredictionMode,
-                 samples: int, threshold: float | None, seed: int, weights: str | None,
-                 batch_size: int | None = None) -> tuple[Any, Any, DrawKey | None]:
+    def plan_key(
+        self,
+        run: Any,
+        x: Any,
+        inputs: Hashable,
+        owner: Hashable | None,
+        mode: str | PredictionMode,
+        samples: int,
+        threshold: float | None,
+        seed: int,
+        weights: str | None,
+        batch_size: int | None = None,
+    ) -> tuple[Any, Any, DrawKey | None]:
         """(model, plan, the entry's key): the key is None when the plan draws nothing or `owner` is None
         (not cached)."""
         model = resolve_model(run)
@@ -264,9 +285,20 @@ class DrawCache:
         )
         return model, plan, key
 
-    def extend(self, run: Any, x: Any, inputs: Hashable, owner: Hashable, mode: str | PredictionMode, samples: int,
-               threshold: float | None = None, seed: int = 0, weights: str | None = None,
-               batch_size: int | None = None, stop: Callable[[], bool] | None = None) -> int:
+    def extend(
+        self,
+        run: Any,
+        x: Any,
+        inputs: Hashable,
+        owner: Hashable,
+        mode: str | PredictionMode,
+        samples: int,
+        threshold: float | None = None,
+        seed: int = 0,
+        weights: str | None = None,
+        batch_size: int | None = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> int:
         """Compute the draws of this plan that are not yet kept, up to R, and build no prediction (a
         background refinement: core.predict.progressive). Each draw takes its own compute turn, so a
         request that can be answered at once (a deterministic mode, draws already kept) waits for one
@@ -286,8 +318,9 @@ class DrawCache:
             entry.writing = True
         computed = 0
         try:
-            computed = self._draw_until(entry, model, plan, as_inputs(model, x), int(seed), batch_size,
-                                        each_draw=self.computing, stop=stop)
+            computed = self._draw_until(
+                entry, model, plan, as_inputs(model, x), int(seed), batch_size, each_draw=self.computing, stop=stop
+            )
         finally:
             with entry.condition:
                 entry.writing = False
@@ -307,29 +340,38 @@ class DrawCache:
                 entry.nbytes = size
                 self._evict(keep=key)
 
-    def _fill(self, entry: _Entry, model: Any, plan: Any, x: Any, seed: int,
-              batch_size: int | None) -> tuple[int, list[Tensor], list[Tensor] | None, DrawUsage]:
+    def _fill(
+        self, entry: _Entry, model: Any, plan: Any, x: Any, seed: int, batch_size: int | None
+    ) -> tuple[int, list[Tensor], list[Tensor] | None, DrawUsage]:
         """Draws 0..R-1 of the entry, computing those it lacks: (how many this thread computed, their
         outputs, the masks, the usage), read together so that no reset comes between them."""
         with entry.condition:
             while entry.n_draws < plan.samples and entry.writing:
                 entry.condition.wait()  # another thread is drawing: its draws arrive one by one
             if entry.n_draws >= plan.samples:
-                return 0, entry.outputs[:plan.samples], entry.masks, entry.usage
+                return 0, entry.outputs[: plan.samples], entry.masks, entry.usage
             entry.writing = True
         try:
             with self.computing():  # one turn for all of this thread's draws (see the module docstring)
                 computed = self._draw_until(entry, model, plan, as_inputs(model, x), seed, batch_size)
             with entry.condition:
-                return computed, entry.outputs[:plan.samples], entry.masks, entry.usage
+                return computed, entry.outputs[: plan.samples], entry.masks, entry.usage
         finally:
             with entry.condition:
                 entry.writing = False
                 entry.condition.notify_all()
 
     @staticmethod
-    def _draw_until(entry: _Entry, model: Any, plan: Any, inputs: Tensor, seed: int, batch_size: int | None,
-                    each_draw: Callable[[], Any] = nullcontext, stop: Callable[[], bool] | None = None) -> int:
+    def _draw_until(
+        entry: _Entry,
+        model: Any,
+        plan: Any,
+        inputs: Tensor,
+        seed: int,
+        batch_size: int | None,
+        each_draw: Callable[[], Any] = nullcontext,
+        stop: Callable[[], bool] | None = None,
+    ) -> int:
         """Compute the entry's next draws, publishing each as it is done, until it holds R (or `stop()`
         says so before a draw); each draw runs inside `each_draw()`. Returns how many were computed."""
         computed = 0
@@ -347,8 +389,17 @@ class DrawCache:
                 masks, usage = entry.masks, entry.usage
             try:
                 with each_draw(), torch.no_grad():
-                    outputs, _ = sampled_forward(model, plan, inputs, seed, masks, batch_size, MEMORY_BUDGET_BYTES,
-                                                 draws=range(index, index + 1), usage=usage)
+                    outputs, _ = sampled_forward(
+                        model,
+                        plan,
+                        inputs,
+                        seed,
+                        masks,
+                        batch_size,
+                        MEMORY_BUDGET_BYTES,
+                        draws=range(index, index + 1),
+                        usage=usage,
+                    )
             except BaseException:
                 with entry.condition:
                     if usage.n_draws != entry.n_draws:  # the usage took a draw the outputs did not
@@ -381,10 +432,20 @@ class DrawCache:
             self._bytes -= self._entries.pop(key).nbytes
 
     @staticmethod
-    def _uncached(run: Any, x: Any, mode: Any, samples: int, threshold: float | None, seed: int,
-                  weights: str | None, batch_size: int | None, original_units: bool) -> Prediction:
-        prediction = predict(run, x, mode=mode, samples=samples, threshold=threshold, seed=seed, weights=weights,
-                             batch_size=batch_size)
+    def _uncached(
+        run: Any,
+        x: Any,
+        mode: Any,
+        samples: int,
+        threshold: float | None,
+        seed: int,
+        weights: str | None,
+        batch_size: int | None,
+        original_units: bool,
+    ) -> Prediction:
+        prediction = predict(
+            run, x, mode=mode, samples=samples, threshold=threshold, seed=seed, weights=weights, batch_size=batch_size
+        )
         return DrawCache._in_units(run, prediction, original_units)
 
     @staticmethod

@@ -59,8 +59,7 @@ def resolve_model(model_or_run: Any) -> BayesianMLP:
     """A BayesianMLP, or the `.model` of a run (core.runs.Run)."""
     model = model_or_run if isinstance(model_or_run, BayesianMLP) else getattr(model_or_run, "model", None)
     if not isinstance(model, BayesianMLP):
-        raise PredictionError(
-            f"expected a BayesianMLP or a run with a .model, got {type(model_or_run).__name__}")
+        raise PredictionError(f"expected a BayesianMLP or a run with a .model, got {type(model_or_run).__name__}")
     return model
 
 
@@ -72,13 +71,17 @@ def as_inputs(model: BayesianMLP, x: Any) -> Tensor:
     """x as a float tensor (n, d) on the model's device; d must match the model."""
     tensor = torch.as_tensor(np.asarray(x) if not isinstance(x, Tensor) else x)
     if tensor.dim() == 1:
-        raise PredictionError(f"inputs: expected a 2-D array (n, {model.config.in_features}), got shape "
-                              f"{tuple(tensor.shape)}; use x[None] for a single example")
+        raise PredictionError(
+            f"inputs: expected a 2-D array (n, {model.config.in_features}), got shape "
+            f"{tuple(tensor.shape)}; use x[None] for a single example"
+        )
     if tensor.dim() > 2:
         tensor = tensor.reshape(tensor.shape[0], -1)
     if tensor.shape[1] != model.config.in_features:
-        raise PredictionError(f"inputs: the model takes {model.config.in_features} features, got "
-                              f"{tensor.shape[1]} (shape {tuple(tensor.shape)})")
+        raise PredictionError(
+            f"inputs: the model takes {model.config.in_features} features, got "
+            f"{tensor.shape[1]} (shape {tuple(tensor.shape)})"
+        )
     dtype = model.layers[0].fixed_mask.dtype
     return tensor.to(device=model.device, dtype=dtype)
 
@@ -119,8 +122,10 @@ def make_plan(model: BayesianMLP, mode: Any, samples: Any, threshold: Any, weigh
     else:
         implied = mode.weight_choice()
         if choice is not None and choice is not implied:
-            raise PredictionError(f"weights={choice.value!r} only applies to mode 'prune'; mode {mode.value!r} "
-                                  f"uses {implied.value} weights")
+            raise PredictionError(
+                f"weights={choice.value!r} only applies to mode 'prune'; mode {mode.value!r} "
+                f"uses {implied.value} weights"
+            )
         choice = implied
     if mode.uses_threshold:
         # A threshold with mpm / mpm-mean generalises the median probability model (0.5 for LBBNN).
@@ -132,8 +137,13 @@ def make_plan(model: BayesianMLP, mode: Any, samples: Any, threshold: Any, weigh
     return Plan(mode, samples, threshold, choice)
 
 
-def forward_draws(model: BayesianMLP, x: Tensor, weights: Sequence[Tensor], batch_size: int | None = None,
-                  memory_budget: int = MEMORY_BUDGET_BYTES) -> Tensor:
+def forward_draws(
+    model: BayesianMLP,
+    x: Tensor,
+    weights: Sequence[Tensor],
+    batch_size: int | None = None,
+    memory_budget: int = MEMORY_BUDGET_BYTES,
+) -> Tensor:
     """Network outputs (R, n, out) for weights (R, out, in+1) per layer; R = 1 for (out, in+1) weights."""
     if batch_size is not None and int(batch_size) < 1:
         raise PredictionError(f"batch_size: must be >= 1, got {batch_size!r}")
@@ -150,15 +160,22 @@ def masked_network(model: BayesianMLP, weights: Sequence[Tensor], masks: Sequenc
     return masked_weights_network(weights, masks, model.activation)
 
 
-def forward_masked(model: BayesianMLP, x: Tensor, weights: Sequence[Tensor], masks: Sequence[Tensor],
-                   batch_size: int | None = None, memory_budget: int = MEMORY_BUDGET_BYTES) -> Tensor:
+def forward_masked(
+    model: BayesianMLP,
+    x: Tensor,
+    weights: Sequence[Tensor],
+    masks: Sequence[Tensor],
+    batch_size: int | None = None,
+    memory_budget: int = MEMORY_BUDGET_BYTES,
+) -> Tensor:
     """Like `forward_draws` for weights that are zero outside `masks` (shared by all draws):
     dead units dropped, sparse layers multiplied as sparse matrices (core.predict.compact)."""
     return run_network(masked_network(model, weights, masks), x, batch_size, memory_budget)
 
 
-def run_network(network: CompactNetwork, x: Tensor, batch_size: int | None = None,
-                memory_budget: int = MEMORY_BUDGET_BYTES) -> Tensor:
+def run_network(
+    network: CompactNetwork, x: Tensor, batch_size: int | None = None, memory_budget: int = MEMORY_BUDGET_BYTES
+) -> Tensor:
     if batch_size is not None and int(batch_size) < 1:
         raise PredictionError(f"batch_size: must be >= 1, got {batch_size!r}")
     return run_chunked(network, x, memory_budget, batch_size)
@@ -202,10 +219,15 @@ class Prediction:
             return self
         scale, shift = float(target_std), float(target_mean)
         var_scale = scale * scale
-        return replace(self, mean_per_draw=self.mean_per_draw * scale + shift, std_per_draw=self.std_per_draw * scale,
-                       mean=self.mean * scale + shift, epistemic_variance=self.epistemic_variance * var_scale,
-                       aleatoric_variance=self.aleatoric_variance * var_scale,
-                       total_variance=self.total_variance * var_scale)
+        return replace(
+            self,
+            mean_per_draw=self.mean_per_draw * scale + shift,
+            std_per_draw=self.std_per_draw * scale,
+            mean=self.mean * scale + shift,
+            epistemic_variance=self.epistemic_variance * var_scale,
+            aleatoric_variance=self.aleatoric_variance * var_scale,
+            total_variance=self.total_variance * var_scale,
+        )
 
 
 def nonzero_masks(weights: Sequence[Tensor]) -> list[Tensor]:
@@ -263,8 +285,9 @@ class DrawUsage:
                 for possible, u in zip(self._possible, used):
                     possible |= u[index]
                 counts_now = kept_counts(self._possible)
-                self._possible_density.append((overall_density(self._possible, counts_now),
-                                               layer_densities(self._possible, counts_now)))
+                self._possible_density.append(
+                    (overall_density(self._possible, counts_now), layer_densities(self._possible, counts_now))
+                )
 
     def draw_density(self, samples: int, n_weights: int) -> float:
         """Mean density of the first `samples` draws (`n_weights`: the network's weights)."""
@@ -282,8 +305,9 @@ class DrawUsage:
 
 def new_usage(model: BayesianMLP, masks: Sequence[Tensor] | None, samples: int) -> DrawUsage:
     """The DrawUsage a prediction with `samples` draws needs (bma with R > 1 also the mean's nonzeros)."""
-    return DrawUsage(nonzero_masks(model.mean_weights()) if masks is None and samples > 1 else None,
-                     model.structure_masks)
+    return DrawUsage(
+        nonzero_masks(model.mean_weights()) if masks is None and samples > 1 else None, model.structure_masks
+    )
 
 
 def draws_per_chunk(model: BayesianMLP, plan: Plan, n_inputs: int, memory_budget: int) -> int:
@@ -293,9 +317,18 @@ def draws_per_chunk(model: BayesianMLP, plan: Plan, n_inputs: int, memory_budget
     return max(1, min(plan.samples, memory_budget // per_draw))
 
 
-def sampled_forward(model: BayesianMLP, plan: Plan, x: Tensor, seed: int, masks: Sequence[Tensor] | None,
-                    batch_size: int | None, memory_budget: int = MEMORY_BUDGET_BYTES, draws: range | None = None,
-                    usage: DrawUsage | None = None, path: DrawPath | str | None = None) -> tuple[Tensor, DrawUsage]:
+def sampled_forward(
+    model: BayesianMLP,
+    plan: Plan,
+    x: Tensor,
+    seed: int,
+    masks: Sequence[Tensor] | None,
+    batch_size: int | None,
+    memory_budget: int = MEMORY_BUDGET_BYTES,
+    draws: range | None = None,
+    usage: DrawUsage | None = None,
+    path: DrawPath | str | None = None,
+) -> tuple[Tensor, DrawUsage]:
     """Outputs (len(draws), n, out) of sampled networks `draws` (default: 0 .. R-1), whose usage is
     added to `usage` (a new one by default; draws must come in order).
 
@@ -321,8 +354,12 @@ def sampled_forward(model: BayesianMLP, plan: Plan, x: Tensor, seed: int, masks:
     group = 1 if centre is not None or path is None else group_size(path)
     first = draws.start - draws.start % group  # whole groups, aligned at multiples of `group`
     last = -(-draws.stop // group) * group
-    chunk = max(1, min(last - first, draws_per_chunk(model, replace(plan, samples=max(1, last - first)), x.shape[0],
-                                                     memory_budget)))
+    chunk = max(
+        1,
+        min(
+            last - first, draws_per_chunk(model, replace(plan, samples=max(1, last - first)), x.shape[0], memory_budget)
+        ),
+    )
     chunk = -(-chunk // group) * group
     outputs = None
     for start in range(first, last, chunk):
@@ -332,6 +369,7 @@ def sampled_forward(model: BayesianMLP, plan: Plan, x: Tensor, seed: int, masks:
             network = model.prediction_network(weights, masks)
             out = torch.cat([run_network(network.draw(index), x, batch_size, memory_budget) for index in range(count)])
         elif centre is None:
+
             def run(network: CompactNetwork) -> Tensor:
                 return run_network(network, x, batch_size, memory_budget)
 
@@ -340,25 +378,35 @@ def sampled_forward(model: BayesianMLP, plan: Plan, x: Tensor, seed: int, masks:
                 key = path_key(model, plan.threshold, x, masks, batch_size)
                 path, first_out = probe_path(key, [w[:1].clone() for w in weights], masks, model.activation, run)
                 done = [first_out]
-            rest = [w[len(done):] for w in weights]
+            rest = [w[len(done) :] for w in weights]
             if len(rest[0]):  # the chunk's draws the probe did not run
                 done += [run(network) for network in draw_networks(path, rest, masks, model.activation)]
             out = torch.cat(done)
         else:
-            out = torch.stack([linearised_forward(x, centre, [w[index] - c for w, c in zip(weights, centre)],
-                                                  model.activation) for index in range(count)])
+            out = torch.stack(
+                [
+                    linearised_forward(x, centre, [w[index] - c for w, c in zip(weights, centre)], model.activation)
+                    for index in range(count)
+                ]
+            )
         if outputs is None:
             outputs = torch.empty((len(draws), *out.shape[1:]), dtype=out.dtype, device=out.device)
         low, high = max(start, draws.start), min(start + count, draws.stop)  # the asked draws in this chunk
-        outputs[low - draws.start:high - draws.start] = out[low - start:high - start]
-        usage.add([w[low - start:high - start] for w in weights])
+        outputs[low - draws.start : high - draws.start] = out[low - start : high - start]
+        usage.add([w[low - start : high - start] for w in weights])
     if outputs is None:
         raise PredictionError("internal: no draws to run")
     return outputs, usage
 
 
-def _densities(model: BayesianMLP, plan: Plan, masks: Sequence[Tensor] | None, weights: Sequence[Tensor] | None,
-               usage: DrawUsage | None, disconnected: bool | None) -> tuple[float, list[float], float, bool]:
+def _densities(
+    model: BayesianMLP,
+    plan: Plan,
+    masks: Sequence[Tensor] | None,
+    weights: Sequence[Tensor] | None,
+    usage: DrawUsage | None,
+    disconnected: bool | None,
+) -> tuple[float, list[float], float, bool]:
     """(density, per-layer density, mean density of the evaluated networks, disconnected).
 
     `weights`: the one evaluated network (deterministic plans); `usage`: what the first R =
@@ -388,9 +436,16 @@ def _densities(model: BayesianMLP, plan: Plan, masks: Sequence[Tensor] | None, w
     return density, per_layer, draw_density, usage.disconnected(plan.samples)
 
 
-def predict(model_or_run: Any, x: Any, mode: str | PredictionMode = "bma", samples: int = 10,
-            threshold: float | None = None, seed: int = 0, weights: str | None = None,
-            batch_size: int | None = None) -> Prediction:
+def predict(
+    model_or_run: Any,
+    x: Any,
+    mode: str | PredictionMode = "bma",
+    samples: int = 10,
+    threshold: float | None = None,
+    seed: int = 0,
+    weights: str | None = None,
+    batch_size: int | None = None,
+) -> Prediction:
     """Predict with one of the modes of `PredictionMode` (see the module docstring).
 
     `threshold` applies to mpm / mpm-mean (default: the family's default cut)
@@ -417,20 +472,23 @@ def predict(model_or_run: Any, x: Any, mode: str | PredictionMode = "bma", sampl
         return build_prediction(model, plan, outputs, density, per_layer, draw_density, disconnected)
 
 
-def prediction_from_draws(model: BayesianMLP, plan: Plan, outputs: Tensor, masks: Sequence[Tensor] | None,
-                          usage: DrawUsage) -> Prediction:
+def prediction_from_draws(
+    model: BayesianMLP, plan: Plan, outputs: Tensor, masks: Sequence[Tensor] | None, usage: DrawUsage
+) -> Prediction:
     """The prediction of a sampling plan from the outputs (at least R, n, out) of draws 0, 1, ... of it and
     their usage: what `predict` returns for R = plan.samples, from draws a cache may have kept."""
     if outputs.shape[0] < plan.samples or usage.n_draws < plan.samples:
         raise PredictionError(f"internal: {min(outputs.shape[0], usage.n_draws)} draws for R = {plan.samples}")
     density, per_layer, draw_density, disconnected = _densities(model, plan, masks, None, usage, None)
-    return build_prediction(model, plan, outputs[:plan.samples], density, per_layer, draw_density, disconnected)
+    return build_prediction(model, plan, outputs[: plan.samples], density, per_layer, draw_density, disconnected)
 
 
 def disconnected_warning(plan: Plan) -> str:
     where = f" at threshold {plan.threshold:g}" if plan.threshold is not None else ""
-    return (f"the {plan.mode.value} network{where} has no path from any input to any output: "
-            "every prediction is the same constant; lower the threshold")
+    return (
+        f"the {plan.mode.value} network{where} has no path from any input to any output: "
+        "every prediction is the same constant; lower the threshold"
+    )
 
 
 def structure_fixed(model: BayesianMLP) -> bool:
@@ -441,18 +499,36 @@ def structure_fixed(model: BayesianMLP) -> bool:
 def fixed_structure_warning(plan: Plan) -> str:
     # Hubin & Storvik (2024) Table A8 labels post-trained results by what they are: bma and mean no longer exist.
     same = "MED-SIM (mpm)" if plan.mode is PredictionMode.BMA else "MED-MEA (mpm-mean)"
-    return (f"this model was post-trained with its structure fixed to the median probability model, so "
-            f"{plan.mode.value} ({plan.mode.paper_name}) no longer exists: these are the predictions of {same}")
+    return (
+        f"this model was post-trained with its structure fixed to the median probability model, so "
+        f"{plan.mode.value} ({plan.mode.paper_name}) no longer exists: these are the predictions of {same}"
+    )
 
 
-def build_prediction(model: BayesianMLP, plan: Plan, outputs: Tensor, density: float, per_layer: list[float],
-                     draw_density: float, disconnected: bool) -> Prediction:
+def build_prediction(
+    model: BayesianMLP,
+    plan: Plan,
+    outputs: Tensor,
+    density: float,
+    per_layer: list[float],
+    draw_density: float,
+    disconnected: bool,
+) -> Prediction:
     warnings = [disconnected_warning(plan)] if disconnected else []
     if plan.mode in (PredictionMode.BMA, PredictionMode.MEAN) and structure_fixed(model):
         warnings.append(fixed_structure_warning(plan))
-    common = dict(mode=plan.mode, task=task_of(model), samples=plan.samples, threshold=plan.threshold,
-                  weights=plan.weights, density=density, layer_density=per_layer, draw_density=draw_density,
-                  disconnected=disconnected, warnings=warnings)
+    common = dict(
+        mode=plan.mode,
+        task=task_of(model),
+        samples=plan.samples,
+        threshold=plan.threshold,
+        weights=plan.weights,
+        density=density,
+        layer_density=per_layer,
+        draw_density=draw_density,
+        disconnected=disconnected,
+        warnings=warnings,
+    )
     if task_of(model) == "classification":
         probs_per_draw = model.likelihood.probabilities(outputs).float().cpu().numpy()
         return Prediction(**common, probs_per_draw=probs_per_draw, probs=probs_per_draw.mean(axis=0))
@@ -462,6 +538,12 @@ def build_prediction(model: BayesianMLP, plan: Plan, outputs: Tensor, density: f
     mean = mean_per_draw.mean(axis=0)
     epistemic = mean_per_draw.var(axis=0)
     aleatoric = (std_per_draw.astype(np.float64) ** 2).mean(axis=0).astype(np.float32)
-    return Prediction(**common, mean_per_draw=mean_per_draw, std_per_draw=std_per_draw, mean=mean,
-                      epistemic_variance=epistemic, aleatoric_variance=aleatoric,
-                      total_variance=epistemic + aleatoric)
+    return Prediction(
+        **common,
+        mean_per_draw=mean_per_draw,
+        std_per_draw=std_per_draw,
+        mean=mean,
+        epistemic_variance=epistemic,
+        aleatoric_variance=aleatoric,
+        total_variance=epistemic + aleatoric,
+    )

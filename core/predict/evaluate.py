@@ -38,8 +38,9 @@ def mean_entropy_split(prediction: Prediction) -> dict[str, float]:
     return {part: float(values.mean()) for part, values in split.items()}
 
 
-def classification_metrics(prediction: Prediction, y: np.ndarray, ece_bins: int,
-                           doubt_threshold: float) -> dict[str, Any]:
+def classification_metrics(
+    prediction: Prediction, y: np.ndarray, ece_bins: int, doubt_threshold: float
+) -> dict[str, Any]:
     """prediction_metrics, accuracy vs R, and the compact calibration numbers: the risk-coverage
     curve's AURC (and its excess over the best ranking) and the mean entropy split."""
     result = prediction_metrics(prediction, y, "classification", ece_bins=ece_bins, doubt_level=doubt_threshold)
@@ -51,8 +52,9 @@ def classification_metrics(prediction: Prediction, y: np.ndarray, ece_bins: int,
     return result
 
 
-def regression_metrics(prediction: Prediction, y: np.ndarray, target_std: float,
-                       coverage_levels: Sequence[float]) -> dict[str, Any]:
+def regression_metrics(
+    prediction: Prediction, y: np.ndarray, target_std: float, coverage_levels: Sequence[float]
+) -> dict[str, Any]:
     """prediction_metrics and the compact calibration numbers: coverage and mean width (original
     units) of the central intervals, the PIT's KS distance from uniform, the calibration curve's
     mean |observed - nominal| coverage."""
@@ -92,8 +94,10 @@ def ood_entropy_split(split_in: dict[str, np.ndarray], prediction_out: Predictio
     """The entropy split's means out of domain, and the AUROC of the epistemic part (the mutual
     information) as an OOD detector: the part that should grow away from the data."""
     split_out = cls_metrics.entropy_split(prediction_out.probs_per_draw)
-    return {"entropy_split_out": {part: float(values.mean()) for part, values in split_out.items()},
-            "auroc_epistemic": ood_metrics.auroc(split_in["epistemic"], split_out["epistemic"])}
+    return {
+        "entropy_split_out": {part: float(values.mean()) for part, values in split_out.items()},
+        "auroc_epistemic": ood_metrics.auroc(split_in["epistemic"], split_out["epistemic"]),
+    }
 
 
 def load_ood_inputs(dataset, name: str, data_dir=None) -> np.ndarray:
@@ -101,8 +105,10 @@ def load_ood_inputs(dataset, name: str, data_dir=None) -> np.ndarray:
 
     x = load_ood(dataset, name, data_dir=data_dir)
     if x.ndim != 2 or x.shape[1] != dataset.in_features:
-        raise PredictionError(f"OOD set {name!r} has inputs of shape {x.shape[1:]} but {dataset.name} has "
-                              f"{dataset.in_features} features; pick a set with the same input shape")
+        raise PredictionError(
+            f"OOD set {name!r} has inputs of shape {x.shape[1:]} but {dataset.name} has "
+            f"{dataset.in_features} features; pick a set with the same input shape"
+        )
     return x
 
 
@@ -118,10 +124,20 @@ def active_density_of(model, prediction) -> float | None:
     return None
 
 
-def evaluate(model_or_run: Any, dataset, mode: str = "bma", samples: int = 10, threshold: float | None = None,
-             seed: int = 0, ood: str | Sequence[str] | None = None, ece_bins: int = 15,
-             doubt_threshold: float = cls_metrics.DOUBT_LEVEL, weights: str | None = None,
-             coverage_levels: Sequence[float] = reg_metrics.COVERAGE_LEVELS, data_dir=None) -> dict[str, Any]:
+def evaluate(
+    model_or_run: Any,
+    dataset,
+    mode: str = "bma",
+    samples: int = 10,
+    threshold: float | None = None,
+    seed: int = 0,
+    ood: str | Sequence[str] | None = None,
+    ece_bins: int = 15,
+    doubt_threshold: float = cls_metrics.DOUBT_LEVEL,
+    weights: str | None = None,
+    coverage_levels: Sequence[float] = reg_metrics.COVERAGE_LEVELS,
+    data_dir=None,
+) -> dict[str, Any]:
     """Test-set metrics of one prediction mode (JSON-serialisable).
 
     Classification: accuracy, nll, brier, ece, doubt decision, accuracy vs R, aurc and excess_aurc
@@ -137,10 +153,12 @@ def evaluate(model_or_run: Any, dataset, mode: str = "bma", samples: int = 10, t
     if int(ece_bins) < 1:
         raise PredictionError(f"ece_bins: must be >= 1, got {ece_bins}")
     if dataset.task != model.likelihood.task:
-        raise PredictionError(f"dataset {dataset.name} is a {dataset.task} task but the model does "
-                              f"{model.likelihood.task}")
-    prediction = predict(model, dataset.x_test, mode=mode, samples=samples, threshold=threshold, seed=seed,
-                         weights=weights)
+        raise PredictionError(
+            f"dataset {dataset.name} is a {dataset.task} task but the model does {model.likelihood.task}"
+        )
+    prediction = predict(
+        model, dataset.x_test, mode=mode, samples=samples, threshold=threshold, seed=seed, weights=weights
+    )
     result: dict[str, Any] = {
         "dataset": dataset.name,
         "family": model.family,
@@ -179,4 +197,3 @@ def evaluate(model_or_run: Any, dataset, mode: str = "bma", samples: int = 10, t
             if prediction.task == "classification":
                 result["ood"][name].update(ood_entropy_split(split_in, out))
     return jsonable(result)
-

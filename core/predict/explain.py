@@ -69,20 +69,37 @@ class Explanation:
     def table(self) -> list[dict[str, Any]]:
         """One row per feature: value, coefficient and contribution (median, lower, upper)."""
         coef, contrib = self._summary(self.coefficients), self._summary(self.contributions)
-        return [{"feature": j, "value": float(self.x[j]), "active": bool(self.active_features[j]),
-                 "coefficient": float(coef[0][j]), "coefficient_lower": float(coef[1][j]),
-                 "coefficient_upper": float(coef[2][j]), "contribution": float(contrib[0][j]),
-                 "contribution_lower": float(contrib[1][j]), "contribution_upper": float(contrib[2][j])}
-                for j in range(len(self.x))]
+        return [
+            {
+                "feature": j,
+                "value": float(self.x[j]),
+                "active": bool(self.active_features[j]),
+                "coefficient": float(coef[0][j]),
+                "coefficient_lower": float(coef[1][j]),
+                "coefficient_upper": float(coef[2][j]),
+                "contribution": float(contrib[0][j]),
+                "contribution_lower": float(contrib[1][j]),
+                "contribution_upper": float(contrib[2][j]),
+            }
+            for j in range(len(self.x))
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         intercept = self._summary(self.intercepts)
         value = self._summary(self.values)
-        return jsonable({"output": self.output, "output_name": self.output_name, "threshold": self.threshold,
-                         "samples": self.samples, "level": self.level, "seed": self.seed,
-                         "value": {"median": value[0], "lower": value[1], "upper": value[2]},
-                         "intercept": {"median": intercept[0], "lower": intercept[1], "upper": intercept[2]},
-                         "features": self.table()})
+        return jsonable(
+            {
+                "output": self.output,
+                "output_name": self.output_name,
+                "threshold": self.threshold,
+                "samples": self.samples,
+                "level": self.level,
+                "seed": self.seed,
+                "value": {"median": value[0], "lower": value[1], "upper": value[2]},
+                "intercept": {"median": intercept[0], "lower": intercept[1], "upper": intercept[2]},
+                "features": self.table(),
+            }
+        )
 
 
 def explainable(model_or_run: Any) -> bool:
@@ -92,8 +109,15 @@ def explainable(model_or_run: Any) -> bool:
     return model.posterior is None and model.geometry is None
 
 
-def explain(model_or_run: Any, x: Any, threshold: float | None = None, samples: int = DEFAULT_SAMPLES,
-            seed: int = 0, output: int | None = None, level: float = DEFAULT_LEVEL) -> Explanation:
+def explain(
+    model_or_run: Any,
+    x: Any,
+    threshold: float | None = None,
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = 0,
+    output: int | None = None,
+    level: float = DEFAULT_LEVEL,
+) -> Explanation:
     """Explain output `output` (default: the class the draws' mean probability predicts; regression:
     the mean) at the single input x (d,) or (1, d) by R = `samples` draws of the network pruned at
     `threshold` (default: the family's). See the module docstring for what is reported."""
@@ -101,8 +125,10 @@ def explain(model_or_run: Any, x: Any, threshold: float | None = None, samples: 
     if model.geometry is not None:
         raise PredictionError("explain: works on fully connected networks; this run has convolutional blocks (conv)")
     if not explainable(model):
-        raise PredictionError(f"explain: the {model.family} family's draws are a linearisation about the "
-                              f"mean, not networks of their own; explain another family's run")
+        raise PredictionError(
+            f"explain: the {model.family} family's draws are a linearisation about the "
+            f"mean, not networks of their own; explain another family's run"
+        )
     samples = check_samples(samples)
     if not 0.0 < float(level) < 1.0:
         raise PredictionError(f"level: must lie in (0, 1), got {level!r}")
@@ -111,8 +137,9 @@ def explain(model_or_run: Any, x: Any, threshold: float | None = None, samples: 
     if array.ndim == 2 and array.shape[0] == 1:
         array = array[0]
     if array.ndim != 1:
-        raise PredictionError(f"explain: give one input of {model.config.in_features} features, got shape "
-                              f"{array.shape}")
+        raise PredictionError(
+            f"explain: give one input of {model.config.in_features} features, got shape {array.shape}"
+        )
     if not np.all(np.isfinite(array)):
         raise PredictionError("explain: the input holds a value that is not a finite number")
     as_inputs(model, array[None])  # the shape check predictions make
@@ -140,10 +167,19 @@ def explain(model_or_run: Any, x: Any, threshold: float | None = None, samples: 
     for index in range(1, len(used)):
         if model.input_skip:
             width = used[index - 1].shape[0]
-            first = first | used[index][:, width:width + d].any(dim=0)
-    return Explanation(x=array, output=int(chosen), output_name=name, threshold=float(threshold), samples=samples,
-                       level=float(level), seed=int(seed), coefficients=gradient[:, 0, :].cpu().numpy(),
-                       values=out[:, chosen].detach().cpu().numpy(), active_features=first.cpu().numpy())
+            first = first | used[index][:, width : width + d].any(dim=0)
+    return Explanation(
+        x=array,
+        output=int(chosen),
+        output_name=name,
+        threshold=float(threshold),
+        samples=samples,
+        level=float(level),
+        seed=int(seed),
+        coefficients=gradient[:, 0, :].cpu().numpy(),
+        values=out[:, chosen].detach().cpu().numpy(),
+        active_features=first.cpu().numpy(),
+    )
 
 
 def predicted_class(model, logits: torch.Tensor) -> int:

@@ -55,9 +55,11 @@ def kept_counts(masks: list[Tensor], active: list[Tensor] | None = None) -> dict
     The one count the Pruning page and the export both show (raw / density * total = raw). `active`: the
     active entries where known (a conv network's, core.predict.structure.network_active_masks)."""
     active = active_masks(masks) if active is None else active
-    return {"raw": sum(int(torch.count_nonzero(m)) for m in masks),
-            "active": sum(int(torch.count_nonzero(m)) for m in active),
-            "total": sum(int(m.numel()) for m in masks)}
+    return {
+        "raw": sum(int(torch.count_nonzero(m)) for m in masks),
+        "active": sum(int(torch.count_nonzero(m)) for m in active),
+        "total": sum(int(m.numel()) for m in masks),
+    }
 
 
 def kept_counts_at(model_or_run: Any, threshold: float | None) -> dict[str, int]:
@@ -98,9 +100,17 @@ def compact_skip(model: BayesianMLP) -> list[bool]:
 class ExportedMLP(nn.Module):
     """A small deterministic MLP: gather used inputs, then compact layers (sparse ones as sparse matrices)."""
 
-    def __init__(self, input_index: Tensor, weights: list[Tensor], biases: list[Tensor], activation: str,
-                 likelihood: str, noise_std: float | None = None, skip: list[bool] | None = None,
-                 geometry: ConvGeometry | None = None):
+    def __init__(
+        self,
+        input_index: Tensor,
+        weights: list[Tensor],
+        biases: list[Tensor],
+        activation: str,
+        likelihood: str,
+        noise_std: float | None = None,
+        skip: list[bool] | None = None,
+        geometry: ConvGeometry | None = None,
+    ):
         super().__init__()
         self.geometry = geometry  # conv blocks first (core.models.conv_network); None: a compact MLP
         self.skip = tuple(bool(flag) for flag in skip) if skip and any(skip) else ()
@@ -117,8 +127,10 @@ class ExportedMLP(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if self.geometry is not None:
-            weights = [torch.cat([getattr(self, f"weight_{i}"), getattr(self, f"bias_{i}").unsqueeze(1)], dim=1)
-                       for i in range(self.n_layers)]
+            weights = [
+                torch.cat([getattr(self, f"weight_{i}"), getattr(self, f"bias_{i}").unsqueeze(1)], dim=1)
+                for i in range(self.n_layers)
+            ]
             return conv_forward(x.reshape(x.shape[0], -1), weights, self.geometry, self.activation)
         return self.network(x.reshape(x.shape[0], -1))
 
@@ -131,10 +143,12 @@ class ExportedMLP(nn.Module):
             layers = []
             for i, weight in enumerate(weights):
                 layer_format = choose_format(int(torch.count_nonzero(weight)), weight.numel())
-                layers.append(CompactLayer(to_format(weight, layer_format), getattr(self, f"bias_{i}").unsqueeze(1),
-                                           layer_format))
-            self._network = CompactNetwork(self.input_index, layers, self.activation, int(self.input_index.numel()),
-                                           skip=self.skip)
+                layers.append(
+                    CompactLayer(to_format(weight, layer_format), getattr(self, f"bias_{i}").unsqueeze(1), layer_format)
+                )
+            self._network = CompactNetwork(
+                self.input_index, layers, self.activation, int(self.input_index.numel()), skip=self.skip
+            )
             self._network_key = key
         return self._network
 
@@ -147,8 +161,9 @@ class ExportedMLP(nn.Module):
         return self.likelihood.mean_and_std(out)
 
 
-def export_pruned(model_or_run: Any, threshold: float | None, path: str | Path,
-                  metrics: dict[str, Any] | None = None) -> Path:
+def export_pruned(
+    model_or_run: Any, threshold: float | None, path: str | Path, metrics: dict[str, Any] | None = None
+) -> Path:
     """Write the pruned mean network at `threshold` (default: the family's) to directory `path`."""
     model = resolve_model(model_or_run)
     threshold = model.spec.default_threshold if threshold is None else check_threshold(model, threshold)
@@ -199,8 +214,10 @@ def export_pruned(model_or_run: Any, threshold: float | None, path: str | Path,
         (directory / META_FILE).write_text(meta_text)
         (directory / README_FILE).write_text(readme_text(meta, onnx=False))
     except OSError as exc:  # a read-only or full disk: one line, not a traceback
-        raise RunStoreError(f"export: cannot write {exc.filename or directory} ({exc.strerror or exc}); "
-                            f"choose a writable folder with free space for --out") from None
+        raise RunStoreError(
+            f"export: cannot write {exc.filename or directory} ({exc.strerror or exc}); "
+            f"choose a writable folder with free space for --out"
+        ) from None
     return directory
 
 
@@ -211,8 +228,10 @@ def load_exported(path: str | Path) -> ExportedMLP:
         raise PredictionError(f"export: {directory} does not hold {META_FILE} and {WEIGHTS_FILE}")
     meta = json.loads(meta_path.read_text())
     if meta.get("format_version") != FORMAT_VERSION:
-        raise PredictionError(f"export: {directory} has format version {meta.get('format_version')!r}, "
-                              f"this version reads {FORMAT_VERSION}")
+        raise PredictionError(
+            f"export: {directory} has format version {meta.get('format_version')!r}, "
+            f"this version reads {FORMAT_VERSION}"
+        )
     tensors = load_file(str(weights_path))
     weights, biases = [], []
     for i, shape in enumerate(meta["layer_shapes"]):
@@ -220,8 +239,16 @@ def load_exported(path: str | Path) -> ExportedMLP:
         dense[tensors[f"layer_{i}.indices"].long()] = tensors[f"layer_{i}.values"]
         weights.append(dense.reshape(shape))
         biases.append(tensors[f"layer_{i}.bias"])
-    module = ExportedMLP(tensors["input_index"], weights, biases, meta["activation"], meta["likelihood"],
-                         meta.get("noise_std"), meta.get("input_skip"), _geometry(meta))
+    module = ExportedMLP(
+        tensors["input_index"],
+        weights,
+        biases,
+        meta["activation"],
+        meta["likelihood"],
+        meta.get("noise_std"),
+        meta.get("input_skip"),
+        _geometry(meta),
+    )
     module.meta = meta
     return module.eval()
 
@@ -255,17 +282,26 @@ def readme_text(meta: dict[str, Any], onnx: bool) -> str:
         "```",
     ]
     if any(meta.get("input_skip") or []):
-        lines += ["", "This network has input skips: layers after the first also read the gathered inputs, "
-                      "appended below the previous layer's units (`input_skip` in model.json)."]
+        lines += [
+            "",
+            "This network has input skips: layers after the first also read the gathered inputs, "
+            "appended below the previous layer's units (`input_skip` in model.json).",
+        ]
     if (meta.get("config") or {}).get("conv"):
-        lines += ["", "This network starts with convolutional blocks (`conv`, `image_shape` in model.json's config): "
-                      "layer i < len(conv) holds its filters flattened, (filters, channels * k * k), each block a "
-                      "conv2d, the activation and a 2x2 max-pool; the snippet above reads fully connected layers "
-                      "only: `core.predict.export.load_exported` runs both."]
+        lines += [
+            "",
+            "This network starts with convolutional blocks (`conv`, `image_shape` in model.json's config): "
+            "layer i < len(conv) holds its filters flattened, (filters, channels * k * k), each block a "
+            "conv2d, the activation and a 2x2 max-pool; the snippet above reads fully connected layers "
+            "only: `core.predict.export.load_exported` runs both.",
+        ]
     if onnx:
         lines += ["", "## onnxruntime", "", "```python", ONNX_SNIPPET.strip(), "```"]
-    lines += ["", "Regression outputs are in standardised target units (y = mean * target_std + target_mean, "
-                  "the training split's statistics)."]
+    lines += [
+        "",
+        "Regression outputs are in standardised target units (y = mean * target_std + target_mean, "
+        "the training split's statistics).",
+    ]
     return "\n".join(lines) + "\n"
 
 

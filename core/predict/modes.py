@@ -51,8 +51,11 @@ class PredictionMode(str, Enum):
         """The columns of the paper's comparison table (Hubin & Storvik 2024): (column, mode, R), the
         sampling modes once per R in `samples`, the mean-weight modes once at R = 1."""
         order = (cls.BMA, cls.MPM, cls.MPM_MEAN, cls.MEAN)
-        return tuple((f"{mode.paper_name} R={r}", mode, r) if mode.draws_samples() else (mode.paper_name, mode, 1)
-                     for mode in order for r in (samples if mode.draws_samples() else samples[:1]))
+        return tuple(
+            (f"{mode.paper_name} R={r}", mode, r) if mode.draws_samples() else (mode.paper_name, mode, 1)
+            for mode in order
+            for r in (samples if mode.draws_samples() else samples[:1])
+        )
 
     def weight_choice(self, weights: "str | WeightChoice | None" = None) -> "WeightChoice":
         """The weights the mode predicts with: prune takes `weights` (default sample); the others
@@ -66,8 +69,7 @@ class PredictionMode(str, Enum):
         weights is mpm at the same threshold, prune with mean weights is mpm-mean (the same network,
         the same draws); every other mode is itself."""
         if self is PredictionMode.PRUNE:
-            return (PredictionMode.MPM if self.weight_choice(weights) is WeightChoice.SAMPLE
-                    else PredictionMode.MPM_MEAN)
+            return PredictionMode.MPM if self.weight_choice(weights) is WeightChoice.SAMPLE else PredictionMode.MPM_MEAN
         return self
 
     def draws_samples(self, weights: "str | WeightChoice | None" = None) -> bool:
@@ -116,7 +118,7 @@ REGRESSION_PREDICTIVES = {
     "mode": "the prediction mode above (mean, epistemic and total 95% bands)",
     "collapsed": "collapsed: body sampled, last layer's Gaussian q integrated out exactly",
     "collapsed-box": "collapsed, box q on the widest last-layer terms and triangular noise "
-                     "(Zeng & Van den Broeck 2023)",
+    "(Zeng & Van den Broeck 2023)",
 }
 
 
@@ -124,8 +126,10 @@ def modes_help() -> str:
     """The modes and their paper names in one line (CLI help)."""
     names = ", ".join(m.value for m in PredictionMode)
     papers = ", ".join(m.paper_name for m in PredictionMode)
-    return (f"{names} (paper names {papers}); regression also collapsed (Gaussian last layer integrated out) "
-            "or collapsed-box (Zeng & Van den Broeck 2023's box)")
+    return (
+        f"{names} (paper names {papers}); regression also collapsed (Gaussian last layer integrated out) "
+        "or collapsed-box (Zeng & Van den Broeck 2023's box)"
+    )
 
 
 def collapsed_variant(value: str | PredictionMode) -> str | None:

@@ -68,9 +68,15 @@ class _Head(nn.Module):
 
     def __init__(self, likelihood: nn.Module):
         super().__init__()
-        self.kind = ("bernoulli" if isinstance(likelihood, Bernoulli) else
-                     "heteroscedastic" if isinstance(likelihood, HeteroscedasticGaussian) else
-                     "gaussian" if likelihood.task == "regression" else "categorical")
+        self.kind = (
+            "bernoulli"
+            if isinstance(likelihood, Bernoulli)
+            else "heteroscedastic"
+            if isinstance(likelihood, HeteroscedasticGaussian)
+            else "gaussian"
+            if likelihood.task == "regression"
+            else "categorical"
+        )
         self.floor = getattr(likelihood, "std_floor", 0.0)
         noise = float(likelihood.log_noise_std.detach().exp()) if self.kind == "gaussian" else 0.0
         self.register_buffer("noise_std", torch.tensor(noise, dtype=torch.float32))
@@ -90,8 +96,7 @@ class _Head(nn.Module):
 class _SkipMLP(nn.Module):
     """Layers after the first also read the gathered inputs (input skip), appended after the units."""
 
-    def __init__(self, gather: _Gather, linears: list[nn.Linear], activation: nn.Module, skip: list[bool],
-                 head: _Head):
+    def __init__(self, gather: _Gather, linears: list[nn.Linear], activation: nn.Module, skip: list[bool], head: _Head):
         super().__init__()
         self.gather, self.linears, self.activation, self.head = gather, nn.ModuleList(linears), activation, head
         self.skip = tuple(skip)
@@ -148,8 +153,10 @@ def output_names(model: BayesianMLP) -> list[str]:
 
 def onnx_bytes(model: BayesianMLP, threshold: float | None) -> bytes:
     if model.geometry is not None:
-        raise PredictionError("export --format onnx: writes fully connected networks only; this run has "
-                              "convolutional blocks (conv): use the safetensors export")
+        raise PredictionError(
+            "export --format onnx: writes fully connected networks only; this run has "
+            "convolutional blocks (conv): use the safetensors export"
+        )
     """The ONNX graph of plain_module(model, threshold), batch size dynamic."""
     module = plain_module(model, threshold)
     names = output_names(model)
@@ -160,8 +167,16 @@ def onnx_bytes(model: BayesianMLP, threshold: float | None) -> bytes:
         # it is the one that works offline on every torch this project supports.
         warnings.simplefilter("ignore")
         try:
-            torch.onnx.export(module, (example,), buffer, dynamo=False, opset_version=OPSET, input_names=["x"],
-                              output_names=names, dynamic_axes={name: {0: "n"} for name in ["x", *names]})
+            torch.onnx.export(
+                module,
+                (example,),
+                buffer,
+                dynamo=False,
+                opset_version=OPSET,
+                input_names=["x"],
+                output_names=names,
+                dynamic_axes={name: {0: "n"} for name in ["x", *names]},
+            )
         except ModuleNotFoundError as exc:
             raise PredictionError(f"export --format onnx needs {exc.name}: {INSTALL_HINT}") from None
     return buffer.getvalue()
@@ -180,8 +195,10 @@ def write_onnx(model_or_run: Any, threshold: float | None, folder: str | Path) -
         (folder / ONNX_FILE).write_bytes(data)
         (folder / README_FILE).write_text(readme_text(meta, onnx=True))
     except OSError as exc:
-        raise RunStoreError(f"export: cannot write {exc.filename or folder} ({exc.strerror or exc}); "
-                            f"choose a writable folder with free space for --out") from None
+        raise RunStoreError(
+            f"export: cannot write {exc.filename or folder} ({exc.strerror or exc}); "
+            f"choose a writable folder with free space for --out"
+        ) from None
     return folder / ONNX_FILE
 
 
@@ -212,8 +229,12 @@ def max_difference(source: Any, prediction: Any, x: np.ndarray) -> float:
     outputs = run_onnx(source, x)
     if "probabilities" in outputs:
         return float(np.max(np.abs(outputs["probabilities"] - prediction.probs)))
-    return float(max(np.max(np.abs(outputs["mean"] - prediction.mean)),
-                     np.max(np.abs(outputs["std"] - prediction.std_per_draw[0]))))
+    return float(
+        max(
+            np.max(np.abs(outputs["mean"] - prediction.mean)),
+            np.max(np.abs(outputs["std"] - prediction.std_per_draw[0])),
+        )
+    )
 
 
 def verify(model_or_run: Any, source: Any, x: Any, threshold: float) -> float:
@@ -223,8 +244,10 @@ def verify(model_or_run: Any, source: Any, x: Any, threshold: float) -> float:
     x = np.asarray(x, dtype=np.float32)
     difference = max_difference(source, predict(model, x, "prune", threshold=threshold, weights="mean"), x)
     if not difference <= CHECK_ATOL:
-        raise PredictionError(f"export: the ONNX graph differs from the project's prediction by {difference:.3g} "
-                              f"(more than {CHECK_ATOL:g}) on {len(x)} inputs")
+        raise PredictionError(
+            f"export: the ONNX graph differs from the project's prediction by {difference:.3g} "
+            f"(more than {CHECK_ATOL:g}) on {len(x)} inputs"
+        )
     return difference
 
 

@@ -40,8 +40,9 @@ def skip_layers(shapes: Sequence[Sequence[int]]) -> list[bool]:
         elif fan_in == width + d:
             flags.append(True)
         else:
-            raise ValueError(f"layer shapes do not chain: fan-in {fan_in} after a layer of {width} units "
-                             f"and {d} inputs")
+            raise ValueError(
+                f"layer shapes do not chain: fan-in {fan_in} after a layer of {width} units and {d} inputs"
+            )
     return flags
 
 

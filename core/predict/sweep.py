@@ -73,18 +73,34 @@ class SweepResult:
 
     def to_dict(self) -> dict[str, Any]:
         active = {} if self.active_density is None else {"active_density": self.active_density}
-        return jsonable({
-            "mode": self.mode, "weights": self.weights, "statistic": self.statistic, "keep": self.keep,
-            "thresholds": self.thresholds, "density": self.density, "layer_density": self.layer_density,
-            "metric": self.metric, "values": self.values, "disconnected": self.disconnected,
-            "samples": self.samples, "seed": self.seed, **active, **self.extra,
-        })
+        return jsonable(
+            {
+                "mode": self.mode,
+                "weights": self.weights,
+                "statistic": self.statistic,
+                "keep": self.keep,
+                "thresholds": self.thresholds,
+                "density": self.density,
+                "layer_density": self.layer_density,
+                "metric": self.metric,
+                "values": self.values,
+                "disconnected": self.disconnected,
+                "samples": self.samples,
+                "seed": self.seed,
+                **active,
+                **self.extra,
+            }
+        )
 
     def to_rows(self) -> list[dict[str, Any]]:
         rows = []
         for i, threshold in enumerate(self.thresholds):
-            row = {"threshold": float(threshold), "density": float(self.density[i]),
-                   self.metric: float(self.values[i]), "disconnected": bool(self.disconnected[i])}
+            row = {
+                "threshold": float(threshold),
+                "density": float(self.density[i]),
+                self.metric: float(self.values[i]),
+                "disconnected": bool(self.disconnected[i]),
+            }
             if self.active_density is not None:
                 row["active_density"] = float(self.active_density[i])
             row.update({f"density_layer_{k}": float(d) for k, d in enumerate(self.layer_density[i])})
@@ -130,19 +146,31 @@ class SortedStatistics:
 def disconnected_at(stats: SortedStatistics, grid: np.ndarray) -> np.ndarray:
     """(T,) whether the network cut at each threshold has no path from an input to an output."""
     with torch.no_grad():
-        return np.concatenate([is_disconnected(stats.structure_masks(stats.stacked_masks(grid[i:i + MASK_BLOCK])))
-                               .cpu().numpy()
-                               for i in range(0, len(grid), MASK_BLOCK)])
+        return np.concatenate(
+            [
+                is_disconnected(stats.structure_masks(stats.stacked_masks(grid[i : i + MASK_BLOCK]))).cpu().numpy()
+                for i in range(0, len(grid), MASK_BLOCK)
+            ]
+        )
 
 
 def active_density_at(stats: SortedStatistics, grid: np.ndarray) -> np.ndarray:
     """(T,) the active-path density (core.predict.structure.active_masks) of the network cut at each threshold."""
     total = sum(float(np.prod(shape)) for shape in stats.shapes)
     with torch.no_grad():
-        return np.concatenate([
-            sum(mask.reshape(mask.shape[0], -1).sum(dim=1) for mask in network_active_masks(
-                stats, stats.stacked_masks(grid[i:i + MASK_BLOCK]))).double().cpu().numpy() / total
-            for i in range(0, len(grid), MASK_BLOCK)])
+        return np.concatenate(
+            [
+                sum(
+                    mask.reshape(mask.shape[0], -1).sum(dim=1)
+                    for mask in network_active_masks(stats, stats.stacked_masks(grid[i : i + MASK_BLOCK]))
+                )
+                .double()
+                .cpu()
+                .numpy()
+                / total
+                for i in range(0, len(grid), MASK_BLOCK)
+            ]
+        )
 
 
 def default_thresholds(model: BayesianMLP, n_points: int = DEFAULT_POINTS) -> np.ndarray:
@@ -174,8 +202,10 @@ def parse_threshold_grid(spec: str) -> np.ndarray:
     once built a billion thresholds (5.4 GB after 14 s)."""
     text = str(spec).strip()
     most = limits.limit(limits.MAX_THRESHOLDS)
-    too_many = f"thresholds: {validate.shown(spec)} gives more than {most} thresholds " \
-               f"(${limits.MAX_THRESHOLDS.variable}); use a larger step or fewer values"
+    too_many = (
+        f"thresholds: {validate.shown(spec)} gives more than {most} thresholds "
+        f"(${limits.MAX_THRESHOLDS.variable}); use a larger step or fewer values"
+    )
     try:
         if ":" in text:
             parts = text.split(":")
@@ -228,8 +258,7 @@ def _add_band(accumulated: Tensor, weight: Tensor, band: Tensor, inputs_t: Tenso
         accumulated.addmm_(entering.view(width, fan_in), inputs_t)
 
 
-def _incremental_mean_outputs(model: BayesianMLP, x: Tensor, stats: SortedStatistics,
-                              thresholds: np.ndarray) -> Tensor:
+def _incremental_mean_outputs(model: BayesianMLP, x: Tensor, stats: SortedStatistics, thresholds: np.ndarray) -> Tensor:
     """Outputs (T, n, out) of the conditional-mean network at each threshold.
 
     The first layer's pre-activations, transposed (width, n), are accumulated in
@@ -249,24 +278,25 @@ def _incremental_mean_outputs(model: BayesianMLP, x: Tensor, stats: SortedStatis
     chunk = max(1, min(n, MEMORY_BUDGET_BYTES // per_input))
     outputs = torch.empty((len(thresholds), n, weights[-1].shape[0]), dtype=x.dtype, device=x.device)
     for start in range(0, n, chunk):
-        part = x[start:start + chunk]
+        part = x[start : start + chunk]
         inputs_t = torch.cat([part, torch.ones_like(part[:, :1])], dim=1).T.double().contiguous()
         accumulated = torch.zeros(width, part.shape[0], dtype=torch.float64, device=x.device)
         done = 0
         for index in visit:
             if counts[index] > done:
-                _add_band(accumulated, first, order[done:counts[index]], inputs_t)
+                _add_band(accumulated, first, order[done : counts[index]], inputs_t)
                 done = counts[index]
             if len(weights) == 1:
-                outputs[index, start:start + chunk] = accumulated.T.to(x.dtype)
+                outputs[index, start : start + chunk] = accumulated.T.to(x.dtype)
                 continue
             # Built per point (and per input chunk, usually one): keeping T of them would cost T networks.
-            rest = compact_network(weights[1:], stats.masks(thresholds[index])[1:], model.activation,
-                                   fold_constants=False)
+            rest = compact_network(
+                weights[1:], stats.masks(thresholds[index])[1:], model.activation, fold_constants=False
+            )
             rows = accumulated if rest.input_index is None else accumulated.index_select(0, rest.input_index)
             # A copy even where the dtypes match: the activation runs in place.
             hidden = activate_(model.activation, rows.to(x.dtype, copy=rows is accumulated))
-            outputs[index, start:start + chunk] = rest.forward_transposed(hidden).T
+            outputs[index, start : start + chunk] = rest.forward_transposed(hidden).T
     return outputs
 
 
@@ -288,9 +318,16 @@ def _single_network_metrics(model: BayesianMLP, outputs: Tensor, y: np.ndarray, 
     return [reg_metrics.rmse(m, y, target_std) for m in mean.double().cpu().numpy()]
 
 
-def sweep(model_or_run: Any, dataset, thresholds: Sequence[float] | str | None = None, mode: str = "mpm-mean",
-          samples: int = 1, seed: int = 0, weights: str | None = None,
-          n_points: int = DEFAULT_POINTS) -> SweepResult:
+def sweep(
+    model_or_run: Any,
+    dataset,
+    thresholds: Sequence[float] | str | None = None,
+    mode: str = "mpm-mean",
+    samples: int = 1,
+    seed: int = 0,
+    weights: str | None = None,
+    n_points: int = DEFAULT_POINTS,
+) -> SweepResult:
     """Density and the task metric (accuracy, or RMSE in original units) at each threshold."""
     model = resolve_model(model_or_run)
     choice = _sweep_plan(model, mode, weights)
@@ -316,14 +353,27 @@ def sweep(model_or_run: Any, dataset, thresholds: Sequence[float] | str | None =
             values = []
             for t in grid:
                 # The compact network reads only the kept entries of the unmasked draws.
-                values.append(_task_metric(model, forward_masked(model, x, draws, stats.masks(t)), dataset.y_test,
-                                           dataset.target_std))
+                values.append(
+                    _task_metric(
+                        model, forward_masked(model, x, draws, stats.masks(t)), dataset.y_test, dataset.target_std
+                    )
+                )
     metric = headline_metric(model.likelihood.task)
-    return SweepResult(mode=parse_mode(mode).value, weights=choice.value, statistic=model.spec.name,
-                       keep=model.spec.keep.value, thresholds=grid, density=counts.sum(1) / sizes.sum(),
-                       layer_density=counts / sizes, metric=metric, values=np.array(values),
-                       disconnected=disconnected, samples=samples, seed=int(seed),
-                       active_density=active_density_at(stats, grid))
+    return SweepResult(
+        mode=parse_mode(mode).value,
+        weights=choice.value,
+        statistic=model.spec.name,
+        keep=model.spec.keep.value,
+        thresholds=grid,
+        density=counts.sum(1) / sizes.sum(),
+        layer_density=counts / sizes,
+        metric=metric,
+        values=np.array(values),
+        disconnected=disconnected,
+        samples=samples,
+        seed=int(seed),
+        active_density=active_density_at(stats, grid),
+    )
 
 
 def thresholds_for_densities(model: BayesianMLP, densities: Sequence[float]) -> np.ndarray:
@@ -347,12 +397,26 @@ def thresholds_for_densities(model: BayesianMLP, densities: Sequence[float]) -> 
     return np.array(result)
 
 
-def sweep_at_densities(model_or_run: Any, dataset, densities: Sequence[float], mode: str = "mpm-mean",
-                       samples: int = 1, seed: int = 0, weights: str | None = None) -> SweepResult:
+def sweep_at_densities(
+    model_or_run: Any,
+    dataset,
+    densities: Sequence[float],
+    mode: str = "mpm-mean",
+    samples: int = 1,
+    seed: int = 0,
+    weights: str | None = None,
+) -> SweepResult:
     """Sweep at thresholds chosen so the density matches `densities` (e.g. another run's sweep),
     so that the FNN pruned by magnitude and a BNN give comparable curves (Hubin & Storvik 2024 appendix B)."""
     model = resolve_model(model_or_run)
-    result = sweep(model, dataset, thresholds_for_densities(model, densities), mode=mode, samples=samples,
-                   seed=seed, weights=weights)
+    result = sweep(
+        model,
+        dataset,
+        thresholds_for_densities(model, densities),
+        mode=mode,
+        samples=samples,
+        seed=seed,
+        weights=weights,
+    )
     result.extra["target_density"] = [float(d) for d in densities]
     return result

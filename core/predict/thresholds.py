@@ -70,12 +70,15 @@ def curve_point(curve: SweepCurve, threshold: float) -> tuple[float, float]:
     the marker of the current threshold, read off the sweep instead of predicting the test set again."""
     order = np.argsort(curve.thresholds, kind="stable")
     grid = curve.thresholds[order]
-    return (float(np.interp(threshold, grid, curve.density[order])),
-            float(np.interp(threshold, grid, curve.values[order])))
+    return (
+        float(np.interp(threshold, grid, curve.density[order])),
+        float(np.interp(threshold, grid, curve.values[order])),
+    )
 
 
-def suggested_threshold(thresholds: np.ndarray, density: np.ndarray, values: np.ndarray, metric: str,
-                        tolerance: float = 0.005) -> dict[str, float] | None:
+def suggested_threshold(
+    thresholds: np.ndarray, density: np.ndarray, values: np.ndarray, metric: str, tolerance: float = 0.005
+) -> dict[str, float] | None:
     """The sparsest point of a sweep whose metric is within `tolerance` of the best: accuracy at
     least best - tolerance (0.005 = half a point), or RMSE at most best * (1 + tolerance)."""
     thresholds, density, values = (np.asarray(a, dtype=np.float64) for a in (thresholds, density, values))
@@ -89,10 +92,15 @@ def suggested_threshold(thresholds: np.ndarray, density: np.ndarray, values: np.
         best = float(values[finite].min())
         good = finite & (values <= best * (1 + tolerance))
     candidates = np.flatnonzero(good)
-    index = candidates[np.lexsort((-values[candidates] if metric == "accuracy" else values[candidates],
-                                   density[candidates]))[0]]
-    return {"threshold": float(thresholds[index]), "density": float(density[index]),
-            "value": float(values[index]), "best": best}
+    index = candidates[
+        np.lexsort((-values[candidates] if metric == "accuracy" else values[candidates], density[candidates]))[0]
+    ]
+    return {
+        "threshold": float(thresholds[index]),
+        "density": float(density[index]),
+        "value": float(values[index]),
+        "best": best,
+    }
 
 
 def samples_structure(statistic_name: str) -> bool:

@@ -27,6 +27,12 @@ def reference_bands(run: Any, x: np.ndarray) -> dict[str, Any] | None:
         return None
     ref_id, posterior = found
     bands = posterior.bands(x, BAND_LEVELS)
-    return {"mean": bands["mean"], "low": bands[f"q{BAND_LEVELS[0]:g}"], "high": bands[f"q{BAND_LEVELS[1]:g}"],
-            "reference_id": ref_id, "hidden": list(posterior.config.hidden), "draws": posterior.n_samples,
-            "diagnostics": dict(posterior.diagnostics)}
+    return {
+        "mean": bands["mean"],
+        "low": bands[f"q{BAND_LEVELS[0]:g}"],
+        "high": bands[f"q{BAND_LEVELS[1]:g}"],
+        "reference_id": ref_id,
+        "hidden": list(posterior.config.hidden),
+        "draws": posterior.n_samples,
+        "diagnostics": dict(posterior.diagnostics),
+    }

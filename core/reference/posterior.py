@@ -68,8 +68,9 @@ def require_pyro() -> None:
     try:
         import pyro  # noqa: F401
     except ImportError:
-        raise PyroMissingError(f"the NUTS reference needs Pyro, an optional dependency: "
-                               f"pip install -r {REQUIREMENTS_FILE}") from None
+        raise PyroMissingError(
+            f"the NUTS reference needs Pyro, an optional dependency: pip install -r {REQUIREMENTS_FILE}"
+        ) from None
 
 
 def require_numpyro() -> None:
@@ -77,8 +78,10 @@ def require_numpyro() -> None:
         import jax  # noqa: F401
         import numpyro  # noqa: F401
     except ImportError:
-        raise PyroMissingError(f"the NUTS reference (sampler numpyro) needs NumPyro and JAX, optional "
-                               f"dependencies: pip install -r {REQUIREMENTS_FILE}") from None
+        raise PyroMissingError(
+            f"the NUTS reference (sampler numpyro) needs NumPyro and JAX, optional "
+            f"dependencies: pip install -r {REQUIREMENTS_FILE}"
+        ) from None
 
 
 def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
@@ -168,6 +171,7 @@ class ReferenceConfig:
 
     def load_dataset(self, data_dir=None):
         from core.data import load_dataset
+
         return load_dataset(self.dataset, data_dir=data_dir, seed=self.data_seed, **dict(self.dataset_params))
 
 
@@ -183,6 +187,7 @@ def default_config(dataset: str, **changes: Any) -> ReferenceConfig:
 
 
 # --- the network and the Pyro model -------------------------------------------------------------
+
 
 def layer_shapes(config: ReferenceConfig, in_features: int) -> list[tuple[int, int]]:
     """(out, in+1) per layer: the augmented weight matrices of core.models (bias as the last column)."""
@@ -217,8 +222,9 @@ def _pyro_model(config: ReferenceConfig, shapes: list[tuple[int, int]], activati
                 w = w * torch.sigmoid((logit_psi + u) / config.temperature)
             weights.append(w)
         if config.noise_std is None:
-            log_noise = pyro.sample("log_noise", dist.Normal(torch.tensor(config.noise_loc, dtype=x.dtype),
-                                                             config.noise_scale))
+            log_noise = pyro.sample(
+                "log_noise", dist.Normal(torch.tensor(config.noise_loc, dtype=x.dtype), config.noise_scale)
+            )
         else:
             log_noise = torch.tensor(math.log(config.noise_std), dtype=x.dtype)
         f = network_outputs([w.unsqueeze(0) for w in weights], x, activation)[0]
@@ -248,10 +254,14 @@ class ReferencePosterior:
     def function_samples(self, x: np.ndarray) -> np.ndarray:
         """f_s(x) in the network's (standardised) units, (S, n)."""
         from core.models.network import ACTIVATIONS
+
         activation = ACTIVATIONS[self.config.activation]()
         with torch.no_grad():
-            out = network_outputs([torch.from_numpy(w) for w in self.weights],
-                                  torch.as_tensor(np.asarray(x), dtype=torch.float64), activation)
+            out = network_outputs(
+                [torch.from_numpy(w) for w in self.weights],
+                torch.as_tensor(np.asarray(x), dtype=torch.float64),
+                activation,
+            )
         return out.numpy()
 
     def predictive(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -263,6 +273,7 @@ class ReferencePosterior:
     def bands(self, x: np.ndarray, levels: tuple[float, ...] = (0.05, 0.95)) -> dict[str, np.ndarray]:
         """Predictive mean and quantiles on x, original units."""
         from core.predict.collapsed import gaussian_mixture_quantiles
+
         means, stds = self.predictive(x)
         result = {"mean": means.mean(axis=0), "function_std": means.std(axis=0)}
         for level, values in zip(levels, gaussian_mixture_quantiles(means, stds, levels)):
@@ -301,8 +312,14 @@ def _sample_pyro(config: ReferenceConfig, dataset, shapes, report) -> list[dict[
             report(chain, stage.lower(), i, config.warmup if warm else config.samples)
 
         kernel = NUTS(model, jit_compile=jit, ignore_jit_warnings=True, max_tree_depth=config.max_tree_depth)
-        mcmc = MCMC(kernel, num_samples=config.samples, warmup_steps=config.warmup, num_chains=1,
-                    disable_progbar=True, hook_fn=hook)
+        mcmc = MCMC(
+            kernel,
+            num_samples=config.samples,
+            warmup_steps=config.warmup,
+            num_chains=1,
+            disable_progbar=True,
+            hook_fn=hook,
+        )
         with torch.random.fork_rng(devices=[]):
             mcmc.run(x, y)
         per_chain.append({k: v.detach() for k, v in mcmc.get_samples().items()})
@@ -363,35 +380,41 @@ def _sample_numpyro(config: ReferenceConfig, dataset, shapes, report) -> list[di
         # A dense mass matrix (adapted in warm-up): the weights of a small net are strongly correlated
         # a posteriori, and a diagonal one left NUTS at ~700 leapfrog steps per draw on toy-sine-gaps.
         kernel = NUTS(model, max_tree_depth=config.max_tree_depth, dense_mass=True)
-        mcmc = MCMC(kernel, num_warmup=config.warmup,
-                    num_samples=config.samples, num_chains=1, progress_bar=False)
+        mcmc = MCMC(kernel, num_warmup=config.warmup, num_samples=config.samples, num_chains=1, progress_bar=False)
         mcmc.run(jax.random.PRNGKey(config.seed * 1000 + chain), x, y)
         report(chain, "sample", config.samples - 1, config.samples)
         per_chain.append({k: np.asarray(v, dtype=np.float64) for k, v in mcmc.get_samples().items()})
     return per_chain
 
 
-def run_nuts(config: ReferenceConfig, dataset, progress: ProgressCallback | None = stderr_progress
-             ) -> ReferencePosterior:
+def run_nuts(
+    config: ReferenceConfig, dataset, progress: ProgressCallback | None = stderr_progress
+) -> ReferencePosterior:
     """Sample the posterior with NUTS (config.sampler: Pyro's or NumPyro's), chains one after the other
     (chain c seeded by seed * 1000 + c)."""
     require_pyro()  # the diagnostics (split R-hat, ESS) are Pyro's, whichever sampler runs
     if config.sampler == "numpyro":
         require_numpyro()
     if dataset.task != "regression":
-        raise ConfigError(f"reference: {dataset.name} is a {dataset.task} set; the NUTS reference is for "
-                          "regression (toy-sine-gaps, toy-cubic, toy-hetero)")
+        raise ConfigError(
+            f"reference: {dataset.name} is a {dataset.task} set; the NUTS reference is for "
+            "regression (toy-sine-gaps, toy-cubic, toy-hetero)"
+        )
     shapes = layer_shapes(config, dataset.in_features)
     start = time.perf_counter()
 
     def report(chain: int, stage: str, i: int, total: int) -> None:
         if progress is not None and ((i + 1) % max(1, total // 5) == 0 or i + 1 == total):
-            progress(f"reference {config.dataset}: chain {chain + 1}/{config.chains} {stage} "
-                     f"{i + 1}/{total} ({time.perf_counter() - start:.0f} s)")
+            progress(
+                f"reference {config.dataset}: chain {chain + 1}/{config.chains} {stage} "
+                f"{i + 1}/{total} ({time.perf_counter() - start:.0f} s)"
+            )
 
     sample = _sample_numpyro if config.sampler == "numpyro" else _sample_pyro
-    per_chain = [{k: v if isinstance(v, torch.Tensor) else torch.from_numpy(np.array(v)) for k, v in chain.items()}
-                 for chain in sample(config, dataset, shapes, report)]
+    per_chain = [
+        {k: v if isinstance(v, torch.Tensor) else torch.from_numpy(np.array(v)) for k, v in chain.items()}
+        for chain in sample(config, dataset, shapes, report)
+    ]
     seconds = time.perf_counter() - start
     weights = []
     for index in range(len(shapes)):
@@ -405,14 +428,22 @@ def run_nuts(config: ReferenceConfig, dataset, progress: ProgressCallback | None
         log_noise = torch.cat([c["log_noise"] for c in per_chain]).numpy()
     else:
         log_noise = np.full(config.chains * config.samples, math.log(config.noise_std))
-    posterior = ReferencePosterior(config=config, weights=weights, log_noise=log_noise, diagnostics={},
-                                   dataset_fingerprint=dataset.fingerprint, target_mean=float(dataset.target_mean),
-                                   target_std=float(dataset.target_std), seconds=seconds)
+    posterior = ReferencePosterior(
+        config=config,
+        weights=weights,
+        log_noise=log_noise,
+        diagnostics={},
+        dataset_fingerprint=dataset.fingerprint,
+        target_mean=float(dataset.target_mean),
+        target_std=float(dataset.target_std),
+        seconds=seconds,
+    )
     posterior.diagnostics = diagnose(posterior, dataset)
     return posterior
 
 
 # --- diagnostics ------------------------------------------------------------------------------
+
 
 def diagnostic_inputs(dataset) -> np.ndarray:
     source = dataset.x_grid if dataset.x_grid is not None else dataset.x_test
@@ -423,9 +454,12 @@ def diagnostic_inputs(dataset) -> np.ndarray:
 def split_rhat_and_ess(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Split R-hat and effective sample size per column of values (chains, samples, k)."""
     from pyro.ops.stats import effective_sample_size, split_gelman_rubin
+
     tensor = torch.as_tensor(values, dtype=torch.float64)
-    return (split_gelman_rubin(tensor, chain_dim=0, sample_dim=1).numpy(),
-            effective_sample_size(tensor, chain_dim=0, sample_dim=1).numpy())
+    return (
+        split_gelman_rubin(tensor, chain_dim=0, sample_dim=1).numpy(),
+        effective_sample_size(tensor, chain_dim=0, sample_dim=1).numpy(),
+    )
 
 
 def diagnose(posterior: ReferencePosterior, dataset) -> dict[str, Any]:
@@ -437,16 +471,19 @@ def diagnose(posterior: ReferencePosterior, dataset) -> dict[str, Any]:
         n_rhat, n_ess = split_rhat_and_ess(posterior.log_noise.reshape(chains, per_chain, 1))
     else:  # fixed: nothing to diagnose
         n_rhat, n_ess = [None], [None]
-    w_rhat, _ = split_rhat_and_ess(np.concatenate(
-        [w.reshape(chains, per_chain, -1) for w in posterior.weights], axis=2))
+    w_rhat, _ = split_rhat_and_ess(
+        np.concatenate([w.reshape(chains, per_chain, -1) for w in posterior.weights], axis=2)
+    )
     result = {
-        "function_rhat_max": float(np.nanmax(f_rhat)), "function_ess_min": float(np.nanmin(f_ess)),
+        "function_rhat_max": float(np.nanmax(f_rhat)),
+        "function_ess_min": float(np.nanmin(f_ess)),
         "function_ess_median": float(np.nanmedian(f_ess)),
         "noise_rhat": None if n_rhat[0] is None else float(n_rhat[0]),
         "noise_ess": None if n_ess[0] is None else float(n_ess[0]),
         "noise_std_mean": float(np.exp(posterior.log_noise).mean() * posterior.target_std),
         "weight_rhat_median": float(np.nanmedian(w_rhat)),
-        "draws": int(chains * per_chain), "chains": int(chains),
+        "draws": int(chains * per_chain),
+        "chains": int(chains),
     }
     result["warnings"] = diagnostic_warnings(result)
     return result
@@ -457,9 +494,12 @@ def diagnostic_warnings(d: Mapping[str, Any]) -> list[str]:
     rhat = max(v for v in (d["function_rhat_max"], d.get("noise_rhat")) if v is not None)
     ess = min(v for v in (d["function_ess_min"], d.get("noise_ess")) if v is not None)
     if not math.isfinite(rhat) or rhat > RHAT_LIMIT:
-        warnings.append(f"poor convergence: R-hat {rhat:.3f} > {RHAT_LIMIT} (function values or noise); "
-                        "raise --warmup/--samples or --chains")
+        warnings.append(
+            f"poor convergence: R-hat {rhat:.3f} > {RHAT_LIMIT} (function values or noise); "
+            "raise --warmup/--samples or --chains"
+        )
     if not math.isfinite(ess) or ess < ESS_LIMIT:
-        warnings.append(f"few effective samples: ESS {ess:.0f} < {ESS_LIMIT:.0f}; the bands' quantiles are noisy, "
-                        "raise --samples")
+        warnings.append(
+            f"few effective samples: ESS {ess:.0f} < {ESS_LIMIT:.0f}; the bands' quantiles are noisy, raise --samples"
+        )
     return warnings

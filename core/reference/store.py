@@ -78,15 +78,27 @@ class ReferenceStore:
             arrays = {f"w{i}": np.ascontiguousarray(w, dtype=np.float64) for i, w in enumerate(posterior.weights)}
             arrays["log_noise"] = np.ascontiguousarray(posterior.log_noise, dtype=np.float64)
             save_file(arrays, str(temp / SAMPLES))
-            _write_json(temp / META, {
-                "reference_id": ref_id, "schema_version": SCHEMA_VERSION, "config": posterior.config.to_dict(),
-                "dataset": posterior.config.dataset, "dataset_fingerprint": posterior.dataset_fingerprint,
-                "target_mean": posterior.target_mean, "target_std": posterior.target_std,
-                "diagnostics": posterior.diagnostics, "seconds": posterior.seconds, "created": time.time()})
+            _write_json(
+                temp / META,
+                {
+                    "reference_id": ref_id,
+                    "schema_version": SCHEMA_VERSION,
+                    "config": posterior.config.to_dict(),
+                    "dataset": posterior.config.dataset,
+                    "dataset_fingerprint": posterior.dataset_fingerprint,
+                    "target_mean": posterior.target_mean,
+                    "target_std": posterior.target_std,
+                    "diagnostics": posterior.diagnostics,
+                    "seconds": posterior.seconds,
+                    "created": time.time(),
+                },
+            )
             for name in (SAMPLES, META):
                 _fsync_file(temp / name)
-            files = {name: {"sha256": sha256_file(temp / name), "bytes": (temp / name).stat().st_size}
-                     for name in (SAMPLES, META)}
+            files = {
+                name: {"sha256": sha256_file(temp / name), "bytes": (temp / name).stat().st_size}
+                for name in (SAMPLES, META)
+            }
             _write_json(temp / MANIFEST, {"reference_id": ref_id, "files": files})
             _fsync_dir(temp)
             final = self.path(ref_id)
@@ -102,8 +114,10 @@ class ReferenceStore:
         return final
 
     def _fail(self, ref_id: str, what: str) -> ReferenceStoreError:
-        return ReferenceStoreError(f"reference {ref_id}: {what}; delete {self.path(ref_id)} or run "
-                                   f"`python -m core reference DATASET --force` to recompute it")
+        return ReferenceStoreError(
+            f"reference {ref_id}: {what}; delete {self.path(ref_id)} or run "
+            f"`python -m core reference DATASET --force` to recompute it"
+        )
 
     def read_meta(self, ref_id: str) -> dict[str, Any]:
         path = self.path(ref_id) / META
@@ -137,10 +151,16 @@ class ReferenceStore:
             config = ReferenceConfig.from_dict(meta["config"])
             layers = len(config.hidden) + 1
             return ReferencePosterior(
-                config=config, weights=[arrays[f"w{i}"] for i in range(layers)], log_noise=arrays["log_noise"],
-                diagnostics=dict(meta.get("diagnostics") or {}), dataset_fingerprint=str(meta["dataset_fingerprint"]),
-                target_mean=float(meta.get("target_mean", 0.0)), target_std=float(meta.get("target_std", 1.0)),
-                seconds=float(meta.get("seconds", 0.0)), reference_id=ref_id)
+                config=config,
+                weights=[arrays[f"w{i}"] for i in range(layers)],
+                log_noise=arrays["log_noise"],
+                diagnostics=dict(meta.get("diagnostics") or {}),
+                dataset_fingerprint=str(meta["dataset_fingerprint"]),
+                target_mean=float(meta.get("target_mean", 0.0)),
+                target_std=float(meta.get("target_std", 1.0)),
+                seconds=float(meta.get("seconds", 0.0)),
+                reference_id=ref_id,
+            )
         except (SafetensorError, OSError, KeyError, TypeError, ValueError) as exc:
             raise self._fail(ref_id, f"the stored files do not describe a reference ({exc})") from None
 
@@ -157,22 +177,34 @@ class ReferenceStore:
                 rows.append({"reference_id": ref_id, "status": "corrupt", "error": str(exc)})
         return rows
 
-    def find_for_dataset(self, fingerprint: str, hidden: tuple[int, ...] | None = None,
-                         prior: str = "gaussian") -> str | None:
+    def find_for_dataset(
+        self, fingerprint: str, hidden: tuple[int, ...] | None = None, prior: str = "gaussian"
+    ) -> str | None:
         """The newest cached reference on this exact data (preferring the same widths), or None."""
-        rows = [r for r in self.list() if r.get("status") == "ok" and r.get("dataset_fingerprint") == fingerprint
-                and r.get("config", {}).get("prior") == prior]
+        rows = [
+            r
+            for r in self.list()
+            if r.get("status") == "ok"
+            and r.get("dataset_fingerprint") == fingerprint
+            and r.get("config", {}).get("prior") == prior
+        ]
         if not rows:
             return None
         same = [r for r in rows if hidden is not None and tuple(r["config"].get("hidden", ())) == tuple(hidden)]
-        best = max(same or rows, key=lambda r: (r["config"].get("samples", 0) * r["config"].get("chains", 1),
-                                               r.get("created", 0.0)))
+        best = max(
+            same or rows,
+            key=lambda r: (r["config"].get("samples", 0) * r["config"].get("chains", 1), r.get("created", 0.0)),
+        )
         return str(best["reference_id"])
 
 
-def compute_reference(config: ReferenceConfig, cache_dir: str | Path | None = None, force: bool = False,
-                      data_dir: str | Path | None = None, progress: Callable[[str], None] | None = stderr_progress
-                      ) -> tuple[ReferencePosterior, bool]:
+def compute_reference(
+    config: ReferenceConfig,
+    cache_dir: str | Path | None = None,
+    force: bool = False,
+    data_dir: str | Path | None = None,
+    progress: Callable[[str], None] | None = stderr_progress,
+) -> tuple[ReferencePosterior, bool]:
     """The cached reference for `config`, else sample and store it. Returns (posterior, from_cache).
 
     A corrupt cached copy is reported through `progress` and recomputed.

@@ -48,7 +48,14 @@ def reference_function_band(run: Any, x: np.ndarray) -> dict[str, Any] | None:
     means, _ = posterior.predictive(x)
     sd = means.std(axis=0)
     diagnostics = dict(posterior.diagnostics)
-    return {"mean": means.mean(axis=0), "sd": sd, "gap_ratio": gap_ratio(x, dataset.x_train, sd),
-            "reference_id": ref_id, "hidden": list(posterior.config.hidden),
-            "architecture": architecture(posterior.config.hidden, dataset.in_features),
-            "draws": posterior.n_samples, "diagnostics": diagnostics, "warning": reference_warning(diagnostics)}
+    return {
+        "mean": means.mean(axis=0),
+        "sd": sd,
+        "gap_ratio": gap_ratio(x, dataset.x_train, sd),
+        "reference_id": ref_id,
+        "hidden": list(posterior.config.hidden),
+        "architecture": architecture(posterior.config.hidden, dataset.in_features),
+        "draws": posterior.n_samples,
+        "diagnostics": diagnostics,
+        "warning": reference_warning(diagnostics),
+    }

@@ -39,13 +39,25 @@ SCHEMA_VERSION = 2
 RUN_ID_LENGTH = 16
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
-TRAIN_INT_FIELDS = ("epochs", "pretrain_epochs", "posttrain_epochs", "batch_size", "mc_samples",
-                    "kl_anneal_epochs", "warm_start_epochs")
+TRAIN_INT_FIELDS = (
+    "epochs",
+    "pretrain_epochs",
+    "posttrain_epochs",
+    "batch_size",
+    "mc_samples",
+    "kl_anneal_epochs",
+    "warm_start_epochs",
+)
 # The limit of each integer training field (core.limits): checked before a model or loader is built.
-TRAIN_INT_LIMITS = {"epochs": limits.MAX_EPOCHS, "pretrain_epochs": limits.MAX_EPOCHS,
-                    "posttrain_epochs": limits.MAX_EPOCHS, "kl_anneal_epochs": limits.MAX_EPOCHS,
-                    "warm_start_epochs": limits.MAX_EPOCHS, "batch_size": limits.MAX_BATCH_SIZE,
-                    "mc_samples": limits.MAX_SAMPLES}
+TRAIN_INT_LIMITS = {
+    "epochs": limits.MAX_EPOCHS,
+    "pretrain_epochs": limits.MAX_EPOCHS,
+    "posttrain_epochs": limits.MAX_EPOCHS,
+    "kl_anneal_epochs": limits.MAX_EPOCHS,
+    "warm_start_epochs": limits.MAX_EPOCHS,
+    "batch_size": limits.MAX_BATCH_SIZE,
+    "mc_samples": limits.MAX_SAMPLES,
+}
 
 
 def _as_int(value: Any, name: str, minimum: int | None = None) -> int:
@@ -64,8 +76,10 @@ def _seed(value: Any, name: str) -> int:
     """A seed: an integer from 0 to limits.SEED_MAX (numpy's and torch's common range)."""
     value = _as_int(value, name, minimum=0)
     if value > limits.SEED_MAX:
-        raise ConfigError(f"{name}: {validate.shown(value)} is too large; give a whole number from 0 to "
-                          f"{limits.SEED_MAX} (the range numpy and torch seed with)")
+        raise ConfigError(
+            f"{name}: {validate.shown(value)} is too large; give a whole number from 0 to "
+            f"{limits.SEED_MAX} (the range numpy and torch seed with)"
+        )
     return value
 
 
@@ -94,20 +108,24 @@ def _train_from(value: Any) -> TrainConfig:
             values.pop(name, None)  # the default: filled in from the dataset by RunConfig
             continue
         if name in values:
-            values[name] = limits.at_most(_as_int(values[name], f"train.{name}"), f"train.{name}",
-                                          TRAIN_INT_LIMITS[name], low=0)
+            values[name] = limits.at_most(
+                _as_int(values[name], f"train.{name}"), f"train.{name}", TRAIN_INT_LIMITS[name], low=0
+            )
     for name in ("empirical_bayes", "compile"):
         if name in values and not isinstance(values[name], bool):
             raise ConfigError(f"train.{name}: must be true or false, got {values[name]!r}")
-    for name, defaults in (("learning_rates", DEFAULT_LEARNING_RATES),
-                           ("pretrain_learning_rates", DEFAULT_PRETRAIN_LEARNING_RATES)):
+    for name, defaults in (
+        ("learning_rates", DEFAULT_LEARNING_RATES),
+        ("pretrain_learning_rates", DEFAULT_PRETRAIN_LEARNING_RATES),
+    ):
         given = values.get(name, {})
         if not isinstance(given, Mapping):
             raise ConfigError(f"train.{name}: must map group names to rates, got {given!r}")
         unknown = sorted(set(given) - set(DEFAULT_LEARNING_RATES))
         if unknown:
-            raise ConfigError(f"train.{name}: unknown group(s) {', '.join(unknown)}; "
-                              f"groups are {', '.join(DEFAULT_LEARNING_RATES)}")
+            raise ConfigError(
+                f"train.{name}: unknown group(s) {', '.join(unknown)}; groups are {', '.join(DEFAULT_LEARNING_RATES)}"
+            )
         # Partial rates mean "these groups changed": filling in the rest keeps
         # {weights: 1e-2} and the full default table the same run.
         values[name] = {**defaults, **{k: _as_rate(v, f"train.{name}.{k}") for k, v in given.items()}}
@@ -144,6 +162,7 @@ def _training_size(name: str, params: Mapping[str, Any]) -> int:
 
 def _dataset_task(name: str, params: Mapping[str, Any] | None = None) -> str:
     from core.data.registry import check_name, dataset_info
+
     try:
         check_name(name)
         return dataset_info(name, params=dict(params) if isinstance(params, Mapping) else None).task
@@ -179,26 +198,31 @@ class RunConfig:
         if not isinstance(self.dataset, str) or not self.dataset:
             raise ConfigError(f"dataset: must be a dataset name, got {self.dataset!r}")
         from core.data import toy, uci, user_table
+
         if user_table.is_table_name(self.dataset):
             # a stored table: its options (target, task, split_column, missing) are its dataset_params
             if not isinstance(self.dataset_params, Mapping):
                 raise ConfigError(f"dataset_params: must be a table of options, got {self.dataset_params!r}")
             try:
-                put("dataset_params", user_table.resolve_params(self.dataset, self.dataset_params,
-                                                                _seed(self.data_seed, "data_seed")))
+                put(
+                    "dataset_params",
+                    user_table.resolve_params(self.dataset, self.dataset_params, _seed(self.data_seed, "data_seed")),
+                )
             except BNNError as exc:
                 raise ConfigError(str(exc)) from None
         task = _dataset_task(self.dataset, self.dataset_params)
         if self.split is not None:
             if self.dataset not in uci.UCI_REGRESSION:
-                raise ConfigError(f"split: only the UCI regression sets have numbered splits, "
-                                  f"not {self.dataset!r}; leave split unset")
+                raise ConfigError(
+                    f"split: only the UCI regression sets have numbered splits, not {self.dataset!r}; leave split unset"
+                )
             put("split", _as_int(self.split, "split", minimum=0))
         if not isinstance(self.dataset_params, Mapping):
             raise ConfigError(f"dataset_params: must be a table of generator parameters, got {self.dataset_params!r}")
         if self.dataset_params and self.dataset not in toy.GENERATORS and not user_table.is_table_name(self.dataset):
-            raise ConfigError(f"dataset_params: {self.dataset!r} takes no generator parameters; "
-                              f"only {', '.join(toy.GENERATORS)} do")
+            raise ConfigError(
+                f"dataset_params: {self.dataset!r} takes no generator parameters; only {', '.join(toy.GENERATORS)} do"
+            )
         put("dataset_params", _plain(dict(self.dataset_params), "dataset_params"))
         put("data_seed", _seed(self.data_seed, "data_seed"))
         put("method", canonical_family(self.method))
@@ -208,8 +232,7 @@ class RunConfig:
         if not isinstance(hidden, (list, tuple)):
             raise ConfigError(f"hidden: must be a list of positive layer widths, got {validate.shown(self.hidden)}")
         put("hidden", check_hidden(hidden, self.hidden))
-        put("conv", check_conv(self.conv, _image_shape(self.dataset) if self.conv else None, self.dataset,
-                               self.method))
+        put("conv", check_conv(self.conv, _image_shape(self.dataset) if self.conv else None, self.dataset, self.method))
         if self.activation is None:
             put("activation", default_activation(self.method, self.dataset))
         if self.activation not in ACTIVATIONS:
@@ -219,8 +242,10 @@ class RunConfig:
             raise ConfigError(f"likelihood: unknown {likelihood!r}; choose one of {', '.join(LIKELIHOODS)}")
         if LIKELIHOODS[likelihood].task != task:
             fitting = [name for name, cls in LIKELIHOODS.items() if cls.task == task]
-            raise ConfigError(f"likelihood: {likelihood!r} does not fit the {task} dataset {self.dataset!r}; "
-                              f"use one of {', '.join(fitting)}")
+            raise ConfigError(
+                f"likelihood: {likelihood!r} does not fit the {task} dataset {self.dataset!r}; "
+                f"use one of {', '.join(fitting)}"
+            )
         put("likelihood", likelihood)
         if not isinstance(self.likelihood_options, Mapping):
             raise ConfigError(f"likelihood_options: must be a table of options, got {self.likelihood_options!r}")
@@ -231,8 +256,9 @@ class RunConfig:
         try:
             options_class = family_class(self.method).Options
         except ImportError as exc:
-            raise ConfigError(f"method: the {self.method!r} family is not available in this installation "
-                              f"({exc})") from None
+            raise ConfigError(
+                f"method: the {self.method!r} family is not available in this installation ({exc})"
+            ) from None
         small_regression = is_small_regression(self.dataset)
         # stored configs name every option, so this fills only what a user left out
         given = {**dataset_option_defaults(options_class, self.dataset), **dict(self.family_options)}
@@ -257,10 +283,17 @@ class RunConfig:
         train = _train_from(self.train)
         if train.epochs is None and user_table.is_table_name(self.dataset):  # a table's own default length
             from core.runs.user_data import default_epochs
-            train = dataclasses.replace(train, epochs=default_epochs(_training_size(self.dataset, self.dataset_params),
-                                                                     train.batch_size))
-        put("train", train.resolved(_training_size(self.dataset, self.dataset_params),
-                                    SMALL_REGRESSION_KL_ANNEAL_FRACTION if small_regression else 0.0))
+
+            train = dataclasses.replace(
+                train, epochs=default_epochs(_training_size(self.dataset, self.dataset_params), train.batch_size)
+            )
+        put(
+            "train",
+            train.resolved(
+                _training_size(self.dataset, self.dataset_params),
+                SMALL_REGRESSION_KL_ANNEAL_FRACTION if small_regression else 0.0,
+            ),
+        )
         put("seed", _seed(self.seed, "seed"))
         device = str(self.device).strip().lower()
         if not DEVICE_PATTERN.match(device):
@@ -327,14 +360,23 @@ class RunConfig:
     # --- what training needs -----------------------------------------------------------------
     def load_dataset(self, data_dir: str | Path | None = None) -> "Dataset":
         from core.data import load_dataset
-        return load_dataset(self.dataset, split=self.split, data_dir=data_dir, seed=self.data_seed,
-                            **self.dataset_params)
+
+        return load_dataset(
+            self.dataset, split=self.split, data_dir=data_dir, seed=self.data_seed, **self.dataset_params
+        )
 
     def model_config(self, dataset: "Dataset") -> ModelConfig:
-        return ModelConfig(in_features=dataset.in_features, out_classes=dataset.n_classes, hidden=self.hidden,
-                           family=self.method, family_options=dict(self.family_options),
-                           activation=self.activation, likelihood=self.likelihood,
-                           likelihood_options=dict(self.likelihood_options), **self.conv_fields())
+        return ModelConfig(
+            in_features=dataset.in_features,
+            out_classes=dataset.n_classes,
+            hidden=self.hidden,
+            family=self.method,
+            family_options=dict(self.family_options),
+            activation=self.activation,
+            likelihood=self.likelihood,
+            likelihood_options=dict(self.likelihood_options),
+            **self.conv_fields(),
+        )
 
     def conv_fields(self) -> dict[str, Any]:
         """ModelConfig's conv and image_shape (from the dataset's registry entry); {} without conv blocks."""
@@ -368,12 +410,16 @@ def _table_from_file(values: dict[str, Any]) -> None:
     in `dataset_params`, so a config names the data by its content, not by where it was."""
     if "data" not in values:
         if any(key in values for key in TABLE_KEYS):
-            raise ConfigError(f"config: {', '.join(k for k in TABLE_KEYS if k in values)} need data = FILE "
-                              f"(a CSV or Parquet table)")
+            raise ConfigError(
+                f"config: {', '.join(k for k in TABLE_KEYS if k in values)} need data = FILE (a CSV or Parquet table)"
+            )
         return
     from core.data import user_table
-    params = {**dict(values.get("dataset_params") or {}),
-              **{key: values.pop(key) for key in TABLE_KEYS if key in values}}
+
+    params = {
+        **dict(values.get("dataset_params") or {}),
+        **{key: values.pop(key) for key in TABLE_KEYS if key in values},
+    }
     path = values.pop("data")
     seed = _seed(values.get("data_seed", 0), "data_seed")
     stored = user_table.store_table(user_table.read_limited(path), str(path), params, seed)
@@ -416,7 +462,7 @@ def normalise(value: Any) -> Any:
         return value
     if isinstance(value, (int, float)):
         number = float(value)
-        if math.isfinite(number) and number.is_integer() and abs(number) < 2 ** 53:
+        if math.isfinite(number) and number.is_integer() and abs(number) < 2**53:
             return int(number)
         return number
     if isinstance(value, Mapping):
@@ -467,8 +513,10 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"config: cannot read {validate.shown(str(path))}: {exc.strerror or exc}") from None
     if len(text) > most:
-        raise ConfigError(f"config: {validate.shown(str(path))} is larger than {most} bytes "
-                          f"(${limits.MAX_CONFIG_BYTES.variable}); a run or grid config is a few hundred")
+        raise ConfigError(
+            f"config: {validate.shown(str(path))} is larger than {most} bytes "
+            f"(${limits.MAX_CONFIG_BYTES.variable}); a run or grid config is a few hundred"
+        )
     depth = limits.limit(limits.MAX_CONFIG_DEPTH)
     try:
         if path.suffix.lower() == ".json":
@@ -478,8 +526,11 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     except RecursionError:
         raise ConfigError(f"config: {path}: lists and tables nest deeper than {depth} levels") from None
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, TOMLDecodeError, >4300-digit ints
-        reason = "it holds an integer of over 4300 digits" if "integer string conversion" in str(exc) \
+        reason = (
+            "it holds an integer of over 4300 digits"
+            if "integer string conversion" in str(exc)
             else str(exc).splitlines()[0][:200]
+        )
         raise ConfigError(f"config: cannot parse {path}: {reason}") from None
     if not isinstance(values, dict):
         raise ConfigError(f"config: {path} must hold a table of fields, got a JSON {type(values).__name__}")

@@ -25,8 +25,7 @@ DEFAULT_HIDDEN_LOW_DIMENSIONAL = (16, 16)
 # started at alpha in [0.1, 0.9] drowns the fit in gating noise before it can settle.
 SMALL_REGRESSION_HIDDEN = (64, 64)
 SMALL_REGRESSION_KL_ANNEAL_FRACTION = 0.5
-SMALL_REGRESSION_FAMILY_DEFAULTS = {"bias_prior": "gaussian", "init_inclusion_low": 0.95,
-                                    "init_inclusion_high": 0.99}
+SMALL_REGRESSION_FAMILY_DEFAULTS = {"bias_prior": "gaussian", "init_inclusion_low": 0.95, "init_inclusion_high": 0.99}
 
 
 def is_small_regression(dataset: str) -> bool:

@@ -12,8 +12,11 @@ from core.settings import CACHE_DIR
 
 def server_folders() -> list[tuple[Path, str]]:
     """The download cache, the run store, the cache folder, $BNN_CACHE_DIR and $BNN_DATA_DIR when set."""
-    folders = [(Path(user_cache_dir()), "the download cache"), (default_cache_dir() / "runs", "the run store"),
-               (default_cache_dir(), "the cache folder")]
+    folders = [
+        (Path(user_cache_dir()), "the download cache"),
+        (default_cache_dir() / "runs", "the run store"),
+        (default_cache_dir(), "the cache folder"),
+    ]
     cache_dir = CACHE_DIR.read()  # BNN_CACHE_DIR, read (and checked) where every BNN_* variable is
     if cache_dir:
         folders.append((Path(str(cache_dir)).expanduser(), f"${CACHE_DIR_ENV}"))

@@ -75,8 +75,9 @@ def load_grid(name_or_path: str) -> GridSpec:
         preset = PRESETS[name_or_path]
         if isinstance(preset, GridSpec):
             return preset
-        return GridSpec(name=name_or_path, setups={name_or_path: preset}, methods=(preset.method,),
-                        seeds=(preset.seed,))
+        return GridSpec(
+            name=name_or_path, setups={name_or_path: preset}, methods=(preset.method,), seeds=(preset.seed,)
+        )
     path = Path(name_or_path)
     if not path.suffix:
         raise ConfigError(f"grid: {name_or_path!r} is neither a preset ({', '.join(PRESETS)}) nor a .toml/.json file")
@@ -115,29 +116,42 @@ def grid_from_dict(values: Mapping[str, Any], default_name: str = "grid") -> Gri
     seeds = values.get("seeds", [0])
     if not isinstance(methods, list) or not all(isinstance(m, str) for m in methods):
         raise ConfigError(f"grid: methods: must be a list of method names, got {methods!r}")
-    if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) and
-                                              0 <= s <= limits.SEED_MAX for s in seeds):
-        raise ConfigError(f"grid: seeds: must be a list of integers from 0 to {limits.SEED_MAX}, "
-                          f"got {validate.shown(seeds)}")
+    if not isinstance(seeds, list) or not all(
+        isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= limits.SEED_MAX for s in seeds
+    ):
+        raise ConfigError(
+            f"grid: seeds: must be a list of integers from 0 to {limits.SEED_MAX}, got {validate.shown(seeds)}"
+        )
     splits = {}
     for label, given in _table(values.get("splits", {}), "splits").items():
-        if not isinstance(given, list) or not all(isinstance(s, (int, float)) and not isinstance(s, bool)
-                                                  and math.isfinite(s) and float(s).is_integer() for s in given):
+        if not isinstance(given, list) or not all(
+            isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) and float(s).is_integer()
+            for s in given
+        ):
             raise ConfigError(f"grid: splits.{label}: must be a list of split numbers, got {validate.shown(given)}")
         splits[label] = tuple(int(s) for s in given)
-    overrides = {str(method): dict(_table(override, f"method_overrides.{method}"))
-                 for method, override in _table(values.get("method_overrides", {}), "method_overrides").items()}
+    overrides = {
+        str(method): dict(_table(override, f"method_overrides.{method}"))
+        for method, override in _table(values.get("method_overrides", {}), "method_overrides").items()
+    }
     for method, override in overrides.items():
         if "train" in override:
             _table(override["train"], f"method_overrides.{method}.train")
-    return GridSpec(name=str(values.get("name", default_name)), setups=setups, methods=tuple(methods),
-                    seeds=tuple(seeds), method_overrides=overrides, splits=splits,
-                    description=str(values.get("description", "")))
+    return GridSpec(
+        name=str(values.get("name", default_name)),
+        setups=setups,
+        methods=tuple(methods),
+        seeds=tuple(seeds),
+        method_overrides=overrides,
+        splits=splits,
+        description=str(values.get("description", "")),
+    )
 
 
 # --- one cell (runs in a worker process or a Ray task) ---------------------------------------------
-def run_cell(config_dict: dict[str, Any], cache_dir: str, data_dir: str | None = None,
-             threads: int | None = None) -> dict[str, Any]:
+def run_cell(
+    config_dict: dict[str, Any], cache_dir: str, data_dir: str | None = None, threads: int | None = None
+) -> dict[str, Any]:
     """Train (or reuse) one run; returns plain data so any backend can carry it back."""
     import torch
 
@@ -161,10 +175,17 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def run_grid(spec: GridSpec, cache_dir: str | Path | None = None, backend: str = "local", workers: int = 1,
-             out_dir: str | Path | None = None, data_dir: str | Path | None = None,
-             ray_address: str | None = None, num_gpus: float | None = None, report: Reporter = _stderr
-             ) -> GridResult:
+def run_grid(
+    spec: GridSpec,
+    cache_dir: str | Path | None = None,
+    backend: str = "local",
+    workers: int = 1,
+    out_dir: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    ray_address: str | None = None,
+    num_gpus: float | None = None,
+    report: Reporter = _stderr,
+) -> GridResult:
     """Run every cell not in the store yet, then write <out>/<name>.md and .csv (if out_dir is given)."""
     if backend not in BACKENDS:
         raise ConfigError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
@@ -182,18 +203,23 @@ def run_grid(spec: GridSpec, cache_dir: str | Path | None = None, backend: str =
             results[index] = CellResult(label, method, seed, split, run_id, True, metrics)
         else:
             pending.append(index)
-    report(f"grid {spec.name}: {len(cells)} runs, {len(cells) - len(pending)} already stored, "
-           f"{len(pending)} to train ({backend}, {workers} worker{'s' if workers != 1 else ''})")
+    report(
+        f"grid {spec.name}: {len(cells)} runs, {len(cells) - len(pending)} already stored, "
+        f"{len(pending)} to train ({backend}, {workers} worker{'s' if workers != 1 else ''})"
+    )
     started = time.perf_counter()
 
     def finished(index: int, outcome: dict[str, Any]) -> None:
         label, method, seed, split, _ = cells[index]
-        results[index] = CellResult(label, method, seed, split, outcome["run_id"], outcome["from_cache"],
-                                    outcome["metrics"], outcome["error"])
+        results[index] = CellResult(
+            label, method, seed, split, outcome["run_id"], outcome["from_cache"], outcome["metrics"], outcome["error"]
+        )
         done = sum(r is not None for r in results)
         status = f"failed: {outcome['error']}" if outcome["error"] else outcome["run_id"]
-        report(f"[{done}/{len(cells)}] {label} {method} seed {seed}"
-               f"{'' if split is None else f' split {split}'}: {status} ({time.perf_counter() - started:.1f} s)")
+        report(
+            f"[{done}/{len(cells)}] {label} {method} seed {seed}"
+            f"{'' if split is None else f' split {split}'}: {status} ({time.perf_counter() - started:.1f} s)"
+        )
 
     jobs = [(index, cells[index][-1].to_dict()) for index in pending]
     data_dir_text = str(data_dir) if data_dir else None
@@ -238,8 +264,9 @@ def _run_local(jobs, cache_root: str, data_dir: str | None, workers: int, finish
     context = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
     try:
-        futures = {pool.submit(run_cell, config_dict, cache_root, data_dir, threads): index
-                   for index, config_dict in jobs}
+        futures = {
+            pool.submit(run_cell, config_dict, cache_root, data_dir, threads): index for index, config_dict in jobs
+        }
         for future in as_completed(futures):
             finished(futures[future], future.result())
     except BaseException:
@@ -249,13 +276,15 @@ def _run_local(jobs, cache_root: str, data_dir: str | None, workers: int, finish
     pool.shutdown(wait=True)
 
 
-def _run_ray(jobs, cache_root: str, data_dir: str | None, ray_address: str | None, num_gpus: float | None,
-             finished) -> None:
+def _run_ray(
+    jobs, cache_root: str, data_dir: str | None, ray_address: str | None, num_gpus: float | None, finished
+) -> None:
     try:
         import ray
     except ImportError:
-        raise ConfigError("backend: ray is not installed; `pip install ray` (an optional extra) or use "
-                          "--backend local") from None
+        raise ConfigError(
+            "backend: ray is not installed; `pip install ray` (an optional extra) or use --backend local"
+        ) from None
     address = ray_address or os.environ.get("RAY_ADDRESS") or None
     if not ray.is_initialized():
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
@@ -298,8 +327,9 @@ def summary_rows(result: GridResult) -> list[dict[str, Any]]:
         ok = [cell for cell in cells if not cell.error]
         row: dict[str, Any] = {"setup": setup, "method": method, "runs": len(ok), "failed": len(cells) - len(ok)}
         for column in columns:
-            values = np.array([cell.metrics[column] for cell in ok if _is_number(cell.metrics.get(column))],
-                              dtype=float)
+            values = np.array(
+                [cell.metrics[column] for cell in ok if _is_number(cell.metrics.get(column))], dtype=float
+            )
             values = values[np.isfinite(values)]
             for stat, fn in (("median", np.median), ("min", np.min), ("max", np.max)):
                 row[f"{column} {stat}"] = float(fn(values)) if values.size else math.nan
@@ -349,8 +379,11 @@ def summary_markdown(result: GridResult) -> str:
             lines += ["| method | M β R | " + " | ".join(mode_metrics) + " |", "|---|---|" + "---|" * len(mode_metrics)]
             for row in setup_rows:
                 for mode in modes:
-                    lines.append(f"| {row['method']} | {mode} | "
-                                 + " | ".join(cell(row, f"{mode} {m}") for m in mode_metrics) + " |")
+                    lines.append(
+                        f"| {row['method']} | {mode} | "
+                        + " | ".join(cell(row, f"{mode} {m}") for m in mode_metrics)
+                        + " |"
+                    )
             lines.append("")
         lines += ["| method | runs | " + " | ".join(run_metrics) + " |", "|---|---|" + "---|" * len(run_metrics)]
         for row in setup_rows:
@@ -370,8 +403,9 @@ def summary_csv(result: GridResult) -> str:
     writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: ("" if isinstance(row.get(k), float) and math.isnan(row[k]) else row.get(k))
-                         for k in header})
+        writer.writerow(
+            {k: ("" if isinstance(row.get(k), float) and math.isnan(row[k]) else row.get(k)) for k in header}
+        )
     return buffer.getvalue()
 
 
@@ -382,6 +416,8 @@ def write_summary(result: GridResult, out_dir: Path) -> tuple[Path, Path]:
     runs_path = out_dir / f"{result.spec.name}.runs.json"
     markdown_path.write_text(summary_markdown(result), encoding="utf-8")
     csv_path.write_text(summary_csv(result), encoding="utf-8")
-    runs_path.write_text(json.dumps(jsonable([cell.__dict__ for cell in result.cells], keep_nonfinite=True,
-                                             fallback=str), indent=1), encoding="utf-8")
+    runs_path.write_text(
+        json.dumps(jsonable([cell.__dict__ for cell in result.cells], keep_nonfinite=True, fallback=str), indent=1),
+        encoding="utf-8",
+    )
     return markdown_path, csv_path

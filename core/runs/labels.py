@@ -56,8 +56,10 @@ def run_labels(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     for row in rows:
         hidden = "-".join(str(h) for h in (row.get("hidden") or (row.get("config") or {}).get("hidden") or []))
         extra = differences.get(row["run_id"], "")
-        labels[row["run_id"]] = (f"{row.get('method')} [{hidden}] on {row.get('dataset')}"
-                                 f"{', ' + extra if extra else ''} ({row['run_id'][:8]})")
+        labels[row["run_id"]] = (
+            f"{row.get('method')} [{hidden}] on {row.get('dataset')}"
+            f"{', ' + extra if extra else ''} ({row['run_id'][:8]})"
+        )
     return labels
 
 

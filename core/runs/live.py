@@ -27,8 +27,9 @@ def warm_up_optimiser() -> None:
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])
 
 
-def train_model(model: BayesianMLP, dataset: Dataset, config: RunConfig, progress: Callable[[dict], None],
-                cancel: Any) -> None:
+def train_model(
+    model: BayesianMLP, dataset: Dataset, config: RunConfig, progress: Callable[[dict], None], cancel: Any
+) -> None:
     """core.train.train on the dataset's training split, in this thread (no per-epoch snapshots)."""
     x = torch.from_numpy(np.ascontiguousarray(dataset.x_train))
     y = torch.from_numpy(np.ascontiguousarray(dataset.y_train))

@@ -70,8 +70,9 @@ def check_hidden(widths: Sequence[Any], given: Any = None) -> tuple[int, ...]:
     if not widths:
         raise InputError(f"hidden: give at least one positive width such as '400, 600', got {validate.shown(given)}")
     if len(widths) > layers:
-        raise InputError(f"hidden: {len(widths)} layers are more than the limit {layers} "
-                         f"(${limits.MAX_HIDDEN_LAYERS.variable})")
+        raise InputError(
+            f"hidden: {len(widths)} layers are more than the limit {layers} (${limits.MAX_HIDDEN_LAYERS.variable})"
+        )
     widest = limits.limit(limits.MAX_HIDDEN_WIDTH)
     checked = []
     for width in widths:
@@ -79,8 +80,10 @@ def check_hidden(widths: Sequence[Any], given: Any = None) -> tuple[int, ...]:
             raise InputError(f"hidden: give positive layer widths such as '400, 600', got {validate.shown(given)}")
         number = validate.whole_number(width, "hidden", 1, None)
         if number > widest:
-            raise InputError(f"hidden: width {validate.shown(width)} is above the limit {widest} "
-                             f"(${limits.MAX_HIDDEN_WIDTH.variable})")
+            raise InputError(
+                f"hidden: width {validate.shown(width)} is above the limit {widest} "
+                f"(${limits.MAX_HIDDEN_WIDTH.variable})"
+            )
         checked.append(number)
     return tuple(checked)
 
@@ -94,5 +97,6 @@ def parse_hidden(text: str) -> tuple[int, ...]:
     except InputError as exc:
         if "limit" in str(exc):
             raise
-        raise InputError(f"hidden: give comma-separated positive integers such as '400, 600', "
-                         f"got {validate.shown(text)}") from None
+        raise InputError(
+            f"hidden: give comma-separated positive integers such as '400, 600', got {validate.shown(text)}"
+        ) from None

@@ -11,6 +11,7 @@ NON_FACTORISED_FAMILY = "laplace"
 def partner_run_id(rows: Sequence[dict[str, Any]], run: Any, non_factorised: bool) -> str | None:
     """A cached run of the same dataset to draw beside `run`: of the non-factorised family (or, with
     False, of a mean-field one), the same seed first, then the newest. None when there is none."""
+
     def wanted(row: dict[str, Any]) -> bool:
         if row.get("status", "ok") != "ok" or row.get("dataset") != run.config.dataset:
             return False
@@ -18,6 +19,7 @@ def partner_run_id(rows: Sequence[dict[str, Any]], run: Any, non_factorised: boo
             return False
         is_nf = row.get("method") == NON_FACTORISED_FAMILY
         return is_nf if non_factorised else (not is_nf and row.get("method") != "fnn")
+
     candidates = [r for r in rows if wanted(r)]
     if not candidates:
         return None
@@ -28,7 +30,15 @@ def partner_run_id(rows: Sequence[dict[str, Any]], run: Any, non_factorised: boo
 def non_factorised_config(run: Any) -> Any:
     """The `laplace` run offered beside `run`: same dataset, split and seed, the family's defaults."""
     from core.runs.config import RunConfig
+
     config = run.config
-    return RunConfig.from_dict({"dataset": config.dataset, "split": config.split,
-                                "dataset_params": dict(config.dataset_params or {}), "data_seed": config.data_seed,
-                                "method": NON_FACTORISED_FAMILY, "seed": config.seed})
+    return RunConfig.from_dict(
+        {
+            "dataset": config.dataset,
+            "split": config.split,
+            "dataset_params": dict(config.dataset_params or {}),
+            "data_seed": config.data_seed,
+            "method": NON_FACTORISED_FAMILY,
+            "seed": config.seed,
+        }
+    )

@@ -1,7 +1,7 @@
 """Named setups: single-run presets (RunConfig) and grids (GridSpec).
 
-    PRESETS["quick-mnist"]         -> RunConfig
-    PRESETS["quick-paper"]         -> GridSpec (methods x setups x seeds)
+PRESETS["quick-mnist"]         -> RunConfig
+PRESETS["quick-paper"]         -> GridSpec (methods x setups x seeds)
 """
 
 from __future__ import annotations
@@ -20,23 +20,58 @@ from core.runs.config import RunConfig
 # throughout; omega 1e-1 in pre-training, then 1e-4; a_psi, b_psi 1e-3 and a_beta, b_beta 1e-5 in
 # pre-training. 250 epochs in all, batch 100, M = 1, the relaxed-Bernoulli (Concrete) estimator of
 # section 3.3. Table 2 uses no post-training; Table A8 adds 50 epochs with the structure fixed.
-PAPER_PRETRAIN_RATES = {"weights": 1e-4, "scales": 1e-4, "inclusion": 1e-1, "prior": 1e-3, "slab_prior": 1e-5,
-                        "likelihood": 1e-4}
-PAPER_RATES = {"weights": 1e-4, "scales": 1e-4, "inclusion": 1e-4, "prior": 1e-3, "slab_prior": 1e-5,
-               "likelihood": 1e-4}
-PAPER_TRAIN = {"pretrain_epochs": 20, "epochs": 230, "posttrain_epochs": 0, "posttrain_structure": "mpm",
-               "batch_size": 100, "mc_samples": 1, "empirical_bayes": True, "kl_weight": 1.0,
-               "learning_rates": PAPER_RATES, "pretrain_learning_rates": PAPER_PRETRAIN_RATES}
+PAPER_PRETRAIN_RATES = {
+    "weights": 1e-4,
+    "scales": 1e-4,
+    "inclusion": 1e-1,
+    "prior": 1e-3,
+    "slab_prior": 1e-5,
+    "likelihood": 1e-4,
+}
+PAPER_RATES = {
+    "weights": 1e-4,
+    "scales": 1e-4,
+    "inclusion": 1e-4,
+    "prior": 1e-3,
+    "slab_prior": 1e-5,
+    "likelihood": 1e-4,
+}
+PAPER_TRAIN = {
+    "pretrain_epochs": 20,
+    "epochs": 230,
+    "posttrain_epochs": 0,
+    "posttrain_structure": "mpm",
+    "batch_size": 100,
+    "mc_samples": 1,
+    "empirical_bayes": True,
+    "kl_weight": 1.0,
+    "learning_rates": PAPER_RATES,
+    "pretrain_learning_rates": PAPER_PRETRAIN_RATES,
+}
 PAPER_POSTTRAIN = {**PAPER_TRAIN, "posttrain_epochs": 50}
 # The hyperparameters start at psi = e^-2 (Hubin & Storvik 2019's fixed choice: a_psi = 1, b_psi = e^2 - 1) and a
 # Student-t slab with 2 degrees of freedom and scale 1 (a_beta = b_beta = 1).
-PAPER_PRIOR = {"inclusion_prior": "beta-bernoulli", "beta_a": 1.0, "beta_b": math.exp(2.0) - 1.0,
-               "slab": "student-t", "slab_a": 1.0, "slab_b": 1.0, "estimator": "relaxed-bernoulli"}
-PAPER_PRIOR_LOW_RANK = {**{k: v for k, v in PAPER_PRIOR.items() if k not in ("inclusion_prior", "beta_a", "beta_b")},
-                        "prior_inclusion": math.exp(-2.0)}
+PAPER_PRIOR = {
+    "inclusion_prior": "beta-bernoulli",
+    "beta_a": 1.0,
+    "beta_b": math.exp(2.0) - 1.0,
+    "slab": "student-t",
+    "slab_a": 1.0,
+    "slab_b": 1.0,
+    "estimator": "relaxed-bernoulli",
+}
+PAPER_PRIOR_LOW_RANK = {
+    **{k: v for k, v in PAPER_PRIOR.items() if k not in ("inclusion_prior", "beta_a", "beta_b")},
+    "prior_inclusion": math.exp(-2.0),
+}
 # Hubin & Storvik's (2024) baselines: Adam at 1e-4 for every parameter, 250 epochs, no pre-/post-training.
-PAPER_BASELINE_TRAIN = {"pretrain_epochs": 0, "epochs": 250, "posttrain_epochs": 0, "empirical_bayes": False,
-                        "learning_rates": {g: 1e-4 for g in PAPER_RATES}}
+PAPER_BASELINE_TRAIN = {
+    "pretrain_epochs": 0,
+    "epochs": 250,
+    "posttrain_epochs": 0,
+    "empirical_bayes": False,
+    "learning_rates": {g: 1e-4 for g in PAPER_RATES},
+}
 QUICK_TRAIN = {"epochs": 3, "batch_size": 100}
 
 # The fast recipe (docs/why-lbbnn-over-prunes.md): a deterministic warm start, then the LBBNN objective with the
@@ -45,21 +80,37 @@ QUICK_TRAIN = {"epochs": 3, "batch_size": 100}
 # path). FAST_GRID_TRAIN is the first schedule: batch 100, 3 warm-start epochs, 20 epochs, weights at 1e-3 and
 # inclusion logits at 3e-3 (Table 2's quality after about 3 min of a 2-core CPU). The `fast` grid and fast-fmnist
 # keep it, so the tables built from them and their run ids stay valid.
-FAST_GRID_TRAIN = {"warm_start_epochs": 3, "epochs": 20, "kl_weight": 0.05, "batch_size": 100,
-                   "learning_rates": {"weights": 1e-3, "scales": 1e-3, "inclusion": 3e-3}}
+FAST_GRID_TRAIN = {
+    "warm_start_epochs": 3,
+    "epochs": 20,
+    "kl_weight": 0.05,
+    "batch_size": 100,
+    "learning_rates": {"weights": 1e-3, "scales": 1e-3, "inclusion": 3e-3},
+}
 # fast-mnist takes fewer, cheaper steps (benchmarks/results/time_to_quality.md): with batches of 250 an epoch
 # costs about 0.65 of one with batches of 100 (the elementwise passes over the weights and Adam's update are per
 # step); a warm start at 3e-3 reaches the accuracy the batch-100 warm start had; the inclusion logits move at 2e-2,
 # so the density reaches 0.08 in about three epochs; the step sizes decay by a cosine. With batches of 500 the
 # accuracy dipped while the weights were pruned and one seed of three missed 0.981.
-FAST_TRAIN = {"warm_start_epochs": 3, "warm_start_learning_rate": 3e-3, "epochs": 8, "kl_weight": 0.05,
-              "batch_size": 250, "lr_schedule": "cosine",
-              "learning_rates": {"weights": 2e-3, "scales": 2e-3, "inclusion": 2e-2}}
+FAST_TRAIN = {
+    "warm_start_epochs": 3,
+    "warm_start_learning_rate": 3e-3,
+    "epochs": 8,
+    "kl_weight": 0.05,
+    "batch_size": 250,
+    "lr_schedule": "cosine",
+    "learning_rates": {"weights": 2e-3, "scales": 2e-3, "inclusion": 2e-2},
+}
 
 
 def _paper(dataset: str, posttrain: bool = False) -> RunConfig:
-    return RunConfig(dataset=dataset, method="lbbnn", hidden=(400, 600), family_options=dict(PAPER_PRIOR),
-                     train=dict(PAPER_POSTTRAIN if posttrain else PAPER_TRAIN))
+    return RunConfig(
+        dataset=dataset,
+        method="lbbnn",
+        hidden=(400, 600),
+        family_options=dict(PAPER_PRIOR),
+        train=dict(PAPER_POSTTRAIN if posttrain else PAPER_TRAIN),
+    )
 
 
 def _fast(dataset: str, train: Mapping[str, Any] = FAST_TRAIN) -> RunConfig:
@@ -72,10 +123,19 @@ def _quick(dataset: str) -> RunConfig:
 
 def _lenet(dataset: str) -> RunConfig:
     # Bleahu (2025): LeNet-300-100 with sparse variational dropout, a deterministic warm start, then KL annealing.
-    return RunConfig(dataset=dataset, method="sparse-vd", hidden=(300, 100),
-                     train={"warm_start_epochs": 10, "epochs": 100, "kl_anneal_epochs": 50, "batch_size": 100,
-                            "kl_weight": 1.0,
-                            "learning_rates": {"weights": 1e-3, "scales": 1e-3}})
+    return RunConfig(
+        dataset=dataset,
+        method="sparse-vd",
+        hidden=(300, 100),
+        train={
+            "warm_start_epochs": 10,
+            "epochs": 100,
+            "kl_anneal_epochs": 50,
+            "batch_size": 100,
+            "kl_weight": 1.0,
+            "learning_rates": {"weights": 1e-3, "scales": 1e-3},
+        },
+    )
 
 
 # LeNet-5 as in Caffe (conv 20@5x5, max-pool 2, conv 50@5x5, max-pool 2, fc 500, fc 10: 431,080 weights), the
@@ -87,18 +147,38 @@ LENET5_HIDDEN = (500,)
 def _lenet5(dataset: str) -> RunConfig:
     # The ELBO (kl_weight 1) after a deterministic warm start, the KL annealed in: the sparse VD recipe of
     # lenet-300-100 on the convolutional shape.
-    return RunConfig(dataset=dataset, method="sparse-vd", hidden=LENET5_HIDDEN, conv=LENET5_CONV,
-                     train={"warm_start_epochs": 10, "epochs": 200, "kl_anneal_epochs": 50, "batch_size": 100,
-                            "kl_weight": 1.0, "learning_rates": {"weights": 1e-3, "scales": 1e-3}})
+    return RunConfig(
+        dataset=dataset,
+        method="sparse-vd",
+        hidden=LENET5_HIDDEN,
+        conv=LENET5_CONV,
+        train={
+            "warm_start_epochs": 10,
+            "epochs": 200,
+            "kl_anneal_epochs": 50,
+            "batch_size": 100,
+            "kl_weight": 1.0,
+            "learning_rates": {"weights": 1e-3, "scales": 1e-3},
+        },
+    )
 
 
 def _regression_1_64_1() -> RunConfig:
     # Bleahu (2025) section 4.3: one hidden layer of 64, 150 epochs without KL (here: a deterministic warm
     # start), then the KL annealed in over 250 epochs at learning rate 1e-2.
-    return RunConfig(dataset="toy-sine-gaps", method="sparse-vd", hidden=(64,),
-                     train={"warm_start_epochs": 150, "epochs": 250, "kl_anneal_epochs": 250, "batch_size": 40,
-                            "kl_weight": 1.0,
-                            "learning_rates": {"weights": 1e-2, "scales": 1e-2, "likelihood": 1e-2}})
+    return RunConfig(
+        dataset="toy-sine-gaps",
+        method="sparse-vd",
+        hidden=(64,),
+        train={
+            "warm_start_epochs": 150,
+            "epochs": 250,
+            "kl_anneal_epochs": 250,
+            "batch_size": 40,
+            "kl_weight": 1.0,
+            "learning_rates": {"weights": 1e-2, "scales": 1e-2, "likelihood": 1e-2},
+        },
+    )
 
 
 # The UCI regression protocol (Hernandez-Lobato & Adams 2015; Ghosh, Yao & Doshi-Velez 2018): one hidden layer
@@ -110,20 +190,40 @@ def _regression_1_64_1() -> RunConfig:
 # variational Gamma posterior, started at the residual sd of a least-squares fit, and weight priors
 # scaled by fan-in. Training length is a budget of about 6000 Adam steps per
 # run (batch grows with the set); docs/uci-regression.md has the convergence measurements.
-UCI_DATASETS = ("uci-boston", "uci-concrete", "uci-energy", "uci-kin8nm", "uci-naval", "uci-power",
-                "uci-protein", "uci-wine", "uci-yacht")
+UCI_DATASETS = (
+    "uci-boston",
+    "uci-concrete",
+    "uci-energy",
+    "uci-kin8nm",
+    "uci-naval",
+    "uci-power",
+    "uci-protein",
+    "uci-wine",
+    "uci-yacht",
+)
 # (batch size, epochs) per set: ~6000 steps each, kin8nm ~21000, protein ~26000. kin8nm: at 100
 # epochs the training objective was still falling (split 0, last
 # 10 epochs: lbbnn 0.477 against 0.446 after 400, sparse-vd 0.399 against 0.362; docs/uci-regression.md).
 # protein: at 40 epochs likewise (splits 0-2, final loss 40 -> 160 epochs: concrete dropout 1.057 -> 1.022,
 # fnn 1.054 -> 1.006, bnn 1.156 -> 1.140; docs/uci-regression.md section 9).
 UCI_SCHEDULES = {
-    "uci-boston": (32, 400), "uci-concrete": (32, 200), "uci-energy": (32, 300), "uci-kin8nm": (128, 400),
-    "uci-naval": (128, 80), "uci-power": (128, 80), "uci-protein": (256, 160), "uci-wine": (64, 200),
+    "uci-boston": (32, 400),
+    "uci-concrete": (32, 200),
+    "uci-energy": (32, 300),
+    "uci-kin8nm": (128, 400),
+    "uci-naval": (128, 80),
+    "uci-power": (128, 80),
+    "uci-protein": (256, 160),
+    "uci-wine": (64, 200),
     "uci-yacht": (32, 600),
 }
-UCI_NOISE = {"noise": "variational", "precision_prior": "gamma", "precision_a": 1.0, "precision_b": 0.01,
-             "noise_init": "data"}
+UCI_NOISE = {
+    "noise": "variational",
+    "precision_prior": "gamma",
+    "precision_a": 1.0,
+    "precision_b": 0.01,
+    "noise_init": "data",
+}
 # Per-family options of the UCI grid (docs/uci-regression.md: why LBBNN needs these on small data).
 UCI_FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     "lbbnn": {"prior_inclusion": 0.5, "bias_prior": "gaussian", "prior_scaling": "fan-in"},
@@ -148,8 +248,14 @@ def _uci_train(dataset: str, method: str) -> dict[str, Any]:
     # Step sizes decay to zero over the main phase (cosine): at a constant 1e-2 the last epochs bounce
     # around the optimum (split 0, test LL constant -> cosine: kin8nm lbbnn 1.100 -> 1.144, concrete
     # sparse-vd -3.136 -> -3.089, power bnn -2.878 -> -2.867; docs/uci-regression.md section 8).
-    train = {"epochs": epochs, "batch_size": batch_size, "warm_start_epochs": warm, "kl_anneal_epochs": warm,
-             "kl_weight": 1.0, "lr_schedule": "cosine"}
+    train = {
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "warm_start_epochs": warm,
+        "kl_anneal_epochs": warm,
+        "kl_weight": 1.0,
+        "lr_schedule": "cosine",
+    }
     if method in UCI_TRAIN_OVERRIDES:
         train.update(UCI_TRAIN_OVERRIDES[method])
     return train
@@ -161,9 +267,15 @@ def uci_splits(dataset: str) -> tuple[int, ...]:
 
 def _uci(dataset: str, split: int = 0, method: str = "lbbnn") -> RunConfig:
     hidden = (100,) if dataset == "uci-protein" else (50,)
-    return RunConfig(dataset=dataset, split=split, method=method, hidden=hidden,
-                     family_options=dict(UCI_FAMILY_OPTIONS.get(method, {})),
-                     likelihood_options=dict(UCI_NOISE), train=_uci_train(dataset, method))
+    return RunConfig(
+        dataset=dataset,
+        split=split,
+        method=method,
+        hidden=hidden,
+        family_options=dict(UCI_FAMILY_OPTIONS.get(method, {})),
+        likelihood_options=dict(UCI_NOISE),
+        train=_uci_train(dataset, method),
+    )
 
 
 @dataclass(frozen=True)
@@ -225,18 +337,24 @@ def _paper_grid() -> GridSpec:
         # Hubin & Storvik (2024) section 4: the LBBNN variants use prior (3) (a grid cell keeps only the options given
         # here). The low-rank variant's Gaussian prior on the inclusion logits is centred on prior (3)'s mean
         # inclusion a_psi / (a_psi + b_psi) = e^-2, with the same Student-t slab.
-        method_overrides={**{m: baseline for m in PAPER_METHODS if not m.startswith("lbbnn")},
-                          "lbbnn": {"family_options": dict(PAPER_PRIOR)},
-                          "lbbnn-lfmvn": {"family_options": PAPER_PRIOR_LOW_RANK}},
+        method_overrides={
+            **{m: baseline for m in PAPER_METHODS if not m.startswith("lbbnn")},
+            "lbbnn": {"family_options": dict(PAPER_PRIOR)},
+            "lbbnn-lfmvn": {"family_options": PAPER_PRIOR_LOW_RANK},
+        },
         description="Hubin & Storvik (2024) Tables 2-3: 10 repeats x 7 methods x MNIST/FMNIST, 250 epochs (GPU-sized)",
     )
 
 
 def _quick_paper_grid() -> GridSpec:
-    tiny = RunConfig(dataset="mnist-small", method="lbbnn", hidden=(400, 600),
-                     train={"epochs": 1, "batch_size": 100})
-    return GridSpec(name="quick-paper", setups={"quick-mnist": tiny}, methods=("lbbnn", "bnn", "fnn"),
-                    seeds=(0, 1), description="a laptop-sized version of the paper grid (about a minute)")
+    tiny = RunConfig(dataset="mnist-small", method="lbbnn", hidden=(400, 600), train={"epochs": 1, "batch_size": 100})
+    return GridSpec(
+        name="quick-paper",
+        setups={"quick-mnist": tiny},
+        methods=("lbbnn", "bnn", "fnn"),
+        seeds=(0, 1),
+        description="a laptop-sized version of the paper grid (about a minute)",
+    )
 
 
 # Every registered family that trains MNIST-sized networks: laplace's covariance is bounded by
@@ -246,10 +364,14 @@ ALL_FAMILIES = tuple(family for family in FAMILIES if family != "laplace")
 
 def _fast_grid() -> GridSpec:
     setups = {"fast-mnist": _fast("mnist", FAST_GRID_TRAIN), "fast-fmnist": _fast("fashion-mnist", FAST_GRID_TRAIN)}
-    return GridSpec(name="fast", setups=setups,
-                    methods=ALL_FAMILIES, seeds=(0, 1, 2),
-                    description="every family with the fast recipe's schedule on full MNIST and Fashion-MNIST, "
-                                "3 seeds (about 3 min a run on a 2-core CPU)")
+    return GridSpec(
+        name="fast",
+        setups=setups,
+        methods=ALL_FAMILIES,
+        seeds=(0, 1, 2),
+        description="every family with the fast recipe's schedule on full MNIST and Fashion-MNIST, "
+        "3 seeds (about 3 min a run on a 2-core CPU)",
+    )
 
 
 def _uci_grid() -> GridSpec:
@@ -263,10 +385,16 @@ def _uci_grid() -> GridSpec:
         overrides[method]["train"] = {"warm_start_epochs": 0, "kl_anneal_epochs": 0}
     for method, train in UCI_TRAIN_OVERRIDES.items():
         overrides[method]["train"] = {**overrides[method].get("train", {}), **train}
-    return GridSpec(name="uci", setups=setups, methods=UCI_METHODS, seeds=(0,),
-                    method_overrides=overrides, splits={name: uci_splits(name) for name in UCI_DATASETS},
-                    description="UCI regression protocol: 20 splits (5 for protein) per dataset, 5 families; "
-                                "table: python benchmarks/uci_table.py render")
+    return GridSpec(
+        name="uci",
+        setups=setups,
+        methods=UCI_METHODS,
+        seeds=(0,),
+        method_overrides=overrides,
+        splits={name: uci_splits(name) for name in UCI_DATASETS},
+        description="UCI regression protocol: 20 splits (5 for protein) per dataset, 5 families; "
+        "table: python benchmarks/uci_table.py render",
+    )
 
 
 def _build_presets() -> dict[str, RunConfig | GridSpec]:
@@ -295,41 +423,48 @@ def _build_presets() -> dict[str, RunConfig | GridSpec]:
 
 PRESETS: dict[str, RunConfig | GridSpec] = _build_presets()
 
-_PAPER_TEXT = ("Hubin & Storvik 2024 {table}: LBBNN-SSP-MF with prior (3) (Beta-Binomial(1, a_psi, b_psi) inclusion, "
-               "Student-t "
-               "slab), empirical Bayes in 20 pre-training epochs, Table 1 step sizes, 250 epochs, relaxed-Bernoulli "
-               "(Concrete) estimator{post}")
-_FAST_TEXT = ("fast recipe on {data}: {schedule} of LBBNN with the KL "
-              "tempered by 0.05 (a tempered objective, not the ELBO: see docs/why-lbbnn-over-prunes.md); "
-              "Bernoulli(e^-2) prior, N(0, 1) slab, local reparameterisation")
-_FAST_SCHEDULE = ("batches of 250, 3 deterministic warm-start epochs, then 8 epochs with the step sizes decaying "
-                  "by a cosine")
+_PAPER_TEXT = (
+    "Hubin & Storvik 2024 {table}: LBBNN-SSP-MF with prior (3) (Beta-Binomial(1, a_psi, b_psi) inclusion, "
+    "Student-t "
+    "slab), empirical Bayes in 20 pre-training epochs, Table 1 step sizes, 250 epochs, relaxed-Bernoulli "
+    "(Concrete) estimator{post}"
+)
+_FAST_TEXT = (
+    "fast recipe on {data}: {schedule} of LBBNN with the KL "
+    "tempered by 0.05 (a tempered objective, not the ELBO: see docs/why-lbbnn-over-prunes.md); "
+    "Bernoulli(e^-2) prior, N(0, 1) slab, local reparameterisation"
+)
+_FAST_SCHEDULE = (
+    "batches of 250, 3 deterministic warm-start epochs, then 8 epochs with the step sizes decaying by a cosine"
+)
 _FAST_GRID_SCHEDULE = "batches of 100, 3 deterministic warm-start epochs, then 20 epochs"
 PRESET_DESCRIPTIONS: dict[str, str] = {
     "paper-mnist": _PAPER_TEXT.format(table="Table 2 (MNIST)", post="; no post-training"),
     "paper-fmnist": _PAPER_TEXT.format(table="Table 3 (Fashion-MNIST)", post="; no post-training"),
     "paper-mnist-posttrain": _PAPER_TEXT.format(
-        table="Table A8 (MNIST)", post=", then 50 post-training epochs on the median probability model (only "
-                                       "the MED modes exist afterwards)"),
+        table="Table A8 (MNIST)",
+        post=", then 50 post-training epochs on the median probability model (only the MED modes exist afterwards)",
+    ),
     "paper-fmnist-posttrain": _PAPER_TEXT.format(
-        table="Table A9 (Fashion-MNIST)", post=", then 50 post-training epochs on the median probability model "
-                                               "(only the MED modes exist afterwards)"),
+        table="Table A9 (Fashion-MNIST)",
+        post=", then 50 post-training epochs on the median probability model (only the MED modes exist afterwards)",
+    ),
     "fast-mnist": _FAST_TEXT.format(data="full MNIST", schedule=_FAST_SCHEDULE),
     "fast-fmnist": _FAST_TEXT.format(data="full Fashion-MNIST", schedule=_FAST_GRID_SCHEDULE),
     "quick-mnist": "3 epochs of LBBNN with the default settings on the bundled MNIST subset",
     "quick-fmnist": "3 epochs of LBBNN with the default settings on the bundled Fashion-MNIST subset",
     "lenet-300-100": "Bleahu (2025): LeNet-300-100 with sparse variational dropout on MNIST, 10 deterministic "
-                     "warm-start "
-                     "epochs, then 100 epochs with the KL annealed in over 50",
+    "warm-start "
+    "epochs, then 100 epochs with the KL annealed in over 50",
     "lenet-300-100-mnist": "the same as lenet-300-100",
     "lenet-300-100-fmnist": "lenet-300-100 on Fashion-MNIST",
     "lenet5-mnist": "Molchanov et al. (2017): LeNet-5 (Caffe: conv 20@5x5, max-pool, conv 50@5x5, max-pool, fc "
-                    "500, fc 10; 431k weights) with sparse variational dropout on full MNIST, trained on the ELBO "
-                    "(kl_weight 1, log-uniform prior): 10 deterministic warm-start epochs, then 200 epochs with the "
-                    "KL annealed in over 50. Target: their 0.9925 accuracy at density 0.0036 (Louizos et al. 2017: "
-                    "0.990 at 0.0064). --method lbbnn, bnn or fnn and --dataset any image set keep the shape",
+    "500, fc 10; 431k weights) with sparse variational dropout on full MNIST, trained on the ELBO "
+    "(kl_weight 1, log-uniform prior): 10 deterministic warm-start epochs, then 200 epochs with the "
+    "KL annealed in over 50. Target: their 0.9925 accuracy at density 0.0036 (Louizos et al. 2017: "
+    "0.990 at 0.0064). --method lbbnn, bnn or fnn and --dataset any image set keep the shape",
     "regression-1-64-1": "Bleahu (2025) section 4.3: a 1-64-1 sparse-VD MLP on toy-sine-gaps, warm start then "
-                         "KL annealing",
+    "KL annealing",
 }
 
 

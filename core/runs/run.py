@@ -73,10 +73,18 @@ class LayerCoefficients:
 
     def to_rows(self) -> list[dict[str, Any]]:
         bias = self.in_features
-        return [{"layer": self.layer, "row": int(r), "input": "bias" if c == bias else int(c),
-                 "mean": float(m), "lower": float(lo), "upper": float(hi), "statistic": float(s)}
-                for r, c, m, lo, hi, s in zip(self.row, self.column, self.mean, self.lower, self.upper,
-                                              self.statistic)]
+        return [
+            {
+                "layer": self.layer,
+                "row": int(r),
+                "input": "bias" if c == bias else int(c),
+                "mean": float(m),
+                "lower": float(lo),
+                "upper": float(hi),
+                "statistic": float(s),
+            }
+            for r, c, m, lo, hi, s in zip(self.row, self.column, self.mean, self.lower, self.upper, self.statistic)
+        ]
 
 
 @dataclass
@@ -103,8 +111,18 @@ class Run:
         """A run around a model that is not in the store (a model trained by hand, a test's model)."""
         if not isinstance(model, BayesianMLP):
             raise PredictionError(f"expected a BayesianMLP, got {type(model).__name__}")
-        return cls(run_id=None, config=None, model=model, metrics=dict(metrics or {}), history=[], summaries={},
-                   path=None, from_cache=False, created=0.0, _dataset=dataset)
+        return cls(
+            run_id=None,
+            config=None,
+            model=model,
+            metrics=dict(metrics or {}),
+            history=[],
+            summaries={},
+            path=None,
+            from_cache=False,
+            created=0.0,
+            _dataset=dataset,
+        )
 
     def dataset(self):
         """The run's Dataset, loaded on first use and kept."""
@@ -126,8 +144,10 @@ class Run:
                 try:
                     self._snapshots = TrainingSnapshots.from_arrays(arrays)
                 except ValueError as exc:
-                    raise RunStoreError(f"run {self.run_id}: the stored snapshots do not fit together ({exc}); "
-                                        f"train the run again with --force") from None
+                    raise RunStoreError(
+                        f"run {self.run_id}: the stored snapshots do not fit together ({exc}); "
+                        f"train the run again with --force"
+                    ) from None
         return self._snapshots
 
     @property
@@ -139,12 +159,19 @@ class Run:
         return self.model.likelihood.task
 
     # --- predictions -----------------------------------------------------------------------------
-    def predict(self, x: Any, mode: str = "bma", samples: int = 10, threshold: float | None = None, seed: int = 0,
-                weights: str | None = None, original_units: bool = True) -> Prediction:
+    def predict(
+        self,
+        x: Any,
+        mode: str = "bma",
+        samples: int = 10,
+        threshold: float | None = None,
+        seed: int = 0,
+        weights: str | None = None,
+        original_units: bool = True,
+    ) -> Prediction:
         """Predictions of one mode on inputs x (see core.predict.modes); regression predictions are
         in the targets' original units unless original_units=False (the units the model was trained in)."""
-        prediction = predict(self.model, x, mode=mode, samples=samples, threshold=threshold, seed=seed,
-                             weights=weights)
+        prediction = predict(self.model, x, mode=mode, samples=samples, threshold=threshold, seed=seed, weights=weights)
         return self.in_original_units(prediction) if original_units else prediction
 
     def in_original_units(self, prediction: Prediction) -> Prediction:
@@ -158,17 +185,50 @@ class Run:
     def _has_dataset(self) -> bool:
         return self._dataset is not None or self.config is not None
 
-    def evaluate(self, mode: str = "bma", samples: int = 10, threshold: float | None = None, seed: int = 0,
-                 ood: str | Sequence[str] | None = None, weights: str | None = None, **options: Any) -> dict[str, Any]:
+    def evaluate(
+        self,
+        mode: str = "bma",
+        samples: int = 10,
+        threshold: float | None = None,
+        seed: int = 0,
+        ood: str | Sequence[str] | None = None,
+        weights: str | None = None,
+        **options: Any,
+    ) -> dict[str, Any]:
         """Test-set metrics of one prediction mode (core.predict.evaluate), JSON-ready."""
-        return evaluate(self.model, self.dataset(), mode=mode, samples=samples, threshold=threshold, seed=seed,
-                        ood=ood, weights=weights, data_dir=self.data_dir, **options)
+        return evaluate(
+            self.model,
+            self.dataset(),
+            mode=mode,
+            samples=samples,
+            threshold=threshold,
+            seed=seed,
+            ood=ood,
+            weights=weights,
+            data_dir=self.data_dir,
+            **options,
+        )
 
-    def sweep(self, thresholds: Sequence[float] | str | None = None, mode: str = "mpm-mean", samples: int = 1,
-              seed: int = 0, weights: str | None = None, n_points: int = DEFAULT_POINTS) -> SweepResult:
+    def sweep(
+        self,
+        thresholds: Sequence[float] | str | None = None,
+        mode: str = "mpm-mean",
+        samples: int = 1,
+        seed: int = 0,
+        weights: str | None = None,
+        n_points: int = DEFAULT_POINTS,
+    ) -> SweepResult:
         """The headline metric (accuracy, or RMSE in original units) and density at each threshold."""
-        return sweep(self.model, self.dataset(), thresholds=thresholds, mode=mode, samples=samples, seed=seed,
-                     weights=weights, n_points=n_points)
+        return sweep(
+            self.model,
+            self.dataset(),
+            thresholds=thresholds,
+            mode=mode,
+            samples=samples,
+            seed=seed,
+            weights=weights,
+            n_points=n_points,
+        )
 
     def default_sweep(self, n_points: int = DEFAULT_POINTS) -> SweepResult:
         """The mpm-mean sweep over the default thresholds: the copy stored with the run when it has
@@ -182,14 +242,25 @@ class Run:
                 disconnected = np.asarray(stored["sweep_disconnected"], dtype=bool)
             else:  # runs stored before the flag was: the masks alone decide it
                 disconnected = disconnected_at(SortedStatistics(self.model), grid)
-            return SweepResult(mode="mpm-mean", weights="mean", statistic=self.model.spec.name,
-                               keep=self.model.spec.keep.value, thresholds=grid,
-                               density=np.asarray(stored["sweep_density"], dtype=np.float64),
-                               layer_density=(np.asarray(layer_density, dtype=np.float64) if layer_density is not None
-                                              else np.empty((len(grid), 0))),
-                               metric=metric, values=np.asarray(stored[f"sweep_{metric}"], dtype=np.float64),
-                               disconnected=disconnected, samples=1, seed=0,
-                               active_density=active_density_at(SortedStatistics(self.model), grid))
+            return SweepResult(
+                mode="mpm-mean",
+                weights="mean",
+                statistic=self.model.spec.name,
+                keep=self.model.spec.keep.value,
+                thresholds=grid,
+                density=np.asarray(stored["sweep_density"], dtype=np.float64),
+                layer_density=(
+                    np.asarray(layer_density, dtype=np.float64)
+                    if layer_density is not None
+                    else np.empty((len(grid), 0))
+                ),
+                metric=metric,
+                values=np.asarray(stored[f"sweep_{metric}"], dtype=np.float64),
+                disconnected=disconnected,
+                samples=1,
+                seed=0,
+                active_density=active_density_at(SortedStatistics(self.model), grid),
+            )
         return self.sweep(n_points=n_points)
 
     def export(self, threshold: float | None, folder: str | Path) -> tuple[Path, dict[str, Any]]:
@@ -216,8 +287,15 @@ class Run:
         with torch.no_grad():
             return network_active_masks(self.model, self.masks(threshold))
 
-    def explain(self, x: Any, threshold: float | None = None, samples: int = DEFAULT_EXPLAIN_SAMPLES, seed: int = 0,
-                output: int | None = None, level: float = DEFAULT_LEVEL) -> Explanation:
+    def explain(
+        self,
+        x: Any,
+        threshold: float | None = None,
+        samples: int = DEFAULT_EXPLAIN_SAMPLES,
+        seed: int = 0,
+        output: int | None = None,
+        level: float = DEFAULT_LEVEL,
+    ) -> Explanation:
         """For one input x, each feature's contribution to output `output` (default: the predicted
         class's logit; regression: the mean, in the units the model was trained in) through the
         active paths of the network pruned at `threshold`: per posterior draw the Jacobian of the
@@ -225,8 +303,14 @@ class Run:
         median and central `level` interval over `samples` draws (core.predict.explain)."""
         return explain(self.model, x, threshold=threshold, samples=samples, seed=seed, output=output, level=level)
 
-    def coef(self, threshold: float | None = None, level: float = INTERVAL_LEVEL, samples: int = COEF_SAMPLES,
-             seed: int = 0, method: str = "auto") -> list[LayerCoefficients]:
+    def coef(
+        self,
+        threshold: float | None = None,
+        level: float = INTERVAL_LEVEL,
+        samples: int = COEF_SAMPLES,
+        seed: int = 0,
+        method: str = "auto",
+    ) -> list[LayerCoefficients]:
         """The kept weights of each layer with the mean and central `level` interval of q(w | kept).
 
         Closed form where the family's q(w | kept) is Gaussian (method "auto" or "closed-form");
@@ -247,8 +331,9 @@ class Run:
                 rows, columns = kept[:, 0], kept[:, 1]
                 normal = layer.conditional_normal() if method != "draws" else None
                 if method == "closed-form" and normal is None:
-                    raise PredictionError(f"coef: q(w | kept) of {self.model.family} is not Gaussian; "
-                                          "use method='draws'")
+                    raise PredictionError(
+                        f"coef: q(w | kept) of {self.model.family} is not Gaussian; use method='draws'"
+                    )
                 mean = layer.conditional_mean_weights()[rows, columns].double().cpu().numpy()
                 if normal is not None:
                     loc, scale = (t[rows, columns].double().cpu().numpy() for t in normal)
@@ -258,14 +343,25 @@ class Run:
                     draws = self._kept_draws(index, rows, columns, samples, seed)
                     lower, upper = np.quantile(draws, [tail, 1 - tail], axis=0)
                     how = "draws"
-                result.append(LayerCoefficients(
-                    layer=index, in_features=layer.in_features, row=rows.cpu().numpy(), column=columns.cpu().numpy(),
-                    mean=mean, lower=lower, upper=upper, statistic=stat[rows, columns].double().cpu().numpy(),
-                    level=float(level), method=how))
+                result.append(
+                    LayerCoefficients(
+                        layer=index,
+                        in_features=layer.in_features,
+                        row=rows.cpu().numpy(),
+                        column=columns.cpu().numpy(),
+                        mean=mean,
+                        lower=lower,
+                        upper=upper,
+                        statistic=stat[rows, columns].double().cpu().numpy(),
+                        level=float(level),
+                        method=how,
+                    )
+                )
         return result
 
-    def _kept_draws(self, index: int, rows: Tensor, columns: Tensor, samples: int, seed: int,
-                    chunk: int = 50) -> np.ndarray:
+    def _kept_draws(
+        self, index: int, rows: Tensor, columns: Tensor, samples: int, seed: int, chunk: int = 50
+    ) -> np.ndarray:
         """(samples, k) draws of q(w | kept) of layer `index` at the kept positions, a chunk at a time."""
         layer = self.model.layers[index]
         out = np.empty((samples, len(rows)), dtype=np.float64)
@@ -273,7 +369,7 @@ class Run:
         for start in range(0, samples, chunk):
             count = min(chunk, samples - start)
             draws = layer.sample_conditional_weights(count, generator)
-            out[start:start + count] = draws[:, rows, columns].double().cpu().numpy()
+            out[start : start + count] = draws[:, rows, columns].double().cpu().numpy()
         return out
 
     # --- summary ---------------------------------------------------------------------------------
@@ -288,9 +384,17 @@ class Run:
         layers = []
         for index, (layer, mask) in enumerate(zip(self.model.layers, masks)):
             kept, total = int(mask.sum()), mask.numel()
-            layers.append({"layer": index, "shape": [layer.out_features, layer.in_features + 1], "kept": kept,
-                           "weights": total, "density": kept / total, "mean_statistic": means[index],
-                           "prior": layer.prior_hyperparameters()})
+            layers.append(
+                {
+                    "layer": index,
+                    "shape": [layer.out_features, layer.in_features + 1],
+                    "kept": kept,
+                    "weights": total,
+                    "density": kept / total,
+                    "mean_statistic": means[index],
+                    "prior": layer.prior_hyperparameters(),
+                }
+            )
         kept = sum(layer["kept"] for layer in layers)
         total = sum(layer["weights"] for layer in layers)
         noise = {}
@@ -317,8 +421,11 @@ class Run:
         """The headline metric of each stored final evaluation ("MED-MEA R=1 accuracy", ...) and the
         stored density: what run lists and summaries show first."""
         metric = headline_metric(self.task)
-        found = {f"{mode} {metric}": float(self.metrics[f"{mode} {metric}"]) for mode in SUMMARY_MODES
-                 if f"{mode} {metric}" in self.metrics}
+        found = {
+            f"{mode} {metric}": float(self.metrics[f"{mode} {metric}"])
+            for mode in SUMMARY_MODES
+            if f"{mode} {metric}" in self.metrics
+        }
         if "density" in self.metrics:
             found["density"] = float(self.metrics["density"])
         return found

@@ -139,6 +139,7 @@ def default_cache_dir() -> Path:
     if override:
         return Path(override).expanduser()
     from platformdirs import user_cache_dir
+
     return Path(user_cache_dir("bnn-explorer"))
 
 
@@ -182,8 +183,10 @@ class RunStore(RunReading, RunRecovery):
         try:
             return sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
         except OSError as exc:
-            raise RunStoreError(f"cannot list the run store {self.root}: {exc.strerror or exc}; "
-                                f"check the folder's permissions or set {CACHE_DIR_ENV}") from None
+            raise RunStoreError(
+                f"cannot list the run store {self.root}: {exc.strerror or exc}; "
+                f"check the folder's permissions or set {CACHE_DIR_ENV}"
+            ) from None
 
     def resolve(self, run_ref: str) -> str:
         """The full id for a run id or a unique prefix of one."""
@@ -197,10 +200,12 @@ class RunStore(RunReading, RunRecovery):
         if len(matches) == 1:
             return matches[0]
         if not matches:
-            raise RunStoreError(f"run {run_ref!r}: no cached run has this id in {self.root}; "
-                                f"list them with `python -m core runs`")
-        raise RunStoreError(f"run {run_ref!r}: the prefix matches {len(matches)} runs "
-                            f"({', '.join(matches[:5])}); give more characters")
+            raise RunStoreError(
+                f"run {run_ref!r}: no cached run has this id in {self.root}; list them with `python -m core runs`"
+            )
+        raise RunStoreError(
+            f"run {run_ref!r}: the prefix matches {len(matches)} runs ({', '.join(matches[:5])}); give more characters"
+        )
 
     def exists(self, run_id: str) -> bool:
         self._start()
@@ -218,12 +223,16 @@ class RunStore(RunReading, RunRecovery):
     def _disk_message(self, what: str, exc: OSError) -> str:
         reason = exc.strerror or str(exc)
         if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-            return (f"{what}: no space left in {self.root} ({_megabytes(self.free_bytes())} free), nothing was "
-                    f"stored; delete runs (`python -m core rm RUN`) or set {CACHE_DIR_ENV} to a folder on a "
-                    f"larger disk")
+            return (
+                f"{what}: no space left in {self.root} ({_megabytes(self.free_bytes())} free), nothing was "
+                f"stored; delete runs (`python -m core rm RUN`) or set {CACHE_DIR_ENV} to a folder on a "
+                f"larger disk"
+            )
         if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-            return (f"{what}: the run store {self.root} cannot be written ({reason}); make it writable or set "
-                    f"{CACHE_DIR_ENV} to a writable folder")
+            return (
+                f"{what}: the run store {self.root} cannot be written ({reason}); make it writable or set "
+                f"{CACHE_DIR_ENV} to a writable folder"
+            )
         where = exc.filename or self.root
         return f"{what}: cannot write {where} ({reason}); check the run store {self.root} or set {CACHE_DIR_ENV}"
 
@@ -247,9 +256,11 @@ class RunStore(RunReading, RunRecovery):
             disk._unlink(probe)
         free = self.free_bytes()
         if free is not None and free < needed_bytes:
-            raise RunStoreError(f"{what}: needs about {_megabytes(needed_bytes)} in {self.root} but only "
-                                f"{_megabytes(free)} are free; delete runs (`python -m core rm RUN`) or set "
-                                f"{CACHE_DIR_ENV} to a folder on a larger disk")
+            raise RunStoreError(
+                f"{what}: needs about {_megabytes(needed_bytes)} in {self.root} but only "
+                f"{_megabytes(free)} are free; delete runs (`python -m core rm RUN`) or set "
+                f"{CACHE_DIR_ENV} to a folder on a larger disk"
+            )
 
     # --- writing -----------------------------------------------------------------------------
     def write(self, run_id: str, contents: RunContents, replace: bool = False) -> Path:
@@ -265,15 +276,18 @@ class RunStore(RunReading, RunRecovery):
 
         # Everything is serialised before the disk is touched: a bad value fails with nothing written.
         json_summaries, arrays = split_summaries(contents.summaries)
-        binary = {WEIGHTS: save_torch(state_dict_for_saving(contents.state_dict)),
-                  SUMMARY_ARRAYS: save_numpy(arrays)}
+        binary = {WEIGHTS: save_torch(state_dict_for_saving(contents.state_dict)), SUMMARY_ARRAYS: save_numpy(arrays)}
         if contents.snapshots is not None:
             buffer = io.BytesIO()
             np.savez_compressed(buffer, **contents.snapshots)
             binary[SNAPSHOTS] = buffer.getvalue()
-        documents = {"config.json": contents.config, "info.json": dict(contents.info, run_id=run_id),
-                     "metrics.json": contents.metrics, "history.json": contents.history,
-                     "summaries.json": json_summaries}
+        documents = {
+            "config.json": contents.config,
+            "info.json": dict(contents.info, run_id=run_id),
+            "metrics.json": contents.metrics,
+            "history.json": contents.history,
+            "summaries.json": json_summaries,
+        }
         self._start()
         final = self.path(run_id)
         with self._disk_errors(f"run {run_id}"), self.lock(run_id):
@@ -289,8 +303,9 @@ class RunStore(RunReading, RunRecovery):
                 for name, value in documents.items():
                     disk._write_json(temp / name, value)
                 names = (WEIGHTS, SUMMARY_ARRAYS, *JSON_FILES) + ((SNAPSHOTS,) if SNAPSHOTS in binary else ())
-                files = {name: {"sha256": sha256_file(temp / name), "bytes": (temp / name).stat().st_size}
-                         for name in names}
+                files = {
+                    name: {"sha256": sha256_file(temp / name), "bytes": (temp / name).stat().st_size} for name in names
+                }
                 # The manifest is the completion marker: written last, after every file is on disk.
                 # Milliseconds: at 13 significant digits every digit of the time is seen by own_sha256
                 # (at 17, a flip of the last one can parse to the same float).
@@ -336,8 +351,10 @@ class RunStore(RunReading, RunRecovery):
         sizes = {run_id: _folder_size(self.path(run_id)) for run_id in self.run_ids()}
         total = sum(sizes.values()) + self.leftover_bytes()
         evicted = []
-        by_age = sorted((run_id for run_id in sizes if run_id not in keep),
-                        key=lambda run_id: _mtime(self.path(run_id) / LAST_USED) or 0.0)
+        by_age = sorted(
+            (run_id for run_id in sizes if run_id not in keep),
+            key=lambda run_id: _mtime(self.path(run_id) / LAST_USED) or 0.0,
+        )
         for run_id in by_age:
             if total <= self.max_bytes:
                 break

@@ -124,9 +124,18 @@ class RunInfo:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "path": str(self.path), "dataset": self.dataset, "method": self.method,
-                "created": self.created, "last_used": self.last_used, "size_bytes": self.size_bytes,
-                "metrics": self.metrics, "status": self.status, "error": self.error}
+        return {
+            "run_id": self.run_id,
+            "path": str(self.path),
+            "dataset": self.dataset,
+            "method": self.method,
+            "created": self.created,
+            "last_used": self.last_used,
+            "size_bytes": self.size_bytes,
+            "metrics": self.metrics,
+            "status": self.status,
+            "error": self.error,
+        }
 
 
 MANIFEST_FIELDS = frozenset({"run_id", "files", "written", "own_sha256"})
@@ -144,8 +153,14 @@ def _check_id(run_id: str) -> None:
 
 
 def _safe_name(name: Any) -> bool:
-    return (isinstance(name, str) and bool(name) and not name.startswith(".") and "/" not in name
-            and "\\" not in name and "\0" not in name)
+    return (
+        isinstance(name, str)
+        and bool(name)
+        and not name.startswith(".")
+        and "/" not in name
+        and "\\" not in name
+        and "\0" not in name
+    )
 
 
 def _is_number(value: Any) -> bool:
@@ -175,8 +190,9 @@ def read_snapshot_arrays(folder: Path, run_id: str | None = None) -> dict[str, n
 
     run_id = run_id or folder.name
     if not folder.is_dir():
-        raise RunStoreError(f"run {run_id} was deleted (by another session or process); list the runs with "
-                            f"`python -m core runs`")
+        raise RunStoreError(
+            f"run {run_id} was deleted (by another session or process); list the runs with `python -m core runs`"
+        )
     try:
         manifest = _parse_json((folder / MANIFEST).read_bytes())
     except (OSError, ValueError) as exc:
@@ -188,8 +204,9 @@ def read_snapshot_arrays(folder: Path, run_id: str | None = None) -> dict[str, n
     if not path.is_file():
         raise RunStoreError(f"run {run_id}: {path} is missing; {_fix_hint(run_id)}")
     if sha256_file(path) != entry.get("sha256"):
-        raise RunStoreError(f"run {run_id}: {path} does not match its checksum (corrupted or modified); "
-                            f"{_fix_hint(run_id)}")
+        raise RunStoreError(
+            f"run {run_id}: {path} does not match its checksum (corrupted or modified); {_fix_hint(run_id)}"
+        )
     try:
         return read_npz(path)
     except (OSError, ValueError, zipfile.BadZipFile) as exc:

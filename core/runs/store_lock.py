@@ -85,9 +85,11 @@ def _try_lock(path: str) -> int | None:
         try:
             if os.name == "nt":
                 import msvcrt
+
                 msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
             else:
                 import fcntl
+
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
@@ -107,9 +109,11 @@ def _unlock(fd: int) -> None:
     try:
         if os.name == "nt":
             import msvcrt
+
             msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
         else:
             import fcntl
+
             fcntl.flock(fd, fcntl.LOCK_UN)
     except OSError:
         pass

@@ -93,7 +93,7 @@ class _Folder:
         return os.stat(name, dir_fd=self.fd)
 
     def changed(self) -> str | None:
-        """"deleted" or "replaced" when the path no longer names the folder opened, else None."""
+        """ "deleted" or "replaced" when the path no longer names the folder opened, else None."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -128,11 +128,14 @@ class RunReading:
         try:
             stored = self._consistently(run_id, self._read_folder)
         except _Vanished:
-            raise RunStoreError(f"run {run_id} was deleted (by another session or process) or never stored in "
-                                f"{self.root}; list the runs with `python -m core runs`") from None
+            raise RunStoreError(
+                f"run {run_id} was deleted (by another session or process) or never stored in "
+                f"{self.root}; list the runs with `python -m core runs`"
+            ) from None
         except OSError as exc:
-            raise RunStoreError(f"run {run_id}: cannot read {self.path(run_id)} ({exc.strerror or exc}); "
-                                f"{_fix_hint(run_id)}") from None
+            raise RunStoreError(
+                f"run {run_id}: cannot read {self.path(run_id)} ({exc.strerror or exc}); {_fix_hint(run_id)}"
+            ) from None
         if touch:
             self.touch(run_id)
         return stored
@@ -184,32 +187,38 @@ class RunReading:
         return self._fail_after_changes(run_id)
 
     def _fail_after_changes(self, run_id: str) -> Any:
-        raise RunStoreError(f"run {run_id}: it kept changing while being read (replaced again and again); "
-                            f"try again")
+        raise RunStoreError(f"run {run_id}: it kept changing while being read (replaced again and again); try again")
 
     def _manifest(self, run_id: str, folder: _Folder) -> dict[str, Any]:
         path = folder.path / MANIFEST
         try:
             data = folder.read_bytes(MANIFEST)
         except FileNotFoundError:
-            raise RunStoreError(f"run {run_id}: {path} is missing, the run is incomplete; "
-                                f"{_fix_hint(run_id)}") from None
+            raise RunStoreError(
+                f"run {run_id}: {path} is missing, the run is incomplete; {_fix_hint(run_id)}"
+            ) from None
         manifest = self._parse(run_id, path, data, dict)
         # Each file's entry is checked against the file; the rest against own_sha256 (runs written
         # before it was recorded have none), and a field of another name is a damaged one.
         unknown = set(manifest) - MANIFEST_FIELDS
         if unknown or ("own_sha256" in manifest and manifest["own_sha256"] != _manifest_own_digest(manifest)):
-            raise RunStoreError(f"run {run_id}: {path} does not match its own checksum (corrupted or modified); "
-                                f"{_fix_hint(run_id)}")
+            raise RunStoreError(
+                f"run {run_id}: {path} does not match its own checksum (corrupted or modified); {_fix_hint(run_id)}"
+            )
         files = manifest.get("files")
         required = {WEIGHTS, SUMMARY_ARRAYS, *JSON_FILES}
         if not isinstance(files, dict) or not required <= set(files):
             raise RunStoreError(f"run {run_id}: {path} does not list every file of a run; {_fix_hint(run_id)}")
         for name, entry in files.items():
-            if (not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str)
-                    or not _is_count(entry.get("bytes")) or not _safe_name(name)):
-                raise RunStoreError(f"run {run_id}: {path} has a malformed entry for {str(name)[:80]!r}; "
-                                    f"{_fix_hint(run_id)}")
+            if (
+                not isinstance(entry, dict)
+                or not isinstance(entry.get("sha256"), str)
+                or not _is_count(entry.get("bytes"))
+                or not _safe_name(name)
+            ):
+                raise RunStoreError(
+                    f"run {run_id}: {path} has a malformed entry for {str(name)[:80]!r}; {_fix_hint(run_id)}"
+                )
         return manifest
 
     def _parse(self, run_id: str, path: Path, data: bytes, kind: type) -> Any:
@@ -218,8 +227,10 @@ class RunReading:
         except ValueError as exc:
             raise RunStoreError(f"run {run_id}: cannot parse {path}: {_one_line(exc)}; {_fix_hint(run_id)}") from None
         if not isinstance(value, kind):
-            raise RunStoreError(f"run {run_id}: {path} holds a JSON {type(value).__name__}, not "
-                                f"{'an object' if kind is dict else 'a list'}; {_fix_hint(run_id)}")
+            raise RunStoreError(
+                f"run {run_id}: {path} holds a JSON {type(value).__name__}, not "
+                f"{'an object' if kind is dict else 'a list'}; {_fix_hint(run_id)}"
+            )
         return value
 
     def _file_bytes(self, run_id: str, folder: _Folder, name: str, entry: dict[str, Any]) -> bytes:
@@ -231,11 +242,14 @@ class RunReading:
         # Sizes first, as the listing checks them: a manifest whose size entry alone was changed (one
         # flipped digit) is as damaged as a file whose bytes were.
         if len(data) != entry["bytes"]:
-            raise RunStoreError(f"run {run_id}: {path} has {len(data)} bytes, its manifest says "
-                                f"{entry['bytes']} (truncated or modified); {_fix_hint(run_id)}")
+            raise RunStoreError(
+                f"run {run_id}: {path} has {len(data)} bytes, its manifest says "
+                f"{entry['bytes']} (truncated or modified); {_fix_hint(run_id)}"
+            )
         if hashlib.sha256(data).hexdigest() != entry["sha256"]:
-            raise RunStoreError(f"run {run_id}: {path} does not match its checksum (corrupted or modified); "
-                                f"{_fix_hint(run_id)}")
+            raise RunStoreError(
+                f"run {run_id}: {path} does not match its checksum (corrupted or modified); {_fix_hint(run_id)}"
+            )
         return data
 
     def _read_folder(self, run_id: str, folder: _Folder) -> StoredRun:
@@ -251,20 +265,30 @@ class RunReading:
             try:
                 tensors[name] = load(data[name])
             except (SafetensorError, OSError, ValueError, TypeError) as exc:
-                raise RunStoreError(f"run {run_id}: cannot read {folder.path / name}: {_one_line(exc)}; "
-                                    f"{_fix_hint(run_id)}") from None
-        parsed = {name: self._parse(run_id, folder.path / name, data[name],
-                                    list if name == "history.json" else dict)
-                  for name in JSON_FILES}
+                raise RunStoreError(
+                    f"run {run_id}: cannot read {folder.path / name}: {_one_line(exc)}; {_fix_hint(run_id)}"
+                ) from None
+        parsed = {
+            name: self._parse(run_id, folder.path / name, data[name], list if name == "history.json" else dict)
+            for name in JSON_FILES
+        }
         self._check_fields(run_id, folder.path, parsed)
         try:
             summaries = join_summaries(parsed["summaries.json"], tensors[SUMMARY_ARRAYS])
         except (KeyError, TypeError) as exc:
-            raise RunStoreError(f"run {run_id}: summaries.json refers to a missing array {exc}; "
-                                f"{_fix_hint(run_id)}") from None
-        return StoredRun(run_id=run_id, path=self.path(run_id), config=parsed["config.json"],
-                         info=parsed["info.json"], state_dict=tensors[WEIGHTS], metrics=parsed["metrics.json"],
-                         history=parsed["history.json"], summaries=summaries)
+            raise RunStoreError(
+                f"run {run_id}: summaries.json refers to a missing array {exc}; {_fix_hint(run_id)}"
+            ) from None
+        return StoredRun(
+            run_id=run_id,
+            path=self.path(run_id),
+            config=parsed["config.json"],
+            info=parsed["info.json"],
+            state_dict=tensors[WEIGHTS],
+            metrics=parsed["metrics.json"],
+            history=parsed["history.json"],
+            summaries=summaries,
+        )
 
     @staticmethod
     def _check_fields(run_id: str, folder: Path, parsed: dict[str, Any]) -> None:
@@ -272,8 +296,7 @@ class RunReading:
         config, info = parsed.get("config.json", {}), parsed.get("info.json", {})
         for key in ("dataset", "method"):
             if config.get(key) is not None and not isinstance(config.get(key), str):
-                raise RunStoreError(f"run {run_id}: {folder / 'config.json'}: {key} is not a name; "
-                                    f"{_fix_hint(run_id)}")
+                raise RunStoreError(f"run {run_id}: {folder / 'config.json'}: {key} is not a name; {_fix_hint(run_id)}")
         if info.get("created") is not None and not _is_number(info.get("created")):
             raise RunStoreError(f"run {run_id}: {folder / 'info.json'}: created is not a time; {_fix_hint(run_id)}")
 
@@ -302,8 +325,9 @@ class RunReading:
         """The run's row in a listing; a damaged run gets status "corrupt" and the reason."""
         row = self._row(run_id)
         if row is None:
-            raise RunStoreError(f"run {run_id} is not in the store {self.root} (deleted?); "
-                                f"list the runs with `python -m core runs`")
+            raise RunStoreError(
+                f"run {run_id} is not in the store {self.root} (deleted?); list the runs with `python -m core runs`"
+            )
         return row
 
     def _row(self, run_id: str) -> RunInfo | None:
@@ -323,8 +347,19 @@ class RunReading:
             reason = f"run {run_id}: cannot read {folder} ({type(exc).__name__}: {_one_line(exc)}); {_fix_hint(run_id)}"
         config = seen.get("config") if isinstance(seen.get("config"), dict) else {}
         names = {key: config.get(key) if isinstance(config.get(key), str) else None for key in ("dataset", "method")}
-        return RunInfo(run_id, folder, names["dataset"], names["method"], None, _mtime(folder / LAST_USED),
-                       _folder_size(folder), {}, {}, "corrupt", _one_line(reason))
+        return RunInfo(
+            run_id,
+            folder,
+            names["dataset"],
+            names["method"],
+            None,
+            _mtime(folder / LAST_USED),
+            _folder_size(folder),
+            {},
+            {},
+            "corrupt",
+            _one_line(reason),
+        )
 
     def _checked_row(self, run_id: str, folder: _Folder, seen: dict[str, Any]) -> RunInfo:
         try:  # the dataset and method name even a damaged run's row, when they can be read
@@ -340,8 +375,10 @@ class RunReading:
             except FileNotFoundError:
                 raise RunStoreError(f"run {run_id}: {folder.path / name} is missing; {_fix_hint(run_id)}") from None
             if st.st_size != entry["bytes"]:
-                raise RunStoreError(f"run {run_id}: {folder.path / name} has {st.st_size} bytes, its manifest says "
-                                    f"{entry['bytes']} (truncated or modified); {_fix_hint(run_id)}")
+                raise RunStoreError(
+                    f"run {run_id}: {folder.path / name} has {st.st_size} bytes, its manifest says "
+                    f"{entry['bytes']} (truncated or modified); {_fix_hint(run_id)}"
+                )
             key.append((name, _file_key(st)))
         parsed = {}
         for name in ("config.json", "info.json", "metrics.json"):
@@ -371,9 +408,17 @@ class RunReading:
             raise RunStoreError(verdict)
         config, info, metrics = parsed["config.json"], parsed["info.json"], parsed["metrics.json"]
         created = info.get("created")
-        return RunInfo(run_id, folder.path, config.get("dataset"), config.get("method"),
-                       float(created) if created is not None else None, _mtime(folder.path / LAST_USED),
-                       _folder_size(folder.path), metrics, config)
+        return RunInfo(
+            run_id,
+            folder.path,
+            config.get("dataset"),
+            config.get("method"),
+            float(created) if created is not None else None,
+            _mtime(folder.path / LAST_USED),
+            _folder_size(folder.path),
+            metrics,
+            config,
+        )
 
     @staticmethod
     def _stored_verdict(folder: _Folder, digest: str) -> tuple[bool, str | None]:
@@ -403,14 +448,22 @@ class RunReading:
             try:
                 row = self._row(run_id)
             except Exception as exc:  # never one folder breaking the whole listing
-                row = RunInfo(run_id, self.path(run_id), None, None, None, None, _folder_size(self.path(run_id)),
-                              {}, {},
-                              "corrupt",
-                              _one_line(f"run {run_id}: cannot be read ({type(exc).__name__}: {exc})"))
+                row = RunInfo(
+                    run_id,
+                    self.path(run_id),
+                    None,
+                    None,
+                    None,
+                    None,
+                    _folder_size(self.path(run_id)),
+                    {},
+                    {},
+                    "corrupt",
+                    _one_line(f"run {run_id}: cannot be read ({type(exc).__name__}: {exc})"),
+                )
             if row is not None:
                 rows.append(row)
         return sorted(rows, key=lambda r: (r.created or 0.0, r.run_id))
-
 
     def __iter__(self) -> Iterator[RunInfo]:
         return iter(self.list())

@@ -1,8 +1,8 @@
 """train_run / load_run: train a config once, then re-open it from the store.
 
-    run = train_run(RunConfig(dataset="two-moons", hidden=(16,), train={"epochs": 2}))
-    run.model, run.metrics, run.history, run.summaries; run.predict(x), run.summary(), ... (core.runs.run)
-    again = train_run(same_config)   # from the store: again.from_cache is True
+run = train_run(RunConfig(dataset="two-moons", hidden=(16,), train={"epochs": 2}))
+run.model, run.metrics, run.history, run.summaries; run.predict(x), run.summary(), ... (core.runs.run)
+again = train_run(same_config)   # from the store: again.from_cache is True
 """
 
 from __future__ import annotations
@@ -28,7 +28,11 @@ ProgressCallback = Callable[[dict[str, Any]], None]
 
 # Final evaluations stored with every run: (prediction mode, number of samples R).
 FINAL_EVALUATIONS: tuple[tuple[str, int], ...] = (
-    ("SIM-SIM", 1), ("SIM-SIM", 10), ("MED-SIM", 10), ("MED-MEA", 1), ("ALL-MEA", 1),
+    ("SIM-SIM", 1),
+    ("SIM-SIM", 10),
+    ("MED-SIM", 10),
+    ("MED-MEA", 1),
+    ("ALL-MEA", 1),
 )
 
 
@@ -44,9 +48,15 @@ def run_id_for(config: RunConfig, data_dir: str | Path | None = None) -> str:
     return config.run_id(config.load_dataset(data_dir).fingerprint)
 
 
-def train_run(config: RunConfig, cache_dir: str | Path | RunStore | None = None,
-              progress: ProgressCallback | None = None, cancel: Any = None, force: bool = False,
-              data_dir: str | Path | None = None, device: str | torch.device | None = None) -> Run:
+def train_run(
+    config: RunConfig,
+    cache_dir: str | Path | RunStore | None = None,
+    progress: ProgressCallback | None = None,
+    cancel: Any = None,
+    force: bool = False,
+    data_dir: str | Path | None = None,
+    device: str | torch.device | None = None,
+) -> Run:
     """Train `config` and store it, or return the stored run (from_cache=True) without training.
 
     `force` retrains and replaces a stored run. A second process asking for the
@@ -73,10 +83,20 @@ def train_run(config: RunConfig, cache_dir: str | Path | RunStore | None = None,
         contents, model = _train(config, dataset, run_id, target, progress, cancel, store)
         path = store.write(run_id, contents, replace=True)
     model.eval()
-    run = Run(run_id=run_id, config=config, model=model, metrics=contents.metrics,
-              history=contents.history, summaries=contents.summaries, path=path, from_cache=False,
-              created=contents.info["created"], info=dict(contents.info, run_id=run_id),
-              data_dir=data_dir, _dataset=dataset)
+    run = Run(
+        run_id=run_id,
+        config=config,
+        model=model,
+        metrics=contents.metrics,
+        history=contents.history,
+        summaries=contents.summaries,
+        path=path,
+        from_cache=False,
+        created=contents.info["created"],
+        info=dict(contents.info, run_id=run_id),
+        data_dir=data_dir,
+        _dataset=dataset,
+    )
     if contents.snapshots is not None:
         run._snapshots = TrainingSnapshots.from_arrays(contents.snapshots)
     return run
@@ -104,8 +124,9 @@ def estimated_run_bytes(model: BayesianMLP, config: RunConfig) -> int:
     return int(weights * 1.1) + STATISTIC_BUDGET_BYTES + 2048 * epochs + (1 << 20)
 
 
-def _train(config: RunConfig, dataset, run_id: str, device: torch.device, progress, cancel,
-           store: RunStore | None = None) -> tuple[RunContents, BayesianMLP]:
+def _train(
+    config: RunConfig, dataset, run_id: str, device: torch.device, progress, cancel, store: RunStore | None = None
+) -> tuple[RunContents, BayesianMLP]:
     from core.train import train
 
     model_config = config.model_config(dataset)
@@ -140,15 +161,23 @@ def _train(config: RunConfig, dataset, run_id: str, device: torch.device, progre
         "python": platform.python_version(),
         "host_pid": os.getpid(),
     }
-    contents = RunContents(config=config.to_dict(), info=info, state_dict=model.state_dict(), metrics=metrics,
-                           history=_plain_history(result.history), summaries=summaries,
-                           snapshots=None if result.snapshots is None else result.snapshots.to_arrays())
+    contents = RunContents(
+        config=config.to_dict(),
+        info=info,
+        state_dict=model.state_dict(),
+        metrics=metrics,
+        history=_plain_history(result.history),
+        summaries=summaries,
+        snapshots=None if result.snapshots is None else result.snapshots.to_arrays(),
+    )
     return contents, model
 
 
 def _plain_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: (float(v) if isinstance(v, (np.floating, torch.Tensor)) else v) for k, v in record.items()}
-            for record in history]
+    return [
+        {k: (float(v) if isinstance(v, (np.floating, torch.Tensor)) else v) for k, v in record.items()}
+        for record in history
+    ]
 
 
 # --- metrics and summaries ---------------------------------------------------------------------
@@ -191,8 +220,12 @@ def final_summaries(model: BayesianMLP, dataset, seed: int) -> dict[str, Any]:
 
 
 # --- re-opening, listing, deleting ---------------------------------------------------------------
-def load_run(run: str, cache_dir: str | Path | RunStore | None = None, device: str | torch.device = "cpu",
-             data_dir: str | Path | None = None) -> Run:
+def load_run(
+    run: str,
+    cache_dir: str | Path | RunStore | None = None,
+    device: str | torch.device = "cpu",
+    data_dir: str | Path | None = None,
+) -> Run:
     """A stored run by id or unique prefix, every checksum verified first.
 
     Never unpickles: weights come from safetensors, the rest from JSON. The
@@ -206,25 +239,44 @@ def load_run(run: str, cache_dir: str | Path | RunStore | None = None, device: s
     try:
         config, model = _model_from_state(stored.config, stored.info, stored.state_dict)
     except (BNNError, KeyError, TypeError, ValueError, RuntimeError) as exc:
-        raise RunStoreError(f"run {run_id}: the stored files do not describe a loadable model ({exc}); "
-                            f"delete it with `python -m core rm {run_id}` and train again") from None
+        raise RunStoreError(
+            f"run {run_id}: the stored files do not describe a loadable model ({exc}); "
+            f"delete it with `python -m core rm {run_id}` and train again"
+        ) from None
     model = model.to(resolve_device(device)).eval()
-    return Run(run_id=run_id, config=config, model=model, metrics=stored.metrics, history=stored.history,
-               summaries=stored.summaries, path=stored.path, from_cache=True,
-               created=float(stored.info.get("created", 0.0)), info=stored.info, data_dir=data_dir)
+    return Run(
+        run_id=run_id,
+        config=config,
+        model=model,
+        metrics=stored.metrics,
+        history=stored.history,
+        summaries=stored.summaries,
+        path=stored.path,
+        from_cache=True,
+        created=float(stored.info.get("created", 0.0)),
+        info=stored.info,
+        data_dir=data_dir,
+    )
 
 
-def _model_from_state(config_fields: dict[str, Any] | RunConfig, info: dict[str, Any],
-                      state_dict: dict[str, torch.Tensor]) -> tuple[RunConfig, BayesianMLP]:
+def _model_from_state(
+    config_fields: dict[str, Any] | RunConfig, info: dict[str, Any], state_dict: dict[str, torch.Tensor]
+) -> tuple[RunConfig, BayesianMLP]:
     """The config and the model (CPU, eval mode) of a run written by this or an earlier version
     (a RunConfig already validated is taken as it is)."""
     config = config_fields if isinstance(config_fields, RunConfig) else stored_config(config_fields)
     shape = info["model"]
-    model_config = ModelConfig(in_features=int(shape["in_features"]), out_classes=shape["out_classes"],
-                               hidden=config.hidden, family=config.method,
-                               family_options=dict(config.family_options), activation=config.activation,
-                               likelihood=config.likelihood, likelihood_options=dict(config.likelihood_options),
-                               **config.conv_fields())
+    model_config = ModelConfig(
+        in_features=int(shape["in_features"]),
+        out_classes=shape["out_classes"],
+        hidden=config.hidden,
+        family=config.method,
+        family_options=dict(config.family_options),
+        activation=config.activation,
+        likelihood=config.likelihood,
+        likelihood_options=dict(config.likelihood_options),
+        **config.conv_fields(),
+    )
     model = build_model(model_config, "cpu")
     model.load_state_dict(state_dict)
     return config, model.eval()
@@ -238,10 +290,17 @@ def run_handover(run: Run) -> dict[str, Any]:
     from safetensors.torch import save
 
     # The validated config object itself (pickled by the process queue): not validated again.
-    return {"run_id": run.run_id, "config": run.config, "info": dict(run.info),
-            "weights": save(state_dict_for_saving(run.model.state_dict())), "metrics": dict(run.metrics),
-            "history": list(run.history), "summaries": dict(run.summaries),
-            "path": None if run.path is None else str(run.path), "created": float(run.created)}
+    return {
+        "run_id": run.run_id,
+        "config": run.config,
+        "info": dict(run.info),
+        "weights": save(state_dict_for_saving(run.model.state_dict())),
+        "metrics": dict(run.metrics),
+        "history": list(run.history),
+        "summaries": dict(run.summaries),
+        "path": None if run.path is None else str(run.path),
+        "created": float(run.created),
+    }
 
 
 def run_from_handover(payload: dict[str, Any], data_dir: str | Path | None = None) -> Run:
@@ -249,10 +308,19 @@ def run_from_handover(payload: dict[str, Any], data_dir: str | Path | None = Non
     from safetensors.torch import load
 
     config, model = _model_from_state(payload["config"], payload["info"], load(payload["weights"]))
-    return Run(run_id=payload["run_id"], config=config, model=model, metrics=payload["metrics"],
-               history=payload["history"], summaries=payload["summaries"],
-               path=None if payload["path"] is None else Path(payload["path"]), from_cache=False,
-               created=payload["created"], info=payload["info"], data_dir=data_dir)
+    return Run(
+        run_id=payload["run_id"],
+        config=config,
+        model=model,
+        metrics=payload["metrics"],
+        history=payload["history"],
+        summaries=payload["summaries"],
+        path=None if payload["path"] is None else Path(payload["path"]),
+        from_cache=False,
+        created=payload["created"],
+        info=payload["info"],
+        data_dir=data_dir,
+    )
 
 
 def list_runs(cache_dir: str | Path | RunStore | None = None) -> list[RunInfo]:

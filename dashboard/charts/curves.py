@@ -15,10 +15,15 @@ from dashboard.charts.style import FIXED_SIZE, _colour, family_colour
 
 # --- pruning curves -------------------------------------------------------------------------------
 
+
 def sweep_frame(thresholds: np.ndarray, density: np.ndarray, values: np.ndarray) -> pd.DataFrame:
-    frame = pd.DataFrame({"threshold": np.asarray(thresholds, dtype=np.float64),
-                          "density": np.asarray(density, dtype=np.float64),
-                          "value": np.asarray(values, dtype=np.float64)})
+    frame = pd.DataFrame(
+        {
+            "threshold": np.asarray(thresholds, dtype=np.float64),
+            "density": np.asarray(density, dtype=np.float64),
+            "value": np.asarray(values, dtype=np.float64),
+        }
+    )
     return frame.sort_values("density", kind="stable").reset_index(drop=True)
 
 
@@ -45,10 +50,17 @@ def picked_threshold(selection: Any) -> float | None:
     return None
 
 
-def metric_vs_density(thresholds: np.ndarray, density: np.ndarray, values: np.ndarray, metric: str,
-                      current: tuple[float, float] | None = None, suggested: Mapping[str, float] | None = None,
-                      selectable: bool = False, title: str | None = None,
-                      colour: str | None = None) -> alt.LayerChart:
+def metric_vs_density(
+    thresholds: np.ndarray,
+    density: np.ndarray,
+    values: np.ndarray,
+    metric: str,
+    current: tuple[float, float] | None = None,
+    suggested: Mapping[str, float] | None = None,
+    selectable: bool = False,
+    title: str | None = None,
+    colour: str | None = None,
+) -> alt.LayerChart:
     """The precomputed sweep as a line over density (log axis), the current setting as a red point,
     the suggested threshold as a star; with `selectable`, a click on a point selects its threshold.
     colour: the curve's (the family's)."""
@@ -58,41 +70,66 @@ def metric_vs_density(thresholds: np.ndarray, density: np.ndarray, values: np.nd
     base = alt.Chart(frame).encode(
         x=alt.X("density:Q", title="density (fraction of weights kept)", scale=scale),
         y=alt.Y("value:Q", title=metric, scale=alt.Scale(zero=False)),
-        tooltip=[alt.Tooltip("threshold:Q", format=".4g"), alt.Tooltip("density:Q", format=".4f"),
-                 alt.Tooltip("value:Q", format=".4f")],
+        tooltip=[
+            alt.Tooltip("threshold:Q", format=".4g"),
+            alt.Tooltip("density:Q", format=".4f"),
+            alt.Tooltip("value:Q", format=".4f"),
+        ],
     )
     points = base.mark_circle(size=60 if selectable else 30, **_colour(colour))
     if selectable:
         points = points.add_params(alt.selection_point(name=PICK, fields=["threshold"], on="click", nearest=True))
     layers = [base.mark_line(**_colour(colour)), points]
     if suggested is not None:
-        star = pd.DataFrame({"density": [float(suggested["density"])], "value": [float(suggested["value"])],
-                             "threshold": [float(suggested["threshold"])]})
-        layers.append(alt.Chart(star).mark_point(shape="M0,-1L0.3,-0.3L1,-0.3L0.45,0.15L0.6,0.9L0,0.45L-0.6,0.9"
-                                                       "L-0.45,0.15L-1,-0.3L-0.3,-0.3Z", size=260, filled=True,
-                                                 color="#009e73").encode(
-            x="density:Q", y="value:Q",
-            tooltip=[alt.Tooltip("threshold:Q", title="suggested threshold", format=".4g"), "density:Q", "value:Q"]))
+        star = pd.DataFrame(
+            {
+                "density": [float(suggested["density"])],
+                "value": [float(suggested["value"])],
+                "threshold": [float(suggested["threshold"])],
+            }
+        )
+        layers.append(
+            alt.Chart(star)
+            .mark_point(
+                shape="M0,-1L0.3,-0.3L1,-0.3L0.45,0.15L0.6,0.9L0,0.45L-0.6,0.9L-0.45,0.15L-1,-0.3L-0.3,-0.3Z",
+                size=260,
+                filled=True,
+                color="#009e73",
+            )
+            .encode(
+                x="density:Q",
+                y="value:Q",
+                tooltip=[alt.Tooltip("threshold:Q", title="suggested threshold", format=".4g"), "density:Q", "value:Q"],
+            )
+        )
     if current is not None:
         point = pd.DataFrame({"density": [float(current[0])], "value": [float(current[1])]})
-        layers.append(alt.Chart(point).mark_point(color="red", size=160, filled=True, shape="diamond").encode(
-            x="density:Q", y="value:Q", tooltip=["density:Q", "value:Q"]))
+        layers.append(
+            alt.Chart(point)
+            .mark_point(color="red", size=160, filled=True, shape="diamond")
+            .encode(x="density:Q", y="value:Q", tooltip=["density:Q", "value:Q"])
+        )
     return alt.layer(*layers).properties(title=title or f"{metric} vs density", width=520, height=300)
 
 
-def metric_vs_samples(samples: Sequence[int], values: Sequence[float], metric: str,
-                      colour: str | None = None) -> alt.LayerChart:
-    frame = pd.DataFrame({"samples": np.asarray(samples, dtype=np.int64),
-                          "value": np.asarray(values, dtype=np.float64)})
+def metric_vs_samples(
+    samples: Sequence[int], values: Sequence[float], metric: str, colour: str | None = None
+) -> alt.LayerChart:
+    frame = pd.DataFrame(
+        {"samples": np.asarray(samples, dtype=np.int64), "value": np.asarray(values, dtype=np.float64)}
+    )
     base = alt.Chart(frame).encode(
         x=alt.X("samples:Q", title="posterior samples R", scale=alt.Scale(type="log")),
         y=alt.Y("value:Q", title=metric, scale=alt.Scale(zero=False)),
         tooltip=["samples:Q", alt.Tooltip("value:Q", format=".4f")],
     )
     return alt.layer(base.mark_line(**_colour(colour)), base.mark_circle(size=40, **_colour(colour))).properties(
-        title=f"{metric} vs R", width=520, height=260)
+        title=f"{metric} vs R", width=520, height=260
+    )
+
 
 # --- training progress ----------------------------------------------------------------------------
+
 
 def history_frame(history: Sequence[Mapping[str, object]]) -> pd.DataFrame:
     """Long frame (step, phase, quantity, value) of loss and density per recorded epoch."""
@@ -102,8 +139,9 @@ def history_frame(history: Sequence[Mapping[str, object]]) -> pd.DataFrame:
             value = record.get(quantity)
             if value is None:
                 continue
-            rows.append({"step": step, "phase": str(record.get("phase", "train")), "quantity": quantity,
-                         "value": float(value)})
+            rows.append(
+                {"step": step, "phase": str(record.get("phase", "train")), "quantity": quantity, "value": float(value)}
+            )
     return pd.DataFrame(rows, columns=["step", "phase", "quantity", "value"])
 
 
@@ -128,7 +166,9 @@ def training_curves(history: Sequence[Mapping[str, object]], colour: str | None 
         charts.append(alt.layer(lines, dots).properties(width=300, height=180))
     return alt.hconcat(*charts)
 
+
 # --- comparing runs (the Compare page) -----------------------------------------------------------------
+
 
 def family_colour_scale(labels: Sequence[str], families: Sequence[str]) -> alt.Scale:
     """Each run's line in its family's fixed colour (runs of one family differ by dash)."""
@@ -138,24 +178,45 @@ def family_colour_scale(labels: Sequence[str], families: Sequence[str]) -> alt.S
 def compare_curves(curves: Sequence[Mapping[str, Any]], metric: str) -> alt.LayerChart:
     """Metric vs density for several runs on one chart; each curve dict has label, family,
     density, values (and thresholds)."""
-    frames = [pd.DataFrame({"run": c["label"], "family": c["family"],
-                            "density": np.asarray(c["density"], dtype=np.float64),
-                            "value": np.asarray(c["values"], dtype=np.float64),
-                            "threshold": np.asarray(c["thresholds"], dtype=np.float64)}) for c in curves]
+    frames = [
+        pd.DataFrame(
+            {
+                "run": c["label"],
+                "family": c["family"],
+                "density": np.asarray(c["density"], dtype=np.float64),
+                "value": np.asarray(c["values"], dtype=np.float64),
+                "threshold": np.asarray(c["thresholds"], dtype=np.float64),
+            }
+        )
+        for c in curves
+    ]
     frame = pd.concat(frames, ignore_index=True).sort_values(["run", "density"], kind="stable")
     labels = [c["label"] for c in curves]
-    colour = alt.Color("run:N", title="run", scale=family_colour_scale(labels, [c["family"] for c in curves]),
-                       legend=alt.Legend(orient="bottom", columns=1, labelLimit=600))
+    colour = alt.Color(
+        "run:N",
+        title="run",
+        scale=family_colour_scale(labels, [c["family"] for c in curves]),
+        legend=alt.Legend(orient="bottom", columns=1, labelLimit=600),
+    )
     scale = alt.Scale(type="log") if (frame["density"] > 0).all() else alt.Scale()
     base = alt.Chart(frame).encode(
         x=alt.X("density:Q", title="density (fraction of weights kept)", scale=scale),
         y=alt.Y("value:Q", title=metric, scale=alt.Scale(zero=False)),
-        color=colour, strokeDash=alt.StrokeDash("run:N", legend=None),
-        tooltip=["run:N", alt.Tooltip("threshold:Q", format=".4g"), alt.Tooltip("density:Q", format=".4f"),
-                 alt.Tooltip("value:Q", format=".4f")])
+        color=colour,
+        strokeDash=alt.StrokeDash("run:N", legend=None),
+        tooltip=[
+            "run:N",
+            alt.Tooltip("threshold:Q", format=".4g"),
+            alt.Tooltip("density:Q", format=".4f"),
+            alt.Tooltip("value:Q", format=".4f"),
+        ],
+    )
     return alt.layer(base.mark_line(), base.mark_circle(size=25)).properties(
-        title=f"{metric} vs density, each family pruned on its own statistic (mean weights)", width=620, height=320,
-        autosize=FIXED_SIZE)
+        title=f"{metric} vs density, each family pruned on its own statistic (mean weights)",
+        width=620,
+        height=320,
+        autosize=FIXED_SIZE,
+    )
 
 
 def compare_ecdf(entropies: Sequence[Mapping[str, Any]], max_entropy: float | None = None) -> alt.Chart:
@@ -166,33 +227,52 @@ def compare_ecdf(entropies: Sequence[Mapping[str, Any]], max_entropy: float | No
         part["run"] = item["label"]
         part["domain"] = item["domain"]
         frames.append(_thin_ecdf(part, 400))
-    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        {"set": [], "entropy": [], "ecdf": [], "run": [], "domain": []})
+    frame = (
+        pd.concat(frames, ignore_index=True)
+        if frames
+        else pd.DataFrame({"set": [], "entropy": [], "ecdf": [], "run": [], "domain": []})
+    )
     labels = list(dict.fromkeys(item["label"] for item in entropies))
     families = [next(i["family"] for i in entropies if i["label"] == label) for label in labels]
     x_scale = alt.Scale(domain=[0, max_entropy], nice=False) if max_entropy else alt.Scale(nice=False)
-    return alt.Chart(frame).mark_line(interpolate="step-after").encode(
-        x=alt.X("entropy:Q", title="predictive entropy (nats)", scale=x_scale, axis=alt.Axis(labelFlush=False)),
-        y=alt.Y("ecdf:Q", title="fraction of inputs with entropy <= x", scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("run:N", scale=family_colour_scale(labels, families),
-                        legend=alt.Legend(orient="bottom", columns=1, labelLimit=600)),
-        strokeDash=alt.StrokeDash("domain:N", title="inputs",
-                                  scale=alt.Scale(domain=["in-domain", "out-of-domain"], range=[[1, 0], [5, 3]])),
-        detail="set:N",
-        tooltip=["run:N", "set:N", alt.Tooltip("entropy:Q", format=".3f"), alt.Tooltip("ecdf:Q", format=".3f")],
-    ).properties(title="entropy ECDFs: solid in-domain, dashed out-of-domain", width=620, height=320,
-                 autosize=FIXED_SIZE)
+    return (
+        alt.Chart(frame)
+        .mark_line(interpolate="step-after")
+        .encode(
+            x=alt.X("entropy:Q", title="predictive entropy (nats)", scale=x_scale, axis=alt.Axis(labelFlush=False)),
+            y=alt.Y("ecdf:Q", title="fraction of inputs with entropy <= x", scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color(
+                "run:N",
+                scale=family_colour_scale(labels, families),
+                legend=alt.Legend(orient="bottom", columns=1, labelLimit=600),
+            ),
+            strokeDash=alt.StrokeDash(
+                "domain:N",
+                title="inputs",
+                scale=alt.Scale(domain=["in-domain", "out-of-domain"], range=[[1, 0], [5, 3]]),
+            ),
+            detail="set:N",
+            tooltip=["run:N", "set:N", alt.Tooltip("entropy:Q", format=".3f"), alt.Tooltip("ecdf:Q", format=".3f")],
+        )
+        .properties(
+            title="entropy ECDFs: solid in-domain, dashed out-of-domain", width=620, height=320, autosize=FIXED_SIZE
+        )
+    )
 
 
-def summary_over_seeds(records: Sequence[Mapping[str, Any]], group: str = "setting",
-                       columns: Sequence[str] | None = None) -> pd.DataFrame:
+def summary_over_seeds(
+    records: Sequence[Mapping[str, Any]], group: str = "setting", columns: Sequence[str] | None = None
+) -> pd.DataFrame:
     """One row per setting (runs that differ only by seed): 'median (min, max)' of each numeric
     column over its seeds, the plain value where there is one seed, and the number of seeds."""
     frame = pd.DataFrame(list(records))
     if frame.empty:
         return frame
-    columns = list(columns) if columns is not None else [c for c in frame.columns
-                                                         if c != group and pd.api.types.is_numeric_dtype(frame[c])]
+    columns = (
+        list(columns)
+        if columns is not None
+        else [c for c in frame.columns if c != group and pd.api.types.is_numeric_dtype(frame[c])]
+    )
     rows = []
     for setting, part in frame.groupby(group, sort=False):
         row: dict[str, Any] = {group: setting, "seeds": len(part)}

@@ -14,6 +14,7 @@ from dashboard.charts.style import CHART_WIDTH, HISTOGRAMS_PER_ROW, _colour
 
 # --- histograms of the native statistic -----------------------------------------------------
 
+
 def histogram_range(statistics: Sequence[np.ndarray], threshold: float | None = None) -> tuple[float, float]:
     """Common finite bin range over all layers (and the threshold, so its line is visible)."""
     values = [np.asarray(s, dtype=np.float64).ravel() for s in statistics]
@@ -27,9 +28,12 @@ def histogram_range(statistics: Sequence[np.ndarray], threshold: float | None = 
     return low, high
 
 
-def histogram_frame(statistics: Sequence[np.ndarray], bins: int = 40,
-                    value_range: tuple[float, float] | None = None,
-                    labels: Sequence[str] | None = None) -> pd.DataFrame:
+def histogram_frame(
+    statistics: Sequence[np.ndarray],
+    bins: int = 40,
+    value_range: tuple[float, float] | None = None,
+    labels: Sequence[str] | None = None,
+) -> pd.DataFrame:
     """Per-layer counts in `bins` equal bins; values outside the range land in the end bins."""
     if bins < 1:
         raise ValueError(f"bins must be >= 1, got {bins}")
@@ -42,15 +46,25 @@ def histogram_frame(statistics: Sequence[np.ndarray], bins: int = 40,
         clipped = np.clip(np.nan_to_num(values, nan=low, posinf=high, neginf=low), low, high)
         counts, _ = np.histogram(clipped, bins=edges)
         label = labels[index] if labels is not None else f"layer {index + 1}"
-        frames.append(pd.DataFrame({"layer": label, "bin_start": edges[:-1], "bin_end": edges[1:],
-                                    "count": counts.astype(np.int64)}))
+        frames.append(
+            pd.DataFrame(
+                {"layer": label, "bin_start": edges[:-1], "bin_end": edges[1:], "count": counts.astype(np.int64)}
+            )
+        )
     return pd.concat(frames, ignore_index=True)
 
 
-def statistic_histogram(statistics: Sequence[np.ndarray], threshold: float | None, statistic_name: str,
-                        bins: int = 40, log_counts: bool = True, labels: Sequence[str] | None = None,
-                        value_range: tuple[float, float] | None = None,
-                        prior: Mapping[str, Any] | None = None, colour: str | None = None) -> alt.ConcatChart:
+def statistic_histogram(
+    statistics: Sequence[np.ndarray],
+    threshold: float | None,
+    statistic_name: str,
+    bins: int = 40,
+    log_counts: bool = True,
+    labels: Sequence[str] | None = None,
+    value_range: tuple[float, float] | None = None,
+    prior: Mapping[str, Any] | None = None,
+    colour: str | None = None,
+) -> alt.ConcatChart:
     """One histogram per layer of the family's native statistic, threshold as a red rule.
 
     value_range: the x range (e.g. [0, 1] for inclusion probabilities); default: the data and threshold.
@@ -62,11 +76,15 @@ def statistic_histogram(statistics: Sequence[np.ndarray], threshold: float | Non
     y_scale = alt.Scale(type="symlog") if log_counts else alt.Scale()
     charts = []
     for label, layer_frame in frame.groupby("layer", sort=False):
-        bars = alt.Chart(layer_frame).mark_bar(**_colour(colour)).encode(
-            x=alt.X("bin_start:Q", title=statistic_name, bin="binned", scale=alt.Scale(domain=list(value_range))),
-            x2="bin_end:Q",
-            y=alt.Y("count:Q", title="weights", scale=y_scale),
-            tooltip=["bin_start:Q", "bin_end:Q", "count:Q"],
+        bars = (
+            alt.Chart(layer_frame)
+            .mark_bar(**_colour(colour))
+            .encode(
+                x=alt.X("bin_start:Q", title=statistic_name, bin="binned", scale=alt.Scale(domain=list(value_range))),
+                x2="bin_end:Q",
+                y=alt.Y("count:Q", title="weights", scale=y_scale),
+                tooltip=["bin_start:Q", "bin_end:Q", "count:Q"],
+            )
         )
         layers = [bars]
         if threshold is not None and np.isfinite(threshold):
@@ -77,11 +95,11 @@ def statistic_histogram(statistics: Sequence[np.ndarray], threshold: float | Non
     # At most HISTOGRAMS_PER_ROW side by side: three 320-px charts overflow a 1400-px window's main area.
     return alt.concat(*charts, columns=HISTOGRAMS_PER_ROW)
 
+
 def threshold_rule(threshold: float, axis: str = "x") -> alt.Chart:
     data = pd.DataFrame({"threshold": [float(threshold)]})
     encoding = {axis: alt.X("threshold:Q") if axis == "x" else alt.Y("threshold:Q")}
-    return alt.Chart(data).mark_rule(color="red", strokeDash=[4, 3], size=2).encode(
-        **encoding, tooltip=["threshold:Q"])
+    return alt.Chart(data).mark_rule(color="red", strokeDash=[4, 3], size=2).encode(**encoding, tooltip=["threshold:Q"])
 
 
 THRESHOLD_DATASET = "threshold_rule"  # with_threshold_rules: the named dataset holding the threshold
@@ -97,14 +115,19 @@ def with_threshold_rules(histogram_spec: Mapping[str, Any], threshold: float | N
     spec = inline_datasets(histogram_spec)
     if threshold is None or not np.isfinite(threshold):
         return spec
-    rule = {"data": {"name": THRESHOLD_DATASET},
-            "mark": {"type": "rule", "color": "red", "strokeDash": [4, 3], "size": 2},
-            "encoding": {"x": {"field": "threshold", "type": "quantitative"},
-                         "tooltip": [{"field": "threshold", "type": "quantitative"}]}}
+    rule = {
+        "data": {"name": THRESHOLD_DATASET},
+        "mark": {"type": "rule", "color": "red", "strokeDash": [4, 3], "size": 2},
+        "encoding": {
+            "x": {"field": "threshold", "type": "quantitative"},
+            "tooltip": [{"field": "threshold", "type": "quantitative"}],
+        },
+    }
     # Data the panels inherit goes into each panel: Streamlit would convert top-level data too.
     inherited = spec.pop("data", None)
-    panels = [panel if inherited is None or "data" in panel else {**panel, "data": inherited}
-              for panel in spec["concat"]]
+    panels = [
+        panel if inherited is None or "data" in panel else {**panel, "data": inherited} for panel in spec["concat"]
+    ]
     spec["concat"] = [{**panel, "layer": [*panel["layer"], rule]} if "layer" in panel else panel for panel in panels]
     spec["datasets"] = {THRESHOLD_DATASET: [{"threshold": float(threshold)}]}
     return spec
@@ -129,22 +152,39 @@ def inline_datasets(spec: Mapping[str, Any]) -> dict[str, Any]:
 
     return inline(spec) if datasets else dict(spec)
 
+
 # --- the prior beside the posterior -------------------------------------------------------------------
 
-def prior_chart(prior: Mapping[str, Any], statistic_name: str, width: int = 260,
-                value_range: tuple[float, float] = (0.0, 1.0)) -> alt.Chart:
+
+def prior_chart(
+    prior: Mapping[str, Any], statistic_name: str, width: int = 260, value_range: tuple[float, float] = (0.0, 1.0)
+) -> alt.Chart:
     """The prior of the statistic: a density curve, or a rule at the prior's single value."""
     if prior["kind"] == "density":
-        frame = pd.DataFrame({statistic_name: np.asarray(prior["x"], dtype=np.float64),
-                              "density": np.asarray(prior["density"], dtype=np.float64)})
+        frame = pd.DataFrame(
+            {
+                statistic_name: np.asarray(prior["x"], dtype=np.float64),
+                "density": np.asarray(prior["density"], dtype=np.float64),
+            }
+        )
         cap = float(np.quantile(frame["density"], 0.98)) * 1.2 or 1.0
         frame["density"] = frame["density"].clip(upper=cap)  # Beta densities with a < 1 diverge at the ends
-        chart = alt.Chart(frame).mark_area(color="#009E73", opacity=0.4, line={"color": "#009E73"}).encode(
-            x=alt.X(f"{statistic_name}:Q", scale=alt.Scale(domain=list(value_range), nice=False)),
-            y=alt.Y("density:Q", title="prior density"))
+        chart = (
+            alt.Chart(frame)
+            .mark_area(color="#009E73", opacity=0.4, line={"color": "#009E73"})
+            .encode(
+                x=alt.X(f"{statistic_name}:Q", scale=alt.Scale(domain=list(value_range), nice=False)),
+                y=alt.Y("density:Q", title="prior density"),
+            )
+        )
     else:
         frame = pd.DataFrame({statistic_name: [float(prior["value"])], "label": [prior["label"]]})
-        chart = alt.Chart(frame).mark_rule(color="#009E73", size=3).encode(
-            x=alt.X(f"{statistic_name}:Q", scale=alt.Scale(domain=list(value_range), nice=False)),
-            tooltip=["label:N"])
+        chart = (
+            alt.Chart(frame)
+            .mark_rule(color="#009E73", size=3)
+            .encode(
+                x=alt.X(f"{statistic_name}:Q", scale=alt.Scale(domain=list(value_range), nice=False)),
+                tooltip=["label:N"],
+            )
+        )
     return chart.properties(title={"text": "prior", "subtitle": str(prior["label"])}, width=width, height=180)

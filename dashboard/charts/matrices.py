@@ -15,6 +15,7 @@ from dashboard.charts.style import CHART_WIDTH, FIXED_SIZE, GRADIENT_LEGEND, MAX
 
 # --- masks and weight matrices ------------------------------------------------------------------
 
+
 def block_frame(matrix: np.ndarray, max_cells: int = MAX_HEATMAP_CELLS) -> pd.DataFrame:
     """Aggregate a (rows, cols) matrix into at most max_cells x max_cells blocks.
 
@@ -31,15 +32,20 @@ def block_frame(matrix: np.ndarray, max_cells: int = MAX_HEATMAP_CELLS) -> pd.Da
     padded[1:, 1:] = matrix.cumsum(0).cumsum(1)
     r0, r1 = row_edges[:-1], row_edges[1:]
     c0, c1 = col_edges[:-1], col_edges[1:]
-    totals = (padded[np.ix_(r1, c1)] - padded[np.ix_(r0, c1)] - padded[np.ix_(r1, c0)] + padded[np.ix_(r0, c0)])
+    totals = padded[np.ix_(r1, c1)] - padded[np.ix_(r0, c1)] - padded[np.ix_(r1, c0)] + padded[np.ix_(r0, c0)]
     sizes = np.outer(r1 - r0, c1 - c0)
     rows, cols = np.meshgrid(np.arange(len(r0)), np.arange(len(c0)), indexing="ij")
-    return pd.DataFrame({
-        "row": rows.ravel(), "col": cols.ravel(),
-        "row_start": r0[rows.ravel()], "col_start": c0[cols.ravel()],
-        "size": sizes.ravel().astype(np.int64), "total": totals.ravel(),
-        "mean": (totals / sizes).ravel(),
-    })
+    return pd.DataFrame(
+        {
+            "row": rows.ravel(),
+            "col": cols.ravel(),
+            "row_start": r0[rows.ravel()],
+            "col_start": c0[cols.ravel()],
+            "size": sizes.ravel().astype(np.int64),
+            "total": totals.ravel(),
+            "mean": (totals / sizes).ravel(),
+        }
+    )
 
 
 def _block_edges(length: int, max_cells: int) -> np.ndarray:
@@ -57,26 +63,44 @@ def mask_heatmap(mask: np.ndarray, title: str, max_cells: int = MAX_HEATMAP_CELL
     frame = block_frame(np.asarray(mask, dtype=np.float64), max_cells)
     blocked = bool((frame["size"] > 1).any())
     colour_title = "kept fraction" if blocked else "kept"
-    return alt.Chart(frame).mark_rect().encode(
-        x=alt.X("col:O", axis=INPUT_AXIS),
-        y=alt.Y("row:O", axis=OUTPUT_AXIS),
-        color=alt.Color("mean:Q", title=colour_title, scale=alt.Scale(domain=[0, 1], scheme="greys"),
-                        legend=alt.Legend(**GRADIENT_LEGEND)),
-        tooltip=["row_start:Q", "col_start:Q", alt.Tooltip("total:Q", title="kept"), "size:Q"],
-    ).properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6, autosize=FIXED_SIZE)
+    return (
+        alt.Chart(frame)
+        .mark_rect()
+        .encode(
+            x=alt.X("col:O", axis=INPUT_AXIS),
+            y=alt.Y("row:O", axis=OUTPUT_AXIS),
+            color=alt.Color(
+                "mean:Q",
+                title=colour_title,
+                scale=alt.Scale(domain=[0, 1], scheme="greys"),
+                legend=alt.Legend(**GRADIENT_LEGEND),
+            ),
+            tooltip=["row_start:Q", "col_start:Q", alt.Tooltip("total:Q", title="kept"), "size:Q"],
+        )
+        .properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6, autosize=FIXED_SIZE)
+    )
 
 
 def weight_heatmap(weights: np.ndarray, title: str, max_cells: int = MAX_HEATMAP_CELLS) -> alt.Chart:
     """Signed (masked) weights of one layer, block means, diverging colours centred on 0."""
     frame = block_frame(weights, max_cells)
     bound = float(np.abs(frame["mean"]).max()) or 1.0
-    return alt.Chart(frame).mark_rect().encode(
-        x=alt.X("col:O", axis=INPUT_AXIS),
-        y=alt.Y("row:O", axis=OUTPUT_AXIS),
-        color=alt.Color("mean:Q", title="weight", scale=alt.Scale(scheme="redblue", domain=[-bound, bound]),
-                        legend=alt.Legend(**GRADIENT_LEGEND)),
-        tooltip=["row_start:Q", "col_start:Q", alt.Tooltip("mean:Q", format=".3f")],
-    ).properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6, autosize=FIXED_SIZE)
+    return (
+        alt.Chart(frame)
+        .mark_rect()
+        .encode(
+            x=alt.X("col:O", axis=INPUT_AXIS),
+            y=alt.Y("row:O", axis=OUTPUT_AXIS),
+            color=alt.Color(
+                "mean:Q",
+                title="weight",
+                scale=alt.Scale(scheme="redblue", domain=[-bound, bound]),
+                legend=alt.Legend(**GRADIENT_LEGEND),
+            ),
+            tooltip=["row_start:Q", "col_start:Q", alt.Tooltip("mean:Q", format=".3f")],
+        )
+        .properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6, autosize=FIXED_SIZE)
+    )
 
 
 def kept_per_input_frame(first_layer_mask: np.ndarray, input_shape: Sequence[int]) -> pd.DataFrame:
@@ -98,16 +122,21 @@ def kept_per_input_image(first_layer_mask: np.ndarray, input_shape: Sequence[int
     frame["row_end"] = frame["row"] + 1
     height, width = int(input_shape[0]), int(input_shape[1])
     cell = side / max(height, width)
-    return alt.Chart(frame).mark_rect().encode(
-        x=alt.X("col:Q", axis=None, scale=alt.Scale(domain=[0, width], nice=False, zero=False)),
-        x2="col_end:Q",
-        y=alt.Y("row:Q", axis=None, scale=alt.Scale(domain=[0, height], nice=False, zero=False, reverse=True)),
-        y2="row_end:Q",
-        color=alt.Color("kept:Q", title="kept weights", scale=alt.Scale(scheme="viridis"),
-                        legend=alt.Legend(**GRADIENT_LEGEND)),
-        tooltip=["row:Q", "col:Q", "kept:Q"],
-    ).properties(title="kept weights per input pixel", width=cell * width, height=cell * height,
-                 autosize=FIXED_SIZE)
+    return (
+        alt.Chart(frame)
+        .mark_rect()
+        .encode(
+            x=alt.X("col:Q", axis=None, scale=alt.Scale(domain=[0, width], nice=False, zero=False)),
+            x2="col_end:Q",
+            y=alt.Y("row:Q", axis=None, scale=alt.Scale(domain=[0, height], nice=False, zero=False, reverse=True)),
+            y2="row_end:Q",
+            color=alt.Color(
+                "kept:Q", title="kept weights", scale=alt.Scale(scheme="viridis"), legend=alt.Legend(**GRADIENT_LEGEND)
+            ),
+            tooltip=["row:Q", "col:Q", "kept:Q"],
+        )
+        .properties(title="kept weights per input pixel", width=cell * width, height=cell * height, autosize=FIXED_SIZE)
+    )
 
 
 def density_frame(masks: Sequence[np.ndarray]) -> pd.DataFrame:
@@ -116,17 +145,19 @@ def density_frame(masks: Sequence[np.ndarray]) -> pd.DataFrame:
     for index, mask in enumerate(masks):
         mask = np.asarray(mask)
         kept, total = int(mask.sum()), int(mask.size)
-        rows.append({"layer": layer_label(index, mask.shape), "kept": kept, "total": total,
-                     "density": kept / total})
+        rows.append({"layer": layer_label(index, mask.shape), "kept": kept, "total": total, "density": kept / total})
     kept = sum(r["kept"] for r in rows)
     total = sum(r["total"] for r in rows)
     rows.append({"layer": "all", "kept": kept, "total": total, "density": kept / total if total else 0.0})
     return pd.DataFrame(rows)
 
+
 # --- masks as in Hubin & Storvik (2019), figures 4-5: receptive fields, two masks side by side or as a difference
 
-def receptive_field_frame(first_layer_weights: np.ndarray, first_layer_mask: np.ndarray, units: Sequence[int],
-                          input_shape: Sequence[int]) -> pd.DataFrame:
+
+def receptive_field_frame(
+    first_layer_weights: np.ndarray, first_layer_mask: np.ndarray, units: Sequence[int], input_shape: Sequence[int]
+) -> pd.DataFrame:
     """The kept incoming weights of chosen first-layer units on the image grid (pruned: 0)."""
     weights = np.asarray(first_layer_weights, dtype=np.float64)[:, :-1]  # bias column dropped
     mask = np.asarray(first_layer_mask)[:, :-1]
@@ -134,29 +165,53 @@ def receptive_field_frame(first_layer_weights: np.ndarray, first_layer_mask: np.
     if weights.shape[1] != height * width:
         raise ValueError(f"first layer has {weights.shape[1]} inputs, not {height}x{width}")
     rows, cols = np.divmod(np.arange(height * width), width)
-    frames = [pd.DataFrame({"unit": f"unit {int(u)}", "row": rows, "col": cols, "row_end": rows + 1,
-                            "col_end": cols + 1, "weight": np.where(mask[int(u)], weights[int(u)], 0.0)})
-              for u in units]
+    frames = [
+        pd.DataFrame(
+            {
+                "unit": f"unit {int(u)}",
+                "row": rows,
+                "col": cols,
+                "row_end": rows + 1,
+                "col_end": cols + 1,
+                "weight": np.where(mask[int(u)], weights[int(u)], 0.0),
+            }
+        )
+        for u in units
+    ]
     return pd.concat(frames, ignore_index=True)
 
 
-def receptive_fields(first_layer_weights: np.ndarray, first_layer_mask: np.ndarray, units: Sequence[int],
-                     input_shape: Sequence[int], side: int = 140) -> alt.FacetChart:
+def receptive_fields(
+    first_layer_weights: np.ndarray,
+    first_layer_mask: np.ndarray,
+    units: Sequence[int],
+    input_shape: Sequence[int],
+    side: int = 140,
+) -> alt.FacetChart:
     """One square 28x28 image per chosen unit: its kept weights, diverging colours centred on 0."""
     frame = receptive_field_frame(first_layer_weights, first_layer_mask, units, input_shape)
     height, width = int(input_shape[0]), int(input_shape[1])
     bound = float(np.abs(frame["weight"]).max()) or 1.0
     cell = side / max(height, width)
-    return alt.Chart(frame).mark_rect().encode(
-        x=alt.X("col:Q", axis=None, scale=alt.Scale(domain=[0, width], nice=False, zero=False)), x2="col_end:Q",
-        y=alt.Y("row:Q", axis=None, scale=alt.Scale(domain=[0, height], nice=False, zero=False, reverse=True)),
-        y2="row_end:Q",
-        color=alt.Color("weight:Q", scale=alt.Scale(scheme="redblue", domain=[-bound, bound]),
-                        legend=alt.Legend(**GRADIENT_LEGEND)),
-        tooltip=["unit:N", "row:Q", "col:Q", alt.Tooltip("weight:Q", format=".3f")],
-    ).properties(width=cell * width, height=cell * height).facet(
-        facet=alt.Facet("unit:N", title=None, sort=[f"unit {int(u)}" for u in units]), columns=5
-    ).properties(title="receptive fields: kept weights into each unit", autosize=FIXED_SIZE)
+    return (
+        alt.Chart(frame)
+        .mark_rect()
+        .encode(
+            x=alt.X("col:Q", axis=None, scale=alt.Scale(domain=[0, width], nice=False, zero=False)),
+            x2="col_end:Q",
+            y=alt.Y("row:Q", axis=None, scale=alt.Scale(domain=[0, height], nice=False, zero=False, reverse=True)),
+            y2="row_end:Q",
+            color=alt.Color(
+                "weight:Q",
+                scale=alt.Scale(scheme="redblue", domain=[-bound, bound]),
+                legend=alt.Legend(**GRADIENT_LEGEND),
+            ),
+            tooltip=["unit:N", "row:Q", "col:Q", alt.Tooltip("weight:Q", format=".3f")],
+        )
+        .properties(width=cell * width, height=cell * height)
+        .facet(facet=alt.Facet("unit:N", title=None, sort=[f"unit {int(u)}" for u in units]), columns=5)
+        .properties(title="receptive fields: kept weights into each unit", autosize=FIXED_SIZE)
+    )
 
 
 MASK_STATES = ("kept in both", "only in A", "only in B", "in neither")
@@ -178,19 +233,30 @@ def mask_difference_frame(mask_a: np.ndarray, mask_b: np.ndarray, max_cells: int
     return frame
 
 
-def mask_difference(mask_a: np.ndarray, mask_b: np.ndarray, title: str,
-                    max_cells: int = MAX_HEATMAP_CELLS) -> alt.Chart:
+def mask_difference(
+    mask_a: np.ndarray, mask_b: np.ndarray, title: str, max_cells: int = MAX_HEATMAP_CELLS
+) -> alt.Chart:
     frame = mask_difference_frame(mask_a, mask_b, max_cells)
-    return alt.Chart(frame).mark_rect().encode(
-        x=alt.X("col:O", axis=INPUT_AXIS), y=alt.Y("row:O", axis=OUTPUT_AXIS),
-        color=alt.Color("state:N", title="weight", scale=alt.Scale(domain=list(MASK_STATES),
-                                                                    range=list(MASK_STATE_COLOURS)),
-                        legend=alt.Legend(orient="bottom", columns=2)),
-        tooltip=["row_start:Q", "col_start:Q", "state:N", "both:Q", "only_a:Q", "only_b:Q"],
-    ).properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6, autosize=FIXED_SIZE)
+    return (
+        alt.Chart(frame)
+        .mark_rect()
+        .encode(
+            x=alt.X("col:O", axis=INPUT_AXIS),
+            y=alt.Y("row:O", axis=OUTPUT_AXIS),
+            color=alt.Color(
+                "state:N",
+                title="weight",
+                scale=alt.Scale(domain=list(MASK_STATES), range=list(MASK_STATE_COLOURS)),
+                legend=alt.Legend(orient="bottom", columns=2),
+            ),
+            tooltip=["row_start:Q", "col_start:Q", "state:N", "both:Q", "only_a:Q", "only_b:Q"],
+        )
+        .properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6, autosize=FIXED_SIZE)
+    )
 
 
 # --- the network as a graph (the playground) ----------------------------------------------------------------
+
 
 def network_graph_frames(masks: Sequence[np.ndarray]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Nodes (layer, unit, x, y) and kept edges (x, y, x2, y2) of a small network; bias columns dropped."""
@@ -198,8 +264,7 @@ def network_graph_frames(masks: Sequence[np.ndarray]) -> tuple[pd.DataFrame, pd.
     nodes = []
     for layer, width in enumerate(widths):
         for unit in range(width):
-            nodes.append({"layer": layer, "unit": unit, "x": float(layer),
-                          "y": (unit + 0.5) / width})
+            nodes.append({"layer": layer, "unit": unit, "x": float(layer), "y": (unit + 0.5) / width})
     position = {(n["layer"], n["unit"]): (n["x"], n["y"]) for n in nodes}
     edges = []
     for layer, mask in enumerate(masks):
@@ -211,13 +276,22 @@ def network_graph_frames(masks: Sequence[np.ndarray]) -> tuple[pd.DataFrame, pd.
     return pd.DataFrame(nodes), pd.DataFrame(edges, columns=["x", "y", "x2", "y2"])
 
 
-def network_graph(masks: Sequence[np.ndarray], title: str = "kept connections", width: int = 300,
-                  height: int = 260, colour: str | None = None) -> alt.LayerChart:
+def network_graph(
+    masks: Sequence[np.ndarray],
+    title: str = "kept connections",
+    width: int = 300,
+    height: int = 260,
+    colour: str | None = None,
+) -> alt.LayerChart:
     nodes, edges = network_graph_frames(masks)
     axis_x = alt.X("x:Q", axis=None, scale=alt.Scale(domain=[-0.2, len(masks) + 0.2]))
     axis_y = alt.Y("y:Q", axis=None, scale=alt.Scale(domain=[0, 1]))
-    lines = alt.Chart(edges).mark_rule(color=colour or "#0072B2", opacity=0.5).encode(
-        x=axis_x, y=axis_y, x2="x2:Q", y2="y2:Q")
-    dots = alt.Chart(nodes).mark_circle(size=40, color="#D55E00").encode(x=axis_x, y=axis_y,
-                                                                          tooltip=["layer:Q", "unit:Q"])
+    lines = (
+        alt.Chart(edges)
+        .mark_rule(color=colour or "#0072B2", opacity=0.5)
+        .encode(x=axis_x, y=axis_y, x2="x2:Q", y2="y2:Q")
+    )
+    dots = (
+        alt.Chart(nodes).mark_circle(size=40, color="#D55E00").encode(x=axis_x, y=axis_y, tooltip=["layer:Q", "unit:Q"])
+    )
     return alt.layer(lines, dots).properties(title=title, width=width, height=height)

@@ -21,10 +21,17 @@ GRADIENT_LEGEND = {"orient": "bottom", "direction": "horizontal", "gradientLengt
 # --- a fixed colour per family, colour-blind safe (Okabe-Ito), the same on every page ----------------
 
 FAMILY_COLOURS = {
-    "lbbnn": "#0072B2", "lbbnn-lfmvn": "#56B4E9", "bnn": "#E69F00", "bnn-mixture": "#F0E442",
+    "lbbnn": "#0072B2",
+    "lbbnn-lfmvn": "#56B4E9",
+    "bnn": "#E69F00",
+    "bnn-mixture": "#F0E442",
     "lbbnn-flow": "#332288",  # Tol's indigo: a darker blue beside the other LBBNNs
-    "variational-dense": "#999999", "concrete-dropout": "#CC79A7", "horseshoe": "#009E73",
-    "sparse-vd": "#D55E00", "fnn": "#000000", "laplace": "#882255",
+    "variational-dense": "#999999",
+    "concrete-dropout": "#CC79A7",
+    "horseshoe": "#009E73",
+    "sparse-vd": "#D55E00",
+    "fnn": "#000000",
+    "laplace": "#882255",
     "ensemble": "#117733",  # Tol's green: apart from horseshoe's bluish green
 }
 OTHER_FAMILY_COLOUR = "#666666"  # a family missing from the table (none should be)
@@ -40,10 +47,16 @@ def family_key(columns: int = 2) -> alt.Chart:
     """A small key of the family colours (the sidebar's): a square and the family's name each."""
     families = list(FAMILY_COLOURS)
     rows = -(-len(families) // columns)
-    frame = pd.DataFrame({"family": families, "column": [i // rows for i in range(len(families))],
-                          "row": [i % rows for i in range(len(families))]})
-    colour = alt.Color("family:N", scale=alt.Scale(domain=families, range=[FAMILY_COLOURS[f] for f in families]),
-                       legend=None)
+    frame = pd.DataFrame(
+        {
+            "family": families,
+            "column": [i // rows for i in range(len(families))],
+            "row": [i % rows for i in range(len(families))],
+        }
+    )
+    colour = alt.Color(
+        "family:N", scale=alt.Scale(domain=families, range=[FAMILY_COLOURS[f] for f in families]), legend=None
+    )
     # Column c starts at c / columns of the width: the last column's names have room to its right.
     x = alt.X("column:Q", axis=None, scale=alt.Scale(domain=[0, columns], nice=False, zero=True))
     y = alt.Y("row:O", axis=None)
@@ -57,19 +70,32 @@ def run_key(labels: Sequence[str], families: Sequence[str]) -> alt.Chart:
     """The chosen runs' labels, each in its family's colour with a square of it (Compare: the run
     picker's chips are all one colour)."""
     frame = pd.DataFrame({"run": list(labels), "family": [str(f) for f in families], "row": range(len(labels))})
-    colour = alt.Color("run:N", scale=alt.Scale(domain=list(labels), range=[family_colour(f) for f in families]),
-                       legend=None)
+    colour = alt.Color(
+        "run:N", scale=alt.Scale(domain=list(labels), range=[family_colour(f) for f in families]), legend=None
+    )
     y = alt.Y("row:O", axis=None)
     base = alt.Chart(frame)
-    squares = base.mark_square(size=90, opacity=1).encode(x=alt.value(6), y=y, color=colour,
-                                                          tooltip=["run:N", "family:N"])
+    squares = base.mark_square(size=90, opacity=1).encode(
+        x=alt.value(6), y=y, color=colour, tooltip=["run:N", "family:N"]
+    )
     names = base.mark_text(align="left", dx=0, fontSize=12, fontWeight="bold", limit=700).encode(
-        x=alt.value(16), y=y, text="run:N", color=colour)
+        x=alt.value(16), y=y, text="run:N", color=colour
+    )
     return (squares + names).properties(width=720, height=18 * max(1, len(labels))).configure_view(stroke=None)
 
 
-CLASS_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000",
-                 "#999999", "#882255"]
+CLASS_COLOURS = [
+    "#0072B2",
+    "#E69F00",
+    "#009E73",
+    "#CC79A7",
+    "#56B4E9",
+    "#D55E00",
+    "#F0E442",
+    "#000000",
+    "#999999",
+    "#882255",
+]
 
 
 # Long lists of labels read better with a name: "layer 1 (784 -> 400)".

@@ -58,8 +58,11 @@ def based_on(ready: int, wanted: int) -> str:
     """What the cards rest on, said on them (the load test reads "Based on k of R draws" as incomplete)."""
     if ready >= wanted:
         return f"Based on all {wanted} draws." if wanted > 1 else ""
-    return (f"Based on {ready} of {wanted} draws: the others are being computed and the numbers refine as "
-            "they arrive." if ready else f"Based on 0 of {wanted} draws: computing the first.")
+    return (
+        f"Based on {ready} of {wanted} draws: the others are being computed and the numbers refine as they arrive."
+        if ready
+        else f"Based on 0 of {wanted} draws: computing the first."
+    )
 
 
 def metric_cards(mode: str, effective: float | None, weights: str | None, ready: int, wanted: int) -> None:
@@ -70,15 +73,21 @@ def metric_cards(mode: str, effective: float | None, weights: str | None, ready:
         return "..." if metrics is None or metrics[name] is None else format(metrics[name], form)
 
     if metrics is not None and metrics["disconnected"]:
-        st.warning("This network is disconnected: no input reaches an output, every prediction is the same. "
-                   "Lower the threshold.")
+        st.warning(
+            "This network is disconnected: no input reaches an output, every prediction is the same. "
+            "Lower the threshold."
+        )
     expected = backend.expected_density(cache.statistics(run_id), spec.name) if mode == "bma" else None
     if mode == "bma":
-        density_label, density_text = (("expected density", f"{expected:.4f}") if expected is not None else
-                                       ("density", "1 (every weight)"))
-        density_help = ("bma samples the structure: the mean inclusion probability is the expected fraction of "
-                        "weights in one sampled network" if expected is not None else
-                        "this family's bma draws weights, never switches them off")
+        density_label, density_text = (
+            ("expected density", f"{expected:.4f}") if expected is not None else ("density", "1 (every weight)")
+        )
+        density_help = (
+            "bma samples the structure: the mean inclusion probability is the expected fraction of "
+            "weights in one sampled network"
+            if expected is not None
+            else "this family's bma draws weights, never switches them off"
+        )
     else:
         density_label, density_text, density_help = "density", value("density"), "fraction of weights kept"
     cards = st.columns(5)
@@ -90,11 +99,14 @@ def metric_cards(mode: str, effective: float | None, weights: str | None, ready:
         cards[2].metric("ECE", value("ece"))
         cards[3].metric(density_label, density_text, help=density_help)
         doubt = "n/a" if metrics is not None and metrics["doubt_accuracy"] is None else value("doubt_accuracy")
-        cards[4].metric(f"doubt@{backend.DOUBT_LEVEL:g} accuracy", doubt,
-                        help="accuracy on the test inputs whose model-averaged max probability exceeds "
-                             f"{backend.DOUBT_LEVEL:g}",
-                        delta=None if metrics is None else f"{metrics['doubt_count']} of {dataset.n_test} decided",
-                        delta_color="off", delta_arrow="off")
+        cards[4].metric(
+            f"doubt@{backend.DOUBT_LEVEL:g} accuracy",
+            doubt,
+            help=f"accuracy on the test inputs whose model-averaged max probability exceeds {backend.DOUBT_LEVEL:g}",
+            delta=None if metrics is None else f"{metrics['doubt_count']} of {dataset.n_test} decided",
+            delta_color="off",
+            delta_arrow="off",
+        )
     else:
         cards[0].metric("RMSE", value("rmse"), help="in the target's original units", **first)
         cards[1].metric("test log-likelihood", value("log_likelihood"))
@@ -122,19 +134,32 @@ with guard("Reading the statistic"):
     weights = None
     if mode == "prune":
         weights = state.persistent_widget(
-            st.radio, run_id, "weights", "mean", "Weights of the kept connections",
+            st.radio,
+            run_id,
+            "weights",
+            "mean",
+            "Weights of the kept connections",
             options=list(backend.WEIGHT_CHOICES),
-            horizontal=True, help="mean: one network, the posterior means of the kept weights (what the curve "
-                                  "traces); sample: R draws of the kept weights (the R slider)")
+            horizontal=True,
+            help="mean: one network, the posterior means of the kept weights (what the curve "
+            "traces); sample: R draws of the kept weights (the R slider)",
+        )
     with left:
-        reason = None if backend.mode_uses_slider(mode) else (
-            f"Mode {mode} cuts at the family's default {spec.default:.4g} (the median probability model)."
-            if mode in backend.DEFAULT_CUT_MODES else f"Mode {mode} uses every weight.")
+        reason = (
+            None
+            if backend.mode_uses_slider(mode)
+            else (
+                f"Mode {mode} cuts at the family's default {spec.default:.4g} (the median probability model)."
+                if mode in backend.DEFAULT_CUT_MODES
+                else f"Mode {mode} uses every weight."
+            )
+        )
         threshold = state.threshold_slider(run_id, spec, disabled_reason=reason)
     with right:
         samples = state.samples_slider(run_id, disabled=not backend.mode_draws_samples(mode, weights))
-    st.caption(backend.MODE_HELP[mode] + (f". {reason} The slider moves only the point on the curve."
-                                          if reason else ""))
+    st.caption(
+        backend.MODE_HELP[mode] + (f". {reason} The slider moves only the point on the curve." if reason else "")
+    )
     effective = backend.mode_threshold(mode, threshold, spec.default)
     settings_read = True
 if not settings_read:  # the error is shown above; without the settings every later section would fail too
@@ -153,61 +178,91 @@ with guard("Evaluating the test set"):
     # The cards answer at once with the draws already kept (all of a mode that draws nothing) and refine
     # in place while the others are computed in the background (cache.test_draws_ready).
     progress = cache.test_draws_ready(run_id, mode, draws, effective, 0, weights)
-    refining(progress, lambda ready, wanted: metric_cards(mode, effective, weights, ready, wanted),
-             "Evaluating the test set")
+    refining(
+        progress, lambda ready, wanted: metric_cards(mode, effective, weights, ready, wanted), "Evaluating the test set"
+    )
 
 with guard("Sweeping thresholds"):
     curve = cache.sweep(run_id)
     loss_unit = "accuracy points" if curve["metric"] == "accuracy" else "% of the best RMSE"
     tolerance_points = st.number_input(
-        f"Suggest the sparsest threshold within this loss of the best ({loss_unit})", value=0.5, step=0.1,
-        format="%.2f", key=TOLERANCE_KEY,
-        help="0.5 accuracy points = 0.005; for RMSE the loss is relative to the best RMSE on the curve")
+        f"Suggest the sparsest threshold within this loss of the best ({loss_unit})",
+        value=0.5,
+        step=0.1,
+        format="%.2f",
+        key=TOLERANCE_KEY,
+        help="0.5 accuracy points = 0.005; for RMSE the loss is relative to the best RMSE on the curve",
+    )
     if tolerance_points < 0:
         st.error(f"The allowed loss must be 0 or more, got {tolerance_points:g}.")
         tolerance_points = 0.0
         st.stop()
     tolerance = float(tolerance_points) / 100
-    suggested = backend.suggested_threshold(curve["thresholds"], curve["density"], curve["values"], curve["metric"],
-                                            tolerance)
-    st.vega_lite_chart(cache.tuning_chart(run_id, threshold, tolerance), on_select="rerun", key=curve_key,
-                       selection_mode=charts.PICK)
+    suggested = backend.suggested_threshold(
+        curve["thresholds"], curve["density"], curve["values"], curve["metric"], tolerance
+    )
+    st.vega_lite_chart(
+        cache.tuning_chart(run_id, threshold, tolerance), on_select="rerun", key=curve_key, selection_mode=charts.PICK
+    )
     if suggested is not None:
         left, right = st.columns([3, 1])
-        left.markdown(f"Suggested threshold **{suggested['threshold']:.4g}** (green star): density "
-                      f"{suggested['density']:.4f}, {curve['metric']} {suggested['value']:.4f} "
-                      f"(best {suggested['best']:.4f}).")
-        right.button("Apply the suggestion", key="apply_suggestion", on_click=apply_suggestion,
-                     args=(suggested["threshold"],), disabled=not backend.mode_uses_slider(mode),
-                     help=None if backend.mode_uses_slider(mode) else "choose mode prune to tune the threshold")
-    st.caption(f"Each point prunes at one threshold and predicts with the mean weights of the kept connections "
-               f"(test {curve['metric']}" + (", original units" if curve["metric"] == "rmse" else "")
-               + "); the red diamond is the current threshold. Click a point to prune there.")
+        left.markdown(
+            f"Suggested threshold **{suggested['threshold']:.4g}** (green star): density "
+            f"{suggested['density']:.4f}, {curve['metric']} {suggested['value']:.4f} "
+            f"(best {suggested['best']:.4f})."
+        )
+        right.button(
+            "Apply the suggestion",
+            key="apply_suggestion",
+            on_click=apply_suggestion,
+            args=(suggested["threshold"],),
+            disabled=not backend.mode_uses_slider(mode),
+            help=None if backend.mode_uses_slider(mode) else "choose mode prune to tune the threshold",
+        )
+    st.caption(
+        f"Each point prunes at one threshold and predicts with the mean weights of the kept connections "
+        f"(test {curve['metric']}"
+        + (", original units" if curve["metric"] == "rmse" else "")
+        + "); the red diamond is the current threshold. Click a point to prune there."
+    )
     left, middle, right = st.columns(3)
     # A download does not rerun the page: a rerun gives the other button's deferred file a new id,
     # and a click on it before the browser has the new id fetched nothing (seen in the browser test).
-    left.download_button("Download the curve (CSV)",
-                         data=backend.curve_csv(curve["thresholds"], curve["density"], curve["values"],
-                                                curve["metric"]),
-                         file_name=f"{run_id}-curve.csv", mime="text/csv", key="download_curve",
-                         on_click="ignore")
-    middle.download_button(f"Download the pruned model at {threshold:.4g} (zip)",
-                           data=lambda: cache.export_zip(run_id, float(threshold)),
-                           file_name=f"{run_id}-pruned-{threshold:.4g}.zip", mime="application/zip",
-                           key="download_model", on_click="ignore",
-                           help="what `python -m core export RUN --threshold T --out DIR` writes (model.safetensors, "
-                                "model.json and a README.md with a plain-PyTorch loader)")
-    right.download_button(f"Download it as ONNX at {threshold:.4g} (zip)",
-                          data=lambda: cache.export_zip(run_id, float(threshold), "onnx"),
-                          file_name=f"{run_id}-pruned-{threshold:.4g}-onnx.zip", mime="application/zip",
-                          key="download_onnx", on_click="ignore",
-                          help="`python -m core export RUN --threshold T --out DIR --format onnx`: the same files "
-                               "plus model.onnx (only the active units, mean weights) and an onnxruntime snippet")
+    left.download_button(
+        "Download the curve (CSV)",
+        data=backend.curve_csv(curve["thresholds"], curve["density"], curve["values"], curve["metric"]),
+        file_name=f"{run_id}-curve.csv",
+        mime="text/csv",
+        key="download_curve",
+        on_click="ignore",
+    )
+    middle.download_button(
+        f"Download the pruned model at {threshold:.4g} (zip)",
+        data=lambda: cache.export_zip(run_id, float(threshold)),
+        file_name=f"{run_id}-pruned-{threshold:.4g}.zip",
+        mime="application/zip",
+        key="download_model",
+        on_click="ignore",
+        help="what `python -m core export RUN --threshold T --out DIR` writes (model.safetensors, "
+        "model.json and a README.md with a plain-PyTorch loader)",
+    )
+    right.download_button(
+        f"Download it as ONNX at {threshold:.4g} (zip)",
+        data=lambda: cache.export_zip(run_id, float(threshold), "onnx"),
+        file_name=f"{run_id}-pruned-{threshold:.4g}-onnx.zip",
+        mime="application/zip",
+        key="download_onnx",
+        on_click="ignore",
+        help="`python -m core export RUN --threshold T --out DIR --format onnx`: the same files "
+        "plus model.onnx (only the active units, mean weights) and an onnxruntime snippet",
+    )
     counts = backend.kept_counts_at(run, float(threshold))
-    st.caption(f"At threshold {threshold:.4g}: {counts['raw']:,} of {counts['total']:,} weights and biases kept "
-               f"(raw, what the density counts); {counts['active']:,} of them lie on an input-to-output path, and "
-               "those are what the downloads hold. The others leave units that reach no output or enter units no "
-               "input reaches, so they change no prediction.")
+    st.caption(
+        f"At threshold {threshold:.4g}: {counts['raw']:,} of {counts['total']:,} weights and biases kept "
+        f"(raw, what the density counts); {counts['active']:,} of them lie on an input-to-output path, and "
+        "those are what the downloads hold. The others leave units that reach no output or enter units no "
+        "input reaches, so they change no prediction."
+    )
 
 if dataset.task == "classification" and backend.mode_draws_samples(mode, weights):
     with guard("Accuracy vs R"):

@@ -70,9 +70,13 @@ def reliability(probs: np.ndarray, y: np.ndarray, n_bins: int = 15) -> dict[str,
         bin_accuracy = np.bincount(index, weights=correct, minlength=n_bins) / count
     filled = count > 0
     gaps = np.abs(bin_accuracy[filled] - mean_confidence[filled])
-    return {"edges": np.linspace(0.0, 1.0, n_bins + 1), "count": count,
-            "confidence": mean_confidence, "accuracy": bin_accuracy,
-            "ece": float((count[filled] * gaps).sum() / count.sum())}
+    return {
+        "edges": np.linspace(0.0, 1.0, n_bins + 1),
+        "count": count,
+        "confidence": mean_confidence,
+        "accuracy": bin_accuracy,
+        "ece": float((count[filled] * gaps).sum() / count.sum()),
+    }
 
 
 def ece(probs: np.ndarray, y: np.ndarray, n_bins: int = 15) -> float:
@@ -89,8 +93,12 @@ def doubt_decision(probs: np.ndarray, y: np.ndarray, threshold: float = DOUBT_LE
     decided = probs.max(axis=1) > threshold
     count = int(decided.sum())
     hits = probs[decided].argmax(axis=1) == _labels(y)[decided]
-    return {"threshold": float(threshold), "count": count, "fraction": count / max(len(probs), 1),
-            "accuracy": float(hits.mean()) if count else None}
+    return {
+        "threshold": float(threshold),
+        "count": count,
+        "fraction": count / max(len(probs), 1),
+        "accuracy": float(hits.mean()) if count else None,
+    }
 
 
 def risk_coverage(probs: np.ndarray, y: np.ndarray, doubt_level: float = DOUBT_LEVEL) -> dict[str, Any]:
@@ -124,9 +132,16 @@ def risk_coverage(probs: np.ndarray, y: np.ndarray, doubt_level: float = DOUBT_L
     optimal = float(np.mean(np.maximum(0, k - (n - errors[-1])) / k))
     point = doubt_decision(probs, y, doubt_level)
     point["risk"] = None if point["accuracy"] is None else 1.0 - point["accuracy"]
-    return {"threshold": sorted_confidence[group_end], "coverage": coverage, "accuracy": 1.0 - risk,
-            "risk": risk, "aurc": aurc, "optimal_aurc": optimal, "excess_aurc": aurc - optimal,
-            "at_doubt_level": point}
+    return {
+        "threshold": sorted_confidence[group_end],
+        "coverage": coverage,
+        "accuracy": 1.0 - risk,
+        "risk": risk,
+        "aurc": aurc,
+        "optimal_aurc": optimal,
+        "excess_aurc": aurc - optimal,
+        "at_doubt_level": point,
+    }
 
 
 def entropy_split(probs_per_draw: np.ndarray) -> dict[str, np.ndarray]:
@@ -149,8 +164,9 @@ def entropy_split(probs_per_draw: np.ndarray) -> dict[str, np.ndarray]:
     return {"total": total, "aleatoric": aleatoric, "epistemic": total - aleatoric}
 
 
-def accuracy_vs_samples(probs_per_draw: np.ndarray, y: np.ndarray,
-                        sample_counts: Sequence[int] | None = None) -> dict[str, list]:
+def accuracy_vs_samples(
+    probs_per_draw: np.ndarray, y: np.ndarray, sample_counts: Sequence[int] | None = None
+) -> dict[str, list]:
     """Accuracy of the average of the first r draws for each r (Hubin & Storvik 2019 figure 1)."""
     draws = _per_draw(probs_per_draw).astype(np.float64)
     total = draws.shape[0]

@@ -40,9 +40,16 @@ def _get(prediction: Any, name: str) -> np.ndarray:
     return np.asarray(value)
 
 
-def prediction_metrics(prediction: Any, y: np.ndarray, task: str, *, target_std: float = 1.0,
-                       ece_bins: int = 15, doubt_level: float = cls_metrics.DOUBT_LEVEL,
-                       coverage_levels: Sequence[float] = reg_metrics.COVERAGE_LEVELS) -> dict[str, Any]:
+def prediction_metrics(
+    prediction: Any,
+    y: np.ndarray,
+    task: str,
+    *,
+    target_std: float = 1.0,
+    ece_bins: int = 15,
+    doubt_level: float = cls_metrics.DOUBT_LEVEL,
+    coverage_levels: Sequence[float] = reg_metrics.COVERAGE_LEVELS,
+) -> dict[str, Any]:
     """Classification: accuracy, nll, brier, ece (ece_bins), doubt (the decision at doubt_level).
     Regression: rmse, log_likelihood, coverage (by level), crps and the variance split (means)."""
     if str(getattr(task, "value", task)) == "classification":

@@ -42,5 +42,5 @@ def auroc(scores_in: np.ndarray, scores_out: np.ndarray) -> float:
         raise ValueError("auroc needs at least one in-distribution and one OOD score")
     ranks = rankdata(np.concatenate([scores_in, scores_out]))
     n_out = len(scores_out)
-    u = ranks[len(scores_in):].sum() - n_out * (n_out + 1) / 2
+    u = ranks[len(scores_in) :].sum() - n_out * (n_out + 1) / 2
     return float(u / (len(scores_in) * n_out))

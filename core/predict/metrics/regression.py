@@ -43,11 +43,12 @@ def _draws(values: np.ndarray) -> np.ndarray:
 def rmse(mean: np.ndarray, y: np.ndarray, target_std: float = 1.0) -> float:
     """Root mean squared error of the predictive mean, in original units."""
     error = np.asarray(mean, dtype=np.float64).reshape(-1) - np.asarray(y, dtype=np.float64).reshape(-1)
-    return float(np.sqrt(np.mean(error ** 2)) * target_std)
+    return float(np.sqrt(np.mean(error**2)) * target_std)
 
 
-def log_likelihood_per_point(mean_per_draw: np.ndarray, std_per_draw: np.ndarray, y: np.ndarray,
-                             target_std: float = 1.0) -> np.ndarray:
+def log_likelihood_per_point(
+    mean_per_draw: np.ndarray, std_per_draw: np.ndarray, y: np.ndarray, target_std: float = 1.0
+) -> np.ndarray:
     """log (1/R) sum_r N(y; m_r, s_r^2) per point, in original units."""
     means, stds = _draws(mean_per_draw), _draws(std_per_draw)
     y = np.asarray(y, dtype=np.float64).reshape(1, -1)
@@ -55,8 +56,9 @@ def log_likelihood_per_point(mean_per_draw: np.ndarray, std_per_draw: np.ndarray
     return logsumexp(log_densities, axis=0) - np.log(means.shape[0]) - np.log(target_std)
 
 
-def log_likelihood(mean_per_draw: np.ndarray, std_per_draw: np.ndarray, y: np.ndarray,
-                   target_std: float = 1.0) -> float:
+def log_likelihood(
+    mean_per_draw: np.ndarray, std_per_draw: np.ndarray, y: np.ndarray, target_std: float = 1.0
+) -> float:
     """Mean test log-likelihood of the mixture over draws, in original units."""
     return float(log_likelihood_per_point(mean_per_draw, std_per_draw, y, target_std).mean())
 
@@ -82,15 +84,17 @@ def central_coverage(pit: np.ndarray, level: float) -> float:
     return float(np.mean(np.abs(pit - 0.5) <= level / 2))
 
 
-def coverage(mean_per_draw: np.ndarray, std_per_draw: np.ndarray, y: np.ndarray,
-             levels: Sequence[float] = COVERAGE_LEVELS) -> dict[str, float]:
+def coverage(
+    mean_per_draw: np.ndarray, std_per_draw: np.ndarray, y: np.ndarray, levels: Sequence[float] = COVERAGE_LEVELS
+) -> dict[str, float]:
     """Fraction of targets inside the mixture's central interval at each level (exact, via the CDF)."""
     pit = mixture_cdf(mean_per_draw, std_per_draw, y)
     return {f"{level:g}": central_coverage(pit, level) for level in levels}
 
 
-def calibration_curve(mean_per_draw: np.ndarray, std_per_draw: np.ndarray, y: np.ndarray,
-                      levels: Sequence[float] = CURVE_LEVELS) -> dict[str, Any]:
+def calibration_curve(
+    mean_per_draw: np.ndarray, std_per_draw: np.ndarray, y: np.ndarray, levels: Sequence[float] = CURVE_LEVELS
+) -> dict[str, Any]:
     """Observed against nominal coverage of the predictive's central intervals (the regression
     reliability diagram; Kuleshov et al. 2018 draw it for one-sided quantiles, whose curve is the
     PIT's ECDF). On the diagonal when calibrated, below it when the intervals are too narrow.
@@ -113,8 +117,12 @@ def pit_histogram(pit: np.ndarray, bins: int = PIT_BINS) -> dict[str, Any]:
         raise ValueError(f"bins must be >= 1, got {bins}")
     pit = np.asarray(pit, dtype=np.float64).reshape(-1)
     count, edges = np.histogram(pit, bins=int(bins), range=(0.0, 1.0))
-    return {"edges": edges, "count": count, "density": count * int(bins) / max(len(pit), 1),
-            "ks_statistic": pit_ks_statistic(pit)}
+    return {
+        "edges": edges,
+        "count": count,
+        "density": count * int(bins) / max(len(pit), 1),
+        "ks_statistic": pit_ks_statistic(pit),
+    }
 
 
 def pit_ks_statistic(pit: np.ndarray) -> float:
@@ -122,8 +130,13 @@ def pit_ks_statistic(pit: np.ndarray) -> float:
     return float(kstest(np.asarray(pit, dtype=np.float64).reshape(-1), "uniform").statistic)
 
 
-def bisect_quantile(cdf: Callable[[np.ndarray], np.ndarray], low: np.ndarray, high: np.ndarray,
-                    level: float, steps: int = BISECTION_STEPS) -> np.ndarray:
+def bisect_quantile(
+    cdf: Callable[[np.ndarray], np.ndarray],
+    low: np.ndarray,
+    high: np.ndarray,
+    level: float,
+    steps: int = BISECTION_STEPS,
+) -> np.ndarray:
     """Per point, the y in [low, high] with cdf(y) = level, by bisection (cdf increasing)."""
     low, high = low.astype(np.float64).copy(), high.astype(np.float64).copy()
     for _ in range(steps):
@@ -134,8 +147,7 @@ def bisect_quantile(cdf: Callable[[np.ndarray], np.ndarray], low: np.ndarray, hi
     return 0.5 * (low + high)
 
 
-def mixture_quantiles(mean_per_draw: np.ndarray, std_per_draw: np.ndarray,
-                      levels: Sequence[float]) -> list[np.ndarray]:
+def mixture_quantiles(mean_per_draw: np.ndarray, std_per_draw: np.ndarray, levels: Sequence[float]) -> list[np.ndarray]:
     """Quantiles (each (n,)) of each point's mixture over the R draws, by bisection on its CDF
     (no closed form for R > 1; for R = 1 the Gaussian's m + s z_p to ~1e-14)."""
     means = _draws(mean_per_draw)
@@ -144,18 +156,31 @@ def mixture_quantiles(mean_per_draw: np.ndarray, std_per_draw: np.ndarray,
     return [bisect_quantile(lambda y: mixture_cdf(means, stds, y), low, high, float(level)) for level in levels]
 
 
-def interval_metrics(mean_per_draw: np.ndarray, std_per_draw: np.ndarray, y: np.ndarray,
-                     levels: Sequence[float] = COVERAGE_LEVELS, target_std: float = 1.0) -> dict[str, dict]:
+def interval_metrics(
+    mean_per_draw: np.ndarray,
+    std_per_draw: np.ndarray,
+    y: np.ndarray,
+    levels: Sequence[float] = COVERAGE_LEVELS,
+    target_std: float = 1.0,
+) -> dict[str, dict]:
     """Per level p, the central interval [q_(1-p)/2, q_(1+p)/2] of each point's predictive: the
     fraction of targets inside (as `coverage`) and its mean width, in original units. Coverage
     alone rewards wide intervals; the width says what it costs (Gneiting et al. 2007: sharpness
     subject to calibration)."""
-    return interval_metrics_of(mixture_cdf(mean_per_draw, std_per_draw, y),
-                               lambda q: mixture_quantiles(mean_per_draw, std_per_draw, q), levels, target_std)
+    return interval_metrics_of(
+        mixture_cdf(mean_per_draw, std_per_draw, y),
+        lambda q: mixture_quantiles(mean_per_draw, std_per_draw, q),
+        levels,
+        target_std,
+    )
 
 
-def interval_metrics_of(pit: np.ndarray, quantiles: Callable[[Sequence[float]], list[np.ndarray]],
-                        levels: Sequence[float] = COVERAGE_LEVELS, target_std: float = 1.0) -> dict[str, dict]:
+def interval_metrics_of(
+    pit: np.ndarray,
+    quantiles: Callable[[Sequence[float]], list[np.ndarray]],
+    levels: Sequence[float] = COVERAGE_LEVELS,
+    target_std: float = 1.0,
+) -> dict[str, dict]:
     """`interval_metrics` from PIT values and a predictive's quantile function (levels -> arrays)."""
     result = {}
     for level in levels:
@@ -174,12 +199,13 @@ def _expected_abs(mu: np.ndarray, var: np.ndarray) -> np.ndarray:
     return np.where(std > 0, value, np.abs(mu))
 
 
-def crps_per_point(mean_per_draw: np.ndarray, std_per_draw: np.ndarray, y: np.ndarray,
-                   target_std: float = 1.0) -> np.ndarray:
+def crps_per_point(
+    mean_per_draw: np.ndarray, std_per_draw: np.ndarray, y: np.ndarray, target_std: float = 1.0
+) -> np.ndarray:
     """Closed-form CRPS of the Gaussian mixture for each point, in original units."""
     means, stds = _draws(mean_per_draw), _draws(std_per_draw)
     y = np.asarray(y, dtype=np.float64).reshape(-1)
-    variances = stds ** 2
+    variances = stds**2
     result = np.empty(len(y))
     chunk = max(1, 2_000_000 // means.shape[0] ** 2)  # bounds the (R, R, chunk) pairwise array
     for start in range(0, len(y), chunk):
@@ -195,14 +221,15 @@ def crps(mean_per_draw: np.ndarray, std_per_draw: np.ndarray, y: np.ndarray, tar
     return float(crps_per_point(mean_per_draw, std_per_draw, y, target_std).mean())
 
 
-def variance_split(mean_per_draw: np.ndarray, std_per_draw: np.ndarray,
-                   target_std: float = 1.0) -> dict[str, np.ndarray]:
+def variance_split(
+    mean_per_draw: np.ndarray, std_per_draw: np.ndarray, target_std: float = 1.0
+) -> dict[str, np.ndarray]:
     """Law of total variance over draws, per point, in original units:
     epistemic = Var_r(m_r), aleatoric = E_r(s_r^2), total = their sum (the mixture's variance)."""
     means, stds = _draws(mean_per_draw), _draws(std_per_draw)
     scale = float(target_std) ** 2
     epistemic = means.var(axis=0) * scale
-    aleatoric = (stds ** 2).mean(axis=0) * scale
+    aleatoric = (stds**2).mean(axis=0) * scale
     return {"epistemic": epistemic, "aleatoric": aleatoric, "total": epistemic + aleatoric}
 
 
@@ -217,5 +244,7 @@ def band_width_ratios(x_grid: np.ndarray, x_train: np.ndarray, band: np.ndarray)
     near = band[distance < 0.05 * span].mean()
     inside = (x > xt.min()) & (x < xt.max())
     gap, outside = inside & (distance > 0.1 * span), ~inside & (distance > 0.1 * span)
-    return {"gap_ratio": float(band[gap].mean() / near) if gap.any() else float("nan"),
-            "outside_ratio": float(band[outside].mean() / near) if outside.any() else float("nan")}
+    return {
+        "gap_ratio": float(band[gap].mean() / near) if gap.any() else float("nan"),
+        "outside_ratio": float(band[outside].mean() / near) if outside.any() else float("nan"),
+    }
