@@ -28,3 +28,19 @@ def resolve_device(name: str | torch.device = "auto") -> torch.device:
     if device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise ConfigError("device: MPS was asked for but is not available; use --device auto or cpu")
     return device
+
+
+def device_message(text: str) -> str:
+    """core's device errors name the CLI flag; on the dashboard's Train form the choice is the Device box."""
+    return text.replace("use --device auto or cpu", "choose Device: auto or cpu")
+
+
+def device_problem(device: str) -> str | None:
+    """Why `device` cannot be used here, in the Train form's words, or None."""
+    from core.errors import ConfigError
+
+    try:
+        resolve_device(device)
+    except ConfigError as exc:
+        return device_message(str(exc))
+    return None

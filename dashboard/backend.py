@@ -19,8 +19,8 @@ import numpy as np
 from core import limits, runs, validate  # noqa: F401
 from core.cost import remaining_seconds, size_text, time_text  # noqa: F401
 from core.data.ood_sets import OOD_PARTNER, load_ood_inputs, ood_set_names  # noqa: F401
+from core.device import device_message, device_problem  # noqa: F401  (the Train form's Device box)
 from core.enums import InclusionPrior, LearningRateSchedule
-from core.errors import ConfigError
 from core.lessons import HIDEABLE_CONTROLS, lesson_names, load_lesson  # noqa: F401  (the lesson panel)
 from core.models.options import undeclared as undeclared_option  # noqa: F401
 from core.models.prior_summary import prior_of_statistic  # noqa: F401
@@ -44,8 +44,22 @@ from core.predict.metrics.classification import DOUBT_LEVEL  # noqa: F401  (figu
 from core.predict.metrics.headline import headline_metric  # noqa: F401
 from core.predict.metrics.ood import auroc as entropy_auroc  # noqa: F401
 from core.predict.metrics.ood import predictive_entropy  # noqa: F401
-from core.predict.modes import REGRESSION_PREDICTIVES, PredictionMode, WeightChoice, parse_mode  # noqa: F401
+from core.predict.modes import (  # noqa: F401  (what a mode means on the pages: core's rules)
+    COMPARE_MODES,
+    DEFAULT_CUT_MODES,
+    REGRESSION_PREDICTIVES,
+    PredictionMode,
+    WeightChoice,
+    effective_threshold,
+    mode_draws_samples,
+    mode_threshold,
+    mode_uses_slider,
+    parse_mode,
+    same_numbers_mode,
+    uses_threshold,
+)
 from core.predict.onnx_export import export_zip  # noqa: F401  (the Pruning page's downloads, safetensors or onnx)
+from core.predict.sweep import curve_csv  # noqa: F401  (the sweep's CSV download)
 
 # Choosing a threshold and labelling runs are core's (pure numpy / plain data), passed through as they are:
 from core.predict.thresholds import (  # noqa: F401
@@ -216,15 +230,6 @@ def training_snapshots(run: Run) -> TrainingSnapshots | None:
 # --- predictions (core.predict) -------------------------------------------------------------------------
 
 
-def uses_threshold(mode: str) -> bool:
-    return parse_mode(mode).uses_threshold
-
-
-def effective_threshold(mode: str, threshold: float | None) -> float | None:
-    """The threshold a mode reads (None for bma / mean, which refuse one)."""
-    return float(threshold) if threshold is not None and uses_threshold(mode) else None
-
-
 # Per-draw outputs of sampled predictions, shared by every session of the server: moving the R
 # slider up computes only the new draws, moving it down none (core.predict.draw_cache). Its bound
 # ($BNN_DRAW_CACHE_MB) and the computations run at once ($BNN_PREDICT_SLOTS; unset: no limit, as
@@ -288,37 +293,6 @@ def sweep(run: Run, n_points: int = 30) -> SweepCurve:
     )
 
 
-# --- regression bands: the collapsed predictive and the NUTS reference ------------------------------------
-
-# --- what a mode means on the pages ------------------------------------------------------------------------
-
-# Modes that cut at the family's default (the median probability model), whatever the slider says.
-DEFAULT_CUT_MODES = tuple(mode.value for mode in PredictionMode.default_cut_modes())
-
-
-def mode_threshold(mode: str, threshold: float | None, default: float) -> float | None:
-    """The cut a mode predicts with on the pages: mpm / mpm-mean are the median probability model,
-    the statistic cut at the family's default; prune cuts at the slider; bma / mean cut nothing."""
-    return effective_threshold(mode, default if mode in DEFAULT_CUT_MODES else threshold)
-
-
-def mode_uses_slider(mode: str) -> bool:
-    return mode not in DEFAULT_CUT_MODES and uses_threshold(mode)
-
-
-def mode_draws_samples(mode: str, weights: str | None = None) -> bool:
-    return PredictionMode(mode).draws_samples(weights)
-
-
-def same_numbers_mode(mode: str, weights: str | None = None) -> str:
-    """The mode that predicts exactly what `mode` with `weights` does (PredictionMode.same_numbers_as)."""
-    return parse_mode(mode).same_numbers_as(weights).value
-
-
-# The Compare page's table: (column, mode, R), as Hubin & Storvik (2024) tabulate them.
-COMPARE_MODES = tuple((column, mode.value, r) for column, mode, r in PredictionMode.paper_table())
-
-
 # --- admission: every request that allocates is costed by core.cost before anything is built ----------
 
 
@@ -364,29 +338,3 @@ def admit_fit(config: RunConfig) -> RunConfig:
     from core.admission_estimates import admit_fit as admit
 
     return admit(config, admission_limits())
-
-
-def device_message(text: str) -> str:
-    """core's device errors name the CLI flag; on the Train form the choice is the Device box."""
-    return text.replace("use --device auto or cpu", "choose Device: auto or cpu")
-
-
-def device_problem(device: str) -> str | None:
-    """Why the Train form's device cannot be used here (in the form's words), or None."""
-    from core.device import resolve_device
-
-    try:
-        resolve_device(device)
-    except ConfigError as exc:
-        return device_message(str(exc))
-    return None
-
-
-# --- take away -----------------------------------------------------------------------------------------
-
-
-def curve_csv(thresholds: np.ndarray, density: np.ndarray, values: np.ndarray, metric: str) -> str:
-    """The sweep as CSV text: threshold, density, metric."""
-    rows = zip(thresholds, density, values)
-    lines = [f"threshold,density,{metric}"] + [f"{t:.6g},{d:.6g},{v:.6g}" for t, d, v in rows]
-    return "\n".join(lines) + "\n"

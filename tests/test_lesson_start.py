@@ -47,3 +47,37 @@ def test_a_lesson_link_on_a_fresh_server_draws_its_chart_from_the_bundle_without
         # the store holds the bundled runs and nothing else: nothing was trained
         assert store_runs(cache) == set(bundled_run_ids())
         assert "Traceback" not in log.read_text()
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_first_steps_is_walked_with_next_and_back_in_the_browser(browser, tmp_path, monkeypatch):
+    """A student clicks through the README's lesson: every step's panel says which step it is and
+    shows its title, the address follows the step, Next stops at the last step, Back goes one back,
+    and no step ends in a traceback or starts a training."""
+    from core.lessons import load_lesson
+
+    monkeypatch.setenv("BNN_LESSON_RUNS", "1")
+    lesson = load_lesson("first-steps")
+    cache = tmp_path / "store"
+    cache.mkdir()
+    with serve(cache) as (url, log):
+        page = browser.new_page(viewport={"width": 1400, "height": 1800})
+        page.goto(f"{url}/?lesson=first-steps")
+        sidebar = page.locator("[data-testid='stSidebar']")
+        for number, step in enumerate(lesson.steps, start=1):
+            wait_panel(page, number, FIRST_VISIT_TIMEOUT)
+            assert step.title in sidebar.inner_text()
+            assert f"step={number}" in page.url
+            assert_no_traceback(page)
+            next_button = sidebar.get_by_role("button", name="Next")
+            if number < len(lesson.steps):
+                next_button.click()
+            else:
+                assert next_button.is_disabled()
+        sidebar.get_by_role("button", name="Back").click()
+        wait_panel(page, len(lesson.steps) - 1, FIRST_VISIT_TIMEOUT)
+        page.close()
+        assert store_runs(cache) == set(bundled_run_ids())
+        assert "Traceback" not in log.read_text()

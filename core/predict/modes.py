@@ -157,3 +157,39 @@ def parse_weight_choice(value: str | WeightChoice) -> WeightChoice:
         return WeightChoice(str(getattr(value, "value", value)).strip().lower())
     except ValueError:
         raise PredictionError(f"weights: unknown {value!r}; choose 'sample' or 'mean'") from None
+
+
+# --- what a mode means on the dashboard's pages ------------------------------------------------------
+
+# Modes that cut at the family's default (the median probability model), whatever the slider says.
+DEFAULT_CUT_MODES = tuple(mode.value for mode in PredictionMode.default_cut_modes())
+# The Compare page's table: (column, mode, R), as Hubin & Storvik (2024) tabulate them.
+COMPARE_MODES = tuple((column, mode.value, r) for column, mode, r in PredictionMode.paper_table())
+
+
+def uses_threshold(mode: str) -> bool:
+    return parse_mode(mode).uses_threshold
+
+
+def effective_threshold(mode: str, threshold: float | None) -> float | None:
+    """The threshold a mode reads (None for bma / mean, which refuse one)."""
+    return float(threshold) if threshold is not None and uses_threshold(mode) else None
+
+
+def mode_threshold(mode: str, threshold: float | None, default: float) -> float | None:
+    """The cut a mode predicts with on the pages: mpm / mpm-mean are the median probability model,
+    the statistic cut at the family's default; prune cuts at the slider; bma / mean cut nothing."""
+    return effective_threshold(mode, default if mode in DEFAULT_CUT_MODES else threshold)
+
+
+def mode_uses_slider(mode: str) -> bool:
+    return mode not in DEFAULT_CUT_MODES and uses_threshold(mode)
+
+
+def mode_draws_samples(mode: str, weights: str | None = None) -> bool:
+    return PredictionMode(mode).draws_samples(weights)
+
+
+def same_numbers_mode(mode: str, weights: str | None = None) -> str:
+    """The mode that predicts exactly what `mode` with `weights` does (PredictionMode.same_numbers_as)."""
+    return parse_mode(mode).same_numbers_as(weights).value

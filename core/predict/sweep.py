@@ -420,3 +420,10 @@ def sweep_at_densities(
     )
     result.extra["target_density"] = [float(d) for d in densities]
     return result
+
+
+def curve_csv(thresholds: np.ndarray, density: np.ndarray, values: np.ndarray, metric: str) -> str:
+    """A sweep as CSV text: threshold, density, metric (the Pruning page's download)."""
+    rows = zip(thresholds, density, values)
+    lines = [f"threshold,density,{metric}"] + [f"{t:.6g},{d:.6g},{v:.6g}" for t, d, v in rows]
+    return "\n".join(lines) + "\n"

@@ -25,7 +25,7 @@ FAMILY_COLOURS = {
     "lbbnn-lfmvn": "#56B4E9",
     "bnn": "#E69F00",
     "bnn-mixture": "#F0E442",
-    "lbbnn-flow": "#332288",  # Tol's indigo: a darker blue beside the other LBBNNs
+    "lbbnn-flow": "#44AA99",  # Tol's teal: apart from the NUTS reference's purple and the other blues
     "variational-dense": "#999999",
     "concrete-dropout": "#CC79A7",
     "horseshoe": "#009E73",
