@@ -27,6 +27,13 @@ ROOT = Path(__file__).resolve().parents[1]
 PLAIN = "plain-mlp"
 
 
+def split_variant(family: str) -> tuple[str, bool, int]:
+    """ "lbbnn+compile@1000" -> ("lbbnn", True, 1000): the family, torch.compile or not, the batch size."""
+    name, _, batch = family.partition("@")
+    family_name, _, compiled = name.partition("+")
+    return family_name, bool(compiled), int(batch) if batch else 100
+
+
 def time_one(family: str, dataset: str, device_name: str, epochs: int, hidden: tuple[int, ...]) -> dict:
     import torch
 
@@ -42,7 +49,8 @@ def time_one(family: str, dataset: str, device_name: str, epochs: int, hidden: t
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     torch.manual_seed(0)
-    if family == PLAIN:
+    family_name, compiled, batch_size = split_variant(family)
+    if family_name == PLAIN:
         widths = [x.shape[1], *hidden, ds.n_classes]
         layers = []
         for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
@@ -52,14 +60,13 @@ def time_one(family: str, dataset: str, device_name: str, epochs: int, hidden: t
         net = torch.nn.Sequential(*layers).to(device)
         optimizer = _adam([{"params": list(net.parameters()), "lr": 1e-3}])
         enable_flush_denormals()  # as train() does for the families (it stays on)
-        seconds = _plain_epochs(net, optimizer, x, y, epochs, device)
+        seconds = _plain_epochs(net, optimizer, x, y, epochs, device, batch_size)
     else:
-        # "lbbnn+compile": the same family trained with TrainConfig(compile=True).
-        family_name, _, compiled = family.partition("+")
+        # "lbbnn+compile": the same family trained with TrainConfig(compile=True); "@1000": batch 1000.
         model = BayesianMLP(
             ModelConfig(in_features=x.shape[1], out_classes=ds.n_classes, hidden=hidden, family=family_name)
         ).to(device)
-        result = train(model, x, y, TrainConfig(epochs=epochs + 1, batch_size=100, compile=bool(compiled)), seed=0)
+        result = train(model, x, y, TrainConfig(epochs=epochs + 1, batch_size=batch_size, compile=compiled), seed=0)
         seconds = [h["seconds"] for h in result.history]
     peak = (
         torch.cuda.max_memory_allocated(device)
@@ -75,15 +82,15 @@ def time_one(family: str, dataset: str, device_name: str, epochs: int, hidden: t
     }
 
 
-def _plain_epochs(net, optimizer, x, y, epochs: int, device) -> list[float]:
+def _plain_epochs(net, optimizer, x, y, epochs: int, device, batch_size: int = 100) -> list[float]:
     import torch
 
     seconds = []
     for _ in range(epochs + 1):  # the first epoch warms up allocators and kernels
         start = time.perf_counter()
         order = torch.randperm(len(x), device=device)
-        for i in range(0, len(x), 100):
-            index = order[i : i + 100]
+        for i in range(0, len(x), batch_size):
+            index = order[i : i + batch_size]
             loss = torch.nn.functional.cross_entropy(net(x[index]), y[index])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -92,6 +99,46 @@ def _plain_epochs(net, optimizer, x, y, epochs: int, device) -> list[float]:
             torch.cuda.synchronize()
         seconds.append(time.perf_counter() - start)
     return seconds
+
+
+def render_table(args, hidden: tuple[int, ...], families: list[str], runs: dict[str, list[dict]]) -> str:
+    """The Markdown table of what was timed so far; a family not timed yet says so."""
+    device = next((r["device"] for rs in runs.values() for r in rs if "device" in r), args.device)
+    lines = [
+        f"# One training epoch, {args.dataset}, 784-{'-'.join(map(str, hidden))}-10, batch 100, M=1, {device}",
+        "",
+        f"{args.repeats} round(s), families interleaved; seconds are the median over rounds, the ratio "
+        "is the median (min-max) over rounds of the family's epoch over the plain MLP's epoch in the same "
+        "round. FAMILY@B trains at batch B and is compared with plain-mlp@B when that row is timed.",
+        "",
+        "| family | s / epoch | x plain MLP | peak memory (MiB) |",
+        "|---|---|---|---|",
+    ]
+    for family in families:
+        _, _, batch_size = split_variant(family)
+        plain_key = f"{PLAIN}@{batch_size}" if batch_size != 100 and f"{PLAIN}@{batch_size}" in runs else PLAIN
+        plain_runs = runs.get(plain_key, [])
+        ok = [(i, r) for i, r in enumerate(runs[family]) if "error" not in r]
+        if not ok:
+            if runs[family]:
+                lines.append(f"| {family} | failed: {' '.join(runs[family][-1]['error'])} | | |")
+            else:
+                lines.append(f"| {family} | not timed (the run stopped before it) | | |")
+            continue
+        seconds = statistics.median(r["seconds_per_epoch"] for _, r in ok)
+        ratios = [
+            r["seconds_per_epoch"] / plain_runs[i]["seconds_per_epoch"]
+            for i, r in ok
+            if i < len(plain_runs) and "error" not in plain_runs[i]
+        ]
+        ratio = "-"
+        if ratios:
+            ratio = f"{statistics.median(ratios):.2f}"
+            if len(ratios) > 1:
+                ratio += f" ({min(ratios):.2f}-{max(ratios):.2f})"
+        peak = max(r["peak_bytes"] for _, r in ok)
+        lines.append(f"| {family} | {seconds:.2f} | {ratio} | {peak / 2**20:.0f} |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,6 +158,11 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated; FAMILY+compile trains with TrainConfig(compile=True)",
     )
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "epoch_time.md"))
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="time every family in this process (on a GPU: one CUDA context; peak memory is reset per family)",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: time one family, print JSON
     args = parser.parse_args(argv)
     hidden = tuple(int(h) for h in args.hidden.split(","))
@@ -124,65 +176,43 @@ def main(argv: list[str] | None = None) -> int:
     # within a round.
     for round_index in range(args.repeats):
         for family in families:
-            command = [
-                sys.executable,
-                __file__,
-                "--one",
-                family,
-                "--dataset",
-                args.dataset,
-                "--device",
-                args.device,
-                "--epochs",
-                str(args.epochs),
-                "--hidden",
-                args.hidden,
-            ]
-            done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
-            if done.returncode != 0:
-                runs[family].append({"error": done.stderr.strip().splitlines()[-1:]})
-                print(f"{family}: failed: {done.stderr.strip()[-300:]}", file=sys.stderr)
-                continue
-            runs[family].append(json.loads(done.stdout.strip().splitlines()[-1]))
-            print(
-                f"round {round_index + 1}, {family}: {runs[family][-1]['seconds_per_epoch']:.2f} s/epoch",
-                file=sys.stderr,
-            )
-    device = next((r["device"] for rs in runs.values() for r in rs if "device" in r), args.device)
-    lines = [
-        f"# One training epoch, {args.dataset}, 784-{'-'.join(map(str, hidden))}-10, batch 100, M=1, {device}",
-        "",
-        f"{args.repeats} round(s), families interleaved; seconds are the median over rounds, the ratio "
-        "is the median (min-max) over rounds of the family's epoch over the plain MLP's epoch in the same "
-        "round.",
-        "",
-        "| family | s / epoch | x plain MLP | peak memory (MiB) |",
-        "|---|---|---|---|",
-    ]
-    plain_runs = runs.get(PLAIN, [])
-    for family in families:
-        ok = [(i, r) for i, r in enumerate(runs[family]) if "error" not in r]
-        if not ok:
-            error = runs[family][-1]["error"] if runs[family] else ["not run"]
-            lines.append(f"| {family} | failed: {' '.join(error)} | | |")
-            continue
-        seconds = statistics.median(r["seconds_per_epoch"] for _, r in ok)
-        ratios = [
-            r["seconds_per_epoch"] / plain_runs[i]["seconds_per_epoch"]
-            for i, r in ok
-            if i < len(plain_runs) and "error" not in plain_runs[i]
-        ]
-        ratio = "-"
-        if ratios:
-            ratio = f"{statistics.median(ratios):.2f}"
-            if len(ratios) > 1:
-                ratio += f" ({min(ratios):.2f}-{max(ratios):.2f})"
-        peak = max(r["peak_bytes"] for _, r in ok)
-        lines.append(f"| {family} | {seconds:.2f} | {ratio} | {peak / 2**20:.0f} |")
-    table = "\n".join(lines) + "\n"
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(table)
-    print(table)
+            if args.in_process:  # one process, one CUDA context: on a GPU a subprocess per family costs its start
+                try:
+                    runs[family].append(time_one(family, args.dataset, args.device, args.epochs, hidden))
+                except Exception as exc:  # noqa: BLE001 - one family's failure is a row of the table
+                    runs[family].append({"error": [f"{type(exc).__name__}: {exc}"[:300]]})
+                    print(f"{family}: failed: {exc}", file=sys.stderr)
+            else:
+                command = [
+                    sys.executable,
+                    __file__,
+                    "--one",
+                    family,
+                    "--dataset",
+                    args.dataset,
+                    "--device",
+                    args.device,
+                    "--epochs",
+                    str(args.epochs),
+                    "--hidden",
+                    args.hidden,
+                ]
+                done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
+                if done.returncode != 0:
+                    runs[family].append({"error": done.stderr.strip().splitlines()[-1:]})
+                    print(f"{family}: failed: {done.stderr.strip()[-300:]}", file=sys.stderr)
+                else:
+                    runs[family].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            if "error" not in runs[family][-1]:
+                print(
+                    f"round {round_index + 1}, {family}: {runs[family][-1]['seconds_per_epoch']:.2f} s/epoch",
+                    file=sys.stderr,
+                )
+            # Written after every family: a run stopped at a time cap keeps what it measured.
+            table = render_table(args, hidden, families, runs)
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(table)
+    print(render_table(args, hidden, families, runs))
     return 0
 
 

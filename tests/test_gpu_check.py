@@ -33,12 +33,14 @@ def test_quick_check_runs_every_step_and_writes_the_report(tmp_path):
         "device tests (pytest -m gpu)",
         "epoch time vs plain MLP",
         "quick-mnist to Table 2's quality",
+        "quick-mnist at batch 500",
         "prediction throughput",
     }, report
     # Without CUDA the device tests are not run, and the report says so rather than "ok".
     assert steps.pop("device tests (pytest -m gpu)").startswith("no test ran"), report
     assert set(steps.values()) == {"ok"}, report
     assert re.search(r"^\| lbbnn \| \d+\.\d+ \| \d+\.\d+ \| \d+ \|$", report, flags=re.M), report  # epoch row
+    assert re.search(r"^\| lbbnn@500 \| \d+\.\d+ \| \d+\.\d+ \| \d+ \|$", report, flags=re.M), report
     assert re.search(r"^\| lbbnn \| \d+\.\d+ \| \d+\.\d \| ", report, flags=re.M), report  # throughput row
     assert "## Time to quality" in report
     # Nothing of the quick run lands in the committed results.
