@@ -324,3 +324,17 @@ def test_laplace_runs_on_the_1d_toys_default_to_tanh_and_other_runs_keep_relu():
         dataset="toy-sine-gaps", method="bnn", activation="relu"
     ).run_id(fingerprint)
     assert RunConfig.from_dict(RunConfig(dataset="toy-cubic", method="laplace").to_dict()).activation == "tanh"
+
+
+@pytest.mark.parametrize("prior_precision", [3.0, torch.logspace(-1, 1, 7, dtype=torch.float64)])
+def test_the_evidence_is_computed_on_the_eigenvalues_device(prior_precision):
+    """A GPU fit's eigenvalues met a prior-precision grid made on the CPU (found by the GPU check):
+    the evidence must follow the eigenvalues' device. The meta device stands in for CUDA here."""
+    from core.models.laplace import log_marginal_likelihood
+
+    eigenvalues = torch.rand(5, dtype=torch.float64)
+    on_meta = log_marginal_likelihood(-1.0, 2.0, eigenvalues.to("meta"), prior_precision)
+    assert on_meta.device.type == "meta"
+    on_cpu = log_marginal_likelihood(-1.0, 2.0, eigenvalues, prior_precision)
+    assert on_meta.shape == on_cpu.shape
+    assert torch.isfinite(on_cpu).all()

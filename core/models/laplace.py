@@ -226,7 +226,8 @@ def log_marginal_likelihood(
     log_likelihood: float, weight_norm2: float, eigenvalues: Tensor, prior_precision: float | Tensor
 ) -> Tensor:
     """The Laplace evidence log p(D | delta) at the mode (see the module docstring)."""
-    delta = torch.as_tensor(prior_precision, dtype=eigenvalues.dtype)
+    # on the eigenvalues' device: a grid made on the CPU meets a GPU fit's eigenvalues here (the GPU check)
+    delta = torch.as_tensor(prior_precision, dtype=eigenvalues.dtype, device=eigenvalues.device)
     return log_likelihood - 0.5 * delta * weight_norm2 - 0.5 * torch.log1p(eigenvalues / delta.unsqueeze(-1)).sum(-1)
 
 
