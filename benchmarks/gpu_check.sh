@@ -14,18 +14,28 @@
 #      (benchmarks/gpu_throughput.py).
 # Results go to $GPU_CHECK_OUT, else benchmarks/results (--quick: a temporary folder).
 # Full MNIST comes from $BNN_DATA_DIR, else the shared data folder beside the clone (as .ci/run sets it)
-# or shared/data inside it, when present.
+# or shared/data inside it, when present. Python: $PYTHON, else the first of python, python3 that has torch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONDONTWRITEBYTECODE=1
 
+# The Python that has torch: $PYTHON, else `python`, else `python3` (a bare GPU image may have torch
+# only under python3, with a plain `python` beside it that lacks it).
+PY="${PYTHON:-}"
+if [ -z "$PY" ]; then
+  for candidate in python python3; do
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import torch' >/dev/null 2>&1; then PY="$candidate"; break; fi
+  done
+fi
+if [ -z "$PY" ]; then echo "gpu_check.sh: no Python with torch found (set PYTHON=/path/to/python)" >&2; exit 3; fi
+
 QUICK=0
 for arg in "$@"; do
   case "$arg" in
     --quick) QUICK=1 ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument '$arg' (use --quick or nothing)" >&2; exit 2 ;;
   esac
 done
@@ -46,7 +56,7 @@ else
   DEVICE=cuda; DATASET=mnist; HIDDEN=400,600; PRESET=fast-mnist; SAMPLES=100
   # The rows that answer the targets first (LBBNN, its compiled kernels, larger batches), then every
   # family: the epoch step has a time cap, and the table is written after every row.
-  FAMILIES="$(python -c 'from core.models.registry import FAMILY_PATHS; first = ["plain-mlp", "lbbnn", "lbbnn+compile", "plain-mlp@500", "lbbnn@500", "plain-mlp@1000", "lbbnn@1000"]; print(",".join(first + [f for f in FAMILY_PATHS if f not in first]))')"
+  FAMILIES="$("$PY" -c 'from core.models.registry import FAMILY_PATHS; first = ["plain-mlp", "lbbnn", "lbbnn+compile", "plain-mlp@500", "lbbnn@500", "plain-mlp@1000", "lbbnn@1000"]; print(",".join(first + [f for f in FAMILY_PATHS if f not in first]))')"
   THROUGHPUT_FAMILIES="lbbnn,lbbnn-lfmvn,bnn,horseshoe,sparse-vd,fnn"
   OUT="${GPU_CHECK_OUT:-$ROOT/benchmarks/results}"
   # caps sum to 8 minutes; the H100 run took 74 + 125-170 + 31 + 20 + 11 s (benchmarks/results/gpu_notes.md)
@@ -54,7 +64,7 @@ else
   # four workers: the machine has 16 cores, and each test trains on the GPU and on the CPU
   # tests/test_gpu.py alone: the rest of the suite needs the app's packages (streamlit), absent on a bare GPU image
   TESTS_SELECTION=(tests/test_gpu.py -m gpu -n 4)
-  if ! python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+  if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
     echo "gpu_check.sh: no CUDA device here (torch.cuda.is_available() is False); nothing measured." >&2
     echo "Use --quick to exercise the steps on the CPU." >&2
     exit 3
@@ -82,36 +92,36 @@ step() {  # step NAME CAP_SECONDS COMMAND...: runs, records status and seconds, 
 }
 
 step "device tests (pytest -m gpu)" "$CAP_TESTS" \
-  python -m pytest -q -p no:cacheprovider "${TESTS_SELECTION[@]}" --junitxml="$OUT/gpu_tests.xml"
+  "$PY" -m pytest -q -p no:cacheprovider "${TESTS_SELECTION[@]}" --junitxml="$OUT/gpu_tests.xml"
 step "epoch time vs plain MLP" "$CAP_EPOCHS" \
-  python -m benchmarks.epoch_time --device "$DEVICE" --dataset "$DATASET" --hidden "$HIDDEN" \
+  "$PY" -m benchmarks.epoch_time --device "$DEVICE" --dataset "$DATASET" --hidden "$HIDDEN" \
     --families "$FAMILIES" --in-process --out "$OUT/epoch_time_gpu.md"
 QUALITY_NAME=time_to_quality_gpu
 step "$PRESET to Table 2's quality" "$CAP_QUALITY" \
-  python -m benchmarks.time_to_quality --preset "$PRESET" --seeds "$QUALITY_SEEDS" --device "$DEVICE" \
+  "$PY" -m benchmarks.time_to_quality --preset "$PRESET" --seeds "$QUALITY_SEEDS" --device "$DEVICE" \
     --target-accuracy 0.981 --target-density 0.08 --budget-minutes "$BUDGET_MINUTES" --name "$QUALITY_NAME" --results-dir "$OUT" \
     --hidden "$HIDDEN"
 # Larger batches: a GPU step costs about the same at batch 500 as at 250 (kernel launches), so half the
 # steps; the batch-500 schedule reached the target on seed 0 on the CPU (benchmarks/results/time_to_quality.md).
 step "$PRESET at batch 500" "$CAP_LARGE_BATCH" \
-  python -m benchmarks.time_to_quality --preset "$PRESET" --seeds 0 --device "$DEVICE" \
+  "$PY" -m benchmarks.time_to_quality --preset "$PRESET" --seeds 0 --device "$DEVICE" \
     --target-accuracy 0.981 --target-density 0.08 --budget-minutes "$LARGE_BATCH_MINUTES" --name "$QUALITY_NAME" --results-dir "$OUT" \
     --hidden "$HIDDEN" --train '{"batch_size": 500}'
 step "prediction throughput" "$CAP_THROUGHPUT" \
-  python -m benchmarks.gpu_throughput --device "$DEVICE" --dataset "$DATASET" --hidden "$HIDDEN" \
+  "$PY" -m benchmarks.gpu_throughput --device "$DEVICE" --dataset "$DATASET" --hidden "$HIDDEN" \
     --families "$THROUGHPUT_FAMILIES" --samples "$SAMPLES" --out "$OUT/gpu_throughput.md"
 
 {
   echo "# GPU check"
   echo
   echo "Generated by \`bash benchmarks/gpu_check.sh$( [ "$QUICK" = 1 ] && echo ' --quick')\` on $(date -u '+%Y-%m-%d %H:%M UTC')."
-  python -c 'import torch; d = "cuda" if torch.cuda.is_available() else "cpu"; name = torch.cuda.get_device_name(0) if d == "cuda" else "CPU"; print(f"Device: {name}; torch {torch.__version__}; CUDA {torch.version.cuda}.")'
+  "$PY" -c 'import torch; d = "cuda" if torch.cuda.is_available() else "cpu"; name = torch.cuda.get_device_name(0) if d == "cuda" else "CPU"; print(f"Device: {name}; torch {torch.__version__}; CUDA {torch.version.cuda}.")'
   echo
   echo "| step | result | seconds |"
   echo "|---|---|---|"
   cat "$STATUS_FILE"
   echo
-  python - "$OUT/gpu_tests.xml" <<'PY'
+  "$PY" - "$OUT/gpu_tests.xml" <<'PY'
 import sys
 import xml.etree.ElementTree as ET
 try:
