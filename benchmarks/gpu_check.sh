@@ -35,7 +35,7 @@ QUICK=0
 for arg in "$@"; do
   case "$arg" in
     --quick) QUICK=1 ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument '$arg' (use --quick or nothing)" >&2; exit 2 ;;
   esac
 done
