@@ -101,3 +101,26 @@ def test_the_gpu_is_where_the_work_runs(tmp_path, cuda_available):
     run = train_run(config, cache_dir=tmp_path, device="cuda")
     assert next(run.model.parameters()).device.type == "cuda"
     assert torch.cuda.memory_allocated(CUDA) > before
+
+
+@pytest.mark.parametrize(
+    "family,changes",
+    [
+        ("lbbnn", {"conv": [[3, 5], [4, 5]], "hidden": [6]}),
+        ("sparse-vd", {"conv": [[3, 5], [4, 5]], "hidden": [6]}),
+        ("lbbnn", {"family_options": {"input_skip": True}}),
+    ],
+    ids=["lbbnn-conv", "sparse-vd-conv", "lbbnn-input-skip"],
+)
+def test_conv_and_input_skip_runs_on_the_gpu_match_the_cpu(family, changes, tmp_path, cuda_available):
+    """The layers added after the first GPU run (conv blocks, input skips): trained on the GPU, the same
+    weights give the same deterministic predictions on the CPU, and sampled ones are finite."""
+    dataset = "mnist-small" if "conv" in changes else "two-moons"
+    config = tiny_config(family, changes.pop("family_options", {}), dataset=dataset, train={"epochs": 2}, **changes)
+    run = train_run(config, cache_dir=tmp_path, device="cuda")
+    assert all(p.device.type == "cuda" for p in run.model.parameters())
+    x = run.dataset().x_test[:256]
+    on_cpu = load_run(run.run_id, cache_dir=tmp_path, device="cpu")
+    for mode in DETERMINISTIC_MODES:
+        np.testing.assert_allclose(on_cpu.predict(x, mode=mode).probs, run.predict(x, mode=mode).probs, atol=1e-4)
+    assert np.isfinite(run.predict(x, mode="bma", samples=8, seed=1).probs).all()
