@@ -11,7 +11,8 @@ Measured with what autograd keeps for backward (saved-tensor hooks, tests/test_c
 example on mnist-small: a conv block keeps 4.5 floats per output position and channel (lbbnn, bnn,
 sparse-vd; fnn 1.5); lbbnn-flow keeps about 3 d + K (3 d + H) floats per layer beyond LBBNN's.
 The cost model counts the activations with their gradients: ACTIVATION_FLOATS_PER_UNIT (8) per unit,
-conv positions included, and twice the flows' kept floats.
+conv positions included, and 6 d + K (9 d + 2 H) floats per flow layer; against peak memory of real
+steps the estimates are 1.2-1.9 x (benchmarks/results/admission_conv_flow.md).
 """
 
 from __future__ import annotations
@@ -21,10 +22,13 @@ from typing import Any, Sequence
 
 FLOW_FAMILY = "lbbnn-flow"
 FLOW_STATE_OF = "lbbnn"  # the flow layer's own weights are LBBNN's (core.models.lbbnn_flow subclasses it)
-# Per example and layer of fan-in d, kept for backward (see above) and their gradients: the multipliers'
-# draw and the products with them (3 d kept), and per coupling 3 d + H (the kept half, the moved half's
-# scale and shift, exp, and the tanh layer).
+# Per example and layer of fan-in d, with their gradients: the multipliers' draw and the products with
+# them (3 d kept for backward), and per coupling of q's flow about 3 d + H kept (the kept half, the moved
+# half's scale and shift, exp, the tanh layer). Calibrated on peak memory
+# (benchmarks/results/admission_conv_flow.md): backward's transients through a chain of couplings
+# take more than twice the kept floats, so a coupling is counted at 9 per input.
 FLOW_FLOATS_PER_INPUT = 6
+FLOW_FLOATS_PER_COUPLING_INPUT = 9
 FLOW_FLOATS_PER_HIDDEN = 2
 
 
@@ -108,7 +112,8 @@ def flow_activity(config: Any, layers: Sequence[LayerCount]) -> tuple[int, int]:
         return 0, 0
     length, hidden = flow
     floats = sum(
-        FLOW_FLOATS_PER_INPUT * (1 + length) * layer.fan_in + FLOW_FLOATS_PER_HIDDEN * length * hidden
+        FLOW_FLOATS_PER_INPUT * layer.fan_in
+        + length * (FLOW_FLOATS_PER_COUPLING_INPUT * layer.fan_in + FLOW_FLOATS_PER_HIDDEN * hidden)
         for layer in layers
     )
     # the moment match given z takes three products with the weights where LBBNN's takes two

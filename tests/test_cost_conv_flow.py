@@ -85,7 +85,8 @@ def kept_floats_per_example(model, n_inputs: int) -> float:
 @pytest.mark.parametrize("method, hidden, conv, options", CONV + FLOW)
 def test_the_activation_estimate_is_within_a_stated_factor_of_what_autograd_keeps(method, hidden, conv, options):
     """The estimate counts every kept value and its gradient (ACTIVATION_FLOATS_PER_UNIT = 8 per unit
-    against 4-5 kept per conv output and unit; the flows at twice their kept floats): from 1.5 to 3 x
+    against 4-5 kept per conv output and unit; the flows at 6 d + K (9 d + 2 H) per layer, calibrated on
+    peak memory, benchmarks/results/admission_conv_flow.md): from 1.5 to 3 x
     what autograd keeps per example; the deterministic fnn keeps less (1.5 per conv output), so for it
     the estimate is an upper bound only. Before conv blocks and flows were counted, the conv nets were
     estimated at a dense net's activations (0.2-0.4 x) and the flows' were missing."""
