@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from core.admission_shapes import FLOW_FAMILY
 from core.cost_model import (
     COUNT_PARAMETERS,
     MB,
@@ -232,11 +233,44 @@ def _round_widths(widths: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(down(w) for w in widths)
 
 
+def _network_text(config: Any) -> str:
+    """How a refusal names the network: its widths, after its conv blocks (filters x kernel) if any."""
+    widths = f"widths {_widths_text(config.hidden)}"
+    conv = getattr(config, "conv", ())
+    return f"conv blocks {', '.join(f'{f}x{k}' for f, k in conv)} and {widths}" if conv else widths
+
+
+def batch_that_fits(config: Any, fits) -> int | None:
+    """The largest batch size below the config's own with which `fits(config)`, or None (not even 1)."""
+    low, high = 0, int(config.train.batch_size)
+    while high - low > 1:  # fits(low) or low == 0; not fits(high)
+        middle = (low + high) // 2
+        if fits(config.replace(train={"batch_size": middle})):
+            low = middle
+        else:
+            high = middle
+    return low or None
+
+
+def _size_hint(config: Any, shape: DataShape, fits) -> str:
+    """What fits instead: smaller widths, else (for conv blocks and flows, whose activations grow with
+    the batch, not the widths) a smaller batch."""
+    fit = widths_that_fit(config, shape, fits)
+    if fit:
+        return f"widths up to {_widths_text(fit)} fit"
+    if getattr(config, "conv", ()) or str(config.family) == FLOW_FAMILY:
+        batch = batch_that_fits(config, fits)
+        if batch:
+            return f"a batch size up to {batch} fits"
+        return "fewer conv filters or flow units fit" if getattr(config, "conv", ()) else "shorter flows fit"
+    return "no widths fit this dataset"
+
+
 def admit_training(config: Any, shape: DataShape, limits: Limits, speed: Speed | None = None) -> Cost:
     """The training's cost when it fits `limits`; AdmissionError saying why not and what fits."""
     speed = speed or server_speed()
     cost = training_cost(config, shape, speed)
-    widths = _widths_text(config.hidden)
+    widths = _network_text(config)
     problems = []
     if limits.max_weights is not None and cost.weights > limits.max_weights:
         problems.append(f"{cost.weights:,} weights (limit {limits.max_weights:,})")
@@ -244,16 +278,15 @@ def admit_training(config: Any, shape: DataShape, limits: Limits, speed: Speed |
         problems.append(f"about {size_text(cost.bytes)} of memory (limit {size_text(limits.memory_bytes)})")
     slow = limits.training_seconds is not None and cost.seconds > limits.training_seconds
     if problems:
-        fit = widths_that_fit(config, shape, lambda c: _fits_in_size(c, shape, limits, speed, limits.max_weights))
-        hint = f"widths up to {_widths_text(fit)} fit" if fit else "no widths fit this dataset"
-        raise AdmissionError(f"widths {widths} need {' and '.join(problems)} on {limits.where}; {hint}")
+        hint = _size_hint(config, shape, lambda c: _fits_in_size(c, shape, limits, speed, limits.max_weights))
+        raise AdmissionError(f"{widths} need {' and '.join(problems)} on {limits.where}; {hint}")
     if slow:
         epochs = max(1, cost.epochs)
         per_epoch = cost.seconds / epochs
         fit_epochs = int(limits.training_seconds // per_epoch) if per_epoch > 0 else epochs
         hint = f"up to {fit_epochs} epochs fit" if fit_epochs >= 1 else "smaller widths or fewer points fit"
         raise AdmissionError(
-            f"{epochs} epochs of widths {widths} on {shape.name} take about {time_text(cost.seconds)} "
+            f"{epochs} epochs of {widths} on {shape.name} take about {time_text(cost.seconds)} "
             f"of CPU on {limits.where} (limit {time_text(limits.training_seconds)}); {hint}"
         )
     return cost

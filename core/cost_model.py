@@ -13,7 +13,9 @@ benchmarks/results/admission_model.md) counts:
   as built: tests/test_cost.py counts a built model against `state_floats`);
 - a training: the state, Adam's gradient and two moments per parameter, the weight-sized
   temporaries of one step (a family's means, variances and KL terms, kept for the backward
-  pass), the activations of a minibatch, the dataset's arrays, and what the training process
+  pass), the activations of a minibatch (a conv block's at every output position, and
+  lbbnn-flow's flows: core/admission_shapes.py, checked against what autograd keeps by
+  tests/test_cost_conv_flow.py), the dataset's arrays, and what the training process
   adds around the loop (snapshots, the stored sweep);
 - a dataset: its arrays and the generator's temporaries;
 - a prediction: R x inputs x outputs per draw (kept by the page cache, copied by the metrics),
@@ -38,6 +40,8 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
+
+from core.admission_shapes import FLOW_FAMILY, FLOW_STATE_OF, LayerCount, flow_activity, flow_state, model_layers
 
 BYTES_PER_FLOAT = 4
 MB = 2**20
@@ -253,6 +257,16 @@ def state_floats(family: str, widths: Sequence[int]) -> tuple[int, int]:
     return parameters + LIKELIHOOD_FLOATS, buffers
 
 
+def model_state(config: Any, layers: Sequence[LayerCount]) -> tuple[int, int]:
+    """(parameters, buffers) in floats of the network `config` builds (its conv blocks and flows included)."""
+    family = str(config.family)
+    states = family_layers(FLOW_STATE_OF if family == FLOW_FAMILY else family, [0] * (len(layers) + 1))
+    parameters = sum(state.parameters(layer.fan_in, layer.fan_out) for state, layer in zip(states, layers))
+    buffers = sum(state.buffers(layer.fan_in, layer.fan_out) for state, layer in zip(states, layers))
+    flow_parameters, flow_buffers = flow_state(config, layers)
+    return parameters + flow_parameters + LIKELIHOOD_FLOATS, buffers + flow_buffers
+
+
 # --- costs --------------------------------------------------------------------------------------------
 
 
@@ -382,6 +396,11 @@ def _beyond_cache(floats: int) -> float:
     return 1.0 + BEYOND_CACHE_SLOWDOWN * min(1.0, floats * BYTES_PER_FLOAT / CACHE_BYTES)
 
 
+def _widest(shape: DataShape, layers: Sequence[LayerCount]) -> int:
+    """The most values one input holds at once in a forward pass (a layer's outputs at every position)."""
+    return max(int(shape.in_features), *(layer.fan_out * layer.positions for layer in layers))
+
+
 def _train_epochs(config: Any, n_train: int) -> int:
     return int(config.train.resolved(max(1, n_train)).total_epochs())
 
@@ -389,9 +408,9 @@ def _train_epochs(config: Any, n_train: int) -> int:
 def model_build_cost(config: Any, shape: DataShape, speed: Speed | None = None) -> Cost:
     """Building the model: its state, and its initial draws (one weight-sized temporary)."""
     speed = speed or server_speed()
-    widths = layer_widths(config, shape)
-    parameters, buffers = state_floats(config.family, widths)
-    weights = n_weights(widths)
+    layers = model_layers(config, layer_widths(config, shape))
+    parameters, buffers = model_state(config, layers)
+    weights = sum(layer.weights for layer in layers)
     return Cost(
         int((parameters + buffers + weights) * BYTES_PER_FLOAT),
         BUILD_PASSES_PER_STATE_FLOAT * (parameters + buffers) / speed.elements_per_second,
@@ -417,40 +436,44 @@ def training_cost(config: Any, shape: DataShape, speed: Speed | None = None) -> 
     """A training in the training process: model, optimiser, activations, data, and what follows it."""
     speed = speed or server_speed()
     widths = layer_widths(config, shape)
-    weights = n_weights(widths)
-    parameters, buffers = state_floats(config.family, widths)
+    built = model_layers(config, widths)  # conv blocks and dense layers
+    weights = sum(layer.weights for layer in built)
+    parameters, buffers = model_state(config, built)
+    flow_floats, flow_products = flow_activity(config, built)
     n_train = int(shape.n_train or 0)
     n_test = int(shape.n_test or 0)
     batch = min(int(config.train.batch_size), max(1, n_train))
     mc = int(getattr(config.train, "mc_samples", 1))
-    units = sum(widths)
+    # per example: the inputs, then every layer's outputs (a conv block's at every position, and its
+    # pooled map), and what lbbnn-flow's flows keep
+    units = int(shape.in_features) + sum(layer.units for layer in built)
     per_weight = max(
         TRAINING_FLOATS_PER_WEIGHT,
         math.ceil((4 * parameters + buffers) / max(1, weights)) + TRAINING_FLOATS_BEYOND_STATE,
     )
-    floats = per_weight * weights + ACTIVATION_FLOATS_PER_UNIT * batch * mc * units
+    floats = per_weight * weights + (ACTIVATION_FLOATS_PER_UNIT * units + flow_floats) * batch * mc
     data = (
         dataset_cost(shape.name, shape=shape, speed=speed)
         if shape.generated
         else Cost(int((n_train + n_test) * (shape.in_features + 1) * BYTES_PER_FLOAT * 2), 0.0)
     )
     # The stored sweep predicts the test set in chunks (core.predict.engine bounds one chunk).
-    sweep_bytes = min(256 * MB, n_test * max(widths) * BYTES_PER_FLOAT * 2)
+    sweep_bytes = min(256 * MB, n_test * _widest(shape, built) * BYTES_PER_FLOAT * 2)
     memory = int(floats * BYTES_PER_FLOAT + data.bytes + sweep_bytes + TRAINING_FIXED_BYTES)
 
     epochs = _train_epochs(config, n_train) if n_train else 0
     steps = epochs * math.ceil(n_train / batch) if n_train else 0
-    layers = len(widths) - 1
+    layers = len(built)
     family = str(config.family)
     per_pass = weights * _beyond_cache(weights) / speed.elements_per_second  # one pass over the weights
-    products = 2 * weights * batch * mc * MATMULS_PER_STEP / speed.matmul_flops
+    uses = sum(layer.weights * layer.positions for layer in built) + flow_products  # multiply-adds per example
+    products = 2 * uses * batch * mc * MATMULS_PER_STEP / speed.matmul_flops
     dispatch = _by_family(DISPATCH_PASSES_PER_LAYER_STEP, family) * layers / speed.elements_per_second
-    activations = STEP_PASSES_PER_ACTIVATION * batch * mc * units / speed.elements_per_second
+    activations = STEP_PASSES_PER_ACTIVATION * batch * mc * (units + flow_floats) / speed.elements_per_second
     step = products + ELEMENTWISE_PASSES_PER_STEP * per_pass + activations + dispatch
     epoch = EPOCH_PASSES_PER_WEIGHT * per_pass + EPOCH_PASSES_PER_LAYER * layers / speed.elements_per_second
     after = (
-        _by_family(PASSES_AFTER_TRAINING, family) * per_pass
-        + SWEEP_THRESHOLDS * 2 * weights * n_test / speed.matmul_flops
+        _by_family(PASSES_AFTER_TRAINING, family) * per_pass + SWEEP_THRESHOLDS * 2 * uses * n_test / speed.matmul_flops
     )
     seconds = TRAINING_FIXED_PASSES / speed.elements_per_second + steps * step + epochs * epoch + after + data.seconds
     return Cost(memory, seconds, weights=weights, epochs=epochs)
@@ -459,14 +482,17 @@ def training_cost(config: Any, shape: DataShape, speed: Speed | None = None) -> 
 def prediction_cost(config: Any, shape: DataShape, n_inputs: int, samples: int, speed: Speed | None = None) -> Cost:
     """Predicting `n_inputs` inputs with R = `samples` draws, and the page's metrics of it."""
     speed = speed or server_speed()
-    widths = layer_widths(config, shape)
-    weights = n_weights(widths)
+    built = model_layers(config, layer_widths(config, shape))
+    weights = sum(layer.weights for layer in built)
+    uses = sum(layer.weights * layer.positions for layer in built)  # multiply-adds per input and draw
+    widest = _widest(shape, built)
+    units = int(shape.in_features) + sum(layer.units for layer in built)
     samples, n_inputs = max(1, int(samples)), max(0, int(n_inputs))
     values = samples * n_inputs * shape.outputs
     # Each draw runs its forward pass alone (core.predict.engine): one draw's activations, at most the
     # engine's chunk budget; the weights of a chunk of draws are drawn together.
-    activations = min(256 * MB, n_inputs * max(widths) * BYTES_PER_FLOAT)
-    drawn = min(samples, max(1, 256 * MB // max(1, n_inputs * max(widths) * BYTES_PER_FLOAT * 2))) * weights
+    activations = min(256 * MB, n_inputs * widest * BYTES_PER_FLOAT)
+    drawn = min(samples, max(1, 256 * MB // max(1, n_inputs * widest * BYTES_PER_FLOAT * 2))) * weights
     task = "regression" if str(getattr(shape.task, "value", shape.task)) == "regression" else "classification"
     memory = int(
         values * PREDICTION_BYTES_PER_VALUE[task] + activations + drawn * BYTES_PER_FLOAT * 4 + PREDICTION_FIXED_BYTES
@@ -474,9 +500,9 @@ def prediction_cost(config: Any, shape: DataShape, n_inputs: int, samples: int, 
     seconds = (
         samples
         * (
-            2 * weights * n_inputs / speed.matmul_flops
+            2 * uses * n_inputs / speed.matmul_flops
             + 10 * weights / speed.elements_per_second
-            + n_inputs * sum(widths) * PREDICTION_PASSES_PER_UNIT / speed.elements_per_second
+            + n_inputs * units * PREDICTION_PASSES_PER_UNIT / speed.elements_per_second
         )
         + (values * PREDICTION_PASSES_PER_VALUE[task] * _beyond_cache(values) + n_inputs * PREDICTION_PASSES_PER_INPUT)
         / speed.elements_per_second

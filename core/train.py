@@ -27,11 +27,13 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from core import validate
 from core.cpu_settings import enable_flush_denormals
 from core.enums import LearningRateSchedule, PosttrainStructure
 from core.errors import ConfigError, TrainingCancelled, TrainingDivergedError
 from core.models.network import BayesianMLP
 from core.snapshots import SnapshotRecorder, TrainingSnapshots
+from core.validate import MAX_LEARNING_RATE
 
 # Flushing subnormals is on for the whole process from the moment training code is loaded
 # (every thread started afterwards inherits it) and is never switched off.
@@ -73,6 +75,13 @@ def default_epochs(n_train: int, batch_size: int) -> int:
     """Epochs of about DEFAULT_STEPS steps: 5 on full MNIST, 30 on a 10k subset, 3000 on 40 points."""
     steps_per_epoch = max(1, math.ceil(int(n_train) / max(1, int(batch_size))))
     return int(min(MAX_DEFAULT_EPOCHS, max(MIN_DEFAULT_EPOCHS, math.ceil(DEFAULT_STEPS / steps_per_epoch))))
+
+
+def _check_rate(rate: Any, name: str) -> None:
+    """A rate is a number (never text or a flag), under core.validate's one rule for rates."""
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)):
+        raise ConfigError(f"{name}: must be a number above 0 and at most {MAX_LEARNING_RATE:g}, got {rate!r}")
+    validate.learning_rate(rate, name)
 
 
 @dataclass(frozen=True)
@@ -133,12 +142,7 @@ class TrainConfig:
             f"must lie in (0, 1] (1 is the ELBO; below 1 tempers the KL), got {self.kl_weight!r}",
         )
         check(self.warm_start_epochs >= 0, "warm_start_epochs", f"must be >= 0, got {self.warm_start_epochs}")
-        rate = self.warm_start_learning_rate
-        check(
-            isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate) and rate > 0,
-            "warm_start_learning_rate",
-            f"must be a positive number, got {rate!r}",
-        )
+        _check_rate(self.warm_start_learning_rate, "warm_start_learning_rate")
         target = self.target_density
         check(
             target is None
@@ -158,11 +162,7 @@ class TrainConfig:
             unknown = sorted(set(rates) - set(DEFAULT_LEARNING_RATES))
             check(not unknown, label, f"unknown group(s) {unknown}; groups are {', '.join(DEFAULT_LEARNING_RATES)}")
             for group, rate in rates.items():
-                check(
-                    isinstance(rate, (int, float)) and rate > 0 and math.isfinite(rate),
-                    f"{label}.{group}",
-                    f"must be a positive number, got {rate!r}",
-                )
+                _check_rate(rate, f"{label}.{group}")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

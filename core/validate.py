@@ -128,6 +128,20 @@ def real_number(
     return number
 
 
+# The largest learning rate (Adam's step size) any group may take. Adam moves every parameter by about its
+# rate each step, whatever the gradient's scale: a rate of 1 already swings an inclusion logit across
+# the sigmoid's working range in a few steps, and 1e9 gave NaNs after an epoch of compute. The presets
+# and stored runs use at most 0.03 (the UCI presets' inclusion rate), so the bound refuses only typos.
+MAX_LEARNING_RATE = 1.0
+
+
+def learning_rate(value: Any, name: str) -> float:
+    """The one rule for every learning rate (train.learning_rates.*, pretrain_learning_rates.*,
+    warm_start_learning_rate; CLI, config files and the Train form alike): a finite number above 0
+    and at most MAX_LEARNING_RATE."""
+    return real_number(value, name, 0.0, MAX_LEARNING_RATE, low_open=True)
+
+
 def one_of(value: Any, name: str, choices: Iterable[str]) -> str:
     """One of `choices` (exact text after stripping spaces)."""
     options: Sequence[str] = list(choices)

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable
 
 import numpy as np
 
-# The shared rules for outside values and the settings declarations, for the pages (the one door):
-from core import limits, runs, validate  # noqa: F401
+# The shared rules for outside values and the settings declarations (the dashboard's own in
+# core.dashboard_settings, read by dashboard/settings.py), for the pages (the one door):
+from core import dashboard_settings, limits, runs, validate  # noqa: F401
 from core.cost import remaining_seconds, size_text, time_text  # noqa: F401
 from core.data.ood_sets import OOD_PARTNER, load_ood_inputs, ood_set_names  # noqa: F401
 from core.device import device_message, device_problem  # noqa: F401  (the Train form's Device box)
@@ -93,7 +94,7 @@ from core.runs.partners import NON_FACTORISED_FAMILY, non_factorised_config, par
 from core.runs.sparsity_views import active_path_densities, explainable, explanation, input_columns  # noqa: F401
 from core.settings import Setting, register  # noqa: F401
 from core.validate import plain  # noqa: F401
-from dashboard.settings import draw_cache_bytes, predict_slots  # noqa: F401
+from dashboard.server_secrets import secret
 
 if TYPE_CHECKING:
     from core.cost import DataShape, Limits
@@ -234,7 +235,15 @@ def training_snapshots(run: Run) -> TrainingSnapshots | None:
 # slider up computes only the new draws, moving it down none (core.predict.draw_cache). Its bound
 # ($BNN_DRAW_CACHE_MB) and the computations run at once ($BNN_PREDICT_SLOTS; unset: no limit, as
 # measured with the classroom load test: benchmarks/results/classroom_load_slots.md) are
-# dashboard/settings.py's.
+# core/dashboard_settings.py's, with secrets.toml as the fallback.
+def draw_cache_bytes() -> int:
+    return dashboard_settings.draw_cache_bytes(secret)
+
+
+def predict_slots() -> int | None:
+    return dashboard_settings.predict_slots(secret)
+
+
 DRAW_CACHE = DrawCache(draw_cache_bytes(), compute_slots=predict_slots())
 
 
@@ -300,9 +309,8 @@ def admission_limits() -> Limits:
     """What one request may cost on this server (core.cost.Limits), each limit from the environment,
     else its key in secrets.toml, else its default."""
     from core.cost import server_limits
-    from dashboard.settings import _secret
 
-    return server_limits(fallback=_secret)
+    return server_limits(fallback=secret)
 
 
 def data_shape(dataset: str, params: dict[str, Any] | None = None) -> DataShape:

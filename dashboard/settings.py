@@ -1,9 +1,11 @@
 """Server settings of the dashboard: environment variables first, then `.streamlit/secrets.toml`.
 
 Every setting is declared once with core.settings (its variable, its rule, its default and what it
-means), here or beside the code that uses it (core/cost.py, core/limits.py); docs/classroom.md shows
-the table `python scripts/settings_table.py` renders from those declarations. A value that breaks a
-setting's rule is refused with a message naming the variable, never replaced by the default.
+means): the dashboard's in core/dashboard_settings.py (reached through dashboard/backend.py, the one
+door), the others beside the code that uses them (core/admission.py, core/limits.py);
+docs/classroom.md shows the table `python scripts/settings_table.py` renders from those
+declarations. A value that breaks a setting's rule is refused with a message naming the variable,
+never replaced by the default.
 
 The token is a secret, so it belongs in the environment or in secrets.toml (never committed), not
 in config.toml.
@@ -11,67 +13,42 @@ in config.toml.
 
 from __future__ import annotations
 
-import functools
 import hmac
 import logging
 import math
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
-from core.settings import Setting, register
+# The declarations live in core (core/dashboard_settings.py), reached through the one door.
+from dashboard.backend import dashboard_settings as declared
+from dashboard.server_secrets import read_secrets as _secrets
 
-CLASSROOM_VARIABLE = "BNN_CLASSROOM"
-TEACHER_TOKEN_VARIABLE = "BNN_TEACHER_TOKEN"
+CLASSROOM_VARIABLE = declared.CLASSROOM_VARIABLE
+TEACHER_TOKEN_VARIABLE = declared.TEACHER_TOKEN_VARIABLE
+MAX_TRAININGS_VARIABLE = declared.MAX_TRAININGS_VARIABLE
+COMPUTE_THREADS_VARIABLE = declared.COMPUTE_THREADS_VARIABLE
+CLASSROOM = declared.CLASSROOM
+TEACHER_TOKEN = declared.TEACHER_TOKEN
+MAX_TRAININGS = declared.MAX_TRAININGS
+COMPUTE_THREADS = declared.COMPUTE_THREADS
+QUEUE_PER_SESSION = declared.QUEUE_PER_SESSION
+QUEUE_SESSION_SECONDS = declared.QUEUE_SESSION_SECONDS
+SHORT_TRAINING_SECONDS = declared.SHORT_TRAINING_SECONDS
+QUEUE_GRACE_SECONDS = declared.QUEUE_GRACE_SECONDS
+TEACHER_BACKOFF_MAX = declared.TEACHER_BACKOFF_MAX
+CACHED_RUNS = declared.CACHED_RUNS
+DRAW_CACHE_MB = declared.DRAW_CACHE_MB
+PREDICTION_CACHE_MB = declared.PREDICTION_CACHE_MB
+PREDICT_SLOTS = declared.PREDICT_SLOTS
+FORM_MEMORY_BROWSERS = declared.FORM_MEMORY_BROWSERS
+LESSON_RUNS = declared.LESSON_RUNS
 
 
 def _secret(name: str) -> Any:
     """A key of .streamlit/secrets.toml, or None (also when there is no such file)."""
     return _secrets().get(name)
-
-
-@functools.lru_cache(maxsize=1)
-def _secrets() -> dict[str, Any]:
-    """The secrets, read once per process (restart the server after editing them).
-
-    Streamlit is asked only when a secrets file exists: reading st.secrets starts a
-    watcher polling the secrets files, which cost a busy server measurable time."""
-    candidates = [Path.cwd() / ".streamlit" / "secrets.toml", Path.home() / ".streamlit" / "secrets.toml"]
-    if not any(path.is_file() for path in candidates):
-        return {}
-    try:
-        import streamlit as st
-
-        return dict(st.secrets)
-    except Exception:  # unreadable secrets, or not under a Streamlit runtime
-        return {}
-
-
-CLASSROOM = register(
-    Setting(
-        CLASSROOM_VARIABLE,
-        "flag",
-        None,
-        "classroom mode: sessions cannot delete runs or clear caches; every "
-        "computation uses one PyTorch thread unless BNN_COMPUTE_THREADS says otherwise (unset: on whenever the "
-        "server listens on an address other machines reach, i.e. Streamlit's server.address is not a loopback "
-        "address; set 0 to turn it off there)",
-        secret_key="classroom",
-        shown_default="on when the server listens beyond loopback",
-    )
-)
-TEACHER_TOKEN = register(
-    Setting(
-        TEACHER_TOKEN_VARIABLE,
-        "text",
-        None,
-        "the token that unlocks deleting runs, clearing caches and the "
-        "training queue's panel in classroom mode (a secret: environment or secrets.toml, never config.toml)",
-        secret_key="teacher_token",
-    )
-)
 
 
 def classroom_mode() -> bool:
@@ -172,33 +149,6 @@ def is_teacher_token(candidate: str) -> bool:
     return hmac.compare_digest(candidate.strip().encode(), token.encode())
 
 
-MAX_TRAININGS_VARIABLE = "BNN_MAX_TRAININGS"
-MAX_TRAININGS = register(
-    Setting(
-        MAX_TRAININGS_VARIABLE,
-        "whole",
-        None,
-        "trainings at once (unset: 1 on a CPU, 2 with a GPU)",
-        low=1,
-        high=1000,
-        secret_key="max_trainings",
-    )
-)
-COMPUTE_THREADS_VARIABLE = "BNN_COMPUTE_THREADS"
-COMPUTE_THREADS = register(
-    Setting(
-        COMPUTE_THREADS_VARIABLE,
-        "whole",
-        None,
-        "PyTorch threads per computation, in the server and its "
-        "trainings (unset: 1 in classroom mode, else PyTorch's own)",
-        low=1,
-        high=4096,
-        secret_key="compute_threads",
-    )
-)
-
-
 def max_trainings_setting() -> int | None:
     """The configured number of concurrent trainings, or None (the worker's default)."""
     return MAX_TRAININGS.read(fallback=_secret)
@@ -253,71 +203,8 @@ def refuse_streamlit_cache_clearing() -> bool:
 
 
 # --- the training queue's limits and the teacher token's throttle ---------------------------------
-# (Declared with core.settings so that each has one rule and one documented default; secrets.toml
-# keys are read through _secret, as above.)
 
 log = logging.getLogger(__name__)
-
-QUEUE_PER_SESSION = register(
-    Setting(
-        "BNN_QUEUE_PER_SESSION",
-        "whole",
-        2,
-        "trainings one session (a browser; a tab where the browser is not recognised) may have running or "
-        "queued at once (2: one running and one queued)",
-        low=1,
-        high=100,
-        secret_key="queue_per_session",
-    )
-)
-QUEUE_SESSION_SECONDS = register(
-    Setting(
-        "BNN_QUEUE_SESSION_SECONDS",
-        "real",
-        1200.0,
-        "estimated seconds of the trainings one session may have running or queued at once",
-        low=1,
-        high=30 * 86400,
-        secret_key="queue_session_seconds",
-    )
-)
-SHORT_TRAINING_SECONDS = register(
-    Setting(
-        "BNN_SHORT_TRAINING_SECONDS",
-        "real",
-        300.0,
-        "the short lane: while every training slot runs a training estimated above this many seconds, one "
-        "training estimated at most this long starts beside them (0: no short lane), so a default-size "
-        "training never waits behind another student's long one",
-        low=0,
-        high=86400,
-        secret_key="short_training_seconds",
-    )
-)
-QUEUE_GRACE_SECONDS = register(
-    Setting(
-        "BNN_QUEUE_GRACE_SECONDS",
-        "real",
-        60.0,
-        "seconds after a session's last open page closes before its queued trainings are dropped (its running "
-        "one goes on)",
-        low=0,
-        high=86400,
-        secret_key="queue_grace_seconds",
-    )
-)
-TEACHER_BACKOFF_MAX = register(
-    Setting(
-        "BNN_TEACHER_BACKOFF_MAX_SECONDS",
-        "real",
-        60.0,
-        "longest wait between teacher-token tries after wrong ones (2^k s after k failures, per session "
-        "and per server)",
-        low=1,
-        high=86400,
-        secret_key="teacher_backoff_max_seconds",
-    )
-)
 
 
 def queue_limits() -> Any:
@@ -429,69 +316,7 @@ def check_teacher_token(candidate: str, who: str, throttle: GuessThrottle | None
 
 
 # --- the server's caches (shared by every session; together they bound what browsing can hold) ----
-# Worst case with the defaults: 32 loaded runs of 784-400-600-10 (about 11 MB each, 350 MB), the
-# draw cache (256 MB) and the prediction cache (512 MB): about 1.1 GB above an idle server, inside
-# the 2 GB a class's server is meant to grow by at most.
-
-CACHED_RUNS = register(
-    Setting(
-        "BNN_CACHED_RUNS",
-        "whole",
-        32,
-        "loaded runs kept in memory, shared by every session (about 11 MB each for 784-400-600-10)",
-        low=1,
-        high=10_000,
-        secret_key="cached_runs",
-    )
-)
-DRAW_CACHE_MB = register(
-    Setting(
-        "BNN_DRAW_CACHE_MB",
-        "real",
-        256.0,
-        "megabytes of sampled predictions' per-draw outputs kept (least recently used dropped first; 0 keeps nothing)",
-        low=0,
-        high=10**6,
-        secret_key="draw_cache_mb",
-    )
-)
-PREDICTION_CACHE_MB = register(
-    Setting(
-        "BNN_PREDICTION_CACHE_MB",
-        "real",
-        512.0,
-        "megabytes of the pages' test-set and grid predictions kept "
-        "(least recently used dropped first; a full MNIST test set at R = 100 is 40 MB)",
-        low=0,
-        high=10**6,
-        secret_key="prediction_cache_mb",
-    )
-)
-PREDICT_SLOTS = register(
-    Setting(
-        "BNN_PREDICT_SLOTS",
-        "whole",
-        0,
-        "predictions computed at once, the others queued first come, first served (0: no limit)",
-        low=0,
-        high=10_000,
-        secret_key="predict_slots",
-    )
-)
-
-
-FORM_MEMORY_BROWSERS = register(
-    Setting(
-        "BNN_FORM_MEMORY_BROWSERS",
-        "whole",
-        1000,
-        "browsers whose Train form choices the server keeps for a "
-        "reload (the most recently used; a few hundred bytes each)",
-        low=1,
-        high=10**6,
-        secret_key="form_memory_browsers",
-    )
-)
+# (Their bounds and the worst case they add up to: core/dashboard_settings.py.)
 
 
 def form_memory_browsers() -> int:
@@ -503,7 +328,7 @@ def cached_runs() -> int:
 
 
 def draw_cache_bytes() -> int:
-    return int(DRAW_CACHE_MB.read(fallback=_secret) * 2**20)
+    return declared.draw_cache_bytes(_secret)
 
 
 def prediction_cache_bytes() -> int:
@@ -511,19 +336,7 @@ def prediction_cache_bytes() -> int:
 
 
 def predict_slots() -> int | None:
-    slots = PREDICT_SLOTS.read(fallback=_secret)
-    return slots or None
-
-
-LESSON_RUNS = register(
-    Setting(
-        "BNN_LESSON_RUNS",
-        "flag",
-        True,
-        "place the shipped lessons' runs (assets/lessons/store) into the run store on "
-        "the server's first start, verified like any stored run, so a class opening a lesson waits for no training",
-    )
-)
+    return declared.predict_slots(_secret)
 
 
 def lesson_runs() -> bool:

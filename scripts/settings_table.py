@@ -17,7 +17,13 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "classroom.md"
 BEGIN, END = "<!-- settings table: begin (python scripts/settings_table.py) -->", "<!-- settings table: end -->"
 # The modules that declare settings (importing them registers their declarations).
-DECLARING_MODULES = ("core.limits", "core.cost", "core.models.laplace", "core.models.lbbnn_flow", "dashboard.settings")
+DECLARING_MODULES = (
+    "core.limits",
+    "core.cost",
+    "core.models.laplace",
+    "core.models.lbbnn_flow",
+    "core.dashboard_settings",
+)
 
 
 def table() -> str:

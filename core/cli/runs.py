@@ -187,7 +187,8 @@ def _register_train(subparsers: argparse._SubParsersAction) -> None:
         "--lr",
         default=None,
         metavar="GROUP=RATE,...",
-        help="learning rates per group, e.g. weights=1e-2,inclusion=1e-3",
+        help=f"learning rates per group, e.g. weights=1e-2,inclusion=1e-3 (each above 0, at most "
+        f"{validate.MAX_LEARNING_RATE:g})",
     )
     schedule.add_argument(
         "--pretrain-lr", default=None, metavar="GROUP=RATE,...", help="pre-training learning rates per group"

@@ -86,10 +86,7 @@ def _seed(value: Any, name: str) -> int:
 def _as_rate(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{name}: must be a positive number, got {validate.shown(value)}")
-    number = float(value) if abs(value) < 1e300 else math.inf  # float() of a 400-digit int overflows
-    if not (math.isfinite(number) and number > 0):
-        raise ConfigError(f"{name}: must be a positive finite number, got {validate.shown(value)}")
-    return number
+    return validate.learning_rate(value, name)  # the one rule for rates (core.validate)
 
 
 def _train_from(value: Any) -> TrainConfig:

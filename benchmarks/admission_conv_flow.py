@@ -1,0 +1,128 @@
+"""The admission's activation estimate for conv nets and lbbnn-flow against peak memory of real steps.
+
+    python -m benchmarks.admission_conv_flow      # measures, writes benchmarks/results/admission_conv_flow.md
+
+Each case runs in a fresh child process (one PyTorch thread): it builds the model and Adam, resets its
+peak resident set (`5 > /proc/self/clear_refs`), runs two training steps (forward, the ELBO's loss,
+backward, Adam's step) on a random batch of B images, and reports the peak (VmHWM) minus the resident
+set before the steps. Two batch sizes per case: the difference of the peaks per example is what a
+step's activations cost (the model and optimiser state cancel), set beside the cost model's per-example
+activation bytes (core.cost.training_cost at the two batch sizes; their difference likewise).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLE = ROOT / "benchmarks" / "results" / "admission_conv_flow.md"
+BATCHES = (200, 1000)
+CASES = [
+    {"method": "lbbnn", "hidden": [100], "conv": [[32, 5], [32, 5]]},
+    {"method": "bnn", "hidden": [100], "conv": [[32, 5], [32, 5]]},
+    {"method": "sparse-vd", "hidden": [100], "conv": [[20, 5], [50, 5]]},
+    {"method": "lbbnn-flow", "hidden": [400], "conv": []},
+    {"method": "lbbnn-flow", "hidden": [400, 400], "conv": [], "family_options": {"flow_length": 4}},
+    {"method": "lbbnn", "hidden": [400], "conv": []},  # a dense net, for comparison
+]
+
+
+def config_of(case: dict, batch: int):
+    from core.runs.config import RunConfig
+
+    return RunConfig(
+        dataset="mnist-small",
+        method=case["method"],
+        hidden=tuple(case["hidden"]),
+        conv=[tuple(block) for block in case["conv"]],
+        family_options=case.get("family_options", {}),
+        train={"epochs": 1, "batch_size": batch},
+    )
+
+
+def _status(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(key)
+
+
+def child(case: dict, batch: int) -> dict:
+    import torch
+
+    from core.models.network import build_model
+
+    torch.set_num_threads(1)
+    config = config_of(case, batch)
+    model = build_model(config.model_config(config.load_dataset()), "cpu", torch.Generator().manual_seed(0))
+    optimiser = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.randn(batch, 784, generator=torch.Generator().manual_seed(1))
+    y = torch.randint(0, 10, (batch,), generator=torch.Generator().manual_seed(2))
+    model.train()
+    Path("/proc/self/clear_refs").write_text("5")
+    before = _status("VmRSS")
+    started = time.process_time()
+    for _ in range(2):
+        optimiser.zero_grad(set_to_none=False)
+        out = model(x)
+        out = out[0] if isinstance(out, tuple) else out
+        loss = torch.nn.functional.cross_entropy(out, y) + sum(layer.kl() for layer in model.layers) / 10_000
+        loss.backward()
+        optimiser.step()
+    return {"peak_bytes": _status("VmHWM") - before, "cpu_seconds": (time.process_time() - started) / 2}
+
+
+def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        case, batch = json.loads(sys.argv[2])
+        print(json.dumps(child(case, batch)))
+        return 0
+    from core import cost
+
+    speed = cost.Speed(matmul_flops=2e10, elements_per_second=5e8, seconds_per_op=3e-6)  # memory only
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    rows = []
+    for case in CASES:
+        peaks = []
+        for batch in BATCHES:
+            done = subprocess.run(
+                [sys.executable, "-m", "benchmarks.admission_conv_flow", "--child", json.dumps([case, batch])],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=ROOT,
+                check=True,
+            )
+            peaks.append(json.loads(done.stdout.strip().splitlines()[-1])["peak_bytes"])
+        shape = cost.dataset_shape("mnist-small")
+        estimates = [cost.training_cost(config_of(case, batch), shape, speed).bytes for batch in BATCHES]
+        spread = BATCHES[1] - BATCHES[0]
+        measured, estimated = (peaks[1] - peaks[0]) / spread, (estimates[1] - estimates[0]) / spread
+        conv = ",".join(f"{f}x{k}" for f, k in case["conv"]) or "-"
+        options = ", ".join(f"{k}={v}" for k, v in case.get("family_options", {}).items()) or "defaults"
+        rows.append(
+            f"| {case['method']} | {conv} | {'-'.join(map(str, case['hidden']))} | {options} | "
+            f"{measured / 1024:,.1f} | {estimated / 1024:,.1f} | {estimated / measured:.2f} |"
+        )
+        print(rows[-1], flush=True)
+    load = os.getloadavg()[0]
+    TABLE.write_text(
+        "# Activation memory of conv nets and lbbnn-flow: estimate against peak resident set\n\n"
+        "Generated by `python -m benchmarks.admission_conv_flow` (mnist-small inputs, one PyTorch thread, "
+        f"two Adam steps per child process, batches {BATCHES[0]} and {BATCHES[1]}; 1-minute load "
+        f"{load:.1f} on {os.cpu_count()} cores). Per example: the difference of the two peaks (VmHWM) "
+        "and of the cost model's training estimates, divided by the difference of the batch sizes.\n\n"
+        "| family | conv blocks | hidden | options | measured KiB/example | estimated KiB/example | "
+        "estimate / measured |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n",
+        encoding="utf-8",
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

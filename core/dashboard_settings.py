@@ -1,0 +1,225 @@
+"""The dashboard server's settings, declared in core so that the dashboard reaches them through its one
+door (dashboard/backend.py re-exports this module; dashboard/settings.py reads them, with
+`.streamlit/secrets.toml` as the fallback source).
+
+Each is a core.settings Setting: its variable, its rule, its default and what it limits; the table in
+docs/classroom.md is rendered from these declarations (scripts/settings_table.py). Nothing here reads
+secrets.toml or Streamlit: the readers take the fallback source from the caller.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from core.settings import Setting, register
+
+CLASSROOM_VARIABLE = "BNN_CLASSROOM"
+TEACHER_TOKEN_VARIABLE = "BNN_TEACHER_TOKEN"
+MAX_TRAININGS_VARIABLE = "BNN_MAX_TRAININGS"
+COMPUTE_THREADS_VARIABLE = "BNN_COMPUTE_THREADS"
+
+Fallback = Callable[[str], Any] | None
+
+CLASSROOM = register(
+    Setting(
+        CLASSROOM_VARIABLE,
+        "flag",
+        None,
+        "classroom mode: sessions cannot delete runs or clear caches; every "
+        "computation uses one PyTorch thread unless BNN_COMPUTE_THREADS says otherwise (unset: on whenever the "
+        "server listens on an address other machines reach, i.e. Streamlit's server.address is not a loopback "
+        "address; set 0 to turn it off there)",
+        secret_key="classroom",
+        shown_default="on when the server listens beyond loopback",
+    )
+)
+
+TEACHER_TOKEN = register(
+    Setting(
+        TEACHER_TOKEN_VARIABLE,
+        "text",
+        None,
+        "the token that unlocks deleting runs, clearing caches and the "
+        "training queue's panel in classroom mode (a secret: environment or secrets.toml, never config.toml)",
+        secret_key="teacher_token",
+    )
+)
+
+MAX_TRAININGS = register(
+    Setting(
+        MAX_TRAININGS_VARIABLE,
+        "whole",
+        None,
+        "trainings at once (unset: 1 on a CPU, 2 with a GPU)",
+        low=1,
+        high=1000,
+        secret_key="max_trainings",
+    )
+)
+
+COMPUTE_THREADS = register(
+    Setting(
+        COMPUTE_THREADS_VARIABLE,
+        "whole",
+        None,
+        "PyTorch threads per computation, in the server and its "
+        "trainings (unset: 1 in classroom mode, else PyTorch's own)",
+        low=1,
+        high=4096,
+        secret_key="compute_threads",
+    )
+)
+
+# --- the training queue's limits and the teacher token's throttle ---------------------------------
+
+QUEUE_PER_SESSION = register(
+    Setting(
+        "BNN_QUEUE_PER_SESSION",
+        "whole",
+        2,
+        "trainings one session (a browser; a tab where the browser is not recognised) may have running or "
+        "queued at once (2: one running and one queued)",
+        low=1,
+        high=100,
+        secret_key="queue_per_session",
+    )
+)
+
+QUEUE_SESSION_SECONDS = register(
+    Setting(
+        "BNN_QUEUE_SESSION_SECONDS",
+        "real",
+        1200.0,
+        "estimated seconds of the trainings one session may have running or queued at once",
+        low=1,
+        high=30 * 86400,
+        secret_key="queue_session_seconds",
+    )
+)
+
+SHORT_TRAINING_SECONDS = register(
+    Setting(
+        "BNN_SHORT_TRAINING_SECONDS",
+        "real",
+        300.0,
+        "the short lane: while every training slot runs a training estimated above this many seconds, one "
+        "training estimated at most this long starts beside them (0: no short lane), so a default-size "
+        "training never waits behind another student's long one",
+        low=0,
+        high=86400,
+        secret_key="short_training_seconds",
+    )
+)
+
+QUEUE_GRACE_SECONDS = register(
+    Setting(
+        "BNN_QUEUE_GRACE_SECONDS",
+        "real",
+        60.0,
+        "seconds after a session's last open page closes before its queued trainings are dropped (its running "
+        "one goes on)",
+        low=0,
+        high=86400,
+        secret_key="queue_grace_seconds",
+    )
+)
+
+TEACHER_BACKOFF_MAX = register(
+    Setting(
+        "BNN_TEACHER_BACKOFF_MAX_SECONDS",
+        "real",
+        60.0,
+        "longest wait between teacher-token tries after wrong ones (2^k s after k failures, per session "
+        "and per server)",
+        low=1,
+        high=86400,
+        secret_key="teacher_backoff_max_seconds",
+    )
+)
+
+# --- the server's caches (shared by every session; together they bound what browsing can hold) ----
+# Worst case with the defaults: 32 loaded runs of 784-400-600-10 (about 11 MB each, 350 MB), the
+# draw cache (256 MB) and the prediction cache (512 MB): about 1.1 GB above an idle server, inside
+# the 2 GB a class's server is meant to grow by at most.
+
+CACHED_RUNS = register(
+    Setting(
+        "BNN_CACHED_RUNS",
+        "whole",
+        32,
+        "loaded runs kept in memory, shared by every session (about 11 MB each for 784-400-600-10)",
+        low=1,
+        high=10_000,
+        secret_key="cached_runs",
+    )
+)
+
+DRAW_CACHE_MB = register(
+    Setting(
+        "BNN_DRAW_CACHE_MB",
+        "real",
+        256.0,
+        "megabytes of sampled predictions' per-draw outputs kept (least recently used dropped first; 0 keeps nothing)",
+        low=0,
+        high=10**6,
+        secret_key="draw_cache_mb",
+    )
+)
+
+PREDICTION_CACHE_MB = register(
+    Setting(
+        "BNN_PREDICTION_CACHE_MB",
+        "real",
+        512.0,
+        "megabytes of the pages' test-set and grid predictions kept "
+        "(least recently used dropped first; a full MNIST test set at R = 100 is 40 MB)",
+        low=0,
+        high=10**6,
+        secret_key="prediction_cache_mb",
+    )
+)
+
+PREDICT_SLOTS = register(
+    Setting(
+        "BNN_PREDICT_SLOTS",
+        "whole",
+        0,
+        "predictions computed at once, the others queued first come, first served (0: no limit)",
+        low=0,
+        high=10_000,
+        secret_key="predict_slots",
+    )
+)
+
+FORM_MEMORY_BROWSERS = register(
+    Setting(
+        "BNN_FORM_MEMORY_BROWSERS",
+        "whole",
+        1000,
+        "browsers whose Train form choices the server keeps for a "
+        "reload (the most recently used; a few hundred bytes each)",
+        low=1,
+        high=10**6,
+        secret_key="form_memory_browsers",
+    )
+)
+
+LESSON_RUNS = register(
+    Setting(
+        "BNN_LESSON_RUNS",
+        "flag",
+        True,
+        "place the shipped lessons' runs (assets/lessons/store) into the run store on "
+        "the server's first start, verified like any stored run, so a class opening a lesson waits for no training",
+    )
+)
+
+
+def draw_cache_bytes(fallback: Fallback = None) -> int:
+    """The draw cache's bound in bytes ($BNN_DRAW_CACHE_MB, else `fallback`'s key, else the default)."""
+    return int(DRAW_CACHE_MB.read(fallback=fallback) * 2**20)
+
+
+def predict_slots(fallback: Fallback = None) -> int | None:
+    """Predictions computed at once, or None for no limit (0)."""
+    return PREDICT_SLOTS.read(fallback=fallback) or None
