@@ -17,6 +17,7 @@ from dashboard.cache import (
     ood_entropy,
     prior_of_statistic,
     selected_prediction,
+    snapshots,
     statistics,
     sweep,
     test_metrics,
@@ -48,6 +49,59 @@ def shipped(spec: dict[str, Any]) -> dict[str, Any]:
         return spec
     spec["datasets"] = encoded
     return spec
+
+
+@st.cache_data(show_spinner=False)
+def family_key_chart() -> dict[str, Any]:
+    """The sidebar's key of the family colours, drawn on every script run of every session: built once
+    (it cost about 30 ms of CPU per script run when built each time)."""
+    from dashboard import charts
+
+    return shipped(altair_spec.spec(charts.family_key()))
+
+
+# The Inclusion page's playback redrew both charts on every script run (about 0.15 s of CPU a rerun
+# for a 784-400-600-10 run: Altair's build and validation); a class looks at the same epochs.
+@per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
+def playback_histograms_chart(run_id: str, index: int, labels: tuple[str, ...]) -> dict[str, Any]:
+    """The playback's histograms at epoch index + 1 without the threshold's rule (charts.with_threshold_rules
+    adds it: the spec is the same at every threshold)."""
+    from dashboard import charts
+
+    recorded = snapshots(run_id)
+    return altair_spec.spec(
+        charts.snapshot_histograms(
+            recorded.histogram[index],
+            recorded.edges,
+            recorded.statistic,
+            list(labels),
+            threshold=None,
+            colour=charts.family_colour(family(run_id)),
+            max_count=int(recorded.histogram.max()) if recorded.histogram.size else 1,
+            title=f"{recorded.statistic} at epoch {index + 1}",
+        )
+    )
+
+
+@per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
+def playback_density_chart(run_id: str, index: int, labels: tuple[str, ...]) -> dict[str, Any]:
+    """The playback's density per layer over the epochs, epoch index + 1 marked."""
+    from dashboard import charts
+
+    recorded = snapshots(run_id)
+    return shipped(
+        altair_spec.spec(
+            charts.density_over_epochs(
+                recorded.density,
+                recorded.overall_density,
+                list(recorded.phase),
+                list(labels),
+                index + 1,
+                colour=charts.family_colour(family(run_id)),
+                threshold=recorded.default_threshold,
+            )
+        )
+    )
 
 
 @per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
