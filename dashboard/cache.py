@@ -449,5 +449,6 @@ from dashboard.cache_charts import (  # noqa: E402, F401  (they read the entries
     playback_histograms_chart,
     receptive_fields_chart,
     shipped,
+    training_curves_chart,
     tuning_chart,
 )

@@ -3,6 +3,7 @@ setting, with their datasets already in the Arrow form st.vega_lite_chart sends 
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -102,6 +103,42 @@ def playback_density_chart(run_id: str, index: int, labels: tuple[str, ...]) -> 
             )
         )
     )
+
+
+# A training's curves were rebuilt on every poll of every page that watches it (the Train page's
+# fragment each second, the load test's full reruns): Altair's build and validation, about 0.1 s of CPU,
+# and the records change with every epoch, so caching the chart per record count rarely hits. The
+# spec is the same for every history but for its two datasets: built once per colour, the records
+# are put in by name.
+TRAINING_QUANTITIES = ("loss", "density")  # charts.training_curves' panels, left to right
+
+
+@functools.lru_cache(maxsize=32)
+def _training_curves_template(colour: str) -> dict[str, Any]:
+    from dashboard import charts
+
+    sample = [{"phase": "train", "loss": 1.0, "density": 1.0}]
+    spec = altair_spec.spec(charts.training_curves(sample, colour=colour))
+    spec.pop("datasets", None)
+    return spec
+
+
+def training_curves_chart(history: list[dict[str, Any]], method: str | None) -> dict[str, Any]:
+    """charts.training_curves(history, colour of `method`) as a Vega-Lite spec: the template's panels
+    with this history's rows (Streamlit copies a spec before changing it, so the template is shared)."""
+    from dashboard import charts
+
+    template = _training_curves_template(charts.family_colour(method))
+    frame = charts.history_frame(history)
+    names = [f"training-{quantity}" for quantity in TRAINING_QUANTITIES]
+    return {
+        **template,
+        "hconcat": [{**panel, "data": {"name": name}} for panel, name in zip(template["hconcat"], names)],
+        "datasets": {
+            name: frame[frame["quantity"] == quantity].to_dict("records")
+            for name, quantity in zip(names, TRAINING_QUANTITIES)
+        },
+    }
 
 
 @per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
