@@ -7,7 +7,6 @@ session state and load it through the cached backend.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import time
@@ -87,21 +86,6 @@ def run_picker() -> None:
     sidebar_training_status()
 
 
-@functools.lru_cache(maxsize=8)  # once per server process and store
-def install_lesson_runs(store_folder: str) -> None:
-    """The shipped lessons' runs into the store on the first start (BNN_LESSON_RUNS), verified like any
-    stored run; a damaged bundled run is logged and skipped (nothing of it is copied)."""
-    import logging
-
-    from dashboard import backend, settings
-
-    if not settings.lesson_runs():
-        return
-    _, problems = backend.install_bundled_runs(Path(store_folder).parent)
-    for problem in problems:
-        logging.getLogger(__name__).warning(problem)
-
-
 def sidebar_training_status() -> None:
     """The training line of the sidebar, on every page: polled while a training is under way so
     that its end shows within a second (then the whole app reruns and says which run is new)."""
@@ -177,19 +161,14 @@ def log_rerun(path: str, started: float, cpu_seconds: float, page: str | None) -
         os.close(handle)
 
 
-@functools.lru_cache(maxsize=1)
-def family_key_spec() -> dict:
-    from dashboard import altair_spec, charts
-
-    return altair_spec.spec(charts.family_key())
-
-
 def family_key() -> None:
     """The family colours, the same on every chart. Drawn on every page before the page itself, it
     also loads the browser's chart library before the page needs it (the first chart of a tab waits
     for the library to load: benchmarks/results/dashboard_latency.md, the playground rows)."""
     st.sidebar.caption("Family colours")
-    st.sidebar.vega_lite_chart(family_key_spec(), width="content")
+    from dashboard import cache
+
+    st.sidebar.vega_lite_chart(cache.family_key_chart(), width="content")
 
 
 def render(page_out: list | None = None) -> None:
@@ -217,10 +196,10 @@ def render(page_out: list | None = None) -> None:
     if page_out is not None:
         page_out.append(navigation.url_path or DEFAULT_PAGE)
     names = {page.url_path or DEFAULT_PAGE: page for page in pages}
-    from dashboard import backend, lesson_panel
+    from dashboard import backend, cache, lesson_panel
 
     with guard("Placing the lessons' runs"):  # before a lesson link looks for its runs
-        install_lesson_runs(str(backend.run_store_folder()))
+        cache.install_lesson_runs(str(backend.run_store_folder()))
 
     with guard("Lesson link"):
         lesson_panel.follow_address(names)  # ?lesson=&step=&hide= (a step opens its page: before any drawing)

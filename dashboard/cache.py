@@ -41,8 +41,10 @@ kept. Forgetting a run drops its draws too.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -125,6 +127,30 @@ def clear_all() -> None:
     _cached_run.clear()
     cached_dataset.clear()
     backend.clear_draws()
+
+
+# Stores the lessons' runs were placed into by this process. Not an lru_cache in app.py: Streamlit runs
+# app.py afresh on every script run, so a cache defined there was new each time and the check ran on
+# every rerun of every session.
+_lesson_stores: set[str] = set()
+_lesson_stores_lock = threading.Lock()
+
+
+def install_lesson_runs(store_folder: str) -> None:
+    """The shipped lessons' runs into the store on the first start (BNN_LESSON_RUNS), verified like any
+    stored run, once per process and store; a damaged bundled run is logged and skipped (nothing of it
+    is copied)."""
+    from dashboard import settings
+
+    if not settings.lesson_runs():
+        return
+    with _lesson_stores_lock:
+        if store_folder in _lesson_stores:
+            return
+        _, problems = backend.install_bundled_runs(Path(store_folder).parent)
+        _lesson_stores.add(store_folder)
+    for problem in problems:
+        logging.getLogger(__name__).warning(problem)
 
 
 @st.cache_resource
@@ -382,6 +408,13 @@ def prediction_arrays(prediction: Any) -> dict[str, np.ndarray]:
     return arrays
 
 
+@per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
+def kept_counts(run_id: str, threshold: float) -> dict[str, int]:
+    """Weights kept at `threshold`, raw and on an input-to-output path (the Pruning page's caption:
+    about 30 ms of CPU on a 784-400-600-10 network, on every rerun before it was cached)."""
+    return backend.kept_counts_at(cached_run(run_id), threshold)
+
+
 @per_run(max_entries=64, ttl=DERIVED_TTL, show_spinner="Writing the pruned model ...")
 def export_zip(run_id: str, threshold: float, format: str = "safetensors") -> bytes:
     return backend.export_zip(cached_run(run_id), threshold, format)
@@ -408,10 +441,14 @@ from dashboard.cache_charts import (  # noqa: E402, F401  (they read the entries
     compare_ecdf_chart,
     density_chart,
     entropy_ecdf_chart,
+    family_key_chart,
     histogram_without_threshold,
     inclusion_charts,
     mask_comparison,
+    playback_density_chart,
+    playback_histograms_chart,
     receptive_fields_chart,
     shipped,
+    training_curves_chart,
     tuning_chart,
 )

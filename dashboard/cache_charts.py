@@ -3,6 +3,7 @@ setting, with their datasets already in the Arrow form st.vega_lite_chart sends 
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from dashboard.cache import (
     ood_entropy,
     prior_of_statistic,
     selected_prediction,
+    snapshots,
     statistics,
     sweep,
     test_metrics,
@@ -48,6 +50,95 @@ def shipped(spec: dict[str, Any]) -> dict[str, Any]:
         return spec
     spec["datasets"] = encoded
     return spec
+
+
+@st.cache_data(show_spinner=False)
+def family_key_chart() -> dict[str, Any]:
+    """The sidebar's key of the family colours, drawn on every script run of every session: built once
+    (it cost about 30 ms of CPU per script run when built each time)."""
+    from dashboard import charts
+
+    return shipped(altair_spec.spec(charts.family_key()))
+
+
+# The Inclusion page's playback redrew both charts on every script run (about 0.15 s of CPU a rerun
+# for a 784-400-600-10 run: Altair's build and validation); a class looks at the same epochs.
+@per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
+def playback_histograms_chart(run_id: str, index: int, labels: tuple[str, ...]) -> dict[str, Any]:
+    """The playback's histograms at epoch index + 1 without the threshold's rule (charts.with_threshold_rules
+    adds it: the spec is the same at every threshold)."""
+    from dashboard import charts
+
+    recorded = snapshots(run_id)
+    return altair_spec.spec(
+        charts.snapshot_histograms(
+            recorded.histogram[index],
+            recorded.edges,
+            recorded.statistic,
+            list(labels),
+            threshold=None,
+            colour=charts.family_colour(family(run_id)),
+            max_count=int(recorded.histogram.max()) if recorded.histogram.size else 1,
+            title=f"{recorded.statistic} at epoch {index + 1}",
+        )
+    )
+
+
+@per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
+def playback_density_chart(run_id: str, index: int, labels: tuple[str, ...]) -> dict[str, Any]:
+    """The playback's density per layer over the epochs, epoch index + 1 marked."""
+    from dashboard import charts
+
+    recorded = snapshots(run_id)
+    return shipped(
+        altair_spec.spec(
+            charts.density_over_epochs(
+                recorded.density,
+                recorded.overall_density,
+                list(recorded.phase),
+                list(labels),
+                index + 1,
+                colour=charts.family_colour(family(run_id)),
+                threshold=recorded.default_threshold,
+            )
+        )
+    )
+
+
+# A training's curves were rebuilt on every poll of every page that watches it (the Train page's
+# fragment each second, the load test's full reruns): Altair's build and validation, about 0.1 s of CPU,
+# and the records change with every epoch, so caching the chart per record count rarely hits. The
+# spec is the same for every history but for its two datasets: built once per colour, the records
+# are put in by name.
+TRAINING_QUANTITIES = ("loss", "density")  # charts.training_curves' panels, left to right
+
+
+@functools.lru_cache(maxsize=32)
+def _training_curves_template(colour: str) -> dict[str, Any]:
+    from dashboard import charts
+
+    sample = [{"phase": "train", "loss": 1.0, "density": 1.0}]
+    spec = altair_spec.spec(charts.training_curves(sample, colour=colour))
+    spec.pop("datasets", None)
+    return spec
+
+
+def training_curves_chart(history: list[dict[str, Any]], method: str | None) -> dict[str, Any]:
+    """charts.training_curves(history, colour of `method`) as a Vega-Lite spec: the template's panels
+    with this history's rows (Streamlit copies a spec before changing it, so the template is shared)."""
+    from dashboard import charts
+
+    template = _training_curves_template(charts.family_colour(method))
+    frame = charts.history_frame(history)
+    names = [f"training-{quantity}" for quantity in TRAINING_QUANTITIES]
+    return {
+        **template,
+        "hconcat": [{**panel, "data": {"name": name}} for panel, name in zip(template["hconcat"], names)],
+        "datasets": {
+            name: frame[frame["quantity"] == quantity].to_dict("records")
+            for name, quantity in zip(names, TRAINING_QUANTITIES)
+        },
+    }
 
 
 @per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 import streamlit as st
 
-from dashboard import altair_spec, charts, links, raster, state
+from dashboard import cache, charts, links, raster, state
 
 PLAY_SECONDS = 0.6  # between frames while playing
 FRAMES = 60  # a playback shows about this many frames, however long the training
@@ -57,8 +57,6 @@ def render(run_id: str, family: str, snapshots: Any, threshold: float, labels: S
         st.session_state[key] = links.linked_value(links.EPOCH_LINK_KEY, run_id) or n
     st.session_state[key] = int(min(n, max(1, int(st.session_state[key]))))
     playing = bool(st.session_state.get(playing_now, False))
-    max_count = int(snapshots.histogram.max()) if snapshots.histogram.size else 1
-    colour = charts.family_colour(family)
 
     def toggle() -> None:
         if st.session_state.get(playing_now):
@@ -116,36 +114,11 @@ def render(run_id: str, family: str, snapshots: Any, threshold: float, labels: S
             f"density {density:.4f} at the default threshold {snapshots.default_threshold:g}.{note}"
         )
         # The threshold's rule is data (with_threshold_rules): a threshold step swaps it in the drawn chart.
+        # Cached per run and epoch (dashboard/cache_charts.py): a rerun copies the specs, it does not rebuild them.
         st.vega_lite_chart(
-            charts.with_threshold_rules(
-                altair_spec.spec(
-                    charts.snapshot_histograms(
-                        snapshots.histogram[index],
-                        snapshots.edges,
-                        snapshots.statistic,
-                        labels,
-                        threshold=None,
-                        colour=colour,
-                        max_count=max_count,
-                        title=f"{snapshots.statistic} at epoch {epoch}",
-                    )
-                ),
-                threshold,
-            )
+            charts.with_threshold_rules(cache.playback_histograms_chart(run_id, index, tuple(labels)), threshold)
         )
-        st.vega_lite_chart(
-            altair_spec.spec(
-                charts.density_over_epochs(
-                    snapshots.density,
-                    snapshots.overall_density,
-                    list(snapshots.phase),
-                    labels,
-                    epoch,
-                    colour=colour,
-                    threshold=snapshots.default_threshold,
-                )
-            )
-        )
+        st.vega_lite_chart(cache.playback_density_chart(run_id, index, tuple(labels)))
         replay = snapshots.masks_at(index, threshold)
         if replay is not None:
             recorded, masks = replay

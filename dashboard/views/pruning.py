@@ -256,7 +256,7 @@ with guard("Sweeping thresholds"):
         help="`python -m core export RUN --threshold T --out DIR --format onnx`: the same files "
         "plus model.onnx (only the active units, mean weights) and an onnxruntime snippet",
     )
-    counts = backend.kept_counts_at(run, float(threshold))
+    counts = cache.kept_counts(run_id, float(threshold))
     st.caption(
         f"At threshold {threshold:.4g}: {counts['raw']:,} of {counts['total']:,} weights and biases kept "
         f"(raw, what the density counts); {counts['active']:,} of them lie on an input-to-output path, and "

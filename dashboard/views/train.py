@@ -10,7 +10,7 @@ from typing import Any
 import streamlit as st
 
 from core.errors import BNNError
-from dashboard import altair_spec, backend, cache, charts, explain, form_memory, lesson_panel, state
+from dashboard import backend, cache, explain, form_memory, lesson_panel, state
 from dashboard.backend import plain
 from dashboard.run_admin import cached_runs_section, eta_text, teacher_section
 from dashboard.train_form import FormErrors, config_form, method_options, number_box, parse_seed
@@ -96,6 +96,11 @@ def training_seconds_estimate(config: Any) -> float | None:
     return st.session_state[key]
 
 
+def training_chart(worker: Any, snapshot: Any) -> dict[str, Any]:
+    """The training's loss and density curves (a template spec with this history's records put in)."""
+    return cache.training_curves_chart(snapshot.history, getattr(worker.config, "method", None))
+
+
 @st.fragment(run_every=POLL_SECONDS)
 def training_progress() -> None:
     """Polled view of the running worker; a full rerun once it has finished."""
@@ -152,13 +157,7 @@ def training_progress() -> None:
         text = f"epoch 1/{snapshot.total_epochs} under way: {elapsed:.0f} s so far{to_go} (estimated)"
     st.progress(snapshot.fraction, text=text)
     if snapshot.history:
-        st.vega_lite_chart(
-            altair_spec.spec(
-                charts.training_curves(
-                    snapshot.history, colour=charts.family_colour(getattr(worker.config, "method", None))
-                )
-            )
-        )
+        st.vega_lite_chart(training_chart(worker, snapshot))
     if worker.cancel_requested:
         st.caption("Cancelling after the current minibatch ...")
     elif cancellable and st.button(
@@ -184,13 +183,7 @@ def finished_training() -> None:
         seconds = (snapshot.finished or 0) - (snapshot.started or 0)
         st.success(plain(f"Finished {worker.label} in {seconds:.1f} s: stored as run {snapshot.run_id} and selected."))
         if snapshot.history:
-            st.vega_lite_chart(
-                altair_spec.spec(
-                    charts.training_curves(
-                        snapshot.history, colour=charts.family_colour(getattr(worker.config, "method", None))
-                    )
-                )
-            )
+            st.vega_lite_chart(training_chart(worker, snapshot))
     elif snapshot.status == WorkerStatus.CANCELLED:
         st.warning(plain(without_server_paths(f"Training cancelled: {snapshot.error}.")))
     elif snapshot.status == WorkerStatus.FAILED:
