@@ -46,7 +46,7 @@ def pytest_collection_modifyitems(config, items):
 # session-scoped fixture of the suite (a trained store, a server) stays with the other tests of its
 # module that use it, so the fixture is built once, not once per worker. The serving group is the
 # longest unit: it is queued first, then the units holding slow tests (most slow tests first), then the
-# fast ones, which fill both workers up to the end.
+# fast ones (largest units first), which fill both workers up to the end.
 SERVING_GROUP = "serving"
 SERVING_MARKERS = ("browser", "load")
 
@@ -92,16 +92,20 @@ def _group_for_workers(items) -> None:
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
     first: dict[str, int] = {}
+    size: dict[str, int] = {}
     slow: dict[str, int] = {}
     for index, item in enumerate(items):
         unit = _unit_of(item)
         first.setdefault(unit, index)
+        size[unit] = size.get(unit, 0) + 1
         slow[unit] = slow.get(unit, 0) + (item.get_closest_marker("slow") is not None)
 
-    def queue_place(item) -> tuple[int, int, int]:
+    def queue_place(item) -> tuple[int, int, int, int]:
         unit = _unit_of(item)
         rank = 0 if unit == SERVING_GROUP else 1 if slow[unit] else 2
-        return rank, -slow[unit], first[unit]  # a unit's tests stay together, in their own order
+        # larger units before smaller ones of the same rank (what xdist's reorder did); a unit's tests
+        # stay together, in their own order
+        return rank, -slow[unit], -size[unit], first[unit]
 
     items.sort(key=queue_place)
 

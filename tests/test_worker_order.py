@@ -1,5 +1,5 @@
 """tests/conftest.py's queue for the 2 pytest-xdist workers: the serving group first, then the units
-holding slow tests (most first), then the fast ones; a group's tests stay together; xdist's own
+holding slow tests (most first), then the fast ones (largest first); a group's tests stay together; xdist's own
 reordering by unit size is switched off so that this order is the one the workers get."""
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ def test_serving_first_then_slow_units_by_their_slow_count_then_fast_ones():
         FakeItem("f.py::load", "load", "slow"),
         FakeItem("e.py::two_slow_2", "slow", group="e"),
         FakeItem("g.py::fast_alone"),
+        FakeItem("h.py::fast_1", group="h"),
+        FakeItem("h.py::fast_2", group="h"),
     ]
     conftest._group_for_workers(items)
     assert [item.nodeid for item in items] == [
@@ -47,6 +49,8 @@ def test_serving_first_then_slow_units_by_their_slow_count_then_fast_ones():
         "c.py::fast_in_group",
         "c.py::slow_in_group",
         "d.py::slow_alone",
+        "h.py::fast_1",  # fast units: the larger first
+        "h.py::fast_2",
         "a.py::fast_alone",
         "g.py::fast_alone",
     ]
