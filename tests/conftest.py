@@ -53,7 +53,7 @@ SERVING_MARKERS = ("browser", "load")
 
 def pytest_configure(config):
     # xdist reorders its work units by their number of tests unless told not to (--loadscope-reorder is
-    # on by default): the 12-test serving group was queued eighth, behind 347 CLI cases and five other
+    # on by default): the 12-test serving group was queued seventh, behind 347 CLI cases and five other
     # groups, and started minutes late. The order set in _group_for_workers is kept instead.
     if getattr(config.option, "loadscopereorder", None) is not None:
         config.option.loadscopereorder = False
