@@ -19,9 +19,10 @@ cached already, and drives Debian's chromium through Playwright:
   until its heading and its charts are drawn and the script run is over. The first load of each
   page (the server computes and caches) is reported apart from the cached loads.
 - playground: a new tab opens the playground; timed to the first picture (the first chart drawn)
-  and to the fit the page reports as done ("done: epoch N/N" in its progress bar). Then, in a tab
-  showing the Glossary (the app loaded, no chart on its page), the sidebar's Playground link is
-  clicked: timed to the first picture.
+  and to the fit the page reports as done ("done: epoch N/N" in its progress bar): the default fit,
+  or (Setting.playground_shortest_fit, for a test) the fit restarted with the Epochs slider at its
+  minimum. Then, in a tab showing the Glossary (the app loaded, no chart on its page), the sidebar's
+  Playground link is clicked: timed to the first picture.
 
 Bounded: every wait has a timeout and the whole run stops after --max-seconds; the server and the
 browser are stopped on the way out. The table records the machine's load average before and
