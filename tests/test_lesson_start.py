@@ -3,10 +3,6 @@ bundled runs, with no training started (benchmarks/lesson_start.py times the sam
 
 from __future__ import annotations
 
-from contextlib import ExitStack, contextmanager
-from pathlib import Path
-from typing import Iterator
-
 import pytest
 
 from benchmarks.lesson_start import first_chart_step, store_runs, wait_first_chart, wait_panel
@@ -26,51 +22,16 @@ def test_first_chart_step_is_the_first_step_on_a_page_with_charts():
         assert load_lesson(name).step(expected).page != "train"
 
 
-class BundleServer:
-    """A server over a store that starts empty, with the shipped lessons' runs on (BNN_LESSON_RUNS=1):
-    both tests here only read the bundled runs, so they share it; `visited` says whether a test has."""
-
-    def __init__(self, url: str, log: Path, store: Path):
-        self.url, self.log, self.store = url, log, store
-        self.visited = False
-
-
-@contextmanager
-def bundle_server(store: Path) -> Iterator[BundleServer]:
-    with ExitStack() as stack:
-        with pytest.MonkeyPatch.context() as patch:  # the server's environment only
-            patch.setenv("BNN_LESSON_RUNS", "1")  # the suite turns it off (tests/conftest.py); here it is the point
-            url, log = stack.enter_context(serve(store))
-        yield BundleServer(url, log, store)
-
-
-@pytest.fixture(scope="module")
-def shared_bundle_server(tmp_path_factory, browser) -> Iterator[BundleServer]:
-    with bundle_server(tmp_path_factory.mktemp("lesson-store")) as served:
-        yield served
-
-
-@contextmanager
-def fresh_bundle_server(shared: BundleServer, tmp_path: Path) -> Iterator[BundleServer]:
-    """The shared server while no test has visited it; else a server of its own."""
-    if not shared.visited:
-        yield shared
-        return
-    store = tmp_path / "store"
-    store.mkdir()
-    with bundle_server(store) as served:
-        yield served
-
-
 @pytest.mark.browser
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_a_lesson_link_on_a_fresh_server_draws_its_chart_from_the_bundle_without_training(
-    browser, shared_bundle_server, tmp_path
+    browser, tmp_path, monkeypatch
 ):
-    with fresh_bundle_server(shared_bundle_server, tmp_path) as served:
-        served.visited = True
-        url, log, cache = served.url, served.log, served.store
+    monkeypatch.setenv("BNN_LESSON_RUNS", "1")  # the suite turns it off (tests/conftest.py); here it is the point
+    cache = tmp_path / "store"
+    cache.mkdir()
+    with serve(cache) as (url, log):
         page = browser.new_page(viewport={"width": 1400, "height": 1800})
         page.goto(f"{url}/?lesson=first-steps")
         wait_panel(page, 1, FIRST_VISIT_TIMEOUT)
@@ -91,31 +52,32 @@ def test_a_lesson_link_on_a_fresh_server_draws_its_chart_from_the_bundle_without
 @pytest.mark.browser
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_first_steps_is_walked_with_next_and_back_in_the_browser(browser, shared_bundle_server):
+def test_first_steps_is_walked_with_next_and_back_in_the_browser(browser, tmp_path, monkeypatch):
     """A student clicks through the README's lesson: every step's panel says which step it is and
     shows its title, the address follows the step, Next stops at the last step, Back goes one back,
     and no step ends in a traceback or starts a training."""
     from core.lessons import load_lesson
 
+    monkeypatch.setenv("BNN_LESSON_RUNS", "1")
     lesson = load_lesson("first-steps")
-    served = shared_bundle_server
-    served.visited = True
-    url, log, cache = served.url, served.log, served.store
-    page = browser.new_page(viewport={"width": 1400, "height": 1800})
-    page.goto(f"{url}/?lesson=first-steps")
-    sidebar = page.locator("[data-testid='stSidebar']")
-    for number, step in enumerate(lesson.steps, start=1):
-        wait_panel(page, number, FIRST_VISIT_TIMEOUT)
-        assert step.title in sidebar.inner_text()
-        assert f"step={number}" in page.url
-        assert_no_traceback(page)
-        next_button = sidebar.get_by_role("button", name="Next")
-        if number < len(lesson.steps):
-            next_button.click()
-        else:
-            assert next_button.is_disabled()
-    sidebar.get_by_role("button", name="Back").click()
-    wait_panel(page, len(lesson.steps) - 1, FIRST_VISIT_TIMEOUT)
-    page.close()
-    assert store_runs(cache) == set(bundled_run_ids())
-    assert "Traceback" not in log.read_text()
+    cache = tmp_path / "store"
+    cache.mkdir()
+    with serve(cache) as (url, log):
+        page = browser.new_page(viewport={"width": 1400, "height": 1800})
+        page.goto(f"{url}/?lesson=first-steps")
+        sidebar = page.locator("[data-testid='stSidebar']")
+        for number, step in enumerate(lesson.steps, start=1):
+            wait_panel(page, number, FIRST_VISIT_TIMEOUT)
+            assert step.title in sidebar.inner_text()
+            assert f"step={number}" in page.url
+            assert_no_traceback(page)
+            next_button = sidebar.get_by_role("button", name="Next")
+            if number < len(lesson.steps):
+                next_button.click()
+            else:
+                assert next_button.is_disabled()
+        sidebar.get_by_role("button", name="Back").click()
+        wait_panel(page, len(lesson.steps) - 1, FIRST_VISIT_TIMEOUT)
+        page.close()
+        assert store_runs(cache) == set(bundled_run_ids())
+        assert "Traceback" not in log.read_text()
