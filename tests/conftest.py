@@ -44,10 +44,19 @@ def pytest_collection_modifyitems(config, items):
 # The tests that serve the app (a Streamlit server, headless Chromium) run on one worker, one after the
 # other: two servers and two browsers on 2 cores time each other out. A test using a module- or
 # session-scoped fixture of the suite (a trained store, a server) stays with the other tests of its
-# module that use it, so the fixture is built once, not once per worker. Those groups are scheduled
-# first, the serving one at the head, so the longest unit does not start last.
+# module that use it, so the fixture is built once, not once per worker. The serving group is the
+# longest unit: it is queued first, then the units holding slow tests (most slow tests first), then the
+# fast ones (largest units first), which fill both workers up to the end.
 SERVING_GROUP = "serving"
 SERVING_MARKERS = ("browser", "load")
+
+
+def pytest_configure(config):
+    # xdist reorders its work units by their number of tests unless told not to (--loadscope-reorder is
+    # on by default): the 12-test serving group was queued seventh, behind 347 CLI cases and five other
+    # groups, and started minutes late. The order set in _group_for_workers is kept instead.
+    if getattr(config.option, "loadscopereorder", None) is not None:
+        config.option.loadscopereorder = False
 
 
 def _shared_fixture_module(item) -> str | None:
@@ -64,8 +73,15 @@ def _shared_fixture_module(item) -> str | None:
     return None
 
 
+def _unit_of(item) -> str:
+    """The work unit xdist's loadgroup makes of the item: its group, or the test alone."""
+    mark = item.get_closest_marker("xdist_group")
+    if mark is None:
+        return item.nodeid
+    return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+
+
 def _group_for_workers(items) -> None:
-    rank = {}
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
             continue  # the test's own group
@@ -75,8 +91,23 @@ def _group_for_workers(items) -> None:
             group = _shared_fixture_module(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-            rank[item.nodeid] = 0 if group == SERVING_GROUP else 1
-    items.sort(key=lambda item: rank.get(item.nodeid, 2))  # stable: the order inside each rank stays
+    first: dict[str, int] = {}
+    size: dict[str, int] = {}
+    slow: dict[str, int] = {}
+    for index, item in enumerate(items):
+        unit = _unit_of(item)
+        first.setdefault(unit, index)
+        size[unit] = size.get(unit, 0) + 1
+        slow[unit] = slow.get(unit, 0) + (item.get_closest_marker("slow") is not None)
+
+    def queue_place(item) -> tuple[int, int, int, int]:
+        unit = _unit_of(item)
+        rank = 0 if unit == SERVING_GROUP else 1 if slow[unit] else 2
+        # larger units before smaller ones of the same rank (what xdist's reorder did); a unit's tests
+        # stay together, in their own order
+        return rank, -slow[unit], -size[unit], first[unit]
+
+    items.sort(key=queue_place)
 
 
 def pytest_runtest_setup(item):
