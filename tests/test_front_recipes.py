@@ -1,0 +1,75 @@
+"""The recipes on the sparsity front: sparse-mnist (fully connected, tempered KL) and islab-mnist (input-skip
+LBBNN on the ELBO). Their configs validate, their descriptions name the objective they train, and a tiny
+version of each trains to a pruned density at or below the preset's target, then post-trains with the
+structure fixed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.predict.structure import overall_density
+from core.runs import PRESETS, RunConfig, train_run
+from core.runs.presets import describe_preset
+
+FRONT = ("sparse-mnist", "islab-mnist")
+
+
+@pytest.mark.parametrize("name", FRONT)
+def test_the_front_presets_validate_and_round_trip(name):
+    config = PRESETS[name]
+    assert isinstance(config, RunConfig) and config.dataset == "mnist" and config.method == "lbbnn"
+    again = RunConfig.from_dict(json.loads(json.dumps(config.to_dict())))
+    assert again.run_id("fingerprint-0") == config.run_id("fingerprint-0")
+    # Each stops its main phase at a density and then post-trains the median probability model.
+    assert config.train.target_density is not None and 0 < config.train.target_density < 0.02
+    assert config.train.posttrain_epochs > 0 and config.train.posttrain_structure.value == "mpm"
+
+
+@pytest.mark.parametrize("name", FRONT)
+def test_each_description_names_the_objective_it_trains(name):
+    config, text = PRESETS[name], describe_preset(name)
+    if config.train.kl_weight == 1.0:
+        assert "ELBO" in text and "tempered" not in text
+    else:
+        assert "tempered" in text and f"{config.train.kl_weight:g}" in text and "not the ELBO" in text
+    assert f"{config.train.target_density:g}" in text
+
+
+def test_sparse_mnist_is_fully_connected_and_islab_mnist_skips_the_inputs():
+    sparse, islab = PRESETS["sparse-mnist"], PRESETS["islab-mnist"]
+    assert not sparse.conv and not sparse.to_dict()["family_options"].get("input_skip")
+    assert sparse.hidden == (400, 600) and sparse.train.kl_weight < 1.0
+    assert islab.to_dict()["family_options"]["input_skip"] is True and islab.hidden == (600, 600)
+    assert islab.train.kl_weight == 1.0  # the ELBO
+    # Molchanov et al.'s (2017) density and the input-skip LBBNN's are what the recipes aim at.
+    assert sparse.train.target_density == 0.0147
+    assert "0.00067" in describe_preset("islab-mnist") and "0.9808" in describe_preset("sparse-mnist")
+
+
+def _tiny(name: str, hidden: tuple[int, ...]) -> RunConfig:
+    """The preset on the bundled 10,000-image MNIST subset with narrow layers and a short schedule."""
+    config = PRESETS[name]
+    train = {**config.to_dict()["train"], "warm_start_epochs": 1, "epochs": 8, "posttrain_epochs": 1}
+    return config.replace(dataset="mnist-small", hidden=hidden, train=train)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, hidden", [("sparse-mnist", (32, 32)), ("islab-mnist", (32, 32))])
+def test_a_tiny_version_reaches_the_target_density_and_post_trains_the_structure(tmp_path, name, hidden):
+    config = _tiny(name, hidden)
+    target = config.train.target_density
+    run = train_run(config, cache_dir=tmp_path)
+    phases = [record["phase"] for record in run.history]
+    main = [record for record in run.history if record["phase"] == "train"]
+    # The main phase stopped at the first epoch at or below the target density (not after all 8) ...
+    assert main[-1]["density"] <= target and main[-1].get("target_density_reached")
+    assert all(record["density"] > target for record in main[:-1]) and len(main) < 8
+    # ... and the post-training kept that structure: the stored density is the stopping epoch's.
+    assert phases[-1] == "posttrain" and run.metrics["structure_fixed"] == 1.0
+    assert run.metrics["density"] == pytest.approx(main[-1]["density"])
+    active = overall_density(run.active_paths())
+    assert active <= run.metrics["density"] <= target
+    # A network this sparse still classifies far above chance (0.1) on the test set.
+    assert run.metrics["MED-MEA R=1 accuracy"] > 0.5
