@@ -73,3 +73,50 @@ def test_a_tiny_version_reaches_the_target_density_and_post_trains_the_structure
     assert active <= run.metrics["density"] <= target
     # A network this sparse still classifies far above chance (0.1) on the test set.
     assert run.metrics["MED-MEA R=1 accuracy"] > 0.5
+
+
+def _entry(skip: bool, rows: list[dict], run_id: str = "r1", stored: bool = False) -> dict:
+    options = {"input_skip": True} if skip else {}
+    config = {"dataset": "mnist", "method": "lbbnn", "family_options": options}
+    return {"label": "x", "run_id": run_id, "stored": stored, "config": config, "rows": rows}
+
+
+def _row(epoch, phase, accuracy, density, active):
+    return {
+        "epoch": epoch,
+        "phase": phase,
+        "mpm_mean_accuracy": accuracy,
+        "density": density,
+        "active_density": active,
+        "train_seconds": 10.0 * epoch,
+    }
+
+
+def test_a_recipe_contributes_its_first_epoch_on_target_else_its_last():
+    from benchmarks.front_recipes import best_row, reached
+
+    rows = [
+        _row(1, "warm-start", 0.99, 1.0, 1.0),
+        _row(2, "train", 0.975, 0.0140, 0.0120),  # sparse enough, not accurate enough
+        _row(3, "posttrain", 0.9815, 0.0140, 0.0120),  # the first meeting 0.981 @ 0.0147
+        _row(4, "posttrain", 0.9820, 0.0140, 0.0120),
+    ]
+    assert reached(rows[1]) == [] and reached(rows[2]) == ["0.981 @ density 0.0147"]
+    assert best_row(_entry(False, rows))["epoch"] == 3
+    assert best_row(_entry(False, rows[:2]))["epoch"] == 2  # none on target: the last
+    # an accurate warm start is no point of the recipe
+    assert best_row(_entry(False, rows[:1])) is None
+    # the active-path target counts the kept weights on paths, not all kept weights
+    assert reached(_row(5, "train", 0.968, 0.0010, 0.0006)) == ["0.967 @ active-path density 0.00067"]
+
+
+def test_the_front_places_an_input_skip_recipe_at_its_active_path_density():
+    from benchmarks.pareto import front_points
+
+    rows = [_row(2, "train", 0.97, 0.0010, 0.0006)]
+    skip, plain = front_points([_entry(True, rows, "a"), _entry(False, rows, "b")])
+    assert (skip.family, skip.density, skip.accuracy) == ("lbbnn (input-skip)", 0.0006, 0.97)
+    assert "all kept weights: 0.00100" in skip.source
+    assert (plain.family, plain.density) == ("lbbnn", 0.0010)
+    # a recipe whose run is read from the store is not shown twice
+    assert [p.family for p in front_points([_entry(True, rows, "a"), _entry(False, rows, "b")], {"a"})] == ["lbbnn"]
