@@ -48,31 +48,36 @@ def test_sparse_mnist_is_fully_connected_and_islab_mnist_skips_the_inputs():
     assert "0.00067" in describe_preset("islab-mnist") and "0.9808" in describe_preset("sparse-mnist")
 
 
-def _tiny(name: str, hidden: tuple[int, ...]) -> RunConfig:
-    """The preset on the bundled 10,000-image MNIST subset with narrow layers and a short schedule."""
+TINY_TARGET = 0.2
+
+
+def _tiny(name: str) -> RunConfig:
+    """The preset's recipe (objective, KL weight and ramp, stop at a density, post-training) on the bundled MNIST
+    subset with one layer of 16 units and a short schedule. So small a network cannot keep 1-2% of its weights and
+    stay accurate, so the tiny version stops at a density of 0.2 instead (the preset's target is checked above)."""
     config = PRESETS[name]
-    train = {**config.to_dict()["train"], "warm_start_epochs": 1, "epochs": 8, "posttrain_epochs": 1}
-    return config.replace(dataset="mnist-small", hidden=hidden, train=train)
+    short = {"warm_start_epochs": 1, "epochs": 8, "posttrain_epochs": 1, "batch_size": 100}
+    train = {**config.to_dict()["train"], **short, "target_density": TINY_TARGET}
+    return config.replace(dataset="mnist-small", hidden=(16,), train=train)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, hidden", [("sparse-mnist", (32, 32)), ("islab-mnist", (32, 32))])
-def test_a_tiny_version_reaches_the_target_density_and_post_trains_the_structure(tmp_path, name, hidden):
-    config = _tiny(name, hidden)
-    target = config.train.target_density
+@pytest.mark.parametrize("name", FRONT)
+def test_a_tiny_version_stops_at_its_target_density_and_post_trains_the_structure(tmp_path, name):
+    config = _tiny(name)
     run = train_run(config, cache_dir=tmp_path)
     phases = [record["phase"] for record in run.history]
     main = [record for record in run.history if record["phase"] == "train"]
     # The main phase stopped at the first epoch at or below the target density (not after all 8) ...
-    assert main[-1]["density"] <= target and main[-1].get("target_density_reached")
-    assert all(record["density"] > target for record in main[:-1]) and len(main) < 8
+    assert main[-1]["density"] <= TINY_TARGET and main[-1].get("target_density_reached")
+    assert all(record["density"] > TINY_TARGET for record in main[:-1]) and len(main) < 8
     # ... and the post-training kept that structure: the stored density is the stopping epoch's.
     assert phases[-1] == "posttrain" and run.metrics["structure_fixed"] == 1.0
     assert run.metrics["density"] == pytest.approx(main[-1]["density"])
     active = overall_density(run.active_paths())
-    assert active <= run.metrics["density"] <= target
-    # A network this sparse still classifies far above chance (0.1) on the test set.
-    assert run.metrics["MED-MEA R=1 accuracy"] > 0.5
+    assert active <= run.metrics["density"] <= TINY_TARGET
+    # The pruned network still classifies far above chance (0.1) on the test set.
+    assert run.metrics["MED-MEA R=1 accuracy"] > 0.6
 
 
 def _entry(skip: bool, rows: list[dict], run_id: str = "r1", stored: bool = False) -> dict:
