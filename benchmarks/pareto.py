@@ -63,16 +63,24 @@ def _finite(*values: Any) -> bool:
     return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
 
 
+def _preset_config(name: str) -> dict[str, Any]:
+    from core.runs.presets import get_preset
+
+    return get_preset(name).to_dict()
+
+
 def cached_points(folder: Path = RESULTS) -> list[Point]:
     """Every point the benchmark result files in `folder` hold (files that are missing add none)."""
     points: list[Point] = []
     for entry in _read("time_to_quality.json", folder) or []:
         last = entry["rows"][-1] if entry.get("rows") else None
         if last and _finite(last.get("mpm_mean_accuracy"), last.get("density")):
+            # explorations stopped by hand were recorded from their logs, without a config: their preset's
+            config = entry.get("config") or _preset_config(entry["preset"])
             points.append(
                 Point(
-                    entry["config"]["dataset"],
-                    entry["config"]["method"],
+                    config["dataset"],
+                    config["method"],
                     last["mpm_mean_accuracy"],
                     last["density"],
                     f"time_to_quality.json: {entry['preset']} seed {entry['seed']}, epoch {last['epoch']}",
@@ -198,11 +206,17 @@ def front_store_points(
             if config.to_dict()["family_options"].get("input_skip") and isinstance(store, RunStore):
                 active = overall_density(load_run(info.run_id, cache_dir=store).active_paths())
             point = _front_point(
-                config.to_dict(), accuracy, density, active, f"run {info.run_id} ({name})", info.info.get("seconds")
+                config.to_dict(), accuracy, density, active, f"run {info.run_id} ({name})", _seconds(info)
             )
             if point is not None:
                 points.append(point)
     return points, run_ids
+
+
+def _seconds(run: Any) -> float | None:
+    """A stored run's training seconds (the store's rows keep them among the metrics)."""
+    seconds = run.metrics.get("train_seconds")
+    return seconds if _finite(seconds) else (getattr(run, "info", None) or {}).get("seconds")
 
 
 def store_points(store: Any, setups: dict[str, dict[str, Any]], find_runs: Any) -> list[Point]:
@@ -214,9 +228,7 @@ def store_points(store: Any, setups: dict[str, dict[str, Any]], find_runs: Any) 
                 accuracy, density = run.metrics.get("MED-MEA R=1 accuracy"), run.metrics.get("density")
                 if _finite(accuracy, density) and density > 0:
                     points.append(
-                        Point(
-                            dataset, family, accuracy, density, f"run {run.run_id} (fast grid)", run.info.get("seconds")
-                        )
+                        Point(dataset, family, accuracy, density, f"run {run.run_id} (fast grid)", _seconds(run))
                     )
     return points
 
