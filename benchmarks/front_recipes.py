@@ -218,8 +218,8 @@ NOTES = """
   0.0133 and the main phase stopped there at MED-MEA 0.9751 (0.949 without the ramp); four post-training
   epochs gave 0.9789, 0.9797, 0.9800, 0.9801, the gain per epoch falling as before (118 CPU seconds of
   training in all). More post-training would not close the gap: the gains per epoch were 0.0038, 0.0008,
-  0.0003, 0.0001 on this structure. It is sparser than Molchanov et al.'s (2017) sparse VD LeNet-300-100 (0.0133 against 0.0147) and
-  0.0007 less accurate, so neither dominates the other.
+  0.0003, 0.0001 on this structure. It is sparser than Molchanov et al.'s (2017) sparse VD LeNet-300-100
+  (0.0133 against 0.0147) and 0.0007 less accurate, so neither dominates the other.
 - **The ELBO on the input-skip network stalls at an active-path density of 0.0015, twice the published 0.00067.**
   `islab-mnist` (KL weight ramped to 1 over 4 epochs): 0.0097 after one epoch, then 0.0039, 0.0026, 0.0020,
   0.00181, 0.00170, 0.00162, 0.00159, 0.00155, 0.00153, 0.00153, 0.00153 as the cosine step sizes decayed; the
