@@ -56,7 +56,7 @@ def _tiny(name: str) -> RunConfig:
     subset with one layer of 16 units and a short schedule. So small a network cannot keep 1-2% of its weights and
     stay accurate, so the tiny version stops at a density of 0.2 instead (the preset's target is checked above)."""
     config = PRESETS[name]
-    short = {"warm_start_epochs": 1, "epochs": 8, "posttrain_epochs": 1, "batch_size": 100}
+    short = {"warm_start_epochs": 1, "epochs": 16, "posttrain_epochs": 1, "batch_size": 100}
     train = {**config.to_dict()["train"], **short, "target_density": TINY_TARGET}
     return config.replace(dataset="mnist-small", hidden=(16,), train=train)
 
@@ -68,9 +68,9 @@ def test_a_tiny_version_stops_at_its_target_density_and_post_trains_the_structur
     run = train_run(config, cache_dir=tmp_path)
     phases = [record["phase"] for record in run.history]
     main = [record for record in run.history if record["phase"] == "train"]
-    # The main phase stopped at the first epoch at or below the target density (not after all 8) ...
+    # The main phase stopped at the first epoch at or below the target density (not after all 16) ...
     assert main[-1]["density"] <= TINY_TARGET and main[-1].get("target_density_reached")
-    assert all(record["density"] > TINY_TARGET for record in main[:-1]) and len(main) < 8
+    assert all(record["density"] > TINY_TARGET for record in main[:-1]) and len(main) < 16
     # ... and the post-training kept that structure: the stored density is the stopping epoch's.
     assert phases[-1] == "posttrain" and run.metrics["structure_fixed"] == 1.0
     assert run.metrics["density"] == pytest.approx(main[-1]["density"])
