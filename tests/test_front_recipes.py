@@ -1,7 +1,7 @@
 """The recipes on the sparsity front: sparse-mnist (fully connected, tempered KL) and islab-mnist (input-skip
-LBBNN on the ELBO). Their configs validate, their descriptions name the objective they train, and a tiny
-version of each trains to a pruned density at or below the preset's target, then post-trains with the
-structure fixed."""
+LBBNN on the ELBO). Their configs validate, their descriptions name the objective they train, a tiny version
+of each recipe stops its main phase at a density target and then post-trains with the structure fixed, and the
+Pareto section places each recipe's point (an input-skip one at its active-path density)."""
 
 from __future__ import annotations
 
