@@ -2,8 +2,9 @@
 Fashion-MNIST, for RESULTS.md (benchmarks/results_page.py calls `pareto_section`).
 
 Our points are read from the benchmark result files in benchmarks/results/ (time_to_quality.json,
-lenet.json, elbo_solutions.json, kl_weight_sweep.json) and from the run store (the `fast` grid's
-runs, MED-MEA accuracy); none is typed here. The published points are in PUBLISHED with their
+lenet.json, elbo_solutions.json, kl_weight_sweep.json, front_recipes.json) and from the run store (the
+`fast` grid's runs and the front presets' runs, sparse-mnist and islab-mnist, MED-MEA accuracy); none is
+typed here. The published points are in PUBLISHED with their
 sources. The figure is results/pareto.png (log density axis); the table lists every point with its
 training seconds where the result file records them, and marks each family's Pareto-optimal points
 (no other point of the family is at least as accurate at no more density).
@@ -62,16 +63,24 @@ def _finite(*values: Any) -> bool:
     return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
 
 
+def _preset_config(name: str) -> dict[str, Any]:
+    from core.runs.presets import get_preset
+
+    return get_preset(name).to_dict()
+
+
 def cached_points(folder: Path = RESULTS) -> list[Point]:
     """Every point the benchmark result files in `folder` hold (files that are missing add none)."""
     points: list[Point] = []
     for entry in _read("time_to_quality.json", folder) or []:
         last = entry["rows"][-1] if entry.get("rows") else None
         if last and _finite(last.get("mpm_mean_accuracy"), last.get("density")):
+            # explorations stopped by hand were recorded from their logs, without a config: their preset's
+            config = entry.get("config") or _preset_config(entry["preset"])
             points.append(
                 Point(
-                    entry["config"]["dataset"],
-                    entry["config"]["method"],
+                    config["dataset"],
+                    config["method"],
                     last["mpm_mean_accuracy"],
                     last["density"],
                     f"time_to_quality.json: {entry['preset']} seed {entry['seed']}, epoch {last['epoch']}",
@@ -129,7 +138,85 @@ def cached_points(folder: Path = RESULTS) -> list[Point]:
                     last.get("train_seconds"),
                 )
             )
+    points += front_points(_read("front_recipes.json", folder) or [])
     return points
+
+
+# The recipes on the front (benchmarks/front_recipes.py): an input-skip network is placed at its active-path
+# density (the kept weights on an input-to-output path), the measure of the published input-skip point.
+FRONT_PRESETS = ("sparse-mnist", "islab-mnist")
+
+
+def _front_family(config: dict[str, Any]) -> str:
+    skip = (config.get("family_options") or {}).get("input_skip")
+    return f"{config['method']} (input-skip)" if skip else config["method"]
+
+
+def _front_point(config: dict[str, Any], accuracy: Any, density: Any, active: Any, source: str, seconds=None):
+    skip = (config.get("family_options") or {}).get("input_skip")
+    if skip and _finite(active):
+        source = f"{source}; active-path density (all kept weights: {density:.5f})"
+        density = active
+    if not _finite(accuracy, density) or density <= 0:
+        return None
+    return Point(config["dataset"], _front_family(config), accuracy, density, source, seconds)
+
+
+def front_points(entries: list[dict[str, Any]], skip_runs: set[str] = frozenset()) -> list[Point]:
+    """Each recipe tried (front_recipes.json): its first epoch meeting a target, else its last (outside the
+    warm start); entries whose run is among `skip_runs` (read from the store instead) add none."""
+    from benchmarks.front_recipes import best_row
+
+    points = []
+    for entry in entries:
+        row = best_row(entry)
+        if row is None or entry.get("run_id") in skip_runs:
+            continue
+        point = _front_point(
+            entry["config"],
+            row["mpm_mean_accuracy"],
+            row["density"],
+            row.get("active_density"),
+            f"front_recipes.json: {entry['label']}, epoch {row['epoch']}",
+            row.get("train_seconds"),
+        )
+        if point is not None:
+            points.append(point)
+    return points
+
+
+def front_store_points(
+    store: Any, find_runs: Any, presets: tuple[str, ...] = FRONT_PRESETS
+) -> tuple[list[Point], set[str]]:
+    """The front presets' runs in the run store (every seed), MED-MEA accuracy at the stored density, and
+    their run ids."""
+    from core.predict.structure import overall_density
+    from core.runs import load_run
+    from core.runs.presets import get_preset
+    from core.runs.store import RunStore
+
+    points, run_ids = [], set()
+    for name in presets:
+        config = get_preset(name)
+        for info in find_runs(store, config):
+            run_ids.add(info.run_id)
+            accuracy, density = info.metrics.get("MED-MEA R=1 accuracy"), info.metrics.get("density")
+            active = None
+            # the active paths need the weights, which only a real store holds
+            if config.to_dict()["family_options"].get("input_skip") and isinstance(store, RunStore):
+                active = overall_density(load_run(info.run_id, cache_dir=store).active_paths())
+            point = _front_point(
+                config.to_dict(), accuracy, density, active, f"run {info.run_id} ({name})", _seconds(info)
+            )
+            if point is not None:
+                points.append(point)
+    return points, run_ids
+
+
+def _seconds(run: Any) -> float | None:
+    """A stored run's training seconds (the store's rows keep them among the metrics)."""
+    seconds = run.metrics.get("train_seconds")
+    return seconds if _finite(seconds) else (getattr(run, "info", None) or {}).get("seconds")
 
 
 def store_points(store: Any, setups: dict[str, dict[str, Any]], find_runs: Any) -> list[Point]:
@@ -141,9 +228,7 @@ def store_points(store: Any, setups: dict[str, dict[str, Any]], find_runs: Any) 
                 accuracy, density = run.metrics.get("MED-MEA R=1 accuracy"), run.metrics.get("density")
                 if _finite(accuracy, density) and density > 0:
                     points.append(
-                        Point(
-                            dataset, family, accuracy, density, f"run {run.run_id} (fast grid)", run.info.get("seconds")
-                        )
+                        Point(dataset, family, accuracy, density, f"run {run.run_id} (fast grid)", _seconds(run))
                     )
     return points
 
@@ -228,6 +313,10 @@ def pareto_section(
     points = list(PUBLISHED) + cached_points(folder)
     if store is not None and setups is not None and find_runs is not None:
         points += store_points(store, setups, find_runs)
+        stored, run_ids = front_store_points(store, find_runs)
+        # a recipe whose run is in the store is shown once, from the store
+        points = [p for p in points if not p.source.startswith("front_recipes.json")] + stored
+        points += front_points(_read("front_recipes.json", folder) or [], skip_runs=run_ids)
     if figure is not None:
         plot(points, figure)
     return (
@@ -236,7 +325,10 @@ def pareto_section(
         "Every point the benchmark result files and the run store hold, and the published points "
         "(stars), on a log density axis. Accuracy: MED-MEA (the median probability model with mean "
         "weights) for LBBNN, the pruned network's for LeNet-300-100 sparse VD / variational dense "
-        "(`python -m benchmarks.lenet`). *frontier*: no point of the same family and dataset is at "
+        "(`python -m benchmarks.lenet`). The recipes on the front (`python -m benchmarks.front_recipes`, "
+        "benchmarks/results/front_recipes.md) come from the run store where their run is stored; an input-skip "
+        "network is placed at its active-path density (the kept weights on an input-to-output path), as the "
+        "published input-skip point is. *frontier*: no point of the same family and dataset is at "
         "least as accurate at no more density. Training seconds as the result file records them on "
         "this shared CPU (inflated under load).\n\n"
         + (f"![sparsity frontier](results/{figure.name})\n\n" if figure is not None else "")

@@ -1,0 +1,305 @@
+"""Recipes on the sparsity front: train a preset (or a variation of it) into the run store and record,
+after every epoch, the MED-MEA accuracy (`mpm-mean`, R=1), the density and the active-path density.
+
+    python -m benchmarks.front_recipes --preset sparse-mnist [--train JSON] [--family-options JSON]
+        [--hidden 400,600] [--seed 0] [--budget-minutes 60] [--threads 1] [--label TEXT]
+    python -m benchmarks.front_recipes --render-only
+    python -m benchmarks.front_recipes --import-ttq PATH --label TEXT   # a time_to_quality.json's entries
+
+The run is trained by `core.runs.train_run`, so the finished run lands in the run store under the same
+id as `python -m core train --preset ...` would give it (the Pareto section of RESULTS.md reads the
+presets' stored runs). A recipe stops where its config says (e.g. `target_density`, then post-training);
+a run stopped by the budget is recorded but not stored. Each entry keeps its curve, the training wall
+and CPU seconds (`time.process_time`, evaluation excluded) and the load; the table and curves go to
+benchmarks/results/front_recipes.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from benchmarks.time_to_quality import load_average, load_entries, machine, save_entries
+
+RESULTS = Path(__file__).resolve().parent / "results"
+JSON_PATH = RESULTS / "front_recipes.json"
+MD_PATH = RESULTS / "front_recipes.md"
+
+# Targets on MNIST (issue: the sparsity frontier): MED-MEA >= 0.981 at density <= 0.0147 (Molchanov et al. 2017's
+# sparse VD LeNet-300-100), >= 0.967 at active-path density <= 0.00067 (the input-skip LBBNN of Hubin, Storvik,
+# Skaaret-Lund et al.).
+TARGETS = {"density": (0.981, 0.0147), "active_density": (0.967, 0.00067)}
+
+
+@contextmanager
+def watching_model(on_model: Callable[[Any], None]):
+    """While active, hand the model that `core.runs.train_run` trains to `on_model` before its training
+    starts: train_run builds the model inside, and the per-epoch evaluation needs it (the training itself
+    is untouched, so the stored run is the one `python -m core train` would store)."""
+    import core.train
+
+    original = core.train.train
+
+    def train(model, *args, **kwargs):
+        on_model(model)
+        return original(model, *args, **kwargs)
+
+    core.train.train = train
+    try:
+        yield
+    finally:
+        core.train.train = original
+
+
+def configure(preset: str, seed: int, hidden, train_changes, option_changes):
+    from core.runs.presets import get_preset
+
+    config = get_preset(preset).replace(seed=seed)
+    if hidden is not None:
+        config = config.replace(hidden=hidden)
+    if train_changes:
+        config = config.replace(train={**config.to_dict()["train"], **train_changes})
+    if option_changes:
+        config = config.replace(family_options={**config.to_dict()["family_options"], **option_changes})
+    return config
+
+
+def train_recipe(config, budget_seconds: float, data_dir: str | None = None, echo=print) -> dict[str, Any]:
+    """Train `config` into the run store, evaluating after every epoch; the entry for the results file."""
+    import torch
+
+    from core.errors import TrainingCancelled
+    from core.predict import evaluate
+    from core.predict.structure import network_active_masks, overall_density
+    from core.runs import train_run
+
+    dataset = config.load_dataset(data_dir)
+    held: dict[str, Any] = {}
+    rows: list[dict[str, Any]] = []
+    state = {"seconds": 0.0, "cpu": 0.0, "mark": time.process_time(), "stop": False}
+
+    def after_epoch(record: dict[str, Any]) -> None:
+        state["cpu"] += time.process_time() - state["mark"]
+        state["seconds"] += record["seconds"]
+        model = held["model"]
+        with torch.no_grad():
+            result = evaluate(model, dataset, "mpm-mean", 1)
+            masks = model.keep_masks()
+            active = overall_density(network_active_masks(model, masks))
+        row = {
+            "epoch": len(rows) + 1,
+            "phase": record["phase"],
+            "kl_weight": record.get("kl_weight"),
+            "train_seconds": round(state["seconds"], 2),
+            "train_cpu_seconds": round(state["cpu"], 2),
+            "load": round(load_average(), 1),
+            "mpm_mean_accuracy": result["accuracy"],
+            "density": result["density"],
+            "active_density": active,
+            "layer_density": result.get("layer_density"),
+        }
+        model.train()
+        rows.append(row)
+        echo(
+            f"  epoch {row['epoch']:>3} [{row['phase']}] {row['train_seconds']:8.1f} s {row['train_cpu_seconds']:8.1f} "
+            f"cpu-s (load {row['load']})  MED-MEA {row['mpm_mean_accuracy']:.4f}  density {row['density']:.5f}  "
+            f"active {row['active_density']:.5f}",
+            flush=True,
+        )
+        state["stop"] = state["seconds"] >= budget_seconds
+        state["mark"] = time.process_time()
+
+    started = time.time()
+    run_id, stored = config.run_id(dataset.fingerprint), False
+    try:
+        with watching_model(lambda model: held.update(model=model)):
+            state["mark"] = time.process_time()
+            run = train_run(config, progress=after_epoch, cancel=lambda: state["stop"], data_dir=data_dir)
+        stored = not run.from_cache
+        run_id = run.run_id
+    except TrainingCancelled:
+        echo("  stopped by the budget: recorded, not stored", flush=True)
+    return {
+        "run_id": run_id,
+        "stored": stored,
+        "config": config.to_dict(),
+        "budget_seconds": budget_seconds,
+        "rows": rows,
+        "wall_seconds": round(time.time() - started, 1),
+        "machine": machine("cpu"),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def reached(row: dict[str, Any]) -> list[str]:
+    """The targets a row meets (outside the warm start)."""
+    if row.get("phase") == "warm-start":
+        return []
+    return [
+        f"{accuracy:g} @ {'active-path ' if key == 'active_density' else ''}density {density:g}"
+        for key, (accuracy, density) in TARGETS.items()
+        if row.get(key) is not None and row["mpm_mean_accuracy"] >= accuracy and row[key] <= density
+    ]
+
+
+def best_row(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The point an entry contributes to the front: its first row meeting a target, else its last row."""
+    rows = [r for r in entry.get("rows", []) if r.get("phase") != "warm-start"]
+    hits = [r for r in rows if reached(r)]
+    return hits[0] if hits else (rows[-1] if rows else None)
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def render(entries: list[dict[str, Any]], notes: str = "") -> str:
+    lines = [
+        "# Recipes on the sparsity front (MNIST)",
+        "",
+        "Generated by `python -m benchmarks.front_recipes` from `front_recipes.json`. Targets: MED-MEA "
+        ">= 0.981 at density <= 0.0147 (Molchanov et al. 2017, sparse VD LeNet-300-100: 0.9808 @ 0.0147) and "
+        ">= 0.967 at active-path density <= 0.00067 (the input-skip LBBNN of Hubin, Storvik, Skaaret-Lund et al.). "
+        "Accuracy: MED-MEA (median probability model, mean weights, R=1) on the 10,000 test images after "
+        "every epoch; density: kept weights over all weights (biases included); active: the kept weights on an "
+        "input-to-output path (`Run.active_paths`). Seconds: training only, wall and CPU of this process "
+        "(one torch thread); load: the 1-minute load average of the shared 2-core machine at the end.",
+        "",
+        "| recipe | command | epochs | MED-MEA | density | active density | targets met | train s | CPU s | load | "
+        "stored run |",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|",
+    ]
+    for entry in entries:
+        row = best_row(entry)
+        if row is None:
+            continue
+        stored = f"`{entry['run_id']}`" if entry.get("stored") else "not stored"
+        lines.append(
+            f"| {entry['label']} | `{entry.get('command', '-')}` | {row['epoch']} | {row['mpm_mean_accuracy']:.4f} | "
+            f"{row['density']:.5f} | {_fmt(row.get('active_density'), '.5f')} | {', '.join(reached(row)) or 'none'} | "
+            f"{row['train_seconds']:.0f} | {_fmt(row.get('train_cpu_seconds'), '.0f')} | "
+            f"{_fmt(row.get('load'), '.1f')} | {stored} |"
+        )
+    lines += ["", "## Curves", ""]
+    for entry in entries:
+        lines += [f"### {entry['label']}", "", f"{entry.get('date', '')}; `{entry.get('command', '-')}`", ""]
+        lines += [
+            "| epoch | phase | KL weight | MED-MEA | density | active density | train s | CPU s | load |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in entry.get("rows", []):
+            lines.append(
+                f"| {r['epoch']} | {r['phase']} | {_fmt(r.get('kl_weight'), 'g')} | {r['mpm_mean_accuracy']:.4f} | "
+                f"{r['density']:.5f} | {_fmt(r.get('active_density'), '.5f')} | {r['train_seconds']:.0f} | "
+                f"{_fmt(r.get('train_cpu_seconds'), '.0f')} | {_fmt(r.get('load'), '.1f')} |"
+            )
+        lines.append("")
+    return "\n".join(lines) + ("\n" + notes.strip() + "\n" if notes.strip() else "")
+
+
+# What the explorations showed (written from the curves above; each claim names its recipe).
+NOTES = """
+## What the curves say
+
+- **Without a ramp the tempered KL prunes before the weights adapt.** `fast-mnist` with the KL weight at 0.3
+  (20 cosine epochs) took the density from 1 to 0.0253 in one epoch and 0.0138 in two, with MED-MEA at 0.856 and
+  0.949; it recovered slowly (0.964 at 0.0099 after 4 epochs). Stopping at 0.0147 (`target_density`) and
+  post-training the median probability model's weights with the structure fixed gave 0.9759, 0.9770, 0.9776 in
+  three post-training epochs: each epoch adds less, and 0.981 at this structure is out of reach. Hence
+  `sparse-mnist` ramps the KL weight in over 4 epochs.
+- **The ramp chooses a better structure.** The first `sparse-mnist` (KL weight 0.075, 0.15, 0.225, 0.3 in its
+  first four epochs): the density fell 0.140, 0.042, 0.023, 0.016, 0.0133 and the main phase stopped there at
+  MED-MEA 0.9751 (0.949 without the ramp); four post-training epochs gave 0.9789, 0.9797, 0.9800, 0.9801, the
+  gain per epoch falling (0.0038, 0.0008, 0.0003, 0.0001): 0.0009 short of 0.981 on that structure.
+- **Target met: `sparse-mnist` with the KL ramped to 0.2** stopped at density 0.01445 (epoch 8 of the main
+  phase, MED-MEA 0.9775) and post-training took it to 0.9823, 0.9828, 0.9822, 0.9821: **0.9821 at density
+  0.0145** after 150 CPU seconds of training (364 s of wall time at a load of 5-12), one seed. It dominates
+  Molchanov et al.'s (2017) sparse VD LeNet-300-100 point (0.9808 at 0.0147): more accurate and sparser.
+- **The ELBO on the input-skip network stalls at an active-path density of 0.0015, twice the published 0.00067.**
+  `islab-mnist` (KL weight ramped to 1 over 4 epochs): 0.0097 after one epoch, then 0.0039, 0.0026, 0.0020,
+  0.00181, 0.00170, 0.00162, 0.00159, 0.00155, 0.00153, 0.00153, 0.00153 as the cosine step sizes decayed; the
+  kept weights are almost all on active paths (0.00150 of 0.00153). MED-MEA rose to 0.968 in the main phase
+  and to 0.9745 in 4 post-training epochs with the structure fixed. The density target of the recipe (0.00067)
+  was never reached, so the main phase ran all 12 epochs. Not yet measured: which of the Gaussian N(0, 1)
+  slab, the fixed prior inclusion e^-2, the mean-field posterior (the published point uses normalizing flows,
+  `lbbnn-flow`) or the length of training keeps the extra weights.
+- Points no published point dominates: `islab-mnist`'s 0.9745 at active-path density 0.0015 is more accurate
+  than the published input-skip point (0.967 at 0.00067) and sparser than every other published point (the
+  sparsest of which, Molchanov et al.'s 2017 LeNet-5, keeps 0.0036). `sparse-mnist`'s 0.9821 at 0.0145 is
+  dominated only by the convolutional LeNet-5 points (0.9925 at 0.0036, 0.990 at 0.0064), none fully
+  connected.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="sparse-mnist")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train", default=None, help="JSON of training settings to change")
+    parser.add_argument("--family-options", default=None, help="JSON of family options to change")
+    parser.add_argument("--hidden", default=None, help="hidden widths instead of the preset's (e.g. 400,600)")
+    parser.add_argument("--budget-minutes", type=float, default=60.0)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--label", default=None)
+    parser.add_argument("--render-only", action="store_true")
+    parser.add_argument("--import-ttq", default=None, help="add the entries of a time_to_quality json")
+    parser.add_argument("--results-dir", default=str(RESULTS))
+    args = parser.parse_args(argv)
+    results = Path(args.results_dir)
+    json_path = results / JSON_PATH.name
+    entries = load_entries(json_path)
+    command = "python -m benchmarks.front_recipes " + " ".join(
+        a if " " not in a and '"' not in a else f"'{a}'" for a in (argv if argv is not None else sys.argv[1:])
+    )
+    changes = {}
+    for name in ("train", "family_options"):
+        text = getattr(args, name)
+        if text:
+            try:
+                changes[name] = json.loads(text)
+            except json.JSONDecodeError as exc:
+                parser.error(f"--{name.replace('_', '-')}: not JSON ({exc.msg})")
+            if not isinstance(changes[name], dict):
+                parser.error(f"--{name.replace('_', '-')}: give a JSON object")
+    if args.import_ttq:
+        for entry in load_entries(Path(args.import_ttq)):
+            entries.append(
+                {
+                    **{k: entry[k] for k in ("run_id", "config", "rows", "wall_seconds", "machine", "date")},
+                    "stored": False,
+                    "label": args.label or entry.get("label") or entry["preset"],
+                    "command": args.label or "python -m benchmarks.time_to_quality",
+                }
+            )
+    elif not args.render_only:
+        import torch
+
+        from core.errors import ConfigError
+
+        if args.threads is not None:
+            torch.set_num_threads(args.threads)
+        hidden = tuple(int(h) for h in args.hidden.split(",")) if args.hidden else None
+        try:
+            config = configure(args.preset, args.seed, hidden, changes.get("train"), changes.get("family_options"))
+        except ConfigError as exc:
+            parser.error(str(exc))
+        print(f"{args.preset} seed {args.seed}", flush=True)
+        entry = train_recipe(config, args.budget_minutes * 60, args.data_dir)
+        entry.update(label=args.label or args.preset, command=command, threads=args.threads)
+        entries.append(entry)
+        save_entries(entries, json_path)
+    notes = NOTES if results == RESULTS else ""
+    results.mkdir(parents=True, exist_ok=True)
+    (results / MD_PATH.name).write_text(render(entries, notes))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
