@@ -1,12 +1,15 @@
 """Time one training epoch per family against the plain deterministic MLP.
 
     python -m benchmarks.epoch_time [--dataset mnist] [--device auto] [--families lbbnn,bnn,...] [--repeats 3]
+        [--threads 1]
 
 Full MNIST, 784-400-600-10, batch 100, M = 1 (Hubin & Storvik 2024's setup). Each family
 runs in its own subprocess so the peak memory is its own; all of them run in
 one invocation, interleaved over --repeats rounds, so the ratios compare like
 with like on a shared machine. The plain MLP is torch's nn.Linear/ReLU stack
 trained by the same fused Adam. The first epoch (allocator warm-up, and torch.compile for "+compile") is not timed.
+--threads sets torch's intra-op threads in every timing process (1 is what the classroom runs
+with, and on a loaded machine it keeps one family's threads from stealing from the next).
 Writes a Markdown table to benchmarks/results/epoch_time.md and prints it.
 """
 
@@ -34,8 +37,13 @@ def split_variant(family: str) -> tuple[str, bool, int]:
     return family_name, bool(compiled), int(batch) if batch else 100
 
 
-def time_one(family: str, dataset: str, device_name: str, epochs: int, hidden: tuple[int, ...]) -> dict:
+def time_one(
+    family: str, dataset: str, device_name: str, epochs: int, hidden: tuple[int, ...], threads: int | None = None
+) -> dict:
     import torch
+
+    if threads is not None:
+        torch.set_num_threads(threads)
 
     from core.cpu_settings import enable_flush_denormals
     from core.data import load_dataset
@@ -79,6 +87,7 @@ def time_one(family: str, dataset: str, device_name: str, epochs: int, hidden: t
         "peak_bytes": peak,
         "device": str(device),
         "n_train": len(x),
+        "threads": torch.get_num_threads(),
     }
 
 
@@ -111,6 +120,9 @@ def render_table(args, hidden: tuple[int, ...], families: list[str], runs: dict[
         "is the median (min-max) over rounds of the family's epoch over the plain MLP's epoch in the same "
         "round. FAMILY@B trains at batch B and is compared with plain-mlp@B when that row is timed.",
         "",
+        f"torch threads per process: {args.threads or 'torch default'}; load average (1 min) at the start: "
+        f"{args.load_at_start:.1f}.",
+        "",
         "| family | s / epoch | x plain MLP | peak memory (MiB) |",
         "|---|---|---|---|",
     ]
@@ -142,6 +154,8 @@ def render_table(args, hidden: tuple[int, ...], families: list[str], runs: dict[
 
 
 def main(argv: list[str] | None = None) -> int:
+    from core import validate
+    from core.errors import InputError
     from core.models.registry import FAMILY_PATHS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -163,12 +177,22 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="time every family in this process (on a GPU: one CUDA context; peak memory is reset per family)",
     )
+    parser.add_argument(
+        "--threads", default=None, help="torch intra-op threads per timing process (default: torch's own choice)"
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: time one family, print JSON
     args = parser.parse_args(argv)
+    threads = None
+    if args.threads is not None:
+        try:
+            threads = validate.whole_number(args.threads, "threads", 1, 256)
+        except InputError as exc:
+            parser.error(str(exc))
     hidden = tuple(int(h) for h in args.hidden.split(","))
     if args.one:
-        print(json.dumps(time_one(args.one, args.dataset, args.device, args.epochs, hidden)))
+        print(json.dumps(time_one(args.one, args.dataset, args.device, args.epochs, hidden, threads)))
         return 0
+    args.load_at_start = os.getloadavg()[0]
     families = args.families.split(",")
     runs: dict[str, list[dict]] = {family: [] for family in families}
     # Round-robin: each round times every family once, so a slow spell on this
@@ -178,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         for family in families:
             if args.in_process:  # one process, one CUDA context: on a GPU a subprocess per family costs its start
                 try:
-                    runs[family].append(time_one(family, args.dataset, args.device, args.epochs, hidden))
+                    runs[family].append(time_one(family, args.dataset, args.device, args.epochs, hidden, threads))
                 except Exception as exc:  # noqa: BLE001 - one family's failure is a row of the table
                     runs[family].append({"error": [f"{type(exc).__name__}: {exc}"[:300]]})
                     print(f"{family}: failed: {exc}", file=sys.stderr)
@@ -196,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                     str(args.epochs),
                     "--hidden",
                     args.hidden,
+                    *([] if threads is None else ["--threads", str(threads)]),
                 ]
                 done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
                 if done.returncode != 0:
