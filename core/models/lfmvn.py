@@ -34,8 +34,11 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from core.enums import Estimator
 from core.models.base import init_generator, inverse_softplus, require
+from core.models.fused import apply_fused
 from core.models.lbbnn import LBBNNLayer, LBBNNOptions
+from core.models.lbbnn_fused import LBBNNLinear
 from core.models.options import POSITIVE, OptionSpec, option
 
 
@@ -148,8 +151,17 @@ class LowRankLBBNNLayer(LBBNNLayer):
         return self._estimate(x, torch.sigmoid(logit))
 
     def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:
-        # LBBNN's fused mean-field kernel does not know the logit distribution.
-        return self(x), self.kl()
+        if x.dim() != 2 or self.is_structure_fixed or self.options.estimator is not Estimator.LOCAL_REPARAMETERISATION:
+            return self(x), self.kl()
+        # The pre-activations given the drawn logits are LBBNN's: its fused kernel gives them and the
+        # gradient in those logits, which autograd carries on to xi, F and D. Its mean-field KL is not
+        # this family's and goes unused (its gradient enters multiplied by 0); the KL is kl() below.
+        # Draws in forward()'s order: the logits, then the pre-activation noise.
+        logit = self.sample_logits(None, self.noise_generator)
+        noise = self.normal_noise((x.shape[0], self.out_features), x)
+        constants = (self.prior_inclusion_logit.detach(), self.log_slab_variance.detach())
+        h, _ = apply_fused(self, LBBNNLinear, x, self.weight_mu, self.weight_rho, logit, noise, *constants, False, True)
+        return h, self.kl()
 
     def sample_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         if self.is_structure_fixed:
