@@ -39,6 +39,7 @@ from core.models.base import init_generator, inverse_softplus, require
 from core.models.fused import apply_fused
 from core.models.lbbnn import LBBNNLayer, LBBNNOptions
 from core.models.lbbnn_fused import LBBNNLinear
+from core.models.lfmvn_fused import LowRankKL
 from core.models.options import POSITIVE, OptionSpec, option
 
 
@@ -161,7 +162,26 @@ class LowRankLBBNNLayer(LBBNNLayer):
         noise = self.normal_noise((x.shape[0], self.out_features), x)
         constants = (self.prior_inclusion_logit.detach(), self.log_slab_variance.detach())
         h, _ = apply_fused(self, LBBNNLinear, x, self.weight_mu, self.weight_rho, logit, noise, *constants, False, True)
-        return h, self.kl()
+        return h, self._training_kl()
+
+    def _training_kl(self) -> Tensor:
+        """kl() with its gradient by hand (core/models/lfmvn_fused.py) where that applies."""
+        if (
+            self.options.slab != "gaussian"
+            or self.log_slab_variance.requires_grad
+            or self.prior_inclusion_logit.requires_grad
+        ):
+            return self.kl()
+        return LowRankKL.apply(
+            self.weight_mu,
+            self.weight_rho,
+            self.inclusion_logit,
+            self.logit_factor,
+            self.logit_diag_rho,
+            self.log_slab_variance.detach(),
+            self.prior_inclusion_logit.detach(),
+            self.logit_prior_variance,
+        )
 
     def sample_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         if self.is_structure_fixed:
