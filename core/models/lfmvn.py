@@ -143,7 +143,10 @@ class LowRankLBBNNLayer(LBBNNLayer):
         size = () if n is None else (n,)
         z = torch.randn((*size, self.options.rank), generator=generator, device=xi.device, dtype=xi.dtype)
         eps = torch.randn((*size, *self.shape), generator=generator, device=xi.device, dtype=xi.dtype)
-        low_rank = torch.einsum("oir,...r->...oi", self.logit_factor, z)
+        if n is None:  # the training draw: one matrix-vector product (einsum's batched path is slower here)
+            low_rank = torch.mv(self.logit_factor.reshape(-1, self.options.rank), z).reshape(self.shape)
+        else:
+            low_rank = torch.einsum("oir,...r->...oi", self.logit_factor, z)
         return xi + low_rank + torch.sqrt(self.logit_diag) * eps
 
     # --- estimators -----------------------------------------------------------------------
