@@ -98,10 +98,8 @@ def parameter_gradients(
     #   d/dmu = a (G_m - 2 (a mu) G_v) + (a mu) W,  d/drho = sigmoid(rho) a (s W - c / s),  d/dl = a (1 - a) B
     # 16 passes over the weights and one log, three fewer than spelling out the docstring's terms.
     w = torch.add(grad_kl * inverse_prior_variance, grad_var_weight, alpha=2.0)
-    log_term = torch.log(sigma)
-    log_term = torch.sub(logit, log_term, out=log_term)
     bracket = torch.addcmul(grad_kl * slab_offset, second_moment, w, value=0.5)
-    bracket.addcmul_(log_term, grad_kl).addcmul_(grad_mean_weight, mu)
+    bracket.addcmul_(logit, grad_kl).addcmul_(torch.log(sigma), grad_kl, value=-1.0).addcmul_(grad_mean_weight, mu)
     weighted_var_grad = grad_var_weight.mul_(mean_weight)  # (a mu) G_v
     bracket.addcmul_(mu, weighted_var_grad, value=-2.0)
     grad_mu = grad_mean_weight.add_(weighted_var_grad, alpha=-2.0).mul_(alpha).addcmul_(mean_weight, w)
