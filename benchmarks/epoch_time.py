@@ -1,12 +1,15 @@
 """Time one training epoch per family against the plain deterministic MLP.
 
     python -m benchmarks.epoch_time [--dataset mnist] [--device auto] [--families lbbnn,bnn,...] [--repeats 3]
+        [--threads 1]
 
 Full MNIST, 784-400-600-10, batch 100, M = 1 (Hubin & Storvik 2024's setup). Each family
 runs in its own subprocess so the peak memory is its own; all of them run in
 one invocation, interleaved over --repeats rounds, so the ratios compare like
 with like on a shared machine. The plain MLP is torch's nn.Linear/ReLU stack
 trained by the same fused Adam. The first epoch (allocator warm-up, and torch.compile for "+compile") is not timed.
+--threads sets torch's intra-op threads in every timing process (1 is what the classroom runs
+with, and on a loaded machine it keeps one family's threads from stealing from the next).
 Writes a Markdown table to benchmarks/results/epoch_time.md and prints it.
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import statistics
@@ -34,8 +38,19 @@ def split_variant(family: str) -> tuple[str, bool, int]:
     return family_name, bool(compiled), int(batch) if batch else 100
 
 
-def time_one(family: str, dataset: str, device_name: str, epochs: int, hidden: tuple[int, ...]) -> dict:
+def time_one(
+    family: str,
+    dataset: str,
+    device_name: str,
+    epochs: int,
+    hidden: tuple[int, ...],
+    threads: int | None = None,
+    steps: int | None = None,
+) -> dict:
     import torch
+
+    if threads is not None:
+        torch.set_num_threads(threads)
 
     from core.cpu_settings import enable_flush_denormals
     from core.data import load_dataset
@@ -50,6 +65,8 @@ def time_one(family: str, dataset: str, device_name: str, epochs: int, hidden: t
         torch.cuda.reset_peak_memory_stats(device)
     torch.manual_seed(0)
     family_name, compiled, batch_size = split_variant(family)
+    if steps:
+        return _time_steps(family_name, compiled, batch_size, x, y, ds.n_classes, hidden, steps, epochs)
     if family_name == PLAIN:
         widths = [x.shape[1], *hidden, ds.n_classes]
         layers = []
@@ -79,7 +96,60 @@ def time_one(family: str, dataset: str, device_name: str, epochs: int, hidden: t
         "peak_bytes": peak,
         "device": str(device),
         "n_train": len(x),
+        "threads": torch.get_num_threads(),
     }
+
+
+def _time_steps(family_name, compiled, batch_size, x, y, n_classes, hidden, steps: int, repeats: int) -> dict:
+    """CPU seconds of `steps` training steps, scaled to one epoch: the process's own CPU time, so
+    that on a loaded machine the other processes' share of the cores does not count (cache and
+    memory-bus contention still does). The best of `repeats` passes, after 5 warm-up steps."""
+    import torch
+
+    from core.cpu_settings import enable_flush_denormals
+    from core.models.network import BayesianMLP, ModelConfig
+    from core.train import _adam, _training_step
+
+    torch.manual_seed(0)
+    enable_flush_denormals()
+    if family_name == PLAIN:
+        widths = [x.shape[1], *hidden, n_classes]
+        layers = []
+        for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+            layers += [torch.nn.Linear(a, b), torch.nn.ReLU()] if i < len(widths) - 2 else [torch.nn.Linear(a, b)]
+        net = torch.nn.Sequential(*layers)
+        optimizer = _adam([{"params": list(net.parameters()), "lr": 1e-3}])
+
+        def step(xb, yb):
+            loss = torch.nn.functional.cross_entropy(net(xb), yb)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+
+    else:
+        model = BayesianMLP(
+            ModelConfig(in_features=x.shape[1], out_classes=n_classes, hidden=hidden, family=family_name)
+        )
+        for layer in model.layers:
+            layer.use_compiled_kernels(compiled)
+        optimizer = _adam([{"params": [p for p in model.parameters() if p.requires_grad], "lr": 1e-3}])
+
+        def step(xb, yb):
+            _training_step(model, optimizer, xb, yb, 1, 1.0 / len(x))
+
+    order = torch.randperm(len(x))
+    batches = [order[i * batch_size : (i + 1) * batch_size] for i in range(steps)]
+    for index in batches[:5]:
+        step(x[index], y[index])
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        for index in batches:
+            step(x[index], y[index])
+        best = min(best, time.process_time() - start)
+    epoch = best / steps * math.ceil(len(x) / batch_size)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"family": family_name, "seconds_per_epoch": epoch, "peak_bytes": peak, "device": "cpu", "n_train": len(x)}
 
 
 def _plain_epochs(net, optimizer, x, y, epochs: int, device, batch_size: int = 100) -> list[float]:
@@ -110,6 +180,14 @@ def render_table(args, hidden: tuple[int, ...], families: list[str], runs: dict[
         f"{args.repeats} round(s), families interleaved; seconds are the median over rounds, the ratio "
         "is the median (min-max) over rounds of the family's epoch over the plain MLP's epoch in the same "
         "round. FAMILY@B trains at batch B and is compared with plain-mlp@B when that row is timed.",
+        "",
+        f"torch threads per process: {args.threads or 'torch default'}; load average (1 min) at the start: "
+        f"{args.load_at_start:.1f}."
+        + (
+            f" Timed as CPU seconds of {args.steps} steps (best of --epochs passes) scaled to an epoch."
+            if args.steps
+            else ""
+        ),
         "",
         "| family | s / epoch | x plain MLP | peak memory (MiB) |",
         "|---|---|---|---|",
@@ -142,6 +220,8 @@ def render_table(args, hidden: tuple[int, ...], families: list[str], runs: dict[
 
 
 def main(argv: list[str] | None = None) -> int:
+    from core import validate
+    from core.errors import InputError
     from core.models.registry import FAMILY_PATHS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -163,12 +243,34 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="time every family in this process (on a GPU: one CUDA context; peak memory is reset per family)",
     )
+    parser.add_argument(
+        "--threads", default=None, help="torch intra-op threads per timing process (default: torch's own choice)"
+    )
+    parser.add_argument(
+        "--steps",
+        default=None,
+        help="time this many training steps per family in CPU time (scaled to an epoch; CPU only), "
+        "not a wall-clock epoch: for a loaded machine",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: time one family, print JSON
     args = parser.parse_args(argv)
+    threads = None
+    if args.threads is not None:
+        try:
+            threads = validate.whole_number(args.threads, "threads", 1, 256)
+        except InputError as exc:
+            parser.error(str(exc))
+    steps = None
+    if args.steps is not None:
+        try:
+            steps = validate.whole_number(args.steps, "steps", 10, 10000)
+        except InputError as exc:
+            parser.error(str(exc))
     hidden = tuple(int(h) for h in args.hidden.split(","))
     if args.one:
-        print(json.dumps(time_one(args.one, args.dataset, args.device, args.epochs, hidden)))
+        print(json.dumps(time_one(args.one, args.dataset, args.device, args.epochs, hidden, threads, steps)))
         return 0
+    args.load_at_start = os.getloadavg()[0]
     families = args.families.split(",")
     runs: dict[str, list[dict]] = {family: [] for family in families}
     # Round-robin: each round times every family once, so a slow spell on this
@@ -178,7 +280,9 @@ def main(argv: list[str] | None = None) -> int:
         for family in families:
             if args.in_process:  # one process, one CUDA context: on a GPU a subprocess per family costs its start
                 try:
-                    runs[family].append(time_one(family, args.dataset, args.device, args.epochs, hidden))
+                    runs[family].append(
+                        time_one(family, args.dataset, args.device, args.epochs, hidden, threads, steps)
+                    )
                 except Exception as exc:  # noqa: BLE001 - one family's failure is a row of the table
                     runs[family].append({"error": [f"{type(exc).__name__}: {exc}"[:300]]})
                     print(f"{family}: failed: {exc}", file=sys.stderr)
@@ -196,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
                     str(args.epochs),
                     "--hidden",
                     args.hidden,
+                    *([] if threads is None else ["--threads", str(threads)]),
+                    *([] if steps is None else ["--steps", str(steps)]),
                 ]
                 done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
                 if done.returncode != 0:

@@ -28,6 +28,7 @@ from core.models.base import (
 from core.models.distributions import gaussian_kl, scaled_prior_variance
 from core.models.fused import apply_fused
 from core.models.gaussian_fused import GaussianLinear
+from core.models.mixture_fused import MixtureLinear
 from core.models.options import (
     ESTIMATOR,
     INIT_SIGMA,
@@ -175,6 +176,25 @@ class MixtureGaussianLayer(GaussianLayer):
         return torch.logaddexp(
             torch.log(self.mixture_weight) + log_normal(self.prior_variance),
             torch.log1p(-self.mixture_weight) + log_normal(self.prior_variance_2),
+        )
+
+    def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:
+        if x.dim() != 2 or self.is_structure_fixed or self.options.estimator is not Estimator.LOCAL_REPARAMETERISATION:
+            return self(x), self.kl()
+        # the autograd path's order of draws: pre-activation noise, then the weights' (core/models/mixture_fused.py)
+        noise = self.normal_noise((x.shape[0], self.out_features), x)
+        eps = self.normal_noise(self.shape, self.weight_mu)
+        return MixtureLinear.apply(
+            x,
+            self.weight_mu,
+            self.weight_rho,
+            noise,
+            eps,
+            self.mixture_weight,
+            self.prior_variance,
+            self.prior_variance_2,
+            kl_value,
+            self.prior_log_density,
         )
 
     def kl(self) -> Tensor:

@@ -34,8 +34,12 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from core.enums import Estimator
 from core.models.base import init_generator, inverse_softplus, require
+from core.models.fused import apply_fused
 from core.models.lbbnn import LBBNNLayer, LBBNNOptions
+from core.models.lbbnn_fused import LBBNNLinear
+from core.models.lfmvn_fused import LowRankKL
 from core.models.options import POSITIVE, OptionSpec, option
 
 
@@ -139,7 +143,10 @@ class LowRankLBBNNLayer(LBBNNLayer):
         size = () if n is None else (n,)
         z = torch.randn((*size, self.options.rank), generator=generator, device=xi.device, dtype=xi.dtype)
         eps = torch.randn((*size, *self.shape), generator=generator, device=xi.device, dtype=xi.dtype)
-        low_rank = torch.einsum("oir,...r->...oi", self.logit_factor, z)
+        if n is None:  # the training draw: one matrix-vector product (einsum's batched path is slower here)
+            low_rank = torch.mv(self.logit_factor.reshape(-1, self.options.rank), z).reshape(self.shape)
+        else:
+            low_rank = torch.einsum("oir,...r->...oi", self.logit_factor, z)
         return xi + low_rank + torch.sqrt(self.logit_diag) * eps
 
     # --- estimators -----------------------------------------------------------------------
@@ -148,8 +155,36 @@ class LowRankLBBNNLayer(LBBNNLayer):
         return self._estimate(x, torch.sigmoid(logit))
 
     def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:
-        # LBBNN's fused mean-field kernel does not know the logit distribution.
-        return self(x), self.kl()
+        if x.dim() != 2 or self.is_structure_fixed or self.options.estimator is not Estimator.LOCAL_REPARAMETERISATION:
+            return self(x), self.kl()
+        # The pre-activations given the drawn logits are LBBNN's: its fused kernel gives them and the
+        # gradient in those logits, which autograd carries on to xi, F and D. Its mean-field KL is not
+        # this family's and goes unused (its gradient enters multiplied by 0); the KL is kl() below.
+        # Draws in forward()'s order: the logits, then the pre-activation noise.
+        logit = self.sample_logits(None, self.noise_generator)
+        noise = self.normal_noise((x.shape[0], self.out_features), x)
+        constants = (self.prior_inclusion_logit.detach(), self.log_slab_variance.detach())
+        h, _ = apply_fused(self, LBBNNLinear, x, self.weight_mu, self.weight_rho, logit, noise, *constants, False, True)
+        return h, self._training_kl()
+
+    def _training_kl(self) -> Tensor:
+        """kl() with its gradient by hand (core/models/lfmvn_fused.py) where that applies."""
+        if (
+            self.options.slab != "gaussian"
+            or self.log_slab_variance.requires_grad
+            or self.prior_inclusion_logit.requires_grad
+        ):
+            return self.kl()
+        return LowRankKL.apply(
+            self.weight_mu,
+            self.weight_rho,
+            self.inclusion_logit,
+            self.logit_factor,
+            self.logit_diag_rho,
+            self.log_slab_variance.detach(),
+            self.prior_inclusion_logit.detach(),
+            self.logit_prior_variance,
+        )
 
     def sample_weights(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         if self.is_structure_fixed:
