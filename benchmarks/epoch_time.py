@@ -219,6 +219,21 @@ def render_table(args, hidden: tuple[int, ...], families: list[str], runs: dict[
     return "\n".join(lines) + "\n"
 
 
+def written_notes(out: Path) -> str:
+    """What follows the generated table in an existing results file (the notes people wrote under it,
+    from the first line after the table on): kept when the table is regenerated."""
+    if not out.exists():
+        return ""
+    lines = out.read_text().splitlines(keepends=True)
+    seen_table = False
+    for index, line in enumerate(lines):
+        if line.startswith("|"):
+            seen_table = True
+        elif seen_table:
+            return "".join(lines[index:])
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     from core import validate
     from core.errors import InputError
@@ -315,9 +330,9 @@ def main(argv: list[str] | None = None) -> int:
                     file=sys.stderr,
                 )
             # Written after every family: a run stopped at a time cap keeps what it measured.
-            table = render_table(args, hidden, families, runs)
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(table)
+            out = Path(args.out)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(render_table(args, hidden, families, runs) + written_notes(out))
     print(render_table(args, hidden, families, runs))
     return 0
 
