@@ -77,11 +77,14 @@ def default_epochs(n_train: int, batch_size: int) -> int:
     return int(min(MAX_DEFAULT_EPOCHS, max(MIN_DEFAULT_EPOCHS, math.ceil(DEFAULT_STEPS / steps_per_epoch))))
 
 
-def _check_rate(rate: Any, name: str) -> None:
-    """A rate is a number (never text or a flag), under core.validate's one rule for rates."""
+def check_learning_rate(rate: Any, name: str) -> float:
+    """A rate given in a config is a number (never text or a flag), under core.validate's one rule for
+    rates; config tables and files (core.runs.config) and TrainConfig both come through here."""
     if isinstance(rate, bool) or not isinstance(rate, (int, float)):
-        raise ConfigError(f"{name}: must be a number above 0 and at most {MAX_LEARNING_RATE:g}, got {rate!r}")
-    validate.learning_rate(rate, name)
+        raise ConfigError(
+            f"{name}: must be a number above 0 and at most {MAX_LEARNING_RATE:g}, got {validate.shown(rate)}"
+        )
+    return validate.learning_rate(rate, name)
 
 
 @dataclass(frozen=True)
@@ -142,7 +145,7 @@ class TrainConfig:
             f"must lie in (0, 1] (1 is the ELBO; below 1 tempers the KL), got {self.kl_weight!r}",
         )
         check(self.warm_start_epochs >= 0, "warm_start_epochs", f"must be >= 0, got {self.warm_start_epochs}")
-        _check_rate(self.warm_start_learning_rate, "warm_start_learning_rate")
+        check_learning_rate(self.warm_start_learning_rate, "warm_start_learning_rate")
         target = self.target_density
         check(
             target is None
@@ -162,7 +165,7 @@ class TrainConfig:
             unknown = sorted(set(rates) - set(DEFAULT_LEARNING_RATES))
             check(not unknown, label, f"unknown group(s) {unknown}; groups are {', '.join(DEFAULT_LEARNING_RATES)}")
             for group, rate in rates.items():
-                _check_rate(rate, f"{label}.{group}")
+                check_learning_rate(rate, f"{label}.{group}")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

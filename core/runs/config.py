@@ -28,7 +28,13 @@ from core.models.likelihoods import LIKELIHOODS, likelihood_options
 from core.models.network import ACTIVATIONS, ModelConfig, check_input_skip
 from core.models.registry import canonical_family, family_class
 from core.runs.parsing import check_hidden, parse_hidden
-from core.train import DEFAULT_LEARNING_RATES, DEFAULT_PRETRAIN_LEARNING_RATES, WARM_START_LEARNING_RATE, TrainConfig
+from core.train import (
+    DEFAULT_LEARNING_RATES,
+    DEFAULT_PRETRAIN_LEARNING_RATES,
+    WARM_START_LEARNING_RATE,
+    TrainConfig,
+    check_learning_rate,
+)
 
 if TYPE_CHECKING:
     from core.data import Dataset
@@ -83,12 +89,6 @@ def _seed(value: Any, name: str) -> int:
     return value
 
 
-def _as_rate(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{name}: must be a positive number, got {validate.shown(value)}")
-    return validate.learning_rate(value, name)  # the one rule for rates (core.validate)
-
-
 def _train_from(value: Any) -> TrainConfig:
     """A TrainConfig with integer fields coerced and learning-rate defaults filled in."""
     if isinstance(value, TrainConfig):
@@ -125,7 +125,7 @@ def _train_from(value: Any) -> TrainConfig:
             )
         # Partial rates mean "these groups changed": filling in the rest keeps
         # {weights: 1e-2} and the full default table the same run.
-        values[name] = {**defaults, **{k: _as_rate(v, f"train.{name}.{k}") for k, v in given.items()}}
+        values[name] = {**defaults, **{k: check_learning_rate(v, f"train.{name}.{k}") for k, v in given.items()}}
     try:
         return TrainConfig(**values)
     except ConfigError as exc:
