@@ -281,7 +281,21 @@ def main(argv: list[str] | None = None) -> int:
             steps = validate.whole_number(args.steps, "steps", 10, 10000)
         except InputError as exc:
             parser.error(str(exc))
-    hidden = tuple(int(h) for h in args.hidden.split(","))
+    try:
+        validate.whole_number(args.repeats, "repeats", 1, 100)
+        validate.whole_number(args.epochs, "epochs", 1, 100)
+        hidden = tuple(validate.whole_number(h, "hidden", 1, 100_000) for h in args.hidden.split(","))
+        for family in args.families.split(","):
+            name, _, batch = family.partition("@")
+            base, plus, suffix = name.partition("+")
+            if plus and suffix != "compile":
+                raise InputError(f"families: {family!r}: the only suffix is +compile")
+            if base not in (PLAIN, *FAMILY_PATHS):
+                raise InputError(f"families: unknown family {name!r}; known: {', '.join((PLAIN, *FAMILY_PATHS))}")
+            if batch:
+                validate.whole_number(batch, f"families: {family}'s batch", 1, 1_000_000)
+    except InputError as exc:
+        parser.error(str(exc))
     if args.one:
         print(json.dumps(time_one(args.one, args.dataset, args.device, args.epochs, hidden, threads, steps)))
         return 0
