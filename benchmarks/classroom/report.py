@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,9 @@ class Report:
     script_cpu_seconds: float = float("nan")  # of which the script runs' own threads (from the rerun log)
     started: float = 0.0  # wall clock when the class began (after the teacher's first page)
     server_settings: dict[str, str] = field(default_factory=dict)  # the server's environment, as given to it
+    thread_seconds: dict[int, float] = field(default_factory=dict)  # server thread id -> its CPU in the class
+    thread_names: dict[int, str] = field(default_factory=dict)  # server thread id -> its Python name
+    fragment_runs: int = 0  # fragment polls the refining sessions sent (each a fragment's own script run)
 
     def latencies(self, kinds: tuple[str, ...] | None = None) -> list[float]:
         return [i.seconds for i in self.interactions if kinds is None or i.kind in kinds]
@@ -183,6 +187,70 @@ def table(report: Report) -> str:
             f"| script runs in all / server process | | | {report.script_cpu_seconds:.1f} / "
             f"{report.server_cpu_seconds:.1f} |"
         )
+    lines += thread_table(report)
     if report.errors or report.leaks:
         lines += ["", "First problems:"] + [f"- {p}" for p in (report.errors + report.leaks)[:10]]
     return "\n".join(lines)
+
+
+# Python thread names (the server's thread log, benchmarks/classroom/server.py) -> what they do in the server.
+THREAD_GROUPS = (
+    ("ScriptRunner", "script runs and fragment polls (ScriptRunner threads)"),
+    ("bnn-refiner", "background draws (bnn-refiner threads)"),
+    ("MainThread", "main thread: tornado event loop, websocket sends and receives"),
+)
+
+
+def thread_groups(report: Report) -> dict[str, tuple[int, float]]:
+    """Group -> (threads, CPU seconds during the class); a thread no script run saw alive is unnamed."""
+    names = report.thread_names
+    groups: dict[str, tuple[int, float]] = {}
+    for tid, seconds in report.thread_seconds.items():
+        name = names.get(tid)
+        group = (
+            next(
+                (label for prefix, label in THREAD_GROUPS if name.startswith(prefix)),
+                "other: " + re.sub(r"[-_]\d+(_\d+)?$", "-N", name),  # Thread-12, ThreadPoolExecutor-0_3
+            )
+            if name
+            else "threads not started by Python's threading (torch's, if any)"
+        )
+        count, total = groups.get(group, (0, 0.0))
+        groups[group] = (count + 1, total + seconds)
+    return groups
+
+
+def thread_table(report: Report) -> list[str]:
+    """The server process's CPU during the class by thread group (/proc/<pid>/task), and what the fragment
+    polls cost: the script-runner threads' CPU less the full script runs' (the rerun log)."""
+    if not report.thread_seconds:
+        return []
+    groups = thread_groups(report)
+    lines = [
+        "",
+        "Server CPU by thread (user + system: /proc/<pid>/task/*/stat at the class's start and end, and each "
+        "thread's time.thread_time as it ended):",
+        "",
+        "| threads | seen | CPU (s) | share of the server's |",
+        "|---|---|---|---|",
+    ]
+    total = report.server_cpu_seconds
+    seen = 0.0
+    for group, (count, seconds) in sorted(groups.items(), key=lambda item: -item[1][1]):
+        seen += seconds
+        lines.append(f"| {group} | {count} | {seconds:.1f} | {seconds / total:.0%} |")
+    lines.append(
+        f"| not in any thread's record (process-wide work, rounding) | | {total - seen:.1f} | "
+        f"{(total - seen) / total:.0%} |"
+    )
+    lines.append(f"| server process | | {total:.1f} | 100% |")
+    scripts = next((s for g, (_, s) in groups.items() if g.startswith("script runs")), None)
+    if scripts is not None and report.script_cpu_seconds == report.script_cpu_seconds:
+        fragments = max(0.0, scripts - report.script_cpu_seconds)
+        lines += [
+            "",
+            f"- fragment polls: {report.fragment_runs} fragment runs by the refining sessions; script-runner CPU "
+            f"{scripts:.1f} s less the full script runs' {report.script_cpu_seconds:.1f} s (rerun log) = "
+            f"{fragments:.1f} s, {fragments / max(report.fragment_runs, 1):.3f} s per fragment run",
+        ]
+    return lines

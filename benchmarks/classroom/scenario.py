@@ -16,7 +16,7 @@ from typing import Any
 
 from benchmarks.classroom.client import RunResult, Session, number_state, slider_state, text_state, trigger_state
 from benchmarks.classroom.report import SERVER_SETTINGS, Interaction, Report, attribute_script_cpu
-from benchmarks.classroom.server import Server, prepare_runs
+from benchmarks.classroom.server import Server, ThreadCpu, prepare_runs
 
 # Values a class is asked to try: slider positions (threshold steps of the pruning page) and R.
 THRESHOLDS = (0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.9)
@@ -184,6 +184,7 @@ async def refine(
             return result, None
         await asyncio.sleep(min(session.auto_reruns.values()))
         polled = await session.poll_fragments()
+        report.fragment_runs += sum(run.fragment for run in polled)
         for run in polled:
             if run.fragment:  # a fragment's run: only its own errors are checked here
                 check_result(session, run, report, "refine", {}, trainer_labels)
@@ -332,6 +333,8 @@ async def run_class(url: str, runs: list[str], scenario: Scenario, report: Repor
     trainers = min(2, scenario.sessions)
     sessions = [Session(i, url, None if i < trainers else runs[i % len(runs)]) for i in range(scenario.sessions)]
 
+    threads = ThreadCpu(server.process.pid, server.thread_log)
+
     async def sample_memory() -> None:
         while not stop.is_set():
             rss, peak = server.memory_mb()
@@ -348,6 +351,7 @@ async def run_class(url: str, runs: list[str], scenario: Scenario, report: Repor
     report.memory_mb.append(server.memory_mb()[0])
     report.started = time.time()
     server_cpu, client_cpu = server.cpu_seconds(), time.process_time()
+    threads.begin()
     memory = asyncio.create_task(sample_memory())
     training = [
         asyncio.create_task(train(s, report, scenario, deadline, trainer_labels, stop)) for s in sessions[:trainers]
@@ -365,7 +369,9 @@ async def run_class(url: str, runs: list[str], scenario: Scenario, report: Repor
     stop.set()
     await asyncio.gather(*training)
     await memory
+    threads.finish()
     report.server_cpu_seconds = server.cpu_seconds() - server_cpu
+    report.thread_seconds, report.thread_names = threads.used()
     report.client_cpu_seconds = time.process_time() - client_cpu
 
 
@@ -380,6 +386,7 @@ def run_load_test(scenario: Scenario, cache_dir: Path | None = None, work_dir: P
         BNN_MAX_TRAININGS="2",
         PYTHONUNBUFFERED="1",
         BNN_RERUN_LOG=str(rerun_log),
+        BNN_THREAD_LOG=str(work / "threads.jsonl"),
     )
     env.setdefault("BNN_CLASSROOM", "1")  # a class runs the app in classroom mode
     runs = prepare_runs(scenario, env)

@@ -45,6 +45,38 @@ def prepare_runs(scenario: Scenario, env: dict[str, str]) -> list[str]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+# `streamlit run`, with every thread of the server writing one JSON line to $BNN_THREAD_LOG as it starts
+# (its name: /proc shows every Python thread as "python") and as it ends (its CPU, time.thread_time):
+# Streamlit starts a thread per script run and the draw workers end when their queue is empty, so most
+# of the server's threads live for less than a second and /proc alone would lose them.
+BOOT = """
+import json, os, sys, threading, time
+
+def _write(record):
+    if not os.environ.get("BNN_THREAD_LOG"):
+        return
+    handle = os.open(os.environ["BNN_THREAD_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(handle, (json.dumps(record) + "\\n").encode())
+    finally:
+        os.close(handle)
+
+_inner = threading.Thread._bootstrap_inner
+
+def _bootstrap_inner(self):
+    _write({"tid": threading.get_native_id(), "name": self.name})
+    try:
+        _inner(self)
+    finally:
+        _write({"tid": threading.get_native_id(), "name": self.name, "cpu": time.thread_time()})
+
+threading.Thread._bootstrap_inner = _bootstrap_inner
+from streamlit.web.cli import main
+sys.argv = ["streamlit", *sys.argv[1:]]
+main(prog_name="streamlit")
+"""
+
+
 class Server:
     """`streamlit run dashboard/app.py` on 127.0.0.1:<free port>, stopped on exit."""
 
@@ -52,12 +84,13 @@ class Server:
         self.port = free_port()
         self.url = f"http://{HOST}:{self.port}"
         self.log = log
+        self.thread_log = Path(env.get("BNN_THREAD_LOG") or os.devnull)
         self._handle = open(log, "w")
         self.process = subprocess.Popen(
             [
                 sys.executable,
-                "-m",
-                "streamlit",
+                "-c",
+                BOOT,
                 "run",
                 str(APP),
                 "--server.headless",
@@ -98,6 +131,10 @@ class Server:
         except (OSError, ValueError, IndexError):
             return float("nan")
 
+    def thread_cpu(self) -> dict[int, float]:
+        """Thread id -> user + system CPU seconds so far of the server's live threads."""
+        return thread_cpu(self.process.pid)
+
     def stop(self) -> None:
         self.process.terminate()
         try:
@@ -106,3 +143,69 @@ class Server:
             self.process.kill()
             self.process.wait()
         self._handle.close()
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """Thread id -> user + system CPU seconds so far of process `pid`'s live threads (/proc/<pid>/task)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    threads: dict[int, float] = {}
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return threads
+    for task in tasks:
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            threads[int(task.name)] = (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended while read
+    return threads
+
+
+class ThreadCpu:
+    """Each server thread's CPU over an interval: /proc at its start and end for the threads alive then,
+    the thread log (BOOT) for the threads that ended in between, and the log's names."""
+
+    def __init__(self, pid: int, log: Path) -> None:
+        self.pid, self.log = pid, log
+        self.start: dict[int, float] = {}
+        self.end: dict[int, float] = {}
+        self.offset = 0  # the log's length at the interval's start: threads that ended before are not in it
+
+    def begin(self) -> None:
+        self.start = thread_cpu(self.pid)
+        try:
+            self.offset = len(self.log.read_bytes())
+        except OSError:
+            self.offset = 0
+
+    def finish(self) -> None:
+        self.end = thread_cpu(self.pid)
+
+    def used(self) -> tuple[dict[int, float], dict[int, str]]:
+        """(thread id -> CPU seconds in the interval, thread id -> name) of the threads that used some."""
+        names: dict[int, str] = {self.pid: "MainThread"}
+        final = dict(self.end)
+        try:
+            text = self.log.read_bytes()
+        except OSError:
+            text = b""
+        for at, line in _lines_at(text):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a line cut short as the server stopped
+            names[record["tid"]] = record["name"]
+            if "cpu" in record and at >= self.offset and record["tid"] not in self.end:  # ended in the interval
+                final[record["tid"]] = record["cpu"]
+        used = {tid: seconds - self.start.get(tid, 0.0) for tid, seconds in final.items()}
+        return {tid: seconds for tid, seconds in used.items() if seconds > 0}, names
+
+
+def _lines_at(text: bytes) -> list[tuple[int, bytes]]:
+    """(offset, line) of each line of `text`."""
+    out, at = [], 0
+    for line in text.splitlines(keepends=True):
+        out.append((at, line))
+        at += len(line)
+    return out
