@@ -219,3 +219,46 @@ def test_forgetting_a_run_drops_its_queued_work_only(monkeypatch):
 def test_settings_out_of_range_are_refused(workers, linger):
     with pytest.raises(PredictionError):
         Refiner(DrawCache(), workers=workers, linger=linger)
+
+
+def test_the_plan_with_fewest_draws_missing_goes_first_and_a_long_one_yields_to_it(monkeypatch):
+    """Shortest remaining work first: a 2-draw plan asked while one worker draws a 30-draw plan is done
+    after at most two more of the long plan's draws (first come, first served: after all 30), and both
+    end at the uncached numbers."""
+    run = classification_run(seed=3)
+    x = run.dataset().x_test
+    cache = DrawCache()
+    refiner = Refiner(cache, workers=1)
+    with slow_draws(monkeypatch, 0.05):
+        refiner.ready(run, x, "test", "run", "bma", 30)
+        wait_until(lambda: cache.keys() and cache.draws_held(cache.keys()[0]) >= 1)
+        long_key = cache.keys()[0]
+        asked_at = cache.draws_held(long_key)
+        refiner.ready(run, x, "test", "run", "mpm", 2, 0.5)
+        wait_until(lambda: refiner.ready(run, x, "test", "run", "mpm", 2, 0.5).complete, 30)
+        short_key = next(k for k in cache.keys() if k != long_key)
+        assert cache.draws_held(long_key) <= asked_at + 2 < 30, (asked_at, cache.draws_held(long_key))
+        assert refiner.yielded >= 1
+        while not refiner.ready(run, x, "test", "run", "bma", 30).complete:  # a page polling for the rest
+            time.sleep(0.05)
+    assert cache.draws_held(short_key) == 2
+    assert_same(cache.predict(run, x, "test", "run", "bma", 30), run.predict(x, mode="bma", samples=30))
+    assert_same(
+        cache.predict(run, x, "test", "run", "mpm", 2, 0.5), run.predict(x, mode="mpm", samples=2, threshold=0.5)
+    )
+    assert cache.draws_computed == 32  # every draw once, whatever the order
+    assert refiner.wait(10) and refiner.finished == 2
+    wait_until(lambda: refiner_threads() == 0, 10)
+
+
+def test_a_plan_alone_or_behind_a_longer_one_never_yields(monkeypatch):
+    run = classification_run(seed=4)
+    x = run.dataset().x_test
+    cache = DrawCache()
+    refiner = Refiner(cache, workers=1)
+    with slow_draws(monkeypatch, 0.02):
+        refiner.ready(run, x, "test", "run", "bma", 6)
+        wait_until(lambda: cache.keys() and cache.draws_held(cache.keys()[0]) >= 1)
+        refiner.ready(run, x, "test", "run", "mpm", 20, 0.5)  # lacks more than the running plan: waits
+        assert refiner.wait(30)
+    assert refiner.yielded == 0 and refiner.finished == 2

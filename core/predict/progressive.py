@@ -15,8 +15,15 @@ draws) is answered as complete: its one forward pass is the caller's.
 
 A plan is wanted for `linger` seconds after the last `ready` that asked for it (a page polls while
 its cards are incomplete); a plan nobody asks for any more is dropped before its next draw, the
-draws computed so far staying in the cache. Workers are started when there is work and end when the
-queue is empty, so no thread outlives its work (`close` ends them at once). No worker touches a UI.
+draws computed so far staying in the cache.
+
+Order: the plan with the fewest draws still missing first (ties: the one asked first), and a
+worker whose plan lacks more draws than a waiting plan puts its plan back after the current draw
+while every worker is busy (shortest remaining work first: a class's R = 1 or a nearly complete
+plan is not held behind another session's 20 new draws; first come, first served kept every later
+ask waiting for all earlier plans' draws). The draws computed, and so the numbers, are the same in
+any order. Workers are started when there is work and end when the queue is empty, so no thread
+outlives its work (`close` ends them at once). No worker touches a UI.
 """
 
 from __future__ import annotations
@@ -60,6 +67,7 @@ class _Job:
     batch_size: int | None
     samples: int  # the largest R asked while queued or running
     wanted_until: float
+    order: int = 0  # when first asked (ties in the order of work)
     running: bool = False
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -87,6 +95,8 @@ class Refiner:
         self._threads: set[threading.Thread] = set()
         self._errors: dict[DrawKey, BaseException] = {}
         self._closed = False
+        self._asked = 0
+        self.yielded = 0  # times a worker put its plan back for one with fewer draws missing
         self.dropped = 0  # jobs dropped because nobody wanted them any more
         self.finished = 0  # jobs that reached their R
 
@@ -192,6 +202,8 @@ class Refiner:
                 held.wanted_until = max(held.wanted_until, job.wanted_until)
                 held.run, held.x = job.run, job.x  # the newest copy of the run (a reload drops the old draws)
             else:
+                self._asked += 1
+                job.order = self._asked
                 self._jobs[job.key] = job
             self._threads = {thread for thread in self._threads if thread.is_alive()}
             idle = sum(not j.running for j in self._jobs.values())
@@ -201,23 +213,41 @@ class Refiner:
                 thread.start()
             self._lock.notify_all()
 
+    def _missing(self, job: _Job) -> int:
+        return max(0, job.samples - self.cache.draws_held(job.key))
+
     def _next(self) -> _Job | None:
-        """The oldest job still wanted and not running (dropping the unwanted ones); None: nothing to do."""
+        """The wanted job with the fewest draws missing that is not running (dropping the unwanted
+        ones); None: nothing to do."""
         with self._lock:
             now = self.clock()
             for key, job in list(self._jobs.items()):
-                if job.running:
-                    continue
-                if job.wanted_until < now:
+                if not job.running and job.wanted_until < now:
                     del self._jobs[key]
                     self.dropped += 1
                     job.done.set()
-                    continue
+            waiting = [job for job in self._jobs.values() if not job.running]
+            if waiting:
+                job = min(waiting, key=lambda j: (self._missing(j), j.order))
                 job.running = True
                 return job
             self._threads.discard(threading.current_thread())  # leaving: no work left
             self._lock.notify_all()
             return None
+
+    def _outranked(self, job: _Job) -> bool:
+        """True when `job` should go back to the queue before its next draw: every worker is busy, a
+        waiting wanted job lacks fewer draws, and of the running jobs this one lacks the most."""
+        with self._lock:
+            now = self.clock()
+            running = [j for j in self._jobs.values() if j.running]
+            waiting = [j for j in self._jobs.values() if not j.running and j.wanted_until >= now]
+            if not waiting or len(running) < self.workers:
+                return False
+            mine = self._missing(job)
+            if min(self._missing(j) for j in waiting) >= mine:
+                return False
+            return max(running, key=lambda j: (self._missing(j), j.order)) is job
 
     def _work(self) -> None:
         while True:
@@ -242,7 +272,7 @@ class Refiner:
                         job.seed,
                         job.weights,
                         job.batch_size,
-                        stop=lambda j=job: self._unwanted(j),
+                        stop=lambda j=job: self._unwanted(j) or self._outranked(j),
                     )
                     if held < target:
                         break
@@ -255,14 +285,25 @@ class Refiner:
                     self._errors[job.key] = error
             finally:
                 with self._lock:
+                    job.running = False
                     if self.cache.draws_held(job.key) >= job.samples:
                         self.finished += 1
-                    else:
+                        self._end(job)
+                    elif job.key in self._errors or self._unwanted_locked(job):
                         self.dropped += 1
-                    self._jobs.pop(job.key, None)
-                    job.done.set()
-                    self._lock.notify_all()
+                        self._end(job)
+                    else:  # outranked: back in the queue, for this worker or another
+                        self.yielded += 1
+                        self._lock.notify_all()
+
+    def _end(self, job: _Job) -> None:
+        self._jobs.pop(job.key, None)
+        job.done.set()
+        self._lock.notify_all()
 
     def _unwanted(self, job: _Job) -> bool:
         with self._lock:
-            return self._closed or job.wanted_until < self.clock()
+            return self._unwanted_locked(job)
+
+    def _unwanted_locked(self, job: _Job) -> bool:
+        return self._closed or job.wanted_until < self.clock()
