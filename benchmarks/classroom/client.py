@@ -119,12 +119,12 @@ class Session:
                 if self._finished is not None and not self._finished.done():
                     self._finished.set_result(self._current)
 
-    async def poll_fragments(self) -> list[RunResult]:
-        """What the browser does on an `st.fragment(run_every=...)` timer: rerun each polled fragment (one
-        after the other) and wait for it; a fragment that reruns the whole script (st.rerun) ends with
-        that full run's result."""
+    async def poll_fragments(self, due: list[str] | None = None) -> list[RunResult]:
+        """What the browser does on an `st.fragment(run_every=...)` timer: rerun each polled fragment (only
+        those in `due`, when given; one after the other) and wait for it; a fragment that reruns the
+        whole script (st.rerun) ends with that full run's result."""
         results = []
-        for fragment_id in list(self.auto_reruns):
+        for fragment_id in [f for f in self.auto_reruns if due is None or f in due]:
             result = await self.rerun(fragment_id=fragment_id)
             results.append(result)
             if not result.fragment:

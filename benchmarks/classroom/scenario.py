@@ -178,12 +178,21 @@ async def refine(
 ) -> tuple[RunResult, float | None]:
     """Poll the page's fragments as the browser does until a run shows the complete numbers: (that run,
     seconds from the widget change to it), or None seconds when nothing polls (the page never refines)."""
+    due_at: dict[str, float] = {}  # fragment id -> when its own timer fires (each has its run_every, as in a browser)
     while partial(result):
         if not session.auto_reruns:
             report.errors.append(f"session {session.index}: partial cards and no fragment polls for the rest")
             return result, None
-        await asyncio.sleep(min(session.auto_reruns.values()))
-        polled = await session.poll_fragments()
+        now = time.perf_counter()
+        for fragment_id, every in session.auto_reruns.items():
+            due_at.setdefault(fragment_id, now + every)
+        first = min(due_at[f] for f in session.auto_reruns)
+        await asyncio.sleep(max(0.0, first - now))
+        now = time.perf_counter()
+        due = [f for f in session.auto_reruns if due_at[f] <= now + 0.01]
+        for fragment_id in due:
+            due_at[fragment_id] = now + session.auto_reruns[fragment_id]
+        polled = await session.poll_fragments(due)
         report.fragment_runs += sum(run.fragment for run in polled)
         for run in polled:
             if run.fragment:  # a fragment's run: only its own errors are checked here

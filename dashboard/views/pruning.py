@@ -33,16 +33,21 @@ def apply_suggestion(value: float) -> None:
     state.store_setting(run_id, "threshold", float(value))
 
 
-POLL_SECONDS = 0.5  # while a setting's draws are incomplete, its cards and chart are redrawn this often
+POLL_SECONDS = 0.5  # while a setting's draws are incomplete, its cards are redrawn this often
+# The accuracy-vs-R chart less often: its polls were half a class's fragment runs, and the dearer half (a
+# new ladder and chart per new count of draws); the cards' poll reruns the page once all R are in.
+CHART_POLL_SECONDS = 2.0
 
 
-def refining(progress: tuple[int, int], draw: Callable[[int, int], None], what: str) -> None:
-    """draw(k, R) with the k of R draws kept now, and again every POLL_SECONDS (an st.fragment) while k < R;
-    once complete, one full run stops the polling. Only the page's thread calls st: the draws come from
-    the draw cache's background workers."""
+def refining(
+    progress: tuple[int, int], draw: Callable[[int, int], None], what: str, every: float = POLL_SECONDS
+) -> None:
+    """draw(k, R) with the k of R draws kept now, and again every `every` seconds (an st.fragment) while
+    k < R; once complete, one full run stops the polling. Only the page's thread calls st: the draws come
+    from the draw cache's background workers."""
     latest = {"first": progress}
 
-    @st.fragment(run_every=POLL_SECONDS if progress[0] < progress[1] else None)
+    @st.fragment(run_every=every if progress[0] < progress[1] else None)
     def part() -> None:
         with guard(what):  # a poll runs outside the page's guard
             first = latest.pop("first", None)
@@ -266,4 +271,9 @@ with guard("Sweeping thresholds"):
 
 if dataset.task == "classification" and backend.mode_draws_samples(mode, weights):
     with guard("Accuracy vs R"):
-        refining(cache.test_draws_ready(run_id, mode, draws, effective, 0, weights), accuracy_chart, "Accuracy vs R")
+        refining(
+            cache.test_draws_ready(run_id, mode, draws, effective, 0, weights),
+            accuracy_chart,
+            "Accuracy vs R",
+            every=CHART_POLL_SECONDS,
+        )
