@@ -49,7 +49,7 @@ def prepare_runs(scenario: Scenario, env: dict[str, str]) -> list[str]:
 # (its name: /proc shows every Python thread as "python") and as it ends (its CPU, time.thread_time):
 # Streamlit starts a thread per script run and the draw workers end when their queue is empty, so most
 # of the server's threads live for less than a second and /proc alone would lose them.
-BOOT = """
+THREAD_LOG_PATCH = """
 import json, os, sys, threading, time
 
 def _write(record):
@@ -71,10 +71,15 @@ def _bootstrap_inner(self):
         _write({"tid": threading.get_native_id(), "name": self.name, "cpu": time.thread_time()})
 
 threading.Thread._bootstrap_inner = _bootstrap_inner
+"""
+BOOT = (
+    THREAD_LOG_PATCH
+    + """
 from streamlit.web.cli import main
 sys.argv = ["streamlit", *sys.argv[1:]]
 main(prog_name="streamlit")
 """
+)
 
 
 class Server:
