@@ -43,6 +43,8 @@ def test_both_latencies_are_summarised_and_a_move_that_never_completed_is_the_sl
     text = table(report)
     assert "slider release -> complete R-draw numbers (threshold, R) | 10 | 2.55 |" in text
     assert "refined in place): 10 of 10; never completed: 1" in text
+    # nine moves waited 2 s each for the rest of their draws
+    assert "to the complete numbers 18 s in all (mean 1.8 s)" in text
 
 
 # --- the server's CPU by thread --------------------------------------------------------------------

@@ -141,6 +141,7 @@ def table(report: Report) -> str:
         )
     moved = [i for i in report.interactions if i.kind in sliders]
     refined = [i for i in moved if i.complete_seconds is None or i.complete_seconds > i.seconds]
+    waited = sum(i.complete_seconds - i.seconds for i in refined if i.complete_seconds is not None)
     rss = [m for m in report.memory_mb if m == m]
     browsed = (
         f"preset {s.preset}, seeds 0-{s.browsed_runs - 1}"
@@ -154,7 +155,8 @@ def table(report: Report) -> str:
         f"think time {s.think_seconds} s (x0.5-1.5)",
         "- server: " + ", ".join(f"{name}={value}" for name, value in report.server_settings.items()),
         f"- slider moves whose first update rested on fewer than R draws (refined in place): {len(refined)} of "
-        f"{len(moved)}; never completed: {sum(i.complete_seconds is None for i in moved)}",
+        f"{len(moved)}; never completed: {sum(i.complete_seconds is None for i in moved)}; their wait from the first "
+        f"update to the complete numbers {waited:.0f} s in all (mean {waited / max(len(refined), 1):.1f} s)",
         f"- errors: {len(report.errors)}; cross-session leaks: {len(report.leaks)}",
         f"- server memory (resident): {rss[0] if rss else float('nan'):.0f} MB after the teacher's first page, "
         f"{max(rss) if rss else float('nan'):.0f} MB at most while sampled, "
