@@ -103,6 +103,9 @@ def train_recipe(config, budget_seconds: float, data_dir: str | None = None, ech
             "epoch": len(rows) + 1,
             "phase": record["phase"],
             "kl_weight": record.get("kl_weight"),
+            # the epoch's mean training NLL (in the warm start: the deterministic net's, whose test accuracy is
+            # not measured; the rows' accuracy there is the untrained variational net's)
+            "data_term": record.get("data_term"),
             "train_seconds": round(state["seconds"], 2),
             "train_cpu_seconds": round(state["cpu"], 2),
             "load": round(load_average(), 1),
