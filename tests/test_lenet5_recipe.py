@@ -86,3 +86,17 @@ def test_a_conv_network_is_judged_by_the_conv_target_only():
     assert best_row({"config": conv, "rows": rows})["epoch"] == 4
     assert best_row({"config": conv, "rows": rows[:3]})["epoch"] == 3  # none on target: the last
     assert best_row({"config": dense, "rows": rows})["epoch"] == 2  # a dense net's first on its target
+
+
+def test_the_front_places_a_lenet5_recipe_beside_the_published_lenet5_points():
+    from benchmarks.pareto import PUBLISHED, front_points
+
+    rows = [_row(1, "warm-start", 0.99, 1.0), _row(2, "train", 0.991, 0.0040)]
+    conv = {"dataset": "mnist", "method": "sparse-vd", "family_options": {}, "conv": [[20, 5], [50, 5]]}
+    other = {**conv, "conv": [[4, 5]]}
+    dense = {"dataset": "mnist", "method": "sparse-vd", "family_options": {}}
+    entries = [{"label": "x", "run_id": str(i), "config": c, "rows": rows} for i, c in enumerate((conv, other, dense))]
+    points = front_points(entries)
+    assert [p.family for p in points] == ["sparse-vd (LeNet-5)", "sparse-vd (conv)", "sparse-vd"]
+    assert (points[0].accuracy, points[0].density) == (0.991, 0.0040)
+    assert "sparse-vd (LeNet-5)" in {p.family for p in PUBLISHED}  # drawn in the published point's colour
