@@ -149,6 +149,9 @@ FRONT_PRESETS = ("sparse-mnist", "islab-mnist")
 
 def _front_family(config: dict[str, Any]) -> str:
     skip = (config.get("family_options") or {}).get("input_skip")
+    if config.get("conv"):  # a convolutional network is its own family, as the published LeNet-5 points are
+        lenet5 = [list(block) for block in config["conv"]] == [[20, 5], [50, 5]]
+        return f"{config['method']} ({'LeNet-5' if lenet5 else 'conv'})"
     return f"{config['method']} (input-skip)" if skip else config["method"]
 
 
