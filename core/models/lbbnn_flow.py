@@ -177,12 +177,18 @@ class LBBNNFlowLayer(LBBNNLayer):
         if x.dim() != 2 or not self._fused_path_applies() or not self.all_have_indicators:
             return self(x), self.kl()
         # FlowLinear (below) does the weight-sized work; the flows stay under autograd. Draws in the
-        # order of forward() then kl(): z per example, the pre-activation noise, the KL's z, r's noise.
+        # order of forward() then kl(): z per example, the pre-activation noise, the KL's z, r's noise;
+        # the KL's z goes through q's flow as one more row of the examples' (one pass of the flow, not two).
         generator = self.noise_generator
-        z_x, _ = self.draw_multipliers((x.shape[0],), generator)
-        noise = self.normal_noise((x.shape[0], self.out_features), x)
-        z, log_q = self.draw_multipliers((), generator)
+        n, d = x.shape[0], self.in_features
+        eps_x = torch.randn((n, d), generator=generator, device=x.device, dtype=x.dtype)
+        noise = self.normal_noise((n, self.out_features), x)
+        eps_z = torch.randn((d,), generator=generator, device=x.device, dtype=x.dtype)
         eps = torch.randn((self.out_features,), generator=generator, device=x.device, dtype=x.dtype)
+        sigma = self.z_sigma
+        z_all, log_det = self.z_flow(self.z_mean + sigma * torch.cat([eps_x, eps_z[None]]))
+        z_x, z = z_all[:n], z_all[n]
+        log_q = (-0.5 * (LOG_2PI + eps_z * eps_z) - torch.log(sigma)).sum() - log_det[n]
         h, weight_kl, mean, var = FlowLinear.apply(
             x,
             x * z_x,
