@@ -78,6 +78,7 @@ def time_one(
         optimizer = _adam([{"params": list(net.parameters()), "lr": 1e-3}])
         enable_flush_denormals()  # as train() does for the families (it stays on)
         seconds = _plain_epochs(net, optimizer, x, y, epochs, device, batch_size)
+        members = 1
     else:
         # "lbbnn+compile": the same family trained with TrainConfig(compile=True); "@1000": batch 1000.
         model = BayesianMLP(
@@ -85,6 +86,7 @@ def time_one(
         ).to(device)
         result = train(model, x, y, TrainConfig(epochs=epochs + 1, batch_size=batch_size, compile=compiled), seed=0)
         seconds = [h["seconds"] for h in result.history]
+        members = getattr(model.layers[0].options, "members", 1)  # an ensemble trains K networks at once
     peak = (
         torch.cuda.max_memory_allocated(device)
         if device.type == "cuda"
@@ -92,6 +94,7 @@ def time_one(
     )
     return {
         "family": family,
+        "members": members,
         "seconds_per_epoch": min(seconds[1:]),
         "peak_bytes": peak,
         "device": str(device),
@@ -149,7 +152,15 @@ def _time_steps(family_name, compiled, batch_size, x, y, n_classes, hidden, step
         best = min(best, time.process_time() - start)
     epoch = best / steps * math.ceil(len(x) / batch_size)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"family": family_name, "seconds_per_epoch": epoch, "peak_bytes": peak, "device": "cpu", "n_train": len(x)}
+    members = 1 if family_name == PLAIN else getattr(model.layers[0].options, "members", 1)
+    return {
+        "family": family_name,
+        "members": members,
+        "seconds_per_epoch": epoch,
+        "peak_bytes": peak,
+        "device": "cpu",
+        "n_train": len(x),
+    }
 
 
 def _plain_epochs(net, optimizer, x, y, epochs: int, device, batch_size: int = 100) -> list[float]:
@@ -179,7 +190,8 @@ def render_table(args, hidden: tuple[int, ...], families: list[str], runs: dict[
         "",
         f"{args.repeats} round(s), families interleaved; seconds are the median over rounds, the ratio "
         "is the median (min-max) over rounds of the family's epoch over the plain MLP's epoch in the same "
-        "round. FAMILY@B trains at batch B and is compared with plain-mlp@B when that row is timed.",
+        "round. FAMILY@B trains at batch B and is compared with plain-mlp@B when that row is timed. "
+        "A family that trains K networks at once (ensemble) also gets the ratio per network (/ K).",
         "",
         f"torch threads per process: {args.threads or 'torch default'}; load average (1 min) at the start: "
         f"{args.load_at_start:.1f}."
@@ -214,6 +226,9 @@ def render_table(args, hidden: tuple[int, ...], families: list[str], runs: dict[
             ratio = f"{statistics.median(ratios):.2f}"
             if len(ratios) > 1:
                 ratio += f" ({min(ratios):.2f}-{max(ratios):.2f})"
+            members = ok[0][1].get("members", 1)
+            if members > 1:
+                ratio += f"; per network ({members}): {statistics.median(ratios) / members:.2f}"
         peak = max(r["peak_bytes"] for _, r in ok)
         lines.append(f"| {family} | {seconds:.2f} | {ratio} | {peak / 2**20:.0f} |")
     return "\n".join(lines) + "\n"

@@ -241,7 +241,13 @@ def test_two_epochs_on_mnist_small_beat_a_loose_accuracy_floor(family, mnist):
 
 # The variants whose forward_with_kl runs a fused kernel (a custom autograd Function) instead of
 # forward() + kl(); the others are compared with an independent computation below.
-FUSED_PATH_VARIANTS = [("lbbnn", {}), ("bnn", {}), ("variational-dense", {})]
+FUSED_PATH_VARIANTS = [
+    ("lbbnn", {}),
+    ("bnn", {}),
+    ("variational-dense", {}),
+    ("lbbnn-lfmvn", {}),
+    ("lbbnn-flow", {}),
+]
 
 
 @pytest.mark.parametrize(

@@ -174,8 +174,35 @@ class LBBNNFlowLayer(LBBNNLayer):
         return mean + var.clamp_min(1e-16).sqrt() * self.normal_noise(mean.shape, mean)
 
     def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:
-        # LBBNN's fused kernel knows no multipliers.
-        return self(x), self.kl()
+        if x.dim() != 2 or not self._fused_path_applies() or not self.all_have_indicators:
+            return self(x), self.kl()
+        # FlowLinear (below) does the weight-sized work; the flows stay under autograd. Draws in the
+        # order of forward() then kl(): z per example, the pre-activation noise, the KL's z, r's noise;
+        # the KL's z goes through q's flow as one more row of the examples' (one pass of the flow, not two).
+        generator = self.noise_generator
+        n, d = x.shape[0], self.in_features
+        eps_x = torch.randn((n, d), generator=generator, device=x.device, dtype=x.dtype)
+        noise = self.normal_noise((n, self.out_features), x)
+        eps_z = torch.randn((d,), generator=generator, device=x.device, dtype=x.dtype)
+        eps = torch.randn((self.out_features,), generator=generator, device=x.device, dtype=x.dtype)
+        sigma = self.z_sigma
+        z_all, log_det = self.z_flow(self.z_mean + sigma * torch.cat([eps_x, eps_z[None]]))
+        z_x, z = z_all[:n], z_all[n]
+        log_q = (-0.5 * (LOG_2PI + eps_z * eps_z) - torch.log(sigma)).sum() - log_det[n]
+        h, weight_kl, mean, var = FlowLinear.apply(
+            x,
+            x * z_x,
+            self.weight_mu,
+            self.weight_rho,
+            self.inclusion_logit,
+            z,
+            self.r_c,
+            noise,
+            self.prior_inclusion_logit.detach(),
+            self.log_slab_variance.detach(),
+            kl_value,
+        )
+        return h, weight_kl + log_q - self.reverse_log_density(z, mean, var, eps)
 
     def mean_weights(self) -> Tensor:
         return self._effective_inclusion() * self.weight_mu * self.with_bias(self.expected_multipliers())
@@ -222,6 +249,10 @@ class LBBNNFlowLayer(LBBNNLayer):
         mean = (alpha * zmu) @ self.r_c
         var = (alpha * sigma * sigma + alpha * (1 - alpha) * zmu * zmu) @ (self.r_c * self.r_c)
         eps = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+        return self.reverse_log_density(z, mean, var, eps)
+
+    def reverse_log_density(self, z: Tensor, mean: Tensor, var: Tensor, eps: Tensor) -> Tensor:
+        """log r(z | W) given the moments (mean, var) of W's sums sum_j W_ij c_j and their noise eps."""
         a = torch.tanh(mean + var.clamp_min(1e-16).sqrt() * eps).mean()
         z_b, log_det = self.r_flow(z)
         r_mean, r_log_var = self.r_b1 * a, self.r_b2 * a
@@ -244,3 +275,108 @@ class LBBNNFlowLayer(LBBNNLayer):
         groups["weights"] = [self.weight_mu, self.z_mean, *auxiliary]
         groups["scales"] = [self.weight_rho, self.z_rho]
         return groups
+
+
+class FlowLinear(torch.autograd.Function):
+    """The weight-sized work of an lbbnn-flow training step in one Function, gradients by hand.
+
+    Under autograd a step took alpha, sigma and their backward three times (pre-activations, the
+    weight KL, the reverse model's sums), sliced the bias column off (each slice's backward a
+    zero-filled weight-sized copy) and left ~30 weight-sized tensors for the backward pass. The
+    flows act on vectors and stay under autograd; this takes the multiplied input xz = x z (per
+    example), the KL's one z and r's c, and returns (h, weight KL, mean_r, var_r), with the bias
+    handled by augmented columns (z = 1, c = 0 there). Per weight, with a = sigmoid(l), s = softplus(rho),
+    m = a mu, sv = a s^2, spv = a (1 - a) mu^2 and the KL's zb = (z, 1):
+      h = XZ.m + sqrt(X^2.sv + XZ^2.spv) noise,  mean_r = m.(zb c),  var_r = sv.c^2 + spv.(zb c)^2
+      KL = sum a slab + sum [log(1 - a) - log(1 - psi) + a (l - lp)],
+      slab = 0.5 ((s^2 + zb^2 mu^2) / v - 1) - log s + 0.5 log v.
+    With G_m, G_sv, G_spv the gradients reaching m, sv and spv and c the KL's:
+      d/dmu  = a G_m + mu (2 a (1 - a) G_spv + c a zb^2 / v)
+      d/drho = sigmoid(rho) a (s (2 G_sv + c / v) - c / s)
+      d/dl   = a (1 - a) (mu G_m + s^2 G_sv + (1 - 2a) mu^2 G_spv + c (slab + l - lp))
+      d/dzb_j += c zb_j sum_i a_ij mu_ij^2 / v.
+    Applies to the Bernoulli prior with fixed hyperparameters, every bias with an indicator and a free
+    structure; the autograd path (forward() and kl()) is the reference in the tests. kl_value=False
+    gives the weight KL's gradient with value 0.
+    """
+
+    @staticmethod
+    def forward(ctx, x, xz, mu, rho, logit, z, r_c, noise, prior_logit, log_slab_variance, kl_value=False):
+        alpha = torch.sigmoid(logit)
+        sigma = F.softplus(rho)
+        sigmoid_rho = torch.sigmoid(rho)
+        aa = torch.addcmul(alpha, alpha, alpha, value=-1.0)  # a (1 - a)
+        mean_weight = alpha * mu
+        mu2 = mu * mu
+        s2 = sigma * sigma
+        slab_var = alpha * s2
+        spike_var = aa * mu2
+        x_aug = F.pad(x, (0, 1), value=1.0)
+        xz_aug = F.pad(xz, (0, 1), value=1.0)
+        x2_aug, xz2_aug = x_aug * x_aug, xz_aug * xz_aug
+        var = torch.mm(x2_aug, slab_var.t()).addmm_(xz2_aug, spike_var.t())
+        sd = var.clamp_min_(1e-16).sqrt_()
+        h = torch.mm(xz_aug, mean_weight.t()).addcmul_(sd, noise)
+        zb = F.pad(z, (0, 1), value=1.0)
+        c_aug = F.pad(r_c, (0, 1), value=0.0)
+        zc = zb * c_aug
+        c2, zc2 = c_aug * c_aug, zc * zc
+        mean_r = torch.mv(mean_weight, zc)
+        var_r = torch.mv(slab_var, c2).add_(torch.mv(spike_var, zc2))
+        inverse_v = torch.exp(-log_slab_variance)
+        zb2 = zb * zb
+        slab = torch.addcmul(s2, mu2, zb2).mul_(0.5 * inverse_v).sub_(torch.log(sigma))
+        slab.add_(0.5 * (log_slab_variance - 1.0))
+        if kl_value:
+            kl = (
+                torch.dot(alpha.reshape(-1), slab.reshape(-1))
+                + F.logsigmoid(-logit).sum()
+                + F.softplus(prior_logit) * logit.numel()
+                + torch.dot(alpha.reshape(-1), (logit - prior_logit).reshape(-1))
+            )
+        else:
+            kl = h.new_zeros(())
+        ctx.save_for_backward(
+            noise, x_aug, xz_aug, x2_aug, xz2_aug, sd, mu, logit, alpha, aa, sigma, sigmoid_rho, mean_weight,
+            mu2, s2, slab_var, spike_var, slab, zb, c_aug, zc, c2, zc2, zb2, inverse_v, prior_logit,
+        )  # fmt: skip
+        return h, kl, mean_r, var_r
+
+    @staticmethod
+    def backward(ctx, grad_h, grad_kl, grad_mean_r, grad_var_r):
+        (
+            noise, x_aug, xz_aug, x2_aug, xz2_aug, sd, mu, logit, alpha, aa, sigma, sigmoid_rho, mean_weight,
+            mu2, s2, slab_var, spike_var, slab, zb, c_aug, zc, c2, zc2, zb2, inverse_v, prior_logit,
+        ) = ctx.saved_tensors  # fmt: skip
+        if grad_h is None:
+            grad_h = torch.zeros_like(noise)
+        c = grad_h.new_zeros(()) if grad_kl is None else grad_kl.reshape(())
+        g_mr = torch.zeros_like(mean_weight[:, 0]) if grad_mean_r is None else grad_mean_r
+        g_vr = torch.zeros_like(mean_weight[:, 0]) if grad_var_r is None else grad_var_r
+        grad_var_pre = (grad_h * noise).div_(sd).mul_(0.5)
+        grad_x = grad_xz = None
+        if ctx.needs_input_grad[0]:
+            grad_x = torch.mm(grad_var_pre, slab_var[:, :-1]).mul_(x_aug[:, :-1]).mul_(2.0)
+        if ctx.needs_input_grad[1]:
+            grad_xz = torch.mm(grad_var_pre, spike_var[:, :-1]).mul_(xz_aug[:, :-1]).mul_(2.0)
+            grad_xz.addmm_(grad_h, mean_weight[:, :-1])
+        g_m = torch.mm(grad_h.t(), xz_aug).addr_(g_mr, zc)
+        g_sv = torch.mm(grad_var_pre.t(), x2_aug).addr_(g_vr, c2)
+        g_spv = torch.mm(grad_var_pre.t(), xz2_aug).addr_(g_vr, zc2)
+        # the KL's and the reverse sums' gradients in zb and c
+        grad_zc = torch.mv(mean_weight.t(), g_mr).addcmul_(torch.mv(spike_var.t(), g_vr), zc, value=2.0)
+        grad_zb = grad_zc * c_aug
+        grad_zb.addcmul_(torch.mul(mean_weight, mu).sum(0).mul_(c * inverse_v), zb)  # c zb sum_i a mu^2 / v
+        grad_c = torch.addcmul(grad_zc * zb, torch.mv(slab_var.t(), g_vr), c_aug, value=2.0)
+        cv = c * inverse_v
+        # d/dl's bracket, then d/dmu and d/drho, overwriting the G's
+        bracket = torch.mul(mu, g_m).addcmul_(s2, g_sv).addcmul_(torch.sub(logit, prior_logit).add_(slab), c)
+        bracket.addcmul_(torch.addcmul(mu2, mu2, alpha, value=-2.0), g_spv)  # (1 - 2a) mu^2 G_spv
+        grad_logit = bracket.mul_(aa)
+        # mu: a G_m + mu (2 a (1 - a) G_spv + c a zb^2 / v)
+        inner = g_spv.mul_(aa).mul_(2.0).addcmul_(alpha * cv, zb2.expand_as(alpha))
+        grad_mu = g_m.mul_(alpha).addcmul_(mu, inner)
+        # rho: sigmoid(rho) a (s (2 G_sv + c / v) - c / s)
+        grad_rho = g_sv.mul_(2.0).add_(cv).mul_(sigma).addcdiv_(c.expand_as(sigma), sigma, value=-1.0)
+        grad_rho.mul_(alpha).mul_(sigmoid_rho)
+        return (grad_x, grad_xz, grad_mu, grad_rho, grad_logit, grad_zb[:-1], grad_c[:-1], *([None] * 4))

@@ -39,7 +39,7 @@ from core.models.base import init_generator, inverse_softplus, require
 from core.models.fused import apply_fused
 from core.models.lbbnn import LBBNNLayer, LBBNNOptions
 from core.models.lbbnn_fused import LBBNNLinear
-from core.models.lfmvn_fused import LowRankKL
+from core.models.lfmvn_fused import LowRankKL, LowRankStep
 from core.models.options import POSITIVE, OptionSpec, option
 
 
@@ -157,6 +157,27 @@ class LowRankLBBNNLayer(LBBNNLayer):
     def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:
         if x.dim() != 2 or self.is_structure_fixed or self.options.estimator is not Estimator.LOCAL_REPARAMETERISATION:
             return self(x), self.kl()
+        if not self.compiled_kernels and self._kl_by_hand():
+            # the whole step in one Function (core/models/lfmvn_fused.py), draws in forward()'s order
+            xi = self.inclusion_logit
+            z = torch.randn((self.options.rank,), generator=self.noise_generator, device=xi.device, dtype=xi.dtype)
+            eps = torch.randn(self.shape, generator=self.noise_generator, device=xi.device, dtype=xi.dtype)
+            noise = self.normal_noise((x.shape[0], self.out_features), x)
+            return LowRankStep.apply(
+                x,
+                self.weight_mu,
+                self.weight_rho,
+                xi,
+                self.logit_factor,
+                self.logit_diag_rho,
+                z,
+                eps,
+                noise,
+                self.prior_inclusion_logit.detach(),
+                self.log_slab_variance.detach(),
+                self.logit_prior_variance,
+                kl_value,
+            )
         # The pre-activations given the drawn logits are LBBNN's: its fused kernel gives them and the
         # gradient in those logits, which autograd carries on to xi, F and D. Its mean-field KL is not
         # this family's and goes unused (its gradient enters multiplied by 0); the KL is kl() below.
@@ -167,13 +188,17 @@ class LowRankLBBNNLayer(LBBNNLayer):
         h, _ = apply_fused(self, LBBNNLinear, x, self.weight_mu, self.weight_rho, logit, noise, *constants, False, True)
         return h, self._training_kl()
 
-    def _training_kl(self) -> Tensor:
-        """kl() with its gradient by hand (core/models/lfmvn_fused.py) where that applies."""
-        if (
+    def _kl_by_hand(self) -> bool:
+        """Whether the KL's gradient by hand applies: Gaussian slab, fixed prior hyperparameters."""
+        return not (
             self.options.slab != "gaussian"
             or self.log_slab_variance.requires_grad
             or self.prior_inclusion_logit.requires_grad
-        ):
+        )
+
+    def _training_kl(self) -> Tensor:
+        """kl() with its gradient by hand (core/models/lfmvn_fused.py) where that applies."""
+        if not self._kl_by_hand():
             return self.kl()
         return LowRankKL.apply(
             self.weight_mu,

@@ -27,6 +27,9 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+from core.models.fused import products_backward, products_forward
+from core.models.lbbnn_fused import weight_moments
+
 
 class LowRankKL(torch.autograd.Function):
     """KL(q || p) of an lbbnn-lfmvn layer from (mu, rho, xi, factor (out, in+1, r), delta) and 0-dim constants."""
@@ -96,3 +99,124 @@ class LowRankKL(torch.autograd.Function):
         grad_diag = p_dot_f.sub_(1.0).div_(diag).mul_(0.5 * c).add_(grad_varl)
         grad_delta = grad_diag.mul_(sd).mul_(torch.sigmoid(delta)).mul_(2.0)
         return grad_mu, grad_rho, grad_xi, grad_factor, grad_delta, None, None, None
+
+
+class LowRankStep(torch.autograd.Function):
+    """An lbbnn-lfmvn layer's whole training step: the logit draw, LBBNN's local-reparameterisation
+    pre-activations given it, and the KL, in one Function (Gaussian slab, free structure, eager).
+
+    Through LBBNN's kernel plus LowRankKL the step computed LBBNN's mean-field KL terms it does
+    not use (a log per weight), softplus and sigmoid of rho twice, softplus of the diagonal's rho
+    three times (the draw's sqrt(D) as the root of a square), products of the (d, r) factor with
+    r x r matrices (several ms each on a CPU, for r = 2) and autograd's backward of the draw. Here
+    the factor is read once as r contiguous columns, every transcendental is taken once, and the
+    KL's log-determinant is evaluated only when its value is asked for (its gradient needs C^-1).
+    The draw is l = xi + sum_j z_j F_j + softplus(delta) eps, in the layer's order of draws; with
+    d/dl the likelihood's gradient in l (LBBNN's docstring with c = 0) the draw adds
+      d/dxi += d/dl,  d/dF_j += z_j d/dl,  d/ddelta += eps sigmoid(delta) d/dl
+    to the KL's gradients of LowRankKL's docstring. Returns (h, kl); kl is 0 with the KL's
+    gradient when kl_value is False.
+    """
+
+    @staticmethod
+    def forward(
+        ctx,
+        x: Tensor,
+        mu: Tensor,
+        rho: Tensor,
+        xi: Tensor,
+        factor: Tensor,
+        delta: Tensor,
+        z: Tensor,
+        eps: Tensor,
+        noise: Tensor,
+        prior_logit: Tensor,
+        log_slab_variance: Tensor,
+        logit_prior_variance: Tensor,
+        kl_value: bool = False,
+    ):
+        rank = factor.shape[-1]
+        columns = factor.permute(2, 0, 1).contiguous()  # (r, out, in+1): strided passes cost ~4x
+        sd = F.softplus(delta)
+        logit = torch.addcmul(xi, sd, eps)
+        for j in range(rank):
+            logit.addcmul_(columns[j], z[j])
+        mean_weight, var_weight, alpha_l, sigma, sigmoid_rho, second_moment = weight_moments(mu, rho, logit)
+        h, x_aug, x2_aug, sd_h = products_forward(x, mean_weight, var_weight, noise)
+        # the KL's parts
+        inverse_v = torch.exp(-log_slab_variance)
+        diag = sd * sd
+        varl = diag.clone()
+        for j in range(rank):
+            varl.addcmul_(columns[j], columns[j])
+        k = varl.mul_(math.pi / 8).add_(1.0).rsqrt_()
+        alpha = torch.mul(xi, k).sigmoid_()
+        slab = torch.mul(second_moment, 0.5 * inverse_v).sub_(torch.log(sigma)).add_(0.5 * (log_slab_variance - 1.0))
+        centred = xi - prior_logit
+        inverse_diag = diag.reciprocal_()
+        flat = columns.reshape(rank, -1)
+        scaled = flat * inverse_diag.reshape(1, -1)  # (D^-1 F)^T
+        capacitance = torch.eye(rank, dtype=xi.dtype, device=xi.device) + flat @ scaled.T
+        cholesky = torch.linalg.cholesky(capacitance)
+        inverse_c = torch.cholesky_inverse(cholesky)
+        p = torch.zeros_like(columns)  # (D^-1 F C^-1)^T as r columns
+        for j in range(rank):
+            for i in range(rank):
+                p[j].addcmul_(columns[i], inverse_c[i, j])
+            p[j].mul_(inverse_diag)
+        if kl_value:
+            d = xi.numel()
+            log_det = 2 * torch.log(sd).sum() + 2 * torch.log(torch.diagonal(cholesky)).sum()
+            trace = torch.dot(sd.reshape(-1), sd.reshape(-1)) + torch.dot(flat.reshape(-1), flat.reshape(-1))
+            u = logit_prior_variance
+            logit_kl = 0.5 * ((trace + torch.dot(centred.reshape(-1), centred.reshape(-1))) / u - d)
+            logit_kl = logit_kl + 0.5 * (d * torch.log(u) - log_det)
+            kl = torch.dot(alpha.reshape(-1), slab.reshape(-1)) + logit_kl
+        else:
+            kl = h.new_zeros(())
+        ctx.save_for_backward(
+            noise, x_aug, x2_aug, sd_h, mean_weight, var_weight, alpha_l, sigma, sigmoid_rho, second_moment, mu,
+            columns, sd, eps, z, delta, xi, k, alpha, slab, centred, inverse_diag, p, inverse_v, logit_prior_variance,
+        )  # fmt: skip
+        return h, kl
+
+    @staticmethod
+    def backward(ctx, grad_h: Tensor | None, grad_kl: Tensor | None):
+        (
+            noise, x_aug, x2_aug, sd_h, mean_weight, var_weight, alpha_l, sigma, sigmoid_rho, t, mu,
+            columns, sd, eps, z, delta, xi, k, alpha, slab, centred, inverse_diag, p, inverse_v, u,
+        ) = ctx.saved_tensors  # fmt: skip
+        if grad_h is None:
+            grad_h = torch.zeros_like(noise)
+        c = grad_h.new_zeros(()) if grad_kl is None else grad_kl.reshape(())
+        grad_x, g_m, g_v = products_backward(
+            grad_h, noise, x_aug, x2_aug, sd_h, mean_weight, var_weight, ctx.needs_input_grad[0]
+        )
+        # the likelihood's gradient in the drawn logit: a (1 - a) [G_m mu + G_v t - 2 (a mu) G_v mu]
+        weighted_v = g_v * mean_weight
+        grad_logit = torch.mul(g_m, mu).addcmul_(g_v, t).addcmul_(weighted_v, mu, value=-2.0)
+        grad_logit.mul_(torch.addcmul(alpha_l, alpha_l, alpha_l, value=-1.0))
+        # mu: a_l (G_m - 2 (a_l mu) G_v) + 2 (a_l mu) G_v + c a mu / v
+        ca = alpha * c
+        cav = ca * inverse_v
+        grad_mu = g_m.sub_(weighted_v, alpha=2.0).mul_(alpha_l).add_(weighted_v, alpha=2.0).addcmul_(cav, mu)
+        # rho: sigmoid(rho) [s (2 a_l G_v + c a / v) - c a / s]
+        grad_rho = g_v.mul_(alpha_l).mul_(2.0).add_(cav).mul_(sigma).addcdiv_(ca, sigma, value=-1.0).mul_(sigmoid_rho)
+        b = torch.rsub(alpha, 1.0).mul_(ca).mul_(slab)  # c slab a (1 - a)
+        c_over_u = c / u
+        grad_xi = torch.addcmul(grad_logit, b, k).addcmul_(centred, c_over_u.expand_as(centred))
+        grad_varl = b.mul_(xi).mul_(k).mul_(k).mul_(k).mul_(-math.pi / 16).add_(0.5 * c_over_u)
+        rank = columns.shape[0]
+        grad_columns = torch.empty_like(columns)
+        p_dot_f = torch.zeros_like(sd)
+        twice_grad_varl = grad_varl * 2.0
+        minus_c = -c
+        for j in range(rank):
+            p_dot_f.addcmul_(p[j], columns[j])
+            torch.mul(grad_logit, z[j], out=grad_columns[j])
+            grad_columns[j].addcmul_(twice_grad_varl, columns[j]).addcmul_(p[j], minus_c)
+        grad_factor = grad_columns.permute(1, 2, 0).contiguous()
+        # D: grad_varl + 0.5 c (P_i . F_i - 1) / D;  delta: sigmoid(delta) (eps d/dl + 2 sd d/dD)
+        grad_diag = p_dot_f.sub_(1.0).mul_(inverse_diag).mul_(0.5 * c).add_(grad_varl)
+        grad_delta = grad_diag.mul_(sd).mul_(2.0).addcmul_(grad_logit, eps).mul_(torch.sigmoid(delta))
+        return grad_x, grad_mu, grad_rho, grad_xi, grad_factor, grad_delta, *([None] * 7)

@@ -56,6 +56,41 @@ def sparse_vd_kl(log_alpha: Tensor) -> Tensor:
     return -neg_kl
 
 
+class SparseVDKL(torch.autograd.Function):
+    """sum sparse_vd_kl(log alpha(theta, log sigma^2)) with its gradient by hand.
+
+    Under autograd the KL took a log, a sigmoid, an exp and a log1p per weight and the backward of
+    each; its gradient needs only the log, the sigmoid and one more sigmoid:
+      d KL / d log alpha = -k1 k3 s (1 - s) - 0.5 sigmoid(-log alpha),  s = sigmoid(k2 + k3 log alpha),
+    times the clip's indicator, and d log alpha / d log sigma^2 = 1,
+    d log alpha / d theta = -2 theta / (theta^2 + 1e-16).
+    The value (the exp and log1p) is computed only when asked for (training reads it once an epoch).
+    """
+
+    @staticmethod
+    def forward(ctx, theta: Tensor, log_sigma2: Tensor, kl_value: bool = True):
+        theta2 = torch.mul(theta, theta).add_(1e-16)
+        raw = log_sigma2 - torch.log(theta2)
+        inside = (raw >= LOG_ALPHA_MIN).logical_and_(raw <= LOG_ALPHA_MAX)  # the clip's gradient mask
+        log_alpha = raw.clamp_(LOG_ALPHA_MIN, LOG_ALPHA_MAX)
+        s = torch.mul(log_alpha, K3).add_(K2).sigmoid_()
+        if kl_value:
+            kl = (0.5 * torch.log1p(torch.exp(-log_alpha)) - K1 * s + K1).sum()
+        else:
+            kl = theta.new_zeros(())
+        ctx.save_for_backward(theta, theta2, log_alpha, s, inside)
+        return kl
+
+    @staticmethod
+    def backward(ctx, grad_kl: Tensor):
+        theta, theta2, log_alpha, s, inside = ctx.saved_tensors
+        # -0.5 sigmoid(-log alpha) = 0.5 (sigmoid(log alpha) - 1), then - k1 k3 s (1 - s)
+        grad = torch.sigmoid(log_alpha).sub_(1.0).mul_(0.5).addcmul_(s, torch.rsub(s, 1.0), value=-K1 * K3)
+        grad.mul_(inside).mul_(grad_kl)
+        grad_theta = torch.mul(grad, theta).div_(theta2).mul_(-2.0)
+        return grad_theta, grad, None
+
+
 class SparseVDLayer(SparseLayer):
     family = "sparse-vd"
     spec = StatisticSpec("log_alpha", Keep.BELOW, 3.0, LOG_ALPHA_MIN, LOG_ALPHA_MAX)
@@ -90,6 +125,11 @@ class SparseVDLayer(SparseLayer):
         theta = self.theta
         eps = torch.randn((n, *self.shape), generator=generator, device=theta.device, dtype=theta.dtype)
         return (theta + torch.exp(0.5 * self.log_sigma2) * eps) * self.fixed_mask
+
+    def forward_with_kl(self, x: Tensor, kl_value: bool = True) -> tuple[Tensor, Tensor]:
+        if self.is_structure_fixed:
+            return self(x), self.kl()
+        return self(x), SparseVDKL.apply(self.theta, self.log_sigma2, kl_value)
 
     def kl(self) -> Tensor:
         return self.masked(sparse_vd_kl(self.log_alpha())).sum()
