@@ -428,6 +428,38 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def page_reasons(dataset: str, data: dict[str, Any] | None = None) -> dict[str, str]:
+    """The results page's measured explanation per family (MNIST only: the findings were measured there);
+    empty until `python -m benchmarks.findings horseshoe` has run."""
+    data = _load() if data is None else data
+    horseshoe = data.get("horseshoe")
+    if dataset != "mnist" or not horseshoe:
+        return {}
+    sentences = horseshoe_explanation(horseshoe)
+    why = data.get("notes", {}).get("horseshoe")
+    return {
+        "horseshoe": "measured (`python -m benchmarks.findings horseshoe`, benchmarks/results/findings.md): "
+        + "; ".join(sentences)
+        + (f". {why}" if why else "")
+    }
+
+
+def page_notes(dataset: str, data: dict[str, Any] | None = None) -> str:
+    """The Table 5 line under the results page's MNIST table (empty until `findings table5` has run)."""
+    data = _load() if data is None else data
+    table5 = data.get("table5")
+    if dataset != "mnist" or not table5:
+        return ""
+    why = data.get("notes", {}).get("table5")
+    return (
+        "- LBBNN's output-layer mean inclusion against Table 5 (`python -m benchmarks.findings table5`, "
+        "benchmarks/results/findings.md): "
+        + "; ".join(table5_explanation(table5))
+        + (f". {why}" if why else "")
+        + ".\n"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.findings", description=__doc__.split("\n")[0])
     parser.add_argument("what", choices=("horseshoe", "table5", "render"))

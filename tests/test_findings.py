@@ -102,3 +102,18 @@ def test_table5_explanation_groups_the_output_layer_by_kl_weight():
 def test_the_cli_checks_its_arguments_before_training(argv, message, capsys):
     assert findings.main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_results_page_lines_come_from_the_json_and_only_for_mnist():
+    assert findings.page_reasons("mnist", {}) == {} and findings.page_notes("mnist", {}) == ""
+    layer = {"log_tv_mean": [-6.0, -3.5, -1.0], "pruned@0.001": 0}
+    row = {"epoch": 2, "doubt_count": 17, "mean_max_probability": 0.61, "accuracy_r10": 0.95, "layers": [layer]}
+    data = {
+        "horseshoe": {"variants": {"paper": {"description": "the paper's setup", "rows": [row]}}},
+        "table5": {"stored": [], "elbo": {"rows": []}, "paper": [0.0844, 0.0959, 0.2945]},
+        "notes": {"horseshoe": "why it is so"},
+    }
+    reason = findings.page_reasons("mnist", data)["horseshoe"]
+    assert "decided 17 of 10,000" in reason and "-3.50" in reason and f"{math.log(1e-3):.2f}" in reason
+    assert reason.endswith("why it is so")
+    assert findings.page_reasons("fashion-mnist", data) == {} and findings.page_notes("fashion-mnist", data) == ""
