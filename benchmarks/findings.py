@@ -263,6 +263,8 @@ def islab_summary() -> list[dict[str, Any]]:
                 "kl_weight": train.get("kl_weight"),
                 "inclusion_rate": (train.get("learning_rates") or {}).get("inclusion"),
                 "main_epochs": len(main),
+                "main_cpu_per_epoch": (main[-1]["train_cpu_seconds"] - main[0]["train_cpu_seconds"])
+                / max(1, len(main) - 1),
                 "active_density": densities,
                 "ratios": [b / a for a, b in zip(densities, densities[1:])],
                 "main_accuracy": main[-1]["mpm_mean_accuracy"],
@@ -405,7 +407,42 @@ def render_islab(entries: list[dict[str, Any]]) -> list[str]:
             f"{', '.join(f'{r:.3f}' for r in e['ratios'][-3:])} | {e['final_accuracy']:.4f} | "
             f"{e['final_active_density']:.5f} | {e['train_cpu_seconds']:.0f} |"
         )
-    return lines + [""]
+    return lines + ["", *[f"- {line}" for line in islab_explanation(entries)], ""]
+
+
+ISLAB_TARGET = 0.00067  # the published input-skip LBBNN's density (front_recipes.TARGETS)
+
+
+def islab_explanation(entries: list[dict[str, Any]]) -> list[str]:
+    """Per try: how fast the active-path density still fell over its last 3 main epochs, and at that rate how many
+    more main epochs would reach the published density (the CPU seconds at its own cost per epoch)."""
+    out = []
+    for e in entries:
+        ratios = e["ratios"][-3:]
+        if not ratios:
+            continue
+        rate = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        last = e["active_density"][-1]
+        text = (
+            f"{e['label']} ({e['lr_schedule']} step sizes): active density {last:.5f} after {e['main_epochs']} main "
+            f"epochs, falling {100 * (1 - rate):.1f} % an epoch over the last {len(ratios)}"
+        )
+        if last <= ISLAB_TARGET:
+            text += f"; reached {ISLAB_TARGET}"
+        elif rate < 0.995:
+            more = math.log(ISLAB_TARGET / last) / math.log(rate)
+            per_epoch = e["main_cpu_per_epoch"]
+            text += (
+                f"; at that rate {ISLAB_TARGET} needs about {more:.0f} more main epochs "
+                f"(about {more * per_epoch / 60:.0f} CPU minutes)"
+            )
+        else:
+            text += "; at that rate it has stopped"
+        out.append(
+            text + f"; MED-MEA {e['main_accuracy']:.4f} at the end of the main phase, {e['final_accuracy']:.4f} "
+            "after post-training"
+        )
+    return out
 
 
 def render(data: dict[str, Any]) -> str:

@@ -70,6 +70,7 @@ def test_islab_summary_reads_the_input_skip_entries_and_their_density_ratios(tmp
     monkeypatch.setattr(findings, "FRONT_JSON", path)
     (summary,) = findings.islab_summary()
     assert summary["label"] == "skip" and summary["main_epochs"] == 3
+    assert summary["main_cpu_per_epoch"] == pytest.approx(1.0)  # cpu 10, 11, 12 over the main phase
     assert summary["ratios"] == pytest.approx([0.5, 0.95])
     assert summary["main_accuracy"] == pytest.approx(0.92)
     assert summary["final_accuracy"] == 0.97 and summary["train_cpu_seconds"] == 99
@@ -117,3 +118,26 @@ def test_the_results_page_lines_come_from_the_json_and_only_for_mnist():
     assert "decided 17 of 10,000" in reason and "-3.50" in reason and f"{math.log(1e-3):.2f}" in reason
     assert reason.endswith("why it is so")
     assert findings.page_reasons("fashion-mnist", data) == {} and findings.page_notes("fashion-mnist", data) == ""
+
+
+def test_islab_explanation_projects_the_epochs_to_the_published_density_at_the_measured_rate():
+    densities = [0.004 * 0.9**i for i in range(5)]
+    entry = {
+        "label": "try",
+        "lr_schedule": "constant",
+        "ratios": [b / a for a, b in zip(densities, densities[1:])],
+        "active_density": densities,
+        "main_accuracy": 0.97,
+        "final_accuracy": 0.975,
+        "train_cpu_seconds": 900.0,
+        "main_epochs": 5,
+        "main_cpu_per_epoch": 60.0,
+    }
+    (line,) = findings.islab_explanation([entry])
+    more = math.log(findings.ISLAB_TARGET / densities[-1]) / math.log(0.9)  # about 10.4 epochs
+    assert f"about {more:.0f} more main epochs" in line and "falling 10.0 %" in line
+    assert f"about {more * 60 / 60:.0f} CPU minutes" in line  # 60 CPU s a main epoch
+    stalled = {**entry, "ratios": [0.999, 0.998, 0.999]}
+    assert "it has stopped" in findings.islab_explanation([stalled])[0]
+    reached = {**entry, "active_density": [0.001, 0.0006]}
+    assert "reached" in findings.islab_explanation([reached])[0]
