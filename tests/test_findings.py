@@ -77,7 +77,16 @@ def test_islab_summary_reads_the_input_skip_entries_and_their_density_ratios(tmp
     assert "0.95" in "\n".join(findings.render_islab([summary]))
 
 
-def test_table5_explanation_groups_the_output_layer_by_kl_weight():
+def test_table5_explanation_groups_the_output_layer_by_kl_weight(tmp_path, monkeypatch):
+    sweep = [
+        {
+            "kl_weight": 1.0,
+            "rows": [{"epoch": 1, "layer_density": [1, 1, 1]}, {"epoch": 15, "layer_density": [0, 0, 0.14]}],
+        },
+        {"kl_weight": 0.05, "rows": [{"epoch": 15, "layer_density": [0.1, 0.05, 0.66]}]},
+    ]
+    monkeypatch.setattr(findings, "SWEEP_JSON", tmp_path / "sweep.json")
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep))
     stored = [
         {"run_id": "a", "hidden": [400, 600], "input_skip": False, "kl_weight": 0.05, "epochs": 8,
          "mean_inclusion": [0.1, 0.07, 0.52]},
@@ -88,8 +97,9 @@ def test_table5_explanation_groups_the_output_layer_by_kl_weight():
     ]  # fmt: skip
     rows = [{"epoch": 1, "mean_inclusion": [0.02, 0.01, 0.4]}, {"epoch": 3, "mean_inclusion": [0.01, 0.01, 0.2]}]
     data = {"stored": stored, "elbo": {"rows": rows}, "paper": [0.0844, 0.0959, 0.2945]}
-    first, second = findings.table5_explanation(data)
+    first, swept, second = findings.table5_explanation(data)
     assert "KL x 0.05: 0.520; KL x 0.2: 0.270" in first  # the input-skip net is another network: left out
+    assert "KL x 0.05: 0.660 after 15 epochs; KL x 1: 0.140 after 15 epochs" in swept  # its last epoch
     assert "0.400 after 1 epoch and 0.200 after 3" in second
 
 
