@@ -20,6 +20,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from benchmarks.findings import page_notes, page_reasons
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PAGE = ROOT / "benchmarks" / "RESULTS.md"
@@ -457,7 +459,10 @@ def build_page(cache_dir=None, data_dir=None, figures: bool = True) -> str:
         reasons = {
             family: convergence_reason(store, paper[dataset][family]) for family in {gap[0] for gap in other_paper_gaps}
         }
+        reasons.update(page_reasons(dataset))  # measured explanations (benchmarks/findings.py)
         out.append(gap_notes(gaps + other_paper_gaps, reasons))
+        if page_notes(dataset):
+            out.append(page_notes(dataset))
         if any(g[0] == lbbnn_label for g in paper_gaps) or not find_runs(store, lbbnn_config):
             out.append(
                 "The faithful paper preset collapses in pre-training (the median probability model is "
