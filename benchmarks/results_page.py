@@ -2,6 +2,7 @@
 
     python -m benchmarks.results_page [--cache-dir DIR] [--data-dir DIR] [--no-figures]
     python -m benchmarks.results_page --only pareto    # only the sparsity frontier, into the existing page
+    python -m benchmarks.results_page --only findings   # or time-to-quality, epoch-time: one file-backed section
 
 No number on the page is typed by hand: our numbers come from the run store ($BNN_CACHE_DIR) and
 from the JSON files the benchmark commands write into benchmarks/results/; the paper's numbers are
@@ -401,6 +402,71 @@ def _toy_regression_render(result: dict[str, Any]) -> str:
     return "\n".join(line for line in toy_regression.render(result).splitlines() if not line.startswith("## ")) + "\n"
 
 
+# Sections built from result files alone (no run store): heading -> its body. `--only NAME` rewrites one
+# of them in the existing page, where a full rebuild needs every grid's runs in the store.
+def _demoted(text: str) -> str:
+    """A result file's own "##" headings one level down, under the page's "##" heading for it."""
+    return "\n".join("#" + line if line.startswith("##") else line for line in text.splitlines()) + "\n"
+
+
+def _findings_body() -> str:
+    return _demoted(_file_section("findings.md", None, "python -m benchmarks.findings render"))
+
+
+def _time_to_quality_body() -> str:
+    from benchmarks import time_to_quality
+
+    return (
+        "Target: MED-MEA accuracy >= 0.975 at density <= 0.10 within 10 minutes of training on this "
+        "CPU. Training seconds only.\n\n"
+        + _file_section("time_to_quality.json", time_to_quality.render_markdown, "python -m benchmarks.time_to_quality")
+        + "\n![time to quality](results/time_to_quality.png)\n"
+    )
+
+
+def _epoch_time_body() -> str:
+    return _demoted(_file_section("epoch_time.md", None, "python -m benchmarks.epoch_time"))
+
+
+# name -> (heading, body, the heading of the section after it in the page, None: the page's end)
+FILE_SECTIONS: dict[str, tuple[str, Callable[[], str], str | None]] = {
+    "findings": (
+        "## Findings of the sparsity frontier, measured (`python -m benchmarks.findings render`)",
+        _findings_body,
+        "## UCI regression",
+    ),
+    "time-to-quality": (
+        "## Time to quality (`python -m benchmarks.time_to_quality --preset fast-mnist --seeds 0,1,2`)",
+        _time_to_quality_body,
+        "## Why LBBNN over-prunes",
+    ),
+    "epoch-time": ("## Epoch time (`python -m benchmarks.epoch_time --repeats 3`)", _epoch_time_body, None),
+}
+
+
+def file_section(name: str) -> str:
+    heading, body, _next = FILE_SECTIONS[name]
+    return f"{heading}\n\n{body()}"
+
+
+def splice_section(page: str, heading: str, section: str, next_heading: str | None) -> str:
+    """`page` with the lines from `heading` up to `next_heading` (None: the end) replaced by `section`;
+    without `heading`, `section` goes in front of `next_heading` (else at the end). The rest is kept."""
+    lines = page.split("\n")
+    start = next((i for i, line in enumerate(lines) if line.startswith(heading)), None)
+    block = section.rstrip("\n").split("\n") + [""]
+
+    def next_at(begin: int) -> int:
+        if next_heading is None:
+            return len(lines)
+        return next((i for i in range(begin, len(lines)) if lines[i].startswith(next_heading)), len(lines))
+
+    if start is not None:
+        return "\n".join(lines[:start] + block + lines[next_at(start + 1) :])
+    at = next_at(0)
+    return "\n".join(lines[:at] + block + lines[at:])
+
+
 def fast_setups(fast: Any) -> dict[str, dict[str, Any]]:
     """dataset -> family -> the `fast` grid's config of its first seed."""
     setups: dict[str, dict[str, Any]] = {"mnist": {}, "fashion-mnist": {}}
@@ -411,7 +477,7 @@ def fast_setups(fast: Any) -> dict[str, dict[str, Any]]:
 
 
 def build_page(cache_dir=None, data_dir=None, figures: bool = True) -> str:
-    from benchmarks import elbo_solutions, kl_weight_sweep, lenet, time_to_quality
+    from benchmarks import elbo_solutions, kl_weight_sweep, lenet
     from core.runs.presets import get_preset
     from core.runs.store import RunStore
 
@@ -481,15 +547,7 @@ def build_page(cache_dir=None, data_dir=None, figures: bool = True) -> str:
     out.append(ood_section(store, setups, data_dir, RESULTS / "ood_entropy_ecdf.png" if figures else None))
     out.append("![entropy ECDFs](results/ood_entropy_ecdf.png)\n")
 
-    out.append("## Time to quality (`python -m benchmarks.time_to_quality --preset fast-mnist --seeds 0,1,2`)\n")
-    out.append(
-        "Target: MED-MEA accuracy >= 0.975 at density <= 0.10 within 10 minutes of training on this "
-        "CPU. Training seconds only.\n"
-    )
-    out.append(
-        _file_section("time_to_quality.json", time_to_quality.render_markdown, "python -m benchmarks.time_to_quality")
-    )
-    out.append("![time to quality](results/time_to_quality.png)\n")
+    out.append(file_section("time-to-quality"))
 
     out.append(
         "## Why LBBNN over-prunes (`python -m benchmarks.elbo_solutions`, `python -m benchmarks.kl_weight_sweep`)\n"
@@ -509,6 +567,7 @@ def build_page(cache_dir=None, data_dir=None, figures: bool = True) -> str:
     from benchmarks.pareto import FIGURE, pareto_section
 
     out.append(pareto_section(store, setups, find_runs, figure=FIGURE if figures else None))
+    out.append(file_section("findings"))
 
     # Both sections write their own "##" heading. The UCI section compares with MC dropout's
     # per-split files: from the data folder when given, else from the copy stored in uci.json.
@@ -528,8 +587,7 @@ def build_page(cache_dir=None, data_dir=None, figures: bool = True) -> str:
     )
     out.append(_file_section("toy_regression.json", _toy_regression_render, "python -m benchmarks.toy_regression"))
 
-    out.append("## Epoch time (`python -m benchmarks.epoch_time --repeats 3`)\n")
-    out.append(_file_section("epoch_time.md", None, "python -m benchmarks.epoch_time"))
+    out.append(file_section("epoch-time"))
     return "\n".join(out)
 
 
@@ -561,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-figures", action="store_true")
     parser.add_argument(
         "--only",
-        choices=["pareto"],
+        choices=["pareto", *FILE_SECTIONS],
         default=None,
         help="regenerate only this section of the existing page (the rest is kept as it is)",
     )
@@ -579,6 +637,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         PAGE.write_text(splice(PAGE.read_text() if PAGE.is_file() else "# Results\n", section))
         print(f"wrote the sparsity frontier into {PAGE}")
+        return 0
+    if args.only in FILE_SECTIONS:
+        heading, _body, next_heading = FILE_SECTIONS[args.only]
+        page = PAGE.read_text() if PAGE.is_file() else "# Results\n"
+        PAGE.write_text(splice_section(page, heading.split(" (")[0], file_section(args.only), next_heading))
+        print(f"wrote the section {heading.split(' (')[0][3:]!r} into {PAGE}")
         return 0
     page = build_page(args.cache_dir, args.data_dir, figures=not args.no_figures)
     PAGE.write_text(page)
