@@ -569,20 +569,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args(argv)
-    epochs = 4 if args.epochs is None else args.epochs
-    if epochs < (0 if args.what == "table5" else 1):  # table5 --epochs 0: the stored runs only
-        print(f"--epochs: must be at least {0 if args.what == 'table5' else 1}", file=sys.stderr)
-        return 2
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in variants if v not in HORSESHOE_VARIANTS]
-    if unknown:
-        print(f"--variants: unknown {', '.join(unknown)}; known: {', '.join(HORSESHOE_VARIANTS)}", file=sys.stderr)
+    # Every value checked by core.validate's rules before anything is trained or any file rewritten.
+    from core import validate
+    from core.errors import BNNError, InputError
+
+    try:
+        low = 0 if args.what == "table5" else 1  # table5 --epochs 0: the stored runs only
+        epochs = 4 if args.epochs is None else validate.whole_number(args.epochs, "--epochs", low, 1000)
+        if args.threads is not None:
+            validate.whole_number(args.threads, "--threads", 1, 256)
+        variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+        if args.what == "horseshoe" and not variants:
+            raise InputError(f"--variants: give at least one of {', '.join(HORSESHOE_VARIANTS)}")
+        unknown = [v for v in variants if v not in HORSESHOE_VARIANTS]
+        if unknown:
+            known = ", ".join(HORSESHOE_VARIANTS)
+            raise InputError(f"--variants: unknown {', '.join(unknown)}; known: {known}")
+    except BNNError as exc:
+        print(str(exc), file=sys.stderr)
         return 2
     if args.threads is not None:
         import torch
 
         torch.set_num_threads(args.threads)
     data = _load()
+    try:
+        return _run(args, data, epochs, variants)
+    except BNNError as exc:  # e.g. no MNIST under --data-dir: one line, nothing written
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args, data, epochs: int, variants: list[str]) -> int:
     if args.what == "horseshoe":
 
         def keep(partial):

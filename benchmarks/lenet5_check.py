@@ -39,6 +39,14 @@ def main() -> None:
     parser.add_argument("--method", default="sparse-vd", help="any family with a conv layer; fnn: the warm start")
     parser.add_argument("--batch-size", type=int, default=100, help="minibatch size (the cost per image depends on it)")
     args = parser.parse_args()
+    from core import validate
+    from core.errors import BNNError
+
+    try:  # checked before anything is loaded or allocated
+        validate.whole_number(args.steps, "--steps", 1, 100_000)
+        validate.whole_number(args.batch_size, "--batch-size", 1, 10_000)
+    except BNNError as exc:
+        parser.error(str(exc))
     preset = PRESETS["lenet5-mnist"].replace(dataset="mnist-small", method=args.method, family_options={})
     data = load_dataset("mnist-small")
     model = build_model(preset.model_config(data), generator=torch.Generator().manual_seed(0))

@@ -106,8 +106,11 @@ def test_table5_explanation_groups_the_output_layer_by_kl_weight(tmp_path, monke
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["horseshoe", "--epochs", "0"], "--epochs: must be at least 1"),
+        (["horseshoe", "--epochs", "0"], "--epochs: 0 is out of range; give a whole number from 1 to 1000"),
+        (["table5", "--epochs", "99999999999"], "--epochs: 99999999999 is out of range"),
+        (["horseshoe", "--threads", "-1"], "--threads: -1 is out of range"),
         (["horseshoe", "--variants", "grid,nope"], "--variants: unknown nope"),
+        (["horseshoe", "--variants", " , "], "--variants: give at least one of"),
     ],
 )
 def test_the_cli_checks_its_arguments_before_training(argv, message, capsys):
