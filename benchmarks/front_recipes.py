@@ -334,8 +334,15 @@ def main(argv: list[str] | None = None) -> int:
     elif not args.render_only:
         import torch
 
-        from core.errors import ConfigError
+        from core import validate
+        from core.errors import BNNError, ConfigError
 
+        try:  # checked before anything is loaded or trained
+            if args.threads is not None:
+                validate.whole_number(args.threads, "--threads", 1, 256)
+            budget = validate.real_number(args.budget_minutes, "--budget-minutes", 0.1, 24 * 60)
+        except BNNError as exc:
+            parser.error(str(exc))
         if args.threads is not None:
             torch.set_num_threads(args.threads)
         hidden = tuple(int(h) for h in args.hidden.split(",")) if args.hidden else None
@@ -344,7 +351,11 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as exc:
             parser.error(str(exc))
         print(f"{args.preset} seed {args.seed}", flush=True)
-        entry = train_recipe(config, args.budget_minutes * 60, args.data_dir)
+        try:
+            entry = train_recipe(config, budget * 60, args.data_dir)
+        except BNNError as exc:  # e.g. the data is missing: one line, the table untouched
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         entry.update(label=args.label or args.preset, command=command, threads=args.threads)
         entries.append(entry)
         save_entries(entries, json_path)

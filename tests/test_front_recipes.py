@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from benchmarks import front_recipes
 from core.predict.structure import overall_density
 from core.runs import PRESETS, RunConfig, train_run
 from core.runs.presets import describe_preset
@@ -125,3 +126,19 @@ def test_the_front_places_an_input_skip_recipe_at_its_active_path_density():
     assert (plain.family, plain.density) == ("lbbnn", 0.0010)
     # a recipe whose run is read from the store is not shown twice
     assert [p.family for p in front_points([_entry(True, rows, "a"), _entry(False, rows, "b")], {"a"})] == ["lbbnn"]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--budget-minutes", "-1"], "--budget-minutes: -1.0 is out of range"),
+        (["--budget-minutes", "nan"], "--budget-minutes: give a finite number"),
+        (["--threads", "0"], "--threads: 0 is out of range"),
+    ],
+)
+def test_bad_budgets_and_threads_are_refused_before_anything_is_trained_or_written(tmp_path, capsys, extra, message):
+    with pytest.raises(SystemExit) as exit_info:
+        front_recipes.main(["--preset", "islab-mnist", "--results-dir", str(tmp_path), *extra])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no table written
