@@ -1,0 +1,60 @@
+"""The browser-class benchmark's pure parts: its argument rules, the draws note it reads off the cards,
+and the verdict its report gives (the browser run itself is a benchmark, not a test)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from benchmarks import browser_class
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--sessions", "0"], "--sessions"),
+        (["--sessions", "61"], "--sessions"),
+        (["--interactions", "1.5"], "--interactions"),
+        (["--think-seconds", "nan"], "--think-seconds"),
+        (["--think-seconds", "-1"], "--think-seconds"),
+        (["--timeout", "1e99"], "--timeout"),
+        (["--epochs", ""], "--epochs"),
+        (["--hidden", "400,x"], "--hidden"),
+        (["--hidden", "1,1,1,1,1"], "--hidden"),
+    ],
+)
+def test_bad_arguments_are_refused_with_the_flag_named(argv, flag, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        browser_class.parse_args(argv)
+    assert stopped.value.code == 2
+    assert flag in capsys.readouterr().err
+
+
+def test_good_arguments_become_numbers():
+    args = browser_class.parse_args(["--sessions", "10", "--think-seconds", "0.5", "--hidden", "100,100"])
+    assert (args.sessions, args.think_seconds, args.interactions) == (10, 0.5, 12)
+
+
+def test_draws_note_is_read_from_the_accuracy_card():
+    cards = json.dumps({"accuracy": ["0.9012", "3 of 20 draws"], "density": ["0.0712", None]})
+    assert browser_class.draws_note(cards) == (3, 20)
+    assert browser_class.draws_note(json.dumps({"accuracy": ["0.9", None]})) is None
+
+
+def test_session_thresholds_are_distinct_slider_steps_inside_the_range():
+    values = [browser_class.session_threshold(i) for i in range(30)]
+    assert len(set(values)) == 30
+    assert all(0.30 <= v <= 0.80 for v in values)
+    assert all(math.isclose(round(v / 0.005), v / 0.005, abs_tol=1e-6) for v in values)
+
+
+def test_report_verdict_follows_the_p95_of_first_updates():
+    measured = browser_class.Measured()
+    measured.complete["threshold"] = [0.5] * 20
+    measured.first["threshold"] = [0.2] * 19 + [3.0]  # p95 interpolates to 0.34 s: within 1 s
+    assert "**PASS** (p95 0.34 s)" in browser_class.report(measured, "cmd")
+    measured.first["threshold"] = [0.2] * 17 + [3.0] * 3  # p95 3.0 s
+    assert "**FAIL** (p95 3.00 s)" in browser_class.report(measured, "cmd")
+    assert "**not measured**" in browser_class.report(browser_class.Measured(), "cmd")
