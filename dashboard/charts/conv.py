@@ -16,7 +16,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from dashboard.charts.style import FIXED_SIZE, GRADIENT_LEGEND
+from dashboard.charts.style import FIXED_SIZE, kept_colour
 
 FILTERS_PER_ROW = 10
 CELL = 9  # pixels per tap
@@ -64,12 +64,7 @@ def filter_patterns(mask: np.ndarray, in_channels: int, kernel: int, title: str)
         .encode(
             x=alt.X("col:O", axis=None),
             y=alt.Y("row:O", axis=None),
-            color=alt.Color(
-                "kept:Q",
-                title=colour,
-                scale=alt.Scale(domain=[0, 1], scheme="greys"),
-                legend=alt.Legend(**GRADIENT_LEGEND),
-            ),
+            color=kept_colour("kept:Q", colour),
             tooltip=["filter:Q", "row:Q", "col:Q", alt.Tooltip("kept:Q", format=".2f")],
         )
         .properties(width=kernel * CELL, height=kernel * CELL)

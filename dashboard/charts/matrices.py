@@ -5,13 +5,21 @@ Pure: numpy arrays in, Altair charts (and the frames behind them) out (see dashb
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import altair as alt
 import numpy as np
 import pandas as pd
 
-from dashboard.charts.style import CHART_WIDTH, FIXED_SIZE, GRADIENT_LEGEND, MAX_HEATMAP_CELLS, layer_label
+from dashboard.charts.style import (
+    CHART_WIDTH,
+    FIXED_SIZE,
+    GRADIENT_LEGEND,
+    MAX_HEATMAP_CELLS,
+    kept_colour,
+    layer_label,
+    signed_colour,
+)
 
 # --- masks and weight matrices ------------------------------------------------------------------
 
@@ -58,6 +66,17 @@ INPUT_AXIS = alt.Axis(title="input unit (last column: bias)", labels=False, tick
 OUTPUT_AXIS = alt.Axis(title="output unit", labels=False, ticks=False, domain=False)
 
 
+def pixel_grid(width: int, height: int) -> dict[str, Any]:
+    """x, x2, y, y2 of an image drawn one square cell per pixel (row 0 at the top): quantitative cell
+    edges, so the cells stay square whatever the legend and title take (ordinal bands stretch)."""
+    return {
+        "x": alt.X("col:Q", axis=None, scale=alt.Scale(domain=[0, width], nice=False, zero=False)),
+        "x2": "col_end:Q",
+        "y": alt.Y("row:Q", axis=None, scale=alt.Scale(domain=[0, height], nice=False, zero=False, reverse=True)),
+        "y2": "row_end:Q",
+    }
+
+
 def mask_heatmap(mask: np.ndarray, title: str, max_cells: int = MAX_HEATMAP_CELLS) -> alt.Chart:
     """Kept (1) / pruned (0) weights of one augmented (out, in+1) matrix; blocks show the kept fraction."""
     frame = block_frame(np.asarray(mask, dtype=np.float64), max_cells)
@@ -69,12 +88,7 @@ def mask_heatmap(mask: np.ndarray, title: str, max_cells: int = MAX_HEATMAP_CELL
         .encode(
             x=alt.X("col:O", axis=INPUT_AXIS),
             y=alt.Y("row:O", axis=OUTPUT_AXIS),
-            color=alt.Color(
-                "mean:Q",
-                title=colour_title,
-                scale=alt.Scale(domain=[0, 1], scheme="greys"),
-                legend=alt.Legend(**GRADIENT_LEGEND),
-            ),
+            color=kept_colour("mean:Q", colour_title),
             tooltip=["row_start:Q", "col_start:Q", alt.Tooltip("total:Q", title="kept"), "size:Q"],
         )
         .properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6, autosize=FIXED_SIZE)
@@ -91,12 +105,7 @@ def weight_heatmap(weights: np.ndarray, title: str, max_cells: int = MAX_HEATMAP
         .encode(
             x=alt.X("col:O", axis=INPUT_AXIS),
             y=alt.Y("row:O", axis=OUTPUT_AXIS),
-            color=alt.Color(
-                "mean:Q",
-                title="weight",
-                scale=alt.Scale(scheme="redblue", domain=[-bound, bound]),
-                legend=alt.Legend(**GRADIENT_LEGEND),
-            ),
+            color=signed_colour("mean:Q", bound, "weight"),
             tooltip=["row_start:Q", "col_start:Q", alt.Tooltip("mean:Q", format=".3f")],
         )
         .properties(title=title, width=CHART_WIDTH, height=CHART_WIDTH * 0.6, autosize=FIXED_SIZE)
@@ -126,10 +135,7 @@ def kept_per_input_image(first_layer_mask: np.ndarray, input_shape: Sequence[int
         alt.Chart(frame)
         .mark_rect()
         .encode(
-            x=alt.X("col:Q", axis=None, scale=alt.Scale(domain=[0, width], nice=False, zero=False)),
-            x2="col_end:Q",
-            y=alt.Y("row:Q", axis=None, scale=alt.Scale(domain=[0, height], nice=False, zero=False, reverse=True)),
-            y2="row_end:Q",
+            **pixel_grid(width, height),
             color=alt.Color(
                 "kept:Q", title="kept weights", scale=alt.Scale(scheme="viridis"), legend=alt.Legend(**GRADIENT_LEGEND)
             ),
@@ -197,15 +203,8 @@ def receptive_fields(
         alt.Chart(frame)
         .mark_rect()
         .encode(
-            x=alt.X("col:Q", axis=None, scale=alt.Scale(domain=[0, width], nice=False, zero=False)),
-            x2="col_end:Q",
-            y=alt.Y("row:Q", axis=None, scale=alt.Scale(domain=[0, height], nice=False, zero=False, reverse=True)),
-            y2="row_end:Q",
-            color=alt.Color(
-                "weight:Q",
-                scale=alt.Scale(scheme="redblue", domain=[-bound, bound]),
-                legend=alt.Legend(**GRADIENT_LEGEND),
-            ),
+            **pixel_grid(width, height),
+            color=signed_colour("weight:Q", bound),
             tooltip=["unit:N", "row:Q", "col:Q", alt.Tooltip("weight:Q", format=".3f")],
         )
         .properties(width=cell * width, height=cell * height)

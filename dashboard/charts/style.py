@@ -18,6 +18,25 @@ FIXED_SIZE = {"type": "pad", "contains": "padding"}
 # End labels of a colour gradient stay inside the chart when the legend sits below it.
 GRADIENT_LEGEND = {"orient": "bottom", "direction": "horizontal", "gradientLength": 200, "labelOverlap": False}
 
+
+def kept_colour(field: str, title: str) -> alt.Color:
+    """Kept (1) to pruned (0), or a kept fraction: greys on [0, 1] (masks and conv filters alike)."""
+    return alt.Color(
+        field, title=title, scale=alt.Scale(domain=[0, 1], scheme="greys"), legend=alt.Legend(**GRADIENT_LEGEND)
+    )
+
+
+def signed_colour(field: str, bound: float, title: str | None = None) -> alt.Color:
+    """Signed weights: diverging red-blue centred on 0, symmetric to +-bound."""
+    options = {"title": title} if title is not None else {}
+    return alt.Color(
+        field,
+        scale=alt.Scale(scheme="redblue", domain=[-bound, bound]),
+        legend=alt.Legend(**GRADIENT_LEGEND),
+        **options,
+    )
+
+
 # --- a fixed colour per family, colour-blind safe (Okabe-Ito), the same on every page ----------------
 
 FAMILY_COLOURS = {
