@@ -88,3 +88,76 @@ def test_run_ids_without_the_option_are_unchanged_and_the_cli_flag_sets_it():
         args = build_parser().parse_args(["train", "--dataset", "two-moons", "--target-density", bad])
         with pytest.raises(BNNError, match="target-density"):
             config_from_args(args)
+
+
+# --- post-training at a density (TrainConfig.posttrain_density) -------------------------------------
+
+
+def test_masks_at_a_density_keep_the_largest_statistics_of_the_mpm():
+    model = tiny_model()
+    with torch.no_grad():  # spread the inclusion logits so the statistics are distinct and straddle 0.5
+        for layer in model.layers:
+            layer.inclusion_logit.copy_(
+                torch.randn(layer.inclusion_logit.shape, generator=torch.Generator().manual_seed(3))
+            )
+    mpm = model.keep_masks()
+    kept = sum(int(m.sum()) for m in mpm)
+    total = sum(m.numel() for m in mpm)
+    assert 0 < kept < total
+    for density in (0.5 * kept / total, 0.2 * kept / total, 1 / total):
+        masks = model.keep_masks_at_density(density)
+        budget = int(np.floor(density * total + 1e-9))
+        assert sum(int(m.sum()) for m in masks) == budget  # exactly the budget: the statistics are distinct
+        assert all(bool((m & ~p).sum() == 0) for m, p in zip(masks, mpm))  # a subset of the mpm
+        statistics = [layer.native_statistic() for layer in model.layers]
+        chosen = torch.cat([s[m] for s, m in zip(statistics, masks)])
+        dropped = torch.cat([s[p & ~m] for s, m, p in zip(statistics, masks, mpm)])
+        assert chosen.min() >= dropped.max()  # brute force: no dropped weight outranks a kept one
+    assert all(torch.equal(a, b) for a, b in zip(model.keep_masks_at_density(kept / total), mpm))
+    assert all(torch.equal(a, b) for a, b in zip(model.keep_masks_at_density(1.0), mpm))
+    assert sum(int(m.sum()) for m in model.keep_masks_at_density(0.1 / total)) == 0
+
+
+def test_post_training_fixes_the_cut_structure():
+    rates = {"weights": 0.01, "scales": 0.01, "inclusion": 0.02}
+    main = TrainConfig(epochs=4, batch_size=50, learning_rates=rates)
+    trained, _ = history_of(main)
+    mpm_density = BayesianMLP.density(trained.keep_masks())
+    target = mpm_density / 2
+    expected = trained.keep_masks_at_density(target)
+    model, history = history_of(
+        TrainConfig(epochs=4, batch_size=50, learning_rates=rates, posttrain_epochs=2, posttrain_density=target)
+    )
+    assert [r["phase"] for r in history][-2:] == ["posttrain", "posttrain"]
+    fixed = model.keep_masks()
+    assert all(torch.equal(a, b) for a, b in zip(fixed, expected))  # the same run's main phase, then the cut
+    assert BayesianMLP.density(fixed) <= target
+    assert history[-1]["density"] == pytest.approx(BayesianMLP.density(fixed))
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"posttrain_density": 0, "posttrain_epochs": 1}, "posttrain_density"),
+        ({"posttrain_density": 1.5, "posttrain_epochs": 1}, "posttrain_density"),
+        ({"posttrain_density": float("nan"), "posttrain_epochs": 1}, "posttrain_density"),
+        ({"posttrain_density": True, "posttrain_epochs": 1}, "posttrain_density"),
+        ({"posttrain_density": 0.1}, "posttrain_epochs > 0"),
+        ({"posttrain_density": 0.1, "posttrain_epochs": 1, "posttrain_structure": "alpha"}, "posttrain_structure"),
+    ],
+)
+def test_posttrain_density_is_validated(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(**changes)
+
+
+def test_run_ids_without_posttrain_density_are_unchanged():
+    from core.runs import RunConfig
+
+    base = RunConfig(dataset="two-moons", hidden=(4,), train={"epochs": 3, "posttrain_epochs": 1})
+    assert "posttrain_density" not in base.canonical_json()
+    cut = RunConfig(
+        dataset="two-moons", hidden=(4,), train={"epochs": 3, "posttrain_epochs": 1, "posttrain_density": 0.2}
+    )
+    assert cut.run_id("data") != base.run_id("data")
+    assert RunConfig.from_dict(cut.to_dict()) == cut

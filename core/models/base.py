@@ -377,7 +377,11 @@ class SparseLayer(nn.Module, ABC):
 
     def keep_mask(self, threshold: float | None = None) -> Tensor:
         threshold = self.spec.default_threshold if threshold is None else self.spec.check_threshold(threshold)
-        return self.spec.keep_mask(self.native_statistic(), threshold)
+        mask = self.spec.keep_mask(self.native_statistic(), threshold)
+        # A fixed structure (post-training) is the network: a weight outside it is zero in every prediction
+        # (masked()), so no threshold keeps it. On the mpm's own structure this changes nothing at the
+        # default threshold; below it, densities no longer count weights whose means were zeroed.
+        return mask & self.fixed_mask.bool() if self.is_structure_fixed else mask
 
     # --- training hooks -------------------------------------------------------------------
     def update_auxiliaries(self) -> None:

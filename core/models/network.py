@@ -306,6 +306,28 @@ class BayesianMLP(nn.Module):
     def keep_masks(self, threshold: float | None = None) -> list[Tensor]:
         return [layer.keep_mask(threshold) for layer in self.layers]
 
+    def keep_masks_at_density(self, density: float) -> list[Tensor]:
+        """The median probability model's masks cut to at most `density` of all weights: the kept weights
+        of largest statistic (in each layer's keep direction), ties broken by position; the mpm itself
+        when it is already that sparse."""
+        masks = self.keep_masks()
+        total = sum(mask.numel() for mask in masks)
+        budget = int(math.floor(density * total + 1e-9))
+        if sum(int(mask.sum()) for mask in masks) <= budget:
+            return masks
+        keys = [
+            torch.where(mask, layer.spec.keep_key(layer.native_statistic()).double(), -math.inf).flatten()
+            for layer, mask in zip(self.layers, masks)
+        ]
+        chosen = torch.zeros(total, dtype=torch.bool, device=keys[0].device)
+        if budget > 0:
+            chosen[torch.topk(torch.cat(keys), budget, sorted=False).indices] = True
+        cut, start = [], 0
+        for mask in masks:
+            cut.append(chosen[start : start + mask.numel()].view_as(mask) & mask)
+            start += mask.numel()
+        return cut
+
     @staticmethod
     def density(masks: Sequence[Tensor]) -> float:
         kept = sum(int(mask.sum()) for mask in masks)

@@ -430,8 +430,9 @@ def _train_dict(train: TrainConfig) -> dict[str, Any]:
     values = _plain(dataclasses.asdict(train), "train")
     if values.get("lr_schedule") == "constant":
         values.pop("lr_schedule")
-    if values.get("target_density") is None:  # unset: the runs made before the option keep their ids
-        values.pop("target_density", None)
+    for name in ("target_density", "posttrain_density"):  # unset: the runs made before each option keep their ids
+        if values.get(name) is None:
+            values.pop(name, None)
     if values.get("warm_start_learning_rate") == WARM_START_LEARNING_RATE:  # likewise
         values.pop("warm_start_learning_rate")
     return values
