@@ -261,6 +261,38 @@ def test_cosine_schedule_acts_on_the_main_phase_only():
     assert all("learning_rate_factor" not in r for r in records if r.get("phase") != "train")
 
 
+def test_posttrain_schedule_acts_on_the_post_training_phase_only():
+    _, x, y = moons()
+    records = []
+    config = TrainConfig(epochs=2, posttrain_epochs=3, batch_size=64, posttrain_lr_schedule="cosine")
+    train(small_model(), x, y, config, progress=records.append)
+    post = [r for r in records if r.get("phase") == "posttrain"]
+    assert [r["learning_rate_factor"] for r in post] == pytest.approx(
+        [0.5 * (1 + math.cos(math.pi * e / 3)) for e in range(3)]
+    )
+    assert all("learning_rate_factor" not in r for r in records if r.get("phase") != "posttrain")
+    with pytest.raises(ConfigError, match="posttrain_lr_schedule"):
+        TrainConfig(posttrain_lr_schedule="sometimes")
+
+
+def test_run_ids_without_a_posttrain_schedule_are_unchanged():
+    from core.runs import RunConfig
+
+    base = RunConfig(dataset="two-moons", hidden=(4,), train={"epochs": 3, "posttrain_epochs": 1})
+    assert "posttrain_lr_schedule" not in base.canonical_json()
+    same = RunConfig(
+        dataset="two-moons",
+        hidden=(4,),
+        train={"epochs": 3, "posttrain_epochs": 1, "posttrain_lr_schedule": "constant"},
+    )
+    assert same.run_id("data") == base.run_id("data")
+    cosine = RunConfig(
+        dataset="two-moons", hidden=(4,), train={"epochs": 3, "posttrain_epochs": 1, "posttrain_lr_schedule": "cosine"}
+    )
+    assert cosine.run_id("data") != base.run_id("data")
+    assert RunConfig.from_dict(cosine.to_dict()) == cosine
+
+
 def test_cosine_schedule_is_the_constant_one_in_a_single_epoch_and_differs_after():
     """Factor 1 in the first epoch: one epoch of each is the same training, bit for bit; with more
     epochs the smaller later steps give other weights."""

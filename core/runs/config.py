@@ -428,8 +428,9 @@ def _train_dict(train: TrainConfig) -> dict[str, Any]:
     """The training settings as plain values; a constant learning-rate schedule (the default, and
     what every run before the option existed used) is left out so those runs keep their ids."""
     values = _plain(dataclasses.asdict(train), "train")
-    if values.get("lr_schedule") == "constant":
-        values.pop("lr_schedule")
+    for name in ("lr_schedule", "posttrain_lr_schedule"):
+        if values.get(name) == "constant":
+            values.pop(name)
     for name in ("target_density", "posttrain_density"):  # unset: the runs made before each option keep their ids
         if values.get(name) is None:
             values.pop(name, None)
