@@ -48,6 +48,7 @@ from core.errors import PredictionError
 log = logging.getLogger(__name__)
 
 SERVED_INPUTS = ("test",)  # input sets a child can load by name for a run (others are drawn in the server)
+PROCESS_NAME = "bnn-draws"  # a child's name in /proc/<pid>/comm
 START_SECONDS = 120.0  # a child that has not answered its first draw by then (importing torch, loading) is killed
 
 
@@ -253,6 +254,11 @@ def _rss_bytes() -> int:
 def serve(conn: Any, settings: tuple) -> None:
     """A child's loop: answer draw requests until the pipe closes or the parent is gone."""
     loader, threads, niceness, max_bytes, parent = settings
+    try:  # its name in ps and /proc (benchmarks count its CPU by it); Linux only
+        with open("/proc/self/comm", "w") as comm:
+            comm.write(PROCESS_NAME)
+    except OSError:
+        pass
     if niceness and hasattr(os, "nice"):
         os.nice(niceness)
     torch.set_num_threads(int(threads))
