@@ -196,3 +196,19 @@ def test_bad_settings_are_refused():
         DrawProcesses(loaders.load_tiny, processes=0)
     with pytest.raises(PredictionError, match="timeout must be > 0"):
         DrawProcesses(loaders.load_tiny, timeout=0)
+
+
+@pytest.mark.slow  # starts Python processes
+def test_warm_starts_every_child_before_the_first_draw():
+    pool = DrawProcesses(loaders.load_tiny, processes=2, niceness=0, timeout=120)
+    try:
+        pool.warm()
+        assert pool.started == 2 and len(pool.pids()) == 2
+        run = classification_run(seed=3)
+        cache = DrawCache()
+        cache.use_processes(pool)
+        assert refine(cache, run, "bma", 4, None, None) == Progress(4, 4)
+        assert pool.started == 2 and cache.draws_elsewhere == 4  # the warm children drew them
+    finally:
+        pool.close()
+    assert pool.pids() == []

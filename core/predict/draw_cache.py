@@ -209,6 +209,8 @@ class DrawCache:
             from core.predict.draw_process import DrawProcesses
 
             processes = DrawProcesses(loader, processes, **options) if processes > 0 else None
+            if processes is not None:
+                processes.warm()
         with self._lock:
             old, self.processes = self.processes, processes
             if self._refiner is not None:

@@ -169,6 +169,19 @@ class DrawProcesses:
             self._give(child)
         raise AssertionError("unreachable")
 
+    def warm(self) -> None:
+        """Start every child now (each imports torch and core: seconds), so the first draws wait less."""
+        with self._lock:
+            idle = [child for child in self._idle if not child.alive()]
+            self._idle = [child for child in self._idle if child not in idle]
+        try:
+            for child in idle:
+                child.stop()
+                self._start(child)
+        finally:
+            for child in idle:
+                self._give(child)
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
