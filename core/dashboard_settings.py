@@ -234,10 +234,24 @@ DRAW_SECONDS = register(
         "BNN_DRAW_SECONDS",
         "real",
         120.0,
-        "seconds one background draw may take before its process is stopped and the page told",
+        "CPU seconds one background draw may use before its process is stopped and the page told "
+        "(waiting 20 times that for an answer stops it too)",
         low=1,
         high=86_400,
         secret_key="draw_seconds",
+    )
+)
+
+CARDS_POLL_SECONDS = register(
+    Setting(
+        "BNN_CARDS_POLL_SECONDS",
+        "real",
+        0.5,
+        "seconds between a page's polls of its refining cards while their draws are computed (each poll is "
+        "a fragment run on the server; the accuracy-vs-R chart polls at most every 2 s)",
+        low=0.1,
+        high=60,
+        secret_key="cards_poll_seconds",
     )
 )
 

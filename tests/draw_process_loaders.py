@@ -8,7 +8,8 @@ import time
 from tests.test_draw_cache import classification_run
 
 CRASH_FILE_VARIABLE = "BNN_TEST_DRAW_CRASH_FILE"  # while this file exists, a child loading a run dies
-SLOW_VARIABLE = "BNN_TEST_DRAW_SLOW_SECONDS"  # each draw in a child takes at least this long
+SLOW_VARIABLE = "BNN_TEST_DRAW_SLOW_SECONDS"  # each draw in a child after its first takes at least this long
+BUSY_VARIABLE = "BNN_TEST_DRAW_BUSY"  # with SLOW_VARIABLE: the wait spends CPU (a loop), not a sleep
 
 
 def load_tiny(run_id: str):
@@ -24,7 +25,12 @@ def load_tiny(run_id: str):
         if not getattr(real, "slowed", False):
 
             def slow(*args, **kwargs):
-                time.sleep(seconds)
+                if os.environ.get(BUSY_VARIABLE):
+                    end = time.thread_time() + seconds
+                    while time.thread_time() < end:
+                        pass
+                else:
+                    time.sleep(seconds)
                 return real(*args, **kwargs)
 
             slow.slowed = True

@@ -128,8 +128,9 @@ def test_a_child_that_dies_again_is_a_clear_message_once_and_the_next_ask_recove
 
 
 @pytest.mark.slow  # starts a Python process (importing torch: seconds)
-def test_a_draw_past_its_time_stops_its_child_and_says_which_setting(monkeypatch):
-    monkeypatch.setenv(loaders.SLOW_VARIABLE, "5")
+def test_a_draw_past_its_cpu_time_stops_its_child_and_says_which_setting(monkeypatch):
+    monkeypatch.setenv(loaders.SLOW_VARIABLE, "30")
+    monkeypatch.setenv(loaders.BUSY_VARIABLE, "1")  # a loop that would spend 30 s of CPU
     pool = DrawProcesses(loaders.load_tiny, processes=1, niceness=0, timeout=1)
     try:
         run = classification_run(seed=3)  # the run the children rebuild (load_tiny("3"))
@@ -140,13 +141,29 @@ def test_a_draw_past_its_time_stops_its_child_and_says_which_setting(monkeypatch
         started = time.monotonic()
         with pytest.raises(DrawProcessError, match="BNN_DRAW_SECONDS"):
             pool.draw(dataclasses.replace(request, index=1, path="plain"))
-        assert time.monotonic() - started < 4  # stopped at its time, not after the 5 s draw
+        assert time.monotonic() - started < 20  # stopped after about 1 s of its CPU, not after the 30 s loop
         assert pool.pids() == []
     finally:
         pool.close()
 
 
-@pytest.mark.slow  # starts a Python process (importing torch: seconds)
+@pytest.mark.slow  # starts a Python process
+def test_a_slow_draw_that_uses_no_cpu_is_waited_for_up_to_its_wall_bound(monkeypatch):
+    monkeypatch.setenv(loaders.SLOW_VARIABLE, "3")  # a sleep: a child starved by the scheduler uses no CPU either
+    pool = DrawProcesses(loaders.load_tiny, processes=1, niceness=0, timeout=1)
+    try:
+        run = classification_run(seed=3)
+        from core.predict.draw_paths import fingerprint
+
+        request = DrawRequest("3", "test", "bma", 2, None, None, 0, None, 0, None, fingerprint(run.model))
+        pool.draw(request)
+        reply = pool.draw(dataclasses.replace(request, index=1, path="plain"))  # 3 s > 1 s, yet < 20 x 1 s
+        assert reply.output.shape == (40, 3) and pool.started == 1
+    finally:
+        pool.close()
+
+
+@pytest.mark.slow  # starts Python processes (importing torch: seconds)
 def test_a_child_above_its_memory_bound_ends_after_answering_and_the_next_draw_starts_another():
     pool = DrawProcesses(loaders.load_tiny, processes=1, niceness=0, max_bytes=1, timeout=120)
     try:

@@ -25,9 +25,11 @@ answers `unavailable` and the server draws that plan itself.
 Lifecycle. A child starts when the first draw is asked for, ends with the server (daemon, and it
 checks each second that its parent is alive), and is started again when it dies: a draw whose child
 died is retried once on a new child, then fails with a `DrawProcessError` that says so (the
-session sees it once; the next ask starts a new child). A draw that takes longer than `timeout`
-seconds kills its child (never a hang). A child whose resident memory passes `max_bytes` drops the
-runs it holds; still above it, it ends after its answer and the next draw starts a new one.
+session sees it once; the next ask starts a new child). A draw that uses more than `timeout` seconds
+of CPU (or waits WALL_FACTOR times that) kills its child (never a hang); wall time alone does not: a
+child below the server's priority on a busy machine is slow, not stuck. A child whose resident memory
+passes `max_bytes` drops the runs it holds; still above it, it ends after its answer and the next draw
+starts a new one.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Sequence
@@ -49,7 +52,8 @@ log = logging.getLogger(__name__)
 
 SERVED_INPUTS = ("test",)  # input sets a child can load by name for a run (others are drawn in the server)
 PROCESS_NAME = "bnn-draws"  # a child's name in /proc/<pid>/comm
-START_SECONDS = 120.0  # a child that has not answered its first draw by then (importing torch, loading) is killed
+START_SECONDS = 120.0  # CPU seconds more for a child's first answer (importing torch and core, loading the run)
+WALL_FACTOR = 20  # a draw waited for this many times its CPU limit in wall time is stuck (it used no CPU)
 
 
 class DrawProcessError(PredictionError):
@@ -223,11 +227,11 @@ class DrawProcesses:
             child.stop()
             self._start(child)
         child.conn.send(request)
-        wait = self.timeout if child.answered else self.timeout + START_SECONDS
-        if not child.conn.poll(wait):
+        limit = self.timeout if child.answered else self.timeout + START_SECONDS
+        if not self._answered_within(child, limit):
             child.stop()
             raise DrawProcessError(
-                f"a sampled network took longer than {wait:.0f} s in the background process "
+                f"a sampled network took more than {limit:.0f} s of CPU in the background process "
                 "(BNN_DRAW_SECONDS); it was stopped: move the slider or reload the page to try again"
             )
         status, *payload = child.conn.recv()
@@ -242,6 +246,28 @@ class DrawProcesses:
             for bits, shape in zip(packed, shapes)
         ]
         return DrawReply(torch.from_numpy(output), used, path)
+
+    @staticmethod
+    def _answered_within(child: _Child, limit: float) -> bool:
+        """Wait for the child's answer: False once it has used `limit` seconds of CPU on it (a loop that
+        never ends), or been waited for WALL_FACTOR x `limit` (a child that uses none: a deadlock). CPU,
+        not wall time: a child below the server's priority on a busy machine is slow, not stuck."""
+        started, spent = time.monotonic(), _cpu_seconds(child.process.pid)
+        while not child.conn.poll(0.5):
+            used = _cpu_seconds(child.process.pid) - spent
+            if used > limit or time.monotonic() - started > WALL_FACTOR * limit or not child.alive():
+                return child.conn.poll(0)  # it may have answered (or died: the caller's recv says so)
+        return True
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far (Linux /proc; 0 elsewhere: wall time bounds it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 # --- the child's side ---------------------------------------------------------------------------------------
