@@ -229,3 +229,38 @@ def test_warm_starts_every_child_before_the_first_draw():
     finally:
         pool.close()
     assert pool.pids() == []
+
+
+def test_the_draw_process_settings_are_read_and_a_bad_value_is_refused_naming_its_variable(monkeypatch):
+    from core import dashboard_settings
+    from core.errors import InputError
+
+    for name in ("BNN_DRAW_PROCESSES", "BNN_DRAW_NICENESS", "BNN_DRAW_PROCESS_MB", "BNN_DRAW_SECONDS"):
+        monkeypatch.delenv(name, raising=False)
+    assert dashboard_settings.draw_process_options() == {
+        "processes": 2,
+        "niceness": 10,
+        "max_bytes": 1024 * 2**20,
+        "timeout": 120.0,
+    }
+    monkeypatch.setenv("BNN_DRAW_PROCESSES", "0")
+    monkeypatch.setenv("BNN_DRAW_PROCESS_MB", "512")
+    options = dashboard_settings.draw_process_options()
+    assert options["processes"] == 0 and options["max_bytes"] == 512 * 2**20
+    for name, bad in (("BNN_DRAW_PROCESSES", "-1"), ("BNN_DRAW_NICENESS", "20"), ("BNN_DRAW_SECONDS", "nan")):
+        monkeypatch.setenv(name, bad)
+        with pytest.raises(InputError, match=name):
+            dashboard_settings.draw_process_options()
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("BNN_CARDS_POLL_SECONDS", "0")
+    with pytest.raises(InputError, match="BNN_CARDS_POLL_SECONDS"):
+        dashboard_settings.CARDS_POLL_SECONDS.read()
+
+
+def test_use_processes_with_zero_keeps_the_draws_in_this_process():
+    cache = DrawCache()
+    cache.use_processes(0, loaders.load_tiny)
+    assert cache.processes is None
+    run = classification_run(seed=3)
+    assert refine(cache, run, "bma", 3, None, None) == Progress(3, 3)
+    assert cache.draws_elsewhere == 0 and cache.draws_computed == 3
