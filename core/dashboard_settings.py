@@ -191,6 +191,70 @@ PREDICT_SLOTS = register(
     )
 )
 
+DRAW_PROCESSES = register(
+    Setting(
+        "BNN_DRAW_PROCESSES",
+        "whole",
+        2,
+        "child processes computing the cards' background draws, below the server in priority, so that "
+        "page reruns never wait for them (0: the server's own threads)",
+        low=0,
+        high=64,
+        secret_key="draw_processes",
+    )
+)
+
+DRAW_NICENESS = register(
+    Setting(
+        "BNN_DRAW_NICENESS",
+        "whole",
+        10,
+        "niceness the draw processes add to their scheduling priority (Unix; 0: the server's)",
+        low=0,
+        high=19,
+        secret_key="draw_niceness",
+    )
+)
+
+DRAW_PROCESS_MB = register(
+    Setting(
+        "BNN_DRAW_PROCESS_MB",
+        "real",
+        1024.0,
+        "megabytes of resident memory a draw process may hold: above it, it drops the runs it "
+        "loaded, and ends when still above (the next draw starts a fresh one)",
+        low=64,
+        high=10**6,
+        secret_key="draw_process_mb",
+    )
+)
+
+DRAW_SECONDS = register(
+    Setting(
+        "BNN_DRAW_SECONDS",
+        "real",
+        120.0,
+        "CPU seconds one background draw may use before its process is stopped and the page told "
+        "(waiting 20 times that for an answer stops it too)",
+        low=1,
+        high=86_400,
+        secret_key="draw_seconds",
+    )
+)
+
+CARDS_POLL_SECONDS = register(
+    Setting(
+        "BNN_CARDS_POLL_SECONDS",
+        "real",
+        0.5,
+        "seconds between a page's polls of its refining cards while their draws are computed (each poll is "
+        "a fragment run on the server; the accuracy-vs-R chart polls at most every 2 s)",
+        low=0.1,
+        high=60,
+        secret_key="cards_poll_seconds",
+    )
+)
+
 FORM_MEMORY_BROWSERS = register(
     Setting(
         "BNN_FORM_MEMORY_BROWSERS",
@@ -223,3 +287,13 @@ def draw_cache_bytes(fallback: Fallback = None) -> int:
 def predict_slots(fallback: Fallback = None) -> int | None:
     """Predictions computed at once, or None for no limit (0)."""
     return PREDICT_SLOTS.read(fallback=fallback) or None
+
+
+def draw_process_options(fallback: Fallback = None) -> dict[str, Any]:
+    """The draw processes' settings as DrawCache.use_processes takes them (processes 0: none)."""
+    return {
+        "processes": DRAW_PROCESSES.read(fallback=fallback),
+        "niceness": DRAW_NICENESS.read(fallback=fallback),
+        "max_bytes": int(DRAW_PROCESS_MB.read(fallback=fallback) * 2**20),
+        "timeout": DRAW_SECONDS.read(fallback=fallback),
+    }

@@ -375,10 +375,31 @@ def test_draws_ready(
     if not backend.mode_draws_samples(key["mode"]):
         return 1, 1
     run = cached_run(run_id)
+    _draw_processes_once()
     progress = backend.DRAW_CACHE.refiner().ready(
         run, run.dataset().x_test, "test", run_id, key["mode"], key["samples"], key["threshold"], key["seed"]
     )
     return progress.draws, progress.samples
+
+
+_draw_processes_lock = threading.Lock()
+_draw_processes_set = False
+
+
+def _draw_processes_once() -> None:
+    """Before the first background draw: move the draw cache's background draws into child processes
+    ($BNN_DRAW_PROCESSES, below the server in priority: core.predict.draw_process), so that a class's
+    draws never hold the interpreter lock or the cores the script runs need."""
+    global _draw_processes_set
+    if _draw_processes_set:
+        return
+    from dashboard.server_secrets import secret
+
+    with _draw_processes_lock:
+        if not _draw_processes_set:
+            options = backend.dashboard_settings.draw_process_options(secret)
+            backend.DRAW_CACHE.use_processes(options.pop("processes"), backend.load_run, **options)
+            _draw_processes_set = True
 
 
 def prior_of_statistic(run_id: str) -> dict[str, Any] | None:

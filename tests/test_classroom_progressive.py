@@ -4,6 +4,7 @@ numbers (benchmarks/classroom), read from what the Pruning page says its cards r
 from __future__ import annotations
 
 import math
+import os
 
 from benchmarks.classroom.client import RunResult
 from benchmarks.classroom.report import Interaction, Report, table
@@ -121,3 +122,42 @@ def test_thread_cpu_counts_threads_alive_at_either_end_and_those_that_ended_in_b
     assert "| not in any thread's record (process-wide work, rounding) | | 1.8 | 18% |" in text
     # fragment polls: the script-runner threads' 0.75 s less the full runs' 0.5 s, over 5 fragment runs
     assert "= 0.2 s, 0.050 s per fragment run" in text
+
+
+def test_the_draw_processes_cpu_is_read_from_the_servers_children_by_name_and_added_to_the_table(tmp_path):
+    """A child of this process named bnn-draws that burns CPU is found by child_cpu (and no other
+    child), and the table adds the draw processes' CPU beside the server's, not inside it."""
+    import subprocess
+    import sys
+    import time
+
+    from benchmarks.classroom import server
+
+    burn = (
+        "import time\n"
+        f"open('/proc/self/comm', 'w').write({server.DRAW_PROCESS_NAME!r})\n"
+        "end = time.process_time() + 0.5\n"
+        "while time.process_time() < end: pass\n"
+        "time.sleep(30)\n"
+    )
+    drawer = subprocess.Popen([sys.executable, "-c", burn])
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        deadline = time.monotonic() + 60
+        while sum(server.child_cpu(os.getpid(), server.DRAW_PROCESS_NAME).values()) < 0.4:
+            assert time.monotonic() < deadline, server.child_cpu(os.getpid(), server.DRAW_PROCESS_NAME)
+            time.sleep(0.1)
+        assert list(server.child_cpu(os.getpid(), server.DRAW_PROCESS_NAME)) == [drawer.pid]
+    finally:
+        drawer.kill()
+        other.kill()
+        drawer.wait()
+        other.wait()
+    report = Report(Scenario(sessions=3))
+    report.server_cpu_seconds = 10.0
+    report.thread_seconds, report.thread_names = {1: 6.0, 2: 3.0}, {1: "ScriptRunner.scriptThread", 2: "MainThread"}
+    report.draw_process_seconds = {101: 4.0, 102: 2.5}
+    text = table(report)
+    assert "| server process | | 10.0 | 100% |" in text  # the children's CPU is not the server's
+    assert "in draw processes (bnn-draws children, their own interpreters, lower priority) | 2 | 6.5 | |" in text
+    assert "| server process and draw processes | | 16.5 | |" in text

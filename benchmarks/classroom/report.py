@@ -28,7 +28,15 @@ class Interaction:
     complete_seconds: float | None = None
 
 
-SERVER_SETTINGS = ("BNN_CLASSROOM", "BNN_COMPUTE_THREADS", "BNN_PREDICT_SLOTS", "OMP_NUM_THREADS")  # named in the table
+# named in the table
+SERVER_SETTINGS = (
+    "BNN_CLASSROOM",
+    "BNN_COMPUTE_THREADS",
+    "BNN_PREDICT_SLOTS",
+    "BNN_DRAW_PROCESSES",
+    "BNN_DRAW_NICENESS",
+    "OMP_NUM_THREADS",
+)
 
 
 @dataclass
@@ -51,6 +59,7 @@ class Report:
     thread_seconds: dict[int, float] = field(default_factory=dict)  # server thread id -> its CPU in the class
     thread_names: dict[int, str] = field(default_factory=dict)  # server thread id -> its Python name
     fragment_runs: int = 0  # fragment polls the refining sessions sent (each a fragment's own script run)
+    draw_process_seconds: dict[int, float] = field(default_factory=dict)  # draw process pid -> its CPU in the class
 
     def latencies(self, kinds: tuple[str, ...] | None = None) -> list[float]:
         return [i.seconds for i in self.interactions if kinds is None or i.kind in kinds]
@@ -246,6 +255,13 @@ def thread_table(report: Report) -> list[str]:
         f"{(total - seen) / total:.0%} |"
     )
     lines.append(f"| server process | | {total:.1f} | 100% |")
+    if report.draw_process_seconds:
+        draws = sum(report.draw_process_seconds.values())
+        lines.append(
+            f"| beside it: background draws in draw processes (bnn-draws children, their own interpreters, "
+            f"lower priority) | {len(report.draw_process_seconds)} | {draws:.1f} | |"
+        )
+        lines.append(f"| server process and draw processes | | {total + draws:.1f} | |")
     scripts = next((s for g, (_, s) in groups.items() if g.startswith("script runs")), None)
     if scripts is not None and report.script_cpu_seconds == report.script_cpu_seconds:
         fragments = max(0.0, scripts - report.script_cpu_seconds)

@@ -360,6 +360,7 @@ async def run_class(url: str, runs: list[str], scenario: Scenario, report: Repor
     report.memory_mb.append(server.memory_mb()[0])
     report.started = time.time()
     server_cpu, client_cpu = server.cpu_seconds(), time.process_time()
+    draws_before = server.draw_process_cpu()
     threads.begin()
     memory = asyncio.create_task(sample_memory())
     training = [
@@ -380,6 +381,8 @@ async def run_class(url: str, runs: list[str], scenario: Scenario, report: Repor
     await memory
     threads.finish()
     report.server_cpu_seconds = server.cpu_seconds() - server_cpu
+    draws_after = server.draw_process_cpu()  # a child that ended during the class is not counted
+    report.draw_process_seconds = {pid: cpu - draws_before.get(pid, 0.0) for pid, cpu in draws_after.items()}
     report.thread_seconds, report.thread_names = threads.used()
     report.client_cpu_seconds = time.process_time() - client_cpu
 

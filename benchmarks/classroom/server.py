@@ -140,6 +140,11 @@ class Server:
         """Thread id -> user + system CPU seconds so far of the server's live threads."""
         return thread_cpu(self.process.pid)
 
+    def draw_process_cpu(self) -> dict[int, float]:
+        """Process id -> user + system CPU seconds so far of the server's live draw processes (children
+        named DRAW_PROCESS_NAME: core.predict.draw_process), whose CPU is not the server process's."""
+        return child_cpu(self.process.pid, DRAW_PROCESS_NAME)
+
     def stop(self) -> None:
         self.process.terminate()
         try:
@@ -165,6 +170,26 @@ def thread_cpu(pid: int) -> dict[int, float]:
         except (OSError, ValueError, IndexError):
             continue  # the thread ended while read
     return threads
+
+
+DRAW_PROCESS_NAME = "bnn-draws"  # core.predict.draw_process.PROCESS_NAME (the benchmark does not import core)
+
+
+def child_cpu(parent: int, name: str) -> dict[int, float]:
+    """Process id -> user + system CPU seconds so far of `parent`'s live children called `name` (/proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm, rest = (entry / "stat").read_text().split(" (", 1)[1].rsplit(")", 1)
+            fields = rest.split()
+            if comm == name and int(fields[1]) == parent:
+                found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, ValueError, IndexError):
+            continue  # ended while read
+    return found
 
 
 class ThreadCpu:

@@ -168,6 +168,8 @@ class DrawCache:
         self.draws_computed = 0  # draws run through the network (all entries, ever)
         self._refiner: Any = None  # its core.predict.progressive.Refiner, made when first asked for
         self.draws_reused = 0  # draws answered from kept outputs
+        self.processes: Any = None  # core.predict.draw_process.DrawProcesses: where `extend` draws (None: here)
+        self.draws_elsewhere = 0  # draws `extend` had computed in a draw process
 
     # --- what it holds ------------------------------------------------------------------------------
     @property
@@ -195,8 +197,26 @@ class DrawCache:
             if self._refiner is None:
                 from core.predict.progressive import Refiner  # it imports this module
 
-                self._refiner = Refiner(self, workers=self.compute_slots or os.cpu_count() or 1)
+                workers = self.processes.processes if self.processes is not None else self.compute_slots
+                self._refiner = Refiner(self, workers=workers or os.cpu_count() or 1)
             return self._refiner
+
+    def use_processes(self, processes: Any, loader: Callable[[str], Any] | None = None, **options: Any) -> None:
+        """Compute `extend`'s draws (the background completion) in child processes: a
+        core.predict.draw_process.DrawProcesses, or how many to start (with the run `loader` and its
+        options); None or 0: in this process, one compute turn per draw. The old ones are closed."""
+        if isinstance(processes, int):
+            from core.predict.draw_process import DrawProcesses
+
+            processes = DrawProcesses(loader, processes, **options) if processes > 0 else None
+            if processes is not None:
+                processes.warm()
+        with self._lock:
+            old, self.processes = self.processes, processes
+            if self._refiner is not None:
+                self._refiner.workers = processes.processes if processes is not None else self._refiner.workers
+        if old is not None and old is not processes:
+            old.close()
 
     def forget(self, owner: Hashable) -> None:
         """Drop every entry of `owner` (a deleted or retrained run), and its background work."""
@@ -317,10 +337,15 @@ class DrawCache:
                 return plan.samples
             entry.writing = True
         computed = 0
+        processes = self.processes
         try:
-            computed = self._draw_until(
-                entry, model, plan, as_inputs(model, x), int(seed), batch_size, each_draw=self.computing, stop=stop
-            )
+            if processes is not None and processes.serves(inputs):
+                request = (processes, key, (mode, samples, threshold, weights))
+                computed = self._draw_elsewhere(entry, model, plan, as_inputs(model, x), request, stop)
+            else:
+                computed = self._draw_until(
+                    entry, model, plan, as_inputs(model, x), int(seed), batch_size, each_draw=self.computing, stop=stop
+                )
         finally:
             with entry.condition:
                 entry.writing = False
@@ -409,6 +434,70 @@ class DrawCache:
                 entry.outputs.append(outputs[0])
                 entry.condition.notify_all()
             computed += 1
+
+    def _draw_elsewhere(
+        self,
+        entry: _Entry,
+        model: Any,
+        plan: Any,
+        inputs: Tensor,
+        request: tuple,
+        stop: Callable[[], bool] | None,
+    ) -> int:
+        """As `_draw_until`, each draw computed in a draw process (core.predict.draw_process) and added
+        here as if drawn here: its outputs, and its used weights to the entry's usage. The draw path is
+        this process's kept choice; with none kept, the child's probe chooses and this process keeps
+        it (a choice made here meanwhile wins: that draw is asked again by it). A plan a child cannot
+        draw (another copy of the run) is drawn here."""
+        from core.predict.draw_paths import DrawPath, chosen_path, fingerprint, path_key, remember_path
+        from core.predict.draw_process import DrawRequest, Unavailable
+
+        processes, key, (mode, samples, threshold, weights) = request
+        computed = 0
+        while True:
+            if stop is not None and stop():
+                return computed
+            with entry.condition, torch.no_grad():
+                if entry.usage is None:
+                    entry.masks = None if plan.mode is PredictionMode.BMA else model.keep_masks(plan.threshold)
+                    entry.usage = new_usage(model, entry.masks, 2)
+                index = entry.n_draws
+                if index >= plan.samples:
+                    return computed
+                masks, usage = entry.masks, entry.usage
+            path = chosen_path(model, plan.threshold, inputs, masks, key.batch_size)
+            asked = DrawRequest(
+                key.owner,
+                key.inputs,
+                mode,
+                samples,
+                threshold,
+                weights,
+                key.seed,
+                key.batch_size,
+                index,
+                None if path is None else path.value,
+                fingerprint(model),
+            )
+            try:
+                reply = processes.draw(asked)
+            except Unavailable:
+                with self.computing():
+                    return computed + self._draw_until(entry, model, plan, inputs, key.seed, key.batch_size, stop=stop)
+            if path is None and reply.path is not None:
+                kept_key = path_key(model, plan.threshold, inputs, masks, key.batch_size)
+                kept = remember_path(kept_key, DrawPath(reply.path))
+                if kept is not DrawPath(reply.path):
+                    continue  # this process chose another path meanwhile: the draw again, by that path
+            with entry.condition:
+                if entry.usage is not usage or entry.n_draws != index:  # reset meanwhile: draw again
+                    continue
+                usage.add(reply.used)
+                entry.outputs.append(reply.output)
+                entry.condition.notify_all()
+            computed += 1
+            with self._lock:
+                self.draws_elsewhere += 1
 
     def _entry(self, key: DrawKey, model: Any) -> _Entry:
         with self._lock:

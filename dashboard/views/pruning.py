@@ -8,6 +8,7 @@ from typing import Callable
 import streamlit as st
 
 from dashboard import backend, cache, charts, explain, state
+from dashboard.server_secrets import secret
 from dashboard.ui import guard
 
 PAGE_DEFAULT_MODE = "prune"  # the mode the threshold acts on (mpm names the cut at the family default)
@@ -33,10 +34,11 @@ def apply_suggestion(value: float) -> None:
     state.store_setting(run_id, "threshold", float(value))
 
 
-POLL_SECONDS = 0.5  # while a setting's draws are incomplete, its cards are redrawn this often
+# While a setting's draws are incomplete, its cards are redrawn this often ($BNN_CARDS_POLL_SECONDS).
+POLL_SECONDS = backend.dashboard_settings.CARDS_POLL_SECONDS.read(fallback=secret)
 # The accuracy-vs-R chart less often: its polls were half a class's fragment runs, and the dearer half (a
 # new ladder and chart per new count of draws); the cards' poll reruns the page once all R are in.
-CHART_POLL_SECONDS = 2.0
+CHART_POLL_SECONDS = max(2.0, POLL_SECONDS)
 
 
 def refining(
