@@ -457,8 +457,9 @@ NOTES = {
     "e^-2 the ELBO's density then levelled off at 0.00084 after 100 epochs, and under e^-4 at 0.00082: the ELBO's "
     "optimum under those priors lies above 0.00067. Cutting the median probability model to 0.00067 by inclusion "
     "probability (posttrain_density) and post-training the rest recovered only 0.9631. The prior decides it: "
-    "under e^-8 (0.000335), each kept weight costs about 6 nats more than under e^-2, and the ELBO itself reached 0.00067 after "
-    "18 main epochs at MED-MEA 0.9667; 12 post-training epochs at cosine-decayed steps settled it at 0.9674 "
+    "under e^-8 (0.000335), each kept weight costs about 6 nats more than under e^-2, and the ELBO itself "
+    "reached 0.00067 after 18 main epochs at MED-MEA 0.9667; 12 post-training epochs at cosine-decayed steps "
+    "settled it at 0.9674 "
     "(constant steps had ended at 0.9667, moving 0.9661-0.9675 from epoch to epoch). That recipe is now the preset, "
     "and it meets the target without the flow posterior of the published point",
     "horseshoe": "The node statistic and rule are Ghosh et al.'s (2018) P_q(tau_k v < delta) > p0, equal to a Monte "
