@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 PLAIN = "plain-mlp"
+BREAKDOWN_HEADING = "CPU ms per step by phase"
 
 
 def split_variant(family: str) -> tuple[str, bool, int]:
@@ -276,7 +277,7 @@ def breakdown_table(families: list[str], runs: dict[str, list[dict]]) -> list[st
         return []
     lines = [
         "",
-        "CPU ms per step by phase (`--breakdown`: one more pass of the same steps, the median over rounds; "
+        BREAKDOWN_HEADING + " (`--breakdown`: one more pass of the same steps, the median over rounds; "
         "forward includes the KL's gradient path, optimizer is Adam's step):",
         "",
         "| family | forward | backward | optimizer | sum |",
@@ -290,16 +291,25 @@ def breakdown_table(families: list[str], runs: dict[str, list[dict]]) -> list[st
 
 def written_notes(out: Path) -> str:
     """What follows the generated table in an existing results file (the notes people wrote under it,
-    from the first line after the table on): kept when the table is regenerated."""
+    from the first line after the table on): kept when the table is regenerated. The generated table by
+    phase (--breakdown) right under it is part of the table, not of the notes."""
     if not out.exists():
         return ""
     lines = out.read_text().splitlines(keepends=True)
-    seen_table = False
+    tables_to_pass = 1
+    in_table = False
     for index, line in enumerate(lines):
         if line.startswith("|"):
-            seen_table = True
-        elif seen_table:
-            return "".join(lines[index:])
+            in_table = True
+            continue
+        if in_table:
+            in_table = False
+            tables_to_pass -= 1
+            rest = [text for text in lines[index:] if text.strip()]
+            if tables_to_pass == 0 and rest and rest[0].startswith(BREAKDOWN_HEADING):
+                tables_to_pass = 1  # the phase table follows: pass it too
+            elif tables_to_pass == 0:
+                return "".join(lines[index:])
     return ""
 
 
