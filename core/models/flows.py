@@ -39,14 +39,20 @@ class AffineCoupling(nn.Module):
     def forward(self, z: Tensor) -> tuple[Tensor, Tensor]:
         """z' and log |det dz'/dz| for z of shape (..., dim); the log-determinant has shape (...).
 
-        Written for few operations (a training step runs three flows per layer): the mask is folded
-        into the rows of the output maps, so that s and t come from one product and are 0 on the kept
+        Written for few operations (autograd's path: without gradients, and under torch.func): the mask is
+        folded into the rows of the output maps, so that s and t come from one product and are 0 on the kept
         coordinates, where z exp(s) + t is then z itself, the formula's m z.
         """
-        out, s, _, _ = coupling_forward(z, self.mask, *self.parameter_list())
-        return out, s.sum(-1)
+        mask = self.mask.to(z.dtype)
+        moved = torch.cat([1 - mask, 1 - mask])
+        h = torch.tanh(F.linear(z * mask, self.hidden_weight, self.hidden_bias))
+        weight = torch.cat([self.scale_weight, self.shift_weight]) * moved[:, None]
+        st = F.linear(h, weight, torch.cat([self.scale_bias, self.shift_bias]) * moved)
+        s, t = st.split(self.mask.shape[0], dim=-1)
+        return torch.addcmul(t, z, torch.exp(s)), s.sum(-1)
 
     def parameter_list(self) -> tuple[Tensor, ...]:
+        """The parameters in CouplingFlowFunction's order."""
         return (
             self.hidden_weight,
             self.hidden_bias,
@@ -55,18 +61,6 @@ class AffineCoupling(nn.Module):
             self.shift_weight,
             self.shift_bias,
         )
-
-
-def coupling_forward(z, mask, hidden_weight, hidden_bias, scale_weight, scale_bias, shift_weight, shift_bias):
-    """(z', s, h, the masked output map): one coupling's values, the same operations under autograd and in
-    CouplingFlowFunction (so both give the same numbers)."""
-    mask = mask.to(z.dtype)
-    moved = torch.cat([1 - mask, 1 - mask])
-    h = torch.tanh(F.linear(z * mask, hidden_weight, hidden_bias))
-    weight = torch.cat([scale_weight, shift_weight]) * moved[:, None]
-    st = F.linear(h, weight, torch.cat([scale_bias, shift_bias]) * moved)
-    s, t = st.split(mask.shape[0], dim=-1)
-    return torch.addcmul(t, z, torch.exp(s)), s, h, weight
 
 
 class CouplingFlow(nn.Module):
