@@ -1,7 +1,7 @@
 """Time one training epoch per family against the plain deterministic MLP.
 
     python -m benchmarks.epoch_time [--dataset mnist] [--device auto] [--families lbbnn,bnn,...] [--repeats 3]
-        [--threads 1]
+        [--threads 1] [--steps 40 [--breakdown]]
 
 Full MNIST, 784-400-600-10, batch 100, M = 1 (Hubin & Storvik 2024's setup). Each family
 runs in its own subprocess so the peak memory is its own; all of them run in
@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 PLAIN = "plain-mlp"
+BREAKDOWN_HEADING = "CPU ms per step by phase"
 
 
 def split_variant(family: str) -> tuple[str, bool, int]:
@@ -46,6 +47,7 @@ def time_one(
     hidden: tuple[int, ...],
     threads: int | None = None,
     steps: int | None = None,
+    breakdown: bool = False,
 ) -> dict:
     import torch
 
@@ -66,7 +68,7 @@ def time_one(
     torch.manual_seed(0)
     family_name, compiled, batch_size = split_variant(family)
     if steps:
-        return _time_steps(family_name, compiled, batch_size, x, y, ds.n_classes, hidden, steps, epochs)
+        return _time_steps(family_name, compiled, batch_size, x, y, ds.n_classes, hidden, steps, epochs, breakdown)
     if family_name == PLAIN:
         widths = [x.shape[1], *hidden, ds.n_classes]
         layers = []
@@ -103,10 +105,14 @@ def time_one(
     }
 
 
-def _time_steps(family_name, compiled, batch_size, x, y, n_classes, hidden, steps: int, repeats: int) -> dict:
+def _time_steps(
+    family_name, compiled, batch_size, x, y, n_classes, hidden, steps: int, repeats: int, breakdown: bool = False
+) -> dict:
     """CPU seconds of `steps` training steps, scaled to one epoch: the process's own CPU time, so
     that on a loaded machine the other processes' share of the cores does not count (cache and
-    memory-bus contention still does). The best of `repeats` passes, after 5 warm-up steps."""
+    memory-bus contention still does). The best of `repeats` passes, after 5 warm-up steps. With
+    `breakdown`, one more pass gives the CPU ms per step of the forward pass (with the KL), the backward
+    pass and the optimizer step."""
     import torch
 
     from core.cpu_settings import enable_flush_denormals
@@ -123,11 +129,8 @@ def _time_steps(family_name, compiled, batch_size, x, y, n_classes, hidden, step
         net = torch.nn.Sequential(*layers)
         optimizer = _adam([{"params": list(net.parameters()), "lr": 1e-3}])
 
-        def step(xb, yb):
-            loss = torch.nn.functional.cross_entropy(net(xb), yb)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+        def forward(xb, yb):
+            return torch.nn.functional.cross_entropy(net(xb), yb)
 
     else:
         model = BayesianMLP(
@@ -137,8 +140,33 @@ def _time_steps(family_name, compiled, batch_size, x, y, n_classes, hidden, step
             layer.use_compiled_kernels(compiled)
         optimizer = _adam([{"params": [p for p in model.parameters() if p.requires_grad], "lr": 1e-3}])
 
-        def step(xb, yb):
-            _training_step(model, optimizer, xb, yb, 1, 1.0 / len(x))
+        def forward(xb, yb):  # what _training_step does before its backward pass (M = 1)
+            output, kl = model.forward_with_kl(xb, kl_value=False)
+            return -model.likelihood.log_prob(output, yb).mean() + kl / len(x)
+
+    def step(xb, yb, clock: list[float] | None = None):
+        """One training step; with `clock`, its forward, backward and optimizer CPU seconds are added to it."""
+        if clock is None:
+            if family_name == PLAIN:
+                loss = forward(xb, yb)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+            else:
+                _training_step(model, optimizer, xb, yb, 1, 1.0 / len(x))
+            return
+        start = time.process_time()
+        loss = forward(xb, yb)
+        after_forward = time.process_time()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        after_backward = time.process_time()
+        optimizer.step()
+        if family_name != PLAIN:
+            model.update_auxiliaries()
+        end = time.process_time()
+        for i, seconds in enumerate((after_forward - start, after_backward - after_forward, end - after_backward)):
+            clock[i] += seconds
 
     order = torch.randperm(len(x))
     batches = [order[i * batch_size : (i + 1) * batch_size] for i in range(steps)]
@@ -150,6 +178,12 @@ def _time_steps(family_name, compiled, batch_size, x, y, n_classes, hidden, step
         for index in batches:
             step(x[index], y[index])
         best = min(best, time.process_time() - start)
+    phases = None
+    if breakdown:  # one more pass, timed by phase (the timer calls cost a little; the total above does not)
+        clock = [0.0, 0.0, 0.0]
+        for index in batches:
+            step(x[index], y[index], clock)
+        phases = [1e3 * seconds / steps for seconds in clock]
     epoch = best / steps * math.ceil(len(x) / batch_size)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     members = 1 if family_name == PLAIN else getattr(model.layers[0].options, "members", 1)
@@ -160,6 +194,7 @@ def _time_steps(family_name, compiled, batch_size, x, y, n_classes, hidden, step
         "peak_bytes": peak,
         "device": "cpu",
         "n_train": len(x),
+        **({"phases_ms": phases} if phases else {}),
     }
 
 
@@ -231,21 +266,50 @@ def render_table(args, hidden: tuple[int, ...], families: list[str], runs: dict[
                 ratio += f"; per network ({members}): {statistics.median(ratios) / members:.2f}"
         peak = max(r["peak_bytes"] for _, r in ok)
         lines.append(f"| {family} | {seconds:.2f} | {ratio} | {peak / 2**20:.0f} |")
+    lines += breakdown_table(families, runs)
     return "\n".join(lines) + "\n"
+
+
+def breakdown_table(families: list[str], runs: dict[str, list[dict]]) -> list[str]:
+    """With --breakdown: CPU ms per step by phase, the median over rounds; none without it."""
+    timed = [f for f in families if any("phases_ms" in r for r in runs[f])]
+    if not timed:
+        return []
+    lines = [
+        "",
+        BREAKDOWN_HEADING + " (`--breakdown`: one more pass of the same steps, the median over rounds; "
+        "forward includes the KL's gradient path, optimizer is Adam's step):",
+        "",
+        "| family | forward | backward | optimizer | sum |",
+        "|---|---|---|---|---|",
+    ]
+    for family in timed:
+        phases = [statistics.median(r["phases_ms"][i] for r in runs[family] if "phases_ms" in r) for i in range(3)]
+        lines.append(f"| {family} | {' | '.join(f'{ms:.2f}' for ms in phases)} | {sum(phases):.2f} |")
+    return lines
 
 
 def written_notes(out: Path) -> str:
     """What follows the generated table in an existing results file (the notes people wrote under it,
-    from the first line after the table on): kept when the table is regenerated."""
+    from the first line after the table on): kept when the table is regenerated. The generated table by
+    phase (--breakdown) right under it is part of the table, not of the notes."""
     if not out.exists():
         return ""
     lines = out.read_text().splitlines(keepends=True)
-    seen_table = False
+    tables_to_pass = 1
+    in_table = False
     for index, line in enumerate(lines):
         if line.startswith("|"):
-            seen_table = True
-        elif seen_table:
-            return "".join(lines[index:])
+            in_table = True
+            continue
+        if in_table:
+            in_table = False
+            tables_to_pass -= 1
+            rest = [text for text in lines[index:] if text.strip()]
+            if tables_to_pass == 0 and rest and rest[0].startswith(BREAKDOWN_HEADING):
+                tables_to_pass = 1  # the phase table follows: pass it too
+            elif tables_to_pass == 0:
+                return "".join(lines[index:])
     return ""
 
 
@@ -282,6 +346,11 @@ def main(argv: list[str] | None = None) -> int:
         help="time this many training steps per family in CPU time (scaled to an epoch; CPU only), "
         "not a wall-clock epoch: for a loaded machine",
     )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="with --steps: also time each step's forward pass, backward pass and optimizer step (CPU ms)",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: time one family, print JSON
     args = parser.parse_args(argv)
     threads = None
@@ -296,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
             steps = validate.whole_number(args.steps, "steps", 10, 10000)
         except InputError as exc:
             parser.error(str(exc))
+    if args.breakdown and steps is None:
+        parser.error("--breakdown: times the phases of --steps N steps; give --steps too")
     try:
         validate.whole_number(args.repeats, "repeats", 1, 100)
         validate.whole_number(args.epochs, "epochs", 1, 100)
@@ -312,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         parser.error(str(exc))
     if args.one:
-        print(json.dumps(time_one(args.one, args.dataset, args.device, args.epochs, hidden, threads, steps)))
+        timed = time_one(args.one, args.dataset, args.device, args.epochs, hidden, threads, steps, args.breakdown)
+        print(json.dumps(timed))
         return 0
     args.load_at_start = os.getloadavg()[0]
     families = args.families.split(",")
@@ -325,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.in_process:  # one process, one CUDA context: on a GPU a subprocess per family costs its start
                 try:
                     runs[family].append(
-                        time_one(family, args.dataset, args.device, args.epochs, hidden, threads, steps)
+                        time_one(family, args.dataset, args.device, args.epochs, hidden, threads, steps, args.breakdown)
                     )
                 except Exception as exc:  # noqa: BLE001 - one family's failure is a row of the table
                     runs[family].append({"error": [f"{type(exc).__name__}: {exc}"[:300]]})
@@ -346,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.hidden,
                     *([] if threads is None else ["--threads", str(threads)]),
                     *([] if steps is None else ["--steps", str(steps)]),
+                    *(["--breakdown"] if args.breakdown else []),
                 ]
                 done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
                 if done.returncode != 0:

@@ -22,3 +22,29 @@ def test_ratios_are_per_round_and_an_ensemble_also_gets_its_ratio_per_network():
     # rounds: 6x and 7x; median 6.5, per network 6.5 / 5 = 1.3
     assert "| 6.50 (6.00-7.00); per network (5): 1.30 |" in rows["ensemble"]
     assert "| 3.00 (3.00-3.00) |" in rows["lbbnn"] and "per network" not in rows["lbbnn"]
+
+
+def test_the_breakdown_table_gives_median_phases_per_step_and_their_sum():
+    args = SimpleNamespace(dataset="mnist-small", device="cpu", repeats=2, threads=1, load_at_start=0.5, steps=40)
+    run = {"seconds_per_epoch": 4.0, "peak_bytes": 2**20, "device": "cpu", "members": 1}
+    runs = {
+        "plain-mlp": [dict(run, phases_ms=[2.0, 3.0, 1.0]), dict(run, phases_ms=[4.0, 5.0, 1.0])],
+        "lbbnn": [dict(run, seconds_per_epoch=12.0, phases_ms=[10.0, 11.0, 2.0])] * 2,
+    }
+    lines = render_table(args, (400, 600), list(runs), runs).splitlines()
+    assert "| plain-mlp | 3.00 | 4.00 | 1.00 | 8.00 |" in lines  # medians of the two rounds
+    assert "| lbbnn | 10.00 | 11.00 | 2.00 | 23.00 |" in lines
+    # without --breakdown there is no such table
+    plain = {name: [{k: v for k, v in r.items() if k != "phases_ms"} for r in rs] for name, rs in runs.items()}
+    assert "| family | forward | backward | optimizer | sum |" not in render_table(args, (400, 600), list(plain), plain)
+
+
+def test_breakdown_without_steps_is_refused_in_one_line(capsys):
+    import pytest
+
+    from benchmarks.epoch_time import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--breakdown", "--families", "plain-mlp"])
+    assert exit_info.value.code == 2
+    assert "--breakdown" in capsys.readouterr().err
