@@ -144,10 +144,12 @@ def test_the_draw_processes_cpu_is_read_from_the_servers_children_by_name_and_ad
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         deadline = time.monotonic() + 60
-        while sum(server.child_cpu(os.getpid(), server.DRAW_PROCESS_NAME).values()) < 0.4:
+        # Other tests in this worker may have left draw processes of their own: look at these two only.
+        while server.child_cpu(os.getpid(), server.DRAW_PROCESS_NAME).get(drawer.pid, 0.0) < 0.4:
             assert time.monotonic() < deadline, server.child_cpu(os.getpid(), server.DRAW_PROCESS_NAME)
             time.sleep(0.1)
-        assert list(server.child_cpu(os.getpid(), server.DRAW_PROCESS_NAME)) == [drawer.pid]
+        found = server.child_cpu(os.getpid(), server.DRAW_PROCESS_NAME)
+        assert drawer.pid in found and other.pid not in found
     finally:
         drawer.kill()
         other.kill()
