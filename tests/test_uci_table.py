@@ -120,6 +120,20 @@ def test_het_variant_cells_are_the_family_cells_with_the_heteroscedastic_output(
         uci_table.split_method("lbbnn+nope")
 
 
+def test_het_mean_variant_is_het_with_half_the_warm_start_fitting_the_mean_first():
+    het = uci_table.uci_grid(("lbbnn+het", "concrete-dropout+het"), ("uci-energy",), (0,)).cells()
+    mean_first = uci_table.uci_grid(("lbbnn+het-mean", "concrete-dropout+het-mean"), ("uci-energy",), (0,)).cells()
+    assert [c[1] for c in mean_first] == ["lbbnn+het-mean", "concrete-dropout+het-mean"]
+    (*_, lbbnn_het), (*_, cd_het) = het
+    (*_, lbbnn_mean), (*_, cd_mean) = mean_first
+    assert lbbnn_het.train.warm_start_epochs == 100  # energy: 300 epochs, a third of them warm start
+    assert lbbnn_mean.train.warm_start_mean_epochs == 50 and lbbnn_mean.likelihood == "heteroscedastic"
+    assert lbbnn_mean.replace(train={"warm_start_mean_epochs": 0}) == lbbnn_het
+    assert lbbnn_mean.run_id("f") != lbbnn_het.run_id("f")
+    # concrete dropout starts cold (no warm start): the variant is +het itself, the same run
+    assert cd_mean.train.warm_start_mean_epochs == 0 and cd_mean.run_id("f") == cd_het.run_id("f")
+
+
 def test_split_ranges_and_parsing():
     assert uci_table.parse_splits("0-3,7") == (0, 1, 2, 3, 7)
     assert uci_table.parse_splits(None) is None
