@@ -757,7 +757,27 @@ def _per_set_markdown(summary: dict[str, Any]) -> list[str]:
         ),
         "",
     ]
+    rests = _variant_wins(summary)
+    if rests:
+        lines += [
+            "Wins that rest on a method variant (VARIANTS in benchmarks/uci_table.py; the shipped `uci-*` presets "
+            "are the plain families): " + "; ".join(rests) + ".",
+            "",
+        ]
     return lines
+
+
+def _variant_wins(summary: dict[str, Any]) -> list[str]:
+    """'set: row (best of ours / LBBNN)' for each win whose row is a variant such as lbbnn+het."""
+    found = []
+    for dataset, entry in summary["sets"].items():
+        rows = {}
+        if entry.get("best_call") == "win":
+            rows.setdefault(entry["best"], []).append("best of ours")
+        if entry.get("lbbnn_call") == "win":
+            rows.setdefault(entry["lbbnn_best"], []).append("LBBNN")
+        found += [f"{short_name(dataset)}: {row} ({' and '.join(roles)})" for row, roles in rows.items() if "+" in row]
+    return found
 
 
 def _anchors_markdown(summary: dict[str, Any]) -> list[str]:
