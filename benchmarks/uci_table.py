@@ -687,7 +687,8 @@ def render_markdown(
         "Noise sd: the learned noise sd in original units; for `+het` rows the root mean square of "
         "the per-input sd over the test inputs (one posterior draw). s/run: each run's own training "
         "clock where it trained (the machine's load differs between runs: the grid's runs on an idle "
-        "machine, the `+het` runs on a shared one at load ~20).",
+        "machine, the `+het` and `+het-mean` runs on a shared 2-core one at load 6-20, at low priority: "
+        "their seconds measure the machine, not the method).",
         "",
     ]
     lines += _misses_markdown(summary)
