@@ -122,7 +122,9 @@ class VariantGridSpec(GridSpec):
     config changes; its label in the cell (and in the records) stays 'lbbnn+het'."""
 
     def cells(self) -> list[tuple[str, str, int, int | None, Any]]:
-        cells = []
+        """A variant that changes nothing for a family (concrete dropout has no warm start, so its
+        +het-mean is its +het) gives no second cell: one run, under the first method that asks for it."""
+        cells, seen = [], set()
         for method in self.methods:
             family, changes = split_method(method)
             base = GridSpec(
@@ -135,7 +137,11 @@ class VariantGridSpec(GridSpec):
             )
             for label, _, seed, split, config in base.cells():
                 change = changes(config)
-                cells.append((label, method, seed, split, config.replace(**change) if change else config))
+                config = config.replace(**change) if change else config
+                key = config.canonical_json()
+                if key not in seen:
+                    seen.add(key)
+                    cells.append((label, method, seed, split, config))
         return cells
 
 

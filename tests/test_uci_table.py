@@ -130,8 +130,10 @@ def test_het_mean_variant_is_het_with_half_the_warm_start_fitting_the_mean_first
     assert lbbnn_mean.train.warm_start_mean_epochs == 50 and lbbnn_mean.likelihood == "heteroscedastic"
     assert lbbnn_mean.replace(train={"warm_start_mean_epochs": 0}) == lbbnn_het
     assert lbbnn_mean.run_id("f") != lbbnn_het.run_id("f")
-    # concrete dropout starts cold (no warm start): the variant is +het itself, the same run
+    # concrete dropout starts cold (no warm start): the variant is +het itself, the same run, one cell
     assert cd_mean.train.warm_start_mean_epochs == 0 and cd_mean.run_id("f") == cd_het.run_id("f")
+    both = uci_table.uci_grid(("concrete-dropout+het", "concrete-dropout+het-mean"), ("uci-energy",), (0, 1)).cells()
+    assert [(c[1], c[3]) for c in both] == [("concrete-dropout+het", 0), ("concrete-dropout+het", 1)]
 
 
 def test_the_calls_say_which_wins_rest_on_a_method_variant(tmp_path):
