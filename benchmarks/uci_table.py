@@ -541,7 +541,7 @@ def summarise(
                 key = f"{row['family']} {row['mode']}"
                 wins[key] = wins.get(key, 0) + 1
                 won_families.add(row["family"])
-        for family in won_families:
+        for family in sorted(won_families):  # a stable order in uci.json
             family_wins[family] = family_wins.get(family, 0) + 1
         compared = [r for r in rows if "checked" in r and r["n"] >= 2]
         if compared:
