@@ -2,7 +2,7 @@
 
     python -m benchmarks.results_page [--cache-dir DIR] [--data-dir DIR] [--no-figures]
     python -m benchmarks.results_page --only pareto    # only the sparsity frontier, into the existing page
-    python -m benchmarks.results_page --only findings   # or time-to-quality, epoch-time: one file-backed section
+    python -m benchmarks.results_page --only findings   # or uci, time-to-quality, epoch-time: one file-backed section
 
 No number on the page is typed by hand: our numbers come from the run store ($BNN_CACHE_DIR) and
 from the JSON files the benchmark commands write into benchmarks/results/; the paper's numbers are
@@ -428,6 +428,23 @@ def _epoch_time_body() -> str:
     return _demoted(_file_section("epoch_time.md", None, "python -m benchmarks.epoch_time"))
 
 
+UCI_HEADING = "## UCI regression: paired per-split comparison with MC dropout"
+
+
+def _uci_body() -> str:
+    """The UCI section from benchmarks/results/uci.json (as `uci_table render` writes uci.md), without
+    its own heading: the page's is the same line."""
+    from benchmarks import uci_table
+
+    if not (RESULTS / "uci.json").is_file():
+        return "Not run yet: `python -m benchmarks.uci_table run`.\n"
+    text = uci_table.render_markdown(results_json=RESULTS / "uci.json")
+    lines = text.splitlines()
+    if lines and lines[0] == UCI_HEADING:
+        lines = lines[2:] if len(lines) > 1 and not lines[1] else lines[1:]
+    return "\n".join(lines) + "\n"
+
+
 # name -> (heading, body, the heading of the section after it in the page, None: the page's end)
 FILE_SECTIONS: dict[str, tuple[str, Callable[[], str], str | None]] = {
     "findings": (
@@ -440,6 +457,7 @@ FILE_SECTIONS: dict[str, tuple[str, Callable[[], str], str | None]] = {
         _time_to_quality_body,
         "## Why LBBNN over-prunes",
     ),
+    "uci": (UCI_HEADING, _uci_body, "## Regression bands"),
     "epoch-time": ("## Epoch time (`python -m benchmarks.epoch_time --repeats 3`)", _epoch_time_body, None),
 }
 

@@ -104,6 +104,11 @@ class TrainConfig:
     kl_weight: float = DEFAULT_KL_WEIGHT
     warm_start_epochs: int = 0
     warm_start_learning_rate: float = WARM_START_LEARNING_RATE
+    # Mean first: the first this many warm-start epochs fit the mean output alone under a fixed unit noise
+    # scale (standardised targets), the rest of the warm start the full likelihood. A heteroscedastic
+    # net trained jointly from the start can explain its residuals by a wide scale before the mean has
+    # found the function (energy, lbbnn+het split 0: RMSE 1.68 against 0.53 homoscedastic). 0: off.
+    warm_start_mean_epochs: int = 0
     # torch.compile the families' hot kernels (LBBNN): ~20 s once, then faster epochs.
     compile: bool = False
     # The main phase's step sizes: constant, or a cosine decay to zero over its epochs (every group),
@@ -157,6 +162,11 @@ class TrainConfig:
         )
         check(self.warm_start_epochs >= 0, "warm_start_epochs", f"must be >= 0, got {self.warm_start_epochs}")
         check_learning_rate(self.warm_start_learning_rate, "warm_start_learning_rate")
+        check(
+            0 <= self.warm_start_mean_epochs <= self.warm_start_epochs,
+            "warm_start_mean_epochs",
+            f"must lie between 0 and warm_start_epochs ({self.warm_start_epochs}), got {self.warm_start_mean_epochs}",
+        )
         for name in ("target_density", "posttrain_density"):
             target = getattr(self, name)
             check(
@@ -339,6 +349,11 @@ def train(
         for layer in model.layers:
             layer.use_compiled_kernels(config.compile)
         model.likelihood.initialise_from_data(x_train, y_train)  # noise_init="data"; a no-op otherwise
+        if config.warm_start_mean_epochs and getattr(model.likelihood, "name", None) not in MEAN_FIRST_LIKELIHOODS:
+            raise ConfigError(
+                f"warm_start_mean_epochs: a mean-first warm start needs a Gaussian likelihood "
+                f"({' or '.join(MEAN_FIRST_LIKELIHOODS)}), not {getattr(model.likelihood, 'name', '?')}"
+            )
         if config.warm_start_epochs:
             _warm_start(model, x_train, y_train, config, seed, batch_generator, noise_generator, cancel, finish_epoch)
         offset = 0
@@ -481,12 +496,30 @@ def _warm_start(model, x_train, y_train, config, seed, batch_generator, noise_ge
     point = BayesianMLP(point_config, init).to(model.device)
     optimizer = _adam([{"params": list(point.parameters()), "lr": config.warm_start_learning_rate}])
     no_anneal = TrainConfig(epochs=1, batch_size=config.batch_size)
+    likelihood = point.likelihood
     for epoch in range(config.warm_start_epochs):
+        # mean first: a unit-scale Gaussian on the first output, then the net's own likelihood
+        point.likelihood = _MeanOnly() if epoch < config.warm_start_mean_epochs else likelihood
         finish_epoch(
             _run_epoch(point, optimizer, x_train, y_train, no_anneal, 0.0, batch_generator, cancel, "warm-start", epoch)
         )
+    point.likelihood = likelihood
     with torch.no_grad():
         for layer, point_layer in zip(model.layers, point.layers):
             layer.load_point_estimate(point_layer.mean_weights())
         if getattr(getattr(model.likelihood, "options", None), "noise", None) in ("point", "variational"):
             model.likelihood.set_noise_std(float(point.likelihood.log_noise_std.exp()))
+
+
+# Likelihoods whose first output is a mean that a fixed-noise warm start can fit alone.
+MEAN_FIRST_LIKELIHOODS = ("gaussian", "heteroscedastic")
+
+
+class _MeanOnly(torch.nn.Module):
+    """log N(y; output[..., 0], 1): the mean output under a fixed unit noise scale, no KL."""
+
+    def log_prob(self, output: Tensor, y: Tensor) -> Tensor:
+        return -0.5 * (math.log(2 * math.pi) + (y - output[..., 0]) ** 2)
+
+    def kl(self) -> None:
+        return None

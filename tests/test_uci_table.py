@@ -120,6 +120,39 @@ def test_het_variant_cells_are_the_family_cells_with_the_heteroscedastic_output(
         uci_table.split_method("lbbnn+nope")
 
 
+def test_het_mean_variant_is_het_with_half_the_warm_start_fitting_the_mean_first():
+    het = uci_table.uci_grid(("lbbnn+het", "concrete-dropout+het"), ("uci-energy",), (0,)).cells()
+    mean_first = uci_table.uci_grid(("lbbnn+het-mean", "concrete-dropout+het-mean"), ("uci-energy",), (0,)).cells()
+    assert [c[1] for c in mean_first] == ["lbbnn+het-mean", "concrete-dropout+het-mean"]
+    (*_, lbbnn_het), (*_, cd_het) = het
+    (*_, lbbnn_mean), (*_, cd_mean) = mean_first
+    assert lbbnn_het.train.warm_start_epochs == 100  # energy: 300 epochs, a third of them warm start
+    assert lbbnn_mean.train.warm_start_mean_epochs == 50 and lbbnn_mean.likelihood == "heteroscedastic"
+    assert lbbnn_mean.replace(train={"warm_start_mean_epochs": 0}) == lbbnn_het
+    assert lbbnn_mean.run_id("f") != lbbnn_het.run_id("f")
+    # concrete dropout starts cold (no warm start): the variant is +het itself, the same run, one cell
+    assert cd_mean.train.warm_start_mean_epochs == 0 and cd_mean.run_id("f") == cd_het.run_id("f")
+    both = uci_table.uci_grid(("concrete-dropout+het", "concrete-dropout+het-mean"), ("uci-energy",), (0, 1)).cells()
+    assert [(c[1], c[3]) for c in both] == [("concrete-dropout+het", 0), ("concrete-dropout+het", 1)]
+
+
+def test_the_calls_say_which_wins_rest_on_a_method_variant(tmp_path):
+    write_reference(tmp_path, "yacht", [-2.0, -2.0, -2.0], [1.0, 1.0, 1.0])
+    write_reference(tmp_path, "energy", [-2.0, -2.0, -2.0], [1.0, 1.0, 1.0])
+    lifts = (1.0, 1.1, 0.9)  # per split d = lift: a win
+    records = [record("lbbnn+het-mean", s, -2.0 + d, 1.0, dataset="uci-yacht") for s, d in enumerate(lifts)]
+    records += [record("lbbnn", s, -2.0 + d / 2, 1.0, dataset="uci-yacht") for s, d in enumerate(lifts)]
+    records += [record("bnn", s, -2.0 + d, 1.0, dataset="uci-energy") for s, d in enumerate(lifts)]
+    records += [record("lbbnn", s, -2.0 - d, 1.0, dataset="uci-energy") for s, d in enumerate(lifts)]
+    summary = uci_table.summarise(records, tmp_path)
+    assert summary["sets"]["uci-yacht"]["best"] == "lbbnn+het-mean bma"
+    assert uci_table._variant_wins(summary) == ["yacht: lbbnn+het-mean bma (best of ours and LBBNN)"]
+    text = uci_table.render_markdown(summary)
+    assert "Wins that rest on a method variant" in text
+    assert "yacht: lbbnn+het-mean bma (best of ours and LBBNN)." in text
+    assert "energy: bnn" not in text  # a plain family's win rests on no variant
+
+
 def test_split_ranges_and_parsing():
     assert uci_table.parse_splits("0-3,7") == (0, 1, 2, 3, 7)
     assert uci_table.parse_splits(None) is None

@@ -53,6 +53,7 @@ TRAIN_INT_FIELDS = (
     "mc_samples",
     "kl_anneal_epochs",
     "warm_start_epochs",
+    "warm_start_mean_epochs",
 )
 # The limit of each integer training field (core.limits): checked before a model or loader is built.
 TRAIN_INT_LIMITS = {
@@ -61,6 +62,7 @@ TRAIN_INT_LIMITS = {
     "posttrain_epochs": limits.MAX_EPOCHS,
     "kl_anneal_epochs": limits.MAX_EPOCHS,
     "warm_start_epochs": limits.MAX_EPOCHS,
+    "warm_start_mean_epochs": limits.MAX_EPOCHS,
     "batch_size": limits.MAX_BATCH_SIZE,
     "mc_samples": limits.MAX_SAMPLES,
 }
@@ -436,6 +438,8 @@ def _train_dict(train: TrainConfig) -> dict[str, Any]:
             values.pop(name, None)
     if values.get("warm_start_learning_rate") == WARM_START_LEARNING_RATE:  # likewise
         values.pop("warm_start_learning_rate")
+    if values.get("warm_start_mean_epochs") == 0:  # off (the default): likewise
+        values.pop("warm_start_mean_epochs")
     return values
 
 
