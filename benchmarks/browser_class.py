@@ -182,8 +182,10 @@ def run(args) -> Measured:
             cpu_start = server.cpu_seconds()
             asyncio.run(drive(server.url, run_id, args, measured))
             measured.server_cpu = server.cpu_seconds() - cpu_start
-            if "Traceback" in (Path(work) / "streamlit.log").read_text():
-                measured.errors.append("the server logged a traceback")
+            log_text = (Path(work) / "streamlit.log").read_text()
+            if "Traceback" in log_text:
+                tail = log_text[log_text.index("Traceback") :][:1500]
+                measured.errors.append(f"the server logged a traceback:\n```\n{tail}\n```")
         finally:
             server.stop()
             measured.load_after = os.getloadavg()
