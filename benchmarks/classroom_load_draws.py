@@ -101,13 +101,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache-dir", required=True, help="run store holding --run")
     parser.add_argument("--run", default="06337ffb2442df5a", help="run id (default: fast-mnist, seed 0)")
-    parser.add_argument("--samples", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--samples", default="10", help="posterior draws R per plan (1 to 100)")
+    parser.add_argument("--rounds", default="2", help="rounds of both placements (1 to 50)")
+    parser.add_argument("--timeout", default="600", help="seconds a round may take (1 to 7200)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)  # classroom mode: one thread per computation, in the server and the children
-    run = load_run(args.run, cache_dir=args.cache_dir)
+    from core import validate
+    from core.errors import BNNError
+
+    try:  # every number checked, and the run found, before anything is drawn or written
+        args.samples = validate.whole_number(args.samples, "--samples", 1, 100)
+        args.rounds = validate.whole_number(args.rounds, "--rounds", 1, 50)
+        args.timeout = validate.real_number(args.timeout, "--timeout", 1.0, 7200.0)
+        torch.set_num_threads(1)  # classroom mode: one thread per computation, in the server and the children
+        run = load_run(args.run, cache_dir=args.cache_dir)
+    except BNNError as exc:
+        parser.error(str(exc))
     rows = []
     for round_ in range(args.rounds):
         for processes, label in ((0, "server threads"), (2, "2 draw processes")):
