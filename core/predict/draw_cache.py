@@ -143,6 +143,16 @@ class _Entry:
     def n_draws(self) -> int:
         return len(self.outputs)
 
+    def next_draw(self, model: Any, plan: Any) -> tuple[int, Any, Any] | None:
+        """(index, masks, usage) of the plan's next draw, read under the entry's lock (None when the entry
+        holds its R); the plan's masks and usage are made before its first draw."""
+        with self.condition, torch.no_grad():
+            if self.usage is None:
+                self.masks = None if plan.mode is PredictionMode.BMA else model.keep_masks(plan.threshold)
+                # With the mean's nonzeros for bma (new_usage for R > 1): the entry may grow past R = 1.
+                self.usage = new_usage(model, self.masks, 2)
+            return (self.n_draws, self.masks, self.usage) if self.n_draws < plan.samples else None
+
     def reset(self) -> None:
         self.masks = self.usage = None
         self.outputs = []
@@ -403,15 +413,10 @@ class DrawCache:
         while True:
             if stop is not None and stop():
                 return computed
-            with entry.condition, torch.no_grad():
-                if entry.usage is None:
-                    entry.masks = None if plan.mode is PredictionMode.BMA else model.keep_masks(plan.threshold)
-                    # With the mean's nonzeros for bma (new_usage for R > 1): the entry may grow past R = 1.
-                    entry.usage = new_usage(model, entry.masks, 2)
-                index = entry.n_draws
-                if index >= plan.samples:
-                    return computed
-                masks, usage = entry.masks, entry.usage
+            following = entry.next_draw(model, plan)
+            if following is None:
+                return computed
+            index, masks, usage = following
             try:
                 with each_draw(), torch.no_grad():
                     outputs, _ = sampled_forward(
@@ -457,14 +462,10 @@ class DrawCache:
         while True:
             if stop is not None and stop():
                 return computed
-            with entry.condition, torch.no_grad():
-                if entry.usage is None:
-                    entry.masks = None if plan.mode is PredictionMode.BMA else model.keep_masks(plan.threshold)
-                    entry.usage = new_usage(model, entry.masks, 2)
-                index = entry.n_draws
-                if index >= plan.samples:
-                    return computed
-                masks, usage = entry.masks, entry.usage
+            following = entry.next_draw(model, plan)
+            if following is None:
+                return computed
+            index, masks, usage = following
             path = chosen_path(model, plan.threshold, inputs, masks, key.batch_size)
             asked = DrawRequest(
                 key.owner,
