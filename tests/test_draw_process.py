@@ -13,6 +13,7 @@ import dataclasses
 import os
 import signal
 import time
+from collections import OrderedDict
 
 import pytest
 
@@ -264,3 +265,22 @@ def test_use_processes_with_zero_keeps_the_draws_in_this_process():
     run = classification_run(seed=3)
     assert refine(cache, run, "bma", 3, None, None) == Progress(3, 3)
     assert cache.draws_elsewhere == 0 and cache.draws_computed == 3
+
+
+def test_a_draw_runs_on_the_servers_thread_count_of_the_moment():
+    """The server's thread count travels with each request: a child started at another count (or a
+    server whose count changed after the children started) draws as the server would now."""
+    import torch
+
+    from core.predict.draw_paths import fingerprint
+    from core.predict.draw_process import _answer
+
+    before = torch.get_num_threads()
+    other = 2 if before == 1 else 1
+    run = classification_run(seed=3)
+    request = DrawRequest("3", "test", "bma", 2, None, None, 0, None, 0, "plain", fingerprint(run.model), other)
+    try:
+        output, *_ = _answer(request, OrderedDict(), loaders.load_tiny)
+        assert torch.get_num_threads() == other and output.shape == (40, 3)
+    finally:
+        torch.set_num_threads(before)

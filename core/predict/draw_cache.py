@@ -12,7 +12,10 @@ kept outputs of draws 0..R-1: the per-draw probabilities (or means and noise sds
 draws by the same code, on the same numbers, as an uncached `predict`. Densities come from the
 draws' usage kept beside them (`DrawUsage`), so they match too. Bit for bit in one process: draws
 run by the path core.predict.draw_paths chose for (run, threshold, inputs) and kept there; the
-paths (a draw compacted to its active units, sparse or dense) agree with each other to 1e-6.
+paths (a draw compacted to its active units, sparse or dense) agree with each other to 1e-6. An
+entry holds the path its draws ran by and keeps it again as the process's choice whenever it is
+used; where that table dropped it and chose another path meanwhile, the entry's draws are drawn
+again by the new one (tests/test_draw_cache.py: a CI run failed on draws 1.2e-7 apart before).
 
 One entry per (owner, input set, mode, threshold, weights, seed) holds the raw network outputs
 (n, out) of draws 0..N-1 of that plan and their usage. `prune` with sampled weights and `mpm` at the
@@ -59,6 +62,7 @@ import torch
 from torch import Tensor
 
 from core.errors import PredictionError
+from core.predict.draw_paths import DrawPath, chosen_path, fingerprint, path_key, remember_path, shape_key
 from core.predict.engine import (
     MEMORY_BUDGET_BYTES,
     DrawUsage,
@@ -138,20 +142,52 @@ class _Entry:
         self.outputs: list[Tensor] = []  # per draw (n, out)
         self.writing = False  # a thread is computing this entry's next draws
         self.nbytes = 0
+        # The draw path its draws ran by (core.predict.draw_paths), once known: every later draw runs by
+        # it, and it is kept again as this process's choice whenever the entry is used (`agree_path`).
+        self.path: Any = None
 
     @property
     def n_draws(self) -> int:
         return len(self.outputs)
 
-    def next_draw(self, model: Any, plan: Any) -> tuple[int, Any, Any] | None:
-        """(index, masks, usage) of the plan's next draw, read under the entry's lock (None when the entry
-        holds its R); the plan's masks and usage are made before its first draw."""
+    def next_draw(
+        self, model: Any, plan: Any, inputs: Tensor, batch_size: int | None
+    ) -> tuple[int, Any, Any, Any] | None:
+        """(index, masks, usage, path) of the plan's next draw, read under the entry's lock (None when the
+        entry holds its R); the plan's masks and usage are made before its first draw. `path`: the
+        entry's draw path (`agree_path`), or None before its first draw while this process keeps no
+        choice (the draw's probe chooses)."""
         with self.condition, torch.no_grad():
+            self.agree_path(model, plan, tuple(inputs.shape), batch_size)
             if self.usage is None:
                 self.masks = None if plan.mode is PredictionMode.BMA else model.keep_masks(plan.threshold)
                 # With the mean's nonzeros for bma (new_usage for R > 1): the entry may grow past R = 1.
                 self.usage = new_usage(model, self.masks, 2)
-            return (self.n_draws, self.masks, self.usage) if self.n_draws < plan.samples else None
+            if self.n_draws >= plan.samples:
+                return None
+            path = self.path
+            if path is None:
+                path = chosen_path(model, plan.threshold, inputs, self.masks, batch_size)
+            return self.n_draws, self.masks, self.usage, path
+
+    def agree_path(self, model: Any, plan: Any, shape: tuple, batch_size: int | None) -> None:
+        """Keep the entry's path as this process's choice again (under the entry's lock), so that an
+        uncached `predict` runs by it too and the R-draw numbers stay equal bit for bit. The choices are
+        a bounded table (draw_paths.KEPT_CHOICES): once this one was dropped and another path chosen
+        (by another entry at the same threshold, an uncached prediction, or `forget_paths`), the
+        entry's draws would agree with `predict` only to 1e-6, so they are dropped and drawn again by
+        the kept path. Only with no writer drawing: a writer calls this itself before each draw."""
+        if self.path is None or self.masks is None and plan.mode is not PredictionMode.BMA:
+            return
+        kept = remember_path(shape_key(model, plan.threshold, shape, self.masks, batch_size), self.path)
+        if kept is not self.path:
+            self.reset()
+            self.path = kept
+
+    def ran_by(self, path: Any) -> None:
+        """The path the entry's first draw ran by (under the entry's lock)."""
+        if self.path is None and path is not None:
+            self.path = path
 
     def reset(self) -> None:
         self.masks = self.usage = None
@@ -383,6 +419,8 @@ class DrawCache:
         with entry.condition:
             while entry.n_draws < plan.samples and entry.writing:
                 entry.condition.wait()  # another thread is drawing: its draws arrive one by one
+            if not entry.writing:  # the inputs' shape as as_inputs makes it: (n, features)
+                entry.agree_path(model, plan, (len(x), model.config.in_features), batch_size)
             if entry.n_draws >= plan.samples:
                 return 0, entry.outputs[: plan.samples], entry.masks, entry.usage
             entry.writing = True
@@ -413,10 +451,10 @@ class DrawCache:
         while True:
             if stop is not None and stop():
                 return computed
-            following = entry.next_draw(model, plan)
+            following = entry.next_draw(model, plan, inputs, batch_size)
             if following is None:
                 return computed
-            index, masks, usage = following
+            index, masks, usage, path = following
             try:
                 with each_draw(), torch.no_grad():
                     outputs, _ = sampled_forward(
@@ -429,6 +467,7 @@ class DrawCache:
                         MEMORY_BUDGET_BYTES,
                         draws=range(index, index + 1),
                         usage=usage,
+                        path=path,
                     )
             except BaseException:
                 with entry.condition:
@@ -437,6 +476,8 @@ class DrawCache:
                 raise
             with entry.condition:
                 entry.outputs.append(outputs[0])
+                # the path the draw ran by: given, or the one its probe kept
+                entry.ran_by(path or chosen_path(model, plan.threshold, inputs, masks, batch_size))
                 entry.condition.notify_all()
             computed += 1
 
@@ -454,7 +495,6 @@ class DrawCache:
         this process's kept choice; with none kept, the child's probe chooses and this process keeps
         it (a choice made here meanwhile wins: that draw is asked again by it). A plan a child cannot
         draw (another copy of the run) is drawn here."""
-        from core.predict.draw_paths import DrawPath, chosen_path, fingerprint, path_key, remember_path
         from core.predict.draw_process import DrawRequest, Unavailable
 
         processes, key, (mode, samples, threshold, weights) = request
@@ -462,11 +502,10 @@ class DrawCache:
         while True:
             if stop is not None and stop():
                 return computed
-            following = entry.next_draw(model, plan)
+            following = entry.next_draw(model, plan, inputs, key.batch_size)
             if following is None:
                 return computed
-            index, masks, usage = following
-            path = chosen_path(model, plan.threshold, inputs, masks, key.batch_size)
+            index, masks, usage, path = following
             asked = DrawRequest(
                 key.owner,
                 key.inputs,
@@ -479,6 +518,7 @@ class DrawCache:
                 index,
                 None if path is None else path.value,
                 fingerprint(model),
+                torch.get_num_threads(),
             )
             try:
                 reply = processes.draw(asked)
@@ -495,6 +535,7 @@ class DrawCache:
                     continue
                 usage.add(reply.used)
                 entry.outputs.append(reply.output)
+                entry.ran_by(path if path is not None else DrawPath(reply.path) if reply.path else None)
                 entry.condition.notify_all()
             computed += 1
             with self._lock:

@@ -204,7 +204,14 @@ def path_key(
     model: nn.Module, threshold: float | None, x: Tensor, masks: Sequence[Tensor] | None, batch_size: int | None
 ) -> tuple:
     """What a path choice is kept for: (network `fingerprint`, structure kind, threshold, inputs' shape, batch_size)."""
-    return (fingerprint(model), masks is None, threshold, tuple(x.shape), batch_size)
+    return shape_key(model, threshold, tuple(x.shape), masks, batch_size)
+
+
+def shape_key(
+    model: nn.Module, threshold: float | None, shape: tuple, masks: Sequence[Tensor] | None, batch_size: int | None
+) -> tuple:
+    """`path_key` from the inputs' shape (n, features) alone."""
+    return (fingerprint(model), masks is None, threshold, tuple(shape), batch_size)
 
 
 def chosen_path(
