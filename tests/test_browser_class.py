@@ -58,3 +58,18 @@ def test_report_verdict_follows_the_p95_of_first_updates():
     measured.first["threshold"] = [0.2] * 17 + [3.0] * 3  # p95 3.0 s
     assert "**FAIL** (p95 3.00 s)" in browser_class.report(measured, "cmd")
     assert "**not measured**" in browser_class.report(browser_class.Measured(), "cmd")
+
+
+def test_the_server_gets_its_own_scheduling_group_unless_asked_to_share_the_browsers(monkeypatch, tmp_path, capsys):
+    from benchmarks.classroom import server as server_module
+
+    seen = []
+    monkeypatch.setattr(server_module.subprocess, "Popen", lambda *a, **kw: seen.append(kw) or object())
+    for share, own in (("group", True), ("process", False)):
+        args = browser_class.parse_args(["--browser-share", share])
+        server_module.Server({}, tmp_path / "log", own_session=args.browser_share == "group")
+        assert seen[-1]["start_new_session"] is own
+    assert browser_class.parse_args([]).browser_share == "group"
+    with pytest.raises(SystemExit):
+        browser_class.parse_args(["--browser-share", "cores"])
+    assert "--browser-share" in capsys.readouterr().err

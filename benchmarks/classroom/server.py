@@ -85,7 +85,10 @@ main(prog_name="streamlit")
 class Server:
     """`streamlit run dashboard/app.py` on 127.0.0.1:<free port>, stopped on exit."""
 
-    def __init__(self, env: dict[str, str], log: Path):
+    def __init__(self, env: dict[str, str], log: Path, own_session: bool = False):
+        """`own_session`: start the server in a new session, so that Linux's autogroup scheduler shares the
+        CPU between it (its threads and children together) and this process's group as two equals,
+        whatever the count of processes in each (benchmarks.browser_class: ten browsers beside it)."""
         self.port = free_port()
         self.url = f"http://{HOST}:{self.port}"
         self.log = log
@@ -111,6 +114,7 @@ class Server:
             env=env,
             stdout=self._handle,
             stderr=subprocess.STDOUT,
+            start_new_session=own_session,
         )
 
     def wait_healthy(self, timeout: float = 120) -> None:
