@@ -48,7 +48,11 @@ X = np.random.default_rng(1).normal(size=(3, 2)).astype(np.float32)
 
 
 @pytest.mark.parametrize("likelihood", ["gaussian", "heteroscedastic"])
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize(
+    "family",
+    # lbbnn-flow: 6 s each (its flows sampled many times), in the slow lane
+    [pytest.param(f, marks=pytest.mark.slow) if f == "lbbnn-flow" else f for f in FAMILIES],
+)
 def test_collapsed_mean_and_variance_are_those_of_the_sampled_last_layer(family, likelihood):
     """Each body's sampled last layer is one draw from the collapsed conditional: standardised by the
     collapsed mean and weight variance, the ensemble residuals are N(0, 1) (exactly 0 for point masses)."""

@@ -386,6 +386,7 @@ def test_regression_card_and_curve_point_agree_in_original_units(store):
 # --- the decision surface of 2-D classifiers ---------------------------------------------------------
 
 
+@pytest.mark.slow  # 3-5 s: a 2-D grid through the page
 @pytest.mark.parametrize("name", ["moons", "moons_bnn"])
 def test_two_d_classifiers_draw_their_decision_surface(store, name):
     at = open_app(store[name])

@@ -62,6 +62,7 @@ def test_coefficients_are_the_jacobian_of_each_sampled_network(family, skip, act
             assert result.intercepts[r] + result.contributions[r].sum() == pytest.approx(f(X), abs=1e-10)
 
 
+@pytest.mark.slow  # 4 s: many draws
 def test_a_gaussian_linear_model_has_normal_contribution_quantiles():
     """No hidden layer, bnn: coefficient_j = w_cj ~ N(mu, sigma^2), so the contribution x_j w_cj has
     median x_j mu and 95 % interval x_j mu +- 1.96 |x_j| sigma (Monte Carlo over 4000 draws)."""

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
 
 
+@pytest.mark.slow  # 3.5 s: the script starts Python
 def test_unknown_argument_is_refused_with_one_line():
     done = subprocess.run(["bash", str(SCRIPT), "--fast"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2

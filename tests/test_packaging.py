@@ -116,6 +116,7 @@ def test_the_console_script_is_python_m_core():
     assert ("core.cli", ["main"]) in imports
 
 
+@pytest.mark.slow  # 5 s: a new interpreter imports the command line
 def test_the_installed_console_script_prints_the_commands():
     """After `pip install -e .` (CI): `sparse-bnn --help` runs this checkout's command line."""
     try:

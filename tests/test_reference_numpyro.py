@@ -34,6 +34,7 @@ def numpyro_installed():
         require_module(name, 'pip install -e ".[reference]"')
 
 
+@pytest.mark.slow  # 14 s: NUTS through JAX's compile
 def test_numpyro_nuts_matches_the_closed_form_posterior_of_bayesian_linear_regression(numpyro_installed):
     dataset = linear_dataset()
     noise, prior_var = 0.5, 2.0
@@ -62,6 +63,7 @@ def test_numpyro_nuts_matches_the_closed_form_posterior_of_bayesian_linear_regre
     assert not np.allclose(draws[:400], draws[400:])
 
 
+@pytest.mark.slow  # 4 s: JAX's compile
 def test_numpyro_and_pyro_models_have_the_same_log_density(numpyro_installed):
     """At the same weights and noise, both models' log joint densities agree (same prior, same likelihood),
     for a tanh net with a sampled noise scale."""
