@@ -216,6 +216,19 @@ DRAW_NICENESS = register(
     )
 )
 
+TRAINING_NICENESS = register(
+    Setting(
+        "BNN_TRAINING_NICENESS",
+        "whole",
+        10,
+        "niceness the dashboard's training processes add to their scheduling priority (Unix; 0: the "
+        "server's); above BNN_DRAW_NICENESS, the draws a session waits for come before the trainings",
+        low=0,
+        high=19,
+        secret_key="training_niceness",
+    )
+)
+
 DRAW_PROCESS_MB = register(
     Setting(
         "BNN_DRAW_PROCESS_MB",

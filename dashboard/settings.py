@@ -44,6 +44,7 @@ PREDICTION_CACHE_MB = declared.PREDICTION_CACHE_MB
 PREDICT_SLOTS = declared.PREDICT_SLOTS
 FORM_MEMORY_BROWSERS = declared.FORM_MEMORY_BROWSERS
 LESSON_RUNS = declared.LESSON_RUNS
+TRAINING_NICENESS = declared.TRAINING_NICENESS
 
 
 def _secret(name: str) -> Any:
@@ -169,6 +170,12 @@ def compute_threads() -> int | None:
     if threads is None:
         return 1 if classroom_mode() else None
     return threads
+
+
+def training_niceness() -> int:
+    """Niceness a training process adds to its scheduling priority ($BNN_TRAINING_NICENESS, or
+    training_niceness in secrets.toml; default 10): page reruns, which somebody is waiting for, come first."""
+    return TRAINING_NICENESS.read(fallback=_secret)
 
 
 _threads_lock = threading.Lock()

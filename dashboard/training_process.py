@@ -177,7 +177,8 @@ def train_in_subprocess(config: Any, progress: Callable[[dict], None] | None = N
     BNNError in the child is raised here with its message. The child writes the run to
     the same store ($BNN_CACHE_DIR is inherited) and hands the trained run back (weights as
     safetensors bytes), so the result is the run itself and nobody reads it back. The child
-    runs at a lower scheduling priority (TRAINING_NICENESS) so that page reruns come first.
+    runs at a lower scheduling priority ($BNN_TRAINING_NICENESS, default TRAINING_NICENESS) so that page
+    reruns come first.
     """
     import multiprocessing
     import queue as queue_module
@@ -188,10 +189,13 @@ def train_in_subprocess(config: Any, progress: Callable[[dict], None] | None = N
     stop = context.Event()
     # The validated config itself goes to the child (pickled by multiprocessing), not its fields:
     # it is not validated again there.
-    from dashboard.settings import compute_threads
+    from dashboard.settings import compute_threads, training_niceness
 
     child = context.Process(
-        target=_train_child, args=(config, messages, stop, compute_threads()), name="bnn-training", daemon=True
+        target=_train_child,
+        args=(config, messages, stop, compute_threads(), training_niceness()),
+        name="bnn-training",
+        daemon=True,
     )
     child.start()
     try:
@@ -231,21 +235,24 @@ def train_in_subprocess(config: Any, progress: Callable[[dict], None] | None = N
                 child.join(timeout=5)
 
 
-TRAINING_NICENESS = 10  # added to the child's scheduling niceness (Unix)
+# added to the child's scheduling niceness (Unix) unless $BNN_TRAINING_NICENESS says otherwise
+TRAINING_NICENESS = 10  # $BNN_TRAINING_NICENESS's default (tests/test_draw_process.py checks they agree)
 
 
 def _cancelled(cancel: Any) -> bool:
     return cancel.is_set() if hasattr(cancel, "is_set") else bool(cancel())
 
 
-def _train_child(config: Any, messages: Any, stop: Any, threads: int | None = None) -> None:
+def _train_child(
+    config: Any, messages: Any, stop: Any, threads: int | None = None, niceness: int = TRAINING_NICENESS
+) -> None:
     """The child's side of train_in_subprocess; `threads`: PyTorch threads (None: its default)."""
     import traceback
 
     try:
         # Trainings yield the cores to the sessions' page runs, which somebody is waiting for.
-        if hasattr(os, "nice"):
-            os.nice(TRAINING_NICENESS)
+        if niceness and hasattr(os, "nice"):
+            os.nice(int(niceness))
         if threads is not None:
             import torch
 

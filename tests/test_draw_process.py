@@ -284,3 +284,19 @@ def test_a_draw_runs_on_the_servers_thread_count_of_the_moment():
         assert torch.get_num_threads() == other and output.shape == (40, 3)
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_training_niceness_is_a_setting_below_which_the_draws_come_first(monkeypatch):
+    from core import dashboard_settings
+    from core.errors import InputError
+    from dashboard import settings, training_process
+
+    monkeypatch.delenv("BNN_TRAINING_NICENESS", raising=False)
+    assert settings.training_niceness() == training_process.TRAINING_NICENESS == 10
+    assert dashboard_settings.TRAINING_NICENESS.default >= dashboard_settings.DRAW_NICENESS.default
+    monkeypatch.setenv("BNN_TRAINING_NICENESS", "19")
+    assert settings.training_niceness() == 19
+    for bad in ("20", "-1", "x"):
+        monkeypatch.setenv("BNN_TRAINING_NICENESS", bad)
+        with pytest.raises(InputError, match="BNN_TRAINING_NICENESS"):
+            settings.training_niceness()
