@@ -278,8 +278,20 @@ NOTES = """
   few per cent to a fifth of its kept weights an epoch once the first epochs have removed the bulk, and neither
   a 5x step on log sigma^2 nor a 3x step on the weights changed that in the main phase; Molchanov et al. (2017)
   train 200 epochs.
-  At about 80 s an epoch here (batches of 250, 2 threads, load 7-20), 60 minutes hold about 40 epochs; whether
-  the ELBO reaches 0.0036 within them at a constant step (A's cosine stalled it) is not measured.
+  At about 80 s an epoch here (batches of 250, 2 threads, load 7-20), 60 minutes hold about 40 epochs.
+- **At constant steps the ELBO levels off far above 0.0036; the cut gives the best conv point so far.** `lenet5 D`
+  (C's steps, constant, up to 38 main epochs): the density levelled off at 0.021-0.023 with MED-MEA 0.990-0.991
+  from epoch 30 on, so time is not what stops it: the ELBO's optimum under sparse VD's prior lies far above the
+  target. Cut to 0.0036 by log alpha (`posttrain_density`) and post-trained 3 cosine epochs: **0.9908 at density
+  0.00329** (conv1 0.237, conv2 0.0237, fc1 0.00139, fc2 0.0289), beyond Louizos et al.'s (2017) 0.990 at 0.0064,
+  0.0017 short of Molchanov et al.'s 0.9925 at 0.0036.
+- **More post-training on that cut adds 0.0009.** Ten more cosine epochs on D's stored run (the structure fixed,
+  steps restarted at 3e-3; `python -m benchmarks.continue_posttrain 72ede99686b47eb6 --epochs 10 --threads 2`,
+  benchmarks/results/continue_posttrain.md): 0.9901 after the restart's first two epochs, then rising as the steps
+  decayed to **0.9917 at density 0.00323** (0.0008 short). The cut keeps exactly 0.0036 of the weights, but
+  sparse VD goes on pruning inside the fixed structure (a weight whose log alpha passes 3 is dropped): 0.0036 to
+  0.00329 in D's post-training, 0.00323 after these ten. Not yet tried: keeping the cut's 0.0036 (log sigma^2
+  frozen after the cut), cutting in steps (0.01, then 0.0036), a longer main phase.
 """
 
 

@@ -73,3 +73,22 @@ def test_the_server_gets_its_own_scheduling_group_unless_asked_to_share_the_brow
     with pytest.raises(SystemExit):
         browser_class.parse_args(["--browser-share", "cores"])
     assert "--browser-share" in capsys.readouterr().err
+
+
+def test_the_moves_wait_until_every_session_has_opened():
+    import asyncio
+
+    async def class_of(n):
+        opened_all, order = browser_class.OpenedAll(n), []
+
+        async def session(i):
+            await asyncio.sleep(0.01 * i)  # the sessions open one after another
+            order.append(("opened", i))
+            await opened_all.wait()
+            order.append(("moved", i))
+
+        await asyncio.gather(*(session(i) for i in range(n)))
+        return order
+
+    order = asyncio.run(class_of(4))
+    assert [kind for kind, _ in order] == ["opened"] * 4 + ["moved"] * 4
