@@ -83,6 +83,68 @@ class Measured:
     load_after: tuple[float, float, float] = (math.nan,) * 3
     server_cpu: float = math.nan
     wall: float = math.nan
+    # the first update split at the page's websocket frames: key press -> rerun request sent (the page),
+    # request -> the full run's end received (the server), that end -> the cards drawn (the page)
+    split: dict[str, list[float]] = field(default_factory=lambda: {"page before": [], "server": [], "page after": []})
+
+
+class Frames:
+    """One page's websocket frames, timed as Playwright reports them: full-rerun requests sent (BackMsg
+    rerun_script without a fragment id) and full runs' ends received (ForwardMsg script_finished,
+    FINISHED_SUCCESSFULLY); fragment polls are neither."""
+
+    def __init__(self) -> None:
+        self.sent: list[float] = []
+        self.finished: list[float] = []
+
+    def watch(self, page) -> None:
+        page.on("websocket", lambda socket: self._attach(socket))
+
+    def _attach(self, socket) -> None:
+        socket.on("framesent", self.on_sent)
+        socket.on("framereceived", self.on_received)
+
+    def on_sent(self, payload) -> None:
+        if full_rerun_request(payload):
+            self.sent.append(time.perf_counter())
+
+    def on_received(self, payload) -> None:
+        if full_run_finished(payload):
+            self.finished.append(time.perf_counter())
+
+    def split(self, pressed: float, drawn: float) -> tuple[float, float, float] | None:
+        """(page before, server, page after) of the update drawn at `drawn` after a press at `pressed`."""
+        sent = next((t for t in self.sent if pressed <= t <= drawn), None)
+        done = None if sent is None else next((t for t in self.finished if sent <= t <= drawn), None)
+        return None if done is None else (sent - pressed, done - sent, drawn - done)
+
+
+def full_rerun_request(payload) -> bool:
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+
+    if isinstance(payload, str):
+        return False
+    message = BackMsg()
+    try:
+        message.ParseFromString(payload)
+    except Exception:  # not a BackMsg: not counted
+        return False
+    return message.WhichOneof("type") == "rerun_script" and not message.rerun_script.fragment_id
+
+
+def full_run_finished(payload) -> bool:
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    if isinstance(payload, str):
+        return False
+    message = ForwardMsg()
+    try:
+        message.ParseFromString(payload)
+    except Exception:
+        return False
+    return (
+        message.WhichOneof("type") == "script_finished" and message.script_finished == ForwardMsg.FINISHED_SUCCESSFULLY
+    )
 
 
 def draws_note(cards_json: str) -> tuple[int, int] | None:
@@ -128,6 +190,8 @@ async def one_session(
     rng = random.Random(index)
     context = await browser.new_context(viewport=VIEWPORT)
     page = await context.new_page()
+    frames = Frames()
+    frames.watch(page)
     try:
         try:
             started = time.perf_counter()
@@ -158,7 +222,12 @@ async def one_session(
             await page.keyboard.press("ArrowRight" if direction[kind] > 0 else "ArrowLeft")
             direction[kind] = -direction[kind]
             cards = await wait_until(page, lambda cards, idle, before=before: idle and cards != before, args.timeout)
-            measured.first[kind].append(time.perf_counter() - pressed)
+            drawn = time.perf_counter()
+            measured.first[kind].append(drawn - pressed)
+            parts = frames.split(pressed, drawn)
+            if parts is not None:
+                for name, value in zip(("page before", "server", "page after"), parts):
+                    measured.split[name].append(value)
             note = draws_note(cards)
             if note is not None and note[0] < note[1]:
                 measured.refined += 1
@@ -262,6 +331,15 @@ def report(measured: Measured, command: str) -> str:
         _row("R: first update", measured.first["R"]),
         _row("R: complete", measured.complete["R"]),
         _row("open the shared link -> cards drawn", measured.opened),
+        "",
+        "The first update split at the page's websocket frames (moves whose full rerun was seen; the rest "
+        "were answered without one):",
+        "",
+        "| part of the first update | n | p50 (s) | p95 (s) | max (s) |",
+        "|---|---|---|---|---|",
+        _row("key press -> rerun request sent (the page)", measured.split["page before"]),
+        _row("rerun request -> the run's end received (the server)", measured.split["server"]),
+        _row("the run's end -> cards drawn (the page)", measured.split["page after"]),
         "",
         f"- target: p95 to the first update <= {TARGET_FIRST_P95:g} s: **{verdict}** (p95 {p95:.2f} s)",
         f"- moves whose first update rested on fewer than R draws (refined in place): {measured.refined}",

@@ -92,3 +92,30 @@ def test_the_moves_wait_until_every_session_has_opened():
 
     order = asyncio.run(class_of(4))
     assert [kind for kind, _ in order] == ["opened"] * 4 + ["moved"] * 4
+
+
+def test_frames_tell_full_reruns_from_fragment_polls_and_split_the_first_update():
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    def back(fragment_id=""):
+        message = BackMsg()
+        message.rerun_script.query_string = "run=x"
+        message.rerun_script.fragment_id = fragment_id
+        return message.SerializeToString()
+
+    def finished(status):
+        message = ForwardMsg()
+        message.script_finished = status
+        return message.SerializeToString()
+
+    assert browser_class.full_rerun_request(back())
+    assert not browser_class.full_rerun_request(back("f1"))  # a fragment's poll
+    assert not browser_class.full_rerun_request("text frame")
+    assert browser_class.full_run_finished(finished(ForwardMsg.FINISHED_SUCCESSFULLY))
+    assert not browser_class.full_run_finished(finished(ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY))
+    assert not browser_class.full_run_finished(b"\xff\xff not a message")
+    frames = browser_class.Frames()
+    frames.sent, frames.finished = [0.5, 2.0], [1.0, 2.9]
+    assert frames.split(1.8, 3.0) == pytest.approx((0.2, 0.9, 0.1))  # press 1.8, sent 2.0, done 2.9, drawn 3.0
+    assert frames.split(3.1, 4.0) is None  # no rerun seen after the press
