@@ -136,6 +136,25 @@ def test_het_mean_variant_is_het_with_half_the_warm_start_fitting_the_mean_first
     assert [(c[1], c[3]) for c in both] == [("concrete-dropout+het", 0), ("concrete-dropout+het", 1)]
 
 
+def test_long_variant_triples_every_phase_and_dense_raises_only_lbbnn_prior_inclusion():
+    (*_, plain), (*_, long), (*_, dense) = (
+        uci_table.uci_grid((m,), ("uci-energy",), (0,)).cells()[0] for m in ("lbbnn", "lbbnn+long", "lbbnn+dense")
+    )
+    # energy ships 300 epochs, a third warm start, a third KL annealing: the variant keeps the thirds
+    assert (plain.train.epochs, plain.train.warm_start_epochs, plain.train.kl_anneal_epochs) == (300, 100, 100)
+    assert (long.train.epochs, long.train.warm_start_epochs, long.train.kl_anneal_epochs) == (900, 300, 300)
+    assert long.replace(train={"epochs": 300, "warm_start_epochs": 100, "kl_anneal_epochs": 100}) == plain
+    assert dense.family_options["prior_inclusion"] == 0.9 and plain.family_options["prior_inclusion"] == 0.5
+    assert dense.replace(family_options={**dense.family_options, "prior_inclusion": 0.5}) == plain
+    assert len({plain.run_id("f"), long.run_id("f"), dense.run_id("f")}) == 3
+    # a family without an inclusion prior: +dense changes nothing, so it adds no second cell
+    cells = uci_table.uci_grid(("bnn", "bnn+dense"), ("uci-energy",), (0, 1)).cells()
+    assert [(c[1], c[3]) for c in cells] == [("bnn", 0), ("bnn", 1)]
+    # concrete dropout starts cold: three times its epochs, still no warm start
+    (*_, cd_long) = uci_table.uci_grid(("concrete-dropout+long",), ("uci-energy",), (0,)).cells()[0]
+    assert (cd_long.train.epochs, cd_long.train.warm_start_epochs) == (900, 0)
+
+
 def test_the_calls_say_which_wins_rest_on_a_method_variant(tmp_path):
     write_reference(tmp_path, "yacht", [-2.0, -2.0, -2.0], [1.0, 1.0, 1.0])
     write_reference(tmp_path, "energy", [-2.0, -2.0, -2.0], [1.0, 1.0, 1.0])
