@@ -136,7 +136,7 @@ def test_het_mean_variant_is_het_with_half_the_warm_start_fitting_the_mean_first
     assert [(c[1], c[3]) for c in both] == [("concrete-dropout+het", 0), ("concrete-dropout+het", 1)]
 
 
-def test_long_variant_triples_every_phase_and_dense_raises_only_lbbnn_prior_inclusion():
+def test_long_dense_and_tempered_variants_change_only_what_they_name():
     (*_, plain), (*_, long), (*_, dense) = (
         uci_table.uci_grid((m,), ("uci-energy",), (0,)).cells()[0] for m in ("lbbnn", "lbbnn+long", "lbbnn+dense")
     )
@@ -153,6 +153,10 @@ def test_long_variant_triples_every_phase_and_dense_raises_only_lbbnn_prior_incl
     # concrete dropout starts cold: three times its epochs, still no warm start
     (*_, cd_long) = uci_table.uci_grid(("concrete-dropout+long",), ("uci-energy",), (0,)).cells()[0]
     assert (cd_long.train.epochs, cd_long.train.warm_start_epochs) == (900, 0)
+    # +tempered: the KL weighted by 0.1, nothing else changed
+    (*_, tempered) = uci_table.uci_grid(("lbbnn+tempered",), ("uci-energy",), (0,)).cells()[0]
+    assert plain.train.kl_weight == 1.0 and tempered.train.kl_weight == 0.1
+    assert tempered.replace(train={"kl_weight": 1.0}) == plain
 
 
 def test_the_calls_say_which_wins_rest_on_a_method_variant(tmp_path):
