@@ -159,6 +159,29 @@ def test_long_dense_and_tempered_variants_change_only_what_they_name():
     assert tempered.replace(train={"kl_weight": 1.0}) == plain
 
 
+def test_a_pilot_on_few_splits_is_not_picked_as_best_but_counts_among_the_rows_chosen_from(tmp_path):
+    n = 8
+    write_reference(tmp_path, "kin8nm", [0.0] * n, [1.0] * n)
+    rng = np.random.default_rng(0)
+    lifts = 0.1 + 0.01 * rng.standard_normal(n)  # bnn: a clear win on all 8 splits
+    records = [record("bnn", s, d, 1.0, dataset="uci-kin8nm") for s, d in enumerate(lifts)]
+    records += [record("lbbnn", s, d - 0.2, 1.0, dataset="uci-kin8nm") for s, d in enumerate(lifts)]
+    # a pilot on splits 0-2 (3 of 8 covered, under half): a larger mean, a tie
+    records += [record("lbbnn+long", s, d, 1.0, dataset="uci-kin8nm") for s, d in enumerate((0.9, -0.5, 0.6))]
+    summary = uci_table.summarise(records, tmp_path)
+    entry = summary["sets"]["uci-kin8nm"]
+    rows = {r["family"]: r for r in entry["rows"]}
+    assert rows["lbbnn+long"]["checked"]["mean"] > rows["bnn"]["checked"]["mean"]
+    assert rows["lbbnn+long"]["call"] == "tie" and rows["bnn"]["call"] == "win"
+    assert entry["best"] == "bnn bma" and entry["best_call"] == "win" and summary["sets_won_by_best"] == 1
+    assert entry["lbbnn_best"] == "lbbnn bma" and entry["lbbnn_call"] == "loss"
+    # chosen from all three rows, the pilot included
+    assert entry["best_p_selected"] == pytest.approx(min(1.0, 3 * rows["bnn"]["checked"]["p"]))
+    # on 4 of 8 splits (half) the same row is picked
+    records += [record("lbbnn+long", 3, 0.7, 1.0, dataset="uci-kin8nm")]
+    assert uci_table.summarise(records, tmp_path)["sets"]["uci-kin8nm"]["best"] == "lbbnn+long bma"
+
+
 def test_the_calls_say_which_wins_rest_on_a_method_variant(tmp_path):
     write_reference(tmp_path, "yacht", [-2.0, -2.0, -2.0], [1.0, 1.0, 1.0])
     write_reference(tmp_path, "energy", [-2.0, -2.0, -2.0], [1.0, 1.0, 1.0])
