@@ -175,8 +175,11 @@ def test_a_pilot_on_few_splits_is_not_picked_as_best_but_counts_among_the_rows_c
     assert rows["lbbnn+long"]["call"] == "tie" and rows["bnn"]["call"] == "win"
     assert entry["best"] == "bnn bma" and entry["best_call"] == "win" and summary["sets_won_by_best"] == 1
     assert entry["lbbnn_best"] == "lbbnn bma" and entry["lbbnn_call"] == "loss"
-    # chosen from all three rows, the pilot included
+    # chosen from all three rows, the pilot included; LBBNN's from its own two (one set: Holm changes nothing)
     assert entry["best_p_selected"] == pytest.approx(min(1.0, 3 * rows["bnn"]["checked"]["p"]))
+    assert entry["lbbnn_p_selected"] == pytest.approx(min(1.0, 2 * rows["lbbnn"]["checked"]["p"]))
+    assert entry["lbbnn_p_corrected"] == pytest.approx(entry["lbbnn_p_selected"])
+    assert entry["lbbnn_corrected_call"] == "loss" and summary["sets_won_by_lbbnn_corrected"] == 0
     # on 4 of 8 splits (half) the same row is picked
     records += [record("lbbnn+long", 3, 0.7, 1.0, dataset="uci-kin8nm")]
     assert uci_table.summarise(records, tmp_path)["sets"]["uci-kin8nm"]["best"] == "lbbnn+long bma"
@@ -193,9 +196,18 @@ def test_the_calls_say_which_wins_rest_on_a_method_variant(tmp_path):
     summary = uci_table.summarise(records, tmp_path)
     assert summary["sets"]["uci-yacht"]["best"] == "lbbnn+het-mean bma"
     assert uci_table._variant_wins(summary) == ["yacht: lbbnn+het-mean bma (best of ours and LBBNN)"]
+    # LBBNN's yacht row, chosen from its 2 rows there, then Holm over yacht and energy (p_(1) x 2, p_(2) x 1)
+    yacht, energy = summary["sets"]["uci-yacht"], summary["sets"]["uci-energy"]
+    p_won = 2 * next(r for r in yacht["rows"] if r["family"] == "lbbnn+het-mean")["checked"]["p"]
+    assert yacht["lbbnn_p_selected"] == pytest.approx(p_won)
+    ps = sorted([yacht["lbbnn_p_selected"], energy["lbbnn_p_selected"]])
+    assert yacht["lbbnn_p_corrected"] == pytest.approx(max(2 * ps[0], ps[1]))
+    assert yacht["lbbnn_corrected_call"] == "win" and energy["lbbnn_corrected_call"] == "loss"
+    assert summary["sets_won_by_lbbnn_corrected"] == 1
     text = uci_table.render_markdown(summary)
     assert "Wins that rest on a method variant" in text
     assert "yacht: lbbnn+het-mean bma (best of ours and LBBNN)." in text
+    assert f"multiple-set correction: best of ours {summary['sets_won_by_best_corrected']}, LBBNN 1." in text
     assert "energy: bnn" not in text  # a plain family's win rests on no variant
 
 
