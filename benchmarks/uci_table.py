@@ -65,6 +65,31 @@ VARIANTS: dict[str, dict[str, Any] | Callable[[RunConfig], dict[str, Any]]] = {
         "likelihood_options": {},
         "train": {"warm_start_mean_epochs": config.train.warm_start_epochs // 2},
     },
+    # "<family>+long": three times the epochs, each phase (warm start, KL annealing, main) three times as
+    # long. The training loss on energy, naval and yacht is still falling at the end of the shipped
+    # schedule (docs/uci-regression.md section 4), and on energy LBBNN's RMSE (0.53) is what keeps it
+    # from beating MC dropout once MC dropout's noise level is credited with its bound.
+    "long": lambda config: {
+        "train": {
+            "epochs": 3 * config.train.epochs,
+            "warm_start_epochs": 3 * config.train.warm_start_epochs,
+            "kl_anneal_epochs": 3 * (config.train.kl_anneal_epochs or 0),
+        }
+    },
+    # "lbbnn+dense": prior inclusion probability 0.9 instead of the grid's 0.5 (other families: no
+    # change). kin8nm is a smooth function of all 8 inputs: LBBNN's median probability model keeps 0.66 of
+    # the weights, every kept weight pays log(alpha / psi) in the KL, and bnn, which keeps all, is the
+    # family that beats MC dropout there.
+    "dense": lambda config: (
+        {"family_options": {**config.family_options, "prior_inclusion": 0.9}}
+        if "prior_inclusion" in config.family_options
+        else {}
+    ),
+    # "<family>+tempered": the KL weighted by the project's default 0.1 (core/train.py DEFAULT_KL_WEIGHT)
+    # instead of the ELBO's 1 the grid trains with. On energy LBBNN's predictive mean, not its spread, is
+    # what loses (RMSE 0.52 against MC dropout's 0.47 on splits 0-2, with three times the epochs 0.51):
+    # less weight noise for a sharper mean, at the price of a posterior that is no longer the ELBO's.
+    "tempered": {"train": {"kl_weight": 0.1}},
 }
 METHODS = FAMILIES + tuple(f"{f}+{v}" for f in FAMILIES for v in VARIANTS)
 SPARSE_FAMILIES = ("lbbnn", "horseshoe", "sparse-vd")
@@ -464,6 +489,9 @@ def _row_comparison(
     row["beats_reference"] = row["call"] == "win"
 
 
+PICK_MIN_COVERAGE = 0.5  # a row is picked as a set's best only on at least this fraction of its covered splits
+
+
 def _pick(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The row with the largest mean difference after the bound check."""
     return max(rows, key=lambda row: row["checked"]["mean"])
@@ -544,35 +572,43 @@ def summarise(
         for family in sorted(won_families):  # a stable order in uci.json
             family_wins[family] = family_wins.get(family, 0) + 1
         compared = [r for r in rows if "checked" in r and r["n"] >= 2]
+        # Picked only from rows on at least half the set's covered splits: a pilot on 3 of 20 splits
+        # averages other splits than the full rows, with a wider error, so its mean is not comparable.
+        # It still counts among the rows chosen from (the Bonferroni factor below).
+        eligible = [r for r in compared if PICK_MIN_COVERAGE * len(all_splits) <= r["n"]] or compared
         if compared:
-            best = _pick(compared)
+            best = _pick(eligible)
             entry["best"] = f"{best['family']} {best['mode']}"
             entry["best_call"] = best["call"]
             entry["best_beats_reference"] = best["call"] == "win"
             # choosing the best of m rows after seeing them: Bonferroni over the m rows
             entry["best_p_selected"] = min(1.0, len(compared) * best["checked"]["p"])
-            lbbnn = [r for r in compared if r["family"].split("+")[0] == "lbbnn"]
+            lbbnn = [r for r in eligible if r["family"].split("+")[0] == "lbbnn"]
             if lbbnn:
                 top = _pick(lbbnn)
                 entry["lbbnn_best"] = f"{top['family']} {top['mode']}"
                 entry["lbbnn_call"] = top["call"]
+                # LBBNN's row is chosen from its own rows (variants, modes and pilots): Bonferroni over them
+                chosen_from = sum(1 for r in compared if r["family"].split("+")[0] == "lbbnn")
+                entry["lbbnn_p_selected"] = min(1.0, chosen_from * top["checked"]["p"])
             shipped = [r for r in lbbnn if r["family"] == "lbbnn"]
             if shipped:
                 entry["lbbnn_shipped_call"] = _pick(shipped)["call"]
         sets[dataset] = entry
-    chosen = [d for d, e in sets.items() if "best_p_selected" in e]
-    for dataset, adjusted in zip(chosen, holm([sets[d]["best_p_selected"] for d in chosen])):
-        entry = sets[dataset]
-        entry["best_p_corrected"] = adjusted
-        significant = adjusted < 1 - LEVEL
-        entry["best_corrected_call"] = (
-            "win"
-            if entry["best_call"] == "win" and significant
-            else "loss"
-            if entry["best_call"] == "loss" and significant
-            else "tie"
-        )
-        entry["best_corrected_win"] = entry["best_corrected_call"] == "win"
+    for prefix, call_key in (("best", "best_call"), ("lbbnn", "lbbnn_call")):
+        chosen = [d for d, e in sets.items() if f"{prefix}_p_selected" in e]
+        for dataset, adjusted in zip(chosen, holm([sets[d][f"{prefix}_p_selected"] for d in chosen])):
+            entry = sets[dataset]
+            entry[f"{prefix}_p_corrected"] = adjusted
+            significant = adjusted < 1 - LEVEL
+            entry[f"{prefix}_corrected_call"] = (
+                "win"
+                if entry[call_key] == "win" and significant
+                else "loss"
+                if entry[call_key] == "loss" and significant
+                else "tie"
+            )
+            entry[f"{prefix}_corrected_win"] = entry[f"{prefix}_corrected_call"] == "win"
     return {
         "sets": sets,
         "wins": wins,
@@ -582,6 +618,7 @@ def summarise(
         "sets_won_by_best_corrected": sum(1 for e in sets.values() if e.get("best_corrected_win")),
         "sets_won_by_lbbnn": sum(1 for e in sets.values() if e.get("lbbnn_call") == "win"),
         "sets_won_by_lbbnn_shipped": sum(1 for e in sets.values() if e.get("lbbnn_shipped_call") == "win"),
+        "sets_won_by_lbbnn_corrected": sum(1 for e in sets.values() if e.get("lbbnn_corrected_win")),
     }
 
 
@@ -632,7 +669,10 @@ def render_markdown(
         "Methods `<family>+het` train the family with the heteroscedastic output (mean and per-input "
         'noise scale heads, `likelihood = "heteroscedastic"`) instead of one learned noise precision; '
         "`<family>+het-mean` likewise, with a mean-first warm start (the first half of the warm start fits "
-        "the mean output alone under a fixed noise scale, `train.warm_start_mean_epochs`).",
+        "the mean output alone under a fixed noise scale, `train.warm_start_mean_epochs`). `<family>+long` "
+        "trains three times the epochs, each phase (warm start, KL annealing, main) three times as long; "
+        "`lbbnn+dense` sets LBBNN's prior inclusion probability to 0.9 (the grid's: 0.5); `<family>+tempered` "
+        "weights the KL by 0.1 (a tempered objective, not the ELBO).",
         "",
         "**Noise-grid bound check, both directions.** MC dropout chose its noise precision τ per split "
         "from a grid of three values (the reference's `tau_values.txt`). Where the chosen τ is the grid's "
@@ -709,13 +749,15 @@ def _per_set_markdown(summary: dict[str, Any]) -> list[str]:
     lines = [
         f"### Calls by set (paired t, {level} %, after the bound check)",
         "",
-        "Best of ours: the row with the largest mean Δ after the check. Selection-corrected: that row's p "
-        "value times the number of rows it was chosen from (Bonferroni), then Holm over the sets, at "
-        f"{100 - level} %.",
+        "Best of ours: the row with the largest mean Δ after the check, among the rows on at least half of "
+        "the set's covered splits (a pilot on 3 of 20 splits is listed under every row but not picked: its "
+        "mean is over other splits, with a wider error). Selection-corrected: that row's p value times the "
+        "number of rows it was chosen from, pilots included (Bonferroni), then Holm over the sets, at "
+        f"{100 - level} %; LBBNN's row likewise, chosen from LBBNN's own rows.",
         "",
         "| set | MC dropout: splits, τ at grid edge, epochs | best of ours | Δ ± se after check | call | "
-        "selection-corrected | LBBNN's best row | LBBNN call | lbbnn as shipped |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "selection-corrected | LBBNN's best row | LBBNN call | LBBNN selection-corrected | lbbnn as shipped |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for dataset, entry in summary["sets"].items():
         ref = entry.get("reference") or {}
@@ -726,25 +768,30 @@ def _per_set_markdown(summary: dict[str, Any]) -> list[str]:
                 f"{n}, {_edges({**ref.get('edges', {}), 'known': 'edges' in ref}, n)}, {ref.get('epochs') or '?'}"
             )
         if "best" not in entry:
-            lines.append(f"| {short_name(dataset)} | {ref_text} | - | - | - | - | - | - | - |")
+            lines.append(f"| {short_name(dataset)} | {ref_text} | - | - | - | - | - | - | - | - |")
             continue
         family, mode = entry["best"].split(" ")
         row = next(r for r in entry["rows"] if r["family"] == family and r["mode"] == mode)
         corrected = f"{entry.get('best_corrected_call', '-')} (p {entry.get('best_p_corrected', math.nan):.2g})"
+        lbbnn_corrected = (
+            f"{entry['lbbnn_corrected_call']} (p {entry['lbbnn_p_corrected']:.2g})"
+            if "lbbnn_corrected_call" in entry
+            else "-"
+        )
         call = f"**{entry['best_call']}**" if entry["best_call"] == "win" else entry["best_call"]
         lines.append(
             f"| {short_name(dataset)} | {ref_text} | {entry['best']} ({row['n']} splits) | "
             f"{_diff(row['checked'])} | {call}{' †' if row['qualified'] else ''} | {corrected} | "
-            f"{entry.get('lbbnn_best', '-')} | {entry.get('lbbnn_call', '-')} | "
+            f"{entry.get('lbbnn_best', '-')} | {entry.get('lbbnn_call', '-')} | {lbbnn_corrected} | "
             f"{entry.get('lbbnn_shipped_call', '-')} |"
         )
     lines += [
         "",
         f"**Target: the best of our families beats MC dropout significantly on ≥ {TARGET_BEST} of "
         f"9 sets after the bound check, LBBNN on ≥ {TARGET_LBBNN}.** Measured on the {n_sets} sets covered: "
-        f"best of ours {best}, LBBNN {lbbnn} (its `+het` rows included; as shipped, homoscedastic: "
-        f"{summary['sets_won_by_lbbnn_shipped']}); best of ours after the selection and multiple-set "
-        f"correction: {summary['sets_won_by_best_corrected']}. "
+        f"best of ours {best}, LBBNN {lbbnn} (its variant rows such as `+het` included; as shipped, homoscedastic: "
+        f"{summary['sets_won_by_lbbnn_shipped']}); after the selection and multiple-set correction: best of "
+        f"ours {summary['sets_won_by_best_corrected']}, LBBNN {summary.get('sets_won_by_lbbnn_corrected', 0)}. "
         + (
             "Target met."
             if met

@@ -136,6 +136,55 @@ def test_het_mean_variant_is_het_with_half_the_warm_start_fitting_the_mean_first
     assert [(c[1], c[3]) for c in both] == [("concrete-dropout+het", 0), ("concrete-dropout+het", 1)]
 
 
+def test_long_dense_and_tempered_variants_change_only_what_they_name():
+    (*_, plain), (*_, long), (*_, dense) = (
+        uci_table.uci_grid((m,), ("uci-energy",), (0,)).cells()[0] for m in ("lbbnn", "lbbnn+long", "lbbnn+dense")
+    )
+    # energy ships 300 epochs, a third warm start, a third KL annealing: the variant keeps the thirds
+    assert (plain.train.epochs, plain.train.warm_start_epochs, plain.train.kl_anneal_epochs) == (300, 100, 100)
+    assert (long.train.epochs, long.train.warm_start_epochs, long.train.kl_anneal_epochs) == (900, 300, 300)
+    assert long.replace(train={"epochs": 300, "warm_start_epochs": 100, "kl_anneal_epochs": 100}) == plain
+    assert dense.family_options["prior_inclusion"] == 0.9 and plain.family_options["prior_inclusion"] == 0.5
+    assert dense.replace(family_options={**dense.family_options, "prior_inclusion": 0.5}) == plain
+    assert len({plain.run_id("f"), long.run_id("f"), dense.run_id("f")}) == 3
+    # a family without an inclusion prior: +dense changes nothing, so it adds no second cell
+    cells = uci_table.uci_grid(("bnn", "bnn+dense"), ("uci-energy",), (0, 1)).cells()
+    assert [(c[1], c[3]) for c in cells] == [("bnn", 0), ("bnn", 1)]
+    # concrete dropout starts cold: three times its epochs, still no warm start
+    (*_, cd_long) = uci_table.uci_grid(("concrete-dropout+long",), ("uci-energy",), (0,)).cells()[0]
+    assert (cd_long.train.epochs, cd_long.train.warm_start_epochs) == (900, 0)
+    # +tempered: the KL weighted by 0.1, nothing else changed
+    (*_, tempered) = uci_table.uci_grid(("lbbnn+tempered",), ("uci-energy",), (0,)).cells()[0]
+    assert plain.train.kl_weight == 1.0 and tempered.train.kl_weight == 0.1
+    assert tempered.replace(train={"kl_weight": 1.0}) == plain
+
+
+def test_a_pilot_on_few_splits_is_not_picked_as_best_but_counts_among_the_rows_chosen_from(tmp_path):
+    n = 8
+    write_reference(tmp_path, "kin8nm", [0.0] * n, [1.0] * n)
+    rng = np.random.default_rng(0)
+    lifts = 0.1 + 0.01 * rng.standard_normal(n)  # bnn: a clear win on all 8 splits
+    records = [record("bnn", s, d, 1.0, dataset="uci-kin8nm") for s, d in enumerate(lifts)]
+    records += [record("lbbnn", s, d - 0.2, 1.0, dataset="uci-kin8nm") for s, d in enumerate(lifts)]
+    # a pilot on splits 0-2 (3 of 8 covered, under half): a larger mean, a tie
+    records += [record("lbbnn+long", s, d, 1.0, dataset="uci-kin8nm") for s, d in enumerate((0.9, -0.5, 0.6))]
+    summary = uci_table.summarise(records, tmp_path)
+    entry = summary["sets"]["uci-kin8nm"]
+    rows = {r["family"]: r for r in entry["rows"]}
+    assert rows["lbbnn+long"]["checked"]["mean"] > rows["bnn"]["checked"]["mean"]
+    assert rows["lbbnn+long"]["call"] == "tie" and rows["bnn"]["call"] == "win"
+    assert entry["best"] == "bnn bma" and entry["best_call"] == "win" and summary["sets_won_by_best"] == 1
+    assert entry["lbbnn_best"] == "lbbnn bma" and entry["lbbnn_call"] == "loss"
+    # chosen from all three rows, the pilot included; LBBNN's from its own two (one set: Holm changes nothing)
+    assert entry["best_p_selected"] == pytest.approx(min(1.0, 3 * rows["bnn"]["checked"]["p"]))
+    assert entry["lbbnn_p_selected"] == pytest.approx(min(1.0, 2 * rows["lbbnn"]["checked"]["p"]))
+    assert entry["lbbnn_p_corrected"] == pytest.approx(entry["lbbnn_p_selected"])
+    assert entry["lbbnn_corrected_call"] == "loss" and summary["sets_won_by_lbbnn_corrected"] == 0
+    # on 4 of 8 splits (half) the same row is picked
+    records += [record("lbbnn+long", 3, 0.7, 1.0, dataset="uci-kin8nm")]
+    assert uci_table.summarise(records, tmp_path)["sets"]["uci-kin8nm"]["best"] == "lbbnn+long bma"
+
+
 def test_the_calls_say_which_wins_rest_on_a_method_variant(tmp_path):
     write_reference(tmp_path, "yacht", [-2.0, -2.0, -2.0], [1.0, 1.0, 1.0])
     write_reference(tmp_path, "energy", [-2.0, -2.0, -2.0], [1.0, 1.0, 1.0])
@@ -147,9 +196,18 @@ def test_the_calls_say_which_wins_rest_on_a_method_variant(tmp_path):
     summary = uci_table.summarise(records, tmp_path)
     assert summary["sets"]["uci-yacht"]["best"] == "lbbnn+het-mean bma"
     assert uci_table._variant_wins(summary) == ["yacht: lbbnn+het-mean bma (best of ours and LBBNN)"]
+    # LBBNN's yacht row, chosen from its 2 rows there, then Holm over yacht and energy (p_(1) x 2, p_(2) x 1)
+    yacht, energy = summary["sets"]["uci-yacht"], summary["sets"]["uci-energy"]
+    p_won = 2 * next(r for r in yacht["rows"] if r["family"] == "lbbnn+het-mean")["checked"]["p"]
+    assert yacht["lbbnn_p_selected"] == pytest.approx(p_won)
+    ps = sorted([yacht["lbbnn_p_selected"], energy["lbbnn_p_selected"]])
+    assert yacht["lbbnn_p_corrected"] == pytest.approx(max(2 * ps[0], ps[1]))
+    assert yacht["lbbnn_corrected_call"] == "win" and energy["lbbnn_corrected_call"] == "loss"
+    assert summary["sets_won_by_lbbnn_corrected"] == 1
     text = uci_table.render_markdown(summary)
     assert "Wins that rest on a method variant" in text
     assert "yacht: lbbnn+het-mean bma (best of ours and LBBNN)." in text
+    assert f"multiple-set correction: best of ours {summary['sets_won_by_best_corrected']}, LBBNN 1." in text
     assert "energy: bnn" not in text  # a plain family's win rests on no variant
 
 
