@@ -216,11 +216,15 @@ DRAW_NICENESS = register(
     )
 )
 
+# 19, below the draw processes (10): in the 30-session class with two trainings (fast-mnist runs, 2 cores), the
+# complete R-draw numbers' p95 was 20.7 and 22.4 s against 40.0 and 32.9 s at 10, first updates 3.0 / 4.0 s against
+# 3.9 / 5.4 s; the trainings ran 27-33 epochs in the class's two minutes instead of 39-48
+# (benchmarks/results/classroom_ab_*.md, 2026-11-27 04:07-04:33 UTC).
 TRAINING_NICENESS = register(
     Setting(
         "BNN_TRAINING_NICENESS",
         "whole",
-        10,
+        19,
         "niceness the dashboard's training processes add to their scheduling priority (Unix; 0: the "
         "server's); above BNN_DRAW_NICENESS, the draws a session waits for come before the trainings",
         low=0,

@@ -236,7 +236,7 @@ def train_in_subprocess(config: Any, progress: Callable[[dict], None] | None = N
 
 
 # added to the child's scheduling niceness (Unix) unless $BNN_TRAINING_NICENESS says otherwise
-TRAINING_NICENESS = 10  # $BNN_TRAINING_NICENESS's default (tests/test_draw_process.py checks they agree)
+TRAINING_NICENESS = 19  # $BNN_TRAINING_NICENESS's default (tests/test_draw_process.py checks they agree)
 
 
 def _cancelled(cancel: Any) -> bool:

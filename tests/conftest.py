@@ -18,6 +18,10 @@ os.environ["BNN_OFFLINE"] = "1"
 # The app places the shipped lessons' runs into every store it opens; tests open empty stores on
 # purpose (tests/test_bundled_runs.py turns it on where that is the point).
 os.environ["BNN_LESSON_RUNS"] = "0"
+# Trainings started by the app run at niceness 19 by default (below its draw processes); beside the other
+# pytest worker on the 2-core CI machine that starves them (weight 15 against 1024), and the tests that
+# wait for a training have timeouts. The tests keep the earlier 10; test_draw_process.py checks the default.
+os.environ.setdefault("BNN_TRAINING_NICENESS", "10")
 
 # pytest-xdist (pyproject.toml's addopts run the suite on 2 workers): one torch thread per worker and per
 # process it starts, so two workers do not oversubscribe the 2-core CI machine. A test that measures

@@ -292,10 +292,10 @@ def test_the_training_niceness_is_a_setting_below_which_the_draws_come_first(mon
     from dashboard import settings, training_process
 
     monkeypatch.delenv("BNN_TRAINING_NICENESS", raising=False)
-    assert settings.training_niceness() == training_process.TRAINING_NICENESS == 10
+    assert settings.training_niceness() == training_process.TRAINING_NICENESS == 19
     assert dashboard_settings.TRAINING_NICENESS.default >= dashboard_settings.DRAW_NICENESS.default
-    monkeypatch.setenv("BNN_TRAINING_NICENESS", "19")
-    assert settings.training_niceness() == 19
+    monkeypatch.setenv("BNN_TRAINING_NICENESS", "10")
+    assert settings.training_niceness() == 10
     for bad in ("20", "-1", "x"):
         monkeypatch.setenv("BNN_TRAINING_NICENESS", bad)
         with pytest.raises(InputError, match="BNN_TRAINING_NICENESS"):
