@@ -247,6 +247,7 @@ def test_a_training_child_gets_the_compute_threads(monkeypatch):
 
     monkeypatch.setattr(multiprocessing, "get_context", lambda kind: FakeContext)
     monkeypatch.setenv(settings.COMPUTE_THREADS_VARIABLE, "1")
+    monkeypatch.setenv("BNN_TRAINING_NICENESS", "17")
     with pytest.raises(RuntimeError, match="stop here"):
         worker.train_in_subprocess(object())
-    assert started[0][-1] == 1
+    assert started[0][-2:] == (1, 17)  # (threads, niceness) go to the child
