@@ -50,6 +50,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.classroom.report import SERVER_SETTINGS
 from benchmarks.classroom_load import Server, percentile
 from benchmarks.dashboard_latency import CHROMIUM, CHROMIUM_ARGS, SCRIPT_IDLE, prepare_run
 
@@ -278,6 +279,8 @@ def run(args) -> Measured:
         cache_dir = args.cache_dir or Path(os.environ.get("BNN_CACHE_DIR") or Path(work) / "cache")
         env = dict(os.environ, BNN_CACHE_DIR=str(cache_dir), BNN_OFFLINE="1", BNN_CLASSROOM="1")
         env.setdefault("OMP_NUM_THREADS", "1")
+        # the server's settings (a setting left unset: the app's default)
+        measured.setting.update({name: env.get(name, "(unset)") for name in SERVER_SETTINGS})
         hidden = tuple(int(w) for w in args.hidden.split(",") if w.strip())
         run_id = prepare_run(args.dataset, hidden, args.epochs, env)
         measured.setting["run"] = run_id
