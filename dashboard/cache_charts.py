@@ -165,13 +165,12 @@ def density_chart(run_id: str, threshold: float) -> dict[str, Any]:
     )
 
 
-@per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
-def tuning_chart(run_id: str, threshold: float, tolerance: float) -> dict[str, Any]:
-    """density_chart plus the suggested threshold (a star) and a click selection of a point."""
+@per_run(max_entries=64, ttl=DERIVED_TTL, show_spinner=False)
+def tuning_chart_base(run_id: str, tolerance: float) -> dict[str, Any]:
+    """tuning_chart's spec with its current point at the sweep's first: built once per (run, tolerance)."""
     from dashboard import charts
 
     curve = sweep(run_id)
-    here = test_metrics(run_id, backend.SWEEP_MODE, 1, threshold, 0)
     suggested = backend.suggested_threshold(
         curve["thresholds"], curve["density"], curve["values"], curve["metric"], tolerance
     )
@@ -182,7 +181,7 @@ def tuning_chart(run_id: str, threshold: float, tolerance: float) -> dict[str, A
                 curve["density"],
                 curve["values"],
                 curve["metric"],
-                current=(here["density"], here[curve["metric"]]),
+                current=(float(curve["density"][0]), float(curve["values"][0])),
                 suggested=suggested,
                 selectable=True,
                 colour=charts.family_colour(family(run_id)),
@@ -191,6 +190,17 @@ def tuning_chart(run_id: str, threshold: float, tolerance: float) -> dict[str, A
             )
         )
     )
+
+
+@per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
+def tuning_chart(run_id: str, threshold: float, tolerance: float) -> dict[str, Any]:
+    """density_chart plus the suggested threshold (a star) and a click selection of a point; a threshold
+    move only moves the current point in the (run, tolerance)'s spec (charts.with_current_point)."""
+    from dashboard import charts
+
+    here = test_metrics(run_id, backend.SWEEP_MODE, 1, threshold, 0)
+    metric = sweep(run_id)["metric"]
+    return charts.with_current_point(tuning_chart_base(run_id, tolerance), (here["density"], here[metric]))
 
 
 @per_run(canonical_prediction=True, max_entries=256, ttl=DERIVED_TTL, show_spinner=False)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -153,6 +155,41 @@ def test_metric_vs_density_marks_the_current_point():
     )
     # a zero density has no place on a log axis: the axis falls back to linear
     assert all("type" not in d.get("scale", {}) for d in _find(linear.to_dict(), lambda d: d.get("field") == "density"))
+
+
+def test_moving_the_current_point_changes_only_the_diamond_as_a_rebuild_would():
+    """with_current_point (a threshold move on the Pruning page) against building the chart again."""
+    import copy
+
+    thresholds = np.linspace(0, 1, 5)
+    density = np.array([1.0, 0.5, 0.2, 0.1, 0.01])
+    accuracy = np.array([0.98, 0.97, 0.95, 0.9, 0.3])
+    suggested = {"density": 0.2, "value": 0.95, "threshold": 0.5}
+
+    def built(current):
+        chart = charts.metric_vs_density(
+            thresholds, density, accuracy, "accuracy", current=current, suggested=suggested, selectable=True
+        )
+        return chart.to_dict()
+
+    base = built((1.0, 0.98))
+    kept = copy.deepcopy(base)
+    moved = charts.with_current_point(base, (0.1, 0.9))
+    assert base == kept  # the cached spec is not written
+    rebuilt = built((0.1, 0.9))
+
+    def drawn(spec):  # each layer's mark and rows, the named datasets read through
+        datasets = spec.get("datasets", {})
+        return [
+            (json.dumps(layer["mark"], sort_keys=True), layer["data"].get("values") or datasets[layer["data"]["name"]])
+            for layer in spec["layer"]
+        ]
+
+    assert drawn(moved) == drawn(rebuilt)
+    assert drawn(moved)[-1][1] == [{"density": 0.1, "value": 0.9}]
+    no_point = charts.metric_vs_density(thresholds, density, accuracy, "accuracy").to_dict()
+    with pytest.raises(ValueError):  # a chart drawn without a current point has none to move
+        charts.with_current_point(no_point, (0.1, 0.9))
 
 
 def test_metric_vs_samples_frame():

@@ -24,6 +24,7 @@ from dashboard.charts.curves import (  # noqa: F401
     summary_over_seeds,
     sweep_frame,
     training_curves,
+    with_current_point,
 )
 from dashboard.charts.histograms import (  # noqa: F401
     THRESHOLD_DATASET,

@@ -108,8 +108,23 @@ def metric_vs_density(
             alt.Chart(point)
             .mark_point(color="red", size=160, filled=True, shape="diamond")
             .encode(x="density:Q", y="value:Q", tooltip=["density:Q", "value:Q"])
+            .properties(name=CURRENT_LAYER)
         )
     return alt.layer(*layers).properties(title=title or f"{metric} vs density", width=520, height=300)
+
+
+CURRENT_LAYER = "current"  # the name of metric_vs_density's red diamond layer in its spec
+
+
+def with_current_point(spec: Mapping[str, Any], current: tuple[float, float]) -> dict[str, Any]:
+    """A copy of a metric_vs_density spec (drawn with a current point) with that point moved to `current`.
+    A threshold move changes only the diamond: building and converting the whole Altair chart again took
+    about 0.5 s of one core per move, under the lock every session's chart conversion takes (profiled on
+    the Pruning page, 2026-11-27), where moving the point is a dictionary copy."""
+    layers = list(spec["layer"])
+    (index,) = [i for i, layer in enumerate(layers) if layer.get("name") == CURRENT_LAYER]
+    layers[index] = {**layers[index], "data": {"values": [{"density": float(current[0]), "value": float(current[1])}]}}
+    return {**spec, "layer": layers}
 
 
 def metric_vs_samples(
