@@ -120,31 +120,33 @@ class Frames:
         return None if done is None else (sent - pressed, done - sent, drawn - done)
 
 
+def _parsed(payload, message_class):
+    """A websocket frame as a Streamlit protobuf message, or None (a text frame, another message)."""
+    if isinstance(payload, str):
+        return None
+    message = message_class()
+    try:
+        message.ParseFromString(payload)
+    except Exception:  # not that message: not counted
+        return None
+    return message
+
+
 def full_rerun_request(payload) -> bool:
     from streamlit.proto.BackMsg_pb2 import BackMsg
 
-    if isinstance(payload, str):
-        return False
-    message = BackMsg()
-    try:
-        message.ParseFromString(payload)
-    except Exception:  # not a BackMsg: not counted
-        return False
-    return message.WhichOneof("type") == "rerun_script" and not message.rerun_script.fragment_id
+    message = _parsed(payload, BackMsg)
+    return message is not None and message.WhichOneof("type") == "rerun_script" and not message.rerun_script.fragment_id
 
 
 def full_run_finished(payload) -> bool:
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
-    if isinstance(payload, str):
-        return False
-    message = ForwardMsg()
-    try:
-        message.ParseFromString(payload)
-    except Exception:
-        return False
+    message = _parsed(payload, ForwardMsg)
     return (
-        message.WhichOneof("type") == "script_finished" and message.script_finished == ForwardMsg.FINISHED_SUCCESSFULLY
+        message is not None
+        and message.WhichOneof("type") == "script_finished"
+        and message.script_finished == ForwardMsg.FINISHED_SUCCESSFULLY
     )
 
 

@@ -192,10 +192,10 @@ def tuning_chart_base(run_id: str, tolerance: float) -> dict[str, Any]:
     )
 
 
-@per_run(max_entries=512, ttl=DERIVED_TTL, show_spinner=False)
 def tuning_chart(run_id: str, threshold: float, tolerance: float) -> dict[str, Any]:
     """density_chart plus the suggested threshold (a star) and a click selection of a point; a threshold
-    move only moves the current point in the (run, tolerance)'s spec (charts.with_current_point)."""
+    move only moves the current point in the (run, tolerance)'s spec (charts.with_current_point), from
+    cached parts: not cached itself (a dictionary copy)."""
     from dashboard import charts
 
     here = test_metrics(run_id, backend.SWEEP_MODE, 1, threshold, 0)

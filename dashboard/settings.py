@@ -174,7 +174,8 @@ def compute_threads() -> int | None:
 
 def training_niceness() -> int:
     """Niceness a training process adds to its scheduling priority ($BNN_TRAINING_NICENESS, or
-    training_niceness in secrets.toml; default 10): page reruns, which somebody is waiting for, come first."""
+    training_niceness in secrets.toml; default 19, below the draw processes): page reruns and the draws
+    somebody is waiting for come first."""
     return TRAINING_NICENESS.read(fallback=_secret)
 
 

@@ -76,7 +76,7 @@ class DrawRequest:
     path: str | None  # the server's kept draw path (None: the child's probe chooses)
     fingerprint: tuple  # core.predict.draw_paths.fingerprint of the server's model
     # The server's torch threads when it asked: a product split over another count may round otherwise
-    # (measured: compacted and plain draws of one small net equal at 2 threads, 1.7e-8 apart at 1).
+    # (measured: a 30-12-9-3 net's compacted and plain draws equal at 1 thread, 1.5e-8 apart at 2).
     threads: int | None = None
 
 
