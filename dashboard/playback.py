@@ -33,6 +33,10 @@ def frame_key(run_id: str) -> str:
     return f"playback_frame:{run_id}"
 
 
+def shown_key(run_id: str) -> str:
+    return f"playback_shown:{run_id}"
+
+
 def step_size(n_epochs: int, frames: int = FRAMES) -> int:
     """Epochs advanced per frame: every epoch for short trainings, about n/frames for long ones."""
     return max(1, int(np.ceil(int(n_epochs) / frames)))
@@ -65,12 +69,16 @@ def render(run_id: str, family: str, snapshots: Any, threshold: float, labels: S
         if int(st.session_state[key]) >= n:  # from the start again
             st.session_state[key] = 1
         st.session_state[playing_now] = True
-        st.session_state[frame_key(run_id)] = time.monotonic()
+        st.session_state.pop(shown_key(run_id), None)
 
     @st.fragment(run_every=PLAY_SECONDS if playing else None)
     def frame() -> None:
+        # A frame moves on only from an epoch that was drawn, PLAY_SECONDS after it was drawn: a run that
+        # starts or stops the timer draws nothing, and on a loaded server (CI at 95431ea) the full run after
+        # Play came more than a frame after the click and used to skip the first epoch unseen.
         if (
             st.session_state.get(playing_now)
+            and st.session_state.get(shown_key(run_id)) == int(st.session_state[key])
             and time.monotonic() - st.session_state.get(frame_key(run_id), 0.0) >= 0.8 * PLAY_SECONDS
         ):
             following = next_epoch(int(st.session_state[key]), n, step_size(n))
@@ -78,7 +86,6 @@ def render(run_id: str, family: str, snapshots: Any, threshold: float, labels: S
                 st.session_state[playing_now] = False
             else:
                 st.session_state[key] = following
-                st.session_state[frame_key(run_id)] = time.monotonic()
         if bool(st.session_state.get(playing_now, False)) != playing:
             st.rerun()  # start or stop the timer: the fragment's run_every is set on a full run
         left, right = st.columns([5, 1])
@@ -93,6 +100,9 @@ def render(run_id: str, family: str, snapshots: Any, threshold: float, labels: S
             )
         )
         epoch = min(epoch, n)
+        if st.session_state.get(shown_key(run_id)) != epoch:
+            st.session_state[shown_key(run_id)] = epoch
+            st.session_state[frame_key(run_id)] = time.monotonic()
         right.button(
             "Pause" if playing else "Play",
             key=f"playback_button:{run_id}",

@@ -337,3 +337,20 @@ def test_training_curves_take_the_family_colour_and_dash_the_phases():
     for panel in spec["hconcat"]:
         assert mark_colours(panel) == {colour}
         assert panel["layer"][0]["encoding"]["strokeDash"]["field"] == "phase"
+
+
+def test_play_shows_every_epoch_even_when_each_run_comes_later_than_a_frame(store, monkeypatch):
+    """On a loaded server the run after Play can come more than a frame after the click: the first
+    epoch is still drawn before the next one (CI at 95431ea saw Play jump straight to the last epoch)."""
+    from dashboard import playback
+
+    monkeypatch.setattr(playback, "PLAY_SECONDS", 1e-9)  # every run is later than a frame
+    run_id = store["moons"]
+    at = open_page(run_id, "views/inclusion.py")
+    at.button(key=f"playback_button:{run_id}").click().run()
+    assert_clean(at)
+    shown = [at.slider(key=f"playback_epoch:{run_id}").value]
+    while at.session_state[f"playback_playing:{run_id}"] and len(shown) < 10:
+        at.run()
+        shown.append(at.slider(key=f"playback_epoch:{run_id}").value)
+    assert shown == [1, 2, 3, 4, 4]  # each epoch drawn once, then the timer stops at the last
