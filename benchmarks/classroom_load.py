@@ -75,6 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the server's BNN_PREDICT_SLOTS (0: no limit; default: the app's default, one per core)",
     )
+    parser.add_argument(
+        "--servers",
+        type=int,
+        default=1,
+        help="streamlit processes sharing the class, session i on server i mod N, as a sticky proxy would place "
+        "browsers (measures that design; the app ships one process)",
+    )
     parser.add_argument("--note", default="", help="a line about the machine's load, written under the table")
     parser.add_argument(
         "--json",
@@ -85,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.sessions < 3:
         parser.error("--sessions: at least 3 (two of them train)")
+    if not 1 <= args.servers <= 8:
+        parser.error(f"--servers: 1 to 8, got {args.servers}")
     dataset = args.dataset
     if args.preset:
         from core.runs import RunConfig, get_preset
@@ -103,17 +112,20 @@ def main(argv: list[str] | None = None) -> int:
         interactions=args.interactions,
         max_seconds=args.max_seconds,
         think_seconds=args.think_seconds,
+        servers=args.servers,
     )
     if args.predict_slots is not None:
         os.environ["BNN_PREDICT_SLOTS"] = str(args.predict_slots)  # the server inherits this environment
     report = run_load_test(scenario, cache_dir=args.cache_dir)
     text = table(report)
     body = [
-        f"# Classroom load test: {args.sessions} sessions on one `streamlit run`",
+        f"# Classroom load test: {args.sessions} sessions on "
+        + ("one `streamlit run`" if args.servers == 1 else f"{args.servers} `streamlit run` processes"),
         "",
         f"`python benchmarks/classroom_load.py --sessions {args.sessions}"
         f"{f' --preset {args.preset}' if args.preset else f' --dataset {dataset}'}"
-        f"{'' if args.predict_slots is None else f' --predict-slots {args.predict_slots}'}` on "
+        f"{'' if args.predict_slots is None else f' --predict-slots {args.predict_slots}'}"
+        f"{'' if args.servers == 1 else f' --servers {args.servers}'}` on "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         "",
         text,

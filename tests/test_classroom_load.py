@@ -36,3 +36,26 @@ def test_ten_sessions_two_trainings_no_errors_and_no_leaks(tmp_path):
     # Only a guard against a stuck server here: latency depends on the machine's other load;
     # the benchmark measures the 2 s target at 30 sessions.
     assert report.summary(("threshold", "samples"))["p95"] < 30.0
+
+
+def test_two_server_processes_share_the_class_by_session_index(tmp_path):
+    """--servers 2 (the design of several interpreters behind a sticky proxy, measured): every session
+    stays on server i mod 2, both servers serve script runs, and nobody sees an error or another's state."""
+    from benchmarks.classroom_load import Scenario, run_load_test
+
+    scenario = Scenario(
+        sessions=6,
+        interactions=3,
+        hidden=(32,),
+        training_hidden="16",
+        training_epochs=300,
+        think_seconds=0.3,
+        max_seconds=120,
+        servers=2,
+    )
+    report = run_load_test(scenario, work_dir=tmp_path)
+    assert report.errors == [] and report.leaks == []
+    assert len(report.server_cpu_by_process) == 2
+    assert min(report.server_cpu_by_process) > 0.2  # each process ran its sessions' script runs
+    assert report.server_cpu_seconds == pytest.approx(sum(report.server_cpu_by_process), abs=0.05)
+    assert (tmp_path / "streamlit1.log").exists()

@@ -61,6 +61,7 @@ class Report:
     thread_names: dict[int, str] = field(default_factory=dict)  # server thread id -> its Python name
     fragment_runs: int = 0  # fragment polls the refining sessions sent (each a fragment's own script run)
     draw_process_seconds: dict[int, float] = field(default_factory=dict)  # draw process pid -> its CPU in the class
+    server_cpu_by_process: list[float] = field(default_factory=list)  # each server process's CPU (--servers)
 
     def latencies(self, kinds: tuple[str, ...] | None = None) -> list[float]:
         return [i.seconds for i in self.interactions if kinds is None or i.kind in kinds]
@@ -177,7 +178,13 @@ def table(report: Report) -> str:
         f"cancelled at the end)",
         f"- CPU time during the class: server {report.server_cpu_seconds:.0f} s "
         f"({report.server_cpu_seconds / max(len(report.interactions), 1):.3f} s per interaction, all kinds), "
-        f"load-test client {report.client_cpu_seconds:.0f} s",
+        f"load-test client {report.client_cpu_seconds:.0f} s"
+        + (
+            ""
+            if len(report.server_cpu_by_process) < 2
+            else f" (server processes, sessions split by index: "
+            f"{', '.join(f'{cpu:.0f}' for cpu in report.server_cpu_by_process)} s)"
+        ),
         f"- wall time {report.wall_seconds:.0f} s; load average at the end {report.load_average[0]:.1f} / "
         f"{report.load_average[1]:.1f} / {report.load_average[2]:.1f} (1/5/15 min) on {os.cpu_count()} cores",
     ]

@@ -16,7 +16,7 @@ from typing import Any
 
 from benchmarks.classroom.client import RunResult, Session, number_state, slider_state, text_state, trigger_state
 from benchmarks.classroom.report import SERVER_SETTINGS, Interaction, Report, attribute_script_cpu
-from benchmarks.classroom.server import Server, ThreadCpu, prepare_runs
+from benchmarks.classroom.server import ServerGroup, ThreadCpu, prepare_runs
 
 # Values a class is asked to try: slider positions (threshold steps of the pruning page) and R.
 THRESHOLDS = (0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.9)
@@ -41,6 +41,7 @@ class Scenario:
     training_seed_base: int = field(default_factory=lambda: 100_000 + 10 * random.SystemRandom().randrange(89_999))
     think_seconds: float = 1.0  # a student's pause between interactions (randomised 0.5x-1.5x)
     seed: int = 0
+    servers: int = 1  # streamlit processes, session i on server i mod servers (ServerGroup)
 
 
 # --- what a session must (not) see ----------------------------------------------------------------
@@ -334,15 +335,17 @@ async def train(
     await session.close()
 
 
-async def run_class(url: str, runs: list[str], scenario: Scenario, report: Report, server: Server) -> None:
+async def run_class(url: str, runs: list[str], scenario: Scenario, report: Report, server: ServerGroup) -> None:
     rng = random.Random(scenario.seed)
     deadline = time.monotonic() + scenario.max_seconds
     trainer_labels: dict[int, str] = {}
     stop = asyncio.Event()
     trainers = min(2, scenario.sessions)
-    sessions = [Session(i, url, None if i < trainers else runs[i % len(runs)]) for i in range(scenario.sessions)]
+    sessions = [
+        Session(i, server.url_of(i), None if i < trainers else runs[i % len(runs)]) for i in range(scenario.sessions)
+    ]
 
-    threads = ThreadCpu(server.process.pid, server.thread_log)
+    threads = ThreadCpu(server.pids, server.thread_log)
 
     async def sample_memory() -> None:
         while not stop.is_set():
@@ -353,13 +356,15 @@ async def run_class(url: str, runs: list[str], scenario: Scenario, report: Repor
 
     # The teacher opens the app before the class: the server's first script run imports torch
     # and the project (tens of seconds on a busy machine), which no student should wait for.
-    teacher = Session(-1, url, None, timeout=300)
-    await teacher.connect()
-    await teacher.rerun()
-    await teacher.close()
+    for address in server.urls:
+        teacher = Session(-1, address, None, timeout=300)
+        await teacher.connect()
+        await teacher.rerun()
+        await teacher.close()
     report.memory_mb.append(server.memory_mb()[0])
     report.started = time.time()
     server_cpu, client_cpu = server.cpu_seconds(), time.process_time()
+    each_cpu = [handle.cpu_seconds() for handle in server.servers]
     draws_before = server.draw_process_cpu()
     threads.begin()
     memory = asyncio.create_task(sample_memory())
@@ -381,6 +386,7 @@ async def run_class(url: str, runs: list[str], scenario: Scenario, report: Repor
     await memory
     threads.finish()
     report.server_cpu_seconds = server.cpu_seconds() - server_cpu
+    report.server_cpu_by_process = [handle.cpu_seconds() - before for handle, before in zip(server.servers, each_cpu)]
     draws_after = server.draw_process_cpu()  # a child that ended during the class is not counted
     report.draw_process_seconds = {pid: cpu - draws_before.get(pid, 0.0) for pid, cpu in draws_after.items()}
     report.thread_seconds, report.thread_names = threads.used()
@@ -402,7 +408,9 @@ def run_load_test(scenario: Scenario, cache_dir: Path | None = None, work_dir: P
     )
     env.setdefault("BNN_CLASSROOM", "1")  # a class runs the app in classroom mode
     runs = prepare_runs(scenario, env)
-    server = Server(env, work / "streamlit.log")
+    server = ServerGroup(
+        env, [work / ("streamlit.log" if k == 0 else f"streamlit{k}.log") for k in range(scenario.servers)]
+    )
     report = Report(scenario, server_settings={name: env.get(name, "(unset)") for name in SERVER_SETTINGS})
     started = time.perf_counter()
     try:
@@ -415,7 +423,8 @@ def run_load_test(scenario: Scenario, cache_dir: Path | None = None, work_dir: P
         report.load_average = os.getloadavg()
         server.stop()
     attribute_script_cpu(report, rerun_log)
-    log = (work / "streamlit.log").read_text()
-    if "Traceback" in log:
-        report.errors.append("the server log has a traceback:\n" + log[log.index("Traceback") :][:2000])
+    for handle in server.servers:
+        log = handle.log.read_text()
+        if "Traceback" in log:
+            report.errors.append("the server log has a traceback:\n" + log[log.index("Traceback") :][:2000])
     return report

@@ -159,6 +159,50 @@ class Server:
         self._handle.close()
 
 
+class ServerGroup:
+    """N `streamlit run` processes serving one class, each session on one of them (session i on server
+    i mod N) as a sticky proxy would place browsers: what a class gains when its script runs are shared
+    out over several interpreters (each with its own lock, caches and draw processes). CPU, memory and
+    draw processes are summed over the group."""
+
+    def __init__(self, env: dict[str, str], logs: list[Path]) -> None:
+        self.servers: list[Server] = []
+        try:
+            for log in logs:
+                self.servers.append(Server(env, log))
+        except BaseException:
+            self.stop()
+            raise
+        self.thread_log = self.servers[0].thread_log
+        self.urls = [server.url for server in self.servers]
+        self.url = self.urls[0]
+
+    @property
+    def pids(self) -> list[int]:
+        return [server.process.pid for server in self.servers]
+
+    def url_of(self, session: int) -> str:
+        return self.urls[session % len(self.urls)] if session >= 0 else self.url
+
+    def wait_healthy(self, timeout: float = 120) -> None:
+        for server in self.servers:
+            server.wait_healthy(timeout)
+
+    def memory_mb(self) -> tuple[float, float]:
+        values = [server.memory_mb() for server in self.servers]
+        return sum(rss for rss, _ in values), sum(peak for _, peak in values)
+
+    def cpu_seconds(self) -> float:
+        return sum(server.cpu_seconds() for server in self.servers)
+
+    def draw_process_cpu(self) -> dict[int, float]:
+        return {pid: cpu for server in self.servers for pid, cpu in server.draw_process_cpu().items()}
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+
+
 def thread_cpu(pid: int) -> dict[int, float]:
     """Thread id -> user + system CPU seconds so far of process `pid`'s live threads (/proc/<pid>/task)."""
     tick = os.sysconf("SC_CLK_TCK")
@@ -200,25 +244,29 @@ class ThreadCpu:
     """Each server thread's CPU over an interval: /proc at its start and end for the threads alive then,
     the thread log (BOOT) for the threads that ended in between, and the log's names."""
 
-    def __init__(self, pid: int, log: Path) -> None:
-        self.pid, self.log = pid, log
+    def __init__(self, pids: int | list[int], log: Path) -> None:
+        self.pids = [pids] if isinstance(pids, int) else list(pids)
+        self.log = log
         self.start: dict[int, float] = {}
         self.end: dict[int, float] = {}
         self.offset = 0  # the log's length at the interval's start: threads that ended before are not in it
 
+    def _threads(self) -> dict[int, float]:
+        return {tid: cpu for pid in self.pids for tid, cpu in thread_cpu(pid).items()}
+
     def begin(self) -> None:
-        self.start = thread_cpu(self.pid)
+        self.start = self._threads()
         try:
             self.offset = len(self.log.read_bytes())
         except OSError:
             self.offset = 0
 
     def finish(self) -> None:
-        self.end = thread_cpu(self.pid)
+        self.end = self._threads()
 
     def used(self) -> tuple[dict[int, float], dict[int, str]]:
         """(thread id -> CPU seconds in the interval, thread id -> name) of the threads that used some."""
-        names: dict[int, str] = {self.pid: "MainThread"}
+        names: dict[int, str] = {pid: "MainThread" for pid in self.pids}
         final = dict(self.end)
         try:
             text = self.log.read_bytes()
