@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
@@ -111,10 +112,21 @@ def measure_speed(repeats: int = 15) -> Speed:
     )
 
 
+_SPEED_LOCK = threading.Lock()
+
+
 @functools.lru_cache(maxsize=1)
-def server_speed() -> Speed:
-    """This process's measured speed, probed once (the first estimate pays about 0.1 s)."""
+def _probed_speed() -> Speed:
     return measure_speed()
+
+
+def server_speed() -> Speed:
+    """This process's measured speed, probed once (the first estimate pays about 0.1 s). One probe at a
+    time: ten sessions opening at once each ran the probe (a py-spy dump of a 10-browser class), and the
+    probe sets torch's thread count, which is the process's, so overlapping probes could restore each
+    other's values and leave the server on one thread."""
+    with _SPEED_LOCK:
+        return _probed_speed()
 
 
 def load_factor() -> float:

@@ -293,3 +293,40 @@ def test_speed_probe_is_quick_and_positive():
     assert speed.matmul_flops > 0 and speed.elements_per_second > 0 and speed.seconds_per_op > 0
     assert cost.Speed.from_dict(speed.as_dict()) == speed
     assert cost.load_factor() >= 1.0 and math.isfinite(cost.load_factor())
+
+
+def test_sessions_opening_at_once_probe_the_servers_speed_once_and_keep_its_thread_count(monkeypatch):
+    """Ten sessions opening together each used to run the speed probe, which sets torch's (process-wide)
+    thread count and restores it: overlapping probes could restore each other's values."""
+    import threading
+    import time
+
+    import torch
+
+    from core import cost_model
+
+    calls: list[int] = []
+
+    def slow_probe(repeats: int = 15):
+        calls.append(threading.get_ident())
+        previous = torch.get_num_threads()
+        torch.set_num_threads(1)
+        time.sleep(0.05)  # the others arrive while this one has the count at 1
+        torch.set_num_threads(previous)
+        return cost_model.Speed(1e9, 1e8, 1e-6)
+
+    monkeypatch.setattr(cost_model, "measure_speed", slow_probe)
+    getattr(cost_model, "_probed_speed", cost_model.server_speed).cache_clear()
+    before = torch.get_num_threads()
+    try:
+        results: list = []
+        threads = [threading.Thread(target=lambda: results.append(cost_model.server_speed())) for _ in range(10)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(calls) == 1
+        assert len(results) == 10 and all(result == results[0] for result in results)
+        assert torch.get_num_threads() == before
+    finally:
+        getattr(cost_model, "_probed_speed", cost_model.server_speed).cache_clear()
