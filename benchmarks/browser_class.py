@@ -97,19 +97,55 @@ class Frames:
     def __init__(self) -> None:
         self.sent: list[float] = []
         self.finished: list[float] = []
+        self.events: list[str] = []  # sockets opened and closed, console errors: what an error row reports
+        self.received_any: list[float] = []  # when the page last received any frame (one kept)
 
     def watch(self, page) -> None:
         page.on("websocket", lambda socket: self._attach(socket))
+        page.on("console", lambda message: self._console(message))
+        page.on("crash", lambda _page: self.events.append(f"{time.perf_counter():.1f} page crashed"))
+        page.on(
+            "requestfailed",
+            lambda request: self.events.append(
+                f"{time.perf_counter():.1f} request failed: {request.url.split('/', 3)[-1][:60]} {request.failure}"
+            ),
+        )
+        page.on(
+            "response",
+            lambda response: (
+                self.events.append(
+                    f"{time.perf_counter():.1f} HTTP {response.status}: {response.url.split('/', 3)[-1][:60]}"
+                )
+                if response.status >= 400
+                else None
+            ),
+        )
+
+    def _console(self, message) -> None:
+        if message.type in ("error", "warning"):
+            text = f"console {message.type}: {message.text[:160]}"
+            if not any(event.endswith(text) for event in self.events[-3:]):  # a repeated message once
+                self.events.append(f"{time.perf_counter():.1f} {text}")
 
     def _attach(self, socket) -> None:
+        self.events.append(f"{time.perf_counter():.1f} socket opened")
         socket.on("framesent", self.on_sent)
         socket.on("framereceived", self.on_received)
+        socket.on(
+            "close",
+            lambda _socket: self.events.append(
+                f"{time.perf_counter():.1f} socket closed (last frame received "
+                f"{max(self.received_any, default=0.0):.1f})"
+            ),
+        )
+        socket.on("socketerror", lambda error: self.events.append(f"{time.perf_counter():.1f} socket error {error}"))
 
     def on_sent(self, payload) -> None:
         if full_rerun_request(payload):
             self.sent.append(time.perf_counter())
 
     def on_received(self, payload) -> None:
+        self.received_any[:] = [time.perf_counter()]
         if full_run_finished(payload):
             self.finished.append(time.perf_counter())
 
@@ -159,6 +195,15 @@ def draws_note(cards_json: str) -> tuple[int, int] | None:
 def session_threshold(index: int) -> float:
     """Each session's starting inclusion-probability threshold: spread over 0.30-0.80 in slider steps."""
     return round(0.30 + 0.005 * ((index * 17) % 101), 3)
+
+
+async def page_text(page, limit: int = 400) -> str:
+    """What the page shows, its main area's text in one line (an error row says what the student saw)."""
+    try:
+        text = await page.evaluate("(document.querySelector('[data-testid=\"stMain\"]') || document.body).innerText")
+    except Exception as exc:  # the page itself is gone
+        return f"(unreadable: {type(exc).__name__})"
+    return " ".join(str(text).split())[:limit] or "(nothing)"
 
 
 async def wait_until(page, predicate, timeout: float, poll: float = 0.02):
@@ -244,7 +289,11 @@ async def one_session(
                 measured.errors.append(f"session {index}: the page shows an exception")
                 return
     except Exception as exc:  # one session's failure is a row of the report, not the end of the class
-        measured.errors.append(f"session {index}: {type(exc).__name__}: {str(exc)[:300]}")
+        shown = await page_text(page)
+        measured.errors.append(
+            f"session {index} at {time.perf_counter():.1f}: {type(exc).__name__}: {str(exc)[:300]}; the page showed: "
+            f"{shown}; its last events: {'; '.join(frames.events[-8:]) or 'none'}"
+        )
     finally:
         await context.close()
 

@@ -119,3 +119,25 @@ def test_frames_tell_full_reruns_from_fragment_polls_and_split_the_first_update(
     frames.sent, frames.finished = [0.5, 2.0], [1.0, 2.9]
     assert frames.split(1.8, 3.0) == pytest.approx((0.2, 0.9, 0.1))  # press 1.8, sent 2.0, done 2.9, drawn 3.0
     assert frames.split(3.1, 4.0) is None  # no rerun seen after the press
+
+
+def test_an_error_row_keeps_the_pages_socket_and_console_events_once_each():
+    """A session that fails says what its page went through: sockets opened and closed (with the last
+    frame received), console errors (a message repeated by a fragment's timer kept once), failed requests."""
+    from types import SimpleNamespace
+
+    from benchmarks.browser_class import Frames
+
+    frames = Frames()
+    handlers: dict[str, object] = {}
+    socket = SimpleNamespace(on=lambda name, handler: handlers.__setitem__(name, handler))
+    frames._attach(socket)
+    handlers["framereceived"](b"\x00")
+    handlers["close"](socket)
+    for _ in range(5):
+        frames._console(SimpleNamespace(type="error", text="Cannot send rerun backMessage when disconnected"))
+    frames._console(SimpleNamespace(type="log", text="ignored"))
+    assert frames.events[0].endswith("socket opened")
+    assert "socket closed (last frame received" in frames.events[1]
+    assert sum("Cannot send rerun" in event for event in frames.events) == 1
+    assert len(frames.events) == 3
