@@ -122,7 +122,8 @@ def pruned_network(model, masks):
     return net
 
 
-def continue_posttrain(args: argparse.Namespace, echo=print) -> dict[str, Any]:
+def continue_posttrain(args: argparse.Namespace, echo=print) -> tuple[dict[str, Any], Any]:
+    """The entry (settings and per-epoch rows) and the trained copy (for `--deterministic` the pruned net)."""
     import torch
 
     from core.errors import InputError
@@ -198,7 +199,7 @@ def continue_posttrain(args: argparse.Namespace, echo=print) -> dict[str, Any]:
         progress=lambda record: rows.append(measure(f"epoch {len(rows)}", record["seconds"])),
         snapshots=False,
     )
-    return {
+    entry = {
         "run_id": run.run_id,
         "settings": {
             "epochs": args.epochs,
@@ -212,6 +213,7 @@ def continue_posttrain(args: argparse.Namespace, echo=print) -> dict[str, Any]:
         "rows": rows,
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
+    return entry, model
 
 
 def render(entries: list[dict[str, Any]]) -> str:
@@ -255,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.time()
     try:
-        entry = continue_posttrain(args)
+        entry, _ = continue_posttrain(args)
     except BNNError as exc:
         print(f"continue_posttrain: {exc}", file=sys.stderr)
         return 2
