@@ -1,7 +1,8 @@
 """More post-training on a stored run's cut: N epochs with its structure fixed, MED-MEA and density after each.
 
     python -m benchmarks.continue_posttrain RUN --epochs 10 [--schedule cosine] [--weights-lr 0.003]
-        [--scales-lr 0.05] [--density 0.0036] [--threads 2] [--seed 1] [--freeze-scales | --deterministic]
+        [--scales-lr 0.05] [--density 0.0036] [--threads 2] [--seed 1]
+        [--freeze-scales | --deterministic [--stored-structure]]
 
 An experiment beside the recipes (benchmarks/front_recipes.md's notes quote it): would a recipe's point
 move with more post-training on the same cut? The run is loaded from the store (checksums verified), its
@@ -17,6 +18,8 @@ What trains (each section's heading says which):
 - `--deterministic`: NOT the ELBO. The cut's weights, at their posterior means, are copied into a
   deterministic network (`fnn`) of the same shape with the cut fixed, and fine-tuned on the data term
   alone (no weight noise, no KL): the point is then a pruned-and-fine-tuned network, not a posterior.
+  With `--stored-structure` its structure is the stored run's fixed structure whole (the cut it was
+  post-trained on, every weight of it, also those sparse VD's rule dropped since), cut to `--density`.
 
 Two readings of each point: "MED-MEA" is the model's own median probability model (for sparse VD the
 cut AND log alpha < 3, see below), "structure" is the fixed cut itself with the mean weights (every weight
@@ -66,6 +69,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     variant.add_argument(
         "--deterministic", action="store_true", help="not the ELBO: fine-tune the cut's mean weights, no noise or KL"
     )
+    parser.add_argument(
+        "--stored-structure",
+        action="store_true",
+        help="with --deterministic: the stored run's fixed structure whole, not its median probability model",
+    )
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     try:
@@ -81,6 +89,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if args.scales_lr is not None and (args.freeze_scales or args.deterministic):
             flag = "--freeze-scales" if args.freeze_scales else "--deterministic"
             raise InputError(f"--scales-lr: nothing trains the scales with {flag}; leave it out")
+        if args.stored_structure and not args.deterministic:
+            raise InputError("--stored-structure: only with --deterministic (the ELBO's structure is its own mpm)")
     except BNNError as exc:
         parser.error(str(exc))
     return args
@@ -103,6 +113,22 @@ def variant_of(args: argparse.Namespace) -> str:
 def cut_masks(model, density: float | None) -> list:
     """The structure post-training fixes, as core.train's post-training phase cuts it."""
     return model.keep_masks() if density is None else model.keep_masks_at_density(density)
+
+
+def stored_structure(model, density: float | None) -> list:
+    """The stored run's fixed structure whole (every weight of it kept), refused where there is none or
+    where it is denser than `density` (never cut again: that would be a different structure)."""
+    from core.errors import InputError
+
+    if not all(layer.is_structure_fixed for layer in model.layers):
+        raise InputError("--stored-structure: the stored run has no fixed structure (it was not post-trained)")
+    masks = [layer.fixed_mask.bool() for layer in model.layers]
+    if density is not None and model.density(masks) > density:
+        raise InputError(
+            f"--stored-structure: the stored structure keeps {model.density(masks):.6g} of the weights, "
+            f"more than --density {density}"
+        )
+    return masks
 
 
 def pruned_network(model, masks):
@@ -151,6 +177,8 @@ def continue_posttrain(args: argparse.Namespace, echo=print) -> tuple[dict[str, 
     )
     with torch.no_grad():
         structure = cut_masks(model, density)
+        if args.stored_structure:
+            structure = stored_structure(model, density)
     if variant == "freeze-scales":
         scales = model.parameter_groups().get("scales", [])
         if not scales:
@@ -209,6 +237,7 @@ def continue_posttrain(args: argparse.Namespace, echo=print) -> tuple[dict[str, 
             "seed": args.seed,
             "threads": args.threads,
             "trains": variant,
+            "structure": "stored" if args.stored_structure else "cut",
         },
         "rows": rows,
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -232,7 +261,11 @@ def render(entries: list[dict[str, Any]]) -> str:
         with_structure = all("structure_accuracy" in r for r in entry["rows"])
         lines += [
             f"## {entry['run_id']}: {s['epochs']} epochs of {trains}; {s['schedule']} steps {s['learning_rates']}, "
-            f"cut at {s['posttrain_density']}",
+            + (
+                f"the stored structure whole (at most {s['posttrain_density']})"
+                if s.get("structure") == "stored"
+                else f"cut at {s['posttrain_density']}"
+            ),
             "",
             f"{entry['date']}; `{entry['command']}`",
             "",

@@ -25,6 +25,8 @@ from benchmarks import continue_posttrain
         (["abcd", "--freeze-scales", "--deterministic"], "--deterministic"),
         (["abcd", "--freeze-scales", "--scales-lr", "0.01"], "--scales-lr"),
         (["abcd", "--deterministic", "--scales-lr", "0.01"], "--scales-lr"),
+        (["abcd", "--stored-structure"], "--stored-structure"),
+        (["abcd", "--freeze-scales", "--stored-structure"], "--stored-structure"),
     ],
 )
 def test_bad_arguments_are_refused_with_the_flag_named(argv, flag, capsys):
@@ -87,6 +89,7 @@ def test_the_pruned_network_is_the_mean_network_on_the_cut_and_its_mpm_is_the_cu
 
 @pytest.mark.slow  # trains a small run
 def test_frozen_scales_and_deterministic_keep_the_cut_and_leave_the_stored_run_unchanged(tmp_path, monkeypatch, capsys):
+    from core.errors import InputError
     from core.runs import RunConfig, load_run, train_run
 
     monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path / "store"))
@@ -121,6 +124,17 @@ def test_frozen_scales_and_deterministic_keep_the_cut_and_leave_the_stored_run_u
     assert rows[0]["mpm_mean_accuracy"] == pytest.approx(run.evaluate("mpm-mean", 1)["accuracy"])
     assert all(torch.all(point.weight[~mask] == 0) for point, mask in zip(net.layers, cut))  # off the cut: zero
     assert any(not torch.equal(p.mean_weights(), old.theta * m) for p, old, m in zip(net.layers, stored.layers, cut))
+
+    # --stored-structure: the stored run's fixed structure whole, kept exactly, never cut again
+    entry, net = variant("--deterministic", "--stored-structure")
+    fixed = [layer.fixed_mask.bool() for layer in stored.layers]
+    assert entry["settings"]["structure"] == "stored"
+    assert all(torch.equal(a, b) for a, b in zip(net.keep_masks(), fixed))
+    assert all(r["density"] == stored.density(fixed) for r in entry["rows"])
+    args = continue_posttrain.parse_args([run.run_id, "--epochs", "1", "--deterministic", "--stored-structure"])
+    args.density = stored.density(fixed) / 2
+    with pytest.raises(InputError, match="--stored-structure: .* more than --density"):
+        continue_posttrain.continue_posttrain(args, echo=quiet)
     assert hashlib.sha256(weights.read_bytes()).hexdigest() == before  # the stored run is not written
 
     fnn = train_run(RunConfig(dataset="two-moons", method="fnn", hidden=(4,), train={"epochs": 1}))
