@@ -2,6 +2,7 @@
 
     python -m benchmarks.continue_posttrain RUN --epochs 10 [--schedule cosine] [--weights-lr 0.003]
         [--scales-lr 0.05] [--density 0.0036] [--threads 2] [--seed 1]
+        [--freeze-scales | --deterministic [--stored-structure]]
 
 An experiment beside the recipes (benchmarks/front_recipes.md's notes quote it): would a recipe's point
 move with more post-training on the same cut? The run is loaded from the store (checksums verified), its
@@ -9,6 +10,28 @@ weights trained further in this process under its own training settings (KL weig
 main phases set to zero, and never stored: the stored run is unchanged. `--density` cuts the median
 probability model to at most that density first (`posttrain_density`; default: the run's own). Writes
 benchmarks/results/continue_posttrain.json (one entry per command) and continue_posttrain.md.
+
+What trains (each section's heading says which):
+- default: the ELBO, means and scales, as the run's own post-training did;
+- `--freeze-scales`: the same ELBO with the same weight noise, the scales (sparse VD's log sigma^2, the
+  'scales' parameter group) held at their stored values: only the means train;
+- `--deterministic`: NOT the ELBO. The cut's weights, at their posterior means, are copied into a
+  deterministic network (`fnn`) of the same shape with the cut fixed, and fine-tuned on the data term
+  alone (no weight noise, no KL): the point is then a pruned-and-fine-tuned network, not a posterior.
+  With `--stored-structure` its structure is the stored run's fixed structure whole (the cut it was
+  post-trained on, every weight of it, also those sparse VD's rule dropped since), cut to `--density`.
+
+Two readings of each point: "MED-MEA" is the model's own median probability model (for sparse VD the
+cut AND log alpha < 3, see below), "structure" is the fixed cut itself with the mean weights (every weight
+of the cut kept). For `--deterministic` the two coincide: its median probability model is the cut.
+
+Why the ELBO variants' MED-MEA stays "cut AND the family's rule" (core/models/base.py's keep_mask)
+rather than the fixed cut: sparse VD has no inclusion variable; its median probability model is the
+rule log alpha < 3 itself (Molchanov et al. 2017 prune by it: a weight with alpha > e^3 has a posterior
+mean under a fifth of its posterior sd). Fixing the structure only says which weights may be non-zero;
+the kept weights' q is still sparse VD's, so a weight whose log alpha passes 3 during post-training is,
+by the same rule that made the cut, noise, and evaluating it at its mean would count a weight the
+posterior cannot tell from zero. The "structure" column shows what keeping it anyway would give.
 """
 
 from __future__ import annotations
@@ -28,7 +51,7 @@ JSON_PATH = RESULTS / "continue_posttrain.json"
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from core import validate
-    from core.errors import BNNError
+    from core.errors import BNNError, InputError
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", help="a stored run's id (or unique prefix)")
@@ -39,6 +62,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--density", default=None, help="cut to at most this density first (default: the run's)")
     parser.add_argument("--threads", default="1")
     parser.add_argument("--seed", default="1", help="the minibatch order's seed (the run's own was 0)")
+    variant = parser.add_mutually_exclusive_group()
+    variant.add_argument(
+        "--freeze-scales", action="store_true", help="the ELBO with the scales held at their stored values"
+    )
+    variant.add_argument(
+        "--deterministic", action="store_true", help="not the ELBO: fine-tune the cut's mean weights, no noise or KL"
+    )
+    parser.add_argument(
+        "--stored-structure",
+        action="store_true",
+        help="with --deterministic: the stored run's fixed structure whole, not its median probability model",
+    )
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     try:
@@ -51,23 +86,84 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                 setattr(args, name, validate.real_number(getattr(args, name), "--" + name.replace("_", "-"), 1e-6, 1.0))
         if args.density is not None:
             args.density = validate.real_number(args.density, "--density", 1e-6, 1.0)
+        if args.scales_lr is not None and (args.freeze_scales or args.deterministic):
+            flag = "--freeze-scales" if args.freeze_scales else "--deterministic"
+            raise InputError(f"--scales-lr: nothing trains the scales with {flag}; leave it out")
+        if args.stored_structure and not args.deterministic:
+            raise InputError("--stored-structure: only with --deterministic (the ELBO's structure is its own mpm)")
     except BNNError as exc:
         parser.error(str(exc))
     return args
 
 
-def continue_posttrain(args: argparse.Namespace, echo=print) -> dict[str, Any]:
+TRAINS = {
+    "elbo": "the ELBO (means and scales)",
+    "freeze-scales": "the ELBO with the scales frozen at their stored values (means only, same noise)",
+    "deterministic": (
+        "NOT the ELBO: the cut's mean weights fine-tuned without weight noise or KL "
+        "(a pruned-and-fine-tuned network, not a posterior)"
+    ),
+}
+
+
+def variant_of(args: argparse.Namespace) -> str:
+    return "freeze-scales" if args.freeze_scales else "deterministic" if args.deterministic else "elbo"
+
+
+def cut_masks(model, density: float | None) -> list:
+    """The structure post-training fixes, as core.train's post-training phase cuts it."""
+    return model.keep_masks() if density is None else model.keep_masks_at_density(density)
+
+
+def stored_structure(model, density: float | None) -> list:
+    """The stored run's fixed structure whole (every weight of it kept), refused where there is none or
+    where it is denser than `density` (never cut again: that would be a different structure)."""
+    from core.errors import InputError
+
+    if not all(layer.is_structure_fixed for layer in model.layers):
+        raise InputError("--stored-structure: the stored run has no fixed structure (it was not post-trained)")
+    masks = [layer.fixed_mask.bool() for layer in model.layers]
+    if density is not None and model.density(masks) > density:
+        raise InputError(
+            f"--stored-structure: the stored structure keeps {model.density(masks):.6g} of the weights, "
+            f"more than --density {density}"
+        )
+    return masks
+
+
+def pruned_network(model, masks):
+    """A deterministic network (`fnn`) of model's shape holding model's mean weights on `masks`, with that
+    structure fixed: its median probability model is the structure itself (|w| > 0 on it)."""
     import torch
 
+    from core.models.network import BayesianMLP
+
+    config = dataclasses.replace(model.config, family="fnn", family_options={})
+    net = BayesianMLP(config, torch.Generator().manual_seed(0)).to(model.device)
+    net.likelihood.load_state_dict(model.likelihood.state_dict())
+    with torch.no_grad():
+        for layer, point, mask in zip(model.layers, net.layers, masks):
+            point.load_point_estimate(layer.conditional_mean_weights() * mask.to(point.weight.dtype))
+            point.fix_structure(mask)
+    return net
+
+
+def continue_posttrain(args: argparse.Namespace, echo=print) -> tuple[dict[str, Any], Any]:
+    """The entry (settings and per-epoch rows) and the trained copy (for `--deterministic` the pruned net)."""
+    import torch
+
+    from core.errors import InputError
     from core.predict import evaluate
     from core.runs import load_run
     from core.train import train
 
     torch.set_num_threads(args.threads)
+    variant = variant_of(args)
     run = load_run(args.run)
     model, dataset, settings = run.model, run.dataset(), run.config.train
     rates = dict(settings.learning_rates)
     rates.update({k: v for k, v in (("weights", args.weights_lr), ("scales", args.scales_lr)) if v is not None})
+    density = args.density if args.density is not None else settings.posttrain_density
     config = dataclasses.replace(
         settings,
         warm_start_epochs=0,
@@ -76,24 +172,50 @@ def continue_posttrain(args: argparse.Namespace, echo=print) -> dict[str, Any]:
         target_density=None,
         posttrain_epochs=args.epochs,
         posttrain_lr_schedule=args.schedule,
-        posttrain_density=args.density if args.density is not None else settings.posttrain_density,
+        posttrain_density=density,
         learning_rates=rates,
     )
+    with torch.no_grad():
+        structure = cut_masks(model, density)
+        if args.stored_structure:
+            structure = stored_structure(model, density)
+    if variant == "freeze-scales":
+        scales = model.parameter_groups().get("scales", [])
+        if not scales:
+            raise InputError(f"--freeze-scales: the {model.family} family has no scales to freeze")
+        for param in scales:
+            param.requires_grad_(False)
+    elif variant == "deterministic":
+        # The stored cut, once, into a network of point weights; train() then fixes the same structure
+        # again (its median probability model is the cut: every weight of it is non-zero).
+        model = pruned_network(model, structure)
+        config = dataclasses.replace(config, posttrain_density=None, mc_samples=1)
 
     def measure(phase: str, seconds: float) -> dict[str, Any]:
         with torch.no_grad():
             result = evaluate(model, dataset, "mpm-mean", 1)
+            if variant == "deterministic":
+                fixed = result
+            else:  # the fixed structure with every weight of it kept, at the means
+                fixed = evaluate(pruned_network(model, structure), dataset, "mpm-mean", 1)
         model.train()
         row = {
             "phase": phase,
             "mpm_mean_accuracy": result["accuracy"],
             "density": result["density"],
             "layer_density": result.get("layer_density"),
+            "structure_accuracy": fixed["accuracy"],
+            "structure_density": fixed["density"],
             "seconds": round(seconds, 1),
         }
-        echo(f"  {phase:>10}: MED-MEA {row['mpm_mean_accuracy']:.4f} at density {row['density']:.5f}", flush=True)
+        echo(
+            f"  {phase:>10}: MED-MEA {row['mpm_mean_accuracy']:.4f} at density {row['density']:.5f}; "
+            f"the structure {row['structure_accuracy']:.4f} at {row['structure_density']:.5f}",
+            flush=True,
+        )
         return row
 
+    echo(f"  trains: {TRAINS[variant]}", flush=True)
     rows = [measure("stored", 0.0)]
     x, y = torch.as_tensor(dataset.x_train), torch.as_tensor(dataset.y_train)
     train(
@@ -105,19 +227,22 @@ def continue_posttrain(args: argparse.Namespace, echo=print) -> dict[str, Any]:
         progress=lambda record: rows.append(measure(f"epoch {len(rows)}", record["seconds"])),
         snapshots=False,
     )
-    return {
+    entry = {
         "run_id": run.run_id,
         "settings": {
             "epochs": args.epochs,
             "schedule": args.schedule,
             "learning_rates": rates,
-            "posttrain_density": config.posttrain_density,
+            "posttrain_density": density,
             "seed": args.seed,
             "threads": args.threads,
+            "trains": variant,
+            "structure": "stored" if args.stored_structure else "cut",
         },
         "rows": rows,
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
+    return entry, model
 
 
 def render(entries: list[dict[str, Any]]) -> str:
@@ -125,22 +250,33 @@ def render(entries: list[dict[str, Any]]) -> str:
         "# More post-training on a stored run's cut",
         "",
         "Generated by `python -m benchmarks.continue_posttrain` (one section per command). MED-MEA: the median "
-        "probability model with mean weights, R=1, on the test set; density: kept weights over all weights. "
-        "The stored run is not changed.",
+        "probability model with mean weights, R=1, on the test set (for sparse VD: the fixed cut AND log alpha "
+        "< 3); density: kept weights over all weights. Structure: the fixed cut itself with the mean weights, "
+        "every weight of it kept. Each heading says what trains. The stored run is not changed.",
         "",
     ]
     for entry in entries:
         s = entry["settings"]
+        trains = TRAINS[s.get("trains", "elbo")]
+        with_structure = all("structure_accuracy" in r for r in entry["rows"])
         lines += [
-            f"## {entry['run_id']}: {s['epochs']} epochs, {s['schedule']} steps {s['learning_rates']}, "
-            f"cut at {s['posttrain_density']}",
+            f"## {entry['run_id']}: {s['epochs']} epochs of {trains}; {s['schedule']} steps {s['learning_rates']}, "
+            + (
+                f"the stored structure whole (at most {s['posttrain_density']})"
+                if s.get("structure") == "stored"
+                else f"cut at {s['posttrain_density']}"
+            ),
             "",
             f"{entry['date']}; `{entry['command']}`",
             "",
-            "| after | MED-MEA | density | seconds |",
-            "|---|---|---|---|",
+            "| after | MED-MEA | density | structure | its density | seconds |"
+            if with_structure
+            else "| after | MED-MEA | density | seconds |",
+            "|---|---|---|---|---|---|" if with_structure else "|---|---|---|---|",
             *(
-                f"| {r['phase']} | {r['mpm_mean_accuracy']:.4f} | {r['density']:.5f} | {r['seconds']:.0f} |"
+                f"| {r['phase']} | {r['mpm_mean_accuracy']:.4f} | {r['density']:.5f} | "
+                + (f"{r['structure_accuracy']:.4f} | {r['structure_density']:.5f} | " if with_structure else "")
+                + f"{r['seconds']:.0f} |"
                 for r in entry["rows"]
             ),
             "",
@@ -154,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.time()
     try:
-        entry = continue_posttrain(args)
+        entry, _ = continue_posttrain(args)
     except BNNError as exc:
         print(f"continue_posttrain: {exc}", file=sys.stderr)
         return 2
