@@ -98,7 +98,7 @@ class Frames:
         self.sent: list[float] = []
         self.finished: list[float] = []
         self.events: list[str] = []  # sockets opened and closed, console errors: what an error row reports
-        self.received_any: list[float] = []  # when the page last received any frame (one kept)
+        self.last_received = 0.0  # when the page last received any frame
 
     def watch(self, page) -> None:
         page.on("websocket", lambda socket: self._attach(socket))
@@ -134,8 +134,7 @@ class Frames:
         socket.on(
             "close",
             lambda _socket: self.events.append(
-                f"{time.perf_counter():.1f} socket closed (last frame received "
-                f"{max(self.received_any, default=0.0):.1f})"
+                f"{time.perf_counter():.1f} socket closed (last frame received {self.last_received:.1f})"
             ),
         )
         socket.on("socketerror", lambda error: self.events.append(f"{time.perf_counter():.1f} socket error {error}"))
@@ -145,7 +144,7 @@ class Frames:
             self.sent.append(time.perf_counter())
 
     def on_received(self, payload) -> None:
-        self.received_any[:] = [time.perf_counter()]
+        self.last_received = time.perf_counter()
         if full_run_finished(payload):
             self.finished.append(time.perf_counter())
 

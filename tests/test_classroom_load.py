@@ -13,18 +13,17 @@ import pytest
 pytestmark = [pytest.mark.load, pytest.mark.slow, pytest.mark.timeout(1200)]  # a server, 10 sessions: 30 s in CI
 
 
-def test_ten_sessions_two_trainings_no_errors_and_no_leaks(tmp_path):
-    from benchmarks.classroom_load import Scenario, run_load_test, table
+def small_class(**sizes):
+    """A class on a 784-32-10 run, trainings of a 16-unit net that last the whole class."""
+    from benchmarks.classroom_load import Scenario
 
-    scenario = Scenario(
-        sessions=10,
-        interactions=4,
-        hidden=(32,),
-        training_hidden="16",
-        training_epochs=300,
-        think_seconds=0.3,
-        max_seconds=150,
-    )
+    return Scenario(hidden=(32,), training_hidden="16", training_epochs=300, think_seconds=0.3, **sizes)
+
+
+def test_ten_sessions_two_trainings_no_errors_and_no_leaks(tmp_path):
+    from benchmarks.classroom_load import run_load_test, table
+
+    scenario = small_class(sessions=10, interactions=4, max_seconds=150)
     report = run_load_test(scenario, work_dir=tmp_path)
     print(table(report))
     assert report.errors == []
@@ -41,18 +40,9 @@ def test_ten_sessions_two_trainings_no_errors_and_no_leaks(tmp_path):
 def test_two_server_processes_share_the_class_by_session_index(tmp_path):
     """--servers 2 (the design of several interpreters behind a sticky proxy, measured): every session
     stays on server i mod 2, both servers serve script runs, and nobody sees an error or another's state."""
-    from benchmarks.classroom_load import Scenario, run_load_test
+    from benchmarks.classroom_load import run_load_test
 
-    scenario = Scenario(
-        sessions=6,
-        interactions=3,
-        hidden=(32,),
-        training_hidden="16",
-        training_epochs=300,
-        think_seconds=0.3,
-        max_seconds=120,
-        servers=2,
-    )
+    scenario = small_class(sessions=6, interactions=3, max_seconds=120, servers=2)
     report = run_load_test(scenario, work_dir=tmp_path)
     assert report.errors == [] and report.leaks == []
     assert len(report.server_cpu_by_process) == 2

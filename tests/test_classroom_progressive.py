@@ -97,7 +97,7 @@ def test_thread_cpu_counts_threads_alive_at_either_end_and_those_that_ended_in_b
         {"tid": 99, "name": "ScriptRunner.scriptThread", "cpu": 7.0},
     ]
     log.write_text("".join(json.dumps(r) + "\n" for r in before))
-    threads = server.ThreadCpu(100, log)
+    threads = server.ThreadCpu([100], log)
     threads.begin()  # 99 ended before the class: not counted
     during = [
         {"tid": 101, "name": "bnn-refiner"},

@@ -335,7 +335,7 @@ async def train(
     await session.close()
 
 
-async def run_class(url: str, runs: list[str], scenario: Scenario, report: Report, server: ServerGroup) -> None:
+async def run_class(runs: list[str], scenario: Scenario, report: Report, server: ServerGroup) -> None:
     rng = random.Random(scenario.seed)
     deadline = time.monotonic() + scenario.max_seconds
     trainer_labels: dict[int, str] = {}
@@ -415,7 +415,7 @@ def run_load_test(scenario: Scenario, cache_dir: Path | None = None, work_dir: P
     started = time.perf_counter()
     try:
         server.wait_healthy()
-        asyncio.run(asyncio.wait_for(run_class(server.url, runs, scenario, report, server), scenario.max_seconds + 300))
+        asyncio.run(asyncio.wait_for(run_class(runs, scenario, report, server), scenario.max_seconds + 300))
     except asyncio.TimeoutError:
         report.errors.append(f"the class did not finish within {scenario.max_seconds + 300:.0f} s")
     finally:

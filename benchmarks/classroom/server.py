@@ -175,14 +175,13 @@ class ServerGroup:
             raise
         self.thread_log = self.servers[0].thread_log
         self.urls = [server.url for server in self.servers]
-        self.url = self.urls[0]
 
     @property
     def pids(self) -> list[int]:
         return [server.process.pid for server in self.servers]
 
     def url_of(self, session: int) -> str:
-        return self.urls[session % len(self.urls)] if session >= 0 else self.url
+        return self.urls[session % len(self.urls)] if session >= 0 else self.urls[0]
 
     def wait_healthy(self, timeout: float = 120) -> None:
         for server in self.servers:
@@ -244,9 +243,8 @@ class ThreadCpu:
     """Each server thread's CPU over an interval: /proc at its start and end for the threads alive then,
     the thread log (BOOT) for the threads that ended in between, and the log's names."""
 
-    def __init__(self, pids: int | list[int], log: Path) -> None:
-        self.pids = [pids] if isinstance(pids, int) else list(pids)
-        self.log = log
+    def __init__(self, pids: list[int], log: Path) -> None:
+        self.pids, self.log = list(pids), log
         self.start: dict[int, float] = {}
         self.end: dict[int, float] = {}
         self.offset = 0  # the log's length at the interval's start: threads that ended before are not in it
