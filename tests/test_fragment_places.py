@@ -15,8 +15,13 @@ import pytest
 from streamlit.runtime import fragment as fragment_module
 from streamlit.testing.v1 import AppTest
 
+from tests import test_dashboard_views
 from tests.test_dashboard_app import APP, TIMEOUT, assert_clean, fresh_caches  # noqa: F401
-from tests.test_dashboard_views import held_training, open_app, store  # noqa: F401
+from tests.test_dashboard_views import train_small_from_the_form
+
+# the views tests' fixtures: a store of tiny runs (module scope), a training held until released
+store = test_dashboard_views.store
+held_training = test_dashboard_views.held_training
 
 
 @pytest.fixture
@@ -69,12 +74,7 @@ def test_the_page_starts_at_the_same_place_with_or_without_a_refusal(store, frag
 
 
 def test_the_training_progress_stands_still_while_the_form_shows_errors(held_training, store, fragment_places):
-    at = open_app(store["moons"])
-    at.selectbox(key="train_dataset").set_value("two-moons").run()
-    at.text_input(key="train_hidden").input("3").run()
-    at.text_input(key="train_epochs").input("2").run()
-    at.button(key="train_button").click().run()
-    assert_clean(at)
+    at = train_small_from_the_form(store["moons"])
     assert at.button(key="cancel_training")  # the progress is drawn: its fragment was defined
     at.text_input(key="train_epochs").input("3").run()
     at.button(key="train_button").click().run()  # a second training, queued behind the first
