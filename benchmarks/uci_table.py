@@ -47,7 +47,7 @@ from core.data.uci import UCI_REGRESSION
 from core.errors import BNNError
 from core.runs.config import RunConfig
 from core.runs.presets import PRESETS, UCI_DATASETS, GridSpec
-from core.train import SCALE_HEAD_FAMILIES
+from core.scale_head import SCALE_HEAD_FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,14 +18,8 @@ from core.models.network import BayesianMLP, ModelConfig
 from core.predict.engine import predict
 from core.runs.config import RunConfig, load_config
 from core.runs.training import load_run, train_run
-from core.train import (
-    SCALE_HEAD_PHASE,
-    TrainConfig,
-    freeze_mean_path,
-    install_frozen_mean,
-    mean_stage_model,
-    train,
-)
+from core.scale_head import SCALE_HEAD_PHASE, freeze_mean_path, install_frozen_mean, mean_stage_model
+from core.train import TrainConfig, train
 
 NOISE = {"noise": "variational", "precision_prior": "gamma", "precision_a": 1.0, "precision_b": 0.01}
 

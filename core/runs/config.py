@@ -28,13 +28,13 @@ from core.models.likelihoods import LIKELIHOODS, likelihood_options
 from core.models.network import ACTIVATIONS, ModelConfig, check_input_skip
 from core.models.registry import canonical_family, family_class
 from core.runs.parsing import check_hidden, parse_hidden
+from core.scale_head import check_scale_head_model
 from core.train import (
     DEFAULT_LEARNING_RATES,
     DEFAULT_PRETRAIN_LEARNING_RATES,
     WARM_START_LEARNING_RATE,
     TrainConfig,
     check_learning_rate,
-    check_scale_head_model,
 )
 
 if TYPE_CHECKING:
