@@ -136,6 +136,19 @@ def test_het_mean_variant_is_het_with_half_the_warm_start_fitting_the_mean_first
     assert [(c[1], c[3]) for c in both] == [("concrete-dropout+het", 0), ("concrete-dropout+het", 1)]
 
 
+def test_het_frozen_mean_variant_fits_a_scale_head_on_the_family_grid_run():
+    (*_, plain), (*_, frozen) = (
+        uci_table.uci_grid((m,), ("uci-protein",), (0,)).cells()[0]
+        for m in ("concrete-dropout", "concrete-dropout+het-frozen-mean")
+    )
+    assert frozen.likelihood == "heteroscedastic" and frozen.train.scale_head["epochs"] == 40  # 160 // 4
+    # its first stage is the grid's own run (the same id: loaded from the store where it was trained)
+    assert frozen.mean_stage() == plain and frozen.mean_stage().run_id("f") == plain.run_id("f")
+    # families whose draws would change with a second output row get no cell of their own
+    cells = uci_table.uci_grid(("lbbnn", "lbbnn+het-frozen-mean"), ("uci-protein",), (0,)).cells()
+    assert [c[1] for c in cells] == ["lbbnn"]
+
+
 def test_long_dense_and_tempered_variants_change_only_what_they_name():
     (*_, plain), (*_, long), (*_, dense) = (
         uci_table.uci_grid((m,), ("uci-energy",), (0,)).cells()[0] for m in ("lbbnn", "lbbnn+long", "lbbnn+dense")

@@ -28,6 +28,7 @@ from core.models.likelihoods import LIKELIHOODS, likelihood_options
 from core.models.network import ACTIVATIONS, ModelConfig, check_input_skip
 from core.models.registry import canonical_family, family_class
 from core.runs.parsing import check_hidden, parse_hidden
+from core.scale_head import check_scale_head_model
 from core.train import (
     DEFAULT_LEARNING_RATES,
     DEFAULT_PRETRAIN_LEARNING_RATES,
@@ -110,6 +111,18 @@ def _train_from(value: Any) -> TrainConfig:
             values[name] = limits.at_most(
                 _as_int(values[name], f"train.{name}"), f"train.{name}", TRAIN_INT_LIMITS[name], low=0
             )
+    head = values.get("scale_head")
+    if isinstance(head, Mapping) and "epochs" in head:  # its epochs under the same limit as every phase's
+        head = dict(head)
+        head["epochs"] = limits.at_most(
+            _as_int(head["epochs"], "train.scale_head.epochs", minimum=1),
+            "train.scale_head.epochs",
+            limits.MAX_EPOCHS,
+            low=1,
+        )
+        values["scale_head"] = head
+    elif isinstance(head, Mapping):
+        values["scale_head"] = dict(head)
     for name in ("empirical_bayes", "compile"):
         if name in values and not isinstance(values[name], bool):
             raise ConfigError(f"train.{name}: must be true or false, got {values[name]!r}")
@@ -293,6 +306,8 @@ class RunConfig:
                 SMALL_REGRESSION_KL_ANNEAL_FRACTION if small_regression else 0.0,
             ),
         )
+        if self.train.scale_head is not None:
+            check_scale_head_model(self.method, likelihood)
         put("seed", _seed(self.seed, "seed"))
         device = str(self.device).strip().lower()
         if not DEVICE_PATTERN.match(device):
@@ -345,6 +360,17 @@ class RunConfig:
         if isinstance(changes.get("train"), Mapping):
             changes["train"] = {**dataclasses.asdict(self.train), **changes["train"]}
         return RunConfig.from_dict({**self.to_dict(), **changes})
+
+    def mean_stage(self) -> "RunConfig":
+        """The homoscedastic run a scale head (train.scale_head) is fitted on: the Gaussian likelihood with
+        the table's noise options, every other setting as here. Only for a config with a scale head."""
+        if self.train.scale_head is None:
+            raise ConfigError("train.scale_head: unset; this run has no homoscedastic first stage")
+        return self.replace(
+            likelihood="gaussian",
+            likelihood_options=dict(self.train.scale_head["likelihood_options"]),
+            train={"scale_head": None},
+        )
 
     def canonical_json(self) -> str:
         """Sorted keys, normalised numbers, device excluded: what the run id hashes."""
@@ -440,6 +466,8 @@ def _train_dict(train: TrainConfig) -> dict[str, Any]:
         values.pop("warm_start_learning_rate")
     if values.get("warm_start_mean_epochs") == 0:  # off (the default): likewise
         values.pop("warm_start_mean_epochs")
+    if values.get("scale_head") is None:  # off (the default): likewise
+        values.pop("scale_head", None)
     return values
 
 

@@ -80,7 +80,7 @@ def train_run(
             cached = _try_cached(store, run_id, target, data_dir, dataset)
             if cached is not None:
                 return cached
-        contents, model = _train(config, dataset, run_id, target, progress, cancel, store)
+        contents, model = _train(config, dataset, run_id, target, progress, cancel, store, data_dir)
         path = store.write(run_id, contents, replace=True)
     model.eval()
     run = Run(
@@ -125,7 +125,14 @@ def estimated_run_bytes(model: BayesianMLP, config: RunConfig) -> int:
 
 
 def _train(
-    config: RunConfig, dataset, run_id: str, device: torch.device, progress, cancel, store: RunStore | None = None
+    config: RunConfig,
+    dataset,
+    run_id: str,
+    device: torch.device,
+    progress,
+    cancel,
+    store: RunStore | None = None,
+    data_dir: str | Path | None = None,
 ) -> tuple[RunContents, BayesianMLP]:
     from core.train import train
 
@@ -138,7 +145,17 @@ def _train(
     model = model.to(device)
     x_train = torch.from_numpy(np.ascontiguousarray(dataset.x_train)).to(device)
     y_train = torch.from_numpy(np.ascontiguousarray(dataset.y_train)).to(device)
-    result = train(model, x_train, y_train, config.train, seed=config.seed, progress=progress, cancel=cancel)
+    mean_stage: dict[str, Any] = {}
+    if config.train.scale_head is not None and store is not None:
+        # The homoscedastic first stage is a run of its own: loaded when stored (the grid's run), else
+        # trained and stored like any other.
+        mean_run = train_run(
+            config.mean_stage(), cache_dir=store, progress=progress, cancel=cancel, data_dir=data_dir, device=device
+        )
+        mean_stage = {"mean_model": mean_run.model.to(device), "mean_history": list(mean_run.history)}
+    result = train(
+        model, x_train, y_train, config.train, seed=config.seed, progress=progress, cancel=cancel, **mean_stage
+    )
     model.eval()
     metrics = final_metrics(model, dataset)
     metrics["seconds_per_epoch"] = result.seconds_per_epoch
@@ -161,6 +178,8 @@ def _train(
         "python": platform.python_version(),
         "host_pid": os.getpid(),
     }
+    if mean_stage:
+        info["mean_run_id"] = mean_run.run_id
     contents = RunContents(
         config=config.to_dict(),
         info=info,
