@@ -145,8 +145,8 @@ def queue_panel() -> None:
         )
         left, right = st.columns([5, 1])
         left.text(f"{entry.who}: {entry.label}; {where}, {eta_text(entry.eta, entry.place is not None)}")
-        if right.button("Cancel", key=f"teacher_cancel_{entry.job_id}", type="secondary"):
-            queue.cancel_job(entry.job_id)
+        if right.button("Cancel", key=f"teacher_cancel_{entry.key}", type="secondary"):
+            queue.cancel_job(entry.job_id, process=entry.process)
             log.info(
                 "the teacher (%s) cancelled training %d (%s) of %s",
                 state.session_label(),

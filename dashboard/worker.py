@@ -34,6 +34,15 @@ length; the other sessions' next jobs wait one turn each.
 A closed tab's waiting requests are dropped after a grace period (a
 reload or a dropped connection comes back within it); its running training
 goes on and is stored.
+
+Several server processes (`python -m dashboard.serve`). Each process has its own
+queue (a browser stays on one process, so its requests and limits are all in
+one), and with `shared` (dashboard/shared_queue.py) the processes share the
+machine's `slots`: a job starts only on a slot lock it holds, and only when it
+is the machine's next in turn (the lowest rank, then the longest a session's
+next job, across every process's published queue); places, times and the
+teacher's list count every process's jobs. A config asked for in two processes
+trains twice (joining stays within a process).
 """
 
 from __future__ import annotations
@@ -110,8 +119,10 @@ class _Job:
         self.key = key
         self.worker = worker
         self.id = job_id  # also its order of arrival
+        self.created = time.time()  # its arrival on the wall clock (turns across processes)
         self.seconds = seconds  # the estimate it was admitted with (None: unknown)
         self.lane = False  # started in the short lane (beside the slots)
+        self.slot: Any = None  # the machine's slot it holds while it trains (shared queues only)
         self.requests: dict[int, "TrainingRequest"] = {}  # the live requests sharing it
 
 
@@ -127,7 +138,9 @@ class TrainingRequest:
         self.id = request_id
         # Unguessable, but only a *lookup*: the token in a page's address lets a reloaded page find
         # this request again to show its progress. Cancelling needs the owner (dashboard/state.py).
-        self.token = secrets.token_urlsafe(12)
+        # Behind dashboard.serve it starts with its process's name ("s1-"), so the proxy sends a link's
+        # browser to the process that has it.
+        self.token = queue.token_prefix + secrets.token_urlsafe(12)
         self.owner = owner
         self.who = who  # the owner's short anonymous label
         self.joined = joined  # True when it joined a job that was already queued or training
@@ -184,6 +197,12 @@ class QueueEntry:
     eta: float | None  # seconds until it starts (waiting) or ends (running); None: unknown
     finished_epochs: int
     total_epochs: int
+    process: int | None = None  # another server process's job (dashboard.serve); None: this process's
+
+    @property
+    def key(self) -> str:
+        """Unique across the server processes (job ids are per process)."""
+        return f"{self.job_id}" if self.process is None else f"{self.process}-{self.job_id}"
 
 
 class TrainingQueue:
@@ -191,6 +210,7 @@ class TrainingQueue:
     within `limits` per session."""
 
     KEEP_FINISHED = 64
+    SHARED_POLL_SECONDS = 0.5  # a shared queue's retries for a freed slot, and its publishing
 
     def __init__(
         self,
@@ -198,13 +218,20 @@ class TrainingQueue:
         slots: int = 1,
         limits: QueueLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
+        shared: Any = None,
+        token_prefix: str = "",
     ):
+        """`shared`: a dashboard.shared_queue.SharedQueue when several server processes share the
+        machine's slots (its slot count is `slots`); `token_prefix`: the start of every request's token."""
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
         self._train_fn = train_fn
         self.slots = int(slots)
         self.limits = limits or QueueLimits()
         self._clock = clock
+        self._shared = shared
+        self.token_prefix = token_prefix
+        self._tick_wall: dict[int, float] = {}  # tick -> wall clock: when a job became its session's next
         self._lock = threading.RLock()
         self._waiting: dict[Hashable, _Job] = {}
         self._running: list[_Job] = []
@@ -218,6 +245,10 @@ class TrainingQueue:
         # (job id, its rank, the lowest rank left waiting) at each start: the fairness record tests read.
         self.starts: deque[tuple[int, int, int | None]] = deque(maxlen=1000)
         self.on_job_finished: Callable[[], None] | None = None  # e.g. refresh the cached run list
+        self._closed = threading.Event()
+        if shared is not None:
+            # Another process's training may free a slot at any time: nothing here would notice.
+            threading.Thread(target=self._poll_shared, name="bnn-shared-queue", daemon=True).start()
 
     # --- asking -----------------------------------------------------------------------------------
     def submit(
@@ -340,18 +371,28 @@ class TrainingQueue:
         """(1-based place, estimated seconds until it starts) of a waiting job; (None, None) else."""
         with self._lock:
             self._sweep()
-            order = self._order()
+            ranks = self._ranks()
+            order = self._order(ranks)
             if job not in order:
                 return None, None
+            if self._shared is not None:
+                merged = self._machine_order(order, ranks)
+                return merged.index(job.id) + 1, self._machine_start_times(merged).get(job.id)
             return order.index(job) + 1, self._start_times(order).get(job.id)
 
     def counts(self) -> tuple[int, int]:
-        """(running, waiting) jobs."""
+        """(running, waiting) jobs (of every server process, with a shared queue)."""
         with self._lock:
-            return len(self._running), len(self._waiting)
+            running, waiting = len(self._running), len(self._waiting)
+        for job in self._others():
+            running, waiting = (running, waiting + 1) if job.turn is not None else (running + 1, waiting)
+        return running, waiting
 
     def overview(self) -> list[QueueEntry]:
-        """Every running and waiting job, running first, then in the order they will start."""
+        """Every running and waiting job, running first, then in the order they will start (of every
+        server process, with a shared queue)."""
+        if self._shared is not None:
+            return self._machine_overview()
         with self._lock:
             self._sweep()
             order = self._order()
@@ -382,8 +423,15 @@ class TrainingQueue:
         return session.label + (" (tab closed)" if session.gone_since is not None else "")
 
     # --- cancelling -------------------------------------------------------------------------------
-    def cancel_job(self, job_id: int, reason: str = "the teacher cancelled this training") -> bool:
-        """Stop a job whoever asked for it (the teacher's panel); False when it is not running or waiting."""
+    def cancel_job(
+        self, job_id: int, reason: str = "the teacher cancelled this training", process: int | None = None
+    ) -> bool:
+        """Stop a job whoever asked for it (the teacher's panel); False when it is not running or waiting.
+        `process`: another server process's job (QueueEntry.process), stopped by that process at its
+        next poll (True: asked)."""
+        if process is not None and self._shared is not None and process != self._shared.process:
+            self._shared.ask_cancel(process, job_id)
+            return True
         with self._lock:
             job = next((j for j in (*self._running, *self._waiting.values()) if j.id == job_id), None)
             if job is None:
@@ -481,9 +529,13 @@ class TrainingQueue:
                     since = heads[pair] = self._next_since.get(pair, -1)
                     if since < 0:
                         since = heads[pair] = next(self._ticks)
+                        self._tick_wall[since] = time.time()
                 best = min(best, (ahead, since))
             ranks[job.id] = best
         self._next_since = heads  # only the jobs that are next now
+        if len(self._tick_wall) > len(heads):
+            kept = set(heads.values())
+            self._tick_wall = {tick: wall for tick, wall in self._tick_wall.items() if tick in kept}
         return ranks
 
     def _order(self, ranks: dict[int, tuple[int, int]] | None = None) -> list[_Job]:
@@ -527,6 +579,10 @@ class TrainingQueue:
     # --- the threads' side ------------------------------------------------------------------------
     def _finished(self, worker: TrainingWorker) -> None:
         with self._lock:
+            for job in self._running:
+                if job.worker is worker and job.slot is not None:
+                    job.slot.release()  # the machine's slot is free for any process's next job
+                    job.slot = None
             self._running = [job for job in self._running if job.worker is not worker]
             # Forget finished requests beyond the most recent few (their pages got the outcome).
             done = [t for t, r in self._requests.items() if not r._job.worker.snapshot().is_active]
@@ -547,10 +603,12 @@ class TrainingQueue:
     def _is_short(self, job: _Job) -> bool:
         return self.limits.short_seconds > 0 and job.seconds is not None and job.seconds <= self.limits.short_seconds
 
-    def _next_to_start(self, order: list[_Job]) -> _Job | None:
+    def _next_to_start(self, order: list[_Job], ranks: dict[int, tuple[int, int]]) -> _Job | None:
         """The waiting job to start now (None: none may): the first in turn while a slot is free;
         else, while the short lane is free and every slot runs a long training, the first short job
         in turn (it jumps only long jobs: among short jobs the turns stay round-robin)."""
+        if self._shared is not None:
+            return self._next_on_machine(order, ranks)
         slotted = [job for job in self._running if not job.lane]
         if len(slotted) < self.slots:
             return order[0]
@@ -565,10 +623,11 @@ class TrainingQueue:
             while self._waiting:
                 ranks = self._ranks()
                 order = self._order(ranks)
-                job = self._next_to_start(order)
+                job = self._next_to_start(order, ranks)
                 if job is None:
                     break
-                job.lane = len([j for j in self._running if not j.lane]) >= self.slots
+                if self._shared is None:  # a shared queue's lane is the slot it took
+                    job.lane = len([j for j in self._running if not j.lane]) >= self.slots
                 rank = ranks[job.id][0]
                 rest = min((ranks[other.id][0] for other in order if other is not job), default=None)
                 del self._waiting[job.key]
@@ -576,6 +635,192 @@ class TrainingQueue:
                 if not job.lane:  # the fairness record: the short lane jumps long jobs on purpose
                     self.starts.append((job.id, rank, rest))
                 job.worker.start()
+            if self._shared is not None:
+                self._publish(ranks=None)
+
+    # --- several server processes (a shared queue) ---------------------------------------------------
+    def _turn(self, job: _Job, ranks: dict[int, tuple[int, int]]) -> tuple[int, float, int, int]:
+        """A waiting job's turn, comparable across processes: (rank, since when it has had it on the
+        wall clock, process, job id); lower goes first."""
+        rank, since = ranks[job.id]
+        wall = self._tick_wall.get(since, job.created) if rank == 0 else job.created
+        return rank, wall, self._shared.process, job.id
+
+    def _others(self) -> list[Any]:
+        return [] if self._shared is None else self._shared.others()
+
+    def _others_waiting(self) -> list[tuple[tuple[int, float, int, int], Any]]:
+        """The other processes' waiting jobs with their turns (a queue not rewritten for a while is
+        of a process that hangs: it takes no turn from the others)."""
+        return [((*job.turn, job.process, job.job_id), job) for job in self._others() if job.turn is not None]
+
+    def _next_on_machine(self, order: list[_Job], ranks: dict[int, tuple[int, int]]) -> _Job | None:
+        """`_next_to_start` across the server processes: a slot is taken only by the machine's next
+        job in turn; the lane by the machine's first short job in turn, while every slot of the
+        machine runs a long training."""
+        shared = self._shared
+        others = self._others_waiting()
+        first = order[0]
+        if all(self._turn(first, ranks) < turn for turn, _ in others):
+            slot = shared.acquire(long=not self._is_short(first))
+            if slot is not None:
+                first.slot, first.lane = slot, False
+                return first
+        short = next((job for job in order if self._is_short(job)), None)
+        if short is None or self.limits.short_seconds <= 0:
+            return None
+        if any(
+            turn < self._turn(short, ranks)
+            for turn, job in others
+            if job.seconds is not None and job.seconds <= self.limits.short_seconds
+        ):
+            return None
+        if not shared.every_slot_long():
+            return None
+        slot = shared.acquire(long=False, lane=True)
+        if slot is None:
+            return None
+        short.slot, short.lane = slot, True
+        return short
+
+    def _machine_order(self, order: list[_Job], ranks: dict[int, tuple[int, int]]) -> list[Any]:
+        """Every process's waiting jobs in turn: this process's by job id, the others' as RemoteJob."""
+        turns = [(self._turn(job, ranks), job.id, job.seconds) for job in order]
+        turns += [(turn, job, job.seconds) for turn, job in self._others_waiting()]
+        self._merged_seconds = {key: seconds for _, key, seconds in turns}
+        return [key for _, key, _ in sorted(turns, key=lambda item: item[0])]
+
+    def _machine_start_times(self, merged: list[Any]) -> dict[Any, float | None]:
+        """`_start_times` over every process's running and waiting jobs."""
+        others = self._others()
+        running = [job for job in self._running if not job.lane]
+        free: list[float | None] = [self._remaining(job) for job in running]
+        free += [job.seconds for job in others if job.turn is None and not job.lane]
+        free += [0.0] * (self.slots - len(free))
+        lanes = [self._remaining(job) for job in self._running if job.lane]
+        lanes += [job.seconds for job in others if job.turn is None and job.lane]
+        items = [(key, self._merged_seconds.get(key)) for key in merged]
+        return _schedule(free, lanes[0] if lanes else 0.0, items, self.limits.short_seconds)
+
+    def _machine_overview(self) -> list[QueueEntry]:
+        with self._lock:
+            self._sweep()
+            ranks = self._ranks()
+            order = self._order(ranks)
+            merged = self._machine_order(order, ranks)
+            starts = self._machine_start_times(merged)
+            local = {job.id: job for job in order}
+            entries = []
+            for job in self._running:
+                snapshot = job.worker.snapshot()
+                entries.append(self._entry(job, snapshot.status, None, self._remaining(job)))
+            for job in self._others():
+                if job.turn is None:
+                    entries.append(_remote_entry(job, None, job.seconds))
+            for place, key in enumerate(merged, start=1):
+                if isinstance(key, int):
+                    entries.append(self._entry(local[key], WorkerStatus.QUEUED, place, starts.get(key)))
+                else:
+                    entries.append(_remote_entry(key, place, starts.get(key)))
+            return entries
+
+    def _entry(self, job: _Job, status: WorkerStatus, place: int | None, eta: float | None) -> QueueEntry:
+        snapshot = job.worker.snapshot()
+        who = sorted({self._label_of(r.owner) for r in job.requests.values()})
+        return QueueEntry(
+            job.id,
+            ", ".join(who) or "nobody (every tab that asked has left)",
+            job.worker.label,
+            status,
+            place,
+            eta,
+            snapshot.finished_epochs,
+            snapshot.total_epochs,
+        )
+
+    def _publish(self, ranks: dict[int, tuple[int, int]] | None) -> None:
+        """This process's running and waiting jobs into the shared folder (for the others' turns,
+        places, times and the teacher's list)."""
+        ranks = self._ranks() if ranks is None else ranks
+        jobs = []
+        for job in self._running:
+            entry = self._entry(job, WorkerStatus.RUNNING, None, None)
+            jobs.append(_published(entry, self._remaining(job), job.lane, None))
+        for job in self._order(ranks):
+            entry = self._entry(job, WorkerStatus.QUEUED, None, None)
+            jobs.append(_published(entry, job.seconds, False, list(self._turn(job, ranks)[:2])))
+        try:
+            self._shared.publish(jobs)
+        except OSError as exc:  # the others then count this process's jobs a moment later
+            log.warning("could not publish the training queue for the other server processes: %s", exc)
+
+    def _poll_shared(self) -> None:
+        """A shared queue's thread: the teacher's cancels asked of this process, a freed slot for the
+        next job in turn, and this process's queue republished (its progress for the others)."""
+        while not self._closed.wait(self.SHARED_POLL_SECONDS):
+            try:
+                for job_id in self._shared.cancels():
+                    self.cancel_job(job_id)
+                self._dispatch()
+            except Exception:  # the next poll tries again; the pages keep working meanwhile
+                log.exception("the shared training queue's poll failed")
+
+    def close(self) -> None:
+        """Stop a shared queue's poll and withdraw its published queue (tests; a server ends with it)."""
+        self._closed.set()
+        if self._shared is not None:
+            self._shared.close()
+
+
+def _published(entry: QueueEntry, seconds: float | None, lane: bool, turn: list | None) -> dict[str, Any]:
+    return {
+        "job_id": entry.job_id,
+        "who": entry.who,
+        "label": entry.label,
+        "status": entry.status.value,
+        "seconds": seconds,
+        "lane": lane,
+        "turn": turn,
+        "finished_epochs": entry.finished_epochs,
+        "total_epochs": entry.total_epochs,
+    }
+
+
+def _remote_entry(job: Any, place: int | None, eta: float | None) -> QueueEntry:
+    return QueueEntry(
+        job.job_id,
+        job.who,
+        job.label,
+        WorkerStatus(job.status),
+        place,
+        eta,
+        job.finished_epochs,
+        job.total_epochs,
+        process=job.process,
+    )
+
+
+def _schedule(
+    free: list[float | None], lane: float | None, items: list[tuple[Any, float | None]], short_seconds: float
+) -> dict[Any, float | None]:
+    """Estimated seconds until each waiting item (key, estimated seconds) starts, in order: on the slot
+    that frees first, a short one in the short lane when that frees first (unknown from the first
+    unknown on). `free`: when each slot frees; `lane`: when the lane does."""
+    free = list(free)
+    starts: dict[Any, float | None] = {}
+    for key, seconds in items:
+        if any(t is None for t in free):
+            starts[key] = None
+            continue
+        slot = min(range(len(free)), key=lambda i: free[i])
+        short = short_seconds > 0 and seconds is not None and seconds <= short_seconds
+        if short and lane is not None and lane < free[slot]:
+            starts[key] = lane
+            lane = lane + seconds
+            continue
+        starts[key] = free[slot]
+        free[slot] = None if seconds is None else free[slot] + seconds
+    return starts
 
 
 def _connected(presence: Callable[[], bool]) -> bool:
