@@ -207,6 +207,7 @@ class Supervisor:
         self.folder = folder
         self.address = address
         self.stopping = False
+        self.warming: set[asyncio.Future] = set()
 
     def environment(self, child: Child) -> dict[str, str]:
         env = dict(os.environ)
@@ -241,8 +242,7 @@ class Supervisor:
                 if code is not None:
                     raise RuntimeError(f"server process {child.index} ended with exit code {code} as it started")
                 if not child.up and await healthy(child.port):
-                    child.up = True
-                    log.info("server process %d is up", child.index)
+                    self.is_up(child)
             if time.monotonic() > deadline:
                 raise RuntimeError(f"a server process did not answer its health check within {START_SECONDS:.0f} s")
             await asyncio.sleep(0.2)
@@ -276,16 +276,22 @@ class Supervisor:
                         self.start(child)
                 elif child.process is not None and not child.up:
                     if await healthy(child.port):
-                        child.up = True
-                        log.info("server process %d is up", child.index)
+                        self.is_up(child)
                     elif time.monotonic() - child.started > START_SECONDS:
                         log.warning(
                             "server process %d did not answer within %.0f s: stopping it", child.index, START_SECONDS
                         )
                         child.process.kill()
 
+    def is_up(self, child: Child) -> None:
+        child.up = True
+        log.info("server process %d is up", child.index)
+        self.warming.add(asyncio.ensure_future(warm(child)))
+
     def stop(self) -> None:
         """Every process asked to end, then killed after 15 s."""
+        for task in self.warming:
+            task.cancel()
         self.stopping = True
         running = [c.process for c in self.children if c.process is not None and c.process.poll() is None]
         for process in running:
@@ -298,6 +304,58 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+# One page of the app in a throw-away session, in a process of its own (the proxy stays free of Streamlit
+# and torch): a server process's first page imports torch and the project, tens of seconds on a busy
+# machine, which one student per process would otherwise wait for (with one process, the teacher does).
+WARM_UP = """
+import asyncio, sys
+from websockets.asyncio.client import connect
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+async def first_page(url):
+    async with connect(url, subprotocols=["streamlit"], max_size=None) as ws:
+        msg = BackMsg()
+        msg.rerun_script.SetInParent()
+        await ws.send(msg.SerializeToString())
+        async for data in ws:
+            reply = ForwardMsg()
+            reply.ParseFromString(data)
+            if reply.WhichOneof("type") == "script_finished":
+                return
+
+asyncio.run(asyncio.wait_for(first_page(sys.argv[1]), float(sys.argv[2])))
+"""
+WARM_UP_SECONDS = 300.0
+
+
+async def warm(child: Child) -> None:
+    """The process's first page, computed before a student asks for it (logged; a failure only costs
+    the first student on that process the wait)."""
+    started = time.monotonic()
+    url = f"ws://{LOOPBACK}:{child.port}/_stcore/stream"
+    try:
+        warming = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            WARM_UP,
+            url,
+            str(WARM_UP_SECONDS),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        _, err = await warming.communicate()
+    except asyncio.CancelledError:
+        with contextlib.suppress(ProcessLookupError, UnboundLocalError):
+            warming.kill()
+        raise
+    if warming.returncode == 0:
+        log.info("server process %d is warm (its first page took %.0f s)", child.index, time.monotonic() - started)
+    else:
+        last = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+        log.warning("server process %d: its first page could not be computed ahead (%s)", child.index, last[0])
 
 
 # Streamlit's greeting names the process's own loopback port, which no browser should use.

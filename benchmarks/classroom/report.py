@@ -62,6 +62,7 @@ class Report:
     fragment_runs: int = 0  # fragment polls the refining sessions sent (each a fragment's own script run)
     draw_process_seconds: dict[int, float] = field(default_factory=dict)  # draw process pid -> its CPU in the class
     server_cpu_by_process: list[float] = field(default_factory=list)  # each server process's CPU (--servers)
+    proxy_cpu_seconds: float | None = None  # dashboard.serve's proxy process (--proxy-processes), in server CPU
 
     def latencies(self, kinds: tuple[str, ...] | None = None) -> list[float]:
         return [i.seconds for i in self.interactions if kinds is None or i.kind in kinds]
@@ -184,6 +185,10 @@ def table(report: Report) -> str:
             if len(report.server_cpu_by_process) < 2
             else f" (server processes, sessions split by index: "
             f"{', '.join(f'{cpu:.0f}' for cpu in report.server_cpu_by_process)} s)"
+            if report.proxy_cpu_seconds is None
+            else f" (server processes behind the proxy: "
+            f"{', '.join(f'{cpu:.0f}' for cpu in report.server_cpu_by_process)} s; the proxy "
+            f"{report.proxy_cpu_seconds:.1f} s)"
         ),
         f"- wall time {report.wall_seconds:.0f} s; load average at the end {report.load_average[0]:.1f} / "
         f"{report.load_average[1]:.1f} / {report.load_average[2]:.1f} (1/5/15 min) on {os.cpu_count()} cores",
