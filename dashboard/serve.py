@@ -41,11 +41,10 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Callable, Sequence
+from typing import Callable, Sequence
 from urllib.parse import parse_qs, urlsplit
 
 # Light on purpose (no torch, no Streamlit): the settings' declarations and their rules.
@@ -215,6 +214,9 @@ class Supervisor:
         env[SERVE_CHILD.variable] = str(child.index)
         # Classroom mode's default follows the address browsers use (every interface: "0.0.0.0").
         env[SERVE_ADDRESS.variable] = self.address or "0.0.0.0"
+        # Its greeting would name its own loopback port, which no browser should use. (Its output is this
+        # command's own, not a pipe: a process whose pipe's reader was killed could not stop on SIGTERM.)
+        env["STREAMLIT_LOGGER_HIDE_WELCOME_MESSAGE"] = "true"
         return env
 
     def start(self, child: Child) -> None:
@@ -225,10 +227,7 @@ class Supervisor:
             streamlit_command(child.port, LOOPBACK, headless=True),
             env=self.environment(child),
             preexec_fn=_death_signal(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
         )
-        threading.Thread(target=relay, args=(child.index, child.process.stdout), daemon=True).start()
         log.info("server process %d starting on %s:%d (pid %d)", child.index, LOOPBACK, child.port, child.process.pid)
 
     async def start_all(self) -> None:
@@ -356,19 +355,6 @@ async def warm(child: Child) -> None:
     else:
         last = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
         log.warning("server process %d: its first page could not be computed ahead (%s)", child.index, last[0])
-
-
-# Streamlit's greeting names the process's own loopback port, which no browser should use.
-GREETING = ("You can now view your Streamlit app", "URL: http://", "Uvicorn server started", "Local URL:")
-
-
-def relay(index: int, stream: IO[bytes]) -> None:
-    """A server process's output, each line marked with its number (its greeting left out)."""
-    for raw in iter(stream.readline, b""):
-        line = raw.decode("utf-8", "replace").rstrip()
-        if line.strip() and not any(mark in line for mark in GREETING):
-            print(f"[{index}] {line}", flush=True)
-    stream.close()
 
 
 async def healthy(port: int, timeout: float = 5.0) -> bool:

@@ -393,3 +393,29 @@ def _not_zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; the death signal is Linux's")
+def test_the_server_processes_end_when_the_proxy_is_killed_outright(tmp_path):
+    from benchmarks.classroom.serving import free_port
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT), BNN_CACHE_DIR=str(tmp_path / "cache"), BNN_OFFLINE="1")
+    env["BNN_LESSON_RUNS"] = "0"
+    command = [sys.executable, "-m", "dashboard.serve", "--processes", "2", "--port", str(free_port())]
+    server = subprocess.Popen(
+        [*command, "--address", "127.0.0.1"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(descendants(server.pid)) < 2:
+            time.sleep(0.2)
+        streamlits = descendants(server.pid)
+        assert len(streamlits) >= 2
+    finally:
+        server.kill()  # SIGKILL: no handler of the proxy's runs
+        server.wait()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(_not_zombie(pid) for pid in streamlits):
+        time.sleep(0.2)
+    assert not [pid for pid in streamlits if _not_zombie(pid)]
