@@ -30,6 +30,9 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 READ_TTL = 0.5  # seconds the others' published queues are reused (every open page asks each second)
+HEARTBEAT_SECONDS = 5.0  # a process rewrites its queue at least this often, changed or not
+# A queue not rewritten for this long is a hung process's: its waiting jobs take no turn from the others.
+STALE_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class RemoteJob:
     turn: tuple[int, float] | None  # waiting: (rank, since when, wall clock); None while running
     finished_epochs: int
     total_epochs: int
+    stale: bool = False  # its process has not rewritten its queue for STALE_SECONDS
 
 
 class Slot:
@@ -73,6 +77,7 @@ class SharedQueue:
         self.process = int(process)
         self._lock = threading.Lock()
         self._others: tuple[float, list[RemoteJob]] = (-1.0, [])
+        self._published: tuple[float, list[dict[str, Any]] | None] = (-1.0, None)
         # Held for this process's life: readers of queue-<k>.json know it is current while they cannot take it.
         self._alive = os.open(self.folder / f"alive-{self.process}", os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(self._alive, fcntl.LOCK_EX)  # blocks only while a previous process k still ends
@@ -119,7 +124,12 @@ class SharedQueue:
 
     # --- the published queues --------------------------------------------------------------------
     def publish(self, jobs: list[dict[str, Any]]) -> None:
-        """Replace this process's published queue (RemoteJob fields but `process`)."""
+        """Replace this process's published queue (RemoteJob fields but `process`); an unchanged queue is
+        rewritten only as a heartbeat."""
+        written, last = self._published
+        if jobs == last and time.monotonic() - written < HEARTBEAT_SECONDS:
+            return
+        self._published = (time.monotonic(), jobs)
         path = self.folder / f"queue-{self.process}.json"
         temporary = path.with_suffix(f".tmp{os.getpid()}")
         temporary.write_text(json.dumps({"process": self.process, "written": time.time(), "jobs": jobs}))
@@ -141,6 +151,7 @@ class SharedQueue:
                 continue
             try:
                 published = json.loads(path.read_text())
+                stale = time.time() - float(published["written"]) > STALE_SECONDS
                 for job in published["jobs"]:
                     turn = job.get("turn")
                     jobs.append(
@@ -155,6 +166,7 @@ class SharedQueue:
                             turn=None if turn is None else (int(turn[0]), float(turn[1])),
                             finished_epochs=int(job["finished_epochs"]),
                             total_epochs=int(job["total_epochs"]),
+                            stale=stale,
                         )
                     )
             except (OSError, ValueError, KeyError, TypeError, IndexError):

@@ -652,7 +652,11 @@ class TrainingQueue:
     def _others_waiting(self) -> list[tuple[tuple[int, float, int, int], Any]]:
         """The other processes' waiting jobs with their turns (a queue not rewritten for a while is
         of a process that hangs: it takes no turn from the others)."""
-        return [((*job.turn, job.process, job.job_id), job) for job in self._others() if job.turn is not None]
+        return [
+            ((*job.turn, job.process, job.job_id), job)
+            for job in self._others()
+            if job.turn is not None and not job.stale
+        ]
 
     def _next_on_machine(self, order: list[_Job], ranks: dict[int, tuple[int, int]]) -> _Job | None:
         """`_next_to_start` across the server processes: a slot is taken only by the machine's next
@@ -722,6 +726,8 @@ class TrainingQueue:
                     entries.append(self._entry(local[key], WorkerStatus.QUEUED, place, starts.get(key)))
                 else:
                     entries.append(_remote_entry(key, place, starts.get(key)))
+            # a hung process's waiting jobs: listed (the teacher may cancel them), in no place
+            entries += [_remote_entry(job, None, None) for job in self._others() if job.turn is not None and job.stale]
             return entries
 
     def _entry(self, job: _Job, status: WorkerStatus, place: int | None, eta: float | None) -> QueueEntry:

@@ -155,6 +155,32 @@ def test_a_dead_processs_leftover_queue_takes_no_turn(tmp_path):
         queue.close()
 
 
+def test_a_hung_processs_queue_takes_no_turn_but_is_still_listed(tmp_path):
+    trainings = Trainings()
+    hung = SharedQueue(tmp_path, 1, 1)  # alive (its lock is held), but it stopped rewriting its queue
+    job = {
+        "job_id": 7,
+        "who": "student h",
+        "label": "h",
+        "status": "queued",
+        "seconds": 10,
+        "lane": False,
+        "turn": [0, 0.0],
+        "finished_epochs": 0,
+        "total_epochs": 1,
+    }
+    (tmp_path / "queue-1.json").write_text(json.dumps({"process": 1, "written": time.time() - 3600, "jobs": [job]}))
+    queue = TrainingQueue(trainings, 1, shared=SharedQueue(tmp_path, 1, 0))
+    try:
+        queue.submit("x", "x", 1, "x", owner="alice", seconds=10)
+        assert until(lambda: trainings.started == ["x"])
+        assert [(e.label, e.process) for e in queue.overview()] == [("x", None), ("h", 1)]
+        trainings.finish("x")
+    finally:
+        queue.close()
+        hung.close()
+
+
 def test_a_single_process_queue_is_unchanged(tmp_path):
     """No shared folder (streamlit run): no files, no poll thread, tokens without a process prefix."""
     trainings = Trainings()
