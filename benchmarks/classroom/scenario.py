@@ -391,6 +391,7 @@ async def run_class(runs: list[str], scenario: Scenario, report: Report, server:
     report.server_cpu_by_process = [handle.cpu_seconds() - before for handle, before in zip(server.servers, each_cpu)]
     if proxy_cpu is not None:
         report.proxy_cpu_seconds = server.proxy_cpu_seconds() - proxy_cpu
+        report.proxy_peak_memory_mb = server.proxy_memory_mb()[1]
     draws_after = server.draw_process_cpu()  # a child that ended during the class is not counted
     report.draw_process_seconds = {pid: cpu - draws_before.get(pid, 0.0) for pid, cpu in draws_after.items()}
     report.thread_seconds, report.thread_names = threads.used()

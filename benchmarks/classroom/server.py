@@ -278,6 +278,9 @@ class ProxiedServers:
         values = [server.memory_mb() for server in [*self.servers, _Attached(self.process.pid, self.log)]]
         return sum(rss for rss, _ in values), sum(peak for _, peak in values)
 
+    def proxy_memory_mb(self) -> tuple[float, float]:
+        return _Attached(self.process.pid, self.log).memory_mb()
+
     def proxy_cpu_seconds(self) -> float:
         return _Attached(self.process.pid, self.log).cpu_seconds()
 
