@@ -33,6 +33,7 @@ READ_TTL = 0.5  # seconds the others' published queues are reused (every open pa
 HEARTBEAT_SECONDS = 5.0  # a process rewrites its queue at least this often, changed or not
 # A queue not rewritten for this long is a hung process's: its waiting jobs take no turn from the others.
 STALE_SECONDS = 30.0
+ALIVE_WAIT_SECONDS = 30.0  # a restarted process waits this long for its predecessor's alive lock
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,16 @@ class SharedQueue:
         self._published: tuple[float, list[dict[str, Any]] | None] = (-1.0, None)
         # Held for this process's life: readers of queue-<k>.json know it is current while they cannot take it.
         self._alive = os.open(self.folder / f"alive-{self.process}", os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(self._alive, fcntl.LOCK_EX)  # blocks only while a previous process k still ends
+        deadline = time.monotonic() + ALIVE_WAIT_SECONDS
+        while True:  # held by a previous process k only while it still ends
+            try:
+                fcntl.flock(self._alive, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:  # never hang a page: the others then ignore this queue
+                    log.warning("server process %d: its alive lock stays held; the others ignore its queue", process)
+                    break
+                time.sleep(0.1)
 
     # --- slots -----------------------------------------------------------------------------------
     def acquire(self, long: bool, lane: bool = False) -> Slot | None:
