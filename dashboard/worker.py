@@ -562,19 +562,7 @@ class TrainingQueue:
         free: list[float | None] = [self._remaining(job) for job in self._running if not job.lane]
         free += [0.0] * (self.slots - len(free))
         lane: float | None = next((self._remaining(job) for job in self._running if job.lane), 0.0)
-        starts: dict[int, float | None] = {}
-        for job in order:
-            if any(t is None for t in free):
-                starts[job.id] = None
-                continue
-            slot = min(range(len(free)), key=lambda i: free[i])
-            if self._is_short(job) and lane is not None and lane < free[slot]:
-                starts[job.id] = lane
-                lane = lane + job.seconds
-                continue
-            starts[job.id] = free[slot]
-            free[slot] = None if job.seconds is None else free[slot] + job.seconds
-        return starts
+        return _schedule(free, lane, [(job.id, job.seconds) for job in order], self.limits.short_seconds)
 
     # --- the threads' side ------------------------------------------------------------------------
     def _finished(self, worker: TrainingWorker) -> None:
