@@ -1,6 +1,6 @@
 """A classroom against one `streamlit run`: N concurrent sessions, two of them training.
 
-    python benchmarks/classroom_load.py --sessions 30          # writes benchmarks/results/classroom_load.md
+    python -m benchmarks.classroom_load --sessions 30          # writes benchmarks/results/classroom_load.md
 
 Starts `streamlit run dashboard/app.py` on 127.0.0.1 (a free port, never another
 address) with its own run store, trains the browsed runs into it first if they
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     body = [
         f"# Classroom load test: {args.sessions} sessions on {serving}",
         "",
-        f"`python benchmarks/classroom_load.py --sessions {args.sessions}"
+        f"`python -m benchmarks.classroom_load --sessions {args.sessions}"
         f"{f' --preset {args.preset}' if args.preset else f' --dataset {dataset}'}"
         f"{'' if args.predict_slots is None else f' --predict-slots {args.predict_slots}'}"
         f"{'' if args.servers == 1 else f' --servers {args.servers}'}"

@@ -11,6 +11,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import streamlit as st
 
@@ -29,8 +30,8 @@ RUN_PARAM = "run"  # ?run=<run id>: a link to a run
 LINKED_RUN_KEY = "linked_run"  # the last link followed
 
 
-def run_picker() -> None:
-    """Sidebar: choose the current run among the cached ones."""
+def run_picker(status_slot: Any) -> None:
+    """Sidebar: choose the current run among the cached ones; the training line goes in `status_slot`."""
     from dashboard import cache, links, state
     from dashboard.backend import plain
     from dashboard.ui import guard
@@ -53,7 +54,7 @@ def run_picker() -> None:
                 st.sidebar.caption("No cached runs yet: train one on the Train page.")
             follow_link([])
             state.apply_link_view(None)  # a link's view settings have no run to apply to: said, not ignored
-            sidebar_training_status()
+            sidebar_training_status(status_slot)
             return
         all_labels = cache.cached_run_labels()
         labels = {r["run_id"]: all_labels[r["run_id"]] for r in reversed(rows)}  # newest first
@@ -83,10 +84,10 @@ def run_picker() -> None:
         if st.query_params.get(RUN_PARAM) != state.selected_run_id():
             st.query_params[RUN_PARAM] = state.selected_run_id()
             st.session_state[LINKED_RUN_KEY] = state.selected_run_id()
-    sidebar_training_status()
+    sidebar_training_status(status_slot)
 
 
-def sidebar_training_status() -> None:
+def sidebar_training_status(status_slot: Any) -> None:
     """The training line of the sidebar, on every page: polled while a training is under way so
     that its end shows within a second (then the whole app reruns and says which run is new)."""
     from dashboard import state
@@ -94,7 +95,7 @@ def sidebar_training_status() -> None:
     worker = state.worker()
     if worker is None or not worker.snapshot().is_active:
         return
-    with st.sidebar:
+    with status_slot:
         _training_status_fragment()
 
 
@@ -175,6 +176,20 @@ def render(page_out: list | None = None) -> None:
     st.set_page_config(page_title=APP_TITLE, page_icon=str(PAGE_ICON), layout="wide")
     # The first paint of a fresh server waits for torch and the data modules: say so at once.
     starting = st.empty()
+    # The app's messages (a link's refusals, an error, a lesson's note) in a slot of their own above the
+    # page's: the page's polled fragments stand at the same place in every run (dashboard/ui.py, slots).
+    notices, page_slot = st.container(), st.container()
+    with notices:
+        navigation = render_app_parts(starting, page_out)
+    from dashboard.ui import guard
+
+    with page_slot, guard():
+        navigation.run()
+
+
+def render_app_parts(starting: Any, page_out: list | None) -> Any:
+    """Everything but the page: navigation, lessons, the sidebar's run picker, link refusals; returns
+    the navigation, whose run() draws the page."""
     if "app_started" not in st.session_state:
         starting.info("Starting the Sparse BNN Explorer: loading PyTorch and the cached runs ...")
     from dashboard import settings
@@ -204,11 +219,12 @@ def render(page_out: list | None = None) -> None:
     with guard("Lesson link"):
         lesson_panel.follow_address(names)  # ?lesson=&step=&hide= (a step opens its page: before any drawing)
     st.sidebar.title(APP_TITLE)
+    status_slot = st.sidebar.container()  # the training line: at a fixed place, as the page's fragments
     with guard("Lesson"):
         lesson_panel.render(names)
     # No st.spinner here: it starts a timer thread on every rerun of every session, and the run
     # list is read from memory (the first paint of a fresh server says "Starting" above).
-    run_picker()
+    run_picker(status_slot)
     family_key()
     starting.empty()
     st.session_state["app_started"] = True
@@ -220,8 +236,7 @@ def render(page_out: list | None = None) -> None:
         if requested is not None and requested != (navigation.url_path or DEFAULT_PAGE):
             st.switch_page(names[requested])
     links.show_refusals()  # after any page switch (which reruns the script): shown on the page drawn
-    with guard():
-        navigation.run()
+    return navigation
 
 
 # A training started with multiprocessing's "spawn" re-runs the parent's main script in the child as

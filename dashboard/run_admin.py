@@ -102,8 +102,9 @@ def teacher_section() -> None:
     from dashboard.settings import classroom_notice
 
     notice = classroom_notice()
+    notice_slot = st.container()  # the queue panel's polled fragment at the same place with or without it
     if notice:  # turned on by itself: the teacher is told why, and how to turn it off
-        st.caption(notice)
+        notice_slot.caption(notice)
     with st.expander("Teacher"):
         if not state.may_manage_runs():
             with st.form("teacher_unlock_form", clear_on_submit=True, border=False):

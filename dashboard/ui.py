@@ -14,7 +14,7 @@ import logging
 import re
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import streamlit as st
 
@@ -53,6 +53,19 @@ def without_server_paths(text: str) -> str:
         if folder and folder != "/":
             text = text.replace(folder + "/", f"{name}/" if name else "").replace(folder, name or ".")
     return _ABSOLUTE_PATH.sub(lambda match: ".../" + (match.group(1).rstrip("/").rsplit("/", 1)[-1]), text)
+
+
+def slots(count: int) -> tuple[Any, ...]:
+    """`count` containers made at once, for a page's sections, before anything that appears only sometimes.
+
+    A polled fragment's place is fixed when the script run that defines it draws it, and a poll of a
+    fragment an earlier run defined writes at that run's place. Where an element before it appeared in
+    one run and not the next (a warning, a widget of one mode, an error that stops the page), the poll
+    wrote past the end of the page: the browser failed on the delta ("Bad delta path index 14 (should be
+    between [0, 13])", benchmarks/results/browser_class.md), closed its websocket and stayed blank. A
+    fragment in its own section's slot stands at the same place in every run (tests/test_fragment_places.py).
+    """
+    return tuple(st.container() for _ in range(count))
 
 
 @contextmanager

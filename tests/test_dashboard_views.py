@@ -238,14 +238,20 @@ def held_training(monkeypatch, store):
     release.set()
 
 
-@pytest.mark.slow  # trains from the form: 2.4 s CPU
-def test_train_page_status_right_after_clicking_and_after_a_reload(held_training, store):
-    at = open_app(store["moons"])
+def train_small_from_the_form(run_id: str) -> AppTest:
+    """The app on `run_id` after Train was pressed for a 3-unit two-moons network, 2 epochs."""
+    at = open_app(run_id)
     at.selectbox(key="train_dataset").set_value("two-moons").run()
     at.text_input(key="train_hidden").input("3").run()
     at.text_input(key="train_epochs").input("2").run()
     at.button(key="train_button").click().run()
     assert_clean(at)
+    return at
+
+
+@pytest.mark.slow  # trains from the form: 2.4 s CPU
+def test_train_page_status_right_after_clicking_and_after_a_reload(held_training, store):
+    at = train_small_from_the_form(store["moons"])
     # the page drawn right after the click shows the training: Cancel on, the sidebar's line; Train stays
     # on, as a session may queue one more behind it (BNN_QUEUE_PER_SESSION)
     assert not at.button(key="train_button").disabled

@@ -466,7 +466,7 @@ def _uci_grid() -> GridSpec:
         method_overrides=overrides,
         splits={name: uci_splits(name) for name in UCI_DATASETS},
         description="UCI regression protocol: 20 splits (5 for protein) per dataset, 5 families; "
-        "table: python benchmarks/uci_table.py render",
+        "table: python -m benchmarks.uci_table render",
     )
 
 

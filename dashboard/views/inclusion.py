@@ -7,13 +7,15 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import backend, cache, charts, explain, playback, sparsity_panels, state
-from dashboard.ui import guard
+from dashboard.ui import guard, slots
 
 run = state.run_page("Inclusion statistics and masks")
 run_id = run.run_id
 st.markdown(explain.PAGE_INTROS["inclusion"])
+# Each section in its slot: the playback's polled fragment stands at the same place in every run (ui.slots).
+statistics_slot, columns_slot, paths_slot, playback_slot, compare_slot = slots(5)
 
-with guard("Computing the statistics"):
+with statistics_slot, guard("Computing the statistics"):
     spec = cache.threshold_range(run_id)
     statistics = cache.statistics(run_id)
     threshold = state.threshold_slider(run_id, spec)
@@ -64,7 +66,7 @@ with guard("Computing the statistics"):
         st.subheader("Input pixels the first layer still reads")
         st.vega_lite_chart(specs["pixels"], width="content")
 
-with guard("Input columns read"):
+with columns_slot, guard("Input columns read"):
     columns_read = backend.input_columns(run, threshold)
     if columns_read is not None:  # tabular runs (a user table, a UCI set): inputs have names
         st.subheader("Input columns the network still reads")
@@ -87,12 +89,12 @@ with guard("Input columns read"):
             hide_index=True,
         )
 
-with guard("Active paths"):
+with paths_slot, guard("Active paths"):
     sparsity_panels.inclusion_section(
         run_id, threshold, statistics, masks, labels, spec.name, tuple(run.dataset().input_shape)
     )
 
-with guard("Playback"):
+with playback_slot, guard("Playback"):
     st.subheader("Playback: how training moved the statistic")
     snapshots = cache.snapshots(run_id)
     if snapshots is None:
@@ -108,7 +110,7 @@ with guard("Playback"):
         )
         playback.render(run_id, run.config.method, snapshots, threshold, labels)
 
-with guard("Masks as in Hubin & Storvik 2019"):
+with compare_slot, guard("Masks as in Hubin & Storvik 2019"):
     st.subheader("Compare two masks")
     st.caption(
         "A = the mask at the threshold above. B = a sampled structure (each weight switched on with its "

@@ -11,7 +11,7 @@ import streamlit as st
 
 from dashboard import altair_spec, backend, charts, explain, playground_charts, playground_training, state
 from dashboard.backend import plain
-from dashboard.ui import guard, without_server_paths
+from dashboard.ui import guard, slots, without_server_paths
 
 JOB_KEY = "playground_job"
 CHARTS_KEY = "playground_charts"  # the last picture's chart specs: a poll that finds no new picture reuses them
@@ -31,103 +31,107 @@ PICTURES = 20  # pictures the training thread takes over a training (each predic
 st.header("Playground")
 st.markdown(explain.PAGE_INTROS["playground"])
 
-left, middle, right = st.columns(3)
-dataset = left.selectbox("Data", list(playground_training.PLAYGROUND_SETS), key="play_dataset")
-method = middle.selectbox("Family", ["lbbnn", "bnn", "horseshoe", "sparse-vd"], key="play_method")
-start = playground_training.playground_defaults(dataset)
-hidden_text = right.text_input(
-    "Hidden widths",
-    ", ".join(map(str, start["hidden"])),
-    key=f"play_hidden_{dataset}",
-    help=f"at most {playground_training.playground_max_weights() or 'any number of'} weights",
-)
-left, middle, right = st.columns(3)
-noise = left.number_input(
-    "Data noise",
-    value=start["noise"],
-    step=0.01 if start["noise"] < 1 else 0.5,
-    format="%.3f",
-    key=f"play_noise_{dataset}",
-    help="the noise level of the generated data (its own units)",
-)
-epochs = middle.slider(
-    "Epochs",
-    100,
-    3000,
-    start["epochs"],
-    step=100,
-    key="play_epochs",
-    help="fewer epochs answer sooner; on the 1-D sets under about 3000 the fit stays a line",
-)
-kl_weight = right.slider("KL weight", 0.01, 1.0, 0.1, key="play_kl", help="1 = the ELBO; smaller tempers the prior")
-options: dict = {}
-if method == "lbbnn":
-    options["prior_inclusion"] = st.slider(
-        "Prior inclusion probability psi",
-        0.01,
-        0.99,
-        0.135,
-        step=0.005,
-        key="play_psi",
-        help="how likely the prior thinks each weight is needed",
+# The controls and the picture each in its slot: the picture's polled fragment stands at the same place
+# whichever family's prior slider and whichever errors come before it (ui.slots).
+controls_slot, picture_slot = slots(2)
+with controls_slot:
+    left, middle, right = st.columns(3)
+    dataset = left.selectbox("Data", list(playground_training.PLAYGROUND_SETS), key="play_dataset")
+    method = middle.selectbox("Family", ["lbbnn", "bnn", "horseshoe", "sparse-vd"], key="play_method")
+    start = playground_training.playground_defaults(dataset)
+    hidden_text = right.text_input(
+        "Hidden widths",
+        ", ".join(map(str, start["hidden"])),
+        key=f"play_hidden_{dataset}",
+        help=f"at most {playground_training.playground_max_weights() or 'any number of'} weights",
     )
-elif method == "bnn":
-    options["prior_variance"] = st.slider("Prior variance", 0.01, 10.0, 1.0, key="play_prior_variance")
-elif method == "horseshoe":
-    options["global_scale"] = float(10 ** st.slider("log10 global scale", -7.0, 0.0, -5.0, step=0.5, key="play_gs"))
-
-values = None
-with guard("Invalid setting"):
-    if noise < 0:
-        st.error(f"Data noise: must be 0 or more, got {noise:g}")
-        st.stop()
-    values = {
-        "dataset": dataset,
-        "method": method,
-        "hidden": list(backend.parse_hidden(hidden_text)),
-        "dataset_params": {"noise": float(noise)},
-        "family_options": options,
-        "train": {"epochs": int(epochs), "batch_size": 500, "kl_weight": float(kl_weight)},
-    }
-if values is None:
-    st.stop()
-# Refused from the sizes alone, before a model or a dataset is built in this (shared) process.
-refusal = playground_training.playground_refusal(values)
-if refusal is not None:
-    job = st.session_state.pop(JOB_KEY, None)
-    if job is not None:
-        job[1].cancel()
-    st.error(f"Too large for the playground: {refusal}")
-    st.stop()
-
-with guard("Counting the network's weights"):
-    # Counted from the config, as the Train form counts them (core.cost): the default 64-64 net on a 1-D set
-    # has 4,353, not "a few hundred".
-    size = backend.training_estimate(backend.make_config(values))
-    st.caption(
-        f"This network: {' x '.join(map(str, values['hidden']))} hidden units on {dataset}, "
-        f"{size['weights']:,} weights (biases included), {int(epochs):,} epochs of batches of 500."
+    left, middle, right = st.columns(3)
+    noise = left.number_input(
+        "Data noise",
+        value=start["noise"],
+        step=0.01 if start["noise"] < 1 else 0.5,
+        format="%.3f",
+        key=f"play_noise_{dataset}",
+        help="the noise level of the generated data (its own units)",
     )
-
-# Any change restarts the training: the class sees a prior act within seconds.
-key = json.dumps(values, sort_keys=True)
-job = st.session_state.get(JOB_KEY)
-if job is None or job[0] != key:
-    if job is not None:
-        job[1].cancel()
-    with guard("Cannot start the playground"):
-        st.session_state[JOB_KEY] = (
-            key,
-            playground_training.PlaygroundTraining(
-                values,
-                every=max(1, int(epochs) // PICTURES),
-                hold_seconds=FIRST_PICTURE_HOLD_SECONDS,
-                present=state.session_presence(),
-            ).start(),
+    epochs = middle.slider(
+        "Epochs",
+        100,
+        3000,
+        start["epochs"],
+        step=100,
+        key="play_epochs",
+        help="fewer epochs answer sooner; on the 1-D sets under about 3000 the fit stays a line",
+    )
+    kl_weight = right.slider("KL weight", 0.01, 1.0, 0.1, key="play_kl", help="1 = the ELBO; smaller tempers the prior")
+    options: dict = {}
+    if method == "lbbnn":
+        options["prior_inclusion"] = st.slider(
+            "Prior inclusion probability psi",
+            0.01,
+            0.99,
+            0.135,
+            step=0.005,
+            key="play_psi",
+            help="how likely the prior thinks each weight is needed",
         )
-job = st.session_state.get(JOB_KEY)
-if job is not None and job[0] != key:
-    st.stop()
+    elif method == "bnn":
+        options["prior_variance"] = st.slider("Prior variance", 0.01, 10.0, 1.0, key="play_prior_variance")
+    elif method == "horseshoe":
+        options["global_scale"] = float(10 ** st.slider("log10 global scale", -7.0, 0.0, -5.0, step=0.5, key="play_gs"))
+
+    values = None
+    with guard("Invalid setting"):
+        if noise < 0:
+            st.error(f"Data noise: must be 0 or more, got {noise:g}")
+            st.stop()
+        values = {
+            "dataset": dataset,
+            "method": method,
+            "hidden": list(backend.parse_hidden(hidden_text)),
+            "dataset_params": {"noise": float(noise)},
+            "family_options": options,
+            "train": {"epochs": int(epochs), "batch_size": 500, "kl_weight": float(kl_weight)},
+        }
+    if values is None:
+        st.stop()
+    # Refused from the sizes alone, before a model or a dataset is built in this (shared) process.
+    refusal = playground_training.playground_refusal(values)
+    if refusal is not None:
+        job = st.session_state.pop(JOB_KEY, None)
+        if job is not None:
+            job[1].cancel()
+        st.error(f"Too large for the playground: {refusal}")
+        st.stop()
+
+    with guard("Counting the network's weights"):
+        # Counted from the config, as the Train form counts them (core.cost): the default 64-64 net on a 1-D set
+        # has 4,353, not "a few hundred".
+        size = backend.training_estimate(backend.make_config(values))
+        st.caption(
+            f"This network: {' x '.join(map(str, values['hidden']))} hidden units on {dataset}, "
+            f"{size['weights']:,} weights (biases included), {int(epochs):,} epochs of batches of 500."
+        )
+
+    # Any change restarts the training: the class sees a prior act within seconds.
+    key = json.dumps(values, sort_keys=True)
+    job = st.session_state.get(JOB_KEY)
+    if job is None or job[0] != key:
+        if job is not None:
+            job[1].cancel()
+        with guard("Cannot start the playground"):
+            st.session_state[JOB_KEY] = (
+                key,
+                playground_training.PlaygroundTraining(
+                    values,
+                    every=max(1, int(epochs) // PICTURES),
+                    hold_seconds=FIRST_PICTURE_HOLD_SECONDS,
+                    present=state.session_presence(),
+                ).start(),
+            )
+    job = st.session_state.get(JOB_KEY)
+    if job is not None and job[0] != key:
+        st.stop()
 
 
 def picture_was_drawn(training: playground_training.PlaygroundTraining, picture: dict) -> bool:
@@ -245,8 +249,9 @@ def live() -> None:
 
 
 training = job[1]
-if training.done:
-    draw(training)
-    st.caption("Change any control to train again.")
-else:
-    live()
+with picture_slot:
+    if training.done:
+        draw(training)
+        st.caption("Change any control to train again.")
+    else:
+        live()

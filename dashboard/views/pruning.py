@@ -9,7 +9,7 @@ import streamlit as st
 
 from dashboard import backend, cache, charts, explain, state
 from dashboard.server_secrets import secret
-from dashboard.ui import guard
+from dashboard.ui import guard, slots
 
 PAGE_DEFAULT_MODE = "prune"  # the mode the threshold acts on (mpm names the cut at the family default)
 TOLERANCE_KEY = "suggest_tolerance"
@@ -18,6 +18,9 @@ run = state.run_page("Pruning")
 run_id = run.run_id
 dataset = run.dataset()
 st.markdown(explain.PAGE_INTROS["pruning"])
+# Each section in its slot, made before anything that appears only sometimes (the weights radio, a
+# warning, the suggestion): the two polled fragments stand at the same place in every run (ui.slots).
+settings_slot, draws_note_slot, cards_slot, sweep_slot, accuracy_slot = slots(5)
 curve_key = f"curve:{run_id}"
 applied_key = f"curve_pick_applied:{run_id}"
 
@@ -132,7 +135,7 @@ def accuracy_chart(ready: int, wanted: int) -> None:
 
 
 settings_read = False
-with guard("Reading the statistic"):
+with settings_slot, guard("Reading the statistic"):
     spec = cache.threshold_range(run_id)
     follow_curve_click()
     left, middle, right = st.columns([2, 1, 1])
@@ -172,7 +175,8 @@ with guard("Reading the statistic"):
 if not settings_read:  # the error is shown above; without the settings every later section would fail too
     st.stop()
 
-with guard("Evaluating the test set"):
+draws_read = False
+with draws_note_slot, guard("Evaluating the test set"):
     draws = samples if backend.mode_draws_samples(mode, weights) else 1
     # R x test-set size is costed before predicting (a 1,000,000-point test set at R = 100 took 6.65 GB):
     # R is lowered to what fits, and the page says so.
@@ -182,6 +186,10 @@ with guard("Evaluating the test set"):
         if draws < 1:
             st.stop()
         samples = min(samples, draws)
+    draws_read = True
+if not draws_read:  # the error is shown above
+    st.stop()
+with cards_slot, guard("Evaluating the test set"):
     # The cards answer at once with the draws already kept (all of a mode that draws nothing) and refine
     # in place while the others are computed in the background (cache.test_draws_ready).
     progress = cache.test_draws_ready(run_id, mode, draws, effective, 0, weights)
@@ -189,7 +197,7 @@ with guard("Evaluating the test set"):
         progress, lambda ready, wanted: metric_cards(mode, effective, weights, ready, wanted), "Evaluating the test set"
     )
 
-with guard("Sweeping thresholds"):
+with sweep_slot, guard("Sweeping thresholds"):
     curve = cache.sweep(run_id)
     loss_unit = "accuracy points" if curve["metric"] == "accuracy" else "% of the best RMSE"
     tolerance_points = st.number_input(
@@ -272,7 +280,7 @@ with guard("Sweeping thresholds"):
     )
 
 if dataset.task == "classification" and backend.mode_draws_samples(mode, weights):
-    with guard("Accuracy vs R"):
+    with accuracy_slot, guard("Accuracy vs R"):
         refining(
             cache.test_draws_ready(run_id, mode, draws, effective, 0, weights),
             accuracy_chart,

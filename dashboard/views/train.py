@@ -14,7 +14,7 @@ from dashboard import backend, cache, explain, form_memory, lesson_panel, state
 from dashboard.backend import plain
 from dashboard.run_admin import cached_runs_section, eta_text, teacher_section
 from dashboard.train_form import FormErrors, config_form, method_options, number_box, parse_seed
-from dashboard.ui import guard, without_server_paths
+from dashboard.ui import guard, slots, without_server_paths
 from dashboard.worker import WorkerStatus
 
 log = logging.getLogger(__name__)
@@ -235,36 +235,42 @@ def train_again_section() -> None:
         )
 
 
-with guard("Reading the current run"):
-    train_again_section()
-running = state.worker() is not None and state.worker().snapshot().is_active
-form_values = config_form()
-if st.session_state.pop(TRAIN_REQUEST_KEY, False) and form_values is not None:
-    before = state.worker()
-    start_training(form_values)
-    if state.worker() is not before:
-        st.rerun()  # the page (and the sidebar) drawn again with the training and its Cancel
-refusal = None
-if form_values is not None:
-    with guard("Cannot queue this training"):
-        refusal = queue_refusal(form_values)
-if refusal:
-    st.error(refusal)
-if not lesson_panel.hidden("train_button"):
-    st.button(
-        "Train",
-        type="primary",
-        disabled=form_values is None or refusal is not None,
-        key="train_button",
-        on_click=request_training,
-        help="queued behind your training already under way"
-        if running and state.owns(state.worker()) and not refusal
-        else None,
-    )
-if running:
-    training_progress()
-else:
-    finished_training()
-with guard("Listing cached runs"):
+# Each section in its slot, made before the form (whose errors and buttons come and go): the progress's
+# polled fragment stands at the same place in every run (ui.slots).
+form_slot, progress_slot, runs_slot, teacher_slot = slots(4)
+with form_slot:
+    with guard("Reading the current run"):
+        train_again_section()
+    running = state.worker() is not None and state.worker().snapshot().is_active
+    form_values = config_form()
+    if st.session_state.pop(TRAIN_REQUEST_KEY, False) and form_values is not None:
+        before = state.worker()
+        start_training(form_values)
+        if state.worker() is not before:
+            st.rerun()  # the page (and the sidebar) drawn again with the training and its Cancel
+    refusal = None
+    if form_values is not None:
+        with guard("Cannot queue this training"):
+            refusal = queue_refusal(form_values)
+    if refusal:
+        st.error(refusal)
+    if not lesson_panel.hidden("train_button"):
+        st.button(
+            "Train",
+            type="primary",
+            disabled=form_values is None or refusal is not None,
+            key="train_button",
+            on_click=request_training,
+            help="queued behind your training already under way"
+            if running and state.owns(state.worker()) and not refusal
+            else None,
+        )
+with progress_slot:
+    if running:
+        training_progress()
+    else:
+        finished_training()
+with runs_slot, guard("Listing cached runs"):
     cached_runs_section()
-teacher_section()
+with teacher_slot:
+    teacher_section()
