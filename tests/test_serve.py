@@ -265,6 +265,14 @@ def test_an_invalid_environment_value_names_the_variable_and_exits_2(monkeypatch
     assert serve.arguments(["--processes", "2"]).processes == 2  # the flag wins
 
 
+def test_one_process_is_streamlit_run_itself_with_only_the_options_given(monkeypatch):
+    monkeypatch.delenv("BNN_SERVER_PROCESSES", raising=False)
+    app = str(ROOT / "dashboard" / "app.py")
+    assert serve.streamlit_command(None, "") == [sys.executable, "-m", "streamlit", "run", app]
+    assert serve.streamlit_command(8600, "127.0.0.1")[-4:] == ["--server.port", "8600", "--server.address", "127.0.0.1"]
+    assert serve.arguments([]).processes == 1 and serve.arguments([]).port is None
+
+
 def test_the_command_refuses_bad_input_in_one_line_without_starting_anything():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     for args in (["--processes", "0"], ["--processes", "2", "--port", "70000"]):
@@ -322,6 +330,7 @@ def test_two_streamlit_processes_serve_through_the_proxy_a_dead_one_restarts_and
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT), BNN_CACHE_DIR=str(tmp_path / "cache"), BNN_OFFLINE="1")
     env["BNN_LESSON_RUNS"] = "0"
+    env["TMPDIR"] = str(tmp_path)  # the proxy's shared folder: a killed proxy cannot remove it
     server = subprocess.Popen(
         [sys.executable, "-m", "dashboard.serve", "--processes", "2", "--port", str(port), "--address", "127.0.0.1"],
         cwd=ROOT,
@@ -402,6 +411,7 @@ def test_the_server_processes_end_when_the_proxy_is_killed_outright(tmp_path):
 
     env = dict(os.environ, PYTHONPATH=str(ROOT), BNN_CACHE_DIR=str(tmp_path / "cache"), BNN_OFFLINE="1")
     env["BNN_LESSON_RUNS"] = "0"
+    env["TMPDIR"] = str(tmp_path)  # the proxy's shared folder: a killed proxy cannot remove it
     command = [sys.executable, "-m", "dashboard.serve", "--processes", "2", "--port", str(free_port())]
     server = subprocess.Popen(
         [*command, "--address", "127.0.0.1"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
