@@ -50,14 +50,15 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import secrets
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
 from core.errors import BNNError
+from dashboard.machine_turns import MachineTurns, schedule
+from dashboard.queue_jobs import QueueEntry, TrainingRequest, _Job, _Session  # noqa: F401  (callers import them here)
 
 # Process management (threads, child processes) is dashboard/training_process.py; re-exported here
 # for the callers that know the queue (cache.training_queue, the pages, the tests).
@@ -100,117 +101,11 @@ def duration_text(seconds: float) -> str:
     return backend.time_text(seconds)
 
 
-class _Session:
-    """What the queue knows of one session (owner): its label and whether any of its pages (a
-    browser's tabs share an owner) is still connected (since when none is)."""
-
-    def __init__(self, owner: Hashable, label: str):
-        self.owner = owner
-        self.label = label
-        # One callable per page that asked or came back to watch: is that page still connected?
-        self.presences: set[Callable[[], bool]] = set()
-        self.gone_since: float | None = None
-
-
-class _Job:
-    """One config's training, shared by every request that asked for it."""
-
-    def __init__(self, key: Hashable, worker: TrainingWorker, job_id: int, seconds: float | None):
-        self.key = key
-        self.worker = worker
-        self.id = job_id  # also its order of arrival
-        self.created = time.time()  # its arrival on the wall clock (turns across processes)
-        self.seconds = seconds  # the estimate it was admitted with (None: unknown)
-        self.lane = False  # started in the short lane (beside the slots)
-        self.slot: Any = None  # the machine's slot it holds while it trains (shared queues only)
-        self.requests: dict[int, "TrainingRequest"] = {}  # the live requests sharing it
-
-
-class TrainingRequest:
-    """One session's request: what it sees of its job, and a cancel of its own.
-
-    Same interface as TrainingWorker for the UI (snapshot, cancel, cancel_requested, label, join).
-    """
-
-    def __init__(self, queue: "TrainingQueue", job: _Job, request_id: int, joined: bool, owner: Hashable, who: str):
-        self._queue = queue
-        self._job = job
-        self.id = request_id
-        # Unguessable, but only a *lookup*: the token in a page's address lets a reloaded page find
-        # this request again to show its progress. Cancelling needs the owner (dashboard/state.py).
-        # Behind dashboard.serve it starts with its process's name ("s1-"), so the proxy sends a link's
-        # browser to the process that has it.
-        self.token = queue.token_prefix + secrets.token_urlsafe(12)
-        self.owner = owner
-        self.who = who  # the owner's short anonymous label
-        self.joined = joined  # True when it joined a job that was already queued or training
-        self.label = job.worker.label
-        self.config = job.worker.config
-        self._withdrawn: str | None = None  # why, once withdrawn
-
-    @property
-    def job_id(self) -> int:
-        return self._job.id
-
-    def snapshot(self) -> WorkerSnapshot:
-        snapshot = self._job.worker.snapshot()
-        if self._withdrawn:  # whatever the job does now (others may share it), this request is over
-            return replace(
-                snapshot,
-                status=WorkerStatus.CANCELLED,
-                error=self._withdrawn,
-                position=None,
-                finished=snapshot.finished or time.time(),
-            )
-        position, eta = self._queue.place(self._job)
-        return replace(snapshot, position=position, eta=eta, sharers=max(1, len(self._job.requests)))
-
-    def cancel(self) -> None:
-        """Withdraw this request; the job stops only when no other request shares it."""
-        self._queue._withdraw(self, "you cancelled this request")
-
-    @property
-    def cancel_requested(self) -> bool:
-        return self._withdrawn is not None
-
-    def join(self, timeout: float | None = None) -> WorkerSnapshot:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self._job.worker.snapshot().status is WorkerStatus.QUEUED and not self._withdrawn:
-            if deadline is not None and time.monotonic() >= deadline:
-                return self.snapshot()
-            time.sleep(0.01)
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if self._job.worker.snapshot().status is not WorkerStatus.QUEUED:
-            self._job.worker.join(remaining)
-        return self.snapshot()
-
-
-@dataclass(frozen=True)
-class QueueEntry:
-    """One job as the teacher's panel lists it."""
-
-    job_id: int
-    who: str  # the requesting sessions' labels
-    label: str  # the config's label
-    status: WorkerStatus
-    place: int | None  # 1-based among waiting jobs
-    eta: float | None  # seconds until it starts (waiting) or ends (running); None: unknown
-    finished_epochs: int
-    total_epochs: int
-    process: int | None = None  # another server process's job (dashboard.serve); None: this process's
-
-    @property
-    def key(self) -> str:
-        """Unique across the server processes (job ids are per process)."""
-        return f"{self.job_id}" if self.process is None else f"{self.process}-{self.job_id}"
-
-
-class TrainingQueue:
+class TrainingQueue(MachineTurns):
     """At most `slots` trainings at once; the others wait their turn, round-robin across sessions,
     within `limits` per session."""
 
     KEEP_FINISHED = 64
-    SHARED_POLL_SECONDS = 0.5  # a shared queue's retries for a freed slot, and its publishing
 
     def __init__(
         self,
@@ -562,7 +457,7 @@ class TrainingQueue:
         free: list[float | None] = [self._remaining(job) for job in self._running if not job.lane]
         free += [0.0] * (self.slots - len(free))
         lane: float | None = next((self._remaining(job) for job in self._running if job.lane), 0.0)
-        return _schedule(free, lane, [(job.id, job.seconds) for job in order], self.limits.short_seconds)
+        return schedule(free, lane, [(job.id, job.seconds) for job in order], self.limits.short_seconds)
 
     # --- the threads' side ------------------------------------------------------------------------
     def _finished(self, worker: TrainingWorker) -> None:
@@ -625,196 +520,6 @@ class TrainingQueue:
                 job.worker.start()
             if self._shared is not None:
                 self._publish(ranks=None)
-
-    # --- several server processes (a shared queue) ---------------------------------------------------
-    def _turn(self, job: _Job, ranks: dict[int, tuple[int, int]]) -> tuple[int, float, int, int]:
-        """A waiting job's turn, comparable across processes: (rank, since when it has had it on the
-        wall clock, process, job id); lower goes first."""
-        rank, since = ranks[job.id]
-        wall = self._tick_wall.get(since, job.created) if rank == 0 else job.created
-        return rank, wall, self._shared.process, job.id
-
-    def _others(self) -> list[Any]:
-        return [] if self._shared is None else self._shared.others()
-
-    def _others_waiting(self) -> list[tuple[tuple[int, float, int, int], Any]]:
-        """The other processes' waiting jobs with their turns (a queue not rewritten for a while is
-        of a process that hangs: it takes no turn from the others)."""
-        return [
-            ((*job.turn, job.process, job.job_id), job)
-            for job in self._others()
-            if job.turn is not None and not job.stale
-        ]
-
-    def _next_on_machine(self, order: list[_Job], ranks: dict[int, tuple[int, int]]) -> _Job | None:
-        """`_next_to_start` across the server processes: a slot is taken only by the machine's next
-        job in turn; the lane by the machine's first short job in turn, while every slot of the
-        machine runs a long training."""
-        shared = self._shared
-        others = self._others_waiting()
-        first = order[0]
-        if all(self._turn(first, ranks) < turn for turn, _ in others):
-            slot = shared.acquire(long=not self._is_short(first))
-            if slot is not None:
-                first.slot, first.lane = slot, False
-                return first
-        short = next((job for job in order if self._is_short(job)), None)
-        if short is None or self.limits.short_seconds <= 0:
-            return None
-        if any(
-            turn < self._turn(short, ranks)
-            for turn, job in others
-            if job.seconds is not None and job.seconds <= self.limits.short_seconds
-        ):
-            return None
-        if not shared.every_slot_long():
-            return None
-        slot = shared.acquire(long=False, lane=True)
-        if slot is None:
-            return None
-        short.slot, short.lane = slot, True
-        return short
-
-    def _machine_order(self, order: list[_Job], ranks: dict[int, tuple[int, int]]) -> list[Any]:
-        """Every process's waiting jobs in turn: this process's by job id, the others' as RemoteJob."""
-        turns = [(self._turn(job, ranks), job.id, job.seconds) for job in order]
-        turns += [(turn, job, job.seconds) for turn, job in self._others_waiting()]
-        self._merged_seconds = {key: seconds for _, key, seconds in turns}
-        return [key for _, key, _ in sorted(turns, key=lambda item: item[0])]
-
-    def _machine_start_times(self, merged: list[Any]) -> dict[Any, float | None]:
-        """`_start_times` over every process's running and waiting jobs."""
-        others = self._others()
-        running = [job for job in self._running if not job.lane]
-        free: list[float | None] = [self._remaining(job) for job in running]
-        free += [job.seconds for job in others if job.turn is None and not job.lane]
-        free += [0.0] * (self.slots - len(free))
-        lanes = [self._remaining(job) for job in self._running if job.lane]
-        lanes += [job.seconds for job in others if job.turn is None and job.lane]
-        items = [(key, self._merged_seconds.get(key)) for key in merged]
-        return _schedule(free, lanes[0] if lanes else 0.0, items, self.limits.short_seconds)
-
-    def _machine_overview(self) -> list[QueueEntry]:
-        with self._lock:
-            self._sweep()
-            ranks = self._ranks()
-            order = self._order(ranks)
-            merged = self._machine_order(order, ranks)
-            starts = self._machine_start_times(merged)
-            local = {job.id: job for job in order}
-            entries = []
-            for job in self._running:
-                snapshot = job.worker.snapshot()
-                entries.append(self._entry(job, snapshot.status, None, self._remaining(job)))
-            for job in self._others():
-                if job.turn is None:
-                    entries.append(_remote_entry(job, None, job.seconds))
-            for place, key in enumerate(merged, start=1):
-                if isinstance(key, int):
-                    entries.append(self._entry(local[key], WorkerStatus.QUEUED, place, starts.get(key)))
-                else:
-                    entries.append(_remote_entry(key, place, starts.get(key)))
-            # a hung process's waiting jobs: listed (the teacher may cancel them), in no place
-            entries += [_remote_entry(job, None, None) for job in self._others() if job.turn is not None and job.stale]
-            return entries
-
-    def _entry(self, job: _Job, status: WorkerStatus, place: int | None, eta: float | None) -> QueueEntry:
-        snapshot = job.worker.snapshot()
-        who = sorted({self._label_of(r.owner) for r in job.requests.values()})
-        return QueueEntry(
-            job.id,
-            ", ".join(who) or "nobody (every tab that asked has left)",
-            job.worker.label,
-            status,
-            place,
-            eta,
-            snapshot.finished_epochs,
-            snapshot.total_epochs,
-        )
-
-    def _publish(self, ranks: dict[int, tuple[int, int]] | None) -> None:
-        """This process's running and waiting jobs into the shared folder (for the others' turns,
-        places, times and the teacher's list)."""
-        ranks = self._ranks() if ranks is None else ranks
-        jobs = []
-        for job in self._running:
-            entry = self._entry(job, WorkerStatus.RUNNING, None, None)
-            jobs.append(_published(entry, self._remaining(job), job.lane, None))
-        for job in self._order(ranks):
-            entry = self._entry(job, WorkerStatus.QUEUED, None, None)
-            jobs.append(_published(entry, job.seconds, False, list(self._turn(job, ranks)[:2])))
-        try:
-            self._shared.publish(jobs)
-        except OSError as exc:  # the others then count this process's jobs a moment later
-            log.warning("could not publish the training queue for the other server processes: %s", exc)
-
-    def _poll_shared(self) -> None:
-        """A shared queue's thread: the teacher's cancels asked of this process, a freed slot for the
-        next job in turn, and this process's queue republished (its progress for the others)."""
-        while not self._closed.wait(self.SHARED_POLL_SECONDS):
-            try:
-                for job_id in self._shared.cancels():
-                    self.cancel_job(job_id)
-                self._dispatch()
-            except Exception:  # the next poll tries again; the pages keep working meanwhile
-                log.exception("the shared training queue's poll failed")
-
-    def close(self) -> None:
-        """Stop a shared queue's poll and withdraw its published queue (tests; a server ends with it)."""
-        self._closed.set()
-        if self._shared is not None:
-            self._shared.close()
-
-
-def _published(entry: QueueEntry, seconds: float | None, lane: bool, turn: list | None) -> dict[str, Any]:
-    return {
-        "job_id": entry.job_id,
-        "who": entry.who,
-        "label": entry.label,
-        "status": entry.status.value,
-        "seconds": seconds,
-        "lane": lane,
-        "turn": turn,
-        "finished_epochs": entry.finished_epochs,
-        "total_epochs": entry.total_epochs,
-    }
-
-
-def _remote_entry(job: Any, place: int | None, eta: float | None) -> QueueEntry:
-    return QueueEntry(
-        job.job_id,
-        job.who,
-        job.label,
-        WorkerStatus(job.status),
-        place,
-        eta,
-        job.finished_epochs,
-        job.total_epochs,
-        process=job.process,
-    )
-
-
-def _schedule(
-    free: list[float | None], lane: float | None, items: list[tuple[Any, float | None]], short_seconds: float
-) -> dict[Any, float | None]:
-    """Estimated seconds until each waiting item (key, estimated seconds) starts, in order: on the slot
-    that frees first, a short one in the short lane when that frees first (unknown from the first
-    unknown on). `free`: when each slot frees; `lane`: when the lane does."""
-    free = list(free)
-    starts: dict[Any, float | None] = {}
-    for key, seconds in items:
-        if any(t is None for t in free):
-            starts[key] = None
-            continue
-        slot = min(range(len(free)), key=lambda i: free[i])
-        short = short_seconds > 0 and seconds is not None and seconds <= short_seconds
-        if short and lane is not None and lane < free[slot]:
-            starts[key] = lane
-            lane = lane + seconds
-            continue
-        starts[key] = free[slot]
-        free[slot] = None if seconds is None else free[slot] + seconds
-    return starts
 
 
 def _connected(presence: Callable[[], bool]) -> bool:
