@@ -19,9 +19,9 @@ processes on free loopback ports and a reverse proxy on the public address that 
 - Ctrl-C or SIGTERM stops the proxy and every process.
 
 `--processes 1` (the default, or $BNN_SERVER_PROCESSES) is `streamlit run dashboard/app.py` itself.
-The proxy is plain asyncio (HTTP/1.1 and websockets passed through as bytes): Streamlit's own server
-changed from tornado to starlette across the versions this project supports, so it uses neither. It
-never imports Streamlit or torch (its process stays small).
+The proxy (dashboard/serve_proxy.py) is plain asyncio (HTTP/1.1 and websockets passed through as
+bytes): Streamlit's own server changed from tornado to starlette across the versions this project
+supports, so it uses neither. It never imports Streamlit or torch (its process stays small).
 """
 
 from __future__ import annotations
