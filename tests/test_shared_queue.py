@@ -246,3 +246,41 @@ def test_two_real_processes_never_run_more_trainings_than_the_machines_slots(tmp
         running += 1 if kind == "start" else -1
         most = max(most, running)
     assert most == 2, f"at most 2 trainings at once on the machine, saw {most}"
+
+
+ORPHAN = """
+import multiprocessing, sys, threading, time
+from core.runs import RunConfig
+from dashboard.training_process import train_in_subprocess
+
+config = RunConfig(dataset="two-moons", hidden=(8,), train={"epochs": 50000})
+threading.Thread(target=train_in_subprocess, args=(config,), daemon=True).start()
+while not multiprocessing.active_children():
+    time.sleep(0.05)
+print(" ".join(str(c.pid) for c in multiprocessing.active_children() if c.name == "bnn-training"), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow  # a training process (imports torch): about 5 s
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the death signal is Linux's")
+def test_a_training_process_ends_when_its_server_process_is_killed(tmp_path):
+    """Else a killed server process's trainings train on unseen, beyond the machine's slots, while
+    dashboard.serve restarts it with its slots free."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), BNN_CACHE_DIR=str(tmp_path))
+    server = subprocess.Popen([sys.executable, "-c", ORPHAN], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        training = int(server.stdout.readline().split()[0])
+        time.sleep(2.0)  # into its training loop
+        assert Path(f"/proc/{training}").exists()
+    finally:
+        server.kill()
+        server.wait()
+
+    def gone() -> bool:
+        try:
+            return Path(f"/proc/{training}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            return True
+
+    assert until(gone, 30), "the training process outlived its killed server process"
