@@ -82,6 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         help="streamlit processes sharing the class, session i on server i mod N, as a sticky proxy would place "
         "browsers (measures that design; the app ships one process)",
     )
+    parser.add_argument(
+        "--proxy-processes",
+        type=int,
+        default=0,
+        help="serve the class with `python -m dashboard.serve --processes N` (what the app ships: one address, "
+        "a proxy keeping each browser on one of N processes) instead of --servers' direct connections",
+    )
     parser.add_argument("--note", default="", help="a line about the machine's load, written under the table")
     parser.add_argument(
         "--json",
@@ -94,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--sessions: at least 3 (two of them train)")
     if not 1 <= args.servers <= 8:
         parser.error(f"--servers: 1 to 8, got {args.servers}")
+    if args.proxy_processes and not 1 <= args.proxy_processes <= 8:
+        parser.error(f"--proxy-processes: 1 to 8, got {args.proxy_processes}")
+    if args.proxy_processes and args.servers != 1:
+        parser.error("--proxy-processes and --servers: give one of them")
     dataset = args.dataset
     if args.preset:
         from core.runs import RunConfig, get_preset
@@ -113,19 +124,24 @@ def main(argv: list[str] | None = None) -> int:
         max_seconds=args.max_seconds,
         think_seconds=args.think_seconds,
         servers=args.servers,
+        proxy_processes=args.proxy_processes,
     )
     if args.predict_slots is not None:
         os.environ["BNN_PREDICT_SLOTS"] = str(args.predict_slots)  # the server inherits this environment
     report = run_load_test(scenario, cache_dir=args.cache_dir)
     text = table(report)
+    if args.proxy_processes:
+        serving = f"`python -m dashboard.serve --processes {args.proxy_processes}` (one address)"
+    else:
+        serving = "one `streamlit run`" if args.servers == 1 else f"{args.servers} `streamlit run` processes"
     body = [
-        f"# Classroom load test: {args.sessions} sessions on "
-        + ("one `streamlit run`" if args.servers == 1 else f"{args.servers} `streamlit run` processes"),
+        f"# Classroom load test: {args.sessions} sessions on {serving}",
         "",
         f"`python -m benchmarks.classroom_load --sessions {args.sessions}"
         f"{f' --preset {args.preset}' if args.preset else f' --dataset {dataset}'}"
         f"{'' if args.predict_slots is None else f' --predict-slots {args.predict_slots}'}"
-        f"{'' if args.servers == 1 else f' --servers {args.servers}'}` on "
+        f"{'' if args.servers == 1 else f' --servers {args.servers}'}"
+        f"{f' --proxy-processes {args.proxy_processes}' if args.proxy_processes else ''}` on "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         "",
         text,

@@ -70,6 +70,78 @@ COMPUTE_THREADS = register(
     )
 )
 
+# --- a class over several server processes (python -m dashboard.serve) ---------------------------
+
+# On 2 cores, 2 processes halved the class's first-update p95 and a third made it worse
+# (benchmarks/results/classroom_ab_*servers*.md); 16 leaves room for bigger machines, each process
+# holding its own caches (about 1.5 GB for a class's runs).
+MAX_SERVER_PROCESSES = 16
+
+SERVER_PROCESSES = register(
+    Setting(
+        "BNN_SERVER_PROCESSES",
+        "whole",
+        1,
+        "Streamlit server processes `python -m dashboard.serve` starts behind its one address (also "
+        "--processes; each keeps a browser on one process and holds its own caches; 1: one process, as "
+        "`streamlit run`)",
+        low=1,
+        high=MAX_SERVER_PROCESSES,
+    )
+)
+
+# Set by dashboard.serve for each server process it starts; nobody sets them by hand.
+SERVE_DIR = register(
+    Setting(
+        "BNN_SERVE_DIR",
+        "path",
+        None,
+        "set by `python -m dashboard.serve` for its server processes: the folder through which they share "
+        "the training slots, the queue's view and the teacher's cancels (unset: a process shares nothing)",
+    )
+)
+SERVE_CHILD = register(
+    Setting(
+        "BNN_SERVE_CHILD",
+        "whole",
+        None,
+        "set by `python -m dashboard.serve` for its server processes: which one this is (its trainings' "
+        "?train= tokens name it, so that the proxy sends a link's browser to it)",
+        low=0,
+        high=MAX_SERVER_PROCESSES - 1,
+    )
+)
+SERVE_ADDRESS = register(
+    Setting(
+        "BNN_SERVE_ADDRESS",
+        "text",
+        None,
+        "set by `python -m dashboard.serve` for its server processes: the address its proxy listens on "
+        "(classroom mode's default follows it, not the process's own loopback address)",
+    )
+)
+
+LOOPBACK_NAMES = ("localhost",)
+
+
+def listens_beyond_loopback(address: str | None) -> bool:
+    """Whether other machines can reach a server listening on `address`: every interface (empty,
+    0.0.0.0, ::) and any address or host name that is not loopback do; None (no server) does not."""
+    import ipaddress
+
+    if address is None:
+        return False
+    host = address.strip().strip("[]").lower()
+    if not host:
+        return True
+    if host in LOOPBACK_NAMES:
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it resolves to some interface of this machine
+        return True
+
+
 # --- the training queue's limits and the teacher token's throttle ---------------------------------
 
 QUEUE_PER_SESSION = register(

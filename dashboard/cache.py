@@ -155,11 +155,19 @@ def install_lesson_runs(store_folder: str) -> None:
 
 @st.cache_resource
 def training_queue() -> Any:
-    """The one training queue of this server process."""
-    from dashboard.settings import queue_limits
+    """The one training queue of this server process (sharing the machine's training slots with the
+    other server processes of `python -m dashboard.serve`)."""
+    from dashboard.settings import queue_limits, serve_child, serve_folder
     from dashboard.worker import TrainingQueue, default_slots, train_in_subprocess
 
-    queue = TrainingQueue(train_in_subprocess, default_slots(), queue_limits())
+    slots, folder = default_slots(), serve_folder()
+    shared, prefix = None, ""
+    if folder is not None:  # one of `python -m dashboard.serve`'s processes: the machine's slots are shared
+        from dashboard.shared_queue import SharedQueue
+
+        child = serve_child() or 0
+        shared, prefix = SharedQueue(folder, slots, child), f"s{child}-"
+    queue = TrainingQueue(train_in_subprocess, slots, queue_limits(), shared=shared, token_prefix=prefix)
     # A finished run reaches every session's run list at once, not after the list's time to live.
     queue.on_job_finished = cached_run_list.clear
     return queue

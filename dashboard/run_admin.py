@@ -13,7 +13,7 @@ import streamlit as st
 from dashboard import backend, cache, state
 from dashboard.backend import plain
 from dashboard.ui import guard, without_server_paths
-from dashboard.worker import duration_text
+from dashboard.worker import WorkerStatus, duration_text
 
 log = logging.getLogger(__name__)
 
@@ -139,15 +139,16 @@ def queue_panel() -> None:
         st.caption("Nothing is training or waiting.")
         return
     for entry in entries:
-        where = (
-            f"queued, place {entry.place}"
-            if entry.place is not None
-            else f"running, epoch {entry.finished_epochs}/{entry.total_epochs}"
-        )
+        if entry.place is not None:
+            where = f"queued, place {entry.place}, {eta_text(entry.eta, True)}"
+        elif entry.status is WorkerStatus.QUEUED:  # of a server process that stopped answering
+            where = "queued on a server process that does not answer"
+        else:
+            where = f"running, epoch {entry.finished_epochs}/{entry.total_epochs}, {eta_text(entry.eta, False)}"
         left, right = st.columns([5, 1])
-        left.text(f"{entry.who}: {entry.label}; {where}, {eta_text(entry.eta, entry.place is not None)}")
-        if right.button("Cancel", key=f"teacher_cancel_{entry.job_id}", type="secondary"):
-            queue.cancel_job(entry.job_id)
+        left.text(f"{entry.who}: {entry.label}; {where}")
+        if right.button("Cancel", key=f"teacher_cancel_{entry.key}", type="secondary"):
+            queue.cancel_job(entry.job_id, process=entry.process)
             log.info(
                 "the teacher (%s) cancelled training %d (%s) of %s",
                 state.session_label(),

@@ -66,37 +66,26 @@ def classroom_mode() -> bool:
     return on
 
 
-LOOPBACK_NAMES = ("localhost",)
+LOOPBACK_NAMES = declared.LOOPBACK_NAMES
+# Pure (no Streamlit, no torch): declared in core so that dashboard.serve's proxy reads it without them.
+listens_beyond_loopback = declared.listens_beyond_loopback
 
 
 def server_address() -> str | None:
-    """The address this process's Streamlit server listens on ("" for every interface, Streamlit's
-    default), or None when no server runs here (AppTest, the command line)."""
+    """The address browsers reach this process's Streamlit server on ("" for every interface,
+    Streamlit's default): behind `python -m dashboard.serve`, its proxy's address ($BNN_SERVE_ADDRESS),
+    not the loopback address the process itself listens on; None when no server runs here (AppTest,
+    the command line)."""
     import streamlit as st
 
     from dashboard.streamlit_compat import serving_browsers
 
     if not serving_browsers():
         return None
+    proxied = declared.SERVE_ADDRESS.read()
+    if proxied is not None:
+        return str(proxied).strip()
     return str(st.get_option("server.address") or "").strip()
-
-
-def listens_beyond_loopback(address: str | None) -> bool:
-    """Whether other machines can reach a server listening on `address`: every interface (empty,
-    0.0.0.0, ::) and any address or host name that is not loopback do; None (no server) does not."""
-    import ipaddress
-
-    if address is None:
-        return False
-    host = address.strip().strip("[]").lower()
-    if not host:
-        return True
-    if host in LOOPBACK_NAMES:
-        return False
-    try:
-        return not ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it resolves to some interface of this machine
-        return True
 
 
 _said: list[bool] = []
@@ -170,6 +159,17 @@ def compute_threads() -> int | None:
     if threads is None:
         return 1 if classroom_mode() else None
     return threads
+
+
+def serve_folder() -> str | None:
+    """The folder shared with the other server processes of `python -m dashboard.serve`
+    ($BNN_SERVE_DIR, which it sets), or None for a server on its own."""
+    return declared.SERVE_DIR.read()
+
+
+def serve_child() -> int | None:
+    """Which of dashboard.serve's server processes this is ($BNN_SERVE_CHILD), or None."""
+    return declared.SERVE_CHILD.read()
 
 
 def training_niceness() -> int:

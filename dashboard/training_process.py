@@ -249,6 +249,7 @@ def _train_child(
     """The child's side of train_in_subprocess; `threads`: PyTorch threads (None: its default)."""
     import traceback
 
+    _end_with_parent()
     try:
         # Trainings yield the cores to the sessions' page runs, which somebody is waiting for.
         if niceness and hasattr(os, "nice"):
@@ -269,6 +270,27 @@ def _train_child(
     finally:
         messages.close()
         messages.join_thread()
+
+
+def _end_with_parent() -> None:
+    """Linux: this training process gets SIGTERM when the server process that started it ends, even
+    killed. Otherwise a killed server's trainings trained on unseen, beyond the machine's training
+    slots (dashboard.serve restarts a server process that ended; its slots are free at once)."""
+    import multiprocessing
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:  # it ended before the line above
+        os._exit(1)
 
 
 def _error_from_child(kind: str, name: str, text: str) -> Exception:

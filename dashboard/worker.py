@@ -34,6 +34,15 @@ length; the other sessions' next jobs wait one turn each.
 A closed tab's waiting requests are dropped after a grace period (a
 reload or a dropped connection comes back within it); its running training
 goes on and is stored.
+
+Several server processes (`python -m dashboard.serve`). Each process has its own
+queue (a browser stays on one process, so its requests and limits are all in
+one), and with `shared` (dashboard/shared_queue.py) the processes share the
+machine's `slots`: a job starts only on a slot lock it holds, and only when it
+is the machine's next in turn (the lowest rank, then the longest a session's
+next job, across every process's published queue); places, times and the
+teacher's list count every process's jobs. A config asked for in two processes
+trains twice (joining stays within a process).
 """
 
 from __future__ import annotations
@@ -41,14 +50,15 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import secrets
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
 from core.errors import BNNError
+from dashboard.machine_turns import MachineTurns, schedule
+from dashboard.queue_jobs import QueueEntry, TrainingRequest, _Job, _Session  # noqa: F401  (callers import them here)
 
 # Process management (threads, child processes) is dashboard/training_process.py; re-exported here
 # for the callers that know the queue (cache.training_queue, the pages, the tests).
@@ -91,102 +101,7 @@ def duration_text(seconds: float) -> str:
     return backend.time_text(seconds)
 
 
-class _Session:
-    """What the queue knows of one session (owner): its label and whether any of its pages (a
-    browser's tabs share an owner) is still connected (since when none is)."""
-
-    def __init__(self, owner: Hashable, label: str):
-        self.owner = owner
-        self.label = label
-        # One callable per page that asked or came back to watch: is that page still connected?
-        self.presences: set[Callable[[], bool]] = set()
-        self.gone_since: float | None = None
-
-
-class _Job:
-    """One config's training, shared by every request that asked for it."""
-
-    def __init__(self, key: Hashable, worker: TrainingWorker, job_id: int, seconds: float | None):
-        self.key = key
-        self.worker = worker
-        self.id = job_id  # also its order of arrival
-        self.seconds = seconds  # the estimate it was admitted with (None: unknown)
-        self.lane = False  # started in the short lane (beside the slots)
-        self.requests: dict[int, "TrainingRequest"] = {}  # the live requests sharing it
-
-
-class TrainingRequest:
-    """One session's request: what it sees of its job, and a cancel of its own.
-
-    Same interface as TrainingWorker for the UI (snapshot, cancel, cancel_requested, label, join).
-    """
-
-    def __init__(self, queue: "TrainingQueue", job: _Job, request_id: int, joined: bool, owner: Hashable, who: str):
-        self._queue = queue
-        self._job = job
-        self.id = request_id
-        # Unguessable, but only a *lookup*: the token in a page's address lets a reloaded page find
-        # this request again to show its progress. Cancelling needs the owner (dashboard/state.py).
-        self.token = secrets.token_urlsafe(12)
-        self.owner = owner
-        self.who = who  # the owner's short anonymous label
-        self.joined = joined  # True when it joined a job that was already queued or training
-        self.label = job.worker.label
-        self.config = job.worker.config
-        self._withdrawn: str | None = None  # why, once withdrawn
-
-    @property
-    def job_id(self) -> int:
-        return self._job.id
-
-    def snapshot(self) -> WorkerSnapshot:
-        snapshot = self._job.worker.snapshot()
-        if self._withdrawn:  # whatever the job does now (others may share it), this request is over
-            return replace(
-                snapshot,
-                status=WorkerStatus.CANCELLED,
-                error=self._withdrawn,
-                position=None,
-                finished=snapshot.finished or time.time(),
-            )
-        position, eta = self._queue.place(self._job)
-        return replace(snapshot, position=position, eta=eta, sharers=max(1, len(self._job.requests)))
-
-    def cancel(self) -> None:
-        """Withdraw this request; the job stops only when no other request shares it."""
-        self._queue._withdraw(self, "you cancelled this request")
-
-    @property
-    def cancel_requested(self) -> bool:
-        return self._withdrawn is not None
-
-    def join(self, timeout: float | None = None) -> WorkerSnapshot:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self._job.worker.snapshot().status is WorkerStatus.QUEUED and not self._withdrawn:
-            if deadline is not None and time.monotonic() >= deadline:
-                return self.snapshot()
-            time.sleep(0.01)
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if self._job.worker.snapshot().status is not WorkerStatus.QUEUED:
-            self._job.worker.join(remaining)
-        return self.snapshot()
-
-
-@dataclass(frozen=True)
-class QueueEntry:
-    """One job as the teacher's panel lists it."""
-
-    job_id: int
-    who: str  # the requesting sessions' labels
-    label: str  # the config's label
-    status: WorkerStatus
-    place: int | None  # 1-based among waiting jobs
-    eta: float | None  # seconds until it starts (waiting) or ends (running); None: unknown
-    finished_epochs: int
-    total_epochs: int
-
-
-class TrainingQueue:
+class TrainingQueue(MachineTurns):
     """At most `slots` trainings at once; the others wait their turn, round-robin across sessions,
     within `limits` per session."""
 
@@ -198,13 +113,20 @@ class TrainingQueue:
         slots: int = 1,
         limits: QueueLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
+        shared: Any = None,
+        token_prefix: str = "",
     ):
+        """`shared`: a dashboard.shared_queue.SharedQueue when several server processes share the
+        machine's slots (its slot count is `slots`); `token_prefix`: the start of every request's token."""
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
         self._train_fn = train_fn
         self.slots = int(slots)
         self.limits = limits or QueueLimits()
         self._clock = clock
+        self._shared = shared
+        self.token_prefix = token_prefix
+        self._tick_wall: dict[int, float] = {}  # tick -> wall clock: when a job became its session's next
         self._lock = threading.RLock()
         self._waiting: dict[Hashable, _Job] = {}
         self._running: list[_Job] = []
@@ -218,6 +140,10 @@ class TrainingQueue:
         # (job id, its rank, the lowest rank left waiting) at each start: the fairness record tests read.
         self.starts: deque[tuple[int, int, int | None]] = deque(maxlen=1000)
         self.on_job_finished: Callable[[], None] | None = None  # e.g. refresh the cached run list
+        self._closed = threading.Event()
+        if shared is not None:
+            # Another process's training may free a slot at any time: nothing here would notice.
+            threading.Thread(target=self._poll_shared, name="bnn-shared-queue", daemon=True).start()
 
     # --- asking -----------------------------------------------------------------------------------
     def submit(
@@ -340,18 +266,28 @@ class TrainingQueue:
         """(1-based place, estimated seconds until it starts) of a waiting job; (None, None) else."""
         with self._lock:
             self._sweep()
-            order = self._order()
+            ranks = self._ranks()
+            order = self._order(ranks)
             if job not in order:
                 return None, None
+            if self._shared is not None:
+                merged = self._machine_order(order, ranks)
+                return merged.index(job.id) + 1, self._machine_start_times(merged).get(job.id)
             return order.index(job) + 1, self._start_times(order).get(job.id)
 
     def counts(self) -> tuple[int, int]:
-        """(running, waiting) jobs."""
+        """(running, waiting) jobs (of every server process, with a shared queue)."""
         with self._lock:
-            return len(self._running), len(self._waiting)
+            running, waiting = len(self._running), len(self._waiting)
+        for job in self._others():
+            running, waiting = (running, waiting + 1) if job.turn is not None else (running + 1, waiting)
+        return running, waiting
 
     def overview(self) -> list[QueueEntry]:
-        """Every running and waiting job, running first, then in the order they will start."""
+        """Every running and waiting job, running first, then in the order they will start (of every
+        server process, with a shared queue)."""
+        if self._shared is not None:
+            return self._machine_overview()
         with self._lock:
             self._sweep()
             order = self._order()
@@ -382,8 +318,15 @@ class TrainingQueue:
         return session.label + (" (tab closed)" if session.gone_since is not None else "")
 
     # --- cancelling -------------------------------------------------------------------------------
-    def cancel_job(self, job_id: int, reason: str = "the teacher cancelled this training") -> bool:
-        """Stop a job whoever asked for it (the teacher's panel); False when it is not running or waiting."""
+    def cancel_job(
+        self, job_id: int, reason: str = "the teacher cancelled this training", process: int | None = None
+    ) -> bool:
+        """Stop a job whoever asked for it (the teacher's panel); False when it is not running or waiting.
+        `process`: another server process's job (QueueEntry.process), stopped by that process at its
+        next poll (True: asked)."""
+        if process is not None and self._shared is not None and process != self._shared.process:
+            self._shared.ask_cancel(process, job_id)
+            return True
         with self._lock:
             job = next((j for j in (*self._running, *self._waiting.values()) if j.id == job_id), None)
             if job is None:
@@ -481,9 +424,13 @@ class TrainingQueue:
                     since = heads[pair] = self._next_since.get(pair, -1)
                     if since < 0:
                         since = heads[pair] = next(self._ticks)
+                        self._tick_wall[since] = time.time()
                 best = min(best, (ahead, since))
             ranks[job.id] = best
         self._next_since = heads  # only the jobs that are next now
+        if len(self._tick_wall) > len(heads):
+            kept = set(heads.values())
+            self._tick_wall = {tick: wall for tick, wall in self._tick_wall.items() if tick in kept}
         return ranks
 
     def _order(self, ranks: dict[int, tuple[int, int]] | None = None) -> list[_Job]:
@@ -510,23 +457,15 @@ class TrainingQueue:
         free: list[float | None] = [self._remaining(job) for job in self._running if not job.lane]
         free += [0.0] * (self.slots - len(free))
         lane: float | None = next((self._remaining(job) for job in self._running if job.lane), 0.0)
-        starts: dict[int, float | None] = {}
-        for job in order:
-            if any(t is None for t in free):
-                starts[job.id] = None
-                continue
-            slot = min(range(len(free)), key=lambda i: free[i])
-            if self._is_short(job) and lane is not None and lane < free[slot]:
-                starts[job.id] = lane
-                lane = lane + job.seconds
-                continue
-            starts[job.id] = free[slot]
-            free[slot] = None if job.seconds is None else free[slot] + job.seconds
-        return starts
+        return schedule(free, lane, [(job.id, job.seconds) for job in order], self.limits.short_seconds)
 
     # --- the threads' side ------------------------------------------------------------------------
     def _finished(self, worker: TrainingWorker) -> None:
         with self._lock:
+            for job in self._running:
+                if job.worker is worker and job.slot is not None:
+                    job.slot.release()  # the machine's slot is free for any process's next job
+                    job.slot = None
             self._running = [job for job in self._running if job.worker is not worker]
             # Forget finished requests beyond the most recent few (their pages got the outcome).
             done = [t for t, r in self._requests.items() if not r._job.worker.snapshot().is_active]
@@ -547,10 +486,12 @@ class TrainingQueue:
     def _is_short(self, job: _Job) -> bool:
         return self.limits.short_seconds > 0 and job.seconds is not None and job.seconds <= self.limits.short_seconds
 
-    def _next_to_start(self, order: list[_Job]) -> _Job | None:
+    def _next_to_start(self, order: list[_Job], ranks: dict[int, tuple[int, int]]) -> _Job | None:
         """The waiting job to start now (None: none may): the first in turn while a slot is free;
         else, while the short lane is free and every slot runs a long training, the first short job
         in turn (it jumps only long jobs: among short jobs the turns stay round-robin)."""
+        if self._shared is not None:
+            return self._next_on_machine(order, ranks)
         slotted = [job for job in self._running if not job.lane]
         if len(slotted) < self.slots:
             return order[0]
@@ -565,10 +506,11 @@ class TrainingQueue:
             while self._waiting:
                 ranks = self._ranks()
                 order = self._order(ranks)
-                job = self._next_to_start(order)
+                job = self._next_to_start(order, ranks)
                 if job is None:
                     break
-                job.lane = len([j for j in self._running if not j.lane]) >= self.slots
+                if self._shared is None:  # a shared queue's lane is the slot it took
+                    job.lane = len([j for j in self._running if not j.lane]) >= self.slots
                 rank = ranks[job.id][0]
                 rest = min((ranks[other.id][0] for other in order if other is not job), default=None)
                 del self._waiting[job.key]
@@ -576,6 +518,8 @@ class TrainingQueue:
                 if not job.lane:  # the fairness record: the short lane jumps long jobs on purpose
                     self.starts.append((job.id, rank, rest))
                 job.worker.start()
+            if self._shared is not None:
+                self._publish(ranks=None)
 
 
 def _connected(presence: Callable[[], bool]) -> bool:

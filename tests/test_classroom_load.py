@@ -49,3 +49,20 @@ def test_two_server_processes_share_the_class_by_session_index(tmp_path):
     assert min(report.server_cpu_by_process) > 0.2  # each process ran its sessions' script runs
     assert report.server_cpu_seconds == pytest.approx(sum(report.server_cpu_by_process), abs=0.05)
     assert (tmp_path / "streamlit1.log").exists()
+
+
+def test_a_class_through_dashboard_serve_with_two_processes(tmp_path):
+    """--proxy-processes 2 (what ships: one address, `python -m dashboard.serve`): the proxy shares the
+    sessions' websockets out over both processes, the two trainings run at once on the machine's two
+    shared slots, and nobody sees an error or another's state."""
+    from benchmarks.classroom_load import run_load_test
+
+    scenario = small_class(sessions=6, interactions=3, max_seconds=120, proxy_processes=2)
+    report = run_load_test(scenario, work_dir=tmp_path)
+    assert report.errors == [] and report.leaks == []
+    assert len(report.server_cpu_by_process) == 2
+    assert min(report.server_cpu_by_process) > 0.2  # each process ran script runs of its sessions
+    assert report.proxy_cpu_seconds is not None and report.proxy_cpu_seconds > 0
+    assert len(report.trainers_saw_own_progress) == 2
+    log = (tmp_path / "serve.log").read_text()
+    assert "server process 1 is warm" in log and "Traceback" not in log

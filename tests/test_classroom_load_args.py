@@ -22,3 +22,17 @@ def test_servers_outside_1_to_8_are_refused(capsys):
             main(["--servers", bad])
         assert stop.value.code == 2
         assert "--servers: 1 to 8" in capsys.readouterr().err
+
+
+def test_proxy_processes_outside_1_to_8_or_beside_servers_are_refused(capsys):
+    from benchmarks.classroom_load import main
+
+    for argv, message in (
+        (["--proxy-processes", "9"], "--proxy-processes: 1 to 8"),
+        (["--proxy-processes", "-1"], "--proxy-processes: 1 to 8"),
+        (["--proxy-processes", "2", "--servers", "2"], "give one of them"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        assert stop.value.code == 2
+        assert message in capsys.readouterr().err

@@ -258,3 +258,41 @@ def test_queue_limits_come_from_the_environment_then_secrets_then_the_defaults(m
     from core.settings import SETTINGS, describe
 
     assert "BNN_TEACHER_BACKOFF_MAX_SECONDS" in SETTINGS and "`teacher_backoff_max_seconds`" in describe()
+
+
+@pytest.mark.slow  # several AppTest sessions: 6-12 s here
+def test_behind_dashboard_serve_the_teacher_lists_and_cancels_another_processs_training(monkeypatch, tmp_path):
+    """One of dashboard.serve's server processes (BNN_SERVE_DIR, BNN_SERVE_CHILD): its requests' tokens
+    name it for the proxy, and the teacher's list holds process 1's waiting training, whose Cancel is a
+    request to process 1."""
+    import time
+
+    from dashboard.shared_queue import SharedQueue
+
+    shared = tmp_path / "serve"
+    monkeypatch.setenv("BNN_SERVE_DIR", str(shared))
+    monkeypatch.setenv("BNN_SERVE_CHILD", "0")
+    monkeypatch.setenv("BNN_CLASSROOM", "1")
+    monkeypatch.setenv("BNN_TEACHER_TOKEN", TOKEN)
+    other = SharedQueue(shared, 1, 1)  # process 1, with one training waiting for the machine's slot
+    waiting = {"job_id": 7, "who": "student b", "label": "seed 7", "status": "queued", "seconds": 60.0}
+    waiting.update(lane=False, turn=[0, time.time() + 3600], finished_epochs=0, total_epochs=2)
+    other.publish([waiting])
+    try:
+        student = open_train_page()
+        start(student, "5")
+        request = student.session_state["training_worker"]
+        assert token_of(student).startswith("s0-") and request.token == token_of(student)
+        teacher = open_train_page()
+        teacher.text_input(key="teacher_token_input").input(TOKEN)
+        teacher.button(key="teacher_unlock").click().run()
+        assert not teacher.exception and not teacher.error
+        rows = [t.value for t in teacher.text if "seed 7" in t.value]
+        assert rows and rows[0].startswith("student b") and "queued, place 1" in rows[0], rows
+        assert any("1 running" in m.value and "1 waiting" in m.value for m in teacher.markdown)
+        # (under AppTest the click reruns the whole script, where the panel's fragment-scoped rerun
+        # raises; a browser reruns the fragment: the same as test_the_teacher_sees_every_training_and_cancels_any)
+        teacher.button(key="teacher_cancel_1-7").click().run()
+        assert other.cancels() == [7]  # process 1 acts on it at its next poll
+    finally:
+        other.close()

@@ -62,6 +62,8 @@ class Report:
     fragment_runs: int = 0  # fragment polls the refining sessions sent (each a fragment's own script run)
     draw_process_seconds: dict[int, float] = field(default_factory=dict)  # draw process pid -> its CPU in the class
     server_cpu_by_process: list[float] = field(default_factory=list)  # each server process's CPU (--servers)
+    proxy_cpu_seconds: float | None = None  # dashboard.serve's proxy process (--proxy-processes), in server CPU
+    proxy_peak_memory_mb: float | None = None  # its peak resident memory (VmHWM), in the server's peak
 
     def latencies(self, kinds: tuple[str, ...] | None = None) -> list[float]:
         return [i.seconds for i in self.interactions if kinds is None or i.kind in kinds]
@@ -184,6 +186,11 @@ def table(report: Report) -> str:
             if len(report.server_cpu_by_process) < 2
             else f" (server processes, sessions split by index: "
             f"{', '.join(f'{cpu:.0f}' for cpu in report.server_cpu_by_process)} s)"
+            if report.proxy_cpu_seconds is None
+            else f" (server processes behind the proxy: "
+            f"{', '.join(f'{cpu:.0f}' for cpu in report.server_cpu_by_process)} s; the proxy "
+            f"{report.proxy_cpu_seconds:.1f} s, peak resident memory "
+            f"{report.proxy_peak_memory_mb or float('nan'):.0f} MB)"
         ),
         f"- wall time {report.wall_seconds:.0f} s; load average at the end {report.load_average[0]:.1f} / "
         f"{report.load_average[1]:.1f} / {report.load_average[2]:.1f} (1/5/15 min) on {os.cpu_count()} cores",
@@ -248,7 +255,14 @@ def thread_table(report: Report) -> list[str]:
     lines = [
         "",
         "Server CPU by thread (user + system: /proc/<pid>/task/*/stat at the class's start and end, and each "
-        "thread's time.thread_time as it ended):",
+        "thread's time.thread_time as it ended"
+        + (
+            "; behind dashboard.serve the processes run without the load test's thread log, so the threads that "
+            "ended during the class are in no record"
+            if report.proxy_cpu_seconds is not None
+            else ""
+        )
+        + "):",
         "",
         "| threads | seen | CPU (s) | share of the server's |",
         "|---|---|---|---|",

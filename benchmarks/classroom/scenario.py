@@ -16,7 +16,7 @@ from typing import Any
 
 from benchmarks.classroom.client import RunResult, Session, number_state, slider_state, text_state, trigger_state
 from benchmarks.classroom.report import SERVER_SETTINGS, Interaction, Report, attribute_script_cpu
-from benchmarks.classroom.server import ServerGroup, ThreadCpu, prepare_runs
+from benchmarks.classroom.server import ProxiedServers, ServerGroup, ThreadCpu, prepare_runs
 
 # Values a class is asked to try: slider positions (threshold steps of the pruning page) and R.
 THRESHOLDS = (0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.9)
@@ -42,6 +42,7 @@ class Scenario:
     think_seconds: float = 1.0  # a student's pause between interactions (randomised 0.5x-1.5x)
     seed: int = 0
     servers: int = 1  # streamlit processes, session i on server i mod servers (ServerGroup)
+    proxy_processes: int = 0  # >0: `python -m dashboard.serve --processes N` instead (ProxiedServers)
 
 
 # --- what a session must (not) see ----------------------------------------------------------------
@@ -335,7 +336,7 @@ async def train(
     await session.close()
 
 
-async def run_class(runs: list[str], scenario: Scenario, report: Report, server: ServerGroup) -> None:
+async def run_class(runs: list[str], scenario: Scenario, report: Report, server: ServerGroup | ProxiedServers) -> None:
     rng = random.Random(scenario.seed)
     deadline = time.monotonic() + scenario.max_seconds
     trainer_labels: dict[int, str] = {}
@@ -364,6 +365,7 @@ async def run_class(runs: list[str], scenario: Scenario, report: Report, server:
     report.memory_mb.append(server.memory_mb()[0])
     report.started = time.time()
     server_cpu, client_cpu = server.cpu_seconds(), time.process_time()
+    proxy_cpu = server.proxy_cpu_seconds() if isinstance(server, ProxiedServers) else None
     each_cpu = [handle.cpu_seconds() for handle in server.servers]
     draws_before = server.draw_process_cpu()
     threads.begin()
@@ -387,6 +389,9 @@ async def run_class(runs: list[str], scenario: Scenario, report: Report, server:
     threads.finish()
     report.server_cpu_seconds = server.cpu_seconds() - server_cpu
     report.server_cpu_by_process = [handle.cpu_seconds() - before for handle, before in zip(server.servers, each_cpu)]
+    if proxy_cpu is not None:
+        report.proxy_cpu_seconds = server.proxy_cpu_seconds() - proxy_cpu
+        report.proxy_peak_memory_mb = server.proxy_memory_mb()[1]
     draws_after = server.draw_process_cpu()  # a child that ended during the class is not counted
     report.draw_process_seconds = {pid: cpu - draws_before.get(pid, 0.0) for pid, cpu in draws_after.items()}
     report.thread_seconds, report.thread_names = threads.used()
@@ -408,9 +413,12 @@ def run_load_test(scenario: Scenario, cache_dir: Path | None = None, work_dir: P
     )
     env.setdefault("BNN_CLASSROOM", "1")  # a class runs the app in classroom mode
     runs = prepare_runs(scenario, env)
-    server = ServerGroup(
-        env, [work / ("streamlit.log" if k == 0 else f"streamlit{k}.log") for k in range(scenario.servers)]
-    )
+    if scenario.proxy_processes:
+        server: ServerGroup | ProxiedServers = ProxiedServers(env, work / "serve.log", scenario.proxy_processes)
+    else:
+        server = ServerGroup(
+            env, [work / ("streamlit.log" if k == 0 else f"streamlit{k}.log") for k in range(scenario.servers)]
+        )
     report = Report(scenario, server_settings={name: env.get(name, "(unset)") for name in SERVER_SETTINGS})
     started = time.perf_counter()
     try:
@@ -423,8 +431,8 @@ def run_load_test(scenario: Scenario, cache_dir: Path | None = None, work_dir: P
         report.load_average = os.getloadavg()
         server.stop()
     attribute_script_cpu(report, rerun_log)
-    for handle in server.servers:
-        log = handle.log.read_text()
+    for path in dict.fromkeys(handle.log for handle in server.servers):  # the proxy's processes share one log
+        log = path.read_text()
         if "Traceback" in log:
             report.errors.append("the server log has a traceback:\n" + log[log.index("Traceback") :][:2000])
     return report

@@ -7,7 +7,9 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from benchmarks.classroom.serving import HOST, free_port, wait_until_healthy
@@ -200,6 +202,102 @@ class ServerGroup:
     def stop(self) -> None:
         for server in self.servers:
             server.stop()
+
+
+class _Attached(Server):
+    """A server process someone else started (dashboard.serve's): read from /proc, stopped with its parent."""
+
+    def __init__(self, pid: int, log: Path) -> None:
+        self.process = SimpleNamespace(pid=pid)
+        self.log = log
+        self.url = ""
+
+    def stop(self) -> None:
+        pass
+
+
+class ProxiedServers:
+    """`python -m dashboard.serve --processes N` on 127.0.0.1: the class reaches one address and the
+    proxy shares it out (a browser's websocket goes to the process with the fewest; the load test's
+    sessions carry no cookie, each is one websocket). Memory and CPU are the N processes' and the
+    proxy's together (the proxy's CPU also apart). The proxy computes each process's first page before
+    the class (its warm-up), as the teacher's first page does for one server."""
+
+    def __init__(self, env: dict[str, str], log: Path, processes: int) -> None:
+        self.port = free_port()
+        self.url = f"http://{HOST}:{self.port}"
+        self.urls = [self.url]
+        self.log = log
+        self.expected = processes
+        self.thread_log = Path(env.get("BNN_THREAD_LOG") or os.devnull)
+        self.servers: list[Server] = []
+        self._handle = open(log, "w")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "dashboard.serve",
+                "--processes",
+                str(processes),
+                "--port",
+                str(self.port),
+                "--address",
+                HOST,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=self._handle,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_healthy(self, timeout: float = 300) -> None:
+        """Until the proxy serves and every process has computed its first page (or said it could not)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"dashboard.serve exited with {self.process.returncode}:\n{self.log.read_text()}")
+            text = self.log.read_text()
+            warmed = text.count(" is warm (") + text.count("could not be computed ahead")
+            if "Serving the dashboard" in text and warmed >= self.expected:
+                break
+            time.sleep(0.5)
+        else:
+            raise RuntimeError(f"dashboard.serve did not get ready within {timeout:g} s:\n{self.log.read_text()}")
+        wait_until_healthy(self.url, self.process, self.log, 30)
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split()
+        self.servers = [_Attached(int(pid), self.log) for pid in children]
+
+    @property
+    def pids(self) -> list[int]:
+        return [server.process.pid for server in self.servers]
+
+    def url_of(self, session: int) -> str:
+        return self.url
+
+    def memory_mb(self) -> tuple[float, float]:
+        values = [server.memory_mb() for server in [*self.servers, _Attached(self.process.pid, self.log)]]
+        return sum(rss for rss, _ in values), sum(peak for _, peak in values)
+
+    def proxy_memory_mb(self) -> tuple[float, float]:
+        return _Attached(self.process.pid, self.log).memory_mb()
+
+    def proxy_cpu_seconds(self) -> float:
+        return _Attached(self.process.pid, self.log).cpu_seconds()
+
+    def cpu_seconds(self) -> float:
+        return sum(server.cpu_seconds() for server in self.servers) + self.proxy_cpu_seconds()
+
+    def draw_process_cpu(self) -> dict[int, float]:
+        return {pid: cpu for server in self.servers for pid, cpu in server.draw_process_cpu().items()}
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._handle.close()
 
 
 def thread_cpu(pid: int) -> dict[int, float]:
