@@ -36,7 +36,7 @@ from core.runs import RunConfig, RunStore, train_run
 from core.runs.store import RunContents, sha256_file
 
 TINY = RunConfig(dataset="two-moons", hidden=(16,), train={"epochs": 1}, device="cpu")
-DOORS = ("_mkdir", "_rename", "_unlink", "_rmdir", "_write_file", "_open_lock_file")
+DOORS = ("_mkdir", "_rename", "_exchange", "_unlink", "_rmdir", "_write_file", "_open_lock_file")
 FILE_KINDS = (
     "weights.safetensors",
     "summaries.safetensors",
@@ -229,6 +229,37 @@ def test_random_kills_in_writes_and_in_the_restart_lose_no_run(
         shutil.rmtree(root, ignore_errors=True)
 
 
+def no_swap(first, second):
+    """_exchange where renameat2 cannot swap (not Linux, or a file system without RENAME_EXCHANGE)."""
+    raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+
+
+def test_a_replace_killed_right_after_its_swap_keeps_the_new_run(template, tmp_path):
+    """Killed after the swap, before the old folder (now in .tmp) was removed: the new run is live and
+    the next start-up removes the old one."""
+    shutil.copytree(template, tmp_path, dirs_exist_ok=True)
+    dead, real_swap = [], disk_module._exchange
+
+    def alive(real):
+        def door(*args):
+            if dead:  # killed: no clean-up after the swap happens
+                raise Killed
+            return real(*args)
+
+        return door
+
+    def swap_then_die(first, second):
+        real_swap(first, second)
+        dead.append(True)
+        raise Killed
+
+    doors = {name: alive(getattr(disk_module, name)) for name in DOORS if name != "_exchange"}
+    with injected(_exchange=swap_then_die, **doors), pytest.raises(Killed):
+        RunStore(tmp_path).write("a1", contents(2), replace=True)
+    assert ".tmp" in {entry.split("/")[0] for entry in leftovers(tmp_path)}  # the old run, not yet removed
+    assert check_after_restart(tmp_path, {"a1": {2}, "b2": {1}}) == {"a1": 2, "b2": 1}
+
+
 def test_a_replace_killed_between_its_renames_keeps_the_old_run(template, tmp_path):
     """The window where the old folder is in .trash and the new one not yet in place."""
     shutil.copytree(template, tmp_path, dirs_exist_ok=True)
@@ -241,7 +272,8 @@ def test_a_replace_killed_between_its_renames_keeps_the_old_run(template, tmp_pa
         os.rename(source, target)
         raise Killed
 
-    with injected(_rename=rename_then_die), pytest.raises(Killed):
+    # where the file system cannot swap two folders in one step (test_a_replace_never_leaves_the_run_absent)
+    with injected(_rename=rename_then_die, _exchange=no_swap), pytest.raises(Killed):
         RunStore(tmp_path).write("a1", contents(2), replace=True)
     assert renames[0].parent.name == ".trash" and not (tmp_path / "runs" / "a1").exists()
     # The next reader (any fresh store) finds the old run, not "no runs".
@@ -421,6 +453,66 @@ def test_an_exception_reading_one_folder_becomes_its_row(template, tmp_path, mon
     rows = {row.run_id: row for row in RunStore(tmp_path).list()}
     assert rows["a1"].status == "corrupt" and "ZeroDivisionError" in rows["a1"].error
     assert rows["b2"].status == "ok"
+
+
+# --- a replace in one step ------------------------------------------------------------------------
+SWAP = disk_module._renameat2() is not None
+
+
+def watched_doors(root: Path, run_id: str) -> tuple[list[str], dict]:
+    """Door wrappers that record, after every disk change, whether the run's folder was there."""
+    seen: list[str] = []
+
+    def watching(real):
+        def door(*args):
+            result = real(*args)
+            seen.append("present" if (root / "runs" / run_id).is_dir() else "absent")
+            return result
+
+        return door
+
+    return seen, {name: watching(getattr(disk_module, name)) for name in ("_rename", "_exchange")}
+
+
+@pytest.mark.skipif(not SWAP and os.environ.get("CI") != "true", reason="no renameat2 here (not Linux)")
+def test_a_replace_never_leaves_the_run_absent(template, tmp_path):
+    """The two-rename replace left the id without a folder between its renames: a listing that read
+    the folder names then and looked at the trash only after the whole replace had ended left the run
+    out (seen in test_concurrent_writers_deleters_and_readers under load)."""
+    shutil.copytree(template, tmp_path, dirs_exist_ok=True)
+    seen, doors = watched_doors(tmp_path, "a1")
+    with injected(**doors):
+        RunStore(tmp_path).write("a1", contents(7), replace=True)
+    assert seen and set(seen) == {"present"}, seen
+    assert RunStore(tmp_path).read("a1").metrics["tag"] == 7
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("code", [errno.ENOSYS, errno.EINVAL])
+def test_without_the_swap_a_replace_renames_in_two_steps(template, tmp_path, code):
+    shutil.copytree(template, tmp_path, dirs_exist_ok=True)
+
+    def unsupported(first, second):
+        raise OSError(code, os.strerror(code))
+
+    seen, doors = watched_doors(tmp_path, "a1")
+    with injected(_exchange=unsupported, _rename=doors["_rename"]):
+        RunStore(tmp_path).write("a1", contents(8), replace=True)
+    assert "absent" in seen  # the old rename-away, rename-in (which readers and listings wait out)
+    assert RunStore(tmp_path).read("a1").metrics["tag"] == 8
+    assert leftovers(tmp_path) == []
+
+
+def test_a_failing_swap_is_an_error_and_keeps_the_old_run(template, tmp_path):
+    shutil.copytree(template, tmp_path, dirs_exist_ok=True)
+
+    def denied(first, second):
+        raise OSError(errno.EACCES, os.strerror(errno.EACCES))
+
+    with injected(_exchange=denied), pytest.raises(RunStoreError):
+        RunStore(tmp_path).write("a1", contents(9), replace=True)
+    assert RunStore(tmp_path).read("a1").metrics["tag"] == 1
+    assert leftovers(tmp_path) == []
 
 
 # --- threads writing, deleting, reading, listing at once -------------------------------------------

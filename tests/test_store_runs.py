@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 import threading
@@ -321,6 +322,10 @@ def test_a_run_whose_manifest_predates_its_own_checksum_still_loads(store_copy):
     assert load_run(run_id, cache).run_id == run_id
 
 
+def no_swap(first, second):
+    raise OSError(errno.ENOSYS, "renameat2 is not available")
+
+
 def test_retraining_killed_before_the_new_run_is_in_keeps_the_old_one(store_copy, monkeypatch):
     """--force on a stored run: killed after the old folder went to the trash and before the new one
     moved in, the next start finds the old run (not 'no runs')."""
@@ -338,6 +343,10 @@ def test_retraining_killed_before_the_new_run_is_in_keeps_the_old_one(store_copy
         real_rename(source, target)
 
     monkeypatch.setattr(disk_module, "_rename", rename)
+    # the two-rename replace (where the file system cannot swap two folders in one step)
+    monkeypatch.setattr(
+        disk_module, "_exchange", lambda first, second: (_ for _ in ()).throw(OSError(errno.ENOSYS, ""))
+    )
     with pytest.raises(Killed):
         train_run(TINY, cache_dir=cache, force=True)
     monkeypatch.setattr(disk_module, "_rename", real_rename)

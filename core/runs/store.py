@@ -16,14 +16,18 @@ Layout of <cache>/runs/<run id>/:
     verified                 the last listing's verdict on the folder's state; not in the manifest
 
 Writes hold the id's lock (<runs>/.locks/<id>.lock), build the folder in <runs>/.tmp/ and rename it
-into place, so a run folder is either complete or absent. Replacing a run renames the old folder to
-<runs>/.trash/<id>.<random>.replaced, renames the new one into place, and only then removes the old
-one (renamed to .deleted first); deleting renames to .trash/<id>.<random>.deleted, then removes it.
-So a kill at any moment leaves the old run or the new one live, or the old one in .trash as
+into place, so a run folder is either complete or absent. Replacing a run swaps the new folder and
+the old one in one step where the file system can (Linux renameat2 RENAME_EXCHANGE: the id is never
+absent, so a listing always shows it) and then removes the old one from .tmp; elsewhere it renames the
+old folder to <runs>/.trash/<id>.<random>.replaced, renames the new one into place, and only then
+removes the old one (renamed to .deleted first). Deleting renames to .trash/<id>.<random>.deleted, then
+removes it. So a kill at any moment leaves the old run or the new one live, or the old one in .trash as
 ".replaced" with no live folder: the store's start-up (the first use of a RunStore) renames that one
 back, and removes what killed writers left (.tmp folders, .deleted trash, free lock files) for every
 id whose lock is free (a live writer always holds it). Until they are removed, leftovers count
-towards the size cap.
+towards the size cap. Without the swap, a listing that reads the folder names inside a replace's two
+renames and looks at the trash only after the whole replace has ended can leave that run out of that
+one listing (readers wait a replace out; the run itself is never lost).
 
 Listing (`list`) checks every run it shows: the manifest and every file it lists are there with
 their sizes, the JSON files parse as what they should be; the sha256 checksums and the rest of a
@@ -263,6 +267,26 @@ class RunStore(RunReading, RunRecovery):
             )
 
     # --- writing -----------------------------------------------------------------------------
+    def _replace_folder(self, run_id: str, temp: Path, final: Path) -> Path:
+        """The new folder `temp` in the old one's place; returns where the old one is now. One swap where
+        the file system can (the id is never absent: a listing always sees it), else two renames with
+        the old folder in .trash as ".replaced" in between (which listings and readers wait out)."""
+        try:
+            disk._exchange(temp, final)
+            return temp  # the old run, in .tmp: removed below, or by the next start-up after a kill
+        except OSError as exc:
+            if exc.errno not in disk.EXCHANGE_UNSUPPORTED:
+                raise
+        old = self._trash_path(run_id, REPLACED)
+        disk._rename(final, old)
+        try:
+            disk._rename(temp, final)
+        except BaseException:
+            if not final.exists():
+                _quietly(disk._rename, old, final)
+            raise
+        return old
+
     def write(self, run_id: str, contents: RunContents, replace: bool = False) -> Path:
         """Write a run atomically under its lock (taken here; callers may hold it already).
 
@@ -314,9 +338,9 @@ class RunStore(RunReading, RunRecovery):
                 disk._write_file(temp / LAST_USED, b"")
                 _fsync_dir(temp)
                 if final.exists():
-                    old = self._trash_path(run_id, REPLACED)
-                    disk._rename(final, old)
-                disk._rename(temp, final)
+                    old = self._replace_folder(run_id, temp, final)
+                else:
+                    disk._rename(temp, final)
                 _fsync_dir(self.root)
             except BaseException:
                 _quietly(disk._remove_tree, temp)
