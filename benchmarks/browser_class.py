@@ -99,6 +99,10 @@ class Frames:
         self.finished: list[float] = []
         self.events: list[str] = []  # sockets opened and closed, console errors: what an error row reports
         self.last_received = 0.0  # when the page last received any frame
+        # The fragments' polls the page sent and the timers the server set and stopped: a session whose
+        # cards stayed at "0 of R draws" (browser_class.md) says whether its page kept polling.
+        self.polls: list[float] = []
+        self.timers: list[str] = []
 
     def watch(self, page) -> None:
         page.on("websocket", lambda socket: self._attach(socket))
@@ -142,11 +146,22 @@ class Frames:
     def on_sent(self, payload) -> None:
         if full_rerun_request(payload):
             self.sent.append(time.perf_counter())
+        elif fragment_poll(payload):
+            self.polls.append(time.perf_counter())
 
     def on_received(self, payload) -> None:
         self.last_received = time.perf_counter()
         if full_run_finished(payload):
             self.finished.append(time.perf_counter())
+        timer = timer_message(payload)
+        if timer is not None:
+            self.timers = (self.timers + [f"{self.last_received:.1f} {timer}"])[-4:]
+
+    def polling(self, since: float) -> str:
+        """What an error row says of the fragments' polls since `since`: how many, the last, the timers."""
+        recent = [t for t in self.polls if t >= since]
+        last = f", the last at {recent[-1]:.1f}" if recent else ""
+        return f"{len(recent)} fragment polls sent since {since:.1f}{last}; timers: {'; '.join(self.timers) or 'none'}"
 
     def split(self, pressed: float, drawn: float) -> tuple[float, float, float] | None:
         """(page before, server, page after) of the update drawn at `drawn` after a press at `pressed`."""
@@ -172,6 +187,28 @@ def full_rerun_request(payload) -> bool:
 
     message = _parsed(payload, BackMsg)
     return message is not None and message.WhichOneof("type") == "rerun_script" and not message.rerun_script.fragment_id
+
+
+def fragment_poll(payload) -> bool:
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+
+    message = _parsed(payload, BackMsg)
+    is_rerun = message is not None and message.WhichOneof("type") == "rerun_script"
+    return is_rerun and bool(message.rerun_script.fragment_id)
+
+
+def timer_message(payload) -> str | None:
+    """'set every S s' / 'stopped' for a fragment timer the server sets or stops (ForwardMsg auto_rerun,
+    stop_auto_rerun), with the fragment id's first characters; None for any other frame."""
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    message = _parsed(payload, ForwardMsg)
+    kind = None if message is None else message.WhichOneof("type")
+    if kind == "auto_rerun":
+        return f"timer of {message.auto_rerun.fragment_id[:8]} set every {message.auto_rerun.interval:g} s"
+    if kind == "stop_auto_rerun":
+        return f"timers stopped: {', '.join(f[:8] for f in message.stop_auto_rerun.fragment_ids)}"
+    return None
 
 
 def full_run_finished(payload) -> bool:
@@ -291,7 +328,8 @@ async def one_session(
         shown = await page_text(page)
         measured.errors.append(
             f"session {index} at {time.perf_counter():.1f}: {type(exc).__name__}: {str(exc)[:300]}; the page showed: "
-            f"{shown}; its last events: {'; '.join(frames.events[-8:]) or 'none'}"
+            f"{shown}; its last events: {'; '.join(frames.events[-8:]) or 'none'}; "
+            f"{frames.polling(time.perf_counter() - args.timeout)}"
         )
     finally:
         await context.close()

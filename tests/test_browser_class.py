@@ -115,6 +115,19 @@ def test_frames_tell_full_reruns_from_fragment_polls_and_split_the_first_update(
     assert browser_class.full_run_finished(finished(ForwardMsg.FINISHED_SUCCESSFULLY))
     assert not browser_class.full_run_finished(finished(ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY))
     assert not browser_class.full_run_finished(b"\xff\xff not a message")
+    assert browser_class.fragment_poll(back("f1")) and not browser_class.fragment_poll(back())
+    timer = ForwardMsg()
+    timer.auto_rerun.fragment_id, timer.auto_rerun.interval = "abcdef0123", 1.0
+    assert browser_class.timer_message(timer.SerializeToString()) == "timer of abcdef01 set every 1 s"
+    stop = ForwardMsg()
+    stop.stop_auto_rerun.fragment_ids.extend(["abcdef0123"])
+    assert browser_class.timer_message(stop.SerializeToString()) == "timers stopped: abcdef01"
+    assert browser_class.timer_message(finished(ForwardMsg.FINISHED_SUCCESSFULLY)) is None
+    frames = browser_class.Frames()
+    frames.on_sent(back("f1"))
+    frames.on_received(timer.SerializeToString())
+    assert len(frames.polls) == 1 and frames.polling(0.0).startswith("1 fragment polls sent since 0.0, the last at")
+    assert "timer of abcdef01 set every 1 s" in frames.polling(0.0)
     frames = browser_class.Frames()
     frames.sent, frames.finished = [0.5, 2.0], [1.0, 2.9]
     assert frames.split(1.8, 3.0) == pytest.approx((0.2, 0.9, 0.1))  # press 1.8, sent 2.0, done 2.9, drawn 3.0
