@@ -107,6 +107,9 @@ def _training_status_fragment() -> None:
     snapshot = worker.snapshot() if worker is not None else None
     if snapshot is None or not snapshot.is_active:
         st.rerun(scope="app")
+    from dashboard import streamlit_compat
+
+    streamlit_compat.keep_fragment_polling(SIDEBAR_POLL_SECONDS)  # a poll: its timer again (streamlit_compat, 6)
     if snapshot.position is not None:
         st.caption(f"Training queued: place {snapshot.position} in the queue")
     else:

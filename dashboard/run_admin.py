@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from dashboard import backend, cache, state
+from dashboard import backend, cache, state, streamlit_compat
 from dashboard.backend import plain
 from dashboard.ui import guard, without_server_paths
 from dashboard.worker import WorkerStatus, duration_text
@@ -131,6 +131,7 @@ def teacher_section() -> None:
 def queue_panel() -> None:
     """The teacher's view of the server's queue: every running and waiting training, who asked
     (an anonymous session label), what, its state, place and time; Cancel on each."""
+    streamlit_compat.keep_fragment_polling(QUEUE_POLL_SECONDS)  # a poll: its timer again (streamlit_compat, 6)
     queue = cache.training_queue()
     entries = queue.overview()
     running, waiting = queue.counts()

@@ -16,6 +16,7 @@ Streamlit's internals (that test checks it too).
    browser identity of the training queue (dashboard/state.py).
 5. session_presence and script_session_id: the running script's session and whether it is still
    connected (the playground's training stops when its page is gone; the rerun log).
+6. keep_fragment_polling: a polled fragment's timer sent again from the fragment's own run.
 """
 
 from __future__ import annotations
@@ -135,3 +136,37 @@ def serving_browsers() -> bool:
         return bool(runtime.exists()) and type(runtime.Runtime.instance()) is runtime.Runtime
     except (ImportError, AttributeError, RuntimeError):
         return False
+
+
+# 6. -----------------------------------------------------------------------------------------------
+def keep_fragment_polling(seconds: float) -> bool:
+    """Inside a fragment's own run (one of its polls): ask the browser again to rerun this fragment every
+    `seconds`; True when asked. Streamlit sends a fragment's timer only from the full run that defines
+    it, and a full run is stopped for a rerun request at its next message: when that message was the
+    timer and the request a poll of the same fragment (sent by the browser before the full run's start
+    reached it), the fragment ran again, defined and drawn by the stopped run, and the browser had no
+    timer left, so the cards stayed at "0 of 11 draws" (benchmarks/browser_class.py's error rows: no poll
+    sent and no timer received after the move). The browser ignores a timer it already has. False
+    outside a fragment's own run, without a runtime, or on a Streamlit without these internals."""
+    try:
+        from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+        from streamlit.runtime.scriptrunner_utils import script_run_context
+    except ImportError:
+        return False
+    ctx = script_run_context.get_script_run_ctx(suppress_warning=True)
+    if ctx is None or not getattr(ctx, "fragment_ids_this_run", None):
+        return False  # a full run: the fragment's definition sent the timer
+    thread_state = getattr(script_run_context, "ThreadState", None)
+    try:
+        fragment_id = (
+            thread_state.get().fragment_id if thread_state is not None else getattr(ctx, "current_fragment_id", None)
+        )
+    except (RuntimeError, AttributeError):  # a thread Streamlit did not set up
+        return False
+    if not fragment_id:
+        return False
+    message = ForwardMsg()
+    message.auto_rerun.interval = float(seconds)
+    message.auto_rerun.fragment_id = fragment_id
+    ctx.enqueue(message)
+    return True

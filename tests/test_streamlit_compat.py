@@ -8,6 +8,7 @@ import ast
 import hashlib
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 from dashboard import streamlit_compat as compat
 
@@ -131,3 +132,28 @@ def test_serving_browsers_hook_exists_and_is_false_outside_a_server():
     from dashboard import settings
 
     assert settings.server_address() is None
+
+
+def test_a_poll_sends_its_fragments_timer_again_and_a_full_run_does_not(monkeypatch):
+    """keep_fragment_polling (hook 6): inside a fragment's own run it enqueues the fragment's timer (what
+    Streamlit sends from the full run that defines it), elsewhere nothing."""
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+    from streamlit.runtime.scriptrunner_utils import script_run_context
+
+    assert compat.keep_fragment_polling(1.0) is False  # no script run here
+    sent: list[ForwardMsg] = []
+    context = SimpleNamespace(fragment_ids_this_run=["f1"], enqueue=sent.append)
+    monkeypatch.setattr(script_run_context, "get_script_run_ctx", lambda suppress_warning=False: context)
+    try:
+        script_run_context.ThreadState.get()
+    except RuntimeError:  # this thread is not set up as a script thread: the hook says no
+        assert compat.keep_fragment_polling(0.5) is False
+        script_run_context.ThreadState.initialize()  # as Streamlit does on a script thread
+    with script_run_context.ThreadState.scoped(fragment_id="f1"):
+        context.fragment_ids_this_run = []
+        assert compat.keep_fragment_polling(0.5) is False  # a full run drawing the fragment inline
+        context.fragment_ids_this_run = ["f1"]
+        assert compat.keep_fragment_polling(0.5) is True  # the fragment's own run: a poll
+    assert compat.keep_fragment_polling(0.5) is False  # a fragment run, but not inside this fragment
+    assert len(sent) == 1 and sent[0].WhichOneof("type") == "auto_rerun"
+    assert (sent[0].auto_rerun.fragment_id, sent[0].auto_rerun.interval) == ("f1", 0.5)

@@ -9,7 +9,16 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from dashboard import altair_spec, backend, charts, explain, playground_charts, playground_training, state
+from dashboard import (
+    altair_spec,
+    backend,
+    charts,
+    explain,
+    playground_charts,
+    playground_training,
+    state,
+    streamlit_compat,
+)
 from dashboard.backend import plain
 from dashboard.ui import guard, slots, without_server_paths
 
@@ -245,6 +254,7 @@ def live() -> None:
     training = st.session_state[JOB_KEY][1]
     if training.done:
         st.rerun()  # drawn once more without polling
+    streamlit_compat.keep_fragment_polling(POLL_SECONDS)  # a poll: its timer again (streamlit_compat, 6)
     draw(training)
 
 

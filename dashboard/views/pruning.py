@@ -7,7 +7,7 @@ from typing import Callable
 
 import streamlit as st
 
-from dashboard import backend, cache, charts, explain, state
+from dashboard import backend, cache, charts, explain, state, streamlit_compat
 from dashboard.server_secrets import secret
 from dashboard.ui import guard, slots
 
@@ -59,6 +59,8 @@ def refining(
             ready, wanted = first or cache.test_draws_ready(run_id, mode, draws, effective, 0, weights)
             if first is None and ready >= wanted:
                 st.rerun()  # complete: a full run stops the polling
+            if first is None:  # a poll: its timer again, in case the run that defined it was cut short
+                streamlit_compat.keep_fragment_polling(every)
             draw(ready, wanted)
 
     part()

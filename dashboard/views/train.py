@@ -10,7 +10,7 @@ from typing import Any
 import streamlit as st
 
 from core.errors import BNNError
-from dashboard import backend, cache, explain, form_memory, lesson_panel, state
+from dashboard import backend, cache, explain, form_memory, lesson_panel, state, streamlit_compat
 from dashboard.backend import plain
 from dashboard.run_admin import cached_runs_section, eta_text, teacher_section
 from dashboard.train_form import FormErrors, config_form, method_options, number_box, parse_seed
@@ -110,6 +110,7 @@ def training_progress() -> None:
     snapshot = worker.snapshot()
     if not snapshot.is_active:
         st.rerun()
+    streamlit_compat.keep_fragment_polling(POLL_SECONDS)  # a poll: its timer again (streamlit_compat, 6)
     cancellable = state.may_cancel(worker)
     if not state.owns(worker):
         st.caption(
