@@ -21,7 +21,7 @@ processes on free loopback ports and a reverse proxy on the public address that 
 `--processes 1` (the default, or $BNN_SERVER_PROCESSES) is `streamlit run dashboard/app.py` itself.
 The proxy (dashboard/serve_proxy.py) is plain asyncio (HTTP/1.1 and websockets passed through as
 bytes): Streamlit's own server changed from tornado to starlette across the versions this project
-supports, so it uses neither. It never imports Streamlit or torch (its process stays small).
+supports, so it uses neither. It never imports Streamlit; it reads its settings through dashboard.backend.
 """
 
 from __future__ import annotations
@@ -43,15 +43,11 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-# Light on purpose (no torch, no Streamlit): the settings' declarations and their rules.
-from core.dashboard_settings import (
-    MAX_SERVER_PROCESSES,
-    SERVE_ADDRESS,
-    SERVE_CHILD,
-    SERVE_DIR,
-    SERVER_PROCESSES,
-)
 from core.errors import InputError
+
+# The settings' declarations and their rules, through the dashboard's one door to core (which loads
+# torch: 288 MB resident after the imports, against 25 MB with core's settings module alone).
+from dashboard.backend import dashboard_settings
 from dashboard.serve_proxy import (  # noqa: F401  (the proxy's names, for the tests and readers of this command)
     COOKIE,
     COOKIE_VALUE,
@@ -60,6 +56,12 @@ from dashboard.serve_proxy import (  # noqa: F401  (the proxy's names, for the t
     Child,
     Proxy,
 )
+
+MAX_SERVER_PROCESSES = dashboard_settings.MAX_SERVER_PROCESSES
+SERVE_ADDRESS = dashboard_settings.SERVE_ADDRESS
+SERVE_CHILD = dashboard_settings.SERVE_CHILD
+SERVE_DIR = dashboard_settings.SERVE_DIR
+SERVER_PROCESSES = dashboard_settings.SERVER_PROCESSES
 
 log = logging.getLogger("dashboard.serve")
 

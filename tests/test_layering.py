@@ -29,11 +29,6 @@ def test_dashboard_reaches_core_only_through_backend():
             continue
         core = {m for m in imported_modules(path) if m == "core" or m.startswith("core.")}
         core -= {"core.errors"}
-        if path.name == "serve.py" and path.parent.name == "dashboard":
-            # The one exemption: dashboard.serve's proxy process reads its settings' declarations only, and
-            # through the door it would load torch (23 MB resident against 289 MB; pyproject.toml's
-            # import-linter contract has the same exemption).
-            core -= {"core.dashboard_settings"}
         if core:
             leaks[str(path.relative_to(ROOT))] = sorted(core)
     assert not leaks, f"import core through dashboard/backend.py instead: {leaks}"
