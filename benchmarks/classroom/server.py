@@ -84,6 +84,17 @@ main(prog_name="streamlit")
 )
 
 
+def stop_process(process: subprocess.Popen, log_handle, seconds: float) -> None:
+    """SIGTERM, SIGKILL after `seconds`, then close the process's log file."""
+    process.terminate()
+    try:
+        process.wait(seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    log_handle.close()
+
+
 class Server:
     """`streamlit run dashboard/app.py` on 127.0.0.1:<free port>, stopped on exit."""
 
@@ -152,13 +163,7 @@ class Server:
         return child_cpu(self.process.pid, DRAW_PROCESS_NAME)
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self._handle.close()
+        stop_process(self.process, self._handle, 20)
 
 
 class ServerGroup:
@@ -291,13 +296,7 @@ class ProxiedServers:
         return {pid: cpu for server in self.servers for pid, cpu in server.draw_process_cpu().items()}
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self._handle.close()
+        stop_process(self.process, self._handle, 60)  # the proxy stops its server processes first
 
 
 def thread_cpu(pid: int) -> dict[int, float]:
