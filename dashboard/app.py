@@ -142,6 +142,7 @@ def main() -> None:
     path = os.environ.get(RERUN_LOG_VARIABLE)
     if not path:
         return render()
+    watch_draws(path)
     started, cpu, page = time.time(), time.thread_time(), []
     try:
         render(page)
@@ -161,6 +162,35 @@ def log_rerun(path: str, started: float, cpu_seconds: float, page: str | None) -
     handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(handle, line.encode())
+    finally:
+        os.close(handle)
+
+
+def watch_draws(path: str) -> None:
+    """Every draw the shared draw cache computes, one JSON line in the same log: the load test counts
+    the draws of each plan, those no session waited for and those computed twice."""
+    from dashboard import backend
+
+    if backend.DRAW_CACHE.observer is None:
+        backend.DRAW_CACHE.observer = lambda key, index, where, started: log_draw(path, key, index, where, started)
+
+
+def log_draw(path: str, key: Any, index: int, where: str, started: float) -> None:
+    record = {
+        "draw": index,
+        "run": str(key.owner),
+        "inputs": str(key.inputs),
+        "mode": key.mode.value,
+        "threshold": key.threshold,
+        "seed": key.seed,
+        "where": where,
+        "pid": os.getpid(),
+        "start": started,
+        "end": time.time(),
+    }
+    handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(handle, (json.dumps(record) + "\n").encode())
     finally:
         os.close(handle)
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from benchmarks.classroom.draws import DrawCounts, Wait
+
 if TYPE_CHECKING:
     from benchmarks.classroom.scenario import Scenario
 
@@ -64,6 +66,8 @@ class Report:
     server_cpu_by_process: list[float] = field(default_factory=list)  # each server process's CPU (--servers)
     proxy_cpu_seconds: float | None = None  # dashboard.serve's proxy process (--proxy-processes), in server CPU
     proxy_peak_memory_mb: float | None = None  # its peak resident memory (VmHWM), in the server's peak
+    waits: list[Wait] = field(default_factory=list)  # what each partial first update waited for, and how long
+    draws: DrawCounts | None = None  # the draws the servers computed, against the waits
 
     def latencies(self, kinds: tuple[str, ...] | None = None) -> list[float]:
         return [i.seconds for i in self.interactions if kinds is None or i.kind in kinds]
@@ -170,6 +174,10 @@ def table(report: Report) -> str:
         f"- slider moves whose first update rested on fewer than R draws (refined in place): {len(refined)} of "
         f"{len(moved)}; never completed: {sum(i.complete_seconds is None for i in moved)}; their wait from the first "
         f"update to the complete numbers {waited:.0f} s in all (mean {waited / max(len(refined), 1):.1f} s)",
+    ]
+    if report.draws is not None:
+        lines += report.draws.lines(len(moved), len(report.interactions))
+    lines += [
         f"- errors: {len(report.errors)}; cross-session leaks: {len(report.leaks)}",
         f"- server memory (resident): {rss[0] if rss else float('nan'):.0f} MB after the teacher's first page, "
         f"{max(rss) if rss else float('nan'):.0f} MB at most while sampled, "

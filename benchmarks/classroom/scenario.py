@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.classroom.client import RunResult, Session, number_state, slider_state, text_state, trigger_state
+from benchmarks.classroom.draws import Wait, count_draws, read_draws
 from benchmarks.classroom.report import SERVER_SETTINGS, Interaction, Report, attribute_script_cpu
 from benchmarks.classroom.server import ProxiedServers, ServerGroup, ThreadCpu, prepare_runs
 
@@ -152,6 +153,7 @@ async def timed(
     seconds = time.perf_counter() - started
     complete: float | None = seconds
     if partial(result):  # the first update rests on some of the R draws: follow the page's polls to the rest
+        waiting, failed = waited_for(session, result), False
         try:
             result, complete = await refine(session, report, result, started, trainer_labels)
         except (asyncio.TimeoutError, OSError, Exception) as exc:
@@ -159,6 +161,11 @@ async def timed(
             report.interactions.append(
                 Interaction(session.index, kind, seconds, False, wall, session.server_session, complete_seconds=None)
             )
+            complete, failed = None, True
+        if waiting is not None:  # what the session waited for, and until when (the draw counts)
+            until = time.time() if complete is None else wall + complete
+            report.waits.append(Wait(session.index, *waiting, wall, until))
+        if failed:
             return None
     ok = check_result(session, result, report, kind, expect, trainer_labels)
     report.interactions.append(
@@ -173,6 +180,15 @@ PARTIAL = re.compile(r"Based on (\d+) of (\d+) draws")
 
 def partial(result: RunResult) -> bool:
     return any(PARTIAL.search(text) for text in result.texts())
+
+
+def waited_for(session: Session, result: RunResult) -> tuple[str, float, int] | None:
+    """(run, threshold, R) of a partial first update: the draws 0..R-1 the session now waits for."""
+    samples = next((int(m.group(2)) for m in map(PARTIAL.search, result.texts()) if m), None)
+    slider = next((s for s in result.of_type("slider") if s.label.startswith("threshold")), None)
+    if samples is None or slider is None or session.run_id is None:
+        return None
+    return session.run_id, float(slider.value[0]), samples
 
 
 async def refine(
@@ -431,6 +447,7 @@ def run_load_test(scenario: Scenario, cache_dir: Path | None = None, work_dir: P
         report.load_average = os.getloadavg()
         server.stop()
     attribute_script_cpu(report, rerun_log)
+    report.draws = count_draws(read_draws(rerun_log, report.started), report.waits)
     for path in dict.fromkeys(handle.log for handle in server.servers):  # the proxy's processes share one log
         log = path.read_text()
         if "Traceback" in log:

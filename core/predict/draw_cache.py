@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from collections import OrderedDict, deque
 from contextlib import contextmanager, nullcontext
@@ -216,6 +217,10 @@ class DrawCache:
         self.draws_reused = 0  # draws answered from kept outputs
         self.processes: Any = None  # core.predict.draw_process.DrawProcesses: where `extend` draws (None: here)
         self.draws_elsewhere = 0  # draws `extend` had computed in a draw process
+        # Called with (key, index, where, started) after each draw is kept, `where` one of "process" (a
+        # draw process), "background" (extend in this process) or "request" (a predict that lacked it):
+        # the classroom load test's log of every draw computed (dashboard/app.py, $BNN_RERUN_LOG).
+        self.observer: Callable[[DrawKey, int, str, float], None] | None = None
 
     # --- what it holds ------------------------------------------------------------------------------
     @property
@@ -312,7 +317,7 @@ class DrawCache:
             with self.computing():
                 return self._uncached(run, x, mode, samples, threshold, seed, weights, batch_size, original_units)
         entry = self._entry(key, model)
-        computed, outputs, masks, usage = self._fill(entry, model, plan, x, int(seed), batch_size)
+        computed, outputs, masks, usage = self._fill(entry, key, model, plan, x, int(seed), batch_size)
         with torch.no_grad():
             # A new tensor: a prediction's arrays may be views of it, and callers may write to them.
             prediction = prediction_from_draws(model, plan, torch.stack(outputs), masks, usage)
@@ -390,7 +395,15 @@ class DrawCache:
                 computed = self._draw_elsewhere(entry, model, plan, as_inputs(model, x), request, stop)
             else:
                 computed = self._draw_until(
-                    entry, model, plan, as_inputs(model, x), int(seed), batch_size, each_draw=self.computing, stop=stop
+                    entry,
+                    model,
+                    plan,
+                    as_inputs(model, x),
+                    int(seed),
+                    batch_size,
+                    each_draw=self.computing,
+                    stop=stop,
+                    observe=self._observe(key, "background"),
                 )
         finally:
             with entry.condition:
@@ -412,7 +425,7 @@ class DrawCache:
                 self._evict(keep=key)
 
     def _fill(
-        self, entry: _Entry, model: Any, plan: Any, x: Any, seed: int, batch_size: int | None
+        self, entry: _Entry, key: DrawKey, model: Any, plan: Any, x: Any, seed: int, batch_size: int | None
     ) -> tuple[int, list[Tensor], list[Tensor] | None, DrawUsage]:
         """Draws 0..R-1 of the entry, computing those it lacks: (how many this thread computed, their
         outputs, the masks, the usage), read together so that no reset comes between them."""
@@ -426,7 +439,9 @@ class DrawCache:
             entry.writing = True
         try:
             with self.computing():  # one turn for all of this thread's draws (see the module docstring)
-                computed = self._draw_until(entry, model, plan, as_inputs(model, x), seed, batch_size)
+                computed = self._draw_until(
+                    entry, model, plan, as_inputs(model, x), seed, batch_size, observe=self._observe(key, "request")
+                )
             with entry.condition:
                 return computed, entry.outputs[: plan.samples], entry.masks, entry.usage
         finally:
@@ -444,9 +459,11 @@ class DrawCache:
         batch_size: int | None,
         each_draw: Callable[[], Any] = nullcontext,
         stop: Callable[[], bool] | None = None,
+        observe: Callable[[int, float], None] | None = None,
     ) -> int:
         """Compute the entry's next draws, publishing each as it is done, until it holds R (or `stop()`
-        says so before a draw); each draw runs inside `each_draw()`. Returns how many were computed."""
+        says so before a draw); each draw runs inside `each_draw()`, and `observe(index, started)` is
+        told of it once kept. Returns how many were computed."""
         computed = 0
         while True:
             if stop is not None and stop():
@@ -455,6 +472,7 @@ class DrawCache:
             if following is None:
                 return computed
             index, masks, usage, path = following
+            started = time.time()
             try:
                 with each_draw(), torch.no_grad():
                     outputs, _ = sampled_forward(
@@ -480,6 +498,8 @@ class DrawCache:
                 entry.ran_by(path or chosen_path(model, plan.threshold, inputs, masks, batch_size))
                 entry.condition.notify_all()
             computed += 1
+            if observe is not None:
+                observe(index, started)
 
     def _draw_elsewhere(
         self,
@@ -506,6 +526,7 @@ class DrawCache:
             if following is None:
                 return computed
             index, masks, usage, path = following
+            started = time.time()
             asked = DrawRequest(
                 key.owner,
                 key.inputs,
@@ -524,7 +545,16 @@ class DrawCache:
                 reply = processes.draw(asked)
             except Unavailable:
                 with self.computing():
-                    return computed + self._draw_until(entry, model, plan, inputs, key.seed, key.batch_size, stop=stop)
+                    return computed + self._draw_until(
+                        entry,
+                        model,
+                        plan,
+                        inputs,
+                        key.seed,
+                        key.batch_size,
+                        stop=stop,
+                        observe=self._observe(key, "background"),
+                    )
             if path is None and reply.path is not None:
                 kept_key = path_key(model, plan.threshold, inputs, masks, key.batch_size)
                 kept = remember_path(kept_key, DrawPath(reply.path))
@@ -540,6 +570,16 @@ class DrawCache:
             computed += 1
             with self._lock:
                 self.draws_elsewhere += 1
+            observe = self._observe(key, "process")
+            if observe is not None:
+                observe(index, started)
+
+    def _observe(self, key: DrawKey, where: str) -> Callable[[int, float], None] | None:
+        """`observer` bound to one entry and place (None: nobody observes)."""
+        observer = self.observer
+        if observer is None:
+            return None
+        return lambda index, started: observer(key, index, where, started)
 
     def _entry(self, key: DrawKey, model: Any) -> _Entry:
         with self._lock:
