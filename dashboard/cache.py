@@ -378,14 +378,30 @@ def test_draws_ready(
     for any computation (k = R: complete; a mode that draws nothing: (1, 1)). With k < R the other
     draws are computed in the background (the draw cache's refiner: its workers share the compute
     slots, and drop a setting no page has asked about for a few seconds). test_metrics(..., k, ...)
-    is then exactly the k-draw prediction's, and with R the uncached R-draw numbers."""
+    is then exactly the k-draw prediction's, and with R the uncached R-draw numbers.
+
+    The browser session asking waits for this setting only: the one it asked before is no longer
+    drawn for it (a student who moves the slider again before the numbers are complete stops the
+    draws nobody else waits for)."""
+    from dashboard.streamlit_compat import script_session_id
+
     key = prediction_key(mode, samples, threshold, seed, weights)
+    refiner = backend.DRAW_CACHE.refiner()
     if not backend.mode_draws_samples(key["mode"]):
+        refiner.leave(script_session_id())  # a setting that draws nothing: the session waits for no draws
         return 1, 1
     run = cached_run(run_id)
     _draw_processes_once()
-    progress = backend.DRAW_CACHE.refiner().ready(
-        run, run.dataset().x_test, "test", run_id, key["mode"], key["samples"], key["threshold"], key["seed"]
+    progress = refiner.ready(
+        run,
+        run.dataset().x_test,
+        "test",
+        run_id,
+        key["mode"],
+        key["samples"],
+        key["threshold"],
+        key["seed"],
+        waiter=script_session_id(),
     )
     return progress.draws, progress.samples
 

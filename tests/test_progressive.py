@@ -262,3 +262,96 @@ def test_a_plan_alone_or_behind_a_longer_one_never_yields(monkeypatch):
         refiner.ready(run, x, "test", "run", "mpm", 20, 0.5)  # lacks more than the running plan: waits
         assert refiner.wait(30)
     assert refiner.yielded == 0 and refiner.finished == 2
+
+
+def test_a_plan_superseded_by_the_same_sessions_newer_ask_stops_its_draws(monkeypatch):
+    """A student moves the threshold again before the numbers are complete: the plan she waited for
+    stops before its next draw (not `linger` seconds later), the new one is drawn, and both end at the
+    uncached numbers when asked again."""
+    run = classification_run(seed=6)
+    x = run.dataset().x_test
+    cache = DrawCache()
+    refiner = Refiner(cache, workers=1, linger=60.0)  # linger alone would keep the old plan for a minute
+    with slow_draws(monkeypatch, 0.05):
+        refiner.ready(run, x, "test", "run", "mpm", 40, 0.3, waiter="s1")
+        wait_until(lambda: cache.keys() and cache.draws_held(cache.keys()[0]) >= 1)
+        old = cache.keys()[0]
+        assert refiner.ready(run, x, "test", "run", "mpm", 3, 0.6, waiter="s1") == Progress(0, 3)
+        moved_at = cache.draws_held(old)
+        wait_until(lambda: refiner.ready(run, x, "test", "run", "mpm", 3, 0.6, waiter="s1").complete, 30)
+        assert refiner.wait(10)
+    assert cache.draws_held(old) <= moved_at + 1 < 40, (moved_at, cache.draws_held(old))
+    assert refiner.superseded == 1 and refiner.dropped == 1 and refiner.finished == 1
+    assert_same(
+        cache.predict(run, x, "test", "run", "mpm", 3, 0.6), run.predict(x, mode="mpm", samples=3, threshold=0.6)
+    )
+    # What the old plan drew stays, and is the k-draw prediction; asked again it completes to the R-draw one.
+    held = cache.draws_held(old)
+    assert_same(
+        cache.predict(run, x, "test", "run", "mpm", held, 0.3), run.predict(x, mode="mpm", samples=held, threshold=0.3)
+    )
+    while not refiner.ready(run, x, "test", "run", "mpm", 12, 0.3, waiter="s2").complete:
+        time.sleep(0.02)
+    assert_same(
+        cache.predict(run, x, "test", "run", "mpm", 12, 0.3), run.predict(x, mode="mpm", samples=12, threshold=0.3)
+    )
+    assert cache.draws_computed == 12 + 3  # nothing drawn twice
+
+
+def test_a_plan_another_session_still_waits_for_goes_on(monkeypatch):
+    run = classification_run(seed=7)
+    x = run.dataset().x_test
+    cache = DrawCache()
+    refiner = Refiner(cache, workers=1, linger=60.0)
+    with slow_draws(monkeypatch, 0.02):
+        refiner.ready(run, x, "test", "run", "mpm", 10, 0.3, waiter="s1")
+        refiner.ready(run, x, "test", "run", "mpm", 10, 0.3, waiter="s2")
+        refiner.ready(run, x, "test", "run", "mpm", 2, 0.6, waiter="s1")  # s1 moves on; s2 still waits
+        assert refiner.wait(30)
+    assert refiner.superseded == 0 and refiner.dropped == 0 and refiner.finished == 2
+    assert sorted(cache.draws_held(key) for key in cache.keys()) == [2, 10]
+
+
+def test_a_session_that_lowers_r_stops_the_draws_beyond_it(monkeypatch):
+    run = classification_run(seed=8)
+    x = run.dataset().x_test
+    cache = DrawCache()
+    refiner = Refiner(cache, workers=1, linger=60.0)
+    with slow_draws(monkeypatch, 0.05):
+        refiner.ready(run, x, "test", "run", "mpm", 30, 0.3, waiter="s1")
+        wait_until(lambda: cache.keys() and cache.draws_held(cache.keys()[0]) >= 1)
+        refiner.ready(run, x, "test", "run", "mpm", 4, 0.3, waiter="s1")  # R from 30 down to 4
+        assert refiner.wait(30)
+    key = cache.keys()[0]
+    assert 4 <= cache.draws_held(key) <= 6 and refiner.finished == 1
+    assert_same(
+        cache.predict(run, x, "test", "run", "mpm", 4, 0.3), run.predict(x, mode="mpm", samples=4, threshold=0.3)
+    )
+
+
+def test_a_waiter_whose_plan_is_complete_waits_for_nothing(monkeypatch):
+    """Asking a complete plan counts as moving on: the plan asked before is left (dropped when nobody
+    else waits), and the refiner keeps no record of the waiter (it holds only waiters of queued plans)."""
+    run = classification_run(seed=9)
+    x = run.dataset().x_test
+    cache = DrawCache()
+    cache.predict(run, x, "test", "run", "mpm", 3, 0.6)  # kept
+    refiner = Refiner(cache, workers=1, linger=60.0)
+    with slow_draws(monkeypatch, 0.05):
+        refiner.ready(run, x, "test", "run", "mpm", 40, 0.3, waiter="s1")
+        assert refiner.ready(run, x, "test", "run", "mpm", 3, 0.6, waiter="s1") == Progress(3, 3)
+        assert refiner.wait(10)
+    assert refiner.superseded == 1 and refiner._newest == {}
+
+
+def test_a_waiter_that_leaves_for_a_setting_without_draws_stops_its_plan(monkeypatch):
+    run = classification_run(seed=10)
+    x = run.dataset().x_test
+    cache = DrawCache()
+    refiner = Refiner(cache, workers=1, linger=60.0)
+    with slow_draws(monkeypatch, 0.05):
+        refiner.ready(run, x, "test", "run", "mpm", 40, 0.3, waiter="s1")
+        refiner.leave("s1")  # e.g. the mean weights: one network, no draws
+        refiner.leave(None)  # outside a session: nothing to do
+        assert refiner.wait(10)
+    assert refiner.superseded == 1 and all(cache.draws_held(key) < 40 for key in cache.keys())
