@@ -89,6 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         help="serve the class with `python -m dashboard.serve --processes N` (what the app ships: one address, "
         "a proxy keeping each browser on one of N processes) instead of --servers' direct connections",
     )
+    parser.add_argument(
+        "--patience",
+        type=float,
+        default=None,
+        help="seconds a student waits for the complete numbers after a slider release before the next move "
+        "(default: until they are complete); the moves left before them are counted, not timed",
+    )
     parser.add_argument("--note", default="", help="a line about the machine's load, written under the table")
     parser.add_argument(
         "--json",
@@ -105,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--proxy-processes: 1 to 8, got {args.proxy_processes}")
     if args.proxy_processes and args.servers != 1:
         parser.error("--proxy-processes and --servers: give one of them")
+    if args.patience is not None and not 0 < args.patience <= 600:
+        parser.error(f"--patience: more than 0 and at most 600 seconds, got {args.patience:g}")
     dataset = args.dataset
     if args.preset:
         from core.runs import RunConfig, get_preset
@@ -125,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         think_seconds=args.think_seconds,
         servers=args.servers,
         proxy_processes=args.proxy_processes,
+        patience=args.patience,
     )
     if args.predict_slots is not None:
         os.environ["BNN_PREDICT_SLOTS"] = str(args.predict_slots)  # the server inherits this environment
@@ -141,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{f' --preset {args.preset}' if args.preset else f' --dataset {dataset}'}"
         f"{'' if args.predict_slots is None else f' --predict-slots {args.predict_slots}'}"
         f"{'' if args.servers == 1 else f' --servers {args.servers}'}"
-        f"{f' --proxy-processes {args.proxy_processes}' if args.proxy_processes else ''}` on "
+        f"{f' --proxy-processes {args.proxy_processes}' if args.proxy_processes else ''}"
+        f"{'' if args.patience is None else f' --patience {args.patience:g}'}` on "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         "",
         text,
@@ -162,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                             "start": i.started - report.started,
                             "seconds": i.seconds,
                             "complete": i.complete_seconds,
+                            "left": i.left,
                             "ok": i.ok,
                             "cpu": i.cpu_seconds,
                         }

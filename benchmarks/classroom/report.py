@@ -28,6 +28,7 @@ class Interaction:
     cpu_seconds: float = 0.0  # thread CPU of the server's script runs for this interaction
     # to the complete R-draw numbers (the page's fragment polls after a partial first update); None: never
     complete_seconds: float | None = None
+    left: bool = False  # the student moved on before the complete numbers (--patience): not in their percentiles
 
 
 # named in the table
@@ -88,7 +89,7 @@ class Report:
             else [
                 float("inf") if i.complete_seconds is None else i.complete_seconds
                 for i in self.interactions
-                if kinds is None or i.kind in kinds
+                if (kinds is None or i.kind in kinds) and not i.left
             ]
         )
         if not values:
@@ -159,6 +160,7 @@ def table(report: Report) -> str:
     moved = [i for i in report.interactions if i.kind in sliders]
     refined = [i for i in moved if i.complete_seconds is None or i.complete_seconds > i.seconds]
     waited = sum(i.complete_seconds - i.seconds for i in refined if i.complete_seconds is not None)
+    left = [i for i in report.interactions if i.left]
     rss = [m for m in report.memory_mb if m == m]
     browsed = (
         f"preset {s.preset}, seeds 0-{s.browsed_runs - 1}"
@@ -172,7 +174,15 @@ def table(report: Report) -> str:
         f"think time {s.think_seconds} s (x0.5-1.5)",
         "- server: " + ", ".join(f"{name}={value}" for name, value in report.server_settings.items()),
         f"- slider moves whose first update rested on fewer than R draws (refined in place): {len(refined)} of "
-        f"{len(moved)}; never completed: {sum(i.complete_seconds is None for i in moved)}; their wait from the first "
+        f"{len(moved)}; never completed: {sum(i.complete_seconds is None and not i.left for i in moved)}; "
+        + (
+            ""
+            if s.patience is None
+            else f"left before the complete numbers (a student waits at most {s.patience:g} s after a release, "
+            f"then moves on; not in the complete rows): {len(left)} ({sum(i.kind in sliders for i in left)} slider "
+            "moves); "
+        )
+        + "their wait from the first "
         f"update to the complete numbers {waited:.0f} s in all (mean {waited / max(len(refined), 1):.1f} s)",
     ]
     if report.draws is not None:

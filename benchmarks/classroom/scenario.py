@@ -44,6 +44,9 @@ class Scenario:
     seed: int = 0
     servers: int = 1  # streamlit processes, session i on server i mod servers (ServerGroup)
     proxy_processes: int = 0  # >0: `python -m dashboard.serve --processes N` instead (ProxiedServers)
+    # None: a student waits for the complete numbers before the next move; else for at most this many
+    # seconds after the slider's release (then moves on, as a student does who will not wait)
+    patience: float | None = None
 
 
 # --- what a session must (not) see ----------------------------------------------------------------
@@ -138,6 +141,7 @@ async def timed(
     trainer_labels: dict,
     page: str | None = None,
     changes: dict | None = None,
+    patience: float | None = None,
 ) -> RunResult | None:
     started, wall = time.perf_counter(), time.time()
     if os.environ.get("BNN_LOAD_DEBUG"):
@@ -152,10 +156,11 @@ async def timed(
         return None
     seconds = time.perf_counter() - started
     complete: float | None = seconds
+    left = False  # the student moved on before the complete numbers (Scenario.patience)
     if partial(result):  # the first update rests on some of the R draws: follow the page's polls to the rest
         waiting, failed = waited_for(session, result), False
         try:
-            result, complete = await refine(session, report, result, started, trainer_labels)
+            result, complete, left = await refine(session, report, result, started, trainer_labels, patience)
         except (asyncio.TimeoutError, OSError, Exception) as exc:
             report.errors.append(f"session {session.index} {kind} (refining): {type(exc).__name__}: {exc}")
             report.interactions.append(
@@ -169,7 +174,9 @@ async def timed(
             return None
     ok = check_result(session, result, report, kind, expect, trainer_labels)
     report.interactions.append(
-        Interaction(session.index, kind, seconds, ok, wall, session.server_session, complete_seconds=complete)
+        Interaction(
+            session.index, kind, seconds, ok, wall, session.server_session, complete_seconds=complete, left=left
+        )
     )
     return result
 
@@ -192,15 +199,24 @@ def waited_for(session: Session, result: RunResult) -> tuple[str, float, int] | 
 
 
 async def refine(
-    session: Session, report: Report, result: RunResult, started: float, trainer_labels: dict
-) -> tuple[RunResult, float | None]:
+    session: Session,
+    report: Report,
+    result: RunResult,
+    started: float,
+    trainer_labels: dict,
+    patience: float | None = None,
+) -> tuple[RunResult, float | None, bool]:
     """Poll the page's fragments as the browser does until a run shows the complete numbers: (that run,
-    seconds from the widget change to it), or None seconds when nothing polls (the page never refines)."""
+    seconds from the widget change to it, False), or None seconds when nothing polls (the page never
+    refines); with `patience`, (the last run, None, True) once that many seconds passed without them
+    (the student moved on)."""
     due_at: dict[str, float] = {}  # fragment id -> when its own timer fires (each has its run_every, as in a browser)
     while partial(result):
         if not session.auto_reruns:
             report.errors.append(f"session {session.index}: partial cards and no fragment polls for the rest")
-            return result, None
+            return result, None, False
+        if patience is not None and time.perf_counter() - started >= patience:
+            return result, None, True
         now = time.perf_counter()
         for fragment_id, every in session.auto_reruns.items():
             due_at.setdefault(fragment_id, now + every)
@@ -219,8 +235,8 @@ async def refine(
         if full:
             result = full[-1]
         elif polled and not any(partial(run) for run in polled):
-            return polled[-1], time.perf_counter() - started
-    return result, time.perf_counter() - started
+            return polled[-1], time.perf_counter() - started, False
+    return result, time.perf_counter() - started, False
 
 
 async def browse(
@@ -247,7 +263,7 @@ async def browse(
         action = rng.choices(["threshold", "samples", "page switch"], weights=[4, 3, 2])[0]
         if action == "page switch" or session.page != "Pruning":
             target = "Pruning" if session.page != "Pruning" else rng.choice(["Inclusion & masks", "Train"])
-            await timed(session, report, "page switch", expect, trainer_labels, page=target)
+            await timed(session, report, "page switch", expect, trainer_labels, page=target, patience=scenario.patience)
             continue
         if action == "threshold":
             slider = session.find("slider", "threshold")
@@ -260,7 +276,13 @@ async def browse(
             threshold_value = round(low + round((threshold_value - low) / step) * step, 10)
             changes = {slider.id: slider_state(slider.id, [threshold_value])}
             await timed(
-                session, report, "threshold", dict(expect, threshold=threshold_value), trainer_labels, changes=changes
+                session,
+                report,
+                "threshold",
+                dict(expect, threshold=threshold_value),
+                trainer_labels,
+                changes=changes,
+                patience=scenario.patience,
             )
         else:
             slider = session.find("slider", "Posterior samples")
@@ -279,6 +301,7 @@ async def browse(
                     expect,
                     trainer_labels,
                     changes={weights.id: text_state(weights.id, "sample")},
+                    patience=scenario.patience,
                 )
                 slider = session.find("slider", "Posterior samples") if result is not None else None
                 if slider is None or slider.disabled:
@@ -287,7 +310,13 @@ async def browse(
             samples_value = rng.choice(SAMPLES)
             changes = {slider.id: slider_state(slider.id, [float(samples_value)])}
             await timed(
-                session, report, "samples", dict(expect, samples=samples_value), trainer_labels, changes=changes
+                session,
+                report,
+                "samples",
+                dict(expect, samples=samples_value),
+                trainer_labels,
+                changes=changes,
+                patience=scenario.patience,
             )
     await session.close()
 
