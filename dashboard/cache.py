@@ -387,11 +387,14 @@ def test_draws_ready(
 
     key = prediction_key(mode, samples, threshold, seed, weights)
     refiner = backend.DRAW_CACHE.refiner()
+    run = cached_run(run_id)
+    # The draw processes start, and load this run, when the page first shows it (it opens on the mean
+    # weights, which draw nothing): its first draws then wait for no start or load.
+    _draw_processes_once()
+    backend.DRAW_CACHE.prepare(run, run_id)
     if not backend.mode_draws_samples(key["mode"]):
         refiner.leave(script_session_id())  # a setting that draws nothing: the session waits for no draws
         return 1, 1
-    run = cached_run(run_id)
-    _draw_processes_once()
     progress = refiner.ready(
         run,
         run.dataset().x_test,

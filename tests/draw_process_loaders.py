@@ -10,6 +10,7 @@ from tests.test_draw_cache import classification_run
 CRASH_FILE_VARIABLE = "BNN_TEST_DRAW_CRASH_FILE"  # while this file exists, a child loading a run dies
 SLOW_VARIABLE = "BNN_TEST_DRAW_SLOW_SECONDS"  # each draw in a child after its first takes at least this long
 BUSY_VARIABLE = "BNN_TEST_DRAW_BUSY"  # with SLOW_VARIABLE: the wait spends CPU (a loop), not a sleep
+LOADS_VARIABLE = "BNN_TEST_DRAW_LOADS_FILE"  # a file: each run a child loads, one line
 
 
 def load_tiny(run_id: str):
@@ -35,4 +36,8 @@ def load_tiny(run_id: str):
 
             slow.slowed = True
             engine.sampled_forward = slow
+    loads = os.environ.get(LOADS_VARIABLE)
+    if loads:
+        with open(loads, "a") as record:
+            record.write(run_id + "\n")
     return classification_run(seed=int(run_id))

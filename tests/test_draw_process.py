@@ -300,3 +300,24 @@ def test_the_training_niceness_is_a_setting_below_which_the_draws_come_first(mon
         monkeypatch.setenv("BNN_TRAINING_NICENESS", bad)
         with pytest.raises(InputError, match="BNN_TRAINING_NICENESS"):
             settings.training_niceness()
+
+
+@pytest.mark.slow  # starts two Python processes (importing torch: seconds)
+def test_prepare_has_every_child_load_the_run_before_its_first_draw(tmp_path, monkeypatch):
+    loads = tmp_path / "loads"
+    monkeypatch.setenv(loaders.LOADS_VARIABLE, str(loads))  # children inherit it: each load, one line
+    pool = DrawProcesses(loaders.load_tiny, processes=2, niceness=0, timeout=120)
+    try:
+        run = classification_run(seed=3)  # the run the children rebuild (load_tiny("3"))
+        x = run.dataset().x_test
+        cache = DrawCache()
+        cache.prepare(run, "3")  # no draw processes yet: nothing to do
+        cache.use_processes(pool)
+        cache.prepare(run, "3")
+        cache.prepare(run, "3")  # once per run
+        wait_until(lambda: loads.exists() and loads.read_text().split() == ["3", "3"])
+        assert refine(cache, run, "mpm", 6, None, None) == Progress(6, 6)
+        assert loads.read_text().split() == ["3", "3"] and cache.draws_elsewhere == 6  # no draw loaded it again
+        assert_same(cache.predict(run, x, "test", "3", "mpm", 6), run.predict(x, mode="mpm", samples=6))
+    finally:
+        pool.close()

@@ -269,6 +269,13 @@ class DrawCache:
         if old is not None and old is not processes:
             old.close()
 
+    def prepare(self, run: Any, owner: Hashable) -> None:
+        """About to be sampled: the draw processes (if any) load `owner` now, in the background
+        (core.predict.draw_process.DrawProcesses.preload), so that its first draws wait for no load."""
+        processes = self.processes
+        if processes is not None:
+            processes.preload(owner, fingerprint(resolve_model(run)))
+
     def forget(self, owner: Hashable) -> None:
         """Drop every entry of `owner` (a deleted or retrained run), and its background work."""
         if self._refiner is not None:

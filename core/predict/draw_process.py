@@ -80,6 +80,15 @@ class DrawRequest:
     threads: int | None = None
 
 
+@dataclass(frozen=True)
+class LoadRequest:
+    """Load run `owner` and its test inputs now, before its first draw (`DrawProcesses.preload`)."""
+
+    owner: Hashable
+    fingerprint: tuple  # core.predict.draw_paths.fingerprint of the server's model
+    inputs: Hashable = "test"
+
+
 @dataclass
 class DrawReply:
     output: Tensor  # (n, out): the draw's raw network outputs
@@ -145,6 +154,7 @@ class DrawProcesses:
         self._closed = False
         self.started = 0  # children started, ever
         self.restarts = 0  # draws retried on a new child after theirs died
+        self._preloaded: set = set()  # runs every child was asked to load (`preload`)
 
     def serves(self, inputs: Hashable) -> bool:
         return inputs in SERVED_INPUTS
@@ -175,6 +185,33 @@ class DrawProcesses:
         finally:
             self._give(child)
         raise AssertionError("unreachable")
+
+    def preload(self, owner: Hashable, fingerprint: tuple) -> None:
+        """Have every child load run `owner` now, in a background thread, once per run: a class opens
+        the Pruning page before it samples, and the first draws of a run then wait for no child's
+        start or load (measured: 16 s for the first draw on a busy 2-core machine, imports and load at
+        niceness 10). A child started later loads the run at its first draw, as before."""
+        with self._lock:
+            if self._closed or owner in self._preloaded:
+                return
+            self._preloaded.add(owner)
+        request = LoadRequest(owner, fingerprint)
+        threading.Thread(target=self._preload, args=(request,), name="bnn-draw-preload", daemon=True).start()
+
+    def _preload(self, request: LoadRequest) -> None:
+        for child in self._children:
+            with self._lock:
+                while child not in self._idle and not self._closed:
+                    self._lock.wait()
+                if self._closed:
+                    return
+                self._idle.remove(child)
+            try:
+                self._ask(child, request)
+            except Exception as error:  # the first draw of the run loads it, or says why it cannot
+                log.info("a draw process did not load run %s ahead: %s", request.owner, error)
+            finally:
+                self._give(child)
 
     def warm(self) -> None:
         """Start every child now (each imports torch and core: seconds), so the first draws wait less."""
@@ -225,7 +262,7 @@ class DrawProcesses:
         with self._lock:
             self.started += 1
 
-    def _ask(self, child: _Child, request: DrawRequest) -> DrawReply:
+    def _ask(self, child: _Child, request: DrawRequest | LoadRequest) -> DrawReply | None:
         if not child.alive():
             child.stop()
             self._start(child)
@@ -243,6 +280,8 @@ class DrawProcesses:
             raise Unavailable(payload[0])
         if status == "error":
             raise PredictionError(payload[0])
+        if isinstance(request, LoadRequest):
+            return None
         output, packed, shapes, path = payload
         used = [
             torch.from_numpy(np.unpackbits(bits, count=int(np.prod(shape))).reshape(shape).astype(bool))
@@ -315,7 +354,11 @@ def serve(conn: Any, settings: tuple) -> None:
         except (EOFError, OSError):
             return
         try:
-            reply = ("ok", *_answer(request, runs, loader))
+            if isinstance(request, LoadRequest):
+                _loaded(request, runs, loader)
+                reply: tuple = ("ok",)
+            else:
+                reply = ("ok", *_answer(request, runs, loader))
         except Unavailable as why:
             reply = ("unavailable", str(why))
         except Exception as error:  # the server shows it; the child goes on
@@ -333,7 +376,7 @@ def serve(conn: Any, settings: tuple) -> None:
                 return  # still above the bound: end; the next draw starts a fresh child
 
 
-def _loaded(request: DrawRequest, runs: OrderedDict, loader: Callable[[str], Any]) -> tuple[Any, dict]:
+def _loaded(request: DrawRequest | LoadRequest, runs: OrderedDict, loader: Callable[[str], Any]) -> tuple[Any, dict]:
     from core.predict.draw_paths import fingerprint
     from core.predict.engine import as_inputs, resolve_model
 
