@@ -285,3 +285,50 @@ def test_the_fingerprint_follows_every_write_to_the_model():
     with torch.no_grad():
         model.layers[0].weight_mu.data = model.layers[0].weight_mu.data * 2  # replaced
     assert draw_paths.fingerprint(model) != changed
+
+
+def test_gathered_inputs_are_kept_for_the_same_inputs_and_columns_and_made_again_after_a_write():
+    import core.predict.compact as compact
+
+    x = torch.randn(50, 8)
+    index = torch.tensor([1, 3, 4])
+    before = compact.gathers
+    first = compact.gathered_inputs(x, index)
+    assert torch.equal(first, x.index_select(1, index).T.contiguous()) and first.is_contiguous()
+    assert compact.gathered_inputs(x, index.clone()) is first  # equal columns: kept
+    assert compact.gathers - before == 1
+    other = x.clone()  # equal values, another tensor: its own copy
+    assert compact.gathered_inputs(other, index) is not first
+    x.add_(1.0)  # written in place: gathered again, with the new values
+    again = compact.gathered_inputs(x, index)
+    assert again is not first and torch.equal(again, x.index_select(1, index).T.contiguous())
+    assert compact.gathers - before == 3
+
+
+def test_a_plans_draws_gather_their_inputs_once_and_equal_the_uncached_prediction_bit_for_bit():
+    """Every draw of a shared-mask plan reads the same columns of the same inputs: gathered once
+    (core.predict.compact.gathered_inputs), the numbers unchanged."""
+    import core.predict.compact as compact
+    from core.predict import DrawCache
+
+    model = make_model(12, (3,), False, "relu", [-8.0, 8.0], seed=4)  # 4 of the 12 inputs unused
+    x = torch.randn(30, 12, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert len(compact_network_of(model, 0.5).input_index) == 8
+    before = compact.gathers
+    uncached = predict(model, x, mode="mpm", samples=6, threshold=0.5)
+    assert compact.gathers - before == 1  # six draws (and the probe's runs), one gather
+    compact._gathered.clear()
+    cache = DrawCache()
+    for samples in (2, 6):  # the draws of two extends: the plan's inputs are gathered once
+        cache.extend(model, x, "test", "model", "mpm", samples, 0.5)
+    assert compact.gathers - before == 2
+    got = cache.predict(model, x, "test", "model", "mpm", 6, 0.5)
+    assert np.array_equal(got.probs_per_draw, uncached.probs_per_draw) and np.array_equal(got.probs, uncached.probs)
+
+
+def compact_network_of(model, threshold):
+    from core.predict.compact import compact_network
+
+    masks = model.keep_masks(threshold)
+    return compact_network(model.sample_weights(1, 0, masks=masks), masks, model.activation)
