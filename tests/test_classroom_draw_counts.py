@@ -41,7 +41,8 @@ def test_each_draw_is_waited_for_ahead_unread_or_twice():
     assert (counts.waited, counts.ahead, counts.unread) == (2, 1, 4)
     assert (counts.twice, counts.twice_elsewhere) == (2, 1)
     assert counts.by_place == {"process": 6, "request": 1}
-    text = "\n".join(counts.lines(moves=4, interactions=10))
+    text = "\n".join(counts.lines(moves=4, interactions=10, process_cpu=1.2))
+    assert "the draw processes' CPU 1.2 s, 0.200 s per draw computed there" in text
     assert "draws computed: 7 by 2 server process(es)" in text and "1.8 per slider move (4)" in text
     assert "computed twice (the same run, threshold and draw computed before) 2 (29%), 1 of them" in text
 

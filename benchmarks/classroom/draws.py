@@ -44,7 +44,9 @@ class DrawCounts:
     servers: int = 0  # server processes that computed draws
     waits: int = 0  # slider moves (and page switches) that waited for draws
 
-    def lines(self, moves: int, interactions: int) -> list[str]:
+    def lines(self, moves: int, interactions: int, process_cpu: float | None = None) -> list[str]:
+        """The report's lines; `process_cpu`: the draw processes' CPU seconds in the class (per draw
+        computed there: the cost of a draw, whatever the machine's load)."""
         if not self.computed:
             return ["- draws: none logged (no sampled predictions, or no $BNN_RERUN_LOG)"]
         places = ", ".join(f"{n} {place}" for place, n in sorted(self.by_place.items()))
@@ -54,7 +56,13 @@ class DrawCounts:
             f"process, background: the server's refiner threads, request: a script run that lacked it), "
             f"{self.computed / max(moves, 1):.1f} per slider move ({moves}), "
             f"{self.computed / max(interactions, 1):.1f} per interaction ({interactions}); "
-            f"{self.waits} moves waited for draws",
+            f"{self.waits} moves waited for draws"
+            + (
+                f"; the draw processes' CPU {process_cpu:.1f} s, {process_cpu / self.by_place['process']:.3f} s "
+                "per draw computed there"
+                if process_cpu and self.by_place["process"]
+                else ""
+            ),
             f"- of them: waited for by a session as they were kept {share(self.waited)}; ahead (no session "
             f"waiting then, a later move read them) {share(self.ahead)}; unread (no session waited for them "
             f"in the class: a plan left or past every R asked) {share(self.unread)}; computed twice (the same "

@@ -186,7 +186,7 @@ def table(report: Report) -> str:
         f"update to the complete numbers {waited:.0f} s in all (mean {waited / max(len(refined), 1):.1f} s)",
     ]
     if report.draws is not None:
-        lines += report.draws.lines(len(moved), len(report.interactions))
+        lines += report.draws.lines(len(moved), len(report.interactions), sum(report.draw_process_seconds.values()))
     lines += [
         f"- errors: {len(report.errors)}; cross-session leaks: {len(report.leaks)}",
         f"- server memory (resident): {rss[0] if rss else float('nan'):.0f} MB after the teacher's first page, "
