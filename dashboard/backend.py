@@ -278,6 +278,14 @@ def predict(
     )
 
 
+def share_draws(folder: str) -> None:
+    """The server processes of `python -m dashboard.serve` read each other's draws (core.predict.shared_draws)
+    from a folder inside the one the proxy made ($BNN_SERVE_DIR), at most $BNN_DRAW_CACHE_MB of them."""
+    from core.predict.shared_draws import SharedDraws
+
+    DRAW_CACHE.shared = SharedDraws(Path(folder) / "draws", draw_cache_bytes())
+
+
 def forget_draws(run_id: str) -> None:
     """Drop a deleted or retrained run's kept draws (and no other run's)."""
     DRAW_CACHE.forget(run_id)

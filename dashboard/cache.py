@@ -426,6 +426,9 @@ def _draw_processes_once() -> None:
         if not _draw_processes_set:
             options = backend.dashboard_settings.draw_process_options(secret)
             backend.DRAW_CACHE.use_processes(options.pop("processes"), backend.load_run, **options)
+            folder = backend.dashboard_settings.SERVE_DIR.read()
+            if folder:  # one of dashboard.serve's processes: the others' draws are read, not drawn again
+                backend.share_draws(folder)
             _draw_processes_set = True
 
 

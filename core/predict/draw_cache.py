@@ -217,6 +217,10 @@ class DrawCache:
         self.draws_reused = 0  # draws answered from kept outputs
         self.processes: Any = None  # core.predict.draw_process.DrawProcesses: where `extend` draws (None: here)
         self.draws_elsewhere = 0  # draws `extend` had computed in a draw process
+        # core.predict.shared_draws.SharedDraws: draws the other server processes computed, read before
+        # asking a draw process (None: none shared); draws_shared counts those taken from it
+        self.shared: Any = None
+        self.draws_shared = 0
         # Called with (key, index, where, started) after each draw is kept, `where` one of "process" (a
         # draw process), "background" (extend in this process) or "request" (a predict that lacked it):
         # the classroom load test's log of every draw computed (dashboard/app.py, $BNN_RERUN_LOG).
@@ -522,7 +526,7 @@ class DrawCache:
         this process's kept choice; with none kept, the child's probe chooses and this process keeps
         it (a choice made here meanwhile wins: that draw is asked again by it). A plan a child cannot
         draw (another copy of the run) is drawn here."""
-        from core.predict.draw_process import DrawRequest, Unavailable
+        from core.predict.draw_process import DrawReply, DrawRequest, Unavailable
 
         processes, key, (mode, samples, threshold, weights) = request
         computed = 0
@@ -548,20 +552,30 @@ class DrawCache:
                 fingerprint(model),
                 torch.get_num_threads(),
             )
-            try:
-                reply = processes.draw(asked)
-            except Unavailable:
-                with self.computing():
-                    return computed + self._draw_until(
-                        entry,
-                        model,
-                        plan,
-                        inputs,
-                        key.seed,
-                        key.batch_size,
-                        stop=stop,
-                        observe=self._observe(key, "background"),
-                    )
+            reply, shared = None, self.shared
+            if shared is not None:  # another server process may have drawn it (core.predict.shared_draws)
+                shared_name = shared.name(key, index, asked.threads, asked.fingerprint)
+                held = shared.get(shared_name)
+                if held is not None and (path is None or held[2] == path.value):
+                    reply = DrawReply(*held)
+            from_shared = reply is not None
+            if reply is None:
+                try:
+                    reply = processes.draw(asked)
+                except Unavailable:
+                    with self.computing():
+                        return computed + self._draw_until(
+                            entry,
+                            model,
+                            plan,
+                            inputs,
+                            key.seed,
+                            key.batch_size,
+                            stop=stop,
+                            observe=self._observe(key, "background"),
+                        )
+                if shared is not None:
+                    shared.put(shared_name, reply.output, reply.used, reply.path)
             if path is None and reply.path is not None:
                 kept_key = path_key(model, plan.threshold, inputs, masks, key.batch_size)
                 kept = remember_path(kept_key, DrawPath(reply.path))
@@ -574,6 +588,10 @@ class DrawCache:
                 entry.outputs.append(reply.output)
                 entry.ran_by(path if path is not None else DrawPath(reply.path) if reply.path else None)
                 entry.condition.notify_all()
+            if from_shared:
+                with self._lock:
+                    self.draws_shared += 1
+                continue
             computed += 1
             with self._lock:
                 self.draws_elsewhere += 1

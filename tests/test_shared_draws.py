@@ -1,0 +1,96 @@
+"""Draws shared by dashboard.serve's server processes (core.predict.shared_draws): a draw another
+process computed is read, not drawn again, and the numbers stay bit for bit the uncached ones."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import torch
+
+from core.predict import DrawCache
+from core.predict.draw_paths import DrawPath, forget_paths
+from core.predict.draw_process import DrawReply, _answer
+from core.predict.shared_draws import SharedDraws
+from tests import draw_process_loaders as loaders
+from tests.test_draw_cache import assert_same, classification_run
+
+
+class InProcess:
+    """Stands in for core.predict.draw_process.DrawProcesses: answers as a child would, here, counting."""
+
+    processes = 1
+
+    def __init__(self):
+        self.runs: OrderedDict = OrderedDict()
+        self.asked = 0
+
+    def serves(self, inputs):
+        return inputs == "test"
+
+    def draw(self, request):
+        self.asked += 1
+        output, packed, shapes, path = _answer(request, self.runs, loaders.load_tiny)
+        used = [
+            torch.from_numpy(np.unpackbits(bits, count=int(np.prod(shape))).reshape(shape).astype(bool))
+            for bits, shape in zip(packed, shapes)
+        ]
+        return DrawReply(torch.from_numpy(output), used, path)
+
+
+def server(folder, max_bytes=2**30):
+    cache = DrawCache()
+    cache.use_processes(InProcess())
+    cache.shared = SharedDraws(folder, max_bytes)
+    return cache
+
+
+def test_a_draw_another_process_computed_is_read_and_the_numbers_are_the_uncached_ones(tmp_path):
+    run = classification_run(seed=3)  # the run the stand-in rebuilds (load_tiny("3"))
+    x = run.dataset().x_test
+    first, second = server(tmp_path), server(tmp_path)
+    assert first.extend(run, x, "test", "3", "mpm", 6, 0.5) == 6
+    assert first.processes.asked == 6 and first.shared.written == 6
+    # The other process (its own cache and, here, the same path table: one interpreter) reads them all.
+    assert second.extend(run, x, "test", "3", "mpm", 8, 0.5) == 8
+    assert second.processes.asked == 2 and second.draws_shared == 6 and second.draws_computed == 2
+    uncached = run.predict(x, mode="mpm", samples=8, threshold=0.5)
+    assert_same(second.predict(run, x, "test", "3", "mpm", 8, 0.5), uncached)
+    assert_same(first.predict(run, x, "test", "3", "mpm", 8, 0.5), uncached)  # 6 kept, 2 read back
+    assert first.processes.asked == 6
+
+
+def test_a_draw_by_another_path_is_drawn_again(tmp_path, monkeypatch):
+    run = classification_run(seed=3)
+    x = run.dataset().x_test
+    first = server(tmp_path)
+    first.extend(run, x, "test", "3", "mpm", 3, 0.5)
+    # This process keeps another path for the plan than the one the files were drawn by.
+    forget_paths()
+    import core.predict.draw_cache as draw_cache_module
+
+    chosen = next(iter(SharedDraws(tmp_path, 2**30).get(p.name) for p in tmp_path.glob("*.draw.npz")))[2]
+    other = DrawPath.ACTIVE_DENSE if chosen == DrawPath.PLAIN.value else DrawPath.PLAIN
+    monkeypatch.setattr(draw_cache_module, "chosen_path", lambda *args, **kwargs: other)
+    second = server(tmp_path)
+    second.extend(run, x, "test", "3", "mpm", 3, 0.5)
+    assert second.draws_shared == 0 and second.processes.asked == 3
+
+
+def test_damaged_files_are_drawn_again_and_the_folder_is_bounded(tmp_path):
+    run = classification_run(seed=3)
+    x = run.dataset().x_test
+    first = server(tmp_path)
+    first.extend(run, x, "test", "3", "mpm", 4, 0.5)
+    files = sorted(tmp_path.glob("*.draw.npz"))
+    assert len(files) == 4
+    for file in files:
+        file.write_bytes(b"not a draw")
+    second = server(tmp_path)
+    assert second.extend(run, x, "test", "3", "mpm", 4, 0.5) == 4 and second.draws_shared == 0
+    third = server(tmp_path)  # the damaged files were replaced by the second's draws
+    assert third.extend(run, x, "test", "3", "mpm", 4, 0.5) == 4 and third.draws_shared == 4
+    assert_same(third.predict(run, x, "test", "3", "mpm", 4, 0.5), run.predict(x, mode="mpm", samples=4, threshold=0.5))
+    bounded = server(tmp_path / "small", max_bytes=1)  # keeps nothing beyond 1 byte: each file goes at once
+    bounded.extend(run, x, "test", "3", "mpm", 3, 0.5)
+    assert list((tmp_path / "small").glob("*.draw.npz")) == [] and bounded.shared.written == 3
