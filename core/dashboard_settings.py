@@ -231,7 +231,8 @@ DRAW_CACHE_MB = register(
         "BNN_DRAW_CACHE_MB",
         "real",
         256.0,
-        "megabytes of sampled predictions' per-draw outputs kept (least recently used dropped first; 0 keeps nothing)",
+        "megabytes of sampled predictions' per-draw outputs kept (least recently used dropped first; 0 keeps "
+        "nothing), in each server process and in the folder dashboard.serve's processes share",
         low=0,
         high=10**6,
         secret_key="draw_cache_mb",
