@@ -281,9 +281,14 @@ def predict(
 def share_draws(folder: str) -> None:
     """The server processes of `python -m dashboard.serve` read each other's draws (core.predict.shared_draws)
     from a folder inside the one the proxy made ($BNN_SERVE_DIR), at most $BNN_DRAW_CACHE_MB of them."""
+    import logging
+
     from core.predict.shared_draws import SharedDraws
 
-    DRAW_CACHE.shared = SharedDraws(Path(folder) / "draws", draw_cache_bytes())
+    try:
+        DRAW_CACHE.shared = SharedDraws(Path(folder) / "draws", draw_cache_bytes())
+    except OSError as error:  # the folder cannot be made: each process draws its own, as before
+        logging.getLogger(__name__).warning("draws not shared between the server processes: %s", error)
 
 
 def forget_draws(run_id: str) -> None:

@@ -94,3 +94,15 @@ def test_damaged_files_are_drawn_again_and_the_folder_is_bounded(tmp_path):
     bounded = server(tmp_path / "small", max_bytes=1)  # keeps nothing beyond 1 byte: each file goes at once
     bounded.extend(run, x, "test", "3", "mpm", 3, 0.5)
     assert list((tmp_path / "small").glob("*.draw.npz")) == [] and bounded.shared.written == 3
+
+
+def test_a_folder_that_cannot_be_made_leaves_each_process_its_own_draws(tmp_path, monkeypatch):
+    from dashboard import backend
+
+    monkeypatch.setattr(backend, "DRAW_CACHE", DrawCache())
+    blocked = tmp_path / "serve"
+    blocked.write_text("a file where the folder should be")
+    backend.share_draws(str(blocked))
+    assert backend.DRAW_CACHE.shared is None
+    backend.share_draws(str(tmp_path / "ok"))
+    assert backend.DRAW_CACHE.shared is not None and (tmp_path / "ok" / "draws").is_dir()
