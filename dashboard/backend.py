@@ -60,6 +60,7 @@ from core.predict.modes import (  # noqa: F401  (what a mode means on the pages:
     uses_threshold,
 )
 from core.predict.onnx_export import export_zip  # noqa: F401  (the Pruning page's downloads, safetensors or onnx)
+from core.predict.shared_draws import share as share_draws  # noqa: F401  (dashboard.serve's processes)
 from core.predict.sweep import curve_csv  # noqa: F401  (the sweep's CSV download)
 
 # Choosing a threshold and labelling runs are core's (pure numpy / plain data), passed through as they are:
@@ -276,19 +277,6 @@ def predict(
         seed=int(seed),
         weights=weights,
     )
-
-
-def share_draws(folder: str) -> None:
-    """The server processes of `python -m dashboard.serve` read each other's draws (core.predict.shared_draws)
-    from a folder inside the one the proxy made ($BNN_SERVE_DIR), at most $BNN_DRAW_CACHE_MB of them."""
-    import logging
-
-    from core.predict.shared_draws import SharedDraws
-
-    try:
-        DRAW_CACHE.shared = SharedDraws(Path(folder) / "draws", draw_cache_bytes())
-    except OSError as error:  # the folder cannot be made: each process draws its own, as before
-        logging.getLogger(__name__).warning("draws not shared between the server processes: %s", error)
 
 
 def forget_draws(run_id: str) -> None:

@@ -60,21 +60,24 @@ def test_a_draw_another_process_computed_is_read_and_the_numbers_are_the_uncache
     assert first.processes.asked == 6
 
 
-def test_a_draw_by_another_path_is_drawn_again(tmp_path, monkeypatch):
+def test_a_draw_by_another_path_is_drawn_again(tmp_path):
+    from core.predict.draw_paths import remember_path, shape_key
+    from core.predict.engine import resolve_model
+
     run = classification_run(seed=3)
     x = run.dataset().x_test
     first = server(tmp_path)
     first.extend(run, x, "test", "3", "mpm", 3, 0.5)
+    drawn_by = SharedDraws(tmp_path, 2**30).get(next(tmp_path.glob("*.draw.npz")).name)[2]
     # This process keeps another path for the plan than the one the files were drawn by.
     forget_paths()
-    import core.predict.draw_cache as draw_cache_module
-
-    chosen = next(iter(SharedDraws(tmp_path, 2**30).get(p.name) for p in tmp_path.glob("*.draw.npz")))[2]
-    other = DrawPath.ACTIVE_DENSE if chosen == DrawPath.PLAIN.value else DrawPath.PLAIN
-    monkeypatch.setattr(draw_cache_module, "chosen_path", lambda *args, **kwargs: other)
+    model = resolve_model(run)
+    other = DrawPath.ACTIVE_DENSE if drawn_by == DrawPath.PLAIN.value else DrawPath.PLAIN
+    remember_path(shape_key(model, 0.5, tuple(x.shape), model.keep_masks(0.5), None), other)
     second = server(tmp_path)
     second.extend(run, x, "test", "3", "mpm", 3, 0.5)
     assert second.draws_shared == 0 and second.processes.asked == 3
+    forget_paths()
 
 
 def test_damaged_files_are_drawn_again_and_the_folder_is_bounded(tmp_path):
@@ -102,7 +105,7 @@ def test_a_folder_that_cannot_be_made_leaves_each_process_its_own_draws(tmp_path
     monkeypatch.setattr(backend, "DRAW_CACHE", DrawCache())
     blocked = tmp_path / "serve"
     blocked.write_text("a file where the folder should be")
-    backend.share_draws(str(blocked))
+    backend.share_draws(backend.DRAW_CACHE, blocked / "draws", 2**20)
     assert backend.DRAW_CACHE.shared is None
-    backend.share_draws(str(tmp_path / "ok"))
+    backend.share_draws(backend.DRAW_CACHE, tmp_path / "ok" / "draws", 2**20)
     assert backend.DRAW_CACHE.shared is not None and (tmp_path / "ok" / "draws").is_dir()

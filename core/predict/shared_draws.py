@@ -141,3 +141,12 @@ class SharedDraws:
             except OSError:
                 pass
             total -= size
+
+
+def share(cache: Any, folder: str | Path, max_bytes: int) -> None:
+    """Have `cache` (a DrawCache) read and keep its draws in `folder`; a folder that cannot be made
+    leaves it its own draws (logged), never an error for the page that asked."""
+    try:
+        cache.shared = SharedDraws(folder, max_bytes)
+    except OSError as error:
+        log.warning("draws not shared between the server processes: %s", error)
