@@ -39,6 +39,13 @@ class CudaGraphBackend:
     """Warm-up and capture on a CUDA device (torch.cuda.CUDAGraph)."""
 
     def __init__(self, device: torch.device, generator: torch.Generator | None):
+        if not hasattr(torch.cuda.CUDAGraph, "register_generator_state"):
+            from core.errors import ConfigError
+
+            raise ConfigError(
+                f"train.cuda_graphs: this PyTorch ({torch.__version__}) cannot register a run's own noise "
+                "generator with a CUDA graph (CUDAGraph.register_generator_state); leave it off"
+            )
         self.device = device
         self.generator = generator
         self.side_stream = torch.cuda.Stream(device)
@@ -60,8 +67,17 @@ class CudaGraphBackend:
         return graph.replay, out
 
     def recover(self) -> None:
-        """After a failed capture: let the device finish whatever the eager steps queued."""
+        """After a failed capture. The capture's start put the registered generators (the run's and the
+        default one) in capture mode, and its failed end left them there: their next eager draw raised
+        "Offset increment outside graph capture encountered unexpectedly" (lbbnn-lfmvn on an H100, before
+        its Cholesky factor stopped syncing). An empty capture with the same generators ends that mode."""
         torch.cuda.synchronize(self.device)
+        graph = torch.cuda.CUDAGraph()
+        if self.generator is not None:
+            graph.register_generator_state(self.generator)
+        with torch.cuda.graph(graph):
+            torch.zeros(1, device=self.device)  # an empty graph only draws a warning; one fill is no cost
+        del graph
 
 
 class CallingBackend:

@@ -178,3 +178,28 @@ def test_replayed_steps_on_the_gpu_take_the_eager_steps(family, cuda_available):
     ):
         torch.testing.assert_close(c, b, rtol=0, atol=0, msg=f"{name}: two replayed runs differ")
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=f"{name}: replayed and eager steps differ")
+
+
+def test_a_step_that_cannot_be_captured_trains_on_eagerly_with_its_generator(cuda_available):
+    """A step that reads a value back to the host cannot be captured; the phase goes on eagerly, and the
+    run's noise generator (registered with the failed capture) still draws: the same numbers as a
+    generator that never met a capture."""
+    from core.step_graphs import WARMUP_STEPS, CudaGraphBackend, ReplayedSteps
+
+    def body_drawing_from(generator):
+        def body(index, kl_scale):
+            noise = torch.randn(4, generator=generator, device=CUDA)
+            return noise.sum() * float(kl_scale)  # float(): a read back to the host, refused in a capture
+
+        return body
+
+    generator = torch.Generator(device=CUDA).manual_seed(5)
+    steps = ReplayedSteps(body_drawing_from(generator), 2, CUDA, CudaGraphBackend(CUDA, generator))
+    reference_generator = torch.Generator(device=CUDA).manual_seed(5)
+    reference = body_drawing_from(reference_generator)
+    index = torch.arange(2, device=CUDA)
+    for _ in range(WARMUP_STEPS + 3):
+        out = steps(index, 1.0)
+        torch.testing.assert_close(out, reference(index, torch.tensor(1.0)))
+    assert steps.state.startswith("eager: "), steps.state
+    torch.randn(3, device=CUDA)  # the default generator draws too
