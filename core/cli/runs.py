@@ -223,6 +223,13 @@ def _register_train(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="torch.compile LBBNN's training kernels (~20 s once, then faster epochs)",
     )
+    schedule.add_argument(
+        "--cuda-graphs",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="replay each training step as one CUDA graph (CUDA devices only; an LBBNN epoch on full MNIST "
+        "took 0.31 s against 2.59 s eager on an H100, benchmarks/results/gpu_notes.md)",
+    )
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:N or mps")
     parser.add_argument("--force", action="store_true", help="train again even if the run is stored")
@@ -311,6 +318,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         "kl_weight": args.kl_weight,
         "empirical_bayes": args.empirical_bayes,
         "compile": args.compile,
+        "cuda_graphs": args.cuda_graphs,
         "lr_schedule": args.lr_schedule,
         "target_density": None
         if args.target_density is None
