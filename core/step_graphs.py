@@ -32,6 +32,11 @@ from torch import Tensor
 # iterations so that lazily created state (here: Adam's moments, autograd's buffers) exists before capture.
 WARMUP_STEPS = 3
 
+# A capture refuses unsafe calls (a read back to the host, a cudaMalloc) made by this thread only. The default,
+# "global", refuses them in every thread of the process, where the dashboard runs other sessions' trainings and
+# predictions beside this one: a capture would make their calls fail.
+CAPTURE_ERROR_MODE = "thread_local"
+
 StepBody = Callable[[Tensor, Tensor], Tensor]  # (row index, KL scale) -> the step's data term, on the device
 
 
@@ -62,7 +67,7 @@ class CudaGraphBackend:
         graph = torch.cuda.CUDAGraph()
         if self.generator is not None:  # the default generator is registered by the capture itself
             graph.register_generator_state(self.generator)
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, capture_error_mode=CAPTURE_ERROR_MODE):
             out = body()
         return graph.replay, out
 
@@ -75,7 +80,7 @@ class CudaGraphBackend:
         graph = torch.cuda.CUDAGraph()
         if self.generator is not None:
             graph.register_generator_state(self.generator)
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, capture_error_mode=CAPTURE_ERROR_MODE):
             torch.zeros(1, device=self.device)  # an empty graph only draws a warning; one fill is no cost
         del graph
 
@@ -98,6 +103,15 @@ class CallingBackend:
 
     def recover(self) -> None:
         pass
+
+
+# Devices whose training steps can be replayed (tests add "cpu", with CallingBackend from graph_backend).
+CUDA_GRAPH_DEVICES = ("cuda",)
+
+
+def graph_backend(device: torch.device, generator: torch.Generator | None):
+    """The backend train.cuda_graphs replays with (tests put a CallingBackend in its place)."""
+    return CudaGraphBackend(device, generator)
 
 
 class ReplayedSteps:

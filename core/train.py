@@ -27,7 +27,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from core import validate
+from core import step_graphs, validate
 from core.cpu_settings import enable_flush_denormals
 from core.enums import LearningRateSchedule, PosttrainStructure
 from core.errors import ConfigError, TrainingCancelled, TrainingDivergedError
@@ -334,7 +334,7 @@ def train(
             f"training data: inputs have {x_train.shape[1]} features, the model expects {model.config.in_features}"
         )
     config = config.resolved(n)
-    if config.cuda_graphs and device.type not in CUDA_GRAPH_DEVICES:
+    if config.cuda_graphs and device.type not in step_graphs.CUDA_GRAPH_DEVICES:
         raise ConfigError(
             f"train.cuda_graphs: replays each step as a CUDA graph and needs a CUDA device; this run trains on "
             f"{device.type}. Leave it off (false) here."
@@ -465,18 +465,6 @@ def set_learning_rate(group: dict[str, Any], rate: float) -> None:
         group["lr"] = rate
 
 
-# Devices whose training steps can be replayed as graphs (tests add "cpu", with the stand-in backend below).
-CUDA_GRAPH_DEVICES = ("cuda",)
-
-
-# Training steps replayed as CUDA graphs get their backend here (tests put core.step_graphs.CallingBackend
-# in its place to run the same buffers on the CPU).
-def graph_backend(device: torch.device, generator: torch.Generator | None):
-    from core.step_graphs import CudaGraphBackend
-
-    return CudaGraphBackend(device, generator)
-
-
 def _steps(model, optimizer, x_train: Tensor, y_train: Tensor, config: TrainConfig, generator) -> Callable:
     """The phase's step: (row index, KL scale) -> the data term on the device. Eager, or with
     config.cuda_graphs replayed as one CUDA graph per phase (core/step_graphs.py)."""
@@ -487,9 +475,8 @@ def _steps(model, optimizer, x_train: Tensor, y_train: Tensor, config: TrainConf
 
     if not config.cuda_graphs:
         return body
-    from core.step_graphs import ReplayedSteps
-
-    return ReplayedSteps(body, config.batch_size, x_train.device, graph_backend(x_train.device, generator))
+    backend = step_graphs.graph_backend(x_train.device, generator)
+    return step_graphs.ReplayedSteps(body, config.batch_size, x_train.device, backend)
 
 
 def _run_epoch(model, step, x_train, config, kl_weight, batch_generator, cancel, phase, epoch) -> dict[str, Any]:

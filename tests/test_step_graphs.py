@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import core.train as train_module
+from core import step_graphs
 from core.errors import ConfigError
 from core.models.network import BayesianMLP, ModelConfig
 from core.runs import RunConfig
@@ -61,8 +62,8 @@ def graphs_on_cpu(monkeypatch):
         backends.append(CountingBackend(fail=fail["capture"]))
         return backends[-1]
 
-    monkeypatch.setattr(train_module, "CUDA_GRAPH_DEVICES", ("cuda", "cpu"))
-    monkeypatch.setattr(train_module, "graph_backend", backend)
+    monkeypatch.setattr(step_graphs, "CUDA_GRAPH_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(step_graphs, "graph_backend", backend)
     return backends, fail
 
 
