@@ -46,6 +46,7 @@ import math
 import os
 import random
 import re
+import shlex
 import sys
 import tempfile
 import time
@@ -523,11 +524,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def command_line(argv: list[str]) -> str:
+    """The command as the report gives it: quoted to be pasted again, without --note (its text is
+    written under the table, and it changes nothing measured)."""
+    kept, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word == "--note":
+            skip = True
+        elif not word.startswith("--note="):
+            kept.append(word)
+    return shlex.join(["python", "-m", "benchmarks.browser_class", *kept])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     measured = run(args)
-    command = "python -m benchmarks.browser_class " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = report(measured, command.strip(), args.note)
+    text = report(measured, command_line(argv if argv is not None else sys.argv[1:]), args.note)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)

@@ -221,3 +221,8 @@ def test_the_proxy_serves_the_class_with_proxy_processes(monkeypatch, tmp_path):
     assert type(single) is server_module.Server and "run" in command and "dashboard.serve" not in command
     assert options["start_new_session"] is False
     assert "dashboard.serve --processes 2" in browser_class.serving(2)
+
+
+def test_the_reported_command_can_be_pasted_again_and_leaves_the_note_out():
+    argv = ["--sessions", "10", "--note", "load 3.2 (shared)", "--out", "a b.md", "--note=x"]
+    assert browser_class.command_line(argv) == "python -m benchmarks.browser_class --sessions 10 --out 'a b.md'"
