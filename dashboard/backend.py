@@ -328,10 +328,12 @@ def training_estimate(config: RunConfig) -> dict[str, Any]:
 
 
 def estimate_seconds(config: RunConfig, loaded: bool = True) -> float:
-    """Expected seconds of a training on this server (times the current load when `loaded`)."""
+    """Expected seconds of a training on this server (times the current load when `loaded`; a scale head's
+    first stage whole unless it is in the run store the dashboard trains into, the default one)."""
     from core.cost import estimate_seconds as core_estimate
+    from core.runs.training import first_stage_stored
 
-    return core_estimate(config, loaded=loaded)
+    return core_estimate(config, loaded=loaded, first_stage_stored=first_stage_stored(config))
 
 
 def samples_allowed(run: Run, n_inputs: int, samples: int) -> tuple[int, str | None]:

@@ -390,7 +390,7 @@ def _epoch_printer(config: RunConfig):
 
 def run_train(args: argparse.Namespace) -> int:
     from core import cost
-    from core.runs.training import train_run
+    from core.runs.training import first_stage_stored, train_run
 
     config = config_from_args(args)
     started = time.perf_counter()
@@ -398,7 +398,10 @@ def run_train(args: argparse.Namespace) -> int:
     # Costed before anything is allocated. The command line trains on the user's own machine: only
     # memory is limited (half of it, or $BNN_MEMORY_BUDGET_MB), not weights or time as on a server.
     limits = cost.command_line_limits()
-    need = cost.admit_training(config, cost.admit_dataset(config.dataset, config.dataset_params, limits), limits)
+    shape = cost.admit_dataset(config.dataset, config.dataset_params, limits)
+    # a scale head's first stage counts whole unless it is stored in the store this training uses
+    stored = first_stage_stored(config, args.cache_dir, args.data_dir)
+    need = cost.admit_training(config, shape, limits, first_stage_stored=stored)
     if not args.quiet:
         print(
             f"estimate: {need.weights:,} weights, about {cost.size_text(need.bytes)} of memory"
