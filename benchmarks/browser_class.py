@@ -1,8 +1,10 @@
-"""A class of real browsers against one `streamlit run`: N chromium sessions moving the Pruning page's
-sliders at once, each timed to the first update and to the complete R-draw numbers.
+"""A class of real browsers against one `streamlit run` (or, with --proxy-processes N, against
+`python -m dashboard.serve --processes N`, as classroom_load's flag): N chromium sessions moving the Pruning
+page's sliders at once, each timed to the first update and to the complete R-draw numbers.
 
     python -m benchmarks.browser_class                    # 10 sessions, bundled mnist-small 784-400-600-10
     python -m benchmarks.browser_class --sessions 5 --interactions 6
+    python -m benchmarks.browser_class --proxy-processes 2 --out benchmarks/results/browser_class_proxy_2.md
     # writes benchmarks/results/browser_class.md (--out to write elsewhere)
 
 The speed issue's second class target: 10 browser sessions on a bundled-subset run, p95 to the first
@@ -44,6 +46,7 @@ import math
 import os
 import random
 import re
+import shlex
 import sys
 import tempfile
 import time
@@ -51,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.classroom.report import SERVER_SETTINGS
+from benchmarks.classroom.server import ProxiedServers, proxy_processes
 from benchmarks.classroom_load import Server, percentile
 from benchmarks.dashboard_latency import CHROMIUM, CHROMIUM_ARGS, SCRIPT_IDLE, prepare_run
 
@@ -350,9 +354,24 @@ async def drive(url: str, run_id: str, args, measured: Measured) -> None:
             await browser.close()
 
 
+def serving(proxy: int) -> str:
+    """What serves the class, as the report's title and setting say it."""
+    return f"`python -m dashboard.serve --processes {proxy}` (one address)" if proxy else "one `streamlit run`"
+
+
+def start_server(args, env: dict[str, str], work: Path) -> Server | ProxiedServers:
+    """One `streamlit run`, or with --proxy-processes N the proxy and its N processes (classroom_load's
+    ProxiedServers); --browser-share group starts either in a session of its own (see the docstring)."""
+    own_session = args.browser_share == "group"
+    if args.proxy_processes:
+        return ProxiedServers(env, work / "serve.log", args.proxy_processes, own_session=own_session)
+    return Server(env, work / "streamlit.log", own_session=own_session)
+
+
 def run(args) -> Measured:
     measured = Measured(
         setting={
+            "serving": serving(args.proxy_processes),
             "sessions": args.sessions,
             "interactions": args.interactions,
             "think": args.think_seconds,
@@ -373,13 +392,13 @@ def run(args) -> Measured:
         run_id = prepare_run(args.dataset, hidden, args.epochs, env)
         measured.setting["run"] = run_id
         measured.load_before = os.getloadavg()
-        server = Server(env, Path(work) / "streamlit.log", own_session=args.browser_share == "group")
+        server = start_server(args, env, Path(work))
         try:
             server.wait_healthy()
-            cpu_start = server.cpu_seconds()
+            cpu_start = server.cpu_seconds()  # with the proxy: its processes' and its own
             asyncio.run(drive(server.url, run_id, args, measured))
             measured.server_cpu = server.cpu_seconds() - cpu_start
-            log_text = (Path(work) / "streamlit.log").read_text()
+            log_text = server.log.read_text()  # the proxy's log holds its processes' output too
             if "Traceback" in log_text:
                 tail = log_text[log_text.index("Traceback") :][:1500]
                 measured.errors.append(f"the server logged a traceback:\n```\n{tail}\n```")
@@ -398,14 +417,14 @@ def _row(name: str, values: list[float]) -> str:
     return f"| {name} | {len(ordered)} | {p50:.2f} | {p95:.2f} | {ordered[-1]:.2f} |"
 
 
-def report(measured: Measured, command: str) -> str:
+def report(measured: Measured, command: str, note: str = "") -> str:
     first = measured.first["threshold"] + measured.first["R"]
     complete = measured.complete["threshold"] + measured.complete["R"]
     p95 = percentile(sorted(first), 0.95) if first else math.nan
     verdict = "not measured" if math.isnan(p95) else ("PASS" if p95 <= TARGET_FIRST_P95 else "FAIL")
     setting = ", ".join(f"{key} {value}" for key, value in measured.setting.items())
     lines = [
-        "# A class of browsers: N chromium sessions on one `streamlit run`",
+        f"# A class of browsers: N chromium sessions on {measured.setting.get('serving', serving(0))}",
         "",
         f"`{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         "",
@@ -440,6 +459,7 @@ def report(measured: Measured, command: str) -> str:
         "- load average (1/5/15 min) before {:.2f}/{:.2f}/{:.2f}, after {:.2f}/{:.2f}/{:.2f}".format(
             *measured.load_before, *measured.load_after
         ),
+        *([f"- {note}"] if note else []),
         "",
     ]
     return "\n".join(lines)
@@ -479,10 +499,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="group: the server and the browsers as two equal scheduling groups; process: one group, "
         "shared per process (see the module docstring)",
     )
+    parser.add_argument(
+        "--proxy-processes",
+        default="0",
+        help="serve the class with `python -m dashboard.serve --processes N` (what the app ships: one address, "
+        "a proxy keeping each browser on one of N processes) instead of one `streamlit run` (0, the default); "
+        "as benchmarks.classroom_load's flag",
+    )
     parser.add_argument("--cache-dir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=RESULTS / "browser_class.md")
+    parser.add_argument("--note", default="", help="a line about the machine's load, written under the table")
     args = parser.parse_args(argv)
     try:
+        args.proxy_processes = proxy_processes(args.proxy_processes)  # classroom_load's rule, shared
         for name, kind, low, high in BOUNDS:
             flag = "--" + name.replace("_", "-")
             check = validate.whole_number if kind == "whole" else validate.real_number
@@ -495,11 +524,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def command_line(argv: list[str]) -> str:
+    """The command as the report gives it: quoted to be pasted again, without --note (its text is
+    written under the table, and it changes nothing measured)."""
+    kept, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word == "--note":
+            skip = True
+        elif not word.startswith("--note="):
+            kept.append(word)
+    return shlex.join(["python", "-m", "benchmarks.browser_class", *kept])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     measured = run(args)
-    command = "python -m benchmarks.browser_class " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = report(measured, command.strip())
+    text = report(measured, command_line(argv if argv is not None else sys.argv[1:]), args.note)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)

@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from benchmarks.classroom.report import Report, percentile, table  # noqa: E402,F401  (callers import them here)
 from benchmarks.classroom.scenario import Scenario, run_load_test  # noqa: E402
-from benchmarks.classroom.server import Server  # noqa: E402,F401
+from benchmarks.classroom.server import Server, proxy_processes  # noqa: E402,F401
+from core.errors import InputError  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -84,8 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--proxy-processes",
-        type=int,
-        default=0,
+        default="0",
         help="serve the class with `python -m dashboard.serve --processes N` (what the app ships: one address, "
         "a proxy keeping each browser on one of N processes) instead of --servers' direct connections",
     )
@@ -108,8 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--sessions: at least 3 (two of them train)")
     if not 1 <= args.servers <= 8:
         parser.error(f"--servers: 1 to 8, got {args.servers}")
-    if args.proxy_processes and not 1 <= args.proxy_processes <= 8:
-        parser.error(f"--proxy-processes: 1 to 8, got {args.proxy_processes}")
+    try:
+        args.proxy_processes = proxy_processes(args.proxy_processes)  # shared with benchmarks.browser_class
+    except InputError as exc:
+        parser.error(str(exc))
     if args.proxy_processes and args.servers != 1:
         parser.error("--proxy-processes and --servers: give one of them")
     if args.patience is not None and not 0 < args.patience <= 600:

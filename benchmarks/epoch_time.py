@@ -32,11 +32,28 @@ PLAIN = "plain-mlp"
 BREAKDOWN_HEADING = "CPU ms per step by phase"
 
 
-def split_variant(family: str) -> tuple[str, bool, int]:
-    """ "lbbnn+compile@1000" -> ("lbbnn", True, 1000): the family, torch.compile or not, the batch size."""
+# A row's suffix: "+compile" trains with TrainConfig(compile=True) (torch.compile of the layer kernels),
+# "+graphs" with TrainConfig(cuda_graphs=True) (each step replayed as one CUDA graph; CUDA only).
+SUFFIXES = ("compile", "graphs")
+
+
+def split_variant(family: str) -> tuple[str, str, int]:
+    """ "lbbnn+compile@1000" -> ("lbbnn", "compile", 1000): the family, its suffix ("" for none), the batch size."""
     name, _, batch = family.partition("@")
-    family_name, _, compiled = name.partition("+")
-    return family_name, bool(compiled), int(batch) if batch else 100
+    family_name, _, suffix = name.partition("+")
+    return family_name, suffix, int(batch) if batch else 100
+
+
+def baseline_of(family: str, timed) -> str:
+    """The plain-MLP row a row is compared with: the plain MLP with the same suffix and batch when that row
+    is timed (a replayed family against a replayed plain MLP), else the plain MLP at the same batch, else
+    the plain MLP."""
+    _, suffix, batch_size = split_variant(family)
+    at = f"@{batch_size}" if batch_size != 100 else ""
+    for key in (f"{PLAIN}+{suffix}{at}" if suffix else None, f"{PLAIN}{at}"):
+        if key and key != family and key in timed:
+            return key
+    return PLAIN
 
 
 def time_one(
@@ -66,7 +83,8 @@ def time_one(
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     torch.manual_seed(0)
-    family_name, compiled, batch_size = split_variant(family)
+    family_name, suffix, batch_size = split_variant(family)
+    compiled, graphs = suffix == "compile", suffix == "graphs"
     if steps:
         return _time_steps(family_name, compiled, batch_size, x, y, ds.n_classes, hidden, steps, epochs, breakdown)
     if family_name == PLAIN:
@@ -77,16 +95,19 @@ def time_one(
             if i < len(widths) - 2:
                 layers.append(torch.nn.ReLU())
         net = torch.nn.Sequential(*layers).to(device)
-        optimizer = _adam([{"params": list(net.parameters()), "lr": 1e-3}])
+        optimizer = _adam([{"params": list(net.parameters()), "lr": 1e-3}], capturable=graphs)
         enable_flush_denormals()  # as train() does for the families (it stays on)
-        seconds = _plain_epochs(net, optimizer, x, y, epochs, device, batch_size)
+        seconds = _plain_epochs(net, optimizer, x, y, epochs, device, batch_size, graphs)
         members = 1
     else:
         # "lbbnn+compile": the same family trained with TrainConfig(compile=True); "@1000": batch 1000.
         model = BayesianMLP(
             ModelConfig(in_features=x.shape[1], out_classes=ds.n_classes, hidden=hidden, family=family_name)
         ).to(device)
-        result = train(model, x, y, TrainConfig(epochs=epochs + 1, batch_size=batch_size, compile=compiled), seed=0)
+        config = TrainConfig(epochs=epochs + 1, batch_size=batch_size, compile=compiled, cuda_graphs=graphs)
+        result = train(model, x, y, config, seed=0)
+        if graphs and result.history[-1].get("cuda_graphs") != "replayed":
+            raise RuntimeError(f"not replayed ({result.history[-1].get('cuda_graphs')})")
         seconds = [h["seconds"] for h in result.history]
         members = getattr(model.layers[0].options, "members", 1)  # an ensemble trains K networks at once
     peak = (
@@ -198,19 +219,32 @@ def _time_steps(
     }
 
 
-def _plain_epochs(net, optimizer, x, y, epochs: int, device, batch_size: int = 100) -> list[float]:
+def _plain_epochs(
+    net, optimizer, x, y, epochs: int, device, batch_size: int = 100, graphs: bool = False
+) -> list[float]:
+    """Wall seconds of each epoch; graphs: each full batch's step replayed as one CUDA graph, as
+    TrainConfig(cuda_graphs=True) does for the families (core/step_graphs.py)."""
     import torch
 
+    def step(index, _kl_scale=None):
+        loss = torch.nn.functional.cross_entropy(net(x.index_select(0, index)), y.index_select(0, index))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    if graphs:
+        if device.type != "cuda":
+            raise RuntimeError("+graphs replays CUDA graphs: it needs --device cuda")
+        from core.step_graphs import CudaGraphBackend, ReplayedSteps
+
+        step = ReplayedSteps(step, batch_size, device, CudaGraphBackend(device, None))
     seconds = []
     for _ in range(epochs + 1):  # the first epoch warms up allocators and kernels
         start = time.perf_counter()
         order = torch.randperm(len(x), device=device)
         for i in range(0, len(x), batch_size):
-            index = order[i : i + batch_size]
-            loss = torch.nn.functional.cross_entropy(net(x[index]), y[index])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            step(order[i : i + batch_size], 0.0)
         if device.type == "cuda":
             torch.cuda.synchronize()
         seconds.append(time.perf_counter() - start)
@@ -225,7 +259,8 @@ def render_table(args, hidden: tuple[int, ...], families: list[str], runs: dict[
         "",
         f"{args.repeats} round(s), families interleaved; seconds are the median over rounds, the ratio "
         "is the median (min-max) over rounds of the family's epoch over the plain MLP's epoch in the same "
-        "round. FAMILY@B trains at batch B and is compared with plain-mlp@B when that row is timed. "
+        "round. FAMILY@B trains at batch B and is compared with plain-mlp@B when that row is timed; "
+        "FAMILY+graphs (each step replayed as one CUDA graph) with plain-mlp+graphs likewise. "
         "A family that trains K networks at once (ensemble) also gets the ratio per network (/ K).",
         "",
         f"torch threads per process: {args.threads or 'torch default'}; load average (1 min) at the start: "
@@ -240,9 +275,7 @@ def render_table(args, hidden: tuple[int, ...], families: list[str], runs: dict[
         "|---|---|---|---|",
     ]
     for family in families:
-        _, _, batch_size = split_variant(family)
-        plain_key = f"{PLAIN}@{batch_size}" if batch_size != 100 and f"{PLAIN}@{batch_size}" in runs else PLAIN
-        plain_runs = runs.get(plain_key, [])
+        plain_runs = runs.get(baseline_of(family, runs), [])
         ok = [(i, r) for i, r in enumerate(runs[family]) if "error" not in r]
         if not ok:
             if runs[family]:
@@ -329,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--families",
         default=",".join([PLAIN, *FAMILY_PATHS, "lbbnn+compile"]),
-        help="comma-separated; FAMILY+compile trains with TrainConfig(compile=True)",
+        help="comma-separated; FAMILY+compile trains with TrainConfig(compile=True), FAMILY+graphs with "
+        "TrainConfig(cuda_graphs=True) (CUDA only), FAMILY@B at batch B",
     )
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "epoch_time.md"))
     parser.add_argument(
@@ -374,8 +408,10 @@ def main(argv: list[str] | None = None) -> int:
         for family in args.families.split(","):
             name, _, batch = family.partition("@")
             base, plus, suffix = name.partition("+")
-            if plus and suffix != "compile":
-                raise InputError(f"families: {family!r}: the only suffix is +compile")
+            if plus and suffix not in SUFFIXES:
+                raise InputError(f"families: {family!r}: the suffixes are {', '.join('+' + s for s in SUFFIXES)}")
+            if suffix == "graphs" and steps is not None:
+                raise InputError(f"families: {family!r}: +graphs replays CUDA graphs; --steps times the CPU")
             if base not in (PLAIN, *FAMILY_PATHS):
                 raise InputError(f"families: unknown family {name!r}; known: {', '.join((PLAIN, *FAMILY_PATHS))}")
             if batch:

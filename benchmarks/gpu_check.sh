@@ -8,8 +8,8 @@
 #   1. the device tests, `pytest -m gpu`: every family trains, predicts in every mode and
 #      round-trips through the store on the GPU, and agrees with the CPU (tests/test_gpu.py);
 #   2. every family's training epoch against a plain MLP on the GPU (benchmarks/epoch_time.py);
-#   3. `fast-mnist` to Table 2's quality on the GPU (benchmarks/time_to_quality.py), and the same
-#      at batch 500 (half the steps of an epoch; a GPU step costs about the same either way);
+#   3. `fast-mnist` to Table 2's quality on the GPU with each step replayed as one CUDA graph
+#      (benchmarks/time_to_quality.py, train.cuda_graphs), and the same with eager steps (seed 0);
 #   4. prediction throughput: sampled networks per second on the 10,000 test images
 #      (benchmarks/gpu_throughput.py).
 # Results go to $GPU_CHECK_OUT, else benchmarks/results (--quick: a temporary folder).
@@ -54,13 +54,14 @@ if [ "$QUICK" = 1 ]; then
   TESTS_SELECTION=(tests/test_gpu.py -m gpu)
 else
   DEVICE=cuda; DATASET=mnist; HIDDEN=400,600; PRESET=fast-mnist; SAMPLES=100
-  # The rows that answer the targets first (LBBNN, its compiled kernels, larger batches), then every
-  # family: the epoch step has a time cap, and the table is written after every row.
-  FAMILIES="$("$PY" -c 'from core.models.registry import FAMILY_PATHS; first = ["plain-mlp", "lbbnn", "lbbnn+compile", "plain-mlp@500", "lbbnn@500", "plain-mlp@1000", "lbbnn@1000"]; print(",".join(first + [f for f in FAMILY_PATHS if f not in first]))')"
+  # The rows that answer the targets first (LBBNN eager and replayed as CUDA graphs, at batch 100 and at
+  # fast-mnist's 250, a larger batch), then every family replayed, then every family eager: the epoch step
+  # has a time cap, and the table is written after every row.
+  FAMILIES="$("$PY" -c 'from core.models.registry import FAMILY_PATHS; first = ["plain-mlp", "lbbnn", "plain-mlp+graphs", "lbbnn+graphs", "plain-mlp+graphs@250", "lbbnn+graphs@250", "plain-mlp@500", "lbbnn@500"]; rest = [f + "+graphs" for f in FAMILY_PATHS if f != "lbbnn"] + [f for f in FAMILY_PATHS if f != "lbbnn"]; print(",".join(first + rest))')"
   THROUGHPUT_FAMILIES="lbbnn,lbbnn-lfmvn,bnn,horseshoe,sparse-vd,fnn"
   OUT="${GPU_CHECK_OUT:-$ROOT/benchmarks/results}"
-  # caps sum to 8 minutes; the H100 run took 74 + 125-170 + 31 + 20 + 11 s (benchmarks/results/gpu_notes.md)
-  CAP_TESTS=100; CAP_EPOCHS=200; CAP_QUALITY=90; CAP_LARGE_BATCH=45; CAP_THROUGHPUT=45; BUDGET_MINUTES=0.5; LARGE_BATCH_MINUTES=0.6; QUALITY_SEEDS=0,1,2
+  # caps sum to under 8 minutes; the first H100 runs took 74 + 125-170 + 31 + 20 + 11 s (benchmarks/results/gpu_notes.md)
+  CAP_TESTS=130; CAP_EPOCHS=170; CAP_QUALITY=80; CAP_LARGE_BATCH=40; CAP_THROUGHPUT=40; BUDGET_MINUTES=0.5; LARGE_BATCH_MINUTES=0.5; QUALITY_SEEDS=0,1,2
   # four workers: the machine has 16 cores, and each test trains on the GPU and on the CPU
   # tests/test_gpu.py alone: the rest of the suite needs the app's packages (streamlit), absent on a bare GPU image
   TESTS_SELECTION=(tests/test_gpu.py -m gpu -n 4)
@@ -97,16 +98,17 @@ step "epoch time vs plain MLP" "$CAP_EPOCHS" \
   "$PY" -m benchmarks.epoch_time --device "$DEVICE" --dataset "$DATASET" --hidden "$HIDDEN" \
     --families "$FAMILIES" --in-process --out "$OUT/epoch_time_gpu.md"
 QUALITY_NAME=time_to_quality_gpu
-step "$PRESET to Table 2's quality" "$CAP_QUALITY" \
+# Replayed steps (train.cuda_graphs) on a GPU; the CPU's --quick run keeps eager steps (graphs need CUDA).
+REPLAYED='{"cuda_graphs": true}'; [ "$QUICK" = 1 ] && REPLAYED='{}'
+step "$PRESET to Table 2's quality, steps replayed" "$CAP_QUALITY" \
   "$PY" -m benchmarks.time_to_quality --preset "$PRESET" --seeds "$QUALITY_SEEDS" --device "$DEVICE" \
     --target-accuracy 0.981 --target-density 0.08 --budget-minutes "$BUDGET_MINUTES" --name "$QUALITY_NAME" --results-dir "$OUT" \
-    --hidden "$HIDDEN"
-# Larger batches: a GPU step costs about the same at batch 500 as at 250 (kernel launches), so half the
-# steps; the batch-500 schedule reached the target on seed 0 on the CPU (benchmarks/results/time_to_quality.md).
-step "$PRESET at batch 500" "$CAP_LARGE_BATCH" \
+    --hidden "$HIDDEN" --train "$REPLAYED"
+# The same recipe with eager steps, seed 0, in the same run: what the replay bought.
+step "$PRESET, eager steps" "$CAP_LARGE_BATCH" \
   "$PY" -m benchmarks.time_to_quality --preset "$PRESET" --seeds 0 --device "$DEVICE" \
     --target-accuracy 0.981 --target-density 0.08 --budget-minutes "$LARGE_BATCH_MINUTES" --name "$QUALITY_NAME" --results-dir "$OUT" \
-    --hidden "$HIDDEN" --train '{"batch_size": 500}'
+    --hidden "$HIDDEN"
 step "prediction throughput" "$CAP_THROUGHPUT" \
   "$PY" -m benchmarks.gpu_throughput --device "$DEVICE" --dataset "$DATASET" --hidden "$HIDDEN" \
     --families "$THROUGHPUT_FAMILIES" --samples "$SAMPLES" --out "$OUT/gpu_throughput.md"

@@ -266,10 +266,13 @@ def _size_hint(config: Any, shape: DataShape, fits) -> str:
     return "no widths fit this dataset"
 
 
-def admit_training(config: Any, shape: DataShape, limits: Limits, speed: Speed | None = None) -> Cost:
-    """The training's cost when it fits `limits`; AdmissionError saying why not and what fits."""
+def admit_training(
+    config: Any, shape: DataShape, limits: Limits, speed: Speed | None = None, *, first_stage_stored: bool = False
+) -> Cost:
+    """The training's cost when it fits `limits`; AdmissionError saying why not and what fits. A scale head's
+    first stage counts whole unless `first_stage_stored` (core.runs.training.first_stage_stored looks it up)."""
     speed = speed or server_speed()
-    cost = training_cost(config, shape, speed)
+    cost = training_cost(config, shape, speed, first_stage_stored=first_stage_stored)
     widths = _network_text(config)
     problems = []
     if limits.max_weights is not None and cost.weights > limits.max_weights:

@@ -8,19 +8,22 @@ from typing import Any
 
 from core import cost
 from core.runs.config import RunConfig
+from core.runs.training import first_stage_stored
 
 
 def training_estimate(config: RunConfig, limits: cost.Limits) -> dict[str, Any]:
     """Weights, memory (bytes), CPU seconds on this server (its measured speed) and seconds now (times
-    its current load) of a training of `config`; `refusal` is core.cost's message, or None."""
+    its current load) of a training of `config` (a scale head's first stage whole unless it is stored);
+    `refusal` is core.cost's message, or None."""
     shape = cost.dataset_shape(config.dataset, config.dataset_params)
+    stored = first_stage_stored(config)  # a scale head's first stage, in the default store the dashboard trains into
     refusal = None
     try:
         cost.admit_dataset(config.dataset, config.dataset_params, limits)
-        need = cost.admit_training(config, shape, limits)
+        need = cost.admit_training(config, shape, limits, first_stage_stored=stored)
     except cost.AdmissionError as exc:
         refusal = str(exc)
-        need = cost.training_cost(config, shape)
+        need = cost.training_cost(config, shape, first_stage_stored=stored)
     return {
         "weights": need.weights,
         "memory_bytes": need.bytes,

@@ -16,7 +16,9 @@ benchmarks/results/admission_model.md) counts:
   pass), the activations of a minibatch (a conv block's at every output position, and
   lbbnn-flow's flows: core/admission_shapes.py, checked against what autograd keeps by
   tests/test_cost_conv_flow.py), the dataset's arrays, and what the training process
-  adds around the loop (snapshots, the stored sweep);
+  adds around the loop (snapshots, the stored sweep); a scale head (train.scale_head) as its two
+  stages: the homoscedastic first stage's whole training, unless that run is stored, then the head's
+  epochs (`training_cost`'s first_stage_stored; core.runs.training.first_stage_stored looks it up);
 - a dataset: its arrays and the generator's temporaries;
 - a prediction: R x inputs x outputs per draw (kept by the page cache, copied by the metrics),
   the chunked activations (core.predict.engine bounds one chunk) and the drawn weights.
@@ -444,9 +446,43 @@ def dataset_cost(
     )
 
 
-def training_cost(config: Any, shape: DataShape, speed: Speed | None = None) -> Cost:
-    """A training in the training process: model, optimiser, activations, data, and what follows it."""
+def _scale_head(config: Any) -> dict[str, Any] | None:
+    """The config's scale head table (TrainConfig.scale_head), None without one."""
+    return getattr(getattr(config, "train", None), "scale_head", None)
+
+
+def training_cost(
+    config: Any, shape: DataShape, speed: Speed | None = None, *, first_stage_stored: bool = False
+) -> Cost:
+    """A training in the training process: model, optimiser, activations, data, and what follows it.
+
+    A scale head (train.scale_head) trains in two stages, one after the other in that process: its
+    homoscedastic first stage (config.mean_stage(), a run of its own, trained whole with its final
+    evaluations and stored sweep) unless `first_stage_stored`, then the head's E epochs on the loaded first
+    stage, each epoch costed as one of the whole network (its forward pass is; the frozen mean path's
+    backward is less), with the head's own evaluations. Memory is the larger stage's: the first stage's
+    model stays loaded beside the head's training."""
     speed = speed or server_speed()
+    head = _scale_head(config)
+    if head is None:
+        return _one_training_cost(config, shape, speed, None)
+    first = config.mean_stage()
+    loaded = model_build_cost(first, shape, speed).bytes  # the first stage's model beside the head's training
+    second = _one_training_cost(config, shape, speed, int(head["epochs"]))
+    second = Cost(second.bytes + loaded, second.seconds, weights=second.weights, epochs=second.epochs)
+    if first_stage_stored:
+        return second
+    whole = _one_training_cost(first, shape, speed, None)
+    return Cost(
+        max(whole.bytes, second.bytes),
+        whole.seconds + second.seconds,
+        weights=max(whole.weights, second.weights),
+        epochs=whole.epochs + second.epochs,
+    )
+
+
+def _one_training_cost(config: Any, shape: DataShape, speed: Speed, epochs: int | None) -> Cost:
+    """One training of `config` with `epochs` epochs (None: every epoch of its phases)."""
     widths = layer_widths(config, shape)
     built = model_layers(config, widths)  # conv blocks and dense layers
     weights = sum(layer.weights for layer in built)
@@ -473,7 +509,7 @@ def training_cost(config: Any, shape: DataShape, speed: Speed | None = None) -> 
     sweep_bytes = min(256 * MB, n_test * _widest(shape, built) * BYTES_PER_FLOAT * 2)
     memory = int(floats * BYTES_PER_FLOAT + data.bytes + sweep_bytes + TRAINING_FIXED_BYTES)
 
-    epochs = _train_epochs(config, n_train) if n_train else 0
+    epochs = (_train_epochs(config, n_train) if epochs is None else int(epochs)) if n_train else 0
     steps = epochs * math.ceil(n_train / batch) if n_train else 0
     layers = len(built)
     family = str(config.family)
@@ -523,12 +559,18 @@ def prediction_cost(config: Any, shape: DataShape, n_inputs: int, samples: int, 
 
 
 def estimate_seconds(
-    config: Any, shape: DataShape | None = None, speed: Speed | None = None, loaded: bool = True
+    config: Any,
+    shape: DataShape | None = None,
+    speed: Speed | None = None,
+    loaded: bool = True,
+    *,
+    first_stage_stored: bool = False,
 ) -> float:
     """Seconds a training of `config` is expected to take on this machine now (its measured speed,
-    times the current load when `loaded`): what a queue shows as the time ahead of a run."""
+    times the current load when `loaded`): what a queue shows as the time ahead of a run. A scale head's
+    first stage counts whole unless `first_stage_stored` (training_cost)."""
     shape = shape or dataset_shape(config.dataset, config.dataset_params)
-    cost = training_cost(config, shape, speed)
+    cost = training_cost(config, shape, speed, first_stage_stored=first_stage_stored)
     return cost.wall_seconds() if loaded else cost.seconds
 
 

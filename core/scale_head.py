@@ -154,8 +154,10 @@ def train_scale_head(
         TrainResult,
         _make_optimizer,
         _run_epoch,
+        _steps,
         learning_rate_factor,
         run_generator,
+        set_learning_rate,
         train,
     )
 
@@ -180,24 +182,17 @@ def train_scale_head(
     try:
         enable_flush_denormals()
         epochs = config.scale_head["epochs"]
-        with model.noise_from(run_generator(model.device, seed)):
+        generator = run_generator(model.device, seed)
+        with model.noise_from(generator):
             batch_generator = torch.Generator(device="cpu").manual_seed(seed)
-            optimizer = _make_optimizer(model, config.learning_rates)
+            optimizer = _make_optimizer(model, config.learning_rates, capturable=config.cuda_graphs)
+            step = _steps(model, optimizer, x_train, y_train, config, generator)
             for epoch in range(epochs):
                 factor = learning_rate_factor(config.lr_schedule, epoch, epochs)
                 for group in optimizer.param_groups:
-                    group["lr"] = group["base_lr"] * factor
+                    set_learning_rate(group, group["base_lr"] * factor)
                 record = _run_epoch(
-                    model,
-                    optimizer,
-                    x_train,
-                    y_train,
-                    config,
-                    config.kl_weight,
-                    batch_generator,
-                    cancel,
-                    SCALE_HEAD_PHASE,
-                    epoch,
+                    model, step, x_train, config, config.kl_weight, batch_generator, cancel, SCALE_HEAD_PHASE, epoch
                 )
                 record["learning_rate_factor"] = factor
                 finish_epoch(record)

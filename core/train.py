@@ -27,7 +27,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from core import validate
+from core import step_graphs, validate
 from core.cpu_settings import enable_flush_denormals
 from core.enums import LearningRateSchedule, PosttrainStructure
 from core.errors import ConfigError, TrainingCancelled, TrainingDivergedError
@@ -112,6 +112,10 @@ class TrainConfig:
     warm_start_mean_epochs: int = 0
     # torch.compile the families' hot kernels (LBBNN): ~20 s once, then faster epochs.
     compile: bool = False
+    # Replay each training step as one CUDA graph (core/step_graphs.py): on a GPU these small nets' steps are
+    # bound by kernel launches. CUDA devices only; the draws differ from an eager run's (a replay advances
+    # the noise generator by its own rule), so it is part of the run's id when on.
+    cuda_graphs: bool = False
     # The main phase's step sizes: constant, or a cosine decay to zero over its epochs (every group),
     # so the last epochs average out the minibatch noise instead of bouncing around at full step.
     lr_schedule: LearningRateSchedule = LearningRateSchedule.CONSTANT
@@ -157,6 +161,7 @@ class TrainConfig:
         )
         for name in ("lr_schedule", "posttrain_lr_schedule"):
             object.__setattr__(self, name, LearningRateSchedule.parse(getattr(self, name), name))
+        check(isinstance(self.cuda_graphs, bool), "cuda_graphs", f"must be true or false, got {self.cuda_graphs!r}")
         check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
         check(self.mc_samples >= 1, "mc_samples", f"must be >= 1, got {self.mc_samples}")
         check(
@@ -250,7 +255,7 @@ class TrainResult:
 ProgressCallback = Callable[[dict[str, Any]], None]
 
 
-def _make_optimizer(model: BayesianMLP, rates: dict[str, float]) -> torch.optim.Optimizer:
+def _make_optimizer(model: BayesianMLP, rates: dict[str, float], capturable: bool = False) -> torch.optim.Optimizer:
     # Groups with the same step size share one optimiser group: Adam's update of a tensor does not
     # depend on its group, and each group costs a fused-kernel call and a Python loop per step.
     by_rate: dict[float, dict[str, Any]] = {}
@@ -259,7 +264,7 @@ def _make_optimizer(model: BayesianMLP, rates: dict[str, float]) -> torch.optim.
         if params:
             rate = rates.get(name, DEFAULT_LEARNING_RATES[name])
             by_rate.setdefault(rate, {"params": [], "lr": rate, "base_lr": rate})["params"] += params
-    return _adam(by_rate.values())
+    return _adam(by_rate.values(), capturable=capturable)
 
 
 # Device types whose Adam has the fused kernel (several times faster than the
@@ -267,9 +272,16 @@ def _make_optimizer(model: BayesianMLP, rates: dict[str, float]) -> torch.optim.
 FUSED_ADAM_DEVICES = ("cpu", "cuda", "mps", "xpu")
 
 
-def _adam(params) -> torch.optim.Optimizer:
+def _adam(params, capturable: bool = False) -> torch.optim.Optimizer:
+    """Adam, fused where the device has the kernel. capturable: safe to replay in a CUDA graph (its step
+    counts and step sizes live on the device; core/step_graphs.py), the fused kernel alone."""
     groups = list(params)
     device_types = {p.device.type for group in groups for p in group["params"]}
+    if capturable:
+        device = next(p.device for group in groups for p in group["params"])
+        for group in groups:  # a step size a replay reads from the device, so that a schedule can change it
+            group["lr"] = torch.tensor(float(group["lr"]), device=device)
+        return torch.optim.Adam(groups, fused=True, capturable=True)
     if device_types <= set(FUSED_ADAM_DEVICES):
         try:
             return torch.optim.Adam(groups, fused=True)
@@ -322,6 +334,11 @@ def train(
             f"training data: inputs have {x_train.shape[1]} features, the model expects {model.config.in_features}"
         )
     config = config.resolved(n)
+    if config.cuda_graphs and device.type not in step_graphs.CUDA_GRAPH_DEVICES:
+        raise ConfigError(
+            f"train.cuda_graphs: replays each step as a CUDA graph and needs a CUDA device; this run trains on "
+            f"{device.type}. Leave it off (false) here."
+        )
     if config.scale_head is not None:  # two stages (core/scale_head.py)
         from core.scale_head import train_scale_head
 
@@ -346,7 +363,8 @@ def train(
         batch_generator = torch.Generator(device="cpu").manual_seed(seed)
 
         def run_phase(phase: str, epochs: int, rates: dict[str, float], epoch_offset: int) -> None:
-            optimizer = _make_optimizer(model, rates)
+            optimizer = _make_optimizer(model, rates, capturable=config.cuda_graphs)
+            step = _steps(model, optimizer, x_train, y_train, config, noise_generator)
             schedule = {"train": config.lr_schedule, "posttrain": config.posttrain_lr_schedule}.get(phase)
             decay = schedule is not None and schedule is not LearningRateSchedule.CONSTANT
             for epoch in range(epochs):
@@ -354,12 +372,12 @@ def train(
                 if decay:
                     factor = learning_rate_factor(schedule, epoch, epochs)
                     for group in optimizer.param_groups:
-                        group["lr"] = group["base_lr"] * factor
+                        set_learning_rate(group, group["base_lr"] * factor)
                 kl_weight = config.kl_weight
                 if config.kl_anneal_epochs and phase != "posttrain":
                     kl_weight *= min(1.0, (global_epoch + 1) / config.kl_anneal_epochs)
                 record = _run_epoch(
-                    model, optimizer, x_train, y_train, config, kl_weight, batch_generator, cancel, phase, global_epoch
+                    model, step, x_train, config, kl_weight, batch_generator, cancel, phase, global_epoch
                 )
                 if decay:
                     record["learning_rate_factor"] = factor
@@ -438,9 +456,30 @@ def _set_empirical_bayes(model: BayesianMLP, enabled: bool) -> None:
         layer.set_empirical_bayes(enabled)
 
 
-def _run_epoch(
-    model, optimizer, x_train, y_train, config, kl_weight, batch_generator, cancel, phase, epoch
-) -> dict[str, Any]:
+def set_learning_rate(group: dict[str, Any], rate: float) -> None:
+    """An optimiser group's step size; a capturable optimiser's lives on the device, where a replayed
+    step reads it, and is overwritten in place."""
+    if isinstance(group["lr"], Tensor):
+        group["lr"].fill_(rate)
+    else:
+        group["lr"] = rate
+
+
+def _steps(model, optimizer, x_train: Tensor, y_train: Tensor, config: TrainConfig, generator) -> Callable:
+    """The phase's step: (row index, KL scale) -> the data term on the device. Eager, or with
+    config.cuda_graphs replayed as one CUDA graph per phase (core/step_graphs.py)."""
+
+    def body(index: Tensor, kl_scale: Any) -> Tensor:
+        x, y = x_train.index_select(0, index), y_train.index_select(0, index)
+        return _training_step(model, optimizer, x, y, config.mc_samples, kl_scale)
+
+    if not config.cuda_graphs:
+        return body
+    backend = step_graphs.graph_backend(x_train.device, generator)
+    return step_graphs.ReplayedSteps(body, config.batch_size, x_train.device, backend)
+
+
+def _run_epoch(model, step, x_train, config, kl_weight, batch_generator, cancel, phase, epoch) -> dict[str, Any]:
     model.train()
     n = x_train.shape[0]
     epoch_start = time.perf_counter()
@@ -450,8 +489,7 @@ def _run_epoch(
     for start in range(0, n, config.batch_size):
         if _is_cancelled(cancel):
             raise TrainingCancelled(f"training cancelled during epoch {epoch + 1}")
-        index = order[start : start + config.batch_size]
-        data_sum += _training_step(model, optimizer, x_train[index], y_train[index], config.mc_samples, kl_weight / n)
+        data_sum += step(order[start : start + config.batch_size], kl_weight / n)
         n_batches += 1
     data_term = (data_sum / n_batches).item()  # one device sync per epoch
     with torch.no_grad():
@@ -466,7 +504,7 @@ def _run_epoch(
         )
     with torch.no_grad():
         density = model.density(model.keep_masks())
-    return {
+    record = {
         "epoch": epoch + 1,
         "phase": phase,
         "loss": data_term + kl_weight * kl_value / n,
@@ -477,6 +515,9 @@ def _run_epoch(
         "density": density,
         "seconds": time.perf_counter() - epoch_start,
     }
+    if hasattr(step, "state"):  # replayed steps: whether the graph was captured ("replayed") or why not
+        record["cuda_graphs"] = step.state
+    return record
 
 
 def _training_step(model, optimizer, x: Tensor, y: Tensor, mc_samples: int, kl_scale: float) -> Tensor:
@@ -522,15 +563,17 @@ def _warm_start(model, x_train, y_train, config, seed, batch_generator, noise_ge
     on_cpu = model.device.type == "cpu"
     init = noise_generator if on_cpu else torch.Generator(device="cpu").manual_seed(int(seed))
     point = BayesianMLP(point_config, init).to(model.device)
-    optimizer = _adam([{"params": list(point.parameters()), "lr": config.warm_start_learning_rate}])
-    no_anneal = TrainConfig(epochs=1, batch_size=config.batch_size)
+    optimizer = _adam(
+        [{"params": list(point.parameters()), "lr": config.warm_start_learning_rate}], capturable=config.cuda_graphs
+    )
+    no_anneal = TrainConfig(epochs=1, batch_size=config.batch_size, cuda_graphs=config.cuda_graphs)
     likelihood = point.likelihood
     for epoch in range(config.warm_start_epochs):
         # mean first: a unit-scale Gaussian on the first output, then the net's own likelihood
         point.likelihood = _MeanOnly() if epoch < config.warm_start_mean_epochs else likelihood
-        finish_epoch(
-            _run_epoch(point, optimizer, x_train, y_train, no_anneal, 0.0, batch_generator, cancel, "warm-start", epoch)
-        )
+        if epoch in (0, config.warm_start_mean_epochs):  # a new objective: a new step (a graph replays its own)
+            step = _steps(point, optimizer, x_train, y_train, no_anneal, noise_generator)
+        finish_epoch(_run_epoch(point, step, x_train, no_anneal, 0.0, batch_generator, cancel, "warm-start", epoch))
     point.likelihood = likelihood
     with torch.no_grad():
         for layer, point_layer in zip(model.layers, point.layers):

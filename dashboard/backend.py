@@ -60,7 +60,6 @@ from core.predict.modes import (  # noqa: F401  (what a mode means on the pages:
     uses_threshold,
 )
 from core.predict.onnx_export import export_zip  # noqa: F401  (the Pruning page's downloads, safetensors or onnx)
-from core.predict.shared_draws import share as share_draws  # noqa: F401  (dashboard.serve's processes)
 from core.predict.sweep import curve_csv  # noqa: F401  (the sweep's CSV download)
 
 # Choosing a threshold and labelling runs are core's (pure numpy / plain data), passed through as they are:
@@ -329,10 +328,12 @@ def training_estimate(config: RunConfig) -> dict[str, Any]:
 
 
 def estimate_seconds(config: RunConfig, loaded: bool = True) -> float:
-    """Expected seconds of a training on this server (times the current load when `loaded`)."""
+    """Expected seconds of a training on this server (times the current load when `loaded`; a scale head's
+    first stage whole unless it is in the run store the dashboard trains into, the default one)."""
     from core.cost import estimate_seconds as core_estimate
+    from core.runs.training import first_stage_stored
 
-    return core_estimate(config, loaded=loaded)
+    return core_estimate(config, loaded=loaded, first_stage_stored=first_stage_stored(config))
 
 
 def samples_allowed(run: Run, n_inputs: int, samples: int) -> tuple[int, str | None]:

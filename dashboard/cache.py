@@ -428,7 +428,7 @@ def _draw_processes_once() -> None:
             backend.DRAW_CACHE.use_processes(options.pop("processes"), backend.load_run, **options)
             folder = backend.dashboard_settings.SERVE_DIR.read()
             if folder:  # one of dashboard.serve's processes: the others' draws are read, not drawn again
-                backend.share_draws(backend.DRAW_CACHE, Path(folder) / "draws", backend.draw_cache_bytes())
+                backend.DRAW_CACHE.share(Path(folder) / "draws", backend.draw_cache_bytes())
             _draw_processes_set = True
 
 

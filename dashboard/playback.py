@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 import streamlit as st
 
-from dashboard import cache, charts, links, raster, state
+from dashboard import cache, charts, links, raster, state, streamlit_compat
 
 PLAY_SECONDS = 0.6  # between frames while playing
 FRAMES = 60  # a playback shows about this many frames, however long the training
@@ -88,6 +88,8 @@ def render(run_id: str, family: str, snapshots: Any, threshold: float, labels: S
                 st.session_state[key] = following
         if bool(st.session_state.get(playing_now, False)) != playing:
             st.rerun()  # start or stop the timer: the fragment's run_every is set on a full run
+        if playing:  # a poll: its timer again, in case the run that defined it was cut short (streamlit_compat, 6)
+            streamlit_compat.keep_fragment_polling(PLAY_SECONDS)
         left, right = st.columns([5, 1])
         epoch = int(
             left.slider(

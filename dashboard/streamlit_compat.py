@@ -16,7 +16,8 @@ Streamlit's internals (that test checks it too).
    browser identity of the training queue (dashboard/state.py).
 5. session_presence and script_session_id: the running script's session and whether it is still
    connected (the playground's training stops when its page is gone; the rerun log).
-6. keep_fragment_polling: a polled fragment's timer sent again from the fragment's own run.
+6. keep_fragment_polling: a polled fragment's timer sent again from the fragment's own run (every
+   st.fragment(run_every=...) in dashboard/ calls it; the hook's test checks the source).
 """
 
 from __future__ import annotations

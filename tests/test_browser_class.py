@@ -3,10 +3,14 @@ and the verdict its report gives (the browser run itself is a benchmark, not a t
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from benchmarks import browser_class
 
@@ -154,3 +158,71 @@ def test_an_error_row_keeps_the_pages_socket_and_console_events_once_each():
     assert "socket closed (last frame received" in frames.events[1]
     assert sum("Cannot send rerun" in event for event in frames.events) == 1
     assert len(frames.events) == 3
+
+
+def _refusal(main, value: str) -> str | None:
+    """The one error line `main` ends with for --proxy-processes=value, None when it accepts the value."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            accepted = main(["--proxy-processes=" + value])
+        except SystemExit as stopped:
+            assert stopped.code == 2, stopped.code
+            lines = err.getvalue().strip().splitlines()
+            assert "Traceback" not in err.getvalue() and lines[-1].count("error:") == 1, err.getvalue()
+            return lines[-1].split("error: ", 1)[1]
+    return accepted
+
+
+@given(st.one_of(st.integers(-(10**6), 10**6).map(str), st.text(max_size=30)))
+@example(" 2 ")
+@example("2.0")
+@example("-0")
+@example("1_0")
+@example("0x2")
+@example("8")
+@example("9")
+def test_proxy_processes_is_0_to_8_or_one_error_line_naming_the_flag(value):
+    """--proxy-processes (benchmarks.classroom_load's flag and rule): 0 is one `streamlit run`, 1 to 8 the
+    processes behind `python -m dashboard.serve`; anything else one `error:` line before anything starts."""
+    refused = _refusal(lambda argv: browser_class.parse_args(argv).proxy_processes, value)
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if number in range(0, 9):
+        assert refused == int(number)
+    else:
+        assert isinstance(refused, str) and refused.startswith("--proxy-processes: 1 to 8"), refused
+
+
+@pytest.mark.parametrize("value", ["9", "-1", "1.5", "two", "", "nan", "1e9"])
+def test_browser_class_and_classroom_load_refuse_a_proxy_count_alike(value):
+    from benchmarks import classroom_load
+
+    ours = _refusal(lambda argv: browser_class.parse_args(argv).proxy_processes, value)
+    theirs = _refusal(classroom_load.main, value)
+    assert isinstance(ours, str) and ours == theirs
+
+
+def test_the_proxy_serves_the_class_with_proxy_processes(monkeypatch, tmp_path):
+    """--proxy-processes 2 starts `python -m dashboard.serve --processes 2` (classroom_load's ProxiedServers)
+    in its own scheduling group; without it, one `streamlit run` of the app."""
+    from benchmarks.classroom import server as server_module
+
+    started = []
+    monkeypatch.setattr(server_module.subprocess, "Popen", lambda command, **kw: started.append((command, kw)))
+    proxy = browser_class.start_server(browser_class.parse_args(["--proxy-processes", "2"]), {}, tmp_path)
+    command, options = started[-1]
+    assert isinstance(proxy, server_module.ProxiedServers) and proxy.log == tmp_path / "serve.log"
+    assert command[1:5] == ["-m", "dashboard.serve", "--processes", "2"] and options["start_new_session"] is True
+    single = browser_class.start_server(browser_class.parse_args(["--browser-share", "process"]), {}, tmp_path)
+    command, options = started[-1]
+    assert type(single) is server_module.Server and "run" in command and "dashboard.serve" not in command
+    assert options["start_new_session"] is False
+    assert "dashboard.serve --processes 2" in browser_class.serving(2)
+
+
+def test_the_reported_command_can_be_pasted_again_and_leaves_the_note_out():
+    argv = ["--sessions", "10", "--note", "load 3.2 (shared)", "--out", "a b.md", "--note=x"]
+    assert browser_class.command_line(argv) == "python -m benchmarks.browser_class --sessions 10 --out 'a b.md'"

@@ -106,6 +106,7 @@ def test_flags_override_a_config_file_and_options_parse(tmp_path):
         (["--option", "prior_inclusion=2"], "prior_inclusion"),
         (["--hidden", "a,b"], "hidden"),
         (["--preset", "quick-paper"], "grid"),
+        (["--cuda-graphs", "--device", "cpu"], "cuda_graphs"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_field(argv, field, tmp_path, capsys):

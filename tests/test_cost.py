@@ -330,3 +330,60 @@ def test_sessions_opening_at_once_probe_the_servers_speed_once_and_keep_its_thre
         assert torch.get_num_threads() == before
     finally:
         getattr(cost_model, "_probed_speed", cost_model.server_speed).cache_clear()
+
+
+def scale_head_config() -> RunConfig:
+    """A heteroscedastic run with a scale head (train.scale_head): its homoscedastic first stage, then 3 epochs."""
+    return RunConfig(
+        dataset="toy-cubic",
+        method="concrete-dropout",
+        hidden=(8,),
+        likelihood="heteroscedastic",
+        train={"epochs": 4, "batch_size": 32, "scale_head": {"epochs": 3, "likelihood_options": {"noise": "point"}}},
+    )
+
+
+def test_a_scale_head_counts_its_first_stage_whole_unless_that_run_is_stored(tmp_path, monkeypatch):
+    from core.admission_estimates import training_estimate
+    from core.runs.training import first_stage_stored, train_run
+
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path / "default"))  # the dashboard's store: the default one
+    config = scale_head_config()
+    shape = cost.dataset_shape(config.dataset, config.dataset_params)
+    open_limits = cost.Limits(memory_bytes=None)  # no limits: the estimates alone
+    first = cost.training_cost(config.mean_stage(), shape, SPEED)
+    head = cost.training_cost(config, shape, SPEED, first_stage_stored=True)
+    assert (first.epochs, head.epochs) == (4, 3)
+    both = cost.training_cost(config, shape, SPEED)
+    assert math.isclose(both.seconds, first.seconds + head.seconds) and both.epochs == 7
+    # one stage after the other: the larger one's memory (the head's counts the first stage's model, loaded)
+    assert both.bytes == max(first.bytes, head.bytes) and both.weights == head.weights
+
+    def admitted(store):
+        stored = first_stage_stored(config, store)
+        seconds = cost.estimate_seconds(config, shape, SPEED, loaded=False, first_stage_stored=stored)
+        need = cost.admit_training(config, shape, open_limits, SPEED, first_stage_stored=stored)
+        assert math.isclose(seconds, need.seconds)
+        return need
+
+    store = tmp_path / "store"
+    absent = admitted(store)
+    assert math.isclose(absent.seconds, first.seconds + head.seconds) and absent.epochs == 7
+    train_run(config.mean_stage(), cache_dir=store)  # the first stage, stored: the training will load it
+    stored = admitted(store)
+    assert math.isclose(stored.seconds, head.seconds) and stored.epochs == 3 and stored.seconds < absent.seconds
+    # the dashboard's estimate looks in the default store
+    before = training_estimate(config, open_limits)
+    train_run(config.mean_stage(), cache_dir=tmp_path / "default")
+    after = training_estimate(config, open_limits)
+    assert (before["epochs"], after["epochs"]) == (7, 3) and after["seconds"] < before["seconds"]
+
+
+def test_without_a_scale_head_nothing_is_looked_up_and_the_estimate_is_one_training(tmp_path):
+    from core.runs.training import first_stage_stored
+
+    config = config_of((16, 16))
+    shape = cost.dataset_shape(config.dataset, config.dataset_params)
+    assert not first_stage_stored(config, tmp_path)
+    assert not (tmp_path / "runs").exists()  # no store was opened
+    assert cost.training_cost(config, shape, SPEED) == cost.training_cost(config, shape, SPEED, first_stage_stored=True)

@@ -48,3 +48,29 @@ def test_breakdown_without_steps_is_refused_in_one_line(capsys):
         main(["--breakdown", "--families", "plain-mlp"])
     assert exit_info.value.code == 2
     assert "--breakdown" in capsys.readouterr().err
+
+
+def test_a_replayed_row_is_compared_with_the_replayed_plain_mlp_at_its_batch():
+    from benchmarks.epoch_time import baseline_of
+
+    timed = {"plain-mlp": [], "plain-mlp@500": [], "plain-mlp+graphs": [], "lbbnn": []}
+    assert baseline_of("lbbnn+graphs", timed) == "plain-mlp+graphs"
+    assert baseline_of("lbbnn+graphs@500", timed) == "plain-mlp@500"  # no replayed plain MLP at 500
+    assert baseline_of("lbbnn+graphs@1000", timed) == "plain-mlp"
+    assert baseline_of("lbbnn+compile", timed) == "plain-mlp"
+    assert baseline_of("plain-mlp+graphs", timed) == "plain-mlp"
+    assert baseline_of("lbbnn@500", {**timed, "plain-mlp+graphs@500": []}) == "plain-mlp@500"
+
+
+def test_graphs_rows_are_refused_for_cpu_step_timing_and_unknown_suffixes_in_one_line(capsys):
+    import pytest
+
+    from benchmarks.epoch_time import main
+
+    for families, words in (("lbbnn+graphs", "+graphs replays CUDA graphs"), ("lbbnn+fast", "the suffixes are")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--families", families, "--steps", "20"])
+        assert exit_info.value.code == 2
+        error = capsys.readouterr().err.strip().splitlines()[-1]
+        assert error.startswith("epoch_time.py: error:") or "error:" in error
+        assert words in error

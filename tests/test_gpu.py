@@ -124,3 +124,82 @@ def test_conv_and_input_skip_runs_on_the_gpu_match_the_cpu(family, changes, tmp_
     for mode in DETERMINISTIC_MODES:
         np.testing.assert_allclose(on_cpu.predict(x, mode=mode).probs, run.predict(x, mode=mode).probs, atol=1e-4)
     assert np.isfinite(run.predict(x, mode="bma", samples=8, seed=1).probs).all()
+
+
+@pytest.mark.parametrize("family,options", VARIANTS, ids=VARIANT_IDS)
+def test_replayed_steps_on_the_gpu_reach_the_eager_runs_quality(family, options, tmp_path, cuda_available):
+    """train.cuda_graphs (core/step_graphs.py): every variant's step is captured and replayed, with no
+    fall-back to eager steps, and the run reaches the eager GPU run's accuracy within the seeds' spread."""
+    replayed = train_run(
+        tiny_config(family, options, train={"epochs": 30, "cuda_graphs": True}), cache_dir=tmp_path, device="cuda"
+    )
+    assert {record.get("cuda_graphs") for record in replayed.history} == {"replayed"}, replayed.history[-1]
+    eager = train_run(tiny_config(family, options), cache_dir=tmp_path / "eager", device="cuda")
+    x_test, y_test = replayed.dataset().x_test, replayed.dataset().y_test
+
+    def accuracy(run) -> float:
+        return float((run.predict(x_test, mode="mpm-mean").probs.argmax(axis=1) == y_test).mean())
+
+    assert abs(accuracy(replayed) - accuracy(eager)) <= 0.1, (accuracy(replayed), accuracy(eager))
+
+
+def _trained_on_cuda(family: str, cuda_graphs: bool, capturable_eager: bool = False):
+    import core.train as train_module
+    from core.models.network import BayesianMLP, ModelConfig
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(400, 2, generator=generator)
+    y = (x[:, 0] * x[:, 1] > 0).long()
+    model = BayesianMLP(
+        ModelConfig(in_features=2, out_classes=2, hidden=(16, 16), family=family), torch.Generator().manual_seed(0)
+    ).to(CUDA)
+    config = train_module.TrainConfig(epochs=3, batch_size=50, kl_anneal_epochs=2, cuda_graphs=cuda_graphs)
+    plain_adam = train_module._adam
+    if capturable_eager:  # the optimiser a replay uses, in eager steps
+        train_module._adam = lambda params, capturable=False: plain_adam(params, capturable=True)
+    try:
+        result = train_module.train(model, x.to(CUDA), y.to(CUDA), config, seed=0, snapshots=False)
+    finally:
+        train_module._adam = plain_adam
+    return model, result
+
+
+@pytest.mark.parametrize("family", ["fnn", "lbbnn"])
+def test_replayed_steps_on_the_gpu_take_the_eager_steps(family, cuda_available):
+    """The same steps as eager steps with the same (capturable) optimiser: the buffers a replay reads hold
+    the right batch, KL scale and step sizes, and a replay draws the noise an eager step draws from the
+    run's registered generator. Twice replayed: bit for bit the same run."""
+    eager, _ = _trained_on_cuda(family, cuda_graphs=False, capturable_eager=True)
+    replayed, result = _trained_on_cuda(family, cuda_graphs=True)
+    again, _ = _trained_on_cuda(family, cuda_graphs=True)
+    assert result.history[-1]["cuda_graphs"] == "replayed"
+    for (name, a), (_, b), (_, c) in zip(
+        eager.state_dict().items(), replayed.state_dict().items(), again.state_dict().items()
+    ):
+        torch.testing.assert_close(c, b, rtol=0, atol=0, msg=f"{name}: two replayed runs differ")
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=f"{name}: replayed and eager steps differ")
+
+
+def test_a_step_that_cannot_be_captured_trains_on_eagerly_with_its_generator(cuda_available):
+    """A step that reads a value back to the host cannot be captured; the phase goes on eagerly, and the
+    run's noise generator (registered with the failed capture) still draws: the same numbers as a
+    generator that never met a capture."""
+    from core.step_graphs import WARMUP_STEPS, CudaGraphBackend, ReplayedSteps
+
+    def body_drawing_from(generator):
+        def body(index, kl_scale):
+            noise = torch.randn(4, generator=generator, device=CUDA)
+            return noise.sum() * float(kl_scale)  # float(): a read back to the host, refused in a capture
+
+        return body
+
+    generator = torch.Generator(device=CUDA).manual_seed(5)
+    steps = ReplayedSteps(body_drawing_from(generator), 2, CUDA, CudaGraphBackend(CUDA, generator))
+    reference_generator = torch.Generator(device=CUDA).manual_seed(5)
+    reference = body_drawing_from(reference_generator)
+    index = torch.arange(2, device=CUDA)
+    for _ in range(WARMUP_STEPS + 3):
+        out = steps(index, 1.0)
+        torch.testing.assert_close(out, reference(index, torch.tensor(1.0)))
+    assert steps.state.startswith("eager: "), steps.state
+    torch.randn(3, device=CUDA)  # the default generator draws too

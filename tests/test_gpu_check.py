@@ -33,8 +33,8 @@ def test_quick_check_runs_every_step_and_writes_the_report(tmp_path):
     assert set(steps) == {
         "device tests (pytest -m gpu)",
         "epoch time vs plain MLP",
-        "quick-mnist to Table 2's quality",
-        "quick-mnist at batch 500",
+        "quick-mnist to Table 2's quality, steps replayed",
+        "quick-mnist, eager steps",
         "prediction throughput",
     }, report
     # Without CUDA the device tests are not run, and the report says so rather than "ok".

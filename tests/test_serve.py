@@ -224,6 +224,31 @@ def test_a_request_body_is_forwarded_and_bad_requests_are_answered_not_crashed()
     run(scenario())
 
 
+def test_the_proxy_holds_each_connections_handler_until_it_ends():
+    """asyncio.start_server's protocol forgets a handler's task once the browser's connection is lost and
+    the loop holds tasks weakly: unheld, a handler waiting for its streams to close was garbage-collected
+    mid-await ("Task was destroyed but it is pending!" in dashboard.serve's log)."""
+
+    async def scenario():
+        async with Stage() as stage:
+            reader, writer = await asyncio.open_connection(serve.LOOPBACK, stage.port)
+            writer.write(b"GET / HTTP/1.1\r\nHost: e\r\n")  # half a head: the handler waits for the rest
+            await writer.drain()
+            for _ in range(100):
+                if stage.proxy.handlers:
+                    break
+                await asyncio.sleep(0.01)
+            (handler,) = stage.proxy.handlers
+            assert not handler.done()
+            writer.write(b"\r\n")
+            assert (await asyncio.wait_for(reader.read(), 10)).startswith(b"HTTP/1.1 200")
+            writer.close()
+            await asyncio.wait_for(handler, 10)
+            assert not stage.proxy.handlers  # let go once done
+
+    run(scenario())
+
+
 # --- the command line ------------------------------------------------------------------------------------
 
 

@@ -105,7 +105,7 @@ def test_a_folder_that_cannot_be_made_leaves_each_process_its_own_draws(tmp_path
     monkeypatch.setattr(backend, "DRAW_CACHE", DrawCache())
     blocked = tmp_path / "serve"
     blocked.write_text("a file where the folder should be")
-    backend.share_draws(backend.DRAW_CACHE, blocked / "draws", 2**20)
+    backend.DRAW_CACHE.share(blocked / "draws", 2**20)
     assert backend.DRAW_CACHE.shared is None
-    backend.share_draws(backend.DRAW_CACHE, tmp_path / "ok" / "draws", 2**20)
+    backend.DRAW_CACHE.share(tmp_path / "ok" / "draws", 2**20)
     assert backend.DRAW_CACHE.shared is not None and (tmp_path / "ok" / "draws").is_dir()

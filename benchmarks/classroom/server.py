@@ -221,6 +221,29 @@ class _Attached(Server):
         pass
 
 
+# --proxy-processes N of the load tests (benchmarks.classroom_load, benchmarks.browser_class): 0 is one
+# `streamlit run`, no proxy; 1 to this many, `python -m dashboard.serve --processes N` (which itself allows
+# up to BNN_SERVER_PROCESSES' most). The same bound as classroom_load's --servers.
+MAX_PROXY_PROCESSES = 8
+
+
+def proxy_processes(value: object) -> int:
+    """The --proxy-processes of a load test: 0 (no proxy) or 1 to MAX_PROXY_PROCESSES. Anything else
+    (a fraction, text, out of range) is one message naming the flag (core.errors.InputError), raised
+    before anything starts."""
+    from core import validate
+    from core.errors import InputError
+
+    try:
+        number = validate.whole_number(value, "--proxy-processes", 0, MAX_PROXY_PROCESSES)
+    except InputError:
+        raise InputError(
+            f"--proxy-processes: 1 to {MAX_PROXY_PROCESSES} processes behind `python -m dashboard.serve` "
+            f"(0: one `streamlit run`, no proxy), got {validate.shown(value)}"
+        ) from None
+    return number
+
+
 class ProxiedServers:
     """`python -m dashboard.serve --processes N` on 127.0.0.1: the class reaches one address and the
     proxy shares it out (a browser's websocket goes to the process with the fewest; the load test's
@@ -228,7 +251,9 @@ class ProxiedServers:
     proxy's together (the proxy's CPU also apart). The proxy computes each process's first page before
     the class (its warm-up), as the teacher's first page does for one server."""
 
-    def __init__(self, env: dict[str, str], log: Path, processes: int) -> None:
+    def __init__(self, env: dict[str, str], log: Path, processes: int, own_session: bool = False) -> None:
+        """`own_session`: the proxy and its server processes in a new session, one scheduling group
+        (Server's own_session: benchmarks.browser_class's browsers beside them)."""
         self.port = free_port()
         self.url = f"http://{HOST}:{self.port}"
         self.urls = [self.url]
@@ -253,6 +278,7 @@ class ProxiedServers:
             env=env,
             stdout=self._handle,
             stderr=subprocess.STDOUT,
+            start_new_session=own_session,
         )
 
     def wait_healthy(self, timeout: float = 300) -> None:

@@ -223,6 +223,13 @@ def _register_train(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="torch.compile LBBNN's training kernels (~20 s once, then faster epochs)",
     )
+    schedule.add_argument(
+        "--cuda-graphs",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="replay each training step as one CUDA graph (CUDA devices only; an LBBNN epoch on full MNIST "
+        "took 0.31 s against 2.59 s eager on an H100, benchmarks/results/gpu_notes.md)",
+    )
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:N or mps")
     parser.add_argument("--force", action="store_true", help="train again even if the run is stored")
@@ -311,6 +318,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         "kl_weight": args.kl_weight,
         "empirical_bayes": args.empirical_bayes,
         "compile": args.compile,
+        "cuda_graphs": args.cuda_graphs,
         "lr_schedule": args.lr_schedule,
         "target_density": None
         if args.target_density is None
@@ -382,7 +390,7 @@ def _epoch_printer(config: RunConfig):
 
 def run_train(args: argparse.Namespace) -> int:
     from core import cost
-    from core.runs.training import train_run
+    from core.runs.training import first_stage_stored, train_run
 
     config = config_from_args(args)
     started = time.perf_counter()
@@ -390,7 +398,10 @@ def run_train(args: argparse.Namespace) -> int:
     # Costed before anything is allocated. The command line trains on the user's own machine: only
     # memory is limited (half of it, or $BNN_MEMORY_BUDGET_MB), not weights or time as on a server.
     limits = cost.command_line_limits()
-    need = cost.admit_training(config, cost.admit_dataset(config.dataset, config.dataset_params, limits), limits)
+    shape = cost.admit_dataset(config.dataset, config.dataset_params, limits)
+    # a scale head's first stage counts whole unless it is stored in the store this training uses
+    stored = first_stage_stored(config, args.cache_dir, args.data_dir)
+    need = cost.admit_training(config, shape, limits, first_stage_stored=stored)
     if not args.quiet:
         print(
             f"estimate: {need.weights:,} weights, about {cost.size_text(need.bytes)} of memory"

@@ -94,7 +94,7 @@ def low_rank_gaussian_kl(
     capacitance = torch.eye(factor.shape[1], dtype=factor.dtype, device=factor.device) + factor.T @ (
         factor / diag[:, None]
     )
-    log_det = torch.log(diag).sum() + 2 * torch.log(torch.diagonal(torch.linalg.cholesky(capacitance))).sum()
+    log_det = torch.log(diag).sum() + 2 * torch.log(torch.diagonal(torch.linalg.cholesky_ex(capacitance).L)).sum()
     return 0.5 * ((trace + quadratic) / prior_variance - d + d * torch.log(prior_variance) - log_det)
 
 

@@ -64,7 +64,7 @@ class LowRankKL(torch.autograd.Function):
         flat_factor = factor.reshape(d, rank)
         scaled = flat_factor / diag.reshape(d, 1)  # D^-1 F
         capacitance = torch.eye(rank, dtype=xi.dtype, device=xi.device) + flat_factor.T @ scaled
-        cholesky = torch.linalg.cholesky(capacitance)
+        cholesky = torch.linalg.cholesky_ex(capacitance).L
         log_det = torch.log(diag).sum() + 2 * torch.log(torch.diagonal(cholesky)).sum()
         logit_kl = 0.5 * (
             (varl.sum() + torch.dot(centred.reshape(-1), centred.reshape(-1))) / logit_prior_variance
@@ -157,7 +157,7 @@ class LowRankStep(torch.autograd.Function):
         flat = columns.reshape(rank, -1)
         scaled = flat * inverse_diag.reshape(1, -1)  # (D^-1 F)^T
         capacitance = torch.eye(rank, dtype=xi.dtype, device=xi.device) + flat @ scaled.T
-        cholesky = torch.linalg.cholesky(capacitance)
+        cholesky = torch.linalg.cholesky_ex(capacitance).L
         inverse_c = torch.cholesky_inverse(cholesky)
         p = torch.zeros_like(columns)  # (D^-1 F C^-1)^T as r columns
         for j in range(rank):

@@ -204,6 +204,13 @@ class DrawCache:
         if old is not None and old is not processes:
             old.close()
 
+    def share(self, folder: Any, max_bytes: int) -> None:
+        """Read and keep `extend`'s draws in `folder`, shared with the other server processes
+        (core.predict.shared_draws.share: a folder that cannot be made leaves this cache its own)."""
+        from core.predict.shared_draws import share
+
+        share(self, folder, max_bytes)
+
     def prepare(self, run: Any, owner: Hashable) -> None:
         """About to be sampled: the draw processes (if any) load `owner` now, in the background
         (core.predict.draw_process.DrawProcesses.preload), so that its first draws wait for no load."""

@@ -123,7 +123,7 @@ def _train_from(value: Any) -> TrainConfig:
         values["scale_head"] = head
     elif isinstance(head, Mapping):
         values["scale_head"] = dict(head)
-    for name in ("empirical_bayes", "compile"):
+    for name in ("empirical_bayes", "compile", "cuda_graphs"):
         if name in values and not isinstance(values[name], bool):
             raise ConfigError(f"train.{name}: must be true or false, got {values[name]!r}")
     for name, defaults in (
@@ -313,6 +313,11 @@ class RunConfig:
         if not DEVICE_PATTERN.match(device):
             raise ConfigError(f"device: unknown device {self.device!r}; use auto, cpu, cuda, cuda:N or mps")
         put("device", device)
+        if self.train.cuda_graphs and not (device == "auto" or device.startswith("cuda")):
+            raise ConfigError(
+                f"train.cuda_graphs: replays each step as a CUDA graph and needs a CUDA device, not {device!r}; "
+                "leave it off (false) or train on cuda"
+            )
 
     # --- serialisation ---------------------------------------------------------------------
     @property
@@ -468,6 +473,8 @@ def _train_dict(train: TrainConfig) -> dict[str, Any]:
         values.pop("warm_start_mean_epochs")
     if values.get("scale_head") is None:  # off (the default): likewise
         values.pop("scale_head", None)
+    if values.get("cuda_graphs") is False:  # off (the default): likewise
+        values.pop("cuda_graphs")
     return values
 
 

@@ -48,6 +48,22 @@ def run_id_for(config: RunConfig, data_dir: str | Path | None = None) -> str:
     return config.run_id(config.load_dataset(data_dir).fingerprint)
 
 
+def first_stage_stored(
+    config: RunConfig, cache_dir: str | Path | RunStore | None = None, data_dir: str | Path | None = None
+) -> bool:
+    """Whether a scale head's homoscedastic first stage (config.mean_stage()) is in the run store at
+    `cache_dir` (None: the default store), so that train_run loads it instead of training it: what the
+    admission estimate counts (core.cost.training_cost's first_stage_stored). False for a config without a
+    scale head, and when it cannot be told (the dataset, whose fingerprint is in the run id, does not load;
+    the store cannot be read): the whole first stage is counted then, and the training says what is wrong."""
+    if config.train.scale_head is None:
+        return False
+    try:
+        return _store(cache_dir).exists(run_id_for(config.mean_stage(), data_dir))
+    except (BNNError, OSError):
+        return False
+
+
 def train_run(
     config: RunConfig,
     cache_dir: str | Path | RunStore | None = None,
