@@ -226,3 +226,33 @@ def test_the_proxy_serves_the_class_with_proxy_processes(monkeypatch, tmp_path):
 def test_the_reported_command_can_be_pasted_again_and_leaves_the_note_out():
     argv = ["--sessions", "10", "--note", "load 3.2 (shared)", "--out", "a b.md", "--note=x"]
     assert browser_class.command_line(argv) == "python -m benchmarks.browser_class --sessions 10 --out 'a b.md'"
+
+
+def test_background_browsers_need_the_autogroup_scheduler(tmp_path, monkeypatch, capsys):
+    """--browser-share background starts the server in a session of its own, as group does, and is
+    refused in one line where the autogroup scheduler is off or this process's group cannot be reniced."""
+    enabled, group = tmp_path / "enabled", tmp_path / "autogroup"
+    monkeypatch.setattr(browser_class, "AUTOGROUP_ENABLED", enabled)
+    monkeypatch.setattr(browser_class, "AUTOGROUP", group)
+    for state, writable, words in (
+        ("0", True, "needs Linux's autogroup scheduler"),
+        ("1", False, "cannot set this process's autogroup niceness"),
+    ):
+        enabled.write_text(state)
+        group.write_text("/autogroup-1 nice 0\n")
+        group.chmod(0o644 if writable else 0o444)
+        monkeypatch.setattr(browser_class.os, "access", lambda path, mode, writable=writable: writable)
+        with pytest.raises(SystemExit) as stopped:
+            browser_class.parse_args(["--browser-share", "background"])
+        assert stopped.value.code == 2
+        assert words in capsys.readouterr().err.strip().splitlines()[-1]
+    enabled.write_text("1")
+    monkeypatch.setattr(browser_class.os, "access", lambda path, mode: True)
+    args = browser_class.parse_args(["--browser-share", "background"])
+    assert args.browser_share == "background"
+    group.chmod(0o644)
+    group.write_text("/autogroup-7 nice 3\n")
+    restore = browser_class.lower_the_browsers_group()
+    assert group.read_text() == "19"
+    restore()
+    assert group.read_text() == "3"
