@@ -37,7 +37,7 @@ WARMUP_STEPS = 3
 # predictions beside this one: a capture would make their calls fail.
 CAPTURE_ERROR_MODE = "thread_local"
 
-StepBody = Callable[[Tensor, Tensor], Tensor]  # (row index, KL scale) -> the step's data term, on the device
+StepBody = Callable[[Tensor, Tensor | float], Tensor]  # (row index, KL scale) -> the step's data term, on the device
 
 
 class CudaGraphBackend:
@@ -82,7 +82,6 @@ class CudaGraphBackend:
             graph.register_generator_state(self.generator)
         with torch.cuda.graph(graph, capture_error_mode=CAPTURE_ERROR_MODE):
             torch.zeros(1, device=self.device)  # an empty graph only draws a warning; one fill is no cost
-        del graph
 
 
 class CallingBackend:
@@ -120,10 +119,10 @@ class ReplayedSteps:
     tensor on the device) and the KL scale; returns the step's data term (a 0-d tensor on the device,
     valid until the next call: the caller adds it to a sum right away, on the same stream)."""
 
-    def __init__(self, body: StepBody, batch_size: int, device: torch.device, backend=None):
+    def __init__(self, body: StepBody, batch_size: int, device: torch.device, backend):
         self.body = body
         self.batch_size = int(batch_size)
-        self.backend = backend if backend is not None else CallingBackend()
+        self.backend = backend  # CudaGraphBackend, or CallingBackend in the tests
         self.index = torch.zeros(self.batch_size, dtype=torch.long, device=device)
         self.kl_scale = torch.zeros((), device=device)
         self._kl_scale_value: float | None = None
@@ -141,7 +140,7 @@ class ReplayedSteps:
 
     def __call__(self, index: Tensor, kl_scale: float) -> Tensor:
         if index.numel() != self.batch_size or self.failure is not None:
-            return self.body(index, torch.full((), float(kl_scale), device=self.kl_scale.device))
+            return self.body(index, kl_scale)  # an eager step, as without graphs
         self.index.copy_(index)
         if self._kl_scale_value != kl_scale:  # changes once an epoch at most (annealing)
             self.kl_scale.fill_(kl_scale)
@@ -157,7 +156,7 @@ class ReplayedSteps:
         except RuntimeError as exc:  # a step that cannot be captured trains on eagerly
             self.failure = " ".join(str(exc).split())[:200] or type(exc).__name__
             self.backend.recover()
-            return self.body(index, self.kl_scale)
+            return self.body(index, kl_scale)
         self.replay()  # capturing records the step; this replay takes it
         return self.output
 

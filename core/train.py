@@ -113,8 +113,9 @@ class TrainConfig:
     # torch.compile the families' hot kernels (LBBNN): ~20 s once, then faster epochs.
     compile: bool = False
     # Replay each training step as one CUDA graph (core/step_graphs.py): on a GPU these small nets' steps are
-    # bound by kernel launches. CUDA devices only; the draws differ from an eager run's (a replay advances
-    # the noise generator by its own rule), so it is part of the run's id when on.
+    # bound by kernel launches. CUDA devices only. A replay takes the eager steps of the same optimiser, but
+    # that optimiser (Adam with its step sizes on the device) rounds differently from the plain fused one
+    # (6e-8 apart after four epochs, tests/test_step_graphs.py), so the option is part of the run's id when on.
     cuda_graphs: bool = False
     # The main phase's step sizes: constant, or a cosine decay to zero over its epochs (every group),
     # so the last epochs average out the minibatch noise instead of bouncing around at full step.

@@ -156,7 +156,7 @@ def test_the_replayed_output_is_the_last_steps_value():
         seen.append((index.tolist(), float(kl_scale)))
         return torch.tensor(float(next(values)))
 
-    steps = ReplayedSteps(body, batch_size=2, device=torch.device("cpu"))
+    steps = ReplayedSteps(body, batch_size=2, device=torch.device("cpu"), backend=CallingBackend())
     outputs = [float(steps(torch.tensor([i, i + 1]), 0.5 * i)) for i in range(6)]
     assert outputs == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]  # capture runs nothing: each call is one step
     assert seen == [([i, i + 1], 0.5 * i) for i in range(6)]
