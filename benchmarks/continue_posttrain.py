@@ -3,6 +3,11 @@
     python -m benchmarks.continue_posttrain RUN --epochs 10 [--schedule cosine] [--weights-lr 0.003]
         [--scales-lr 0.05] [--density 0.0036] [--threads 2] [--seed 1]
         [--freeze-scales | --deterministic [--stored-structure]]
+    python -m benchmarks.continue_posttrain RUN --density 0.01,0.006,0.0036 --epochs 3,3,6
+
+Cuts in steps: with several densities (falling), the run is cut to each in turn and post-trained for the
+matching number of epochs (a fresh optimiser per stage, as a new phase of core.train gets), so that the
+weights left after a cut can take over what the dropped ones did before the next cut.
 
 An experiment beside the recipes (benchmarks/front_recipes.md's notes quote it): would a recipe's point
 move with more post-training on the same cut? The run is loaded from the store (checksums verified), its
@@ -55,11 +60,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", help="a stored run's id (or unique prefix)")
-    parser.add_argument("--epochs", default="10")
+    parser.add_argument("--epochs", default="10", help="epochs (one number per --density stage, comma-separated)")
     parser.add_argument("--schedule", default="cosine", choices=["constant", "cosine"])
     parser.add_argument("--weights-lr", default=None, help="step size of the weights (default: the run's)")
     parser.add_argument("--scales-lr", default=None, help="step size of the scales (default: the run's)")
-    parser.add_argument("--density", default=None, help="cut to at most this density first (default: the run's)")
+    parser.add_argument(
+        "--density",
+        default=None,
+        help="cut to at most this density first (default: the run's); several, falling and comma-separated, "
+        "cut in steps",
+    )
     parser.add_argument("--threads", default="1")
     parser.add_argument("--seed", default="1", help="the minibatch order's seed (the run's own was 0)")
     variant = parser.add_mutually_exclusive_group()
@@ -78,14 +88,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     try:
         args.run = validate.text_of(args.run, "run", 64, r"[0-9a-f]{4,64}", "a run id (hex)")
-        args.epochs = validate.whole_number(args.epochs, "--epochs", 1, 200)
+        stages = len(str(args.density).split(",")) if args.density is not None else 1
+        args.epochs = [validate.whole_number(e, "--epochs", 1, 200) for e in str(args.epochs).split(",", 8)]
+        if len(args.epochs) != stages:
+            raise InputError(f"--epochs: one number per --density stage ({stages}), got {len(args.epochs)}")
         args.threads = validate.whole_number(args.threads, "--threads", 1, 64)
         args.seed = validate.whole_number(args.seed, "--seed", 0, 2**31 - 1)
         for name in ("weights_lr", "scales_lr"):
             if getattr(args, name) is not None:
                 setattr(args, name, validate.real_number(getattr(args, name), "--" + name.replace("_", "-"), 1e-6, 1.0))
         if args.density is not None:
-            args.density = validate.real_number(args.density, "--density", 1e-6, 1.0)
+            args.density = [validate.real_number(d, "--density", 1e-6, 1.0) for d in str(args.density).split(",", 8)]
+            if any(b >= a for a, b in zip(args.density, args.density[1:])):
+                raise InputError(f"--density: the stages must fall, got {args.density}")
+            if len(args.density) > 1 and args.deterministic:
+                raise InputError("--density: cuts in steps are for the ELBO variants, not --deterministic")
         if args.scales_lr is not None and (args.freeze_scales or args.deterministic):
             flag = "--freeze-scales" if args.freeze_scales else "--deterministic"
             raise InputError(f"--scales-lr: nothing trains the scales with {flag}; leave it out")
@@ -163,22 +180,22 @@ def continue_posttrain(args: argparse.Namespace, echo=print) -> tuple[dict[str, 
     model, dataset, settings = run.model, run.dataset(), run.config.train
     rates = dict(settings.learning_rates)
     rates.update({k: v for k, v in (("weights", args.weights_lr), ("scales", args.scales_lr)) if v is not None})
-    density = args.density if args.density is not None else settings.posttrain_density
+    densities = args.density if args.density is not None else [settings.posttrain_density]
     config = dataclasses.replace(
         settings,
         warm_start_epochs=0,
         pretrain_epochs=0,
         epochs=0,
         target_density=None,
-        posttrain_epochs=args.epochs,
+        posttrain_epochs=args.epochs[0],
         posttrain_lr_schedule=args.schedule,
-        posttrain_density=density,
+        posttrain_density=densities[0],
         learning_rates=rates,
     )
     with torch.no_grad():
-        structure = cut_masks(model, density)
+        structure = cut_masks(model, densities[0])
         if args.stored_structure:
-            structure = stored_structure(model, density)
+            structure = stored_structure(model, densities[0])
     if variant == "freeze-scales":
         scales = model.parameter_groups().get("scales", [])
         if not scales:
@@ -218,22 +235,28 @@ def continue_posttrain(args: argparse.Namespace, echo=print) -> tuple[dict[str, 
     echo(f"  trains: {TRAINS[variant]}", flush=True)
     rows = [measure("stored", 0.0)]
     x, y = torch.as_tensor(dataset.x_train), torch.as_tensor(dataset.y_train)
-    train(
-        model,
-        x,
-        y,
-        config,
-        seed=args.seed,
-        progress=lambda record: rows.append(measure(f"epoch {len(rows)}", record["seconds"])),
-        snapshots=False,
-    )
+    for stage, (density, epochs) in enumerate(zip(densities, args.epochs)):
+        if stage:
+            # The next cut ranks the weights the last stage left (core.train fixes it from the mpm's scores).
+            with torch.no_grad():
+                structure = cut_masks(model, density)
+            config = dataclasses.replace(config, posttrain_epochs=epochs, posttrain_density=density)
+        train(
+            model,
+            x,
+            y,
+            config,
+            seed=args.seed + stage,
+            progress=lambda record: rows.append(measure(f"epoch {len(rows)}", record["seconds"])),
+            snapshots=False,
+        )
     entry = {
         "run_id": run.run_id,
         "settings": {
-            "epochs": args.epochs,
+            "epochs": args.epochs[0] if len(args.epochs) == 1 else args.epochs,
             "schedule": args.schedule,
             "learning_rates": rates,
-            "posttrain_density": density,
+            "posttrain_density": densities[-1] if len(densities) == 1 else densities,
             "seed": args.seed,
             "threads": args.threads,
             "trains": variant,
@@ -243,6 +266,10 @@ def continue_posttrain(args: argparse.Namespace, echo=print) -> tuple[dict[str, 
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
     return entry, model
+
+
+def _epochs(epochs: int | list[int]) -> str:
+    return f"{sum(epochs)} ({' + '.join(map(str, epochs))})" if isinstance(epochs, list) else str(epochs)
 
 
 def render(entries: list[dict[str, Any]]) -> str:
@@ -260,10 +287,13 @@ def render(entries: list[dict[str, Any]]) -> str:
         trains = TRAINS[s.get("trains", "elbo")]
         with_structure = all("structure_accuracy" in r for r in entry["rows"])
         lines += [
-            f"## {entry['run_id']}: {s['epochs']} epochs of {trains}; {s['schedule']} steps {s['learning_rates']}, "
+            f"## {entry['run_id']}: {_epochs(s['epochs'])} epochs of {trains}; "
+            f"{s['schedule']} steps {s['learning_rates']}, "
             + (
                 f"the stored structure whole (at most {s['posttrain_density']})"
                 if s.get("structure") == "stored"
+                else f"cut in steps at {', '.join(map(str, s['posttrain_density']))}"
+                if isinstance(s["posttrain_density"], list)
                 else f"cut at {s['posttrain_density']}"
             ),
             "",

@@ -27,6 +27,11 @@ from benchmarks import continue_posttrain
         (["abcd", "--deterministic", "--scales-lr", "0.01"], "--scales-lr"),
         (["abcd", "--stored-structure"], "--stored-structure"),
         (["abcd", "--freeze-scales", "--stored-structure"], "--stored-structure"),
+        (["abcd", "--density", "0.01,0.02", "--epochs", "1,1"], "--density"),  # stages must fall
+        (["abcd", "--density", "0.01,0.005", "--epochs", "1"], "--epochs"),  # one count per stage
+        (["abcd", "--density", "0.01", "--epochs", "1,1"], "--epochs"),
+        (["abcd", "--density", "0.02,0.01", "--epochs", "1,1", "--deterministic"], "--density"),
+        (["abcd", "--density", ",".join(["0.5"] * 20), "--epochs", "1"], "--density"),  # bounded split
     ],
 )
 def test_bad_arguments_are_refused_with_the_flag_named(argv, flag, capsys):
@@ -63,6 +68,24 @@ def test_more_posttraining_keeps_the_cut_and_leaves_the_stored_run_unchanged(tmp
     assert all(r["density"] <= rows[0]["density"] + 1e-12 for r in rows)
     assert rows[0]["mpm_mean_accuracy"] == pytest.approx(run.evaluate("mpm-mean", 1)["accuracy"])
     assert "| epoch 3 |" in (tmp_path / "continue_posttrain.md").read_text()
+
+
+@pytest.mark.slow  # trains a small run
+def test_cuts_in_steps_reach_each_density_in_turn_on_the_last_stage_s_structure(tmp_path, monkeypatch):
+    from core.runs import RunConfig, train_run
+
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path / "store"))
+    train = {"epochs": 3, "posttrain_epochs": 1, "batch_size": 50}
+    run = train_run(RunConfig(dataset="two-moons", hidden=(16,), train=train))
+    argv = [run.run_id, "--density", "0.4,0.2", "--epochs", "2,2", "--results-dir", str(tmp_path)]
+    assert continue_posttrain.main(argv) == 0
+    (entry,) = json.loads((tmp_path / "continue_posttrain.json").read_text())
+    rows = entry["rows"]
+    assert [r["phase"] for r in rows] == ["stored", "epoch 1", "epoch 2", "epoch 3", "epoch 4"]
+    assert entry["settings"]["posttrain_density"] == [0.4, 0.2] and entry["settings"]["epochs"] == [2, 2]
+    assert 0.2 < rows[2]["structure_density"] <= 0.4  # the first stage's cut
+    assert rows[4]["structure_density"] <= 0.2  # the second stage cut the first one's structure further
+    assert all(b["density"] <= a["density"] + 1e-12 for a, b in zip(rows[1:], rows[2:]))  # nothing comes back
 
 
 @pytest.mark.parametrize("conv", [(), ((2, 3),)])
@@ -132,7 +155,7 @@ def test_frozen_scales_and_deterministic_keep_the_cut_and_leave_the_stored_run_u
     assert all(torch.equal(a, b) for a, b in zip(net.keep_masks(), fixed))
     assert all(r["density"] == stored.density(fixed) for r in entry["rows"])
     args = continue_posttrain.parse_args([run.run_id, "--epochs", "1", "--deterministic", "--stored-structure"])
-    args.density = stored.density(fixed) / 2
+    args.density = [stored.density(fixed) / 2]
     with pytest.raises(InputError, match="--stored-structure: .* more than --density"):
         continue_posttrain.continue_posttrain(args, echo=quiet)
     assert hashlib.sha256(weights.read_bytes()).hexdigest() == before  # the stored run is not written
