@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from benchmarks.classroom.draws import kept_draws_at_start
 from benchmarks.classroom.report import SERVER_SETTINGS
 from benchmarks.classroom.server import ProxiedServers, proxy_processes
 from benchmarks.classroom_load import Server, percentile
@@ -169,10 +170,16 @@ class Frames:
             self.timers = (self.timers + [f"{self.last_received:.1f} {timer}"])[-4:]
 
     def polling(self, since: float) -> str:
-        """What an error row says of the fragments' polls since `since`: how many, the last, the timers."""
+        """What an error row says of the fragments' polls since `since`: how many, the last, the timers, and
+        the full runs asked for and ended since (a page left 'running' has an ask without its end)."""
         recent = [t for t in self.polls if t >= since]
         last = f", the last at {recent[-1]:.1f}" if recent else ""
-        return f"{len(recent)} fragment polls sent since {since:.1f}{last}; timers: {'; '.join(self.timers) or 'none'}"
+        asked = ", ".join(f"{t:.1f}" for t in self.sent if t >= since) or "none"
+        ended = ", ".join(f"{t:.1f}" for t in self.finished if t >= since) or "none"
+        return (
+            f"{len(recent)} fragment polls sent since {since:.1f}{last}; timers: {'; '.join(self.timers) or 'none'}; "
+            f"full runs asked at {asked}, ended at {ended}; the last frame received at {self.last_received:.1f}"
+        )
 
     def split(self, pressed: float, drawn: float) -> tuple[float, float, float] | None:
         """(page before, server, page after) of the update drawn at `drawn` after a press at `pressed`."""
@@ -316,7 +323,16 @@ async def one_session(
             pressed = time.perf_counter()
             await page.keyboard.press("ArrowRight" if direction[kind] > 0 else "ArrowLeft")
             direction[kind] = -direction[kind]
-            cards = await wait_until(page, lambda cards, idle, before=before: idle and cards != before, args.timeout)
+            try:
+                cards = await wait_until(
+                    page, lambda cards, idle, before=before: idle and cards != before, args.timeout
+                )
+            except TimeoutError as exc:  # say what the page showed before the press, and whether it is idle
+                _, idle = await page.evaluate(f"[{CARDS}, {SCRIPT_IDLE}]")
+                raise TimeoutError(
+                    f"{exc}; pressed {kind} at {pressed:.1f}; before it the cards were {before[:200]}; "
+                    f"the page's script {'idle' if idle else 'still running'}"
+                ) from None
             drawn = time.perf_counter()
             measured.first[kind].append(drawn - pressed)
             parts = frames.split(pressed, drawn)
@@ -436,6 +452,7 @@ def run(args) -> Measured:
         hidden = tuple(int(w) for w in args.hidden.split(",") if w.strip())
         run_id = prepare_run(args.dataset, hidden, args.epochs, env)
         measured.setting["run"] = run_id
+        measured.setting["kept draws"] = kept_draws_at_start(cache_dir, args.kept_draws)
         measured.load_before = os.getloadavg()
         server = start_server(args, env, Path(work))
         try:
@@ -552,6 +569,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "as benchmarks.classroom_load's flag",
     )
     parser.add_argument("--cache-dir", type=Path, default=None)
+    parser.add_argument(
+        "--kept-draws",
+        action="store_true",
+        help="keep the draws earlier classes left on disk (<cache-dir>/draws); by default they are emptied first",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "browser_class.md")
     parser.add_argument("--note", default="", help="a line about the machine's load, written under the table")
     args = parser.parse_args(argv)

@@ -96,6 +96,12 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds a student waits for the complete numbers after a slider release before the next move "
         "(default: until they are complete); the moves left before them are counted, not timed",
     )
+    parser.add_argument(
+        "--kept-draws",
+        action="store_true",
+        help="keep the draws earlier classes left on disk (<cache-dir>/draws: a lesson taught again); by default "
+        "they are emptied first and the class computes every draw",
+    )
     parser.add_argument("--note", default="", help="a line about the machine's load, written under the table")
     parser.add_argument(
         "--json",
@@ -137,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         servers=args.servers,
         proxy_processes=args.proxy_processes,
         patience=args.patience,
+        kept_draws=args.kept_draws,
     )
     if args.predict_slots is not None:
         os.environ["BNN_PREDICT_SLOTS"] = str(args.predict_slots)  # the server inherits this environment
@@ -154,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{'' if args.predict_slots is None else f' --predict-slots {args.predict_slots}'}"
         f"{'' if args.servers == 1 else f' --servers {args.servers}'}"
         f"{f' --proxy-processes {args.proxy_processes}' if args.proxy_processes else ''}"
-        f"{'' if args.patience is None else f' --patience {args.patience:g}'}` on "
+        f"{'' if args.patience is None else f' --patience {args.patience:g}'}"
+        f"{' --kept-draws' if args.kept_draws else ''}` on "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         "",
         text,

@@ -232,7 +232,8 @@ DRAW_CACHE_MB = register(
         "real",
         256.0,
         "megabytes of sampled predictions' per-draw outputs kept (least recently used dropped first; 0 keeps "
-        "nothing), in each server process and in the folder dashboard.serve's processes share",
+        "nothing), in each server process and on disk beside the run store (BNN_CACHE_DIR/draws: shared by "
+        "dashboard.serve's processes, kept across restarts)",
         low=0,
         high=10**6,
         secret_key="draw_cache_mb",
@@ -342,6 +343,25 @@ CARDS_POLL_SECONDS = register(
         low=0.1,
         high=60,
         secret_key="cards_poll_seconds",
+    )
+)
+
+# A server process's script runs, its event loop and its draw cache's threads share one interpreter lock.
+# Each message a script run hands to the event loop is a system call, after which the thread waits for the
+# lock up to this interval when another thread is busy; a page's run sends dozens. On this 2-core machine,
+# 30 sessions on one `streamlit run` (python -m benchmarks.classroom_load --sessions 30 --preset fast-mnist),
+# first-update p95 at Python's 0.005 s: 1.16 and 1.27 s; at 0.001 s: 0.94 and 0.73 s; at 0.0005 s: 0.91 s
+# (the server's CPU unchanged: 40-42 s a class; benchmarks/results/classroom_switch_interval.md).
+GIL_SWITCH_SECONDS = register(
+    Setting(
+        "BNN_GIL_SWITCH_SECONDS",
+        "real",
+        0.001,
+        "the server process's thread switch interval (Python's sys.setswitchinterval; its own default is "
+        "0.005): how long a thread that gave up the interpreter lock may wait for it while another runs",
+        low=0.0001,
+        high=0.1,
+        secret_key="gil_switch_seconds",
     )
 )
 

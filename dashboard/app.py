@@ -240,6 +240,7 @@ def render_app_parts(starting: Any, page_out: list | None) -> Any:
     settings.refuse_streamlit_cache_clearing()
     with guard("Server settings"):
         settings.apply_compute_threads()
+        settings.apply_switch_interval()
     navigation = st.navigation(pages)
     if page_out is not None:
         page_out.append(navigation.url_path or DEFAULT_PAGE)

@@ -413,6 +413,11 @@ _draw_processes_lock = threading.Lock()
 _draw_processes_set = False
 
 
+def kept_draws_folder() -> Path:
+    """Where sampled draws are kept on disk: $BNN_CACHE_DIR/draws, beside the run store."""
+    return backend.run_store_folder().parent / "draws"
+
+
 def _draw_processes_once() -> None:
     """Before the first background draw: move the draw cache's background draws into child processes
     ($BNN_DRAW_PROCESSES, below the server in priority: core.predict.draw_process), so that a class's
@@ -426,9 +431,9 @@ def _draw_processes_once() -> None:
         if not _draw_processes_set:
             options = backend.dashboard_settings.draw_process_options(secret)
             backend.DRAW_CACHE.use_processes(options.pop("processes"), backend.load_run, **options)
-            folder = backend.dashboard_settings.SERVE_DIR.read()
-            if folder:  # one of dashboard.serve's processes: the others' draws are read, not drawn again
-                backend.DRAW_CACHE.share(Path(folder) / "draws", backend.draw_cache_bytes())
+            # Beside the run store, kept across restarts: dashboard.serve's processes read each other's
+            # draws, and a lesson taught again reads the draws of the class before (core.predict.shared_draws).
+            backend.DRAW_CACHE.share(kept_draws_folder(), backend.draw_cache_bytes())
             _draw_processes_set = True
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hmac
 import logging
 import math
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -195,6 +196,20 @@ def apply_compute_threads() -> int | None:
                 torch.set_num_threads(threads)
             _threads_applied.append(threads)
         return _threads_applied[0]
+
+
+_switch_applied: list[float] = []
+
+
+def apply_switch_interval() -> float:
+    """Set this process's thread switch interval from $BNN_GIL_SWITCH_SECONDS (or gil_switch_seconds in
+    secrets.toml), once per process; returns what was applied (core.dashboard_settings says why)."""
+    with _threads_lock:
+        if not _switch_applied:
+            seconds = declared.GIL_SWITCH_SECONDS.read(fallback=_secret)
+            sys.setswitchinterval(seconds)
+            _switch_applied.append(seconds)
+        return _switch_applied[0]
 
 
 def refuse_streamlit_cache_clearing() -> bool:

@@ -227,6 +227,31 @@ def test_compute_threads_are_applied_once_per_process(monkeypatch):
     assert calls == [1]
 
 
+def test_the_switch_interval_is_applied_once_per_process_and_refused_out_of_range(monkeypatch):
+    import sys
+
+    from core.errors import BNNError
+    from dashboard import settings
+
+    calls = []
+    monkeypatch.setattr(sys, "setswitchinterval", calls.append)
+    monkeypatch.setattr(settings, "_switch_applied", [])
+    monkeypatch.delenv("BNN_GIL_SWITCH_SECONDS", raising=False)
+    monkeypatch.setattr(settings, "_secret", lambda key: None)
+    assert settings.apply_switch_interval() == 0.001  # the default, measured (core.dashboard_settings)
+    monkeypatch.setenv("BNN_GIL_SWITCH_SECONDS", "0.002")  # a later run does not flip it
+    assert settings.apply_switch_interval() == 0.001
+    assert calls == [0.001]
+    monkeypatch.setattr(settings, "_switch_applied", [])
+    assert settings.apply_switch_interval() == 0.002 and calls == [0.001, 0.002]
+    for bad in ("0", "1", "nan", "-0.001", "fast"):
+        monkeypatch.setattr(settings, "_switch_applied", [])
+        monkeypatch.setenv("BNN_GIL_SWITCH_SECONDS", bad)
+        with pytest.raises(BNNError, match="BNN_GIL_SWITCH_SECONDS"):
+            settings.apply_switch_interval()
+    assert calls == [0.001, 0.002]  # nothing applied from a refused value
+
+
 def test_a_training_child_gets_the_compute_threads(monkeypatch):
     import dashboard.worker as worker
     from dashboard import settings

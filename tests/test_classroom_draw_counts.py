@@ -57,7 +57,34 @@ def test_the_log_gives_only_draws_of_the_class(tmp_path):
     log.write_text("\n".join(json.dumps(line) for line in lines) + "\n\n")
     assert [d["draw"] for d in read_draws(log, since=5.0)] == [1]
     assert read_draws(tmp_path / "missing.jsonl", since=0.0) == []
-    assert count_draws([], []).lines(1, 1) == ["- draws: none logged (no sampled predictions, or no $BNN_RERUN_LOG)"]
+    assert count_draws([], [], "emptied").lines(1, 1) == [
+        "- kept draws (BNN_CACHE_DIR/draws): emptied; read from them in the class: 0",
+        "- draws computed: none logged (no sampled predictions, all read, or no $BNN_RERUN_LOG)",
+    ]
+
+
+def test_draws_read_from_the_kept_folder_are_counted_apart_from_those_computed():
+    waits = [Wait(session=1, run="a", threshold=0.5, samples=2, start=9.0, end=12.0)]
+    draws = [draw(0, end=10.0, where="kept"), draw(1, end=11.0), draw(0, threshold=0.25, end=12.0, where="kept")]
+    counts = count_draws(draws, waits, "3 files kept")
+    assert counts.computed == 1 and counts.kept == 2 and counts.by_place == {"process": 1}
+    assert counts.twice == 0  # a draw read is no second computation
+    assert "read from them in the class: 2" in "\n".join(counts.lines(moves=1, interactions=1))
+
+
+def test_a_cold_class_empties_the_kept_draws_and_a_kept_one_counts_them(tmp_path):
+    from benchmarks.classroom.draws import kept_draws_at_start
+
+    folder = tmp_path / "draws"
+    assert kept_draws_at_start(tmp_path, keep=True) == "0 files (0 MB) kept from earlier classes (--kept-draws)"
+    folder.mkdir()
+    for name in ("a.draw.npz", "b.draw.npz"):
+        (folder / name).write_bytes(b"x" * 1000)
+    (folder / "other.txt").write_text("not a draw")
+    assert kept_draws_at_start(tmp_path, keep=True).startswith("2 files")
+    assert len(list(folder.iterdir())) == 3  # kept: nothing removed
+    assert kept_draws_at_start(tmp_path, keep=False) == "emptied before the class (2 files removed): a cold class"
+    assert [p.name for p in folder.iterdir()] == ["other.txt"]  # only draw files go
 
 
 def test_the_draw_cache_tells_its_observer_of_each_draw_and_where_it_ran():

@@ -109,3 +109,41 @@ def test_a_folder_that_cannot_be_made_leaves_each_process_its_own_draws(tmp_path
     assert backend.DRAW_CACHE.shared is None
     backend.DRAW_CACHE.share(tmp_path / "ok" / "draws", 2**20)
     assert backend.DRAW_CACHE.shared is not None and (tmp_path / "ok" / "draws").is_dir()
+
+
+def test_a_run_s_kept_draws_start_with_its_id_and_go_with_it(tmp_path):
+    """Kept across restarts (the dashboard keeps them beside the run store): a deleted or retrained run's
+    files are deleted with its entries, another run's stay."""
+    run = classification_run(seed=3)
+    x = run.dataset().x_test
+    cache = server(tmp_path)
+    owner, other = "0003", "00003"  # run ids the stand-in loads as classification_run(seed=3)
+    assert cache.extend(run, x, "test", owner, "mpm", 3, 0.5) == 3
+    assert cache.extend(run, x, "test", other, "mpm", 2, 0.5) == 2
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert len(names) == 5 and sum(n.startswith(owner + "-") for n in names) == 3
+    cache.forget(owner)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [n for n in names if n.startswith(other + "-")]
+    # a restarted server (a new cache on the same folder) reads the other run's draws, computes none
+    restarted = server(tmp_path)
+    assert restarted.extend(run, x, "test", other, "mpm", 2, 0.5) == 2
+    assert restarted.processes.asked == 0 and restarted.draws_shared == 2
+    assert_same(
+        restarted.predict(run, x, "test", other, "mpm", 2, 0.5), run.predict(x, mode="mpm", samples=2, threshold=0.5)
+    )
+    # an owner that is no run id has no prefix: forgetting it deletes nothing
+    assert SharedDraws(tmp_path, 2**20).forget("../x") == 0 and len(list(tmp_path.iterdir())) == 2
+
+
+def test_the_dashboard_keeps_its_draws_beside_the_run_store(tmp_path, monkeypatch):
+    from dashboard import backend, cache
+
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("BNN_SERVE_DIR", raising=False)
+    assert cache.kept_draws_folder() == tmp_path / "draws"
+    used = []
+    monkeypatch.setattr(backend.DRAW_CACHE, "use_processes", lambda *args, **kwargs: None)
+    monkeypatch.setattr(backend.DRAW_CACHE, "share", lambda folder, size: used.append((folder, size)))
+    monkeypatch.setattr(cache, "_draw_processes_set", False)
+    cache._draw_processes_once()
+    assert used == [(tmp_path / "draws", backend.draw_cache_bytes())]  # a lone `streamlit run` too

@@ -43,15 +43,19 @@ class DrawCounts:
     twice_elsewhere: int = 0  # of them, first computed by another server process
     servers: int = 0  # server processes that computed draws
     waits: int = 0  # slider moves (and page switches) that waited for draws
+    kept: int = 0  # read from the kept draws on disk (an earlier class's or another process's), not computed
+    kept_at_start: str = ""  # what the kept draws folder held when the class began (kept_draws_at_start)
 
     def lines(self, moves: int, interactions: int, process_cpu: float | None = None) -> list[str]:
         """The report's lines; `process_cpu`: the draw processes' CPU seconds in the class (per draw
         computed there: the cost of a draw, whatever the machine's load)."""
+        kept = [f"- kept draws (BNN_CACHE_DIR/draws): {self.kept_at_start}; read from them in the class: {self.kept}"]
         if not self.computed:
-            return ["- draws: none logged (no sampled predictions, or no $BNN_RERUN_LOG)"]
+            return [*kept, "- draws computed: none logged (no sampled predictions, all read, or no $BNN_RERUN_LOG)"]
         places = ", ".join(f"{n} {place}" for place, n in sorted(self.by_place.items()))
         share = lambda n: f"{n} ({n / self.computed:.0%})"  # noqa: E731
         return [
+            *kept,
             f"- draws computed: {self.computed} by {self.servers} server process(es) ({places}; process: a draw "
             f"process, background: the server's refiner threads, request: a script run that lacked it), "
             f"{self.computed / max(moves, 1):.1f} per slider move ({moves}), "
@@ -98,8 +102,24 @@ def same_plan(draw: dict[str, Any], wait: Wait) -> bool:
     )
 
 
-def count_draws(draws: list[dict[str, Any]], waits: list[Wait]) -> DrawCounts:
-    counts = DrawCounts(computed=len(draws), waits=len(waits))
+def kept_draws_at_start(cache_dir: Path, keep: bool) -> str:
+    """Prepare the kept draws folder of the run store at `cache_dir` for a class and say what it holds:
+    emptied unless `keep` (a cold class computes every draw; with `keep`, a lesson taught again reads
+    what earlier classes kept, core.predict.shared_draws)."""
+    folder = Path(cache_dir) / "draws"
+    files = sorted(folder.glob("*.draw.npz")) if folder.is_dir() else []
+    if not keep:
+        for path in files:
+            path.unlink(missing_ok=True)
+        return f"emptied before the class ({len(files)} files removed): a cold class"
+    size = sum(path.stat().st_size for path in files)
+    return f"{len(files)} files ({size / 2**20:.0f} MB) kept from earlier classes (--kept-draws)"
+
+
+def count_draws(draws: list[dict[str, Any]], waits: list[Wait], kept_at_start: str = "") -> DrawCounts:
+    kept = [d for d in draws if d.get("where") == "kept"]
+    draws = [d for d in draws if d.get("where") != "kept"]
+    counts = DrawCounts(computed=len(draws), waits=len(waits), kept=len(kept), kept_at_start=kept_at_start)
     seen: dict[tuple, int] = {}  # draw -> the server process that first computed it
     counts.servers = len({d.get("pid") for d in draws})
     for draw in sorted(draws, key=lambda d: d["end"]):

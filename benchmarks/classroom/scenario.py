@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.classroom.client import RunResult, Session, number_state, slider_state, text_state, trigger_state
-from benchmarks.classroom.draws import Wait, count_draws, read_draws
+from benchmarks.classroom.draws import Wait, count_draws, kept_draws_at_start, read_draws
 from benchmarks.classroom.report import SERVER_SETTINGS, Interaction, Report, attribute_script_cpu
 from benchmarks.classroom.server import ProxiedServers, ServerGroup, ThreadCpu, prepare_runs
 
@@ -47,6 +47,9 @@ class Scenario:
     # None: a student waits for the complete numbers before the next move; else for at most this many
     # seconds after the slider's release (then moves on, as a student does who will not wait)
     patience: float | None = None
+    # False: the run store's kept draws ($BNN_CACHE_DIR/draws) are emptied first, so the class computes every
+    # draw (a cold class); True: kept, as when a lesson is taught again on the same server
+    kept_draws: bool = False
 
 
 # --- what a session must (not) see ----------------------------------------------------------------
@@ -458,6 +461,7 @@ def run_load_test(scenario: Scenario, cache_dir: Path | None = None, work_dir: P
     )
     env.setdefault("BNN_CLASSROOM", "1")  # a class runs the app in classroom mode
     runs = prepare_runs(scenario, env)
+    kept_at_start = kept_draws_at_start(cache, scenario.kept_draws)
     if scenario.proxy_processes:
         server: ServerGroup | ProxiedServers = ProxiedServers(env, work / "serve.log", scenario.proxy_processes)
     else:
@@ -476,7 +480,7 @@ def run_load_test(scenario: Scenario, cache_dir: Path | None = None, work_dir: P
         report.load_average = os.getloadavg()
         server.stop()
     attribute_script_cpu(report, rerun_log)
-    report.draws = count_draws(read_draws(rerun_log, report.started), report.waits)
+    report.draws = count_draws(read_draws(rerun_log, report.started), report.waits, kept_at_start)
     for path in dict.fromkeys(handle.log for handle in server.servers):  # the proxy's processes share one log
         log = path.read_text()
         if "Traceback" in log:

@@ -225,6 +225,8 @@ class DrawCache:
         with self._lock:
             for key in [k for k in self._entries if k.owner == owner]:
                 self._bytes -= self._entries.pop(key).nbytes
+        if self.shared is not None:  # its kept draws on disk too
+            self.shared.forget(owner)
 
     def clear(self) -> None:
         with self._lock:
@@ -529,6 +531,9 @@ class DrawCache:
             if from_shared:
                 with self._lock:
                     self.draws_shared += 1
+                observe = self._observe(key, "kept")  # read, not computed (the load test counts them apart)
+                if observe is not None:
+                    observe(index, started)
                 continue
             computed += 1
             with self._lock:

@@ -1,4 +1,5 @@
-"""Draws shared by the server processes of one machine: a folder of files, one per draw.
+"""Draws kept on disk: a folder of files, one per draw, shared by a machine's server processes and kept
+across their restarts.
 
     shared = SharedDraws(folder, max_bytes=256 * 2**20)
     cache.shared = shared        # core.predict.draw_cache: `extend` reads a draw here before computing it
@@ -6,7 +7,11 @@
 Why. `python -m dashboard.serve --processes 2` runs two servers, each with its own draw cache: the
 class's sessions on both ask for the same (run, threshold) plans, and each process drew them
 (measured: 21% and 45% of a class's draws computed twice, benchmarks/results/classroom_draws_proxy2_*.md).
-A draw that another process computed is read here instead.
+A draw that another process computed is read here instead. And a class's draws are a function of the
+run and the plan: the dashboard keeps the folder beside the run store ($BNN_CACHE_DIR/draws), so a
+lesson taught again (another class, a restarted server, the teacher's rehearsal) reads the draws an
+earlier class computed instead of computing them again. A class of 30 asks for about 270 draws of
+0.1 s of CPU each, more than two cores finish within seconds (benchmarks/results/classroom_kept_draws.md).
 
 What a file holds. Draw r of a plan (run and its fingerprint, inputs, mode, threshold, weights,
 seed, batch size, torch threads) as a draw process returns it: its raw outputs, the weights it used
@@ -25,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import tempfile
 import threading
 from pathlib import Path
@@ -65,7 +71,25 @@ class SharedDraws:
             threads,
             tuple((name, shape, float(value).hex()) for name, shape, value in fingerprint),
         )
-        return hashlib.sha256(repr(parts).encode()).hexdigest() + SUFFIX
+        return _owner_prefix(key.owner) + hashlib.sha256(repr(parts).encode()).hexdigest() + SUFFIX
+
+    def forget(self, owner: Any) -> int:
+        """Delete the files of `owner`'s draws (a deleted or retrained run); returns how many."""
+        prefix = _owner_prefix(owner)
+        if not prefix:
+            return 0
+        removed = 0
+        try:
+            entries = [entry.path for entry in os.scandir(self.folder) if entry.name.startswith(prefix)]
+        except OSError:
+            return 0
+        for path in entries:
+            try:
+                os.unlink(path)
+                removed += 1
+            except OSError:
+                pass
+        return removed
 
     def get(self, name: str) -> tuple[torch.Tensor, list[torch.Tensor], str | None] | None:
         """(outputs, used weights, path) of the draw, or None when no process kept it."""
@@ -141,6 +165,12 @@ class SharedDraws:
             except OSError:
                 pass
             total -= size
+
+
+def _owner_prefix(owner: Any) -> str:
+    """A run id's files start with it (so that deleting the run deletes them); other owners have none."""
+    text = str(owner)
+    return f"{text}-" if re.fullmatch(r"[0-9a-f]{4,64}", text) else ""
 
 
 def share(cache: Any, folder: str | Path, max_bytes: int) -> None:
