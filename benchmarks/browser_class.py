@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import os
 import random
@@ -99,6 +100,12 @@ class Measured:
     # the first update split at the page's websocket frames: key press -> rerun request sent (the page),
     # request -> the full run's end received (the server), that end -> the cards drawn (the page)
     split: dict[str, list[float]] = field(default_factory=lambda: {"page before": [], "server": [], "page after": []})
+    # each move as (the page's Streamlit session id, key press, cards drawn) in wall-clock time, set against
+    # the server's own log of its script runs after the class (server_split)
+    moves: list[tuple[str | None, float, float]] = field(default_factory=list)
+    server_split: dict[str, list[float]] = field(
+        default_factory=lambda: {"to the run": [], "the run": [], "after the run": []}
+    )
 
 
 class Frames:
@@ -115,6 +122,7 @@ class Frames:
         # cards stayed at "0 of R draws" (browser_class.md) says whether its page kept polling.
         self.polls: list[float] = []
         self.timers: list[str] = []
+        self.session_id: str | None = None  # the server's id of this page's session (its log names runs by it)
 
     def watch(self, page) -> None:
         page.on("websocket", lambda socket: self._attach(socket))
@@ -163,6 +171,9 @@ class Frames:
 
     def on_received(self, payload) -> None:
         self.last_received = time.perf_counter()
+        session = new_session_id(payload)
+        if session:
+            self.session_id = session
         if full_run_finished(payload):
             self.finished.append(time.perf_counter())
         timer = timer_message(payload)
@@ -198,6 +209,41 @@ def _parsed(payload, message_class):
     except Exception:  # not that message: not counted
         return None
     return message
+
+
+def new_session_id(payload) -> str | None:
+    """The session id a ForwardMsg new_session carries (None: another message)."""
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    message = _parsed(payload, ForwardMsg)
+    if message is None or message.WhichOneof("type") != "new_session":
+        return None
+    return message.new_session.initialize.session_id or None
+
+
+def server_split(moves: list[tuple[str | None, float, float]], runs: list[dict]) -> dict[str, list[float]]:
+    """Each move's first update split at the server's own log of its full script runs (BNN_RERUN_LOG: the
+    session, start and end in wall-clock time): key press -> the first run of that session that started
+    after it, that run (its start to its end: what the server did), and its end -> the cards drawn. A move
+    without such a run that ended before the cards were drawn is left out. Unlike the split at the page's
+    frames, neither boundary waits for the browser to be scheduled: on two cores shared with ten pages at
+    nice 19, a frame is seen when the page's renderer next runs."""
+    by_session: dict[str, list[dict]] = {}
+    for run in runs:
+        if "session" in run and "start" in run and "end" in run:
+            by_session.setdefault(run["session"], []).append(run)
+    split: dict[str, list[float]] = {"to the run": [], "the run": [], "after the run": []}
+    for session, pressed, drawn in moves:
+        run = next(
+            (r for r in sorted(by_session.get(session or "", []), key=lambda r: r["start"]) if r["start"] >= pressed),
+            None,
+        )
+        if run is None or run["end"] > drawn:
+            continue
+        split["to the run"].append(run["start"] - pressed)
+        split["the run"].append(run["end"] - run["start"])
+        split["after the run"].append(drawn - run["end"])
+    return split
 
 
 def full_rerun_request(payload) -> bool:
@@ -320,7 +366,7 @@ async def one_session(
             kind = "threshold" if rng.random() < 2 / 3 else "R"
             before, _ = await page.evaluate(f"[{CARDS}, {SCRIPT_IDLE}]")
             await sliders[kind].focus()
-            pressed = time.perf_counter()
+            pressed, pressed_wall = time.perf_counter(), time.time()
             await page.keyboard.press("ArrowRight" if direction[kind] > 0 else "ArrowLeft")
             direction[kind] = -direction[kind]
             try:
@@ -335,6 +381,7 @@ async def one_session(
                 ) from None
             drawn = time.perf_counter()
             measured.first[kind].append(drawn - pressed)
+            measured.moves.append((frames.session_id, pressed_wall, pressed_wall + (drawn - pressed)))
             parts = frames.split(pressed, drawn)
             if parts is not None:
                 for name, value in zip(("page before", "server", "page after"), parts):
@@ -445,7 +492,10 @@ def run(args) -> Measured:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bnn-browser-class-") as work:
         cache_dir = args.cache_dir or Path(os.environ.get("BNN_CACHE_DIR") or Path(work) / "cache")
-        env = dict(os.environ, BNN_CACHE_DIR=str(cache_dir), BNN_OFFLINE="1", BNN_CLASSROOM="1")
+        rerun_log = Path(work) / "reruns.jsonl"  # the server's own record of its script runs (dashboard/app.py)
+        env = dict(
+            os.environ, BNN_CACHE_DIR=str(cache_dir), BNN_OFFLINE="1", BNN_CLASSROOM="1", BNN_RERUN_LOG=str(rerun_log)
+        )
         env.setdefault("OMP_NUM_THREADS", "1")
         # the server's settings (a setting left unset: the app's default)
         measured.setting.update({name: env.get(name, "(unset)") for name in SERVER_SETTINGS})
@@ -461,6 +511,9 @@ def run(args) -> Measured:
             asyncio.run(drive(server.url, run_id, args, measured))
             measured.server_cpu = server.cpu_seconds() - cpu_start
             log_text = server.log.read_text()  # the proxy's log holds its processes' output too
+            lines = rerun_log.read_text().splitlines() if rerun_log.exists() else []
+            runs = [json.loads(line) for line in lines if line.strip()]
+            measured.server_split = server_split(measured.moves, [r for r in runs if "session" in r])
             if "Traceback" in log_text:
                 tail = log_text[log_text.index("Traceback") :][:1500]
                 measured.errors.append(f"the server logged a traceback:\n```\n{tail}\n```")
@@ -512,6 +565,18 @@ def report(measured: Measured, command: str, note: str = "") -> str:
         _row("key press -> rerun request sent (the page)", measured.split["page before"]),
         _row("rerun request -> the run's end received (the server)", measured.split["server"]),
         _row("the run's end -> cards drawn (the page)", measured.split["page after"]),
+        "",
+        "The same split at the server's own log of its script runs (wall-clock times written by the server as"
+        " each full run starts and ends; moves whose run was logged):",
+        "",
+        "| part of the first update | n | p50 (s) | p95 (s) | max (s) |",
+        "|---|---|---|---|---|",
+        _row(
+            "key press -> the server's run starts (the page, its socket, Streamlit's dispatch)",
+            measured.server_split["to the run"],
+        ),
+        _row("the server's script run", measured.server_split["the run"]),
+        _row("the run's end -> cards drawn (its messages sent, the page)", measured.server_split["after the run"]),
         "",
         f"- target: p95 to the first update <= {TARGET_FIRST_P95:g} s: **{verdict}** (p95 {p95:.2f} s)",
         f"- moves whose first update rested on fewer than R draws (refined in place): {measured.refined}",

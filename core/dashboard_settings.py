@@ -348,10 +348,11 @@ CARDS_POLL_SECONDS = register(
 
 # A server process's script runs, its event loop and its draw cache's threads share one interpreter lock.
 # Each message a script run hands to the event loop is a system call, after which the thread waits for the
-# lock up to this interval when another thread is busy; a page's run sends dozens. On this 2-core machine,
-# 30 sessions on one `streamlit run` (python -m benchmarks.classroom_load --sessions 30 --preset fast-mnist),
-# first-update p95 at Python's 0.005 s: 1.16 and 1.27 s; at 0.001 s: 0.94 and 0.73 s; at 0.0005 s: 0.91 s
-# (the server's CPU unchanged: 40-42 s a class; benchmarks/results/classroom_switch_interval.md).
+# lock up to this interval when another thread runs Python; a page's run sends dozens. On this 2-core
+# machine, 30 sessions on one `streamlit run` (python -m benchmarks.classroom_load --sessions 30 --preset
+# fast-mnist, eight runs of each, alternating): first-update p95 0.69-1.54 s (mean 1.28) at Python's 0.005 s,
+# 0.73-1.73 s (mean 1.12) at 0.001 s; pooled over four runs each, p95 1.42 -> 1.25 s, p99 3.59 -> 2.31 s,
+# the server's CPU unchanged (benchmarks/results/classroom_switch_interval.md).
 GIL_SWITCH_SECONDS = register(
     Setting(
         "BNN_GIL_SWITCH_SECONDS",

@@ -138,6 +138,35 @@ def test_frames_tell_full_reruns_from_fragment_polls_and_split_the_first_update(
     assert frames.split(3.1, 4.0) is None  # no rerun seen after the press
 
 
+def test_the_first_update_is_split_at_the_server_s_own_log_of_its_runs():
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    hello = ForwardMsg()
+    hello.new_session.initialize.session_id = "s-1"
+    assert browser_class.new_session_id(hello.SerializeToString()) == "s-1"
+    assert browser_class.new_session_id(b"\xff not a message") is None
+    frames = browser_class.Frames()
+    frames.on_received(hello.SerializeToString())
+    assert frames.session_id == "s-1"
+    runs = [
+        {"session": "s-1", "start": 9.0, "end": 9.5},  # before the press: not this move's
+        {"session": "s-2", "start": 10.1, "end": 10.2},  # another session's run
+        {"session": "s-1", "start": 10.3, "end": 10.7},  # this move's run
+        {"session": "s-1", "start": 10.8, "end": 11.9},  # a later run (the complete numbers' rerun)
+    ]
+    moves = [
+        ("s-1", 10.0, 11.0),  # press 10.0, cards drawn 11.0
+        ("s-1", 11.5, 11.6),  # drawn before the next run ended: left out
+        (None, 10.0, 11.0),  # the page's session never seen: left out
+    ]
+    split = browser_class.server_split(moves, runs)
+    assert split == {
+        "to the run": [pytest.approx(0.3)],
+        "the run": [pytest.approx(0.4)],
+        "after the run": [pytest.approx(0.3)],
+    }
+
+
 def test_an_error_row_keeps_the_pages_socket_and_console_events_once_each():
     """A session that fails says what its page went through: sockets opened and closed (with the last
     frame received), console errors (a message repeated by a fragment's timer kept once), failed requests."""
