@@ -104,7 +104,7 @@ class Measured:
     # the server's own log of its script runs after the class (server_split)
     moves: list[tuple[str | None, float, float]] = field(default_factory=list)
     server_split: dict[str, list[float]] = field(
-        default_factory=lambda: {"to the run": [], "the run": [], "after the run": []}
+        default_factory=lambda: {"to the run": [], "the run": [], "after the run": [], "to the run's end": []}
     )
 
 
@@ -232,7 +232,7 @@ def server_split(moves: list[tuple[str | None, float, float]], runs: list[dict])
     for run in runs:
         if "session" in run and "start" in run and "end" in run:
             by_session.setdefault(run["session"], []).append(run)
-    split: dict[str, list[float]] = {"to the run": [], "the run": [], "after the run": []}
+    split: dict[str, list[float]] = {"to the run": [], "the run": [], "after the run": [], "to the run's end": []}
     for session, pressed, drawn in moves:
         run = next(
             (r for r in sorted(by_session.get(session or "", []), key=lambda r: r["start"]) if r["start"] >= pressed),
@@ -243,6 +243,7 @@ def server_split(moves: list[tuple[str | None, float, float]], runs: list[dict])
         split["to the run"].append(run["start"] - pressed)
         split["the run"].append(run["end"] - run["start"])
         split["after the run"].append(drawn - run["end"])
+        split["to the run's end"].append(run["end"] - pressed)
     return split
 
 
@@ -577,6 +578,10 @@ def report(measured: Measured, command: str, note: str = "") -> str:
         ),
         _row("the server's script run", measured.server_split["the run"]),
         _row("the run's end -> cards drawn (its messages sent, the page)", measured.server_split["after the run"]),
+        _row(
+            "key press -> the server's run ends (the two parts before the cards drawn)",
+            measured.server_split["to the run's end"],
+        ),
         "",
         f"- target: p95 to the first update <= {TARGET_FIRST_P95:g} s: **{verdict}** (p95 {p95:.2f} s)",
         f"- moves whose first update rested on fewer than R draws (refined in place): {measured.refined}",

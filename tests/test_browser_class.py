@@ -164,6 +164,7 @@ def test_the_first_update_is_split_at_the_server_s_own_log_of_its_runs():
         "to the run": [pytest.approx(0.3)],
         "the run": [pytest.approx(0.4)],
         "after the run": [pytest.approx(0.3)],
+        "to the run's end": [pytest.approx(0.7)],  # press 10.0 -> the run's end 10.7
     }
 
 
