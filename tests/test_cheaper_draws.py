@@ -284,7 +284,21 @@ def test_the_fingerprint_follows_every_write_to_the_model():
     assert changed != before
     with torch.no_grad():
         model.layers[0].weight_mu.data = model.layers[0].weight_mu.data * 2  # replaced
-    assert draw_paths.fingerprint(model) != changed
+    replaced = draw_paths.fingerprint(model)
+    assert replaced != changed
+    name, buffer = next((n, b) for n, b in model.named_buffers() if b.is_floating_point())
+    with torch.no_grad():
+        buffer.add_(0.5)  # a buffer (a prior's constant) written in place
+    assert draw_paths.fingerprint(model) != replaced, name
+    # unchanged: answered from the versions alone, without building the state dict again
+    kept = draw_paths.fingerprint(model)
+    built = []
+    original = type(model).state_dict
+    try:
+        type(model).state_dict = lambda self, *a, **k: built.append(1) or original(self, *a, **k)
+        assert draw_paths.fingerprint(model) == kept and not built
+    finally:
+        type(model).state_dict = original
 
 
 def test_gathered_inputs_are_kept_for_the_same_inputs_and_columns_and_made_again_after_a_write():

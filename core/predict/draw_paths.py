@@ -41,6 +41,7 @@ for that draw: the probe costs the other candidates' runs of one draw, once per 
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import weakref
@@ -157,12 +158,14 @@ def fingerprint(model: nn.Module) -> tuple:
     float64. Two copies of one run (a reloaded run, a bundled one) share it, and so share the path
     choice: their predictions stay equal bit for bit. Summed again only when a tensor of the state
     was written (its version counter moved) or replaced, not on every draw."""
-    state = model.state_dict()
-    versions = tuple((t.data_ptr(), t._version) for t in state.values())
+    # The versions from the tensors themselves: state_dict() would build a detached copy of every entry
+    # on each call, and the Pruning page asks on every run and poll.
+    versions = tuple((t.data_ptr(), t._version) for t in itertools.chain(model.parameters(), model.buffers()))
     with _lock:
         kept = _fingerprints.get(model)
     if kept is not None and kept[0] == versions:
         return kept[1]
+    state = model.state_dict()
     value = tuple(
         (name, tuple(t.shape), float(t.sum(dtype=torch.float64))) for name, t in state.items() if t.is_floating_point()
     )
