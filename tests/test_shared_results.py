@@ -207,6 +207,53 @@ def test_run_list_is_read_once_and_again_when_the_store_changes(runs, monkeypatc
     assert len(reads) == 3
 
 
+def test_a_stale_run_list_is_read_again_by_one_session_while_the_others_keep_the_list_before(monkeypatch):
+    """When the list goes stale in a class, every session's next run asked for it at once; now one reads
+    it again and the others are answered from the list before; a list cleared meanwhile (a run added
+    or deleted) is never replaced by a read that began before it."""
+    import threading
+
+    from dashboard import cache
+
+    cache.cached_run_list.clear()
+    reading, release, reads = threading.Event(), threading.Event(), []
+
+    def slow_read():
+        reads.append(threading.get_ident())
+        if len(reads) == 2:  # the second read (the refresh) waits until the test lets it go
+            reading.set()
+            assert release.wait(10)
+        return [{"run_id": f"r{len(reads)}", "status": "ok", "config": {}}]
+
+    monkeypatch.setattr(cache, "_read_run_list", slow_read)
+    assert [r["run_id"] for r in cache.cached_run_list()] == ["r1"]
+    monkeypatch.setattr(cache, "RUN_LIST_TTL", 0.0)  # stale from now on
+    refresher = threading.Thread(target=cache.cached_run_list)
+    refresher.start()
+    assert reading.wait(10)
+    for _ in range(3):  # other sessions meanwhile: the list before, and no read of their own
+        assert [r["run_id"] for r in cache.cached_run_list()] == ["r1"]
+    assert len(reads) == 2
+    release.set()
+    refresher.join(10)
+    monkeypatch.setattr(cache, "RUN_LIST_TTL", 30.0)
+    assert [r["run_id"] for r in cache.cached_run_list()] == ["r2"] and len(reads) == 2
+
+    # cleared while a read is under way: that read's rows are not kept, the next ask reads again
+    reading.clear(), release.clear()
+    reads[:] = [0]  # the next read is the second: it waits
+    monkeypatch.setattr(cache, "RUN_LIST_TTL", 0.0)
+    refresher = threading.Thread(target=cache.cached_run_list)
+    refresher.start()
+    assert reading.wait(10)
+    cache.cached_run_list.clear()
+    release.set()
+    refresher.join(10)
+    monkeypatch.setattr(cache, "RUN_LIST_TTL", 30.0)
+    assert [r["run_id"] for r in cache.cached_run_list()] == ["r3"] and len(reads) == 3
+    cache.cached_run_list.clear()
+
+
 # --- chart specs kept with their data encoded ----------------------------------------------------------
 
 
