@@ -216,7 +216,7 @@ def _current_run_list() -> dict[str, Any]:
         if _run_list["cleared"] == cleared:  # not cleared while it was read (a run added or deleted)
             _run_list.update(stamp=stamp, read_at=time.monotonic(), rows=rows, labels=None)
             return dict(_run_list)
-    return {**_run_list, "rows": rows, "labels": None}
+        return {**_run_list, "rows": rows, "labels": None}  # this caller's read; the next one reads again
 
 
 def cached_run_list() -> list[dict[str, Any]]:
