@@ -10,21 +10,16 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import streamlit as st
 
 # `streamlit run dashboard/app.py` finds the packages core and dashboard once the project is installed
 # (`pip install -e .`, the README's set-up command); Streamlit itself only adds dashboard/ to sys.path.
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from dashboard.paths import PAGE_ICON, PAGES_DIR  # resolved once per process: this script runs on every rerun
+
 APP_TITLE = "Sparse BNN Explorer"
-# A bundled file, not ":material/...": the favicon must not come from a font server (offline classrooms).
-PAGE_ICON = PROJECT_ROOT / "assets" / "icon.png"
 SIDEBAR_POLL_SECONDS = 1.0
-# Not "pages/": a folder of that name beside the entry point switches Streamlit
-# into its legacy multipage mode, where a deep link runs a page without app.py.
-PAGES_DIR = Path(__file__).resolve().parent / "views"
 SIDEBAR_RUN_KEY = "sidebar_run"
 RUN_PARAM = "run"  # ?run=<run id>: a link to a run
 LINKED_RUN_KEY = "linked_run"  # the last link followed

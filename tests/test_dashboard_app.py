@@ -227,3 +227,18 @@ def test_training_from_the_form_stores_and_selects_the_run(tmp_path, monkeypatch
     assert [info.run_id for info in list_runs()] == [snapshot.run_id]
     at.switch_page("views/inclusion.py").run()
     assert_clean(at)
+
+
+def test_the_main_script_resolves_no_path_on_its_reruns_and_its_paths_are_the_app_s_files():
+    """dashboard/app.py runs again on every rerun of every session: its files come from dashboard.paths,
+    resolved once per process (each Path.resolve() is a few system calls a run)."""
+    import ast
+
+    from dashboard import paths
+
+    tree = ast.parse(APP.read_text())
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "resolve"]
+    assert not calls, f"Path.resolve() in app.py at lines {[c.lineno for c in calls]}"
+    assert paths.PAGES_DIR == APP.parent / "views" and (paths.PAGES_DIR / "pruning.py").is_file()
+    assert not (APP.parent / "pages").exists()  # that name would switch Streamlit to its legacy multipage mode
+    assert paths.PAGE_ICON.is_file() and paths.PROJECT_ROOT == APP.parent.parent
