@@ -88,7 +88,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     try:
         args.run = validate.text_of(args.run, "run", 64, r"[0-9a-f]{4,64}", "a run id (hex)")
-        stages = len(str(args.density).split(",")) if args.density is not None else 1
+        if args.density is not None:
+            args.density = [validate.real_number(d, "--density", 1e-6, 1.0) for d in str(args.density).split(",", 8)]
+            if any(b >= a for a, b in zip(args.density, args.density[1:])):
+                raise InputError(f"--density: the stages must fall, got {args.density}")
+            if len(args.density) > 1 and args.deterministic:
+                raise InputError("--density: cuts in steps are for the ELBO variants, not --deterministic")
+        stages = len(args.density) if args.density is not None else 1
         args.epochs = [validate.whole_number(e, "--epochs", 1, 200) for e in str(args.epochs).split(",", 8)]
         if len(args.epochs) != stages:
             raise InputError(f"--epochs: one number per --density stage ({stages}), got {len(args.epochs)}")
@@ -97,12 +103,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         for name in ("weights_lr", "scales_lr"):
             if getattr(args, name) is not None:
                 setattr(args, name, validate.real_number(getattr(args, name), "--" + name.replace("_", "-"), 1e-6, 1.0))
-        if args.density is not None:
-            args.density = [validate.real_number(d, "--density", 1e-6, 1.0) for d in str(args.density).split(",", 8)]
-            if any(b >= a for a, b in zip(args.density, args.density[1:])):
-                raise InputError(f"--density: the stages must fall, got {args.density}")
-            if len(args.density) > 1 and args.deterministic:
-                raise InputError("--density: cuts in steps are for the ELBO variants, not --deterministic")
         if args.scales_lr is not None and (args.freeze_scales or args.deterministic):
             flag = "--freeze-scales" if args.freeze_scales else "--deterministic"
             raise InputError(f"--scales-lr: nothing trains the scales with {flag}; leave it out")

@@ -32,6 +32,12 @@ from benchmarks import continue_posttrain
         (["abcd", "--density", "0.01", "--epochs", "1,1"], "--epochs"),
         (["abcd", "--density", "0.02,0.01", "--epochs", "1,1", "--deterministic"], "--density"),
         (["abcd", "--density", ",".join(["0.5"] * 20), "--epochs", "1"], "--density"),  # bounded split
+        (["abcd", "--density", ""], "--density"),
+        (["abcd", "--density", "-0.01"], "--density"),
+        (["abcd", "--density", "1e99"], "--density"),
+        (["abcd", "--density", "0.01,"], "--density"),
+        (["abcd", "--epochs", ""], "--epochs"),
+        (["abcd", "--density", "0.02,0.01", "--epochs", "3,-1"], "--epochs"),
     ],
 )
 def test_bad_arguments_are_refused_with_the_flag_named(argv, flag, capsys):
