@@ -99,6 +99,24 @@ def test_damaged_files_are_drawn_again_and_the_folder_is_bounded(tmp_path):
     assert list((tmp_path / "small").glob("*.draw.npz")) == [] and bounded.shared.written == 3
 
 
+def test_a_file_whose_shape_asks_for_more_than_its_bits_is_refused_before_anything_is_made(tmp_path, monkeypatch):
+    run = classification_run(seed=3)
+    x = run.dataset().x_test
+    first = server(tmp_path)
+    first.extend(run, x, "test", "3", "mpm", 1, 0.5)
+    (file,) = tmp_path.glob("*.draw.npz")
+    with np.load(file) as held:
+        arrays = dict(held)
+    arrays["shape0"] = np.array([10**6, 10**6], dtype=np.int64)  # a terabit of "used weights" for one layer
+    with open(file, "wb") as handle:
+        np.savez(handle, **arrays)
+    made = []
+    real = np.unpackbits
+    monkeypatch.setattr(np, "unpackbits", lambda *a, **k: made.append(k.get("count")) or real(*a, **k))
+    assert first.shared.get(file.name) is None and not file.exists()  # refused and removed, nothing unpacked
+    assert made == []
+
+
 def test_a_folder_that_cannot_be_made_leaves_each_process_its_own_draws(tmp_path, monkeypatch):
     from dashboard import backend
 

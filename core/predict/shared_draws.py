@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import re
 import tempfile
@@ -98,14 +99,7 @@ class SharedDraws:
             with np.load(path, allow_pickle=False) as held:
                 output = torch.from_numpy(held["output"].copy())
                 layers = int(held["layers"])
-                used = [
-                    torch.from_numpy(
-                        np.unpackbits(held[f"used{i}"], count=int(np.prod(held[f"shape{i}"])))
-                        .reshape(tuple(held[f"shape{i}"]))
-                        .astype(bool)
-                    )
-                    for i in range(layers)
-                ]
+                used = [_unpacked(held[f"used{i}"], held[f"shape{i}"]) for i in range(layers)]
                 drawn_by = str(held["path"]) or None
         except FileNotFoundError:
             return None
@@ -165,6 +159,21 @@ class SharedDraws:
             except OSError:
                 pass
             total -= size
+
+
+def _unpacked(bits: np.ndarray, shape: np.ndarray) -> torch.Tensor:
+    """A layer's used weights from a file: its shape is checked against the bits the file holds before
+    anything of that shape is made (a foreign file's shape alone could ask for any size)."""
+    dims = [int(d) for d in np.asarray(shape).reshape(-1)]
+    count = math.prod(dims)
+    if (
+        bits.ndim != 1
+        or bits.dtype != np.uint8
+        or any(d < 0 for d in dims)
+        or not 8 * bits.size - 8 < count <= 8 * bits.size
+    ):
+        raise ValueError(f"used weights of shape {dims} do not match their {bits.size} packed bytes")
+    return torch.from_numpy(np.unpackbits(bits, count=count).reshape(dims).astype(bool))
 
 
 def _owner_prefix(owner: Any) -> str:
