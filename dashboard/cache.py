@@ -176,9 +176,11 @@ def training_queue() -> Any:
 # The run list is read on every rerun of every session (the sidebar): one copy per process, read
 # again from the store when its folder changes (a run added or deleted, by this server or another
 # process) and at least every RUN_LIST_TTL seconds (the runs' "last used" times and sizes). One
-# session reads it again at a time; the others keep the list before until it is in: with the
-# store of 178 runs a read took 55 ms of CPU, and when the list went stale in a class every
-# session's next run read it at once (a CPU profile of the 30-session class: 4% of its script runs).
+# session reads it again at a time; the others keep the list before until it is in: with a store
+# of 178 runs a read took 54-59 ms (`_read_run_list()` timed in one process), and when the list
+# went stale in a class every session's next run read it at once (`py-spy record --rate 100
+# --duration 30` on the server during `python -m benchmarks.classroom_load --sessions 30 --preset
+# fast-mnist --kept-draws`: 4% of the script runs' samples under the store's reading).
 RUN_LIST_TTL = 30.0
 _run_list_lock = threading.Lock()
 _run_list: dict[str, Any] = {"stamp": None, "read_at": 0.0, "rows": None, "labels": None, "reader": None, "cleared": 0}
