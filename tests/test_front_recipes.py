@@ -136,6 +136,9 @@ def test_the_front_places_an_input_skip_recipe_at_its_active_path_density():
         (["--budget-minutes", "-1"], "--budget-minutes: -1.0 is out of range"),
         (["--budget-minutes", "nan"], "--budget-minutes: give a finite number"),
         (["--threads", "0"], "--threads: 0 is out of range"),
+        (["--device", "gpu0"], "device: unknown device 'gpu0'"),
+        # replayed steps need a CUDA device: refused for a CPU run, not left to fail in the first epoch
+        (["--device", "cpu", "--train", '{"cuda_graphs": true}'], "train.cuda_graphs: replays each step"),
     ],
 )
 def test_bad_budgets_and_threads_are_refused_before_anything_is_trained_or_written(tmp_path, capsys, extra, message):

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# LeNet-5 sparse VD trained as long as Molchanov et al. (2017) train it, on a lent GPU: does a longer
+# training give a sparser posterior (the question benchmarks/front_recipes.py's notes leave open)?
+#
+#   BNN_DATA_DIR=DATA OUT=FOLDER bash benchmarks/lenet5_gpu.sh [BUDGET_MINUTES [RECIPE...]]
+#
+# Recipes side by side (default: long cosine d-long), each `python -m benchmarks.front_recipes --preset lenet5-mnist --device cuda`
+# with each step replayed as a CUDA graph, each stopping at density 0.0036 or at its training budget:
+#   long:    the preset itself (10 warm-start epochs, 200 epochs, KL ramped over 50, constant steps 1e-3, batch 100);
+#   cosine:  the preset with the step sizes decaying by a cosine over the 200 epochs (Molchanov et al. decay
+#            theirs linearly to zero);
+#   d-long:  `lenet5 D`'s steps (weights 3e-3, log sigma^2 5e-2, batch 250, 1 warm-start epoch) for 200 cosine
+#            epochs instead of 38 constant ones;
+#   d-cut, d-scales-0.1, d-weights-1e-3: d-long, then cut to density 0.0036 by log alpha and 10 cosine post-training
+#            epochs on the cut (as `lenet5 D`); the second with log sigma^2's step at 0.1, the third with the weights'
+#            at 1e-3 (which of d-long's two steps made it sparser than cosine).
+# Each recipe's per-epoch log goes to OUT/lenet5_gpu_log.txt, its front_recipes entry to OUT/lenet5_gpu_NAME.json
+# and the stored runs (recipes that ended before their budget) to OUT/lenet5_gpu_runs.tar.gz.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$(pwd)${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONDONTWRITEBYTECODE=1
+PY="${PYTHON:-python3}"
+BUDGET="${1:-7}"
+shift $(( $# > 0 ? 1 : 0 ))
+RECIPES=("$@"); [ ${#RECIPES[@]} -eq 0 ] && RECIPES=(long cosine d-long)
+OUT="${OUT:?set OUT to the folder for the results}"
+DEVICE="${DEVICE:-cuda}"
+GRAPHS='"cuda_graphs": true, '; [ "$DEVICE" = cpu ] && GRAPHS=''
+
+run() {  # run NAME TRAIN_JSON
+  local name="$1" train="$2"
+  mkdir -p "$WORK/$name"
+  OMP_NUM_THREADS=4 "$PY" -m benchmarks.front_recipes --preset lenet5-mnist --device "$DEVICE" --threads 4 \
+    --train "{$GRAPHS$train}" --budget-minutes "$BUDGET" --results-dir "$WORK/$name" \
+    --label "lenet5 GPU $name" 2>&1 | sed -u "s/^/[$name] /" > "$WORK/$name.log"
+  cp "$WORK/$name/front_recipes.json" "$OUT/lenet5_gpu_$name.json" 2>/dev/null
+}
+
+D='"warm_start_epochs": 1, "batch_size": 250, "kl_anneal_epochs": 1, "lr_schedule": "cosine", "target_density": 0.0036'
+CUT='"posttrain_density": 0.0036, "posttrain_epochs": 10, "posttrain_lr_schedule": "cosine"'
+TRAINS=()
+for name in "${RECIPES[@]}"; do  # every name checked before any recipe starts
+  case "$name" in
+    long) TRAINS+=('"target_density": 0.0036') ;;
+    cosine) TRAINS+=('"lr_schedule": "cosine", "target_density": 0.0036') ;;
+    d-long) TRAINS+=("$D, \"learning_rates\": {\"weights\": 0.003, \"scales\": 0.05}") ;;
+    d-cut) TRAINS+=("$D, $CUT, \"learning_rates\": {\"weights\": 0.003, \"scales\": 0.05}") ;;
+    d-scales-0.1) TRAINS+=("$D, $CUT, \"learning_rates\": {\"weights\": 0.003, \"scales\": 0.1}") ;;
+    d-weights-1e-3) TRAINS+=("$D, $CUT, \"learning_rates\": {\"weights\": 0.001, \"scales\": 0.05}") ;;
+    *) echo "lenet5_gpu.sh: unknown recipe '$name' (use long, cosine, d-long, d-cut, d-scales-0.1, d-weights-1e-3)" >&2; exit 2 ;;
+  esac
+done
+export BNN_CACHE_DIR="${BNN_CACHE_DIR:-$(mktemp -d)}"
+WORK="$(mktemp -d)"
+PIDS=()
+mkdir -p "$OUT"
+"$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")'
+for i in "${!RECIPES[@]}"; do
+  run "${RECIPES[$i]}" "${TRAINS[$i]}" &
+  PIDS+=($!)
+done
+# the logs merged every 20 s, so a run cut short by the lease still brings its curves back
+( while sleep 20; do cat "$WORK"/*.log > "$OUT/lenet5_gpu_log.txt" 2>/dev/null; done ) &
+MERGER=$!
+wait "${PIDS[@]}"
+kill "$MERGER" 2>/dev/null
+cat "$WORK"/*.log > "$OUT/lenet5_gpu_log.txt"
+tar czf "$OUT/lenet5_gpu_runs.tar.gz" -C "$BNN_CACHE_DIR" . 2>/dev/null
+ls -la "$OUT"
+tail -n 5 "$WORK"/*.log
