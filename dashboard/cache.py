@@ -406,7 +406,7 @@ def test_draws_ready(
     run = cached_run(run_id)
     # The draw processes start, and load this run, when the page first shows it (it opens on the mean
     # weights, which draw nothing): its first draws then wait for no start or load.
-    _draw_processes_once()
+    draw_processes_once()
     backend.DRAW_CACHE.prepare(run, run_id)
     if not backend.mode_draws_samples(key["mode"]):
         refiner.leave(script_session_id())  # a setting that draws nothing: the session waits for no draws
@@ -434,7 +434,7 @@ def kept_draws_folder() -> Path:
     return backend.run_store_folder().parent / "draws"
 
 
-def _draw_processes_once() -> None:
+def draw_processes_once() -> None:
     """Before the first background draw: move the draw cache's background draws into child processes
     ($BNN_DRAW_PROCESSES, below the server in priority: core.predict.draw_process), so that a class's
     draws never hold the interpreter lock or the cores the script runs need."""

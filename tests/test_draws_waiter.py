@@ -26,7 +26,7 @@ def test_a_sessions_newer_setting_stops_the_draws_of_the_one_it_left(tiny_run, m
 
     draws = DrawCache()  # drawn in this process, slowly: the test sees the old setting stop
     monkeypatch.setattr(backend, "DRAW_CACHE", draws)
-    monkeypatch.setattr(cache, "_draw_processes_once", lambda: None)
+    monkeypatch.setattr(cache, "draw_processes_once", lambda: None)
     real = draw_cache_module.sampled_forward
 
     def slow(*args, **kwargs):

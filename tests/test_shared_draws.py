@@ -163,5 +163,5 @@ def test_the_dashboard_keeps_its_draws_beside_the_run_store(tmp_path, monkeypatc
     monkeypatch.setattr(backend.DRAW_CACHE, "use_processes", lambda *args, **kwargs: None)
     monkeypatch.setattr(backend.DRAW_CACHE, "share", lambda folder, size: used.append((folder, size)))
     monkeypatch.setattr(cache, "_draw_processes_set", False)
-    cache._draw_processes_once()
+    cache.draw_processes_once()
     assert used == [(tmp_path / "draws", backend.draw_cache_bytes())]  # a lone `streamlit run` too
