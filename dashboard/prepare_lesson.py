@@ -113,6 +113,9 @@ def main(argv: list[str] | None = None, echo=print) -> int:
     except BNNError as exc:  # a damaged run, a draw that failed: one line, what was kept stays kept
         print(f"prepare_lesson: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: every draw finished so far is a file in the folder already
+        print("prepare_lesson: stopped; the draws kept so far stay kept (run it again to go on)", file=sys.stderr)
+        return 130
 
 
 def prepare(lesson: Any, samples: int, extra_thresholds: list[float], echo=print) -> int:

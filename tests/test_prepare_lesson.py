@@ -143,3 +143,15 @@ def test_thresholds_read_back_as_written(values):
 def test_a_part_that_is_no_number_is_refused(word):
     with pytest.raises(BNNError):
         prepare_lesson._thresholds(f"0.5,{word}")
+
+
+def test_ctrl_c_ends_with_one_line_and_keeps_what_was_drawn(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("BNN_CACHE_DIR", str(tmp_path))
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prepare_lesson, "prepare", interrupted)
+    assert prepare_lesson.main(["first-steps"]) == 130
+    err = capsys.readouterr().err
+    assert "stopped; the draws kept so far stay kept" in err and "Traceback" not in err

@@ -232,7 +232,6 @@ def _lenet5(dataset: str) -> RunConfig:
         conv=LENET5_CONV,
         train={
             "warm_start_epochs": 1,
-            "warm_start_learning_rate": 2e-3,
             "epochs": 200,
             "kl_anneal_epochs": 1,
             "batch_size": 250,
