@@ -54,14 +54,15 @@ def lesson_samples(lesson: Any) -> int:
     return max(views) if views else DEFAULT_SAMPLES
 
 
-def plans_for(run: Any, lesson: Any, run_id: str, extra_thresholds: list[float]) -> tuple[list[Plan], list[str]]:
-    """The plans to draw for one run, and what was left out (one line each)."""
+def plans_for(run: Any, views: list[dict], extra_thresholds: list[float]) -> tuple[list[Plan], list[str]]:
+    """The plans to draw for one run (`views`: those of the steps that show it), and what was left out (one line
+    each)."""
     from dashboard import backend
     from dashboard.caching import prediction_key
 
     spec = backend.threshold_range(run.model.spec, backend.native_statistics(run.model))
     plans = [Plan("bma", None, "bma"), Plan("mpm", backend.mode_threshold("mpm", None, spec.default), "mpm")]
-    named = [step.view["threshold"] for step in lesson.steps if "threshold" in step.view and step.run_id() == run_id]
+    named = [view["threshold"] for view in views if "threshold" in view]
     skipped = []
     for threshold in [*named, *extra_thresholds]:
         if not spec.low <= threshold <= spec.high:
@@ -152,7 +153,8 @@ def prepare(lesson: Any, samples: int, extra_thresholds: list[float], echo=print
             echo(f"{where}: {lowered}")
         if allowed < 1:
             continue
-        plans, skipped = plans_for(run, lesson, run_id, extra_thresholds)
+        views = [lesson.steps[number - 1].view for number in steps]
+        plans, skipped = plans_for(run, views, extra_thresholds)
         for line in skipped:
             echo(f"{where}: {line}")
         draws.prepare(run, run_id)
