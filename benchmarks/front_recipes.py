@@ -436,6 +436,9 @@ def main(argv: list[str] | None = None) -> int:
             config = configure(args.preset, args.seed, hidden, changes.get("train"), changes.get("family_options"))
             if args.device is not None:
                 config = config.replace(device=args.device)
+            from core.device import resolve_device
+
+            resolve_device(config.device)  # a GPU that is not here: refused before the data is loaded
         except ConfigError as exc:
             parser.error(str(exc))
         print(f"{args.preset} seed {args.seed}", flush=True)

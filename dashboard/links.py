@@ -29,6 +29,7 @@ ID_CHARS = 64
 ID_PATTERN = r"[A-Za-z0-9_-]+"
 OOD_CHARS = 400  # every OOD set of a run, comma-separated, is under 100 characters
 MAX_SAMPLES = 100  # the top of the R slider on every page
+DEFAULT_SAMPLES = 10  # where the R slider starts (and dashboard.prepare_lesson's R when a lesson names none)
 
 REFUSED_KEY = "link_refusals"  # messages not yet shown (a page switch reruns the script before the page draws)
 VIEW_APPLIED_KEY = "view_link_applied"

@@ -28,7 +28,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-DEFAULT_SAMPLES = 10  # the R slider's starting value (dashboard.state.samples_slider)
 MAX_THRESHOLDS = 50  # --thresholds: each is a plan of R draws per run
 
 
@@ -50,6 +49,8 @@ def lesson_runs(lesson: Any) -> dict[str, tuple[Any, list[int]]]:
 
 
 def lesson_samples(lesson: Any) -> int:
+    from dashboard.links import DEFAULT_SAMPLES
+
     views = [step.view["R"] for step in lesson.steps if "R" in step.view]
     return max(views) if views else DEFAULT_SAMPLES
 
@@ -61,7 +62,13 @@ def plans_for(run: Any, views: list[dict], extra_thresholds: list[float]) -> tup
     from dashboard.caching import prediction_key
 
     spec = backend.threshold_range(run.model.spec, backend.native_statistics(run.model))
-    plans = [Plan("bma", None, "bma"), Plan("mpm", backend.mode_threshold("mpm", None, spec.default), "mpm")]
+
+    def plan(mode: str, threshold: float | None, weights: str | None, label: str) -> Plan:
+        # the key the pages ask with (dashboard.cache.test_draws_ready): prune with sampled weights is mpm there
+        key = prediction_key(mode, 1, backend.mode_threshold(mode, threshold, spec.default), 0, weights)
+        return Plan(key["mode"], key["threshold"], label)
+
+    plans = [plan("bma", None, None, "bma"), plan("mpm", None, None, "mpm")]
     named = [view["threshold"] for view in views if "threshold" in view]
     skipped = []
     for threshold in [*named, *extra_thresholds]:
@@ -71,10 +78,9 @@ def plans_for(run: Any, views: list[dict], extra_thresholds: list[float]) -> tup
                 "(the page shows its default there)"
             )
             continue
-        key = prediction_key("prune", DEFAULT_SAMPLES, threshold, 0, "sample")  # prune, sampled weights
-        plan = Plan(key["mode"], key["threshold"], f"prune at {threshold:g}")
-        if all((p.mode, p.threshold) != (plan.mode, plan.threshold) for p in plans):
-            plans.append(plan)
+        pruned = plan("prune", threshold, "sample", f"prune at {threshold:g}")
+        if all((p.mode, p.threshold) != (pruned.mode, pruned.threshold) for p in plans):
+            plans.append(pruned)
     return plans, skipped
 
 
@@ -121,7 +127,7 @@ def main(argv: list[str] | None = None, echo=print) -> int:
 
 def prepare(lesson: Any, samples: int, extra_thresholds: list[float], echo=print) -> int:
     """Draw the lesson's plans into the kept-draws folder; 0 when every run was there, 1 otherwise."""
-    from dashboard import backend, cache, settings
+    from dashboard import backend, cache
 
     draws = backend.DRAW_CACHE
     if backend.dashboard_settings.draw_process_options(backend.secret)["processes"] < 1:
@@ -130,8 +136,7 @@ def prepare(lesson: Any, samples: int, extra_thresholds: list[float], echo=print
             "so there is nothing to prepare."
         )
         return 1
-    if settings.lesson_runs():  # the shipped lessons' runs, as the app installs them on its first start
-        cache.install_lesson_runs(str(backend.run_store_folder()))
+    cache.install_lesson_runs(str(backend.run_store_folder()))  # as on the app's first start ($BNN_LESSON_RUNS)
     stored = {info.run_id for info in backend.list_runs()}
     cache.draw_processes_once()
     folder = cache.kept_draws_folder()

@@ -317,7 +317,7 @@ def samples_slider(run_id: str, max_samples: int = MAX_SAMPLES, disabled: bool =
         st.slider,
         run_id,
         "samples",
-        10,
+        links.DEFAULT_SAMPLES,
         "Posterior samples R",
         min_value=1,
         max_value=max_samples,

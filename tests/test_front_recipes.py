@@ -137,6 +137,7 @@ def test_the_front_places_an_input_skip_recipe_at_its_active_path_density():
         (["--budget-minutes", "nan"], "--budget-minutes: give a finite number"),
         (["--threads", "0"], "--threads: 0 is out of range"),
         (["--device", "gpu0"], "device: unknown device 'gpu0'"),
+        (["--device", ""], "device: unknown device ''"),
         # replayed steps need a CUDA device: refused for a CPU run, not left to fail in the first epoch
         (["--device", "cpu", "--train", '{"cuda_graphs": true}'], "train.cuda_graphs: replays each step"),
     ],
@@ -147,3 +148,16 @@ def test_bad_budgets_and_threads_are_refused_before_anything_is_trained_or_writt
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # no table written
+
+
+def test_a_gpu_that_is_not_here_is_refused_before_the_data_is_loaded(tmp_path, capsys, monkeypatch):
+    import torch
+
+    loaded = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(RunConfig, "load_dataset", lambda self, *args, **kwargs: loaded.append(self))
+    with pytest.raises(SystemExit) as exit_info:
+        front_recipes.main(["--preset", "lenet5-mnist", "--device", "cuda", "--results-dir", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "CUDA was asked for but no CUDA GPU is available" in capsys.readouterr().err
+    assert loaded == [] and list(tmp_path.iterdir()) == []
