@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+import tracemalloc
 
 import pytest
 import torch
@@ -195,10 +196,16 @@ def test_generator_counts_above_the_limit_are_refused_before_anything_is_allocat
     dataset = "toy-hetero" if "n_grid" in params else "two-moons"
     with pytest.raises(cost.AdmissionError, match="BNN_MAX_GENERATED_POINTS"):
         cost.admit_dataset(dataset, params, LIMITS)
-    started = time.perf_counter()
     with pytest.raises(DataError, match=r"at most 100,000"):
-        load_dataset(dataset, **params)
-    assert time.perf_counter() - started < 1.0
+        load_dataset(dataset, **params)  # once, so first-use imports are not counted below
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError, match=r"at most 100,000"):
+            load_dataset(dataset, **params)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000  # the smallest of these would be gigabytes
 
 
 def test_the_generators_limit_is_a_setting(monkeypatch):
@@ -289,7 +296,7 @@ def test_command_line_limits_are_looser():
 def test_speed_probe_is_quick_and_positive():
     started = time.perf_counter()
     speed = cost.measure_speed(repeats=1)
-    assert time.perf_counter() - started < 2.0
+    assert time.perf_counter() - started < 10.0  # about 0.1 s here; the bound catches a probe that sizes up
     assert speed.matmul_flops > 0 and speed.elements_per_second > 0 and speed.seconds_per_op > 0
     assert cost.Speed.from_dict(speed.as_dict()) == speed
     assert cost.load_factor() >= 1.0 and math.isfinite(cost.load_factor())

@@ -196,7 +196,7 @@ def test_a_child_ends_when_its_parent_is_gone():
     started = time.monotonic()
     serve(pipe, (loaders.load_tiny, 1, 0, 0, os.getppid() + 10**6))  # a parent that is not this process's
     torch.set_num_threads(threads)  # serve set this process's
-    assert pipe.polled == 0 and time.monotonic() - started < 1
+    assert pipe.polled == 0 and time.monotonic() - started < 10  # returned, without polling a pipe nobody reads
 
 
 def test_the_recorded_usage_is_the_draws_nonzero_weights():

@@ -224,7 +224,8 @@ def test_a_trained_run_round_trips_through_the_store(tmp_path):
         {"dataset": "toy-sine-gaps", "method": "laplace", "hidden": [8], "train": {"epochs": 30}}
     )
     run = train_run(config, cache_dir=tmp_path)
-    assert run.metrics["laplace_fit_seconds"] < 1.0
+    # recorded, and a fit of 8 hidden units is not stuck (it takes milliseconds; timing is the benchmarks')
+    assert 0 < run.metrics["laplace_fit_seconds"] < 30
     assert run.model.posterior.is_fitted and run.model.posterior.eigenvalues.numel() > 0
     again = load_run(run.run_id, cache_dir=tmp_path)
     torch.testing.assert_close(again.model.posterior.covariance(), run.model.posterior.covariance())

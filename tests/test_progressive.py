@@ -107,14 +107,14 @@ def test_nobody_waits_behind_another_sessions_draws_for_what_it_can_show_now(mon
     with slow_draws(monkeypatch, draw_seconds):
         started = time.perf_counter()
         assert refiner.ready(run, x, "test", "run", "bma", 20) == Progress(0, 20)  # plan P: 20 slow draws queued
-        assert time.perf_counter() - started < 1.0
+        assert time.perf_counter() - started < 3.0  # (a loaded machine's margin) not after the 20 draws' 10 s
         wait_until(lambda: cache.turns.waiting == 0 and refiner.pending == 1)
         time.sleep(0.05)  # the worker is inside its first draw
         # Another session: plan Q's 5 draws are kept; its answer comes at once, though P holds the only slot.
         started = time.perf_counter()
         assert refiner.ready(run, x, "test", "run", "mpm", 5, 0.4) == Progress(5, 5)
         cached = cache.predict(run, x, "test", "run", "mpm", 5, 0.4)
-        assert time.perf_counter() - started < 1.0
+        assert time.perf_counter() - started < 3.0  # (a loaded machine's margin) not after P's 10 s
         assert_same(cached, run.predict(x, mode="mpm", samples=5, threshold=0.4))
         # A deterministic mode needs one forward pass: it waits for one of P's draws at most, not for all 20.
         started = time.perf_counter()
