@@ -131,3 +131,10 @@ def test_a_single_value_is_plain_data_or_a_config_error(text):
     if error is None:
         assert value is None or isinstance(value, (bool, int, float, str, list, dict))
         assert _depth(value) <= limits.limit(limits.MAX_CONFIG_DEPTH)
+
+
+def test_property_tests_have_no_wall_clock_deadline():
+    from hypothesis import settings as current
+
+    # tests/conftest.py's profile: a pause of the loaded CI machine must not fail an example
+    assert current.default.deadline is None
