@@ -64,10 +64,13 @@ def watching_model(on_model: Callable[[Any], None]):
         core.train.train = original
 
 
-def configure(preset: str, seed: int, hidden, train_changes, option_changes):
+def configure(preset: str, seed: int, hidden, train_changes, option_changes, method: str | None = None):
     from core.runs.presets import get_preset
 
     config = get_preset(preset).replace(seed=seed)
+    if method is not None and method != config.method:
+        # another family on the preset's network and data: the preset's family options are its family's
+        config = config.replace(method=method, family_options={})
     if hidden is not None:
         config = config.replace(hidden=hidden)
     if train_changes:
@@ -375,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train", default=None, help="JSON of training settings to change")
     parser.add_argument("--family-options", default=None, help="JSON of family options to change")
     parser.add_argument("--hidden", default=None, help="hidden widths instead of the preset's (e.g. 400,600)")
+    parser.add_argument("--method", default=None, help="another family on the preset's network (its options reset)")
     parser.add_argument("--budget-minutes", type=float, default=60.0)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", default=None, help="cpu, cuda, auto (default: the preset's)")
@@ -433,7 +437,9 @@ def main(argv: list[str] | None = None) -> int:
             torch.set_num_threads(args.threads)
         hidden = tuple(int(h) for h in args.hidden.split(",")) if args.hidden else None
         try:
-            config = configure(args.preset, args.seed, hidden, changes.get("train"), changes.get("family_options"))
+            config = configure(
+                args.preset, args.seed, hidden, changes.get("train"), changes.get("family_options"), args.method
+            )
             if args.device is not None:
                 config = config.replace(device=args.device)
             from core.device import resolve_device

@@ -140,6 +140,7 @@ def test_the_front_places_an_input_skip_recipe_at_its_active_path_density():
         (["--device", ""], "device: unknown device ''"),
         # replayed steps need a CUDA device: refused for a CPU run, not left to fail in the first epoch
         (["--device", "cpu", "--train", '{"cuda_graphs": true}'], "train.cuda_graphs: replays each step"),
+        (["--method", "nonsense"], "method: unknown family 'nonsense'"),
     ],
 )
 def test_bad_budgets_and_threads_are_refused_before_anything_is_trained_or_written(tmp_path, capsys, extra, message):
@@ -161,3 +162,15 @@ def test_a_gpu_that_is_not_here_is_refused_before_the_data_is_loaded(tmp_path, c
     assert exit_info.value.code == 2
     assert "CUDA was asked for but no CUDA GPU is available" in capsys.readouterr().err
     assert loaded == [] and list(tmp_path.iterdir()) == []
+
+
+def test_another_family_on_a_presets_network_drops_the_presets_family_options():
+    preset = PRESETS["lenet5-mnist"]
+    config = front_recipes.configure("lenet5-mnist", 3, None, {"epochs": 7}, {"prior_inclusion": 0.0183}, "lbbnn")
+    assert (config.method, config.conv, config.hidden, config.seed) == ("lbbnn", preset.conv, preset.hidden, 3)
+    assert config.train.epochs == 7 and config.train.target_density == preset.train.target_density
+    # sparse-vd's init_log_sigma2 is no LBBNN option: the family's defaults, then the changes asked for
+    defaults = RunConfig(dataset="mnist", method="lbbnn").to_dict()["family_options"]
+    assert config.to_dict()["family_options"] == {**defaults, "prior_inclusion": 0.0183}
+    same = front_recipes.configure("lenet5-mnist", 0, None, None, None, "sparse-vd")
+    assert same == preset.replace(seed=0)  # the preset's own family keeps its options
