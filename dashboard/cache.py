@@ -404,10 +404,7 @@ def test_draws_ready(
     key = prediction_key(mode, samples, threshold, seed, weights)
     refiner = backend.DRAW_CACHE.refiner()
     run = cached_run(run_id)
-    # The draw processes start, and load this run, when the page first shows it (it opens on the mean
-    # weights, which draw nothing): its first draws then wait for no start or load.
     draw_processes_once()
-    backend.DRAW_CACHE.prepare(run, run_id)
     if not backend.mode_draws_samples(key["mode"]):
         refiner.leave(script_session_id())  # a setting that draws nothing: the session waits for no draws
         return 1, 1
@@ -422,6 +419,11 @@ def test_draws_ready(
         key["seed"],
         waiter=script_session_id(),
     )
+    if progress.draws < progress.samples:
+        # Draws to compute: the draw processes load this run now, beside the refiner's first draws. Not
+        # for a setting whose draws are all kept (a lesson prepared or taught before): there the load is
+        # CPU the class's first minute needs for its pages (benchmarks/results/classroom_kept_draws_lazy.md).
+        backend.DRAW_CACHE.prepare(run, run_id)
     return progress.draws, progress.samples
 
 

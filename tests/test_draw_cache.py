@@ -307,10 +307,11 @@ def test_forget_drops_only_that_owner():
 
 
 def entry_bytes(model, n, samples, mode):
-    """What an entry of `samples` draws holds: the outputs (float32), the plan's masks (mpm/prune),
-    the draws' usage (union and first-draw masks, bma also the running 'possible' masks) and 64 B a draw."""
+    """What an entry of `samples` draws holds: the outputs (float32) and, for a classifier asked for a
+    prediction, their probabilities (as many), the plan's masks (mpm/prune), the draws' usage (union and
+    first-draw masks, bma also the running 'possible' masks) and 64 B a draw."""
     numel = [layer.out_features * (layer.in_features + 1) for layer in model.layers]
-    outputs = samples * n * model.layers[-1].out_features * 4
+    outputs = samples * n * model.layers[-1].out_features * 4 * (2 if model.config.out_classes else 1)
     masks = 0 if mode == "bma" else sum(numel)
     usage = 2 * sum(numel) + (sum(numel) if mode == "bma" else 0) + 64 * samples
     return outputs + masks + usage
@@ -594,3 +595,35 @@ def test_an_entry_keeps_its_draw_path_and_is_drawn_again_when_the_kept_choice_ch
         # later draws: that path too
         assert_same(cache.predict(model, x, "x", "a", "bma", 8), predict(model, x, "bma", 8))
         forget_paths(model)
+
+
+def test_each_draws_probabilities_are_computed_once_and_equal_the_stacks(monkeypatch):
+    run = classification_run(seed=3)
+    x = run.dataset().x_test
+    likelihood = type(run.model.likelihood)
+    softmaxed = []
+    original = likelihood.probabilities
+    # the cache's softmaxes are of one draw (n, classes); an uncached prediction's of its stack (R, n, classes)
+    monkeypatch.setattr(
+        likelihood,
+        "probabilities",
+        lambda self, output: (output.dim() == 2 and softmaxed.append(len(output))) or original(self, output),
+    )
+    cache = DrawCache()
+    for samples in (10, 11, 12, 5, 12):  # a refining card's counts, then a lower R and the same again
+        assert_same(
+            cache.predict(run, x, "test", owner="o", mode="bma", samples=samples), predict_uncached(run, x, samples)
+        )
+    # one (n, classes) softmax per draw while the cards asked for 10, 11, 12, 5 and 12 of them
+    assert softmaxed == [len(x)] * 12
+    # a reset entry's draws are new: theirs are computed again
+    entry = next(iter(cache._entries.values()))
+    entry.reset()
+    softmaxed.clear()
+    assert_same(cache.predict(run, x, "test", owner="o", mode="bma", samples=3), predict_uncached(run, x, 3))
+    assert softmaxed == [len(x)] * 3
+
+
+def predict_uncached(run, x, samples):
+    with torch.no_grad():
+        return run.predict(x, mode="bma", samples=samples)

@@ -48,3 +48,25 @@ def test_a_sessions_newer_setting_stops_the_draws_of_the_one_it_left(tiny_run, m
     held = {key.threshold: draws.draws_held(key) for key in draws.keys()}
     assert held[0.5] == 2 and held.get(0.3, 0) < 40 and held.get(0.6, 0) < 40, held
     assert refiner.superseded == 2 and refiner.finished == 1
+
+
+def test_the_draw_processes_load_a_run_only_for_a_setting_with_draws_to_compute(tiny_run, monkeypatch):
+    from dashboard import backend, cache, streamlit_compat
+
+    draws = DrawCache()
+    monkeypatch.setattr(backend, "DRAW_CACHE", draws)
+    monkeypatch.setattr(cache, "draw_processes_once", lambda: None)
+    monkeypatch.setattr(streamlit_compat, "script_session_id", lambda: "s1")
+    loads = []
+    monkeypatch.setattr(draws, "prepare", lambda run, owner: loads.append(owner))
+    assert cache.test_draws_ready(tiny_run, "mean", 1, None, 0) == (1, 1)  # nothing to draw
+    assert loads == []
+    run = cache.cached_run(tiny_run)
+    # every draw of this setting already kept (as a lesson prepared before the class keeps them)
+    draws.predict(run, run.dataset().x_test, "test", tiny_run, "mpm", 3, 0.5, 0)
+    assert cache.test_draws_ready(tiny_run, "mpm", 3, 0.5, 0) == (3, 3)
+    assert loads == []
+    # a setting with draws to compute: the draw processes load the run
+    assert cache.test_draws_ready(tiny_run, "mpm", 5, 0.5, 0)[1] == 5
+    assert loads == [tiny_run]
+    assert draws.refiner().wait(30)

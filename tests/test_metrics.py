@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from core.predict.metrics import classification as C
@@ -50,6 +52,25 @@ def test_doubt_decision_and_accuracy_vs_samples():
     curve = C.accuracy_vs_samples(draws, np.array([1, 1]))
     # r=1: both predicted 0 -> 0; r=2: averages [0.45,0.55] -> 1 and [0.55,0.45] -> 0
     assert curve == {"samples": [1, 2], "accuracy": [0.0, 0.5]}
+
+
+@given(
+    st.integers(1, 6),
+    st.integers(1, 30),
+    st.integers(2, 5),
+    st.integers(0, 2**32 - 1),
+    st.lists(st.integers(1, 6), max_size=4),
+)
+@settings(max_examples=60)
+def test_accuracy_vs_samples_is_the_argmax_of_the_cumulative_sum_exactly(draws, n, classes, seed, counts):
+    rng = np.random.default_rng(seed)
+    probs = rng.dirichlet(np.ones(classes), size=(draws, n)).astype(np.float32)
+    probs[:, : n // 2] = np.round(probs[:, : n // 2], 1)  # ties between classes: the argmax's first wins
+    y = rng.integers(0, classes, n)
+    counts = [c for c in counts if c <= draws] or None
+    cumulative = np.cumsum(probs.astype(np.float64), axis=0)
+    expected = [float(np.mean(cumulative[c - 1].argmax(axis=1) == y)) for c in (counts or range(1, draws + 1))]
+    assert C.accuracy_vs_samples(probs, y, counts)["accuracy"] == expected
 
 
 def test_auroc_constructed_and_mann_whitney():

@@ -74,6 +74,7 @@ from core.predict.engine import (
     prediction_from_draws,
     resolve_model,
     sampled_forward,
+    task_of,
 )
 from core.predict.modes import PredictionMode, WeightChoice
 
@@ -269,9 +270,11 @@ class DrawCache:
                 return self._uncached(run, x, mode, samples, threshold, seed, weights, batch_size, original_units)
         entry = self._entry(key, model)
         computed, outputs, masks, usage = self._fill(entry, key, model, plan, x, int(seed), batch_size)
+        # Classification: each draw's probabilities kept with it (the entry's `probabilities`).
+        probs = entry.probabilities(model.likelihood, outputs) if task_of(model) == "classification" else None
         with torch.no_grad():
-            # A new tensor: a prediction's arrays may be views of it, and callers may write to them.
-            prediction = prediction_from_draws(model, plan, torch.stack(outputs), masks, usage)
+            # New tensors: a prediction's arrays may be views of them, and callers may write to them.
+            prediction = prediction_from_draws(model, plan, torch.stack(outputs), masks, usage, probs)
         self._account(key, entry, computed, plan.samples - computed)
         return self._in_units(run, prediction, original_units)
 

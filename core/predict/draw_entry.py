@@ -24,6 +24,11 @@ class Entry:
         self.masks: list[Tensor] | None = None
         self.usage: DrawUsage | None = None  # None until the entry's first draws
         self.outputs: list[Tensor] = []  # per draw (n, out)
+        # Per draw, its classes' probabilities (classification), made when first asked for: a class's
+        # refining cards ask for R = 10, 11, ..., 20 in turn, and a softmax of all k draws each time took
+        # a tenth of a server's script CPU (py-spy on a 30-session class; torch's CPU softmax over 10
+        # classes is ~2 ms a draw of 10,000 test images; benchmarks/results/classroom_kept_draws_lazy.md).
+        self.probs: list[Tensor] = []
         self.writing = False  # a thread is computing this entry's next draws
         self.nbytes = 0
         # The draw path its draws ran by (core.predict.draw_paths), once known: every later draw runs by
@@ -73,11 +78,28 @@ class Entry:
         if self.path is None and path is not None:
             self.path = path
 
+    def probabilities(self, likelihood: Any, outputs: list[Tensor]) -> Tensor:
+        """The stacked probabilities of `outputs` (draws 0, 1, ... as `outputs` holds them), each draw's
+        computed once while it is this entry's (a reset entry's new draws get their own)."""
+        with self.condition, torch.no_grad():
+            per_draw = []
+            for index, output in enumerate(outputs):
+                ours = index < len(self.outputs) and self.outputs[index] is output
+                if ours and index < len(self.probs):
+                    per_draw.append(self.probs[index])
+                    continue
+                probs = likelihood.probabilities(output)
+                if ours and index == len(self.probs):
+                    self.probs.append(probs)
+                per_draw.append(probs)
+            return torch.stack(per_draw)
+
     def reset(self) -> None:
         self.masks = self.usage = None
         self.outputs = []
+        self.probs = []
 
     def size(self) -> int:
-        outputs = sum(o.numel() * o.element_size() for o in self.outputs)
+        outputs = sum(o.numel() * o.element_size() for o in self.outputs + self.probs)
         masks = sum(m.numel() * m.element_size() for m in self.masks or [])
         return outputs + masks + (0 if self.usage is None else self.usage.nbytes)

@@ -473,14 +473,22 @@ def predict(
 
 
 def prediction_from_draws(
-    model: BayesianMLP, plan: Plan, outputs: Tensor, masks: Sequence[Tensor] | None, usage: DrawUsage
+    model: BayesianMLP,
+    plan: Plan,
+    outputs: Tensor,
+    masks: Sequence[Tensor] | None,
+    usage: DrawUsage,
+    probs_per_draw: Tensor | None = None,
 ) -> Prediction:
     """The prediction of a sampling plan from the outputs (at least R, n, out) of draws 0, 1, ... of it and
-    their usage: what `predict` returns for R = plan.samples, from draws a cache may have kept."""
+    their usage: what `predict` returns for R = plan.samples, from draws a cache may have kept.
+    `probs_per_draw`: the classes' probabilities of those draws, if a cache kept them too (each row's
+    softmax is its own: computed draw by draw they equal the stack's bit for bit)."""
     if outputs.shape[0] < plan.samples or usage.n_draws < plan.samples:
         raise PredictionError(f"internal: {min(outputs.shape[0], usage.n_draws)} draws for R = {plan.samples}")
     density, per_layer, draw_density, disconnected = _densities(model, plan, masks, None, usage, None)
-    return build_prediction(model, plan, outputs[: plan.samples], density, per_layer, draw_density, disconnected)
+    probs = None if probs_per_draw is None else probs_per_draw[: plan.samples]
+    return build_prediction(model, plan, outputs[: plan.samples], density, per_layer, draw_density, disconnected, probs)
 
 
 def disconnected_warning(plan: Plan) -> str:
@@ -513,6 +521,7 @@ def build_prediction(
     per_layer: list[float],
     draw_density: float,
     disconnected: bool,
+    probs_per_draw: Tensor | None = None,
 ) -> Prediction:
     warnings = [disconnected_warning(plan)] if disconnected else []
     if plan.mode in (PredictionMode.BMA, PredictionMode.MEAN) and structure_fixed(model):
@@ -530,8 +539,10 @@ def build_prediction(
         warnings=warnings,
     )
     if task_of(model) == "classification":
-        probs_per_draw = model.likelihood.probabilities(outputs).float().cpu().numpy()
-        return Prediction(**common, probs_per_draw=probs_per_draw, probs=probs_per_draw.mean(axis=0))
+        if probs_per_draw is None:
+            probs_per_draw = model.likelihood.probabilities(outputs)
+        probs = probs_per_draw.float().cpu().numpy()
+        return Prediction(**common, probs_per_draw=probs, probs=probs.mean(axis=0))
     mean_t, std_t = model.likelihood.mean_and_std(outputs)
     mean_per_draw = mean_t.float().cpu().numpy()
     std_per_draw = std_t.float().cpu().numpy()

@@ -168,15 +168,22 @@ def accuracy_vs_samples(
     probs_per_draw: np.ndarray, y: np.ndarray, sample_counts: Sequence[int] | None = None
 ) -> dict[str, list]:
     """Accuracy of the average of the first r draws for each r (Hubin & Storvik 2019 figure 1)."""
-    draws = _per_draw(probs_per_draw).astype(np.float64)
+    draws = _per_draw(probs_per_draw)
     total = draws.shape[0]
     counts = list(range(1, total + 1)) if sample_counts is None else [int(c) for c in sample_counts]
     if any(c < 1 or c > total for c in counts):
         raise ValueError(f"sample counts must lie in [1, {total}], got {counts}")
-    cumulative = np.cumsum(draws, axis=0)
     labels = _labels(y)
-    values = [float(np.mean(cumulative[c - 1].argmax(axis=1) == labels)) for c in counts]
-    return {"samples": counts, "accuracy": values}
+    # The running sum of the draws in float64, one (n, classes) array, not all R of np.cumsum's: the same
+    # additions in the same order (so the same numbers), without writing R x n x classes doubles.
+    wanted = set(counts)
+    running = np.zeros(draws.shape[1:], dtype=np.float64)
+    at: dict[int, float] = {}
+    for r in range(1, max(counts) + 1):
+        running += draws[r - 1]
+        if r in wanted:
+            at[r] = float(np.mean(running.argmax(axis=1) == labels))
+    return {"samples": counts, "accuracy": [at[c] for c in counts]}
 
 
 def nan_to_none(value: float) -> float | None:
