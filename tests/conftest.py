@@ -181,5 +181,31 @@ def browser():
     executable = chromium_path()
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield launched
+        yield _PatientBrowser(launched)
         launched.close()
+
+
+class _PatientBrowser:
+    """The launched browser, whose pages wait as long for an element to act on (fill, click) as the tests
+    wait for a page to render (tests/test_browser.py RENDER_TIMEOUT), not Playwright's 30 s: once in CI a
+    Train page took longer than that to show its form again after a dataset was chosen, the machine busy."""
+
+    def __init__(self, launched):
+        self._launched = launched
+
+    def new_page(self, **options):
+        from tests.test_browser import RENDER_TIMEOUT
+
+        page = self._launched.new_page(**options)
+        page.set_default_timeout(RENDER_TIMEOUT)
+        return page
+
+    def new_context(self, **options):
+        from tests.test_browser import RENDER_TIMEOUT
+
+        context = self._launched.new_context(**options)
+        context.set_default_timeout(RENDER_TIMEOUT)
+        return context
+
+    def __getattr__(self, name):
+        return getattr(self._launched, name)
