@@ -307,11 +307,11 @@ def test_forget_drops_only_that_owner():
 
 
 def entry_bytes(model, n, samples, mode):
-    """What an entry of `samples` draws holds: the outputs (float32) and, for a classifier asked for a
-    prediction, their probabilities (as many), the plan's masks (mpm/prune), the draws' usage (union and
+    """What an entry of `samples` draws holds: the outputs (float32) and, for a categorical classifier asked
+    for a prediction, their probabilities (as many), the plan's masks (mpm/prune), the draws' usage (union and
     first-draw masks, bma also the running 'possible' masks) and 64 B a draw."""
     numel = [layer.out_features * (layer.in_features + 1) for layer in model.layers]
-    outputs = samples * n * model.layers[-1].out_features * 4 * (2 if model.config.out_classes else 1)
+    outputs = samples * n * model.layers[-1].out_features * 4 * (2 if model.likelihood.probabilities_by_row else 1)
     masks = 0 if mode == "bma" else sum(numel)
     usage = 2 * sum(numel) + (sum(numel) if mode == "bma" else 0) + 64 * samples
     return outputs + masks + usage
@@ -627,3 +627,38 @@ def test_each_draws_probabilities_are_computed_once_and_equal_the_stacks(monkeyp
 def predict_uncached(run, x, samples):
     with torch.no_grad():
         return run.predict(x, mode="bma", samples=samples)
+
+
+@pytest.mark.parametrize("likelihood", ["bernoulli", "categorical"])
+def test_a_binary_classifiers_cached_draws_equal_the_uncached_prediction_bit_for_bit(likelihood):
+    # 1,000 inputs: the sigmoid of one draw and of a stack of draws part their elements differently between
+    # torch's vectorised loop and its scalar tail, so per-draw probabilities may differ from the stack's
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(1000, 5)).astype(np.float32)  # with the model of seed 2: 5 such elements in 7 draws
+    y = (x[:, 0] > 0).astype(np.int64)
+    dataset = make_dataset(
+        name="binary", task="classification", x_train=x, y_train=y, x_test=x, y_test=y, source="generated", n_classes=2
+    )
+    run = Run.of(make_model(outputs=2, likelihood=likelihood, seed=2), dataset)
+    cache = DrawCache()
+    for samples in (6, 7, 3, 7):
+        assert_same(
+            cache.predict(run, x, "test", owner="b", mode="bma", samples=samples), predict_uncached(run, x, samples)
+        )
+
+
+@pytest.mark.parametrize("name", ["categorical", "bernoulli"])
+def test_a_likelihood_says_rightly_whether_its_probabilities_go_row_by_row(name):
+    from core.models.likelihoods import LIKELIHOODS
+
+    likelihood = LIKELIHOODS[name]()
+    classes = 10 if name == "categorical" else 1
+    same = []
+    for count in (1, 2):
+        with threads(count):
+            for n in (7, 37, 200, 10_001):
+                output = torch.randn(6, n, classes, generator=torch.Generator().manual_seed(n))
+                per_draw = torch.stack([likelihood.probabilities(output[i]) for i in range(6)])
+                same.append(torch.equal(likelihood.probabilities(output), per_draw))
+    # categorical: every size and thread count; bernoulli's sigmoid differs in the last bit somewhere
+    assert all(same) if likelihood.probabilities_by_row else not all(same)

@@ -24,6 +24,12 @@ LOG_2PI = math.log(2 * math.pi)
 class Likelihood(nn.Module):
     name: ClassVar[str]
     task: ClassVar[Task]
+    # Whether `probabilities` of one draw's outputs equal, bit for bit, that draw's slice of the probabilities
+    # of a stack of draws (a draw cache may then keep them per draw). Categorical's softmax over the last
+    # dimension computes each row alone; an elementwise function (Bernoulli's sigmoid) is not such: torch
+    # takes an element by its vectorised loop or by its scalar tail depending on where the tensor ends, and
+    # the two differ in the last bit (tests/test_draw_cache.py).
+    probabilities_by_row: ClassVar[bool] = False
 
     def n_outputs(self, n_classes: int | None) -> int:
         raise NotImplementedError
@@ -57,6 +63,8 @@ class Categorical(Likelihood):
         log_probs = F.log_softmax(output, dim=-1)
         index = y.long().expand(output.shape[:-1]).unsqueeze(-1)
         return log_probs.gather(-1, index).squeeze(-1)
+
+    probabilities_by_row = True
 
     def probabilities(self, output: Tensor) -> Tensor:
         return F.softmax(output, dim=-1)

@@ -270,8 +270,9 @@ class DrawCache:
                 return self._uncached(run, x, mode, samples, threshold, seed, weights, batch_size, original_units)
         entry = self._entry(key, model)
         computed, outputs, masks, usage = self._fill(entry, key, model, plan, x, int(seed), batch_size)
-        # Classification: each draw's probabilities kept with it (the entry's `probabilities`).
-        probs = entry.probabilities(model.likelihood, outputs) if task_of(model) == "classification" else None
+        # Each draw's class probabilities kept with it, where they equal the stack's bit for bit (categorical).
+        by_row = task_of(model) == "classification" and model.likelihood.probabilities_by_row
+        probs = entry.probabilities(model.likelihood, outputs) if by_row else None
         with torch.no_grad():
             # New tensors: a prediction's arrays may be views of them, and callers may write to them.
             prediction = prediction_from_draws(model, plan, torch.stack(outputs), masks, usage, probs)
