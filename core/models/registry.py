@@ -11,6 +11,7 @@ import importlib
 
 from core.errors import ConfigError
 from core.models.base import SparseLayer
+from core.validate import shown
 
 FAMILY_PATHS: dict[str, str] = {
     "lbbnn": "core.models.lbbnn:LBBNNLayer",
@@ -55,9 +56,10 @@ def canonical_family(name: str) -> str:
     key = str(name).strip().lower()
     key = ALIASES.get(key, key)
     if key not in FAMILY_PATHS:
-        close = difflib.get_close_matches(key, list(FAMILY_PATHS) + list(ALIASES), n=3)
+        # a name is a few characters: a pasted page gets no spelling hint, and is quoted cut short
+        close = difflib.get_close_matches(key, list(FAMILY_PATHS) + list(ALIASES), n=3) if len(key) <= 64 else []
         hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise ConfigError(f"method: unknown family {name!r}.{hint} Known: {', '.join(FAMILY_PATHS)}")
+        raise ConfigError(f"method: unknown family {shown(name)}.{hint} Known: {', '.join(FAMILY_PATHS)}")
     return key
 
 
