@@ -120,6 +120,15 @@ SERVE_ADDRESS = register(
         "(classroom mode's default follows it, not the process's own loopback address)",
     )
 )
+SERVE_WARM_TOKEN = register(
+    Setting(
+        "BNN_SERVE_WARM_TOKEN",
+        "text",
+        None,
+        "set by `python -m dashboard.serve` for its server processes: a secret that only its warm-up page "
+        "carries (?warm=), which starts the process's draw processes and waits for them before the class",
+    )
+)
 
 LOOPBACK_NAMES = ("localhost",)
 

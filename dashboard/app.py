@@ -236,6 +236,10 @@ def render_app_parts(starting: Any, page_out: list | None) -> Any:
     with guard("Server settings"):
         settings.apply_compute_threads()
         settings.apply_switch_interval()
+    with guard("Warming up"):
+        from dashboard.warm import warm_up
+
+        warm_up()
     navigation = st.navigation(pages)
     if page_out is not None:
         page_out.append(navigation.url_path or DEFAULT_PAGE)

@@ -455,6 +455,14 @@ def draw_processes_once() -> None:
             _draw_processes_set = True
 
 
+def warm_draw_processes() -> int:
+    """The draw processes started (draw_processes_once) and waited for until each has answered; how many
+    answered (0 with BNN_DRAW_PROCESSES=0)."""
+    draw_processes_once()
+    processes = backend.DRAW_CACHE.processes
+    return processes.ready() if processes is not None else 0
+
+
 def prior_of_statistic(run_id: str) -> dict[str, Any] | None:
     """What the run's prior says about its statistic (None when nothing)."""
     config = cached_run(run_id).config

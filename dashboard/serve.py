@@ -33,6 +33,7 @@ import ctypes
 import dataclasses
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -61,6 +62,7 @@ MAX_SERVER_PROCESSES = dashboard_settings.MAX_SERVER_PROCESSES
 SERVE_ADDRESS = dashboard_settings.SERVE_ADDRESS
 SERVE_CHILD = dashboard_settings.SERVE_CHILD
 SERVE_DIR = dashboard_settings.SERVE_DIR
+SERVE_WARM_TOKEN = dashboard_settings.SERVE_WARM_TOKEN
 SERVER_PROCESSES = dashboard_settings.SERVER_PROCESSES
 
 log = logging.getLogger("dashboard.serve")
@@ -186,11 +188,13 @@ class Supervisor:
         self.address = address
         self.stopping = False
         self.warming: set[asyncio.Future] = set()
+        self.warm_token = secrets.token_urlsafe(24)  # only the warm-up page carries it (never a browser)
 
     def environment(self, child: Child) -> dict[str, str]:
         env = dict(os.environ)
         env[SERVE_DIR.variable] = str(self.folder)
         env[SERVE_CHILD.variable] = str(child.index)
+        env[SERVE_WARM_TOKEN.variable] = self.warm_token
         # Classroom mode's default follows the address browsers use (every interface: "0.0.0.0").
         env[SERVE_ADDRESS.variable] = self.address or "0.0.0.0"
         # Its greeting would name its own loopback port, which no browser should use. (Its output is this
@@ -264,7 +268,7 @@ class Supervisor:
     def is_up(self, child: Child) -> None:
         child.up = True
         log.info("server process %d is up", child.index)
-        self.warming.add(asyncio.ensure_future(warm(child)))
+        self.warming.add(asyncio.ensure_future(warm(child, self.warm_token)))
 
     def stop(self) -> None:
         """Every process asked to end, then killed after 15 s."""
@@ -284,33 +288,43 @@ class Supervisor:
                 process.wait()
 
 
-# One page of the app in a throw-away session, in a process of its own (the proxy stays free of Streamlit
-# and torch): a server process's first page imports torch and the project, tens of seconds on a busy
-# machine, which one student per process would otherwise wait for (with one process, the teacher does).
+# The app's pages in a throw-away session, in a process of its own (the proxy stays free of Streamlit and
+# torch), before a student asks for them: a server process's first page imports torch and the project, tens
+# of seconds on a busy machine, which one student per process would otherwise wait for (with one process, the
+# teacher does). The first page carries the warm token (?warm=): the process starts its draw processes and
+# waits for them (dashboard/app.py, warm_up). Then the pages a class opens first, for the newest run: their
+# modules imported, the run loaded, its default views computed.
 WARM_UP = """
 import asyncio, sys
 from websockets.asyncio.client import connect
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
-async def first_page(url):
-    async with connect(url, subprotocols=["streamlit"], max_size=None) as ws:
-        msg = BackMsg()
-        msg.rerun_script.SetInParent()
-        await ws.send(msg.SerializeToString())
-        async for data in ws:
-            reply = ForwardMsg()
-            reply.ParseFromString(data)
-            if reply.WhichOneof("type") == "script_finished":
-                return
+async def page(ws, query_string, page_name):
+    msg = BackMsg()
+    msg.rerun_script.query_string = query_string
+    msg.rerun_script.page_name = page_name
+    await ws.send(msg.SerializeToString())
+    async for data in ws:
+        reply = ForwardMsg()
+        reply.ParseFromString(data)
+        if reply.WhichOneof("type") == "script_finished" and reply.script_finished != reply.FINISHED_EARLY_FOR_RERUN:
+            return
 
-asyncio.run(asyncio.wait_for(first_page(sys.argv[1]), float(sys.argv[2])))
+async def pages(url, token, names):
+    async with connect(url, subprotocols=["streamlit"], max_size=None) as ws:
+        await page(ws, "warm=" + token, "")
+        for name in names:
+            await page(ws, "", name)
+
+asyncio.run(asyncio.wait_for(pages(sys.argv[1], sys.argv[3], sys.argv[4:]), float(sys.argv[2])))
 """
 WARM_UP_SECONDS = 300.0
+WARM_PAGES = ("pruning", "inclusion")  # the url paths of the pages warmed after the first
 
 
-async def warm(child: Child) -> None:
-    """The process's first page, computed before a student asks for it (logged; a failure only costs
+async def warm(child: Child, token: str) -> None:
+    """The process's first pages, computed before a student asks for them (logged; a failure only costs
     the first student on that process the wait)."""
     started = time.monotonic()
     url = f"ws://{LOOPBACK}:{child.port}/_stcore/stream"
@@ -321,6 +335,8 @@ async def warm(child: Child) -> None:
             WARM_UP,
             url,
             str(WARM_UP_SECONDS),
+            token,
+            *WARM_PAGES,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
@@ -330,10 +346,10 @@ async def warm(child: Child) -> None:
             warming.kill()
         raise
     if warming.returncode == 0:
-        log.info("server process %d is warm (its first page took %.0f s)", child.index, time.monotonic() - started)
+        log.info("server process %d is warm (its first pages took %.0f s)", child.index, time.monotonic() - started)
     else:
         last = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
-        log.warning("server process %d: its first page could not be computed ahead (%s)", child.index, last[0])
+        log.warning("server process %d: its first pages could not be computed ahead (%s)", child.index, last[0])
 
 
 async def healthy(port: int, timeout: float = 5.0) -> bool:

@@ -173,6 +173,11 @@ def serve_child() -> int | None:
     return declared.SERVE_CHILD.read()
 
 
+def serve_warm_token() -> str | None:
+    """The secret of dashboard.serve's warm-up page ($BNN_SERVE_WARM_TOKEN, which it sets), or None."""
+    return declared.SERVE_WARM_TOKEN.read() or None
+
+
 def training_niceness() -> int:
     """Niceness a training process adds to its scheduling priority ($BNN_TRAINING_NICENESS, or
     training_niceness in secrets.toml; default 19, below the draw processes): page reruns and the draws

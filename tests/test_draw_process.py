@@ -232,6 +232,22 @@ def test_warm_starts_every_child_before_the_first_draw():
     assert pool.pids() == []
 
 
+@pytest.mark.slow  # starts Python processes
+def test_ready_waits_until_every_child_has_answered_and_starts_a_dead_one_again():
+    pool = DrawProcesses(loaders.load_tiny, processes=2, niceness=0, timeout=120)
+    try:
+        assert pool.ready() == 2
+        assert pool.started == 2 and all(child.answered and child.alive() for child in pool._children)
+        assert pool.ready() == 2 and pool.started == 2  # running children are only asked again
+        first = pool._children[0].process.pid
+        os.kill(first, signal.SIGKILL)
+        wait_until(lambda: not pool._children[0].alive())
+        assert pool.ready() == 2 and pool.started == 3 and pool._children[0].process.pid != first
+    finally:
+        pool.close()
+    assert pool.ready() == 0  # closed: nothing started, no wait
+
+
 def test_the_draw_process_settings_are_read_and_a_bad_value_is_refused_naming_its_variable(monkeypatch):
     from core import dashboard_settings
     from core.errors import InputError

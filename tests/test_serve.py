@@ -375,6 +375,23 @@ def test_two_streamlit_processes_serve_through_the_proxy_a_dead_one_restarts_and
         assert output[-1].startswith("Serving the dashboard from 2 server processes"), "".join(output)
         streamlits = descendants(server.pid)
         assert len(streamlits) >= 2
+
+        # before any browser: each process's warm-up pages ran and started its two draw processes, which
+        # answered (the warm-up waits for them: dashboard/warm.py)
+        def warmed() -> int:  # each warm-up ends with one of these lines (it is bounded: serve.WARM_UP_SECONDS)
+            return sum(" is warm (" in line or "could not be computed ahead" in line for line in output)
+
+        while warmed() < 2:
+            line = server.stdout.readline()
+            if not line:
+                break
+            output.append(line)
+        assert sum(" is warm (" in line for line in output) == 2, "".join(output)
+        for process in Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split():
+            drawing = [
+                pid for pid in descendants(int(process)) if Path(f"/proc/{pid}/comm").read_text() == "bnn-draws\n"
+            ]
+            assert len(drawing) == 2, f"server process {process}: draw processes {drawing}"
         url = f"http://127.0.0.1:{port}"
         with urllib.request.urlopen(f"{url}/_stcore/health", timeout=10) as response:
             assert response.status == 200
