@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import signal
@@ -356,6 +357,7 @@ def test_two_streamlit_processes_serve_through_the_proxy_a_dead_one_restarts_and
     env = dict(os.environ, PYTHONPATH=str(ROOT), BNN_CACHE_DIR=str(tmp_path / "cache"), BNN_OFFLINE="1")
     env["BNN_LESSON_RUNS"] = "0"
     env["TMPDIR"] = str(tmp_path)  # the proxy's shared folder: a killed proxy cannot remove it
+    env["BNN_RERUN_LOG"] = str(tmp_path / "reruns.jsonl")  # each script run's page
     server = subprocess.Popen(
         [sys.executable, "-m", "dashboard.serve", "--processes", "2", "--port", str(port), "--address", "127.0.0.1"],
         cwd=ROOT,
@@ -392,6 +394,9 @@ def test_two_streamlit_processes_serve_through_the_proxy_a_dead_one_restarts_and
                 pid for pid in descendants(int(process)) if Path(f"/proc/{pid}/comm").read_text() == "bnn-draws\n"
             ]
             assert len(drawing) == 2, f"server process {process}: draw processes {drawing}"
+        runs = [json.loads(line) for line in (tmp_path / "reruns.jsonl").read_text().splitlines()]
+        pages = [run["page"] for run in runs if "page" in run]
+        assert sorted(pages) == sorted(["train", *serve.WARM_PAGES] * 2), pages  # each process's warm-up pages
         url = f"http://127.0.0.1:{port}"
         with urllib.request.urlopen(f"{url}/_stcore/health", timeout=10) as response:
             assert response.status == 200
