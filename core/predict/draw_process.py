@@ -22,8 +22,10 @@ numbers end bit for bit at the uncached R-draw prediction (tests/test_draw_proce
 whose run is not the server's copy (its `fingerprint` differs: retrained, or not in the store)
 answers `unavailable` and the server draws that plan itself.
 
-Lifecycle. A child starts when the first draw is asked for, ends with the server (daemon, and it
-checks each second that its parent is alive), and is started again when it dies: a draw whose child
+Lifecycle. A child starts when the first draw is asked for (or before: `warm` starts the children,
+`ready` also waits until each has answered, as dashboard.serve's warm-up page does), ends with the
+server (daemon, and it checks each second that its parent is alive), and is started again when it
+dies: a draw whose child
 died is retried once on a new child, then fails with a `DrawProcessError` that says so (the
 session sees it once; the next ask starts a new child). A draw that uses more than `timeout` seconds
 of CPU (or waits WALL_FACTOR times that) kills its child (never a hang); wall time alone does not: a
