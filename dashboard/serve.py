@@ -295,7 +295,7 @@ class Supervisor:
 # waits for them (dashboard/app.py, warm_up). Then the pages a class opens first, for the newest run: their
 # modules imported, the run loaded, its default views computed.
 WARM_UP = """
-import asyncio, os, sys
+import asyncio, sys
 from websockets.asyncio.client import connect
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
@@ -317,7 +317,7 @@ async def pages(url, token, names):
         for name in names:
             await page(ws, "", name)
 
-token = os.environ["BNN_SERVE_WARM_TOKEN"]  # not in argv: a command line is visible to every local user
+token = sys.stdin.readline().strip()  # not in argv: a command line is visible to every local user
 asyncio.run(asyncio.wait_for(pages(sys.argv[1], token, sys.argv[3:]), float(sys.argv[2])))
 """
 WARM_UP_SECONDS = 300.0
@@ -337,11 +337,11 @@ async def warm(child: Child, token: str) -> None:
             url,
             str(WARM_UP_SECONDS),
             *WARM_PAGES,
-            env={**os.environ, SERVE_WARM_TOKEN.variable: token},
+            stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        _, err = await warming.communicate()
+        _, err = await warming.communicate(input=token.encode() + b"\n")
     except asyncio.CancelledError:
         with contextlib.suppress(ProcessLookupError, UnboundLocalError):
             warming.kill()
