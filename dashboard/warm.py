@@ -15,6 +15,7 @@ import hmac
 import streamlit as st
 
 WARM_PARAM = "warm"
+_first_page_seen = False  # of this process
 
 
 def warm_up() -> bool:
@@ -23,10 +24,36 @@ def warm_up() -> bool:
 
     token = st.query_params.get(WARM_PARAM)
     if token is None:
+        start_with_the_first_page()
         return False
     del st.query_params[WARM_PARAM]
     expected = settings.serve_warm_token()
     if not expected or not hmac.compare_digest(str(token).encode("utf-8", "replace"), expected.encode()):
+        start_with_the_first_page()
+        return False
+    global _first_page_seen
+    _first_page_seen = True  # this is the process's first page: no later page waits for the draw processes
+    cache.warm_draw_processes()
+    return True
+
+
+def start_with_the_first_page() -> bool:
+    """A classroom server's first page (the teacher's, on a server without dashboard.serve's warm-up, such as one
+    `streamlit run`) starts the draw processes and waits until they have answered, as the warm-up page does:
+    they import torch and core before the class, not beside its first Pruning pages. Once per process; not
+    outside a Streamlit server (AppTest, the command line). Whether it started them now."""
+    global _first_page_seen
+    if _first_page_seen:
+        return False
+    _first_page_seen = True
+    from core.errors import BNNError
+    from dashboard import cache, settings
+    from dashboard.streamlit_compat import serving_browsers
+
+    try:
+        if not serving_browsers() or not settings.classroom_mode():
+            return False
+    except BNNError:  # a bad BNN_CLASSROOM: the pages that read it say so
         return False
     cache.warm_draw_processes()
     return True
