@@ -6,6 +6,10 @@ of CPU in the class's first 20 s on 2 cores, and the slider moves' first updates
 (benchmarks/results/classroom_kept_draws_lazy.md). The secret is $BNN_SERVE_WARM_TOKEN, which dashboard.serve
 sets for its processes and sends only with its own warm-up page (dashboard/serve.py, WARM_UP). Any other value
 is an unknown parameter, ignored as every unknown one is; the parameter never stays in the address.
+
+A classroom server without that warm-up (one `streamlit run`) does the same at its first page, the teacher's
+(`start_with_the_first_page`). Either way it happens once per process, so no page of the class waits for the
+draw processes while they draw (benchmarks/results/classroom_warm_start.md).
 """
 
 from __future__ import annotations
