@@ -310,6 +310,7 @@ async def page(ws, query_string, page_name):
         reply.ParseFromString(data)
         if reply.WhichOneof("type") == "script_finished" and reply.script_finished != reply.FINISHED_EARLY_FOR_RERUN:
             return
+    raise ConnectionError("the server closed the page before its script run finished")
 
 async def pages(url, token, names):
     async with connect(url, subprotocols=["streamlit"], max_size=None) as ws:

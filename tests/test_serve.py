@@ -476,3 +476,76 @@ def test_the_server_processes_end_when_the_proxy_is_killed_outright(tmp_path):
     while time.monotonic() < deadline and any(_not_zombie(pid) for pid in streamlits):
         time.sleep(0.2)
     assert not [pid for pid in streamlits if _not_zombie(pid)]
+
+
+# --- the warm-up client against a stand-in server ------------------------------------------------------------
+
+
+def warm_up_against(answer) -> tuple[int, str, list]:
+    """Run serve.WARM_UP against a websocket server that answers each rerun request with `answer(request)`
+    (a list of ForwardMsg, or None to close): (exit code, stderr, the rerun requests it got)."""
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+    from websockets.asyncio.server import serve as ws_serve
+
+    received: list = []
+
+    async def handler(ws):
+        async for data in ws:
+            request = BackMsg()
+            request.ParseFromString(data)
+            received.append(request.rerun_script)
+            replies = answer(request.rerun_script)
+            if replies is None:
+                await ws.close()
+                return
+            for reply in replies:
+                await ws.send(reply.SerializeToString())
+
+    async def main() -> tuple[int, str]:
+        async with ws_serve(handler, "127.0.0.1", 0) as server:
+            port = server.sockets[0].getsockname()[1]
+            client = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-c",
+                serve.WARM_UP,
+                f"ws://127.0.0.1:{port}/_stcore/stream",
+                "60",
+                *serve.WARM_PAGES,
+                stdin=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            _, err = await client.communicate(b"the-token\n")
+            return client.returncode, err.decode()
+
+    code, err = asyncio.run(main())
+    return code, err, received
+
+
+def finished(status: int):
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    message = ForwardMsg()
+    message.script_finished = status
+    return message
+
+
+def test_the_warm_up_client_sends_its_token_first_then_each_page_once_its_run_has_finished():
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    early, done = finished(ForwardMsg.FINISHED_EARLY_FOR_RERUN), finished(ForwardMsg.FINISHED_SUCCESSFULLY)
+    code, err, received = warm_up_against(lambda request: [early, done])  # a rerun's end is not the page's
+    assert code == 0, err
+    assert [(r.query_string, r.page_name) for r in received] == [
+        ("warm=the-token", ""),
+        *(("", page) for page in serve.WARM_PAGES),
+    ]
+
+
+def test_a_server_that_closes_the_page_is_a_failed_warm_up_not_a_warm_one():
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    done = finished(ForwardMsg.FINISHED_SUCCESSFULLY)
+    closes_the_last = lambda request: None if request.page_name == serve.WARM_PAGES[-1] else [done]  # noqa: E731
+    code, err, received = warm_up_against(closes_the_last)
+    assert code != 0 and "closed the page before its script run finished" in err
+    assert len(received) == 1 + len(serve.WARM_PAGES)
