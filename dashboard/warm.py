@@ -24,6 +24,7 @@ _first_page_seen = False  # of this process
 
 def warm_up() -> bool:
     """Whether this script run was the warm-up page (and the draw processes were started and waited for)."""
+    global _first_page_seen
     from dashboard import cache, settings
 
     token = st.query_params.get(WARM_PARAM)
@@ -35,7 +36,6 @@ def warm_up() -> bool:
     if not expected or not hmac.compare_digest(str(token).encode("utf-8", "replace"), expected.encode()):
         start_with_the_first_page()
         return False
-    global _first_page_seen
     _first_page_seen = True  # this is the process's first page: no later page waits for the draw processes
     cache.warm_draw_processes()
     return True

@@ -25,9 +25,8 @@ answers `unavailable` and the server draws that plan itself.
 Lifecycle. A child starts when the first draw is asked for (or before: `warm` starts the children,
 `ready` also waits until each has answered, as dashboard.serve's warm-up page does), ends with the
 server (daemon, and it checks each second that its parent is alive), and is started again when it
-dies: a draw whose child
-died is retried once on a new child, then fails with a `DrawProcessError` that says so (the
-session sees it once; the next ask starts a new child). A draw that uses more than `timeout` seconds
+dies: a draw whose child died is retried once on a new child, then fails with a `DrawProcessError`
+that says so (the session sees it once; the next ask starts a new child). A draw that uses more than `timeout` seconds
 of CPU (or waits WALL_FACTOR times that) kills its child (never a hang); wall time alone does not: a
 child below the server's priority on a busy machine is slow, not stuck. A child whose resident memory
 passes `max_bytes` drops the runs it holds; still above it, it ends after its answer and the next draw
@@ -206,19 +205,28 @@ class DrawProcesses:
         threading.Thread(target=self._preload, args=(request,), name="bnn-draw-preload", daemon=True).start()
 
     def _preload(self, request: LoadRequest) -> None:
+        # a child that fails: the first draw of the run loads it, or says why it cannot
+        self._ask_each(request, f"a draw process did not load run {request.owner} ahead", logging.INFO)
+
+    def _ask_each(self, request: LoadRequest | Ping, failure: str, level: int) -> int:
+        """Ask every child in turn (each once it is idle; one not running is started); how many answered.
+        A child that fails is logged (`failure`: what did not happen) and left for the next draw to start."""
+        answered = 0
         for child in self._children:
             with self._lock:
                 while child not in self._idle and not self._closed:
                     self._lock.wait()
                 if self._closed:
-                    return
+                    return answered
                 self._idle.remove(child)
             try:
                 self._ask(child, request)
-            except Exception as error:  # the first draw of the run loads it, or says why it cannot
-                log.info("a draw process did not load run %s ahead: %s", request.owner, error)
+                answered += 1
+            except Exception as error:
+                log.log(level, "%s: %s", failure, error)
             finally:
                 self._give(child)
+        return answered
 
     def warm(self) -> None:
         """Start every child now (each imports torch and core: seconds), so the first draws wait less."""
@@ -239,22 +247,8 @@ class DrawProcesses:
         warm-up page) pays the children's start there: started with the class's first Pruning page they
         took 13.5-14.7 s of CPU in its first 20 s on 2 cores, and the slider moves' first updates waited
         (benchmarks/results/classroom_kept_draws_lazy.md)."""
-        answered = 0
-        for child in self._children:
-            with self._lock:
-                while child not in self._idle and not self._closed:
-                    self._lock.wait()
-                if self._closed:
-                    return answered
-                self._idle.remove(child)
-            try:
-                self._ask(child, Ping())
-                answered += 1
-            except Exception as error:  # its first draw starts it again, or says why it cannot
-                log.warning("a draw process did not start: %s", error)
-            finally:
-                self._give(child)
-        return answered
+        # a child that fails: its first draw starts it again, or says why it cannot
+        return self._ask_each(Ping(), "a draw process did not start", logging.WARNING)
 
     def close(self) -> None:
         with self._lock:
