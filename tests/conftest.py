@@ -187,8 +187,9 @@ def browser():
 
 class _PatientBrowser:
     """The launched browser, whose pages wait as long for an element to act on (fill, click) as the tests
-    wait for a page to render (tests/test_browser.py RENDER_TIMEOUT), not Playwright's 30 s: once in CI a
-    Train page took longer than that to show its form again after a dataset was chosen, the machine busy."""
+    wait for a page to render (tests/test_browser.py RENDER_TIMEOUT), not Playwright's 30 s. (It was made for
+    a Train form that did not show again within 30 s of a dataset being chosen in CI; the same step later failed
+    at 90 s too, so the machine's load was not the cause: tests/test_browser.py, evidence_on_failure.)"""
 
     def __init__(self, launched):
         self._launched = launched
