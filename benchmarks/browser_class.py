@@ -96,6 +96,7 @@ class Measured:
     load_before: tuple[float, float, float] = (math.nan,) * 3
     load_after: tuple[float, float, float] = (math.nan,) * 3
     server_cpu: float = math.nan
+    browser_cpu: float = math.nan  # the chromium processes' CPU seconds from the first move to the last
     wall: float = math.nan
     # the first update split at the page's websocket frames: key press -> rerun request sent (the page),
     # request -> the full run's end received (the server), that end -> the cards drawn (the page)
@@ -445,6 +446,58 @@ def lower_the_browsers_group() -> Callable[[], None]:
     return restore
 
 
+def chromium_cpu(root: int) -> dict[int, float]:
+    """Process id -> user + system CPU seconds so far of the live chromium processes below `root` (/proc):
+    the browser, its GPU and utility processes and each page's renderer."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm, rest = (entry / "stat").read_text().split(" (", 1)[1].rsplit(")", 1)
+            fields = rest.split()
+            pid = int(entry.name)
+            parent[pid] = int(fields[1])
+            if comm.startswith(("chrom", "headless")):
+                cpu[pid] = (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, ValueError, IndexError):
+            continue  # ended while read
+
+    def below_root(pid: int) -> bool:
+        seen = 0
+        while pid > 1 and seen < 64:
+            if pid == root:
+                return True
+            pid, seen = parent.get(pid, 0), seen + 1
+        return False
+
+    return {pid: seconds for pid, seconds in cpu.items() if below_root(pid)}
+
+
+class BrowserCpu:
+    """The browsers' CPU over the moves: sampled every quarter second (a page's renderer ends with its
+    session, taking its count with it), from the moment every session has opened to the last move."""
+
+    def __init__(self) -> None:
+        self.start: dict[int, float] | None = None
+        self.last: dict[int, float] = {}
+
+    async def follow(self, opened_all: OpenedAll) -> None:
+        while True:
+            now = chromium_cpu(os.getpid())
+            if self.start is None and opened_all.event.is_set():
+                self.start = now
+            self.last.update(now)
+            await asyncio.sleep(0.25)
+
+    def seconds(self) -> float:
+        if self.start is None:
+            return math.nan
+        return sum(seconds - self.start.get(pid, 0.0) for pid, seconds in self.last.items())
+
+
 async def drive(url: str, run_id: str, args, measured: Measured) -> None:
     from playwright.async_api import async_playwright
 
@@ -452,12 +505,21 @@ async def drive(url: str, run_id: str, args, measured: Measured) -> None:
 
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser_cpu = BrowserCpu()
         try:
             stop = time.perf_counter() + args.max_seconds
             opened_all = OpenedAll(args.sessions)
-            await asyncio.gather(
-                *(one_session(browser, url, run_id, i, args, measured, stop, opened_all) for i in range(args.sessions))
-            )
+            follower = asyncio.ensure_future(browser_cpu.follow(opened_all))
+            try:
+                await asyncio.gather(
+                    *(
+                        one_session(browser, url, run_id, i, args, measured, stop, opened_all)
+                        for i in range(args.sessions)
+                    )
+                )
+            finally:
+                follower.cancel()
+            measured.browser_cpu = browser_cpu.seconds()
         finally:
             await browser.close()
             restore_group()
@@ -536,6 +598,7 @@ def _row(name: str, values: list[float]) -> str:
 def report(measured: Measured, command: str, note: str = "") -> str:
     first = measured.first["threshold"] + measured.first["R"]
     complete = measured.complete["threshold"] + measured.complete["R"]
+    moves = len(first)
     p95 = percentile(sorted(first), 0.95) if first else math.nan
     verdict = "not measured" if math.isnan(p95) else ("PASS" if p95 <= TARGET_FIRST_P95 else "FAIL")
     setting = ", ".join(f"{key} {value}" for key, value in measured.setting.items())
@@ -588,6 +651,8 @@ def report(measured: Measured, command: str, note: str = "") -> str:
         f"- errors: {len(measured.errors)}" + "".join(f"\n  - {error}" for error in measured.errors[:10]),
         f"- server CPU during the class: {measured.server_cpu:.1f} s; wall time {measured.wall:.0f} s "
         "(training or finding the run included)",
+        f"- the browsers' CPU from the first move to the last: {measured.browser_cpu:.1f} s for {moves} moves "
+        f"({measured.browser_cpu / max(moves, 1):.3f} s a move; every chromium process, sampled every 0.25 s)",
         "- load average (1/5/15 min) before {:.2f}/{:.2f}/{:.2f}, after {:.2f}/{:.2f}/{:.2f}".format(
             *measured.load_before, *measured.load_after
         ),

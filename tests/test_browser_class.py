@@ -286,3 +286,46 @@ def test_background_browsers_need_the_autogroup_scheduler(tmp_path, monkeypatch,
     assert group.read_text() == "19"
     restore()
     assert group.read_text() == "3"
+
+
+def test_the_browsers_cpu_counts_from_the_first_move_and_keeps_a_closed_pages_last_count(monkeypatch):
+    """BrowserCpu: nothing before every session has opened; then each process's CPU since, a renderer
+    that starts after (a page's) from zero, and one that ended (its session closed) at its last sample."""
+    import asyncio
+
+    counts = [
+        {1: 5.0, 2: 1.0},  # before every session has opened: not the start
+        {1: 6.0, 2: 1.5},  # the start
+        {1: 6.5, 2: 2.5, 3: 0.25},  # a new renderer
+        {1: 7.0, 3: 0.75},  # process 2 ended: its 2.5 s stay (and this count from then on)
+    ]
+    calls = []
+
+    def sampled(root):
+        calls.append(root)
+        return counts[min(len(calls), len(counts)) - 1]
+
+    monkeypatch.setattr(browser_class, "chromium_cpu", sampled)
+
+    async def follow():
+        opened_all, cpu = browser_class.OpenedAll(1), browser_class.BrowserCpu()
+        follower = asyncio.ensure_future(cpu.follow(opened_all))
+        await asyncio.sleep(0)  # the first sample, before the session opened
+        assert len(calls) == 1 and math.isnan(cpu.seconds())
+        await opened_all.wait()
+        for _ in range(400):  # every count sampled (a sample each quarter second), within 100 s
+            if len(calls) > len(counts):
+                break
+            await asyncio.sleep(0.25)
+        follower.cancel()
+        return cpu.seconds()
+
+    assert math.isclose(asyncio.run(follow()), (7.0 - 6.0) + (2.5 - 1.5) + 0.75)
+
+
+def test_chromium_cpu_finds_only_chromium_processes_below_the_root():
+    import os
+
+    found = browser_class.chromium_cpu(os.getpid())
+    assert os.getpid() not in found  # this test's own process is python, not chromium
+    assert all(seconds >= 0 for seconds in found.values())
