@@ -38,10 +38,15 @@ from dashboard.caching import DERIVED_TTL, generation, per_run
 def shipped(spec: dict[str, Any]) -> dict[str, Any]:
     """A Vega-Lite spec whose named datasets are Arrow IPC bytes, as st.vega_lite_chart ships them
     (it passes bytes through and converts anything else on every call). The numbers are the same;
-    only their encoding is done once."""
+    only their encoding is done once. The datasets are renamed by position (charts.stable_dataset_names),
+    so that a chart whose rows change keeps its spec and the browser swaps the data in place."""
     datasets = spec.get("datasets")
     if not datasets:
         return spec
+    from dashboard import charts
+
+    spec = charts.stable_dataset_names(spec)
+    datasets = spec["datasets"]
     encoded = {
         name: rows if isinstance(rows, bytes) or not isinstance(rows, list) else streamlit_compat.arrow_bytes(rows)
         for name, rows in datasets.items()

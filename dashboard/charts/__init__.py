@@ -26,6 +26,7 @@ from dashboard.charts.curves import (  # noqa: F401
     training_curves,
     with_current_point,
 )
+from dashboard.charts.datasets import stable_dataset_names  # noqa: F401
 from dashboard.charts.histograms import (  # noqa: F401
     THRESHOLD_DATASET,
     histogram_frame,

@@ -114,6 +114,8 @@ def metric_vs_density(
 
 
 CURRENT_LAYER = "current"  # the name of metric_vs_density's red diamond layer in its spec
+# with_current_point's dataset: the point is data, not spec, so that the browser swaps it in place
+CURRENT_DATASET = "current_point"
 
 
 def with_current_point(spec: Mapping[str, Any], current: tuple[float, float]) -> dict[str, Any]:
@@ -123,8 +125,10 @@ def with_current_point(spec: Mapping[str, Any], current: tuple[float, float]) ->
     the Pruning page, 2026-11-27), where moving the point is a dictionary copy."""
     layers = list(spec["layer"])
     (index,) = [i for i, layer in enumerate(layers) if layer.get("name") == CURRENT_LAYER]
-    layers[index] = {**layers[index], "data": {"values": [{"density": float(current[0]), "value": float(current[1])}]}}
-    return {**spec, "layer": layers}
+    layers[index] = {**layers[index], "data": {"name": CURRENT_DATASET}}
+    point = {"density": float(current[0]), "value": float(current[1])}
+    datasets = {**spec.get("datasets", {}), CURRENT_DATASET: [point]}
+    return {**spec, "layer": layers, "datasets": datasets}
 
 
 def metric_vs_samples(
