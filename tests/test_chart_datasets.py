@@ -39,7 +39,9 @@ def _without_datasets(spec):
     return json.dumps({key: value for key, value in spec.items() if key != "datasets"}, sort_keys=True)
 
 
-rows = st.lists(st.fixed_dictionaries({"x": st.floats(-1e6, 1e6), "y": st.integers(-5, 5)}), max_size=4)
+rows = st.lists(
+    st.fixed_dictionaries({"x": st.floats(-1e6, 1e6, allow_subnormal=False), "y": st.integers(-5, 5)}), max_size=4
+)
 names = st.text("abcdef0123456789-", min_size=1, max_size=12)
 
 
@@ -144,3 +146,43 @@ def test_accuracy_vs_r_for_more_draws_keeps_its_spec_once_renamed():
     assert _without_datasets(three) != _without_datasets(five)
     assert _without_datasets(charts.stable_dataset_names(three)) == _without_datasets(charts.stable_dataset_names(five))
     assert _views(charts.stable_dataset_names(five)) == _views(five)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {"density": st.floats(0, 1, allow_subnormal=False), "value": st.floats(-1e9, 1e9, allow_subnormal=False)}
+        ),
+        max_size=20,
+    )
+)
+def test_small_datasets_of_rows_ship_as_the_same_table_in_arrow_form(rows):
+    """with_small_rows_shipped (a threshold's rule, the current point): the rows become Arrow bytes that read
+    back as the same rows; more rows than SMALL_ROWS, bytes already, and the input are left alone."""
+    import pyarrow as pa
+
+    from dashboard import cache, cache_charts  # cache first: it is what imports cache_charts
+
+    big = [{"x": float(i)} for i in range(cache_charts.SMALL_ROWS + 1)]
+    spec = {"layer": [{"data": {"name": "a"}}, {"data": {"name": "b"}}], "datasets": {"a": rows, "b": big, "c": b"x"}}
+    kept = copy.deepcopy(spec)
+    out = cache.with_small_rows_shipped(spec)
+    assert spec == kept
+    assert out["datasets"]["b"] is big and out["datasets"]["c"] == b"x"
+    if len(rows) <= cache_charts.SMALL_ROWS:
+        assert isinstance(out["datasets"]["a"], bytes)
+        if rows:  # an empty list has no columns to read back
+            assert pa.ipc.open_stream(out["datasets"]["a"]).read_all().to_pylist() == rows
+    else:
+        assert out["datasets"]["a"] == rows
+    assert {key: value for key, value in out.items() if key != "datasets"} == {
+        key: value for key, value in spec.items() if key != "datasets"
+    }
+
+
+def test_rows_that_cannot_be_a_cache_key_are_left_for_streamlit_to_convert():
+    from dashboard import cache
+
+    rows = [{"x": [1, 2]}]  # a list value: not hashable
+    assert cache.with_small_rows_shipped({"datasets": {"a": rows}})["datasets"]["a"] is rows
