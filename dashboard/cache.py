@@ -533,4 +533,5 @@ from dashboard.cache_charts import (  # noqa: E402, F401  (they read the entries
     shipped,
     training_curves_chart,
     tuning_chart,
+    with_small_rows_shipped,
 )

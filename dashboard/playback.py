@@ -128,7 +128,9 @@ def render(run_id: str, family: str, snapshots: Any, threshold: float, labels: S
         # The threshold's rule is data (with_threshold_rules): a threshold step swaps it in the drawn chart.
         # Cached per run and epoch (dashboard/cache_charts.py): a rerun copies the specs, it does not rebuild them.
         st.vega_lite_chart(
-            charts.with_threshold_rules(cache.playback_histograms_chart(run_id, index, tuple(labels)), threshold)
+            cache.with_small_rows_shipped(
+                charts.with_threshold_rules(cache.playback_histograms_chart(run_id, index, tuple(labels)), threshold)
+            )
         )
         st.vega_lite_chart(cache.playback_density_chart(run_id, index, tuple(labels)))
         replay = snapshots.masks_at(index, threshold)
