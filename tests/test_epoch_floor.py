@@ -27,13 +27,16 @@ def test_bad_arguments_are_refused_with_the_flag_named(argv, flag, capsys):
 
 
 def test_the_floor_is_the_sum_of_its_parts_and_the_verdict_follows_the_target():
+    common = {"load": 0.5, "adam": 1.0}
     rows = [
-        {"batch": 100, "load": 0.5, "plain": 4.0, "lbbnn": 14.0, "products": 7.0, "adam": 1.0, "noise": 0.5,
-         "transcendentals": 2.0},  # floor 10.5 = 2.625x: above 2.5x
-        {"batch": 250, "load": 0.5, "plain": 8.0, "lbbnn": 24.0, "products": 14.0, "adam": 1.0, "noise": 1.0,
-         "transcendentals": 2.0},  # floor 18 = 2.25x
+        # floor 7 + 1 + 0.5 + 2 = 10.5 = 2.625x the plain step: above 2.5x
+        {**common, "batch": 100, "plain": 4.0, "lbbnn": 14.0, "lbbnn_compiled_weights": 12.0, "products": 7.0,
+         "noise": 0.5, "transcendentals": 2.0},
+        # floor 14 + 1 + 1 + 2 = 18 = 2.25x
+        {**common, "batch": 250, "plain": 8.0, "lbbnn": 24.0, "lbbnn_compiled_weights": 22.0, "products": 14.0,
+         "noise": 1.0, "transcendentals": 2.0},
     ]  # fmt: skip
     text = epoch_floor.render(rows, "python -m benchmarks.epoch_floor", (400, 600), 1)
-    assert "| 100 | 4.00 | 14.00 (3.50x) | 7.00 | 1.00 | 0.50 | 2.00 | 10.50 (2.62x) | no |" in text
-    assert "| 250 | 8.00 | 24.00 (3.00x) | 14.00 | 1.00 | 1.00 | 2.00 | 18.00 (2.25x) | yes |" in text
+    assert "| 100 | 4.00 | 14.00 (3.50x) | 12.00 (3.00x) | 7.00 | 1.00 | 0.50 | 2.00 | 10.50 (2.62x) | no |" in text
+    assert "| 250 | 8.00 | 24.00 (3.00x) | 22.00 (2.75x) | 14.00 | 1.00 | 1.00 | 2.00 | 18.00 (2.25x) | yes |" in text
     assert "784-400-600-10" in text
