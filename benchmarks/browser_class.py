@@ -485,8 +485,8 @@ class BrowserCpu:
         self.last: dict[int, float] = {}
 
     async def follow(self, opened_all: OpenedAll) -> None:
-        while True:
-            now = chromium_cpu(os.getpid())
+        while True:  # /proc is read in a thread: the loop that drives the pages does not wait for it
+            now = await asyncio.to_thread(chromium_cpu, os.getpid())
             if self.start is None and opened_all.event.is_set():
                 self.start = now
             self.last.update(now)
