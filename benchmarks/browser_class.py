@@ -63,7 +63,7 @@ from typing import Callable
 
 from benchmarks.classroom.draws import kept_draws_at_start
 from benchmarks.classroom.report import SERVER_SETTINGS
-from benchmarks.classroom.server import ProxiedServers, proxy_processes
+from benchmarks.classroom.server import ProcessRow, ProxiedServers, process_table, proxy_processes
 from benchmarks.classroom_load import Server, percentile
 from benchmarks.dashboard_latency import CHROMIUM, CHROMIUM_ARGS, SCRIPT_IDLE, prepare_run
 
@@ -446,34 +446,29 @@ def lower_the_browsers_group() -> Callable[[], None]:
     return restore
 
 
-def chromium_cpu(root: int) -> dict[int, float]:
-    """Process id -> user + system CPU seconds so far of the live chromium processes below `root` (/proc):
-    the browser, its GPU and utility processes and each page's renderer."""
-    tick = os.sysconf("SC_CLK_TCK")
-    parent: dict[int, int] = {}
-    cpu: dict[int, float] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            comm, rest = (entry / "stat").read_text().split(" (", 1)[1].rsplit(")", 1)
-            fields = rest.split()
-            pid = int(entry.name)
-            parent[pid] = int(fields[1])
-            if comm.startswith(("chrom", "headless")):
-                cpu[pid] = (int(fields[11]) + int(fields[12])) / tick
-        except (OSError, ValueError, IndexError):
-            continue  # ended while read
+CHROMIUM_NAMES = ("chrom", "headless")  # what chromium's processes are called in /proc (the name's start)
+
+
+def chromium_cpu(root: int, table: dict[int, ProcessRow] | None = None) -> dict[int, float]:
+    """Process id -> user + system CPU seconds so far of the live chromium processes below `root`: the
+    browser, its GPU and utility processes and each page's renderer. `table`: process_table() (read now
+    when not given)."""
+    table = process_table() if table is None else table
 
     def below_root(pid: int) -> bool:
-        seen = 0
-        while pid > 1 and seen < 64:
+        for _ in range(64):  # a bounded walk up the parents: a table read while processes end can loop
             if pid == root:
                 return True
-            pid, seen = parent.get(pid, 0), seen + 1
+            if pid <= 1 or pid not in table:
+                return False
+            pid = table[pid].parent
         return False
 
-    return {pid: seconds for pid, seconds in cpu.items() if below_root(pid)}
+    return {
+        pid: row.cpu
+        for pid, row in table.items()
+        if pid != root and row.name.startswith(CHROMIUM_NAMES) and below_root(table[pid].parent)
+    }
 
 
 class BrowserCpu:

@@ -13,6 +13,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from benchmarks import browser_class
+from benchmarks.classroom import server
 
 
 @pytest.mark.parametrize(
@@ -330,9 +331,31 @@ def test_the_browsers_cpu_counts_from_the_first_move_and_keeps_a_closed_pages_la
     assert math.isclose(asyncio.run(follow()), (7.0 - 6.0) + (2.5 - 1.5) + 0.75)
 
 
-def test_chromium_cpu_finds_only_chromium_processes_below_the_root():
-    import os
+def test_chromium_cpu_counts_the_chromium_processes_below_the_root_only():
+    row = server.ProcessRow
+    table = {
+        10: row("python", 1, 5.0),  # the benchmark: the root, not chromium
+        11: row("node", 10, 1.0),  # Playwright's driver
+        12: row("chromium", 11, 2.0),  # the browser
+        13: row("chromium", 12, 3.0),  # a page's renderer
+        15: row("headless_shell", 10, 0.5),
+        16: row("python3", 12, 4.0),  # below the root, not chromium
+        14: row("chromium", 1, 9.0),  # another user's browser
+        20: row("chromium", 21, 1.0),  # a parent loop (a table read while processes ended), not below the root
+        21: row("chromium", 20, 1.0),
+        22: row("chromium", 99, 1.0),  # its parent ended
+    }
+    assert browser_class.chromium_cpu(10, table) == {12: 2.0, 13: 3.0, 15: 0.5}
 
-    found = browser_class.chromium_cpu(os.getpid())
-    assert os.getpid() not in found  # this test's own process is python, not chromium
-    assert all(seconds >= 0 for seconds in found.values())
+
+def test_the_process_table_reads_this_process_and_its_parent():
+    import os
+    import time
+
+    start = time.process_time()
+    while time.process_time() - start < 0.05:  # some CPU of its own to read back
+        pass
+    own = server.process_table()[os.getpid()]
+    assert own.parent == os.getppid()
+    assert own.cpu > 0
+    assert os.getpid() in server.child_cpu(os.getppid(), own.name)

@@ -3,6 +3,7 @@ run store (the browsed runs trained into it first when missing)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -345,21 +346,34 @@ def thread_cpu(pid: int) -> dict[int, float]:
 DRAW_PROCESS_NAME = "bnn-draws"  # core.predict.draw_process.PROCESS_NAME (the benchmark does not import core)
 
 
-def child_cpu(parent: int, name: str) -> dict[int, float]:
-    """Process id -> user + system CPU seconds so far of `parent`'s live children called `name` (/proc)."""
+@dataclasses.dataclass(frozen=True)
+class ProcessRow:
+    """One process as /proc/<pid>/stat gives it: its name, its parent and its CPU seconds so far."""
+
+    name: str
+    parent: int
+    cpu: float
+
+
+def process_table() -> dict[int, ProcessRow]:
+    """Process id -> ProcessRow of every live process (/proc; one that ends while read is left out)."""
     tick = os.sysconf("SC_CLK_TCK")
-    found: dict[int, float] = {}
+    table: dict[int, ProcessRow] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            comm, rest = (entry / "stat").read_text().split(" (", 1)[1].rsplit(")", 1)
+            name, rest = (entry / "stat").read_text().split(" (", 1)[1].rsplit(")", 1)
             fields = rest.split()
-            if comm == name and int(fields[1]) == parent:
-                found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+            table[int(entry.name)] = ProcessRow(name, int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
         except (OSError, ValueError, IndexError):
             continue  # ended while read
-    return found
+    return table
+
+
+def child_cpu(parent: int, name: str) -> dict[int, float]:
+    """Process id -> user + system CPU seconds so far of `parent`'s live children called `name` (/proc)."""
+    return {pid: row.cpu for pid, row in process_table().items() if row.name == name and row.parent == parent}
 
 
 class ThreadCpu:
