@@ -137,6 +137,9 @@ def test_a_threshold_move_changes_only_the_current_points_data():
     assert _without_datasets(one) == _without_datasets(two)
     assert one["datasets"][charts.curves.CURRENT_DATASET] == [{"density": 0.5, "value": 0.97}]
     assert two["datasets"][charts.curves.CURRENT_DATASET] == [{"density": 0.1, "value": 0.9}]
+    # the rows the spec was drawn with at (1.0, 0.98) are not shipped any more: only the curve's and the point's
+    assert len(one["datasets"]) == len(base["datasets"])
+    assert [{"density": 1.0, "value": 0.98}] not in one["datasets"].values()
 
 
 def test_accuracy_vs_r_for_more_draws_keeps_its_spec_once_renamed():

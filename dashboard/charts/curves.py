@@ -125,10 +125,13 @@ def with_current_point(spec: Mapping[str, Any], current: tuple[float, float]) ->
     the Pruning page, 2026-11-27), where moving the point is a dictionary copy."""
     layers = list(spec["layer"])
     (index,) = [i for i, layer in enumerate(layers) if layer.get("name") == CURRENT_LAYER]
+    replaced = layers[index].get("data", {}).get("name")
     layers[index] = {**layers[index], "data": {"name": CURRENT_DATASET}}
     point = {"density": float(current[0]), "value": float(current[1])}
-    datasets = {**spec.get("datasets", {}), CURRENT_DATASET: [point]}
-    return {**spec, "layer": layers, "datasets": datasets}
+    read = {layer.get("data", {}).get("name") for layer in layers} | {spec.get("data", {}).get("name")}
+    # the point the spec was drawn with, unless another layer reads its rows: no dead rows shipped
+    datasets = {name: rows for name, rows in spec.get("datasets", {}).items() if name != replaced or name in read}
+    return {**spec, "layer": layers, "datasets": {**datasets, CURRENT_DATASET: [point]}}
 
 
 def metric_vs_samples(
