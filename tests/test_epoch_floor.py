@@ -13,6 +13,10 @@ from benchmarks import epoch_floor
     [
         (["--batches", "0"], "--batches"),
         (["--batches", "100,x"], "--batches"),
+        (["--batches", ""], "--batches"),
+        (["--batches", "-100"], "--batches"),
+        (["--batches", "1e12"], "--batches"),
+        (["--hidden", "400,,600"], "--hidden"),
         (["--batches", ",".join(["10"] * 9)], "--batches"),
         (["--hidden", "1,1,1,1,1"], "--hidden"),
         (["--steps", "0"], "--steps"),
