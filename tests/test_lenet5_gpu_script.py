@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "lenet5_gpu.sh"
 RECIPES = ["long", "cosine", "d-long", "d-cut", "d-scales-0.1", "d-weights-1e-3"]
 NEXT = {"w-1e-3-s-0.1": {"scales": 0.1}, "w-5e-4": {"weights": 0.0005}, "w-1e-3-300": {"epochs": 300}}
+NEXT_TWO = {"w-1e-3-s-0.1-300": {"scales": 0.1, "epochs": 300}}  # two settings at once
 
 # Stands in for python: `-m benchmarks.front_recipes ...` builds the recipe's config (device cuda, as on the GPU)
 # and writes its train settings where the script copies a result from; anything else runs the real python.
@@ -58,13 +59,14 @@ def test_every_recipe_trains_what_was_measured_whatever_the_preset_says(tmp_path
         assert train == _measured(name), name  # cuda_graphs, the schedule, the cut: all as measured
 
 
-def test_the_recipes_not_yet_run_differ_from_the_preset_in_one_setting_each(tmp_path):
+@pytest.mark.parametrize("recipes", [NEXT, NEXT_TWO])
+def test_the_recipes_not_yet_run_differ_from_the_preset_in_what_their_names_say(tmp_path, recipes):
     from core.runs.presets import get_preset
 
-    done = _run(tmp_path, "5", *NEXT)
+    done = _run(tmp_path, "5", *recipes)
     assert done.returncode == 0, done.stderr
     preset = {**get_preset("lenet5-mnist").to_dict()["train"], "cuda_graphs": True}
-    for name, change in NEXT.items():
+    for name, change in recipes.items():
         train = json.loads((tmp_path / "out" / f"lenet5_gpu_{name}.json").read_text())[0]
         rates = {**preset["learning_rates"], **{k: v for k, v in change.items() if k != "epochs"}}
         assert train == {**preset, "epochs": change.get("epochs", preset["epochs"]), "learning_rates": rates}, name
