@@ -333,8 +333,8 @@ def pareto_section(
         "network is placed at its active-path density (the kept weights on an input-to-output path), as the "
         "published input-skip point is. *frontier*: no point of the same family and dataset is at "
         "least as accurate at no more density. Training seconds as the result file records them on "
-        "this shared CPU (inflated under load), except where the source names a GPU (H100: "
-        "`benchmarks/lenet5_gpu.sh`, three runs sharing it).\n\n"
+        "this shared CPU (inflated under load), except where the source names a GPU (an H100 or H200: "
+        "`benchmarks/lenet5_gpu.sh`, three runs sharing it, or one run alone where its label says so).\n\n"
         + (f"![sparsity frontier](results/{figure.name})\n\n" if figure is not None else "")
         + table(points)
     )
