@@ -57,6 +57,7 @@ import shlex
 import sys
 import tempfile
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -110,13 +111,17 @@ class Measured:
 
 
 class Frames:
-    """One page's websocket frames, timed as Playwright reports them: full-rerun requests sent (BackMsg
-    rerun_script without a fragment id) and full runs' ends received (ForwardMsg script_finished,
-    FINISHED_SUCCESSFULLY); fragment polls are neither."""
+    """One page's websocket frames, timed as Playwright reports them: the moves' rerun requests sent (BackMsg
+    rerun_script not sent by a timer: a full run's, or a fragment's whose control moved, as the Pruning page's
+    body) and the ends of the runs they asked for (ForwardMsg script_finished: FINISHED_SUCCESSFULLY, or
+    FINISHED_FRAGMENT_RUN_SUCCESSFULLY for a fragment's move); fragment polls are neither."""
 
     def __init__(self) -> None:
         self.sent: list[float] = []
         self.finished: list[float] = []
+        # The fragment runs asked for and not ended, oldest first: True for a move's, False for a poll's. The
+        # server runs a session's fragment requests one after the other, and a full run drops those queued.
+        self.fragment_runs: deque[bool] = deque()
         self.events: list[str] = []  # sockets opened and closed, console errors: what an error row reports
         self.last_received = 0.0  # when the page last received any frame
         # The fragments' polls the page sent and the timers the server set and stopped: a session whose
@@ -165,17 +170,26 @@ class Frames:
         socket.on("socketerror", lambda error: self.events.append(f"{time.perf_counter():.1f} socket error {error}"))
 
     def on_sent(self, payload) -> None:
-        if full_rerun_request(payload):
+        kind = rerun_request(payload)
+        if kind in ("full", "fragment move"):
             self.sent.append(time.perf_counter())
-        elif fragment_poll(payload):
+        elif kind == "poll":
             self.polls.append(time.perf_counter())
+        if kind == "full":
+            self.fragment_runs.clear()
+        elif kind is not None:
+            self.fragment_runs.append(kind == "fragment move")
 
     def on_received(self, payload) -> None:
         self.last_received = time.perf_counter()
         session = new_session_id(payload)
         if session:
             self.session_id = session
-        if full_run_finished(payload):
+        ended = run_finished(payload)
+        if ended == "full":
+            self.finished.append(time.perf_counter())
+            self.fragment_runs.clear()
+        elif ended == "fragment" and self.fragment_runs and self.fragment_runs.popleft():
             self.finished.append(time.perf_counter())
         timer = timer_message(payload)
         if timer is not None:
@@ -183,14 +197,14 @@ class Frames:
 
     def polling(self, since: float) -> str:
         """What an error row says of the fragments' polls since `since`: how many, the last, the timers, and
-        the full runs asked for and ended since (a page left 'running' has an ask without its end)."""
+        the moves' runs asked for and ended since (a page left 'running' has an ask without its end)."""
         recent = [t for t in self.polls if t >= since]
         last = f", the last at {recent[-1]:.1f}" if recent else ""
         asked = ", ".join(f"{t:.1f}" for t in self.sent if t >= since) or "none"
         ended = ", ".join(f"{t:.1f}" for t in self.finished if t >= since) or "none"
         return (
             f"{len(recent)} fragment polls sent since {since:.1f}{last}; timers: {'; '.join(self.timers) or 'none'}; "
-            f"full runs asked at {asked}, ended at {ended}; the last frame received at {self.last_received:.1f}"
+            f"moves' runs asked at {asked}, ended at {ended}; the last frame received at {self.last_received:.1f}"
         )
 
     def split(self, pressed: float, drawn: float) -> tuple[float, float, float] | None:
@@ -223,12 +237,13 @@ def new_session_id(payload) -> str | None:
 
 
 def server_split(moves: list[tuple[str | None, float, float]], runs: list[dict]) -> dict[str, list[float]]:
-    """Each move's first update split at the server's own log of its full script runs (BNN_RERUN_LOG: the
-    session, start and end in wall-clock time): key press -> the first run of that session that started
-    after it, that run (its start to its end: what the server did), and its end -> the cards drawn. A move
-    without such a run that ended before the cards were drawn is left out. Unlike the split at the page's
-    frames, neither boundary waits for the browser to be scheduled: on two cores shared with ten pages at
-    nice 19, a frame is seen when the page's renderer next runs."""
+    """Each move's first update split at the server's own log of its script runs (BNN_RERUN_LOG: the
+    session, start and end in wall-clock time; full runs and the page body's fragment runs): key press ->
+    the first run of that session that started after it, that run (its start to its end: what the server
+    did), and its end -> the cards drawn. A move without such a run that ended before the cards were drawn
+    is left out. Unlike the split at the page's frames, neither boundary waits for the browser to be
+    scheduled: on two cores shared with ten pages at nice 19, a frame is seen when the page's renderer
+    next runs."""
     by_session: dict[str, list[dict]] = {}
     for run in runs:
         if "session" in run and "start" in run and "end" in run:
@@ -248,19 +263,17 @@ def server_split(moves: list[tuple[str | None, float, float]], runs: list[dict])
     return split
 
 
-def full_rerun_request(payload) -> bool:
+def rerun_request(payload) -> str | None:
+    """What a sent frame asks for: "full" (a rerun without a fragment id), "fragment move" (a fragment's, a
+    control in it moved), "poll" (a fragment's, sent by its timer), None (another frame)."""
     from streamlit.proto.BackMsg_pb2 import BackMsg
 
     message = _parsed(payload, BackMsg)
-    return message is not None and message.WhichOneof("type") == "rerun_script" and not message.rerun_script.fragment_id
-
-
-def fragment_poll(payload) -> bool:
-    from streamlit.proto.BackMsg_pb2 import BackMsg
-
-    message = _parsed(payload, BackMsg)
-    is_rerun = message is not None and message.WhichOneof("type") == "rerun_script"
-    return is_rerun and bool(message.rerun_script.fragment_id)
+    if message is None or message.WhichOneof("type") != "rerun_script":
+        return None
+    if not message.rerun_script.fragment_id:
+        return "full"
+    return "poll" if message.rerun_script.is_auto_rerun else "fragment move"
 
 
 def timer_message(payload) -> str | None:
@@ -277,14 +290,16 @@ def timer_message(payload) -> str | None:
     return None
 
 
-def full_run_finished(payload) -> bool:
+def run_finished(payload) -> str | None:
+    """ "full" for a full run's successful end (ForwardMsg script_finished FINISHED_SUCCESSFULLY), "fragment"
+    for a fragment run's (FINISHED_FRAGMENT_RUN_SUCCESSFULLY), None for any other frame."""
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
     message = _parsed(payload, ForwardMsg)
-    return (
-        message is not None
-        and message.WhichOneof("type") == "script_finished"
-        and message.script_finished == ForwardMsg.FINISHED_SUCCESSFULLY
+    if message is None or message.WhichOneof("type") != "script_finished":
+        return None
+    return {ForwardMsg.FINISHED_SUCCESSFULLY: "full", ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY: "fragment"}.get(
+        message.script_finished
     )
 
 

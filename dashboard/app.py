@@ -138,6 +138,10 @@ def main() -> None:
     if not path:
         return render()
     watch_draws(path)
+    from dashboard import ui
+
+    if ui.rerun_logger is None:  # a page body's fragment runs (ui.body_fragment), logged as full runs are
+        ui.rerun_logger = lambda started, ended, cpu, page: log_rerun(path, started, cpu, page, ended, fragment=True)
     started, cpu, page = time.time(), time.thread_time(), []
     try:
         render(page)
@@ -145,13 +149,26 @@ def main() -> None:
         log_rerun(path, started, time.thread_time() - cpu, page[0] if page else None)
 
 
-def log_rerun(path: str, started: float, cpu_seconds: float, page: str | None) -> None:
+def log_rerun(
+    path: str,
+    started: float,
+    cpu_seconds: float,
+    page: str | None,
+    ended: float | None = None,
+    fragment: bool = False,
+) -> None:
+    """One line: the run's session, page, start and end (wall clock) and thread CPU; "fragment": true for a
+    page body's own run (ui.body_fragment)."""
     from dashboard.streamlit_compat import script_session_id
 
-    session = script_session_id()
-    line = (
-        json.dumps({"session": session, "page": page, "start": started, "end": time.time(), "cpu": cpu_seconds}) + "\n"
-    )
+    record = {
+        "session": script_session_id(),
+        "page": page,
+        "start": started,
+        "end": time.time() if ended is None else ended,
+        "cpu": cpu_seconds,
+    }
+    line = json.dumps({**record, "fragment": True} if fragment else record) + "\n"
     # One write to a file opened for appending: concurrent sessions' lines do not interleave
     # (this script runs afresh each time, so a module-level lock would not be shared).
     handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -18,6 +18,8 @@ Streamlit's internals (that test checks it too).
    connected (the playground's training stops when its page is gone; the rerun log).
 6. keep_fragment_polling: a polled fragment's timer sent again from the fragment's own run (every
    st.fragment(run_every=...) in dashboard/ calls it; the hook's test checks the source).
+7. fragment_only_run: whether this script run reruns fragments only (a page body's own run is logged
+   in the server's rerun log as a full run is: dashboard/ui.py, body_fragment).
 """
 
 from __future__ import annotations
@@ -171,3 +173,15 @@ def keep_fragment_polling(seconds: float) -> bool:
     message.auto_rerun.fragment_id = fragment_id
     ctx.enqueue(message)
     return True
+
+
+# 7. -----------------------------------------------------------------------------------------------
+def fragment_only_run() -> bool:
+    """True inside a script run that reruns fragments only (a widget inside a fragment moved, or a
+    fragment's timer), False in a full run, without a runtime, or on a Streamlit without the flag."""
+    try:
+        from streamlit.runtime.scriptrunner_utils import script_run_context
+    except ImportError:
+        return False
+    ctx = script_run_context.get_script_run_ctx(suppress_warning=True)
+    return bool(ctx is not None and getattr(ctx, "fragment_ids_this_run", None))

@@ -10,11 +10,13 @@ absolute server path (without_server_paths).
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import streamlit as st
 
@@ -22,6 +24,11 @@ from core.errors import BNNError
 from dashboard.backend import plain
 
 log = logging.getLogger("dashboard")
+
+# The server's log of its script runs ($BNN_RERUN_LOG, opened by dashboard/app.py, which sets this to a
+# function of (start, end, thread CPU seconds, page) while the log is on): a page body's own fragment runs
+# are logged through it, as app.py logs full runs, so the load tests see every run a move causes.
+rerun_logger: Callable[[float, float, float, str], None] | None = None
 
 UNEXPECTED_PREFIX = "Unexpected error"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -86,3 +93,25 @@ def guard(what: str | None = None) -> Iterator[None]:
                 f"({type(exc).__name__}): {without_server_paths(str(exc))}. The details are in the server log."
             )
         )
+
+
+def body_fragment(page: str) -> Callable[[Callable[[], None]], Callable[[], None]]:
+    """st.fragment for a page's body below its heading: a move of a control in it reruns the body alone,
+    not the navigation, sidebar and heading; the body's own runs go to the server's rerun log."""
+    from dashboard import streamlit_compat
+
+    def decorate(body: Callable[[], None]) -> Callable[[], None]:
+        @functools.wraps(body)  # the fragment's identity is the body's name and place
+        def logged() -> None:
+            logger = rerun_logger
+            if logger is None or not streamlit_compat.fragment_only_run():
+                return body()  # a full run: app.py logs it whole
+            started, cpu = time.time(), time.thread_time()
+            try:
+                body()
+            finally:
+                logger(started, time.time(), time.thread_time() - cpu, page)
+
+        return st.fragment(logged)
+
+    return decorate

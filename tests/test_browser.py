@@ -7,6 +7,7 @@ Skipped with a reason when chromium or playwright is missing, except in CI
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -72,8 +73,9 @@ SERVER_PIDS: dict[str, int] = {}  # url -> the streamlit process serving it
 
 @contextmanager
 def serve(cache: Path) -> Iterator[tuple[str, Path]]:
-    """A dashboard server on a free port over the store `cache`: (url, its log)."""
-    env = dict(os.environ, BNN_CACHE_DIR=str(cache), BNN_OFFLINE="1")
+    """A dashboard server on a free port over the store `cache`: (url, its log); its script runs are logged
+    in `cache`/reruns.jsonl (BNN_RERUN_LOG)."""
+    env = dict(os.environ, BNN_CACHE_DIR=str(cache), BNN_OFFLINE="1", BNN_RERUN_LOG=str(cache / "reruns.jsonl"))
     port = free_port()
     log = cache / "streamlit.log"
     with open(log, "w") as handle:
@@ -225,6 +227,16 @@ def test_click_on_the_curve_moves_the_threshold_and_the_link_reproduces_the_view
                 raise
     after = _threshold_in(page.url)
     assert after != before
+    # The click reran the page's body alone (one st.fragment), not the navigation and sidebar: the server
+    # logs a fragment run of the Pruning page (when the run ends, which may be after the address changed).
+    for _ in range(100):
+        lines = (log.parent / "reruns.jsonl").read_text().splitlines()
+        runs = [json.loads(line) for line in lines if '"page"' in line]
+        if any(run["page"] == "pruning" and run.get("fragment") for run in runs):
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"no fragment run of the Pruning page logged: {runs[-5:]}")
     slider = page.get_by_role("slider", name="threshold on inclusion_probability (keep above)")
     page.wait_for_function(
         "value => [...document.querySelectorAll('[data-testid=\"stSliderThumbValue\"]')]"

@@ -99,14 +99,15 @@ def test_the_moves_wait_until_every_session_has_opened():
     assert [kind for kind, _ in order] == ["opened"] * 4 + ["moved"] * 4
 
 
-def test_frames_tell_full_reruns_from_fragment_polls_and_split_the_first_update():
+def test_frames_tell_moves_from_fragment_polls_and_split_the_first_update():
     from streamlit.proto.BackMsg_pb2 import BackMsg
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
-    def back(fragment_id=""):
+    def back(fragment_id="", timer=False):
         message = BackMsg()
         message.rerun_script.query_string = "run=x"
         message.rerun_script.fragment_id = fragment_id
+        message.rerun_script.is_auto_rerun = timer
         return message.SerializeToString()
 
     def finished(status):
@@ -114,13 +115,15 @@ def test_frames_tell_full_reruns_from_fragment_polls_and_split_the_first_update(
         message.script_finished = status
         return message.SerializeToString()
 
-    assert browser_class.full_rerun_request(back())
-    assert not browser_class.full_rerun_request(back("f1"))  # a fragment's poll
-    assert not browser_class.full_rerun_request("text frame")
-    assert browser_class.full_run_finished(finished(ForwardMsg.FINISHED_SUCCESSFULLY))
-    assert not browser_class.full_run_finished(finished(ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY))
-    assert not browser_class.full_run_finished(b"\xff\xff not a message")
-    assert browser_class.fragment_poll(back("f1")) and not browser_class.fragment_poll(back())
+    assert browser_class.rerun_request(back()) == "full"
+    assert browser_class.rerun_request(back("f1", timer=True)) == "poll"  # a fragment's timer
+    assert browser_class.rerun_request(back("body")) == "fragment move"  # a control in the page's body fragment
+    assert browser_class.rerun_request("text frame") is None
+    assert browser_class.rerun_request(finished(ForwardMsg.FINISHED_SUCCESSFULLY)) is None
+    assert browser_class.run_finished(finished(ForwardMsg.FINISHED_SUCCESSFULLY)) == "full"
+    assert browser_class.run_finished(finished(ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY)) == "fragment"
+    assert browser_class.run_finished(finished(ForwardMsg.FINISHED_EARLY_FOR_RERUN)) is None
+    assert browser_class.run_finished(b"\xff\xff not a message") is None
     timer = ForwardMsg()
     timer.auto_rerun.fragment_id, timer.auto_rerun.interval = "abcdef0123", 1.0
     assert browser_class.timer_message(timer.SerializeToString()) == "timer of abcdef01 set every 1 s"
@@ -129,10 +132,23 @@ def test_frames_tell_full_reruns_from_fragment_polls_and_split_the_first_update(
     assert browser_class.timer_message(stop.SerializeToString()) == "timers stopped: abcdef01"
     assert browser_class.timer_message(finished(ForwardMsg.FINISHED_SUCCESSFULLY)) is None
     frames = browser_class.Frames()
-    frames.on_sent(back("f1"))
+    frames.on_sent(back("f1", timer=True))
     frames.on_received(timer.SerializeToString())
     assert len(frames.polls) == 1 and frames.polling(0.0).startswith("1 fragment polls sent since 0.0, the last at")
     assert "timer of abcdef01 set every 1 s" in frames.polling(0.0)
+    assert not frames.sent
+    # A poll queued before a move of the body: the first fragment end is the poll's, the second the move's.
+    frames.on_sent(back("body"))
+    frames.on_received(finished(ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY))
+    assert len(frames.sent) == 1 and not frames.finished
+    frames.on_received(finished(ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY))
+    assert len(frames.finished) == 1 and frames.finished[0] >= frames.sent[0]
+    # A full run drops the fragment runs queued before it: a later fragment end is not taken for a move's.
+    frames.on_sent(back("body"))
+    frames.on_sent(back())
+    frames.on_received(finished(ForwardMsg.FINISHED_SUCCESSFULLY))
+    frames.on_received(finished(ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY))
+    assert len(frames.sent) == 3 and len(frames.finished) == 2
     frames = browser_class.Frames()
     frames.sent, frames.finished = [0.5, 2.0], [1.0, 2.9]
     assert frames.split(1.8, 3.0) == pytest.approx((0.2, 0.9, 0.1))  # press 1.8, sent 2.0, done 2.9, drawn 3.0

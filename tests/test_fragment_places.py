@@ -59,8 +59,10 @@ def test_pruning_fragments_stand_still_while_what_is_before_them_changes(store, 
     at.selectbox(key=f"widget:mode:{run_id}").set_value("prune").run()
     at.radio(key=f"widget:weights:{run_id}").set_value("mean").run()  # no accuracy-vs-R chart
     assert_clean(at)
-    # The page's two polled fragments (the cards, accuracy vs R; one function) at two places in all runs.
-    assert fragment_places["refining.<locals>.part"] == {"[0, 2, 5, 0]", "[0, 2, 7, 0]"}, dict(fragment_places)
+    # The page's body (one fragment: a control's move reruns it alone) at one place, and within it the two
+    # polled fragments (the cards, accuracy vs R; one function) at two places, in all runs.
+    assert fragment_places["page_body"] == {"[0, 2, 3]"}, dict(fragment_places)
+    assert fragment_places["refining.<locals>.part"] == {"[0, 2, 3, 2, 0]", "[0, 2, 3, 4, 0]"}, dict(fragment_places)
 
 
 def test_the_page_starts_at_the_same_place_with_or_without_a_refusal(store, fragment_places):
@@ -70,7 +72,8 @@ def test_the_page_starts_at_the_same_place_with_or_without_a_refusal(store, frag
     clean = pruning_page(run_id)
     assert any("R" in w.value for w in refused.warning)
     assert len(refused.main.children) == len(clean.main.children)  # starting, notices, page
-    assert fragment_places["refining.<locals>.part"] == {"[0, 2, 5, 0]"}, dict(fragment_places)  # the cards
+    assert fragment_places["page_body"] == {"[0, 2, 3]"}, dict(fragment_places)
+    assert fragment_places["refining.<locals>.part"] == {"[0, 2, 3, 2, 0]"}, dict(fragment_places)  # the cards
 
 
 def test_the_training_progress_stands_still_while_the_form_shows_errors(held_training, store, fragment_places):
@@ -99,3 +102,40 @@ def test_the_playground_picture_stands_still_when_the_family_changes(tmp_path, m
     assert_clean(at)
     at.session_state["playground_job"][1].cancel()
     assert len(fragment_places["live"]) == 1, dict(fragment_places)
+
+
+def test_a_page_body_logs_its_own_fragment_runs_and_leaves_full_runs_to_the_app(monkeypatch):
+    """ui.body_fragment: a full run calls the body inline (app.py logs the whole run); a run of the body
+    alone is logged once through the rerun logger, even when the body stops itself (st.stop)."""
+    from streamlit.runtime.scriptrunner_utils.exceptions import StopException
+
+    from dashboard import streamlit_compat, ui
+
+    monkeypatch.setattr(ui.st, "fragment", lambda func: func)  # the decorator's own part, outside a server
+    logged: list[tuple] = []
+    monkeypatch.setattr(ui, "rerun_logger", lambda *line: logged.append(line))
+    fragment_only = {"now": False}
+    monkeypatch.setattr(streamlit_compat, "fragment_only_run", lambda: fragment_only["now"])
+    calls: list[str] = []
+
+    @ui.body_fragment("pruning")
+    def page_body() -> None:
+        calls.append("body")
+        if len(calls) == 3:
+            raise StopException()
+
+    assert page_body.__qualname__.endswith("page_body")  # the fragment's identity is the body's name
+    page_body()
+    assert calls == ["body"] and logged == []  # a full run: not logged here
+    fragment_only["now"] = True
+    page_body()
+    assert len(logged) == 1
+    started, ended, cpu, page = logged[0]
+    assert page == "pruning" and ended >= started and cpu >= 0
+    with pytest.raises(StopException):
+        page_body()
+    assert len(logged) == 2 and calls == ["body"] * 3
+    monkeypatch.setattr(ui, "rerun_logger", None)  # no log: nothing logged, the body still runs
+    calls.clear()
+    page_body()
+    assert calls == ["body"] and len(logged) == 2

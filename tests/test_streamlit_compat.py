@@ -159,6 +159,22 @@ def test_a_poll_sends_its_fragments_timer_again_and_a_full_run_does_not(monkeypa
     assert (sent[0].auto_rerun.fragment_id, sent[0].auto_rerun.interval) == ("f1", 0.5)
 
 
+def test_a_fragment_only_run_is_told_from_a_full_run(monkeypatch):
+    """fragment_only_run (hook 7): true only in a script run that reruns fragments alone."""
+    from streamlit.runtime.scriptrunner_utils import script_run_context
+
+    assert compat.fragment_only_run() is False  # no script run here
+    context = SimpleNamespace(fragment_ids_this_run=None)
+    monkeypatch.setattr(script_run_context, "get_script_run_ctx", lambda suppress_warning=False: context)
+    assert compat.fragment_only_run() is False  # a full run
+    context.fragment_ids_this_run = []
+    assert compat.fragment_only_run() is False
+    context.fragment_ids_this_run = ["page-body"]
+    assert compat.fragment_only_run() is True
+    del context.fragment_ids_this_run  # a Streamlit without the flag: said to be a full run
+    assert compat.fragment_only_run() is False
+
+
 def _fragment_call(node: ast.AST) -> bool:
     """st.fragment(...) / fragment(...) given a run_every that is not the constant None: a polled fragment."""
     if not isinstance(node, ast.Call):
