@@ -97,6 +97,7 @@ class Measured:
     load_before: tuple[float, float, float] = (math.nan,) * 3
     load_after: tuple[float, float, float] = (math.nan,) * 3
     server_cpu: float = math.nan
+    script_runs: str = "not logged"  # what the server's own log says of its script runs (script_runs_line)
     browser_cpu: float = math.nan  # the chromium processes' CPU seconds from the first move to the last
     wall: float = math.nan
     # the first update split at the page's websocket frames: key press -> rerun request sent (the page),
@@ -234,6 +235,20 @@ def new_session_id(payload) -> str | None:
     if message is None or message.WhichOneof("type") != "new_session":
         return None
     return message.new_session.initialize.session_id or None
+
+
+def script_runs_line(records: list[dict]) -> str:
+    """The server's log (BNN_RERUN_LOG) in one line: its full script runs and the runs of a page's body
+    alone (a fragment whose control moved), each with the CPU of their threads, and the draws computed.
+    A fragment's poll is not logged."""
+    runs = [r for r in records if "session" in r and "cpu" in r]
+    full = [r["cpu"] for r in runs if not r.get("fragment")]
+    body = [r["cpu"] for r in runs if r.get("fragment")]
+    draws = sum(1 for r in records if "draw" in r)
+    return (
+        f"{len(full)} full runs ({sum(full):.1f} s of CPU), {len(body)} runs of a page's body alone "
+        f"({sum(body):.1f} s); {draws} draws computed"
+    )
 
 
 def server_split(moves: list[tuple[str | None, float, float]], runs: list[dict]) -> dict[str, list[float]]:
@@ -587,6 +602,7 @@ def run(args) -> Measured:
             lines = rerun_log.read_text().splitlines() if rerun_log.exists() else []
             runs = [json.loads(line) for line in lines if line.strip()]
             measured.server_split = server_split(measured.moves, [r for r in runs if "session" in r])
+            measured.script_runs = script_runs_line(runs)
             if "Traceback" in log_text:
                 tail = log_text[log_text.index("Traceback") :][:1500]
                 measured.errors.append(f"the server logged a traceback:\n```\n{tail}\n```")
@@ -661,6 +677,7 @@ def report(measured: Measured, command: str, note: str = "") -> str:
         f"- errors: {len(measured.errors)}" + "".join(f"\n  - {error}" for error in measured.errors[:10]),
         f"- server CPU during the class: {measured.server_cpu:.1f} s; wall time {measured.wall:.0f} s "
         "(training or finding the run included)",
+        f"- the server's script runs (its own log, the class's opening included): {measured.script_runs}",
         f"- the browsers' CPU from the first move to the last: {measured.browser_cpu:.1f} s for {moves} moves "
         f"({measured.browser_cpu / max(moves, 1):.3f} s a move; every chromium process, sampled every 0.25 s)",
         "- load average (1/5/15 min) before {:.2f}/{:.2f}/{:.2f}, after {:.2f}/{:.2f}/{:.2f}".format(

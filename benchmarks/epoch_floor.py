@@ -19,6 +19,9 @@ Everything else (the weight moments' arithmetic, the per-example elementwise pas
 the loss) is left out, so the floor is below any real step. Every part is timed in CPU time of this
 process (1 thread), the median of --blocks blocks of --steps repetitions, interleaved with the plain
 MLP's and LBBNN's whole steps block by block.
+
+A second table does the same for `lbbnn-flow` (Skaaret-Lund et al. 2024), whose target is the other
+families' 5x: its own products and noise (see build), and its coupling flows timed as implemented.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 TARGET = 2.5  # the speed issue's LBBNN epoch target, x the plain MLP
+FLOW_TARGET = 5.0  # its target for every other family
 PARTS = ("products", "adam", "noise", "transcendentals")
 
 
@@ -131,9 +135,65 @@ def build(batch_size: int, hidden: tuple[int, ...], seed: int = 0) -> dict[str, 
         torch.log1p(scratch[1], out=scratch[2])  # sigma = softplus(rho)
         torch.log(scratch[2], out=scratch[0])  # log sigma
 
+    # lbbnn-flow (Skaaret-Lund et al. 2024): the same floor with its own products, per layer three forward
+    # (the mean x z.(a mu), the variances x^2.(a s^2) and (x z)^2.(a (1-a) mu^2)), three for the weight
+    # gradients, two for the gradient of x z (the multipliers are trained) and, past the first layer, one
+    # for the gradient of x (core/models/lbbnn_flow.py, FlowLinear); its noise adds one normal per input and
+    # example (the multipliers' z0). Its flows (q's couplings on every example's row and the KL's, r's on
+    # one row, forward and backward) are timed as implemented: small operations, not a floor.
+    flow_model = BayesianMLP(ModelConfig(in_features=784, out_classes=10, hidden=hidden, family="lbbnn-flow"))
+    flow_adam = _adam([{"params": [p for p in flow_model.parameters() if p.requires_grad], "lr": 1e-3}])
+    turn["flow"] = 0
+
+    def flow_step() -> None:
+        xb, yb = batches[turn["flow"] % 4]
+        turn["flow"] += 1
+        _training_step(flow_model, flow_adam, xb, yb, 1, 1.0 / n_train)
+
+    flow_inputs = [(x_aug, torch.rand_like(x_aug), torch.rand_like(x_aug)) for x_aug in inputs]
+    flow_weights = [(mean_w, var_w, torch.rand_like(var_w)) for mean_w, var_w in weights]
+
+    def flow_products() -> None:
+        for index, ((x_aug, xz_aug, xz2_aug), (mean_w, slab_w, spike_w), grad) in enumerate(
+            zip(flow_inputs, flow_weights, grads)
+        ):
+            torch.mm(xz_aug, mean_w.t())
+            torch.mm(x_aug, slab_w.t())
+            torch.mm(xz2_aug, spike_w.t())
+            torch.mm(grad.t(), xz_aug)
+            torch.mm(grad.t(), x_aug)
+            torch.mm(grad.t(), xz2_aug)
+            torch.mm(grad, spike_w[:, :-1])
+            torch.mm(grad, mean_w[:, :-1])
+            if index > 0:
+                torch.mm(grad, slab_w[:, :-1])
+
+    multipliers_noise = [torch.empty(batch_size + 1, a) for a, _ in shapes]
+
+    def flow_noise() -> None:
+        draw_noise()
+        for out in multipliers_noise:
+            out.normal_()
+
+    flow_layers = list(flow_model.layers)
+    flow_rows = [torch.randn(batch_size + 1, layer.in_features) for layer in flow_layers]
+
+    def flows() -> None:
+        total = 0.0
+        for layer, rows in zip(flow_layers, flow_rows):
+            z, log_det = layer.z_flow(rows.requires_grad_())
+            z_b, reverse_log_det = layer.r_flow(z[-1])
+            total = total + z.sum() + log_det.sum() + z_b.sum() + reverse_log_det.sum()
+        total.backward()
+        flow_model.zero_grad(set_to_none=True)
+
     return {
         "plain": plain_step,
         "lbbnn": lbbnn_step,
+        "flow": flow_step,
+        "flow_products": flow_products,
+        "flow_noise": flow_noise,
+        "flows": flows,
         "lbbnn_compiled_weights": lbbnn_step_compiled_weights,
         "products": products,
         "adam": adam,
@@ -187,6 +247,27 @@ def render(rows: list[dict], command: str, hidden: tuple[int, ...], threads: int
         "each way): what a hand-written CPU kernel for them could buy at best.",
         "",
     ]
+    if all("flow" in row for row in rows):
+        lines += [
+            "## lbbnn-flow",
+            "",
+            "The same floor for `lbbnn-flow` (its nine products a layer, its noise; Adam and the transcendentals "
+            f"as LBBNN's), and its flows as implemented, against the other families' target of {FLOW_TARGET:g}x:",
+            "",
+            "| batch | plain MLP step | lbbnn-flow step (x plain) | products | noise | floor (x plain) | its flows | "
+            f"floor and its flows (x plain) | within {FLOW_TARGET:g}x? |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for row in rows:
+            floor = row["flow_products"] + row["adam"] + row["flow_noise"] + row["transcendentals"]
+            with_flows = floor + row["flows"]
+            lines.append(
+                f"| {row['batch']} | {row['plain']:.2f} | {row['flow']:.2f} ({row['flow'] / row['plain']:.2f}x) | "
+                f"{row['flow_products']:.2f} | {row['flow_noise']:.2f} | {floor:.2f} ({floor / row['plain']:.2f}x) | "
+                f"{row['flows']:.2f} | {with_flows:.2f} ({with_flows / row['plain']:.2f}x) | "
+                f"{'yes' if with_flows / row['plain'] <= FLOW_TARGET else 'no'} |"
+            )
+        lines.append("")
     return "\n".join(lines)
 
 

@@ -375,3 +375,19 @@ def test_the_process_table_reads_this_process_and_its_parent():
     assert own.parent == os.getppid()
     assert own.cpu > 0
     assert os.getpid() in server.child_cpu(os.getppid(), own.name)
+
+
+def test_the_server_s_script_runs_are_counted_full_and_body_apart():
+    records = [
+        {"session": "s-1", "page": "pruning", "start": 1.0, "end": 1.5, "cpu": 0.4},
+        {"session": "s-1", "page": "pruning", "start": 2.0, "end": 2.1, "cpu": 0.05, "fragment": True},
+        {"session": "s-2", "page": "pruning", "start": 2.0, "end": 2.2, "cpu": 0.07, "fragment": True},
+        {"draw": 0, "run": "r", "threshold": 0.5},
+        {"draw": 1, "run": "r", "threshold": 0.5},
+    ]
+    line = browser_class.script_runs_line(records)
+    assert line == "1 full runs (0.4 s of CPU), 2 runs of a page's body alone (0.1 s); 2 draws computed"
+    assert (
+        browser_class.script_runs_line([])
+        == "0 full runs (0.0 s of CPU), 0 runs of a page's body alone (0.0 s); 0 draws computed"
+    )

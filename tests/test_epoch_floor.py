@@ -44,3 +44,16 @@ def test_the_floor_is_the_sum_of_its_parts_and_the_verdict_follows_the_target():
     assert "| 100 | 4.00 | 14.00 (3.50x) | 12.00 (3.00x) | 7.00 | 1.00 | 0.50 | 2.00 | 10.50 (2.62x) | no |" in text
     assert "| 250 | 8.00 | 24.00 (3.00x) | 22.00 (2.75x) | 14.00 | 1.00 | 1.00 | 2.00 | 18.00 (2.25x) | yes |" in text
     assert "784-400-600-10" in text
+
+
+def test_the_flow_floor_adds_its_own_products_and_noise_and_then_its_flows():
+    row = {"load": 0.5, "adam": 1.0, "batch": 100, "plain": 4.0, "lbbnn": 14.0, "lbbnn_compiled_weights": 12.0,
+           "products": 7.0, "noise": 0.5, "transcendentals": 2.0,
+           "flow": 32.0, "flow_products": 11.0, "flow_noise": 1.0, "flows": 6.0}  # fmt: skip
+    text = epoch_floor.render([row], "python -m benchmarks.epoch_floor", (400, 600), 1)
+    # floor 11 + 1 + 1 + 2 = 15 = 3.75x; with its flows 21 = 5.25x: above the families' 5x
+    assert "| 100 | 4.00 | 32.00 (8.00x) | 11.00 | 1.00 | 15.00 (3.75x) | 6.00 | 21.00 (5.25x) | no |" in text
+    faster = {**row, "flows": 4.0}  # 19 = 4.75x
+    assert "| 19.00 (4.75x) | yes |" in epoch_floor.render([faster], "c", (400, 600), 1)
+    no_flow = {k: v for k, v in row.items() if not k.startswith("flow")}
+    assert "lbbnn-flow" not in epoch_floor.render([no_flow], "c", (400, 600), 1)  # rows without it: one table
