@@ -57,3 +57,12 @@ def test_the_flow_floor_adds_its_own_products_and_noise_and_then_its_flows():
     assert "| 19.00 (4.75x) | yes |" in epoch_floor.render([faster], "c", (400, 600), 1)
     no_flow = {k: v for k, v in row.items() if not k.startswith("flow")}
     assert "lbbnn-flow" not in epoch_floor.render([no_flow], "c", (400, 600), 1)  # rows without it: one table
+
+
+def test_the_lfmvn_floor_is_lbbnn_s_floor_and_its_additions():
+    row = {"load": 0.5, "adam": 1.0, "batch": 100, "plain": 4.0, "lbbnn": 14.0, "lbbnn_compiled_weights": 12.0,
+           "products": 7.0, "noise": 0.5, "transcendentals": 2.0, "lfmvn": 32.0, "lfmvn_extra": 6.0}  # fmt: skip
+    text = epoch_floor.render([row], "python -m benchmarks.epoch_floor", (400, 600), 1)
+    # LBBNN's floor 10.5, plus 6 = 16.5 = 4.125x: within the families' 5x
+    assert "| 100 | 4.00 | 32.00 (8.00x) | 10.50 | 6.00 | 16.50 (4.12x) | yes |" in text
+    assert "| 22.50 (5.62x) | no |" in epoch_floor.render([{**row, "lfmvn_extra": 12.0}], "c", (400, 600), 1)
