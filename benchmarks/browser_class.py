@@ -101,7 +101,7 @@ class Measured:
     browser_cpu: float = math.nan  # the chromium processes' CPU seconds from the first move to the last
     wall: float = math.nan
     # the first update split at the page's websocket frames: key press -> rerun request sent (the page),
-    # request -> the full run's end received (the server), that end -> the cards drawn (the page)
+    # request -> the run's end received (the server), that end -> the cards drawn (the page)
     split: dict[str, list[float]] = field(default_factory=lambda: {"page before": [], "server": [], "page after": []})
     # each move as (the page's Streamlit session id, key press, cards drawn) in wall-clock time, set against
     # the server's own log of its script runs after the class (server_split)
@@ -647,8 +647,8 @@ def report(measured: Measured, command: str, note: str = "") -> str:
         _row("R: complete", measured.complete["R"]),
         _row("open the shared link -> cards drawn", measured.opened),
         "",
-        "The first update split at the page's websocket frames (moves whose full rerun was seen; the rest "
-        "were answered without one):",
+        "The first update split at the page's websocket frames (moves whose rerun, of the whole page or of its "
+        "body, was seen; the rest were answered without one):",
         "",
         "| part of the first update | n | p50 (s) | p95 (s) | max (s) |",
         "|---|---|---|---|---|",
@@ -657,7 +657,7 @@ def report(measured: Measured, command: str, note: str = "") -> str:
         _row("the run's end -> cards drawn (the page)", measured.split["page after"]),
         "",
         "The same split at the server's own log of its script runs (wall-clock times written by the server as"
-        " each full run starts and ends; moves whose run was logged):",
+        " each run of the whole page or of its body starts and ends; moves whose run was logged):",
         "",
         "| part of the first update | n | p50 (s) | p95 (s) | max (s) |",
         "|---|---|---|---|---|",

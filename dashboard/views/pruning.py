@@ -4,7 +4,7 @@ cards, accuracy vs R, and the pruned model and the curve to take away."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import streamlit as st
 
@@ -46,7 +46,7 @@ CHART_POLL_SECONDS = max(2.0, POLL_SECONDS)
 class View:
     """The settings one run of the page's body read: what its cards and chart, and their polls, show."""
 
-    spec: Any  # backend.ThresholdRange
+    spec: backend.ThresholdRange
     mode: str
     weights: str | None
     effective: float | None  # the threshold the mode cuts at
