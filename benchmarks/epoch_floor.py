@@ -253,6 +253,15 @@ def time_interleaved(timed: dict[str, Callable[[], None]], steps: int, blocks: i
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
+def _ratio(value: float, plain: float) -> str:
+    """'12.30 (2.46x)': CPU ms and its ratio to the plain MLP's step."""
+    return f"{value:.2f} ({value / plain:.2f}x)"
+
+
+def _within(value: float, plain: float, target: float) -> str:
+    return "yes" if value / plain <= target else "no"
+
+
 def render(rows: list[dict], command: str, hidden: tuple[int, ...], threads: int) -> str:
     network = "-".join(map(str, (784, *hidden, 10)))
     lines = [
@@ -267,12 +276,12 @@ def render(rows: list[dict], command: str, hidden: tuple[int, ...], threads: int
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        floor = sum(row[part] for part in PARTS)
+        plain, floor = row["plain"], sum(row[part] for part in PARTS)
         lines.append(
-            f"| {row['batch']} | {row['plain']:.2f} | {row['lbbnn']:.2f} ({row['lbbnn'] / row['plain']:.2f}x) | "
-            f"{row['lbbnn_compiled_weights']:.2f} ({row['lbbnn_compiled_weights'] / row['plain']:.2f}x) | "
+            f"| {row['batch']} | {plain:.2f} | {_ratio(row['lbbnn'], plain)} | "
+            f"{_ratio(row['lbbnn_compiled_weights'], plain)} | "
             + " | ".join(f"{row[part]:.2f}" for part in PARTS)
-            + f" | {floor:.2f} ({floor / row['plain']:.2f}x) | {'yes' if floor / row['plain'] <= TARGET else 'no'} |"
+            + f" | {_ratio(floor, plain)} | {_within(floor, plain, TARGET)} |"
         )
     lines += [
         "",
@@ -296,12 +305,11 @@ def render(rows: list[dict], command: str, hidden: tuple[int, ...], threads: int
             "|---|---|---|---|---|---|---|",
         ]
         for row in rows:
-            base = sum(row[part] for part in PARTS)
+            plain, base = row["plain"], sum(row[part] for part in PARTS)
             floor = base + row["lfmvn_extra"]
             lines.append(
-                f"| {row['batch']} | {row['plain']:.2f} | {row['lfmvn']:.2f} ({row['lfmvn'] / row['plain']:.2f}x) | "
-                f"{base:.2f} | {row['lfmvn_extra']:.2f} | {floor:.2f} ({floor / row['plain']:.2f}x) | "
-                f"{'yes' if floor / row['plain'] <= FLOW_TARGET else 'no'} |"
+                f"| {row['batch']} | {plain:.2f} | {_ratio(row['lfmvn'], plain)} | {base:.2f} | "
+                f"{row['lfmvn_extra']:.2f} | {_ratio(floor, plain)} | {_within(floor, plain, FLOW_TARGET)} |"
             )
         lines.append("")
     if all("flow" in row for row in rows):
@@ -316,13 +324,13 @@ def render(rows: list[dict], command: str, hidden: tuple[int, ...], threads: int
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for row in rows:
+            plain = row["plain"]
             floor = row["flow_products"] + row["adam"] + row["flow_noise"] + row["transcendentals"]
             with_flows = floor + row["flows"]
             lines.append(
-                f"| {row['batch']} | {row['plain']:.2f} | {row['flow']:.2f} ({row['flow'] / row['plain']:.2f}x) | "
-                f"{row['flow_products']:.2f} | {row['flow_noise']:.2f} | {floor:.2f} ({floor / row['plain']:.2f}x) | "
-                f"{row['flows']:.2f} | {with_flows:.2f} ({with_flows / row['plain']:.2f}x) | "
-                f"{'yes' if with_flows / row['plain'] <= FLOW_TARGET else 'no'} |"
+                f"| {row['batch']} | {plain:.2f} | {_ratio(row['flow'], plain)} | {row['flow_products']:.2f} | "
+                f"{row['flow_noise']:.2f} | {_ratio(floor, plain)} | {row['flows']:.2f} | "
+                f"{_ratio(with_flows, plain)} | {_within(with_flows, plain, FLOW_TARGET)} |"
             )
         lines.append("")
     return "\n".join(lines)

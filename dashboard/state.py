@@ -328,6 +328,15 @@ def samples_slider(run_id: str, max_samples: int = MAX_SAMPLES, disabled: bool =
     )
 
 
+def threshold_off_reason(mode: str, spec: backend.ThresholdRange) -> str | None:
+    """Why the threshold slider does nothing in `mode` (said on it and under it), None where it acts."""
+    if backend.mode_uses_slider(mode):
+        return None
+    if mode in backend.DEFAULT_CUT_MODES:
+        return f"Mode {mode} cuts at the family's default {spec.default:.4g} (the median probability model)."
+    return f"Mode {mode} uses every weight."
+
+
 def threshold_slider(
     run_id: str, spec: backend.ThresholdRange, label: str | None = None, disabled_reason: str | None = None
 ) -> float:

@@ -969,3 +969,20 @@ def test_inclusion_threshold_step_swaps_chart_data_and_keeps_every_spec(store):
     changed = [name for (_, old), (_, new) in zip(before, after) for name in new if new[name] != old.get(name)]
     assert "threshold_rule" in changed and changed.count("picture") >= 3
     assert all(len(spec) < 60_000 for spec, _ in after)  # pictures, not thousands of rectangles
+
+
+def test_the_threshold_slider_says_why_it_is_off_in_each_mode_that_ignores_it():
+    from types import SimpleNamespace
+
+    from dashboard import backend, state
+
+    spec = SimpleNamespace(default=0.5)
+    for mode in ("bma", "mean", "mpm", "mpm-mean", "prune"):
+        reason = state.threshold_off_reason(mode, spec)
+        if backend.mode_uses_slider(mode):
+            assert reason is None, mode
+        elif mode in backend.DEFAULT_CUT_MODES:
+            assert reason == f"Mode {mode} cuts at the family's default 0.5 (the median probability model).", mode
+        else:
+            assert reason == f"Mode {mode} uses every weight.", mode
+    assert state.threshold_off_reason("prune", spec) is None  # prune is what the slider tunes

@@ -178,15 +178,7 @@ def page_body() -> None:
                 "traces); sample: R draws of the kept weights (the R slider)",
             )
         with left:
-            reason = (
-                None
-                if backend.mode_uses_slider(mode)
-                else (
-                    f"Mode {mode} cuts at the family's default {spec.default:.4g} (the median probability model)."
-                    if mode in backend.DEFAULT_CUT_MODES
-                    else f"Mode {mode} uses every weight."
-                )
-            )
+            reason = state.threshold_off_reason(mode, spec)
             threshold = state.threshold_slider(run_id, spec, disabled_reason=reason)
         with right:
             samples = state.samples_slider(run_id, disabled=not backend.mode_draws_samples(mode, weights))

@@ -31,15 +31,7 @@ with guard("Reading the settings"):
     with middle:
         samples = state.samples_slider(run_id, disabled=not backend.mode_draws_samples(mode))
     with right:
-        reason = (
-            None
-            if backend.mode_uses_slider(mode)
-            else (
-                f"Mode {mode} cuts at the family's default {spec.default:.4g}."
-                if mode in backend.DEFAULT_CUT_MODES
-                else f"Mode {mode} uses every weight."
-            )
-        )
+        reason = state.threshold_off_reason(mode, spec)
         threshold = state.threshold_slider(run_id, spec, disabled_reason=reason)
     effective = backend.mode_threshold(mode, threshold, spec.default)
     draws = samples if backend.mode_draws_samples(mode) else 1  # mean and mpm-mean draw nothing
