@@ -5,6 +5,7 @@ page's sliders at once, each timed to the first update and to the complete R-dra
     python -m benchmarks.browser_class                    # 10 sessions, bundled mnist-small 784-400-600-10
     python -m benchmarks.browser_class --sessions 5 --interactions 6
     python -m benchmarks.browser_class --proxy-processes 2 --out benchmarks/results/browser_class_proxy_2.md
+    python -m benchmarks.browser_class --sessions 2 --protocol-sessions 8   # 2 pages timed in a class of 10
     # writes benchmarks/results/browser_class.md (--out to write elsewhere)
 
 The speed issue's second class target: 10 browser sessions on a bundled-subset run, p95 to the first
@@ -36,6 +37,12 @@ alternately right and left. Timed from the key press:
 - complete: the note reads "R of R draws" for the R now set (a mode that draws once has no note).
 An exception element on the page, or a wait past --timeout, counts as an error.
 
+`--protocol-sessions K` adds K students without a browser (benchmarks/classroom/protocol_students.py:
+classroom_load's websocket client browsing the same run), as students whose pages run on their own
+machines: the server carries the whole class, and the chromium sessions, the ones timed, share the
+cores with the server only, not with the rest of the class's pages. They start their moves when the
+pages have opened.
+
 All sessions open their links at once (timed: "open the shared link"); the moves begin when every
 session has opened, so that ten pages' first renders (seconds of browser CPU each, a classroom's
 laptops' work) do not starve the other pages' timers, which drive the fragments' polls.
@@ -63,7 +70,8 @@ from pathlib import Path
 from typing import Callable
 
 from benchmarks.classroom.draws import kept_draws_at_start
-from benchmarks.classroom.report import SERVER_SETTINGS
+from benchmarks.classroom.protocol_students import protocol_report, protocol_students, students_lines
+from benchmarks.classroom.report import SERVER_SETTINGS, Report
 from benchmarks.classroom.server import ProcessRow, ProxiedServers, process_table, proxy_processes
 from benchmarks.classroom_load import Server, percentile
 from benchmarks.dashboard_latency import CHROMIUM, CHROMIUM_ARGS, SCRIPT_IDLE, prepare_run
@@ -109,6 +117,12 @@ class Measured:
     server_split: dict[str, list[float]] = field(
         default_factory=lambda: {"to the run": [], "the run": [], "after the run": [], "to the run's end": []}
     )
+    # --protocol-sessions K: the rest of the class over Streamlit's protocol (benchmarks.classroom)
+    students: Report = field(default_factory=lambda: protocol_report(0, 1, 0.0))
+
+    def failures(self) -> list[str]:
+        """The browsers' errors, the protocol students' and their leaks: any of them fails the run."""
+        return self.errors + self.students.errors + self.students.leaks
 
 
 class Frames:
@@ -324,6 +338,12 @@ def draws_note(cards_json: str) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
+def settled(cards_json: str) -> bool:
+    """The cards rest on all their R draws (or on a mode that draws once): nothing will refine them."""
+    note = draws_note(cards_json)
+    return note is None or note[0] >= note[1]
+
+
 def session_threshold(index: int) -> float:
     """Each session's starting inclusion-probability threshold: spread over 0.30-0.80 in slider steps."""
     return round(0.30 + 0.005 * ((index * 17) % 101), 3)
@@ -381,6 +401,11 @@ async def one_session(
             await page.goto(link, wait_until="commit")
             await wait_until(page, lambda cards, idle: idle and '"accuracy"' in cards, args.open_timeout)
             measured.opened.append(time.perf_counter() - started)
+            # The student reads the opening's complete numbers before her first move, so that every move
+            # starts from settled cards. Without this wait a poll refining the opening's R draws could land
+            # after the first key press and count as its first update, and the wait for the move's complete
+            # numbers then waited for the opening's R (two timeouts in five classes, 2026-11-28 07:10-07:22).
+            await wait_until(page, lambda cards, idle: idle and settled(cards), args.open_timeout)
         finally:
             # The moves start when every session has opened (or failed to): the opening's browser CPU
             # (parsing and first render, seconds per page) is the students' laptops' in a class, and on
@@ -540,7 +565,8 @@ async def drive(url: str, run_id: str, args, measured: Measured) -> None:
                     *(
                         one_session(browser, url, run_id, i, args, measured, stop, opened_all)
                         for i in range(args.sessions)
-                    )
+                    ),
+                    protocol_students(url, run_id, measured.students, opened_all.event, args.max_seconds),
                 )
             finally:
                 follower.cancel()
@@ -575,7 +601,9 @@ def run(args) -> Measured:
             "network": "784-" + args.hidden.replace(",", "-") + "-10",
             "epochs": args.epochs,
             "browser share": args.browser_share,
-        }
+            "protocol students": args.protocol_sessions,
+        },
+        students=protocol_report(args.protocol_sessions, args.interactions, args.think_seconds),
     )
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bnn-browser-class-") as work:
@@ -628,8 +656,10 @@ def report(measured: Measured, command: str, note: str = "") -> str:
     p95 = percentile(sorted(first), 0.95) if first else math.nan
     verdict = "not measured" if math.isnan(p95) else ("PASS" if p95 <= TARGET_FIRST_P95 else "FAIL")
     setting = ", ".join(f"{key} {value}" for key, value in measured.setting.items())
+    students = measured.students.scenario.sessions
+    beside = f" and {students} protocol students" if students else ""
     lines = [
-        f"# A class of browsers: N chromium sessions on {measured.setting.get('serving', serving(0))}",
+        f"# A class of browsers: N chromium sessions{beside} on {measured.setting.get('serving', serving(0))}",
         "",
         f"`{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         "",
@@ -672,7 +702,9 @@ def report(measured: Measured, command: str, note: str = "") -> str:
             measured.server_split["to the run's end"],
         ),
         "",
-        f"- target: p95 to the first update <= {TARGET_FIRST_P95:g} s: **{verdict}** (p95 {p95:.2f} s)",
+        *students_lines(measured.students),
+        f"- target: p95 to the first update <= {TARGET_FIRST_P95:g} s: **{verdict}** (p95 {p95:.2f} s)"
+        + (f", the {moves} moves of the chromium pages" if students else ""),
         f"- moves whose first update rested on fewer than R draws (refined in place): {measured.refined}",
         f"- errors: {len(measured.errors)}" + "".join(f"\n  - {error}" for error in measured.errors[:10]),
         f"- server CPU during the class: {measured.server_cpu:.1f} s; wall time {measured.wall:.0f} s "
@@ -693,6 +725,7 @@ def report(measured: Measured, command: str, note: str = "") -> str:
 # server starts or a run is trained.
 BOUNDS = (
     ("sessions", "whole", 1, 60),
+    ("protocol_sessions", "whole", 0, 59),
     ("interactions", "whole", 1, 200),
     ("think_seconds", "real", 0.0, 60.0),
     ("epochs", "whole", 1, 100),
@@ -708,6 +741,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", default="10")
+    parser.add_argument(
+        "--protocol-sessions",
+        default="0",
+        help="this many more students over Streamlit's protocol, no browser (benchmarks.classroom's client), "
+        "as students whose pages run on their own machines; the chromium sessions are the ones timed",
+    )
     parser.add_argument("--interactions", default="12", help="key presses per session")
     parser.add_argument("--think-seconds", default="1.0", help="mean pause before each key press")
     parser.add_argument("--dataset", default="mnist-small", choices=["mnist-small", "mnist"])
@@ -748,6 +787,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         widths = [validate.whole_number(w, "--hidden", 1, 4096) for w in args.hidden.split(",")]
     except BNNError as exc:
         parser.error(str(exc))
+    if args.sessions + args.protocol_sessions > 60:
+        parser.error(
+            f"--sessions and --protocol-sessions: at most 60 students in all, got "
+            f"{args.sessions} + {args.protocol_sessions}"
+        )
     if not 1 <= len(widths) <= 4:
         parser.error("--hidden: give 1 to 4 widths separated by commas, e.g. 400,600")
     if args.browser_share == "background" and (why := background_browsers_refusal()):
@@ -776,7 +820,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
-    return 1 if measured.errors else 0
+    return 1 if measured.failures() else 0
 
 
 if __name__ == "__main__":

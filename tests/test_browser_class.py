@@ -13,7 +13,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from benchmarks import browser_class
-from benchmarks.classroom import server
+from benchmarks.classroom import protocol_students, server
 
 
 @pytest.mark.parametrize(
@@ -28,6 +28,10 @@ from benchmarks.classroom import server
         (["--epochs", ""], "--epochs"),
         (["--hidden", "400,x"], "--hidden"),
         (["--hidden", "1,1,1,1,1"], "--hidden"),
+        (["--protocol-sessions", "-1"], "--protocol-sessions"),
+        (["--protocol-sessions", "2.5"], "--protocol-sessions"),
+        (["--protocol-sessions", "60"], "--protocol-sessions"),
+        (["--sessions", "10", "--protocol-sessions", "51"], "--protocol-sessions"),
     ],
 )
 def test_bad_arguments_are_refused_with_the_flag_named(argv, flag, capsys):
@@ -40,6 +44,9 @@ def test_bad_arguments_are_refused_with_the_flag_named(argv, flag, capsys):
 def test_good_arguments_become_numbers():
     args = browser_class.parse_args(["--sessions", "10", "--think-seconds", "0.5", "--hidden", "100,100"])
     assert (args.sessions, args.think_seconds, args.interactions) == (10, 0.5, 12)
+    assert args.protocol_sessions == 0  # the class is the browsers alone unless asked
+    mixed = browser_class.parse_args(["--sessions", "2", "--protocol-sessions", "58"])
+    assert (mixed.sessions, mixed.protocol_sessions) == (2, 58)
 
 
 def test_draws_note_is_read_from_the_accuracy_card():
@@ -391,3 +398,142 @@ def test_the_server_s_script_runs_are_counted_full_and_body_apart():
         browser_class.script_runs_line([])
         == "0 full runs (0.0 s of CPU), 0 runs of a page's body alone (0.0 s); 0 draws computed"
     )
+
+
+def _interaction(kind: str, seconds: float, complete: float | None = None):
+    from benchmarks.classroom.report import Interaction
+
+    return Interaction(1000, kind, seconds, True, complete_seconds=seconds if complete is None else complete)
+
+
+def test_protocol_students_get_their_own_table_and_their_failures_fail_the_run():
+    measured = browser_class.Measured(students=protocol_students.protocol_report(8, 12, 1.0))
+    measured.first["threshold"] = [0.3] * 20
+    measured.students.interactions = [_interaction("threshold", 0.1 * (i + 1), 2.0) for i in range(20)]
+    measured.students.interactions.append(_interaction("page switch", 0.5))
+    text = browser_class.report(measured, "cmd")
+    assert "N chromium sessions and 8 protocol students" in text
+    # 20 slider moves of 0.1 .. 2.0 s: p50 1.05 s, p95 1.9 + 0.05 x 0.1 = 1.905 s by interpolation (1.91 in
+    # float); complete 2.0 s for every one
+    assert "| slider release -> first update (threshold, R) | 20 | 1.05 | 1.91 | 2.00 |" in text
+    assert "| slider release -> complete R-draw numbers | 20 | 2.00 | 2.00 | 2.00 |" in text
+    assert "| page switch | 1 | 0.50 | 0.50 | 0.50 |" in text
+    # the verdict is the chromium pages' (0.3 s), not the students' slower moves
+    assert "**PASS** (p95 0.30 s), the 20 moves of the chromium pages" in text
+    assert measured.failures() == []
+    measured.students.leaks.append("session 1003 saw run abc")
+    measured.students.errors.append("session 1004 threshold: TimeoutError")
+    assert measured.failures() == ["session 1004 threshold: TimeoutError", "session 1003 saw run abc"]
+    assert "protocol students' errors: 1" in browser_class.report(measured, "cmd")
+
+
+def test_a_class_of_browsers_alone_has_no_protocol_lines():
+    text = browser_class.report(browser_class.Measured(), "cmd")
+    assert "protocol" not in text
+    assert protocol_students.students_lines(protocol_students.protocol_report(0, 12, 1.0)) == []
+
+
+def test_protocol_students_wait_for_the_pages_then_each_browses_the_run(monkeypatch):
+    import asyncio
+
+    browsed: list[tuple[int, str, list[str]]] = []
+    opened_at: list[bool] = []
+
+    async def fake_browse(session, report, scenario, runs, deadline, labels, rng):
+        opened_at.append(start.is_set())
+        browsed.append((session.index, session.run_id, runs))
+        if session.index == protocol_students.FIRST_INDEX + 1:
+            raise ConnectionError("dropped")
+
+    monkeypatch.setattr(protocol_students, "browse", fake_browse)
+    report = protocol_students.protocol_report(3, 5, 1.0)
+
+    async def scenario() -> None:
+        students = protocol_students.protocol_students("http://127.0.0.1:1", "run1", report, start, 60)
+        task = asyncio.ensure_future(students)
+        await asyncio.sleep(0)
+        assert browsed == []  # nobody moves before the pages have opened
+        start.set()
+        await task
+
+    start = asyncio.Event()
+    asyncio.run(scenario())
+    assert [index for index, _, _ in browsed] == [1000, 1001, 1002]
+    assert all(run == "run1" and runs == ["run1"] for _, run, runs in browsed)
+    assert opened_at == [True] * 3
+    assert report.errors == ["a protocol student: ConnectionError: dropped"]
+
+
+def _cards(done: int, wanted: int) -> str:
+    return json.dumps({"accuracy": ["0.91", f"{done} of {wanted} draws"], "density": ["0.40", None]})
+
+
+class _RefiningPage:
+    """A page whose opening cards refine 3 -> 6 -> 10 of 10 draws, one step per three reads (the page's
+    polls are slower than the session's reads), and whose key press shows 10 of 11, then 11 of 11: what a
+    session's first move meets on a cold class."""
+
+    def __init__(self) -> None:
+        self.shown = [_cards(3, 10)] * 3 + [_cards(6, 10)] * 3 + [_cards(10, 10)]
+        self.at_press: list[str] = []
+        self.keyboard = self
+
+    def on(self, event, callback) -> None:
+        pass
+
+    async def goto(self, link, wait_until=None) -> None:
+        self.link = link
+
+    def get_by_role(self, role, name=None):
+        return self
+
+    async def focus(self) -> None:
+        pass
+
+    async def press(self, key) -> None:
+        self.at_press.append(self.shown[0])
+        self.shown = [_cards(10, 11), _cards(11, 11)]
+
+    async def evaluate(self, expression):
+        if expression == browser_class.EXCEPTION:
+            return 0
+        if len(self.shown) > 1:
+            return [self.shown.pop(0), True]
+        return [self.shown[0], True]
+
+
+def test_the_first_move_waits_for_the_opening_s_draws_to_settle():
+    import argparse
+    import asyncio
+
+    page = _RefiningPage()
+
+    class Context:
+        async def new_page(self):
+            return page
+
+        async def close(self):
+            pass
+
+    class Browser:
+        async def new_context(self, viewport=None):
+            return Context()
+
+    args = argparse.Namespace(open_timeout=5.0, timeout=5.0, interactions=1, think_seconds=0.0)
+    measured = browser_class.Measured()
+    stop = __import__("time").perf_counter() + 60
+    asyncio.run(
+        browser_class.one_session(Browser(), "http://x", "run1", 0, args, measured, stop, browser_class.OpenedAll(1))
+    )
+    assert measured.errors == []
+    # the key press came when the opening's 10 draws were all in, not while a poll was refining them
+    assert page.at_press == [_cards(10, 10)]
+    assert len(measured.first["threshold"] + measured.first["R"]) == 1
+    assert len(measured.complete["threshold"] + measured.complete["R"]) == 1
+    assert measured.refined == 1  # 10 of 11 first, then the wait for 11 of 11
+
+
+def test_settled_cards_rest_on_all_their_draws():
+    assert browser_class.settled(_cards(10, 10))
+    assert not browser_class.settled(_cards(3, 10))
+    assert browser_class.settled(json.dumps({"accuracy": ["0.9", None]}))  # a mode that draws once
