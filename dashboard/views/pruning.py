@@ -150,8 +150,9 @@ def accuracy_chart(view: View, ready: int, wanted: int) -> None:
 
 
 # The body is one fragment: a move of the threshold (or any control below the intro) reruns it alone, not the
-# navigation, sidebar and heading. The browser drew 15% less a move (main-thread tasks 173 -> 147 ms, chromium
-# CPU 264 -> 230 ms; benchmarks/results/page_cost_page_fragment.md, `python -m benchmarks.page_cost`).
+# navigation, sidebar and heading. The server's run for a move took 15-19 ms of CPU against about 28 ms for the
+# whole page, and a class of ten made 58-64 full runs instead of 175-187; the browser's own work a move did not
+# change measurably (benchmarks/results/page_fragment_landed.md, `python -m benchmarks.browser_class`).
 @body_fragment("pruning")
 def page_body() -> None:
     # Each section in its slot, made before anything that appears only sometimes (the weights radio, a
