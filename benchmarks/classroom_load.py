@@ -102,6 +102,12 @@ def main(argv: list[str] | None = None) -> int:
         help="keep the draws earlier classes left on disk (<cache-dir>/draws: a lesson taught again); by default "
         "they are emptied first and the class computes every draw",
     )
+    parser.add_argument(
+        "--full-page-moves",
+        action="store_true",
+        help="send every slider move as a run of the whole page (the protocol before 2026-11-28); by default a "
+        "move of a control inside an st.fragment reruns that fragment alone, as a browser sends it",
+    )
     parser.add_argument("--note", default="", help="a line about the machine's load, written under the table")
     parser.add_argument(
         "--json",
@@ -144,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         proxy_processes=args.proxy_processes,
         patience=args.patience,
         kept_draws=args.kept_draws,
+        fragment_moves=not args.full_page_moves,
     )
     if args.predict_slots is not None:
         os.environ["BNN_PREDICT_SLOTS"] = str(args.predict_slots)  # the server inherits this environment
@@ -162,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{'' if args.servers == 1 else f' --servers {args.servers}'}"
         f"{f' --proxy-processes {args.proxy_processes}' if args.proxy_processes else ''}"
         f"{'' if args.patience is None else f' --patience {args.patience:g}'}"
-        f"{' --kept-draws' if args.kept_draws else ''}` on "
+        f"{' --kept-draws' if args.kept_draws else ''}"
+        f"{' --full-page-moves' if args.full_page_moves else ''}` on "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         "",
         text,

@@ -32,8 +32,15 @@ class RunResult:
 
 
 class Session:
-    def __init__(self, index: int, url: str, run_id: str | None, timeout: float = 120.0):
+    """One student's connection. With `fragment_moves` (the default) a widget change inside an `st.fragment`
+    is sent as the browser sends it: a run of that fragment alone (the Pruning page's body), not of the page;
+    False sends every change as a run of the whole page (the load tests' protocol before 2026-11-28)."""
+
+    def __init__(self, index: int, url: str, run_id: str | None, timeout: float = 120.0, fragment_moves: bool = True):
         self.index = index
+        self.fragment_moves = fragment_moves
+        self.widget_fragments: dict[str, str] = {}  # widget id -> the fragment its element was drawn in ("": none)
+        self.fragment_last: RunResult | None = None  # a fragment move's run since the last full run
         self.ws_url = url.replace("http://", "ws://") + "/_stcore/stream"
         self.run_id = run_id
         self.timeout = timeout
@@ -94,7 +101,11 @@ class Session:
                 element = msg.delta.new_element
                 name = element.WhichOneof("type")
                 if name is not None:
-                    self._current.elements.append((name, getattr(element, name)))
+                    value = getattr(element, name)
+                    self._current.elements.append((name, value))
+                    widget_id = getattr(value, "id", "")
+                    if isinstance(widget_id, str) and widget_id:
+                        self.widget_fragments[widget_id] = msg.delta.fragment_id
             elif kind == "auto_rerun" and self._current is not None:
                 self._current.auto_reruns[msg.auto_rerun.fragment_id] = msg.auto_rerun.interval
             elif kind == "stop_auto_rerun":
@@ -134,8 +145,9 @@ class Session:
     async def rerun(
         self, page: str | None = None, changes: dict[str, Any] | None = None, fragment_id: str | None = None
     ) -> RunResult:
-        """Rerun the script (on `page`, with widget `changes` by id), or only fragment `fragment_id`, and
-        wait for it to finish."""
+        """Rerun the script (on `page`, with widget `changes` by id), or only fragment `fragment_id` (a
+        timer's poll), and wait for it to finish. Changes of widgets drawn in one fragment rerun that
+        fragment, as a browser does (unless fragment_moves is off)."""
         from streamlit.proto.BackMsg_pb2 import BackMsg
 
         states = dict(self.widgets)
@@ -156,10 +168,13 @@ class Session:
         for state in (changes or {}).values():
             if state.HasField("trigger_value"):
                 client.widget_states.widgets.append(state)
+        moved = self.moved_fragment(page, changes) if fragment_id is None else None
         if fragment_id is not None:
             client.fragment_id = fragment_id
             client.is_auto_rerun = True
-        self._polling = fragment_id is not None
+        elif moved is not None:
+            client.fragment_id = moved
+        self._polling = fragment_id is not None or moved is not None
         self._finished = asyncio.get_running_loop().create_future()
         await self._ws.send(msg.SerializeToString())
         try:
@@ -168,8 +183,20 @@ class Session:
             self._polling = False
         if not result.fragment:
             self.last = result
+            self.fragment_last = None
+            self._remember_widgets(result)
+        elif moved is not None:
+            self.fragment_last = result
             self._remember_widgets(result)
         return result
+
+    def moved_fragment(self, page: str | None, changes: dict[str, Any] | None) -> str | None:
+        """The fragment a change reruns: the one every changed widget was drawn in, when there is one and
+        the page stays; None (a run of the whole page) otherwise."""
+        if not self.fragment_moves or page is not None or not changes:
+            return None
+        owners = {self.widget_fragments.get(widget_id, "") for widget_id in changes}
+        return owners.pop() if len(owners) == 1 and "" not in owners else None
 
     def _remember_widgets(self, result: RunResult) -> None:
         """Keep the value widgets show, as the browser keeps its widget states."""
@@ -178,10 +205,12 @@ class Session:
                 self.widgets[element.id] = slider_state(element.id, list(element.value))
 
     def find(self, kind: str, label_start: str) -> Any:
+        """The newest drawn widget of this kind and label: a fragment move's run redraws its fragment's."""
         assert self.last is not None
-        for element in self.last.of_type(kind):
-            if element.label.startswith(label_start):
-                return element
+        for result in (self.fragment_last, self.last):
+            for element in result.of_type(kind) if result is not None else ():
+                if element.label.startswith(label_start):
+                    return element
         return None
 
 

@@ -6,8 +6,8 @@ In a classroom every student's page runs on the student's own machine. On this 2
 pages share the cores with the server, and what the pages measure is then mostly each other's rendering
 (docs/classroom.md, "Where a browser's first update goes"). With `--protocol-sessions K` the server serves
 the browsers and K more students; those K cost the machine only their protocol messages, as students whose
-browsers run elsewhere. They send each move as a run of the whole page, where a browser now sends a run of
-the Pruning page's body (a fragment): they load the server at least as much as browsers would.
+browsers run elsewhere. Like a browser, they send a move of a control inside the Pruning page's body as a
+run of that fragment alone.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ async def protocol_students(url: str, run_id: str, report: Report, start: asynci
     report.started = time.time()
     tasks = []
     for offset in range(scenario.sessions):
-        session = Session(FIRST_INDEX + offset, url, run_id)
+        session = Session(FIRST_INDEX + offset, url, run_id, fragment_moves=scenario.fragment_moves)
         seeded = random.Random(rng.random())
         tasks.append(asyncio.create_task(browse(session, report, scenario, [run_id], deadline, {}, seeded)))
         await asyncio.sleep(0.1)  # students do not all click in the same millisecond
@@ -65,7 +65,12 @@ def students_lines(report: Report) -> list[str]:
         return []
     lines = [
         f"The {report.scenario.sessions} protocol students beside the pages (benchmarks.classroom's client: "
-        "from sending the new value to the end of the run; their moves are runs of the whole page):",
+        "from sending the new value to the end of the run; "
+        + (
+            "a move inside a fragment reruns it alone, as a browser's):"
+            if report.scenario.fragment_moves
+            else "their moves are runs of the whole page):"
+        ),
         "",
         "| interaction | n | p50 (s) | p95 (s) | max (s) |",
         "|---|---|---|---|---|",

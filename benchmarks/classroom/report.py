@@ -64,6 +64,7 @@ class Report:
     thread_seconds: dict[int, float] = field(default_factory=dict)  # server thread id -> its CPU in the class
     thread_names: dict[int, str] = field(default_factory=dict)  # server thread id -> its Python name
     fragment_runs: int = 0  # fragment polls the refining sessions sent (each a fragment's own script run)
+    fragment_moves: int = 0  # interactions the server answered with a run of one fragment (a browser's way)
     draw_process_seconds: dict[int, float] = field(default_factory=dict)  # draw process pid -> its CPU in the class
     server_cpu_by_process: list[float] = field(default_factory=list)  # each server process's CPU (--servers)
     proxy_cpu_seconds: float | None = None  # dashboard.serve's proxy process (--proxy-processes), in server CPU
@@ -172,7 +173,12 @@ def table(report: Report) -> str:
         "",
         f"- sessions: {s.sessions} (2 training, {s.sessions - 2} browsing {s.browsed_runs} cached {s.dataset} "
         f"{'-'.join(['784', *map(str, s.hidden), '10'])} runs: {browsed}), up to {s.interactions} interactions each, "
-        f"think time {s.think_seconds} s (x0.5-1.5)",
+        f"think time {s.think_seconds} s (x0.5-1.5); "
+        + (
+            "a slider move inside an st.fragment reruns that fragment alone, as a browser's"
+            if s.fragment_moves
+            else "every slider move reruns the whole page (--full-page-moves)"
+        ),
         "- server: " + ", ".join(f"{name}={value}" for name, value in report.server_settings.items()),
         f"- slider moves whose first update rested on fewer than R draws (refined in place): {len(refined)} of "
         f"{len(moved)}; never completed: {sum(i.complete_seconds is None and not i.left for i in moved)}; "
@@ -189,6 +195,8 @@ def table(report: Report) -> str:
     if report.draws is not None:
         lines += report.draws.lines(len(moved), len(report.interactions), sum(report.draw_process_seconds.values()))
     lines += [
+        f"- interactions answered by a run of one fragment alone: {report.fragment_moves} of "
+        f"{len(report.interactions)}",
         f"- errors: {len(report.errors)}; cross-session leaks: {len(report.leaks)}",
         f"- server memory (resident): {rss[0] if rss else float('nan'):.0f} MB after the teacher's first page, "
         f"{max(rss) if rss else float('nan'):.0f} MB at most while sampled, "

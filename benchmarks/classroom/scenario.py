@@ -50,6 +50,9 @@ class Scenario:
     # False: the run store's kept draws ($BNN_CACHE_DIR/draws) are emptied first, so the class computes every
     # draw (a cold class); True: kept, as when a lesson is taught again on the same server
     kept_draws: bool = False
+    # True: a slider move inside an st.fragment reruns that fragment alone, as a browser sends it (the Pruning
+    # page's body); False: every move reruns the whole page, the protocol of the load tests before 2026-11-28
+    fragment_moves: bool = True
 
 
 # --- what a session must (not) see ----------------------------------------------------------------
@@ -158,6 +161,7 @@ async def timed(
         )
         return None
     seconds = time.perf_counter() - started
+    report.fragment_moves += result.fragment
     complete: float | None = seconds
     left = False  # the student moved on before the complete numbers (Scenario.patience)
     if partial(result):  # the first update rests on some of the R draws: follow the page's polls to the rest
@@ -391,7 +395,13 @@ async def run_class(runs: list[str], scenario: Scenario, report: Report, server:
     stop = asyncio.Event()
     trainers = min(2, scenario.sessions)
     sessions = [
-        Session(i, server.url_of(i), None if i < trainers else runs[i % len(runs)]) for i in range(scenario.sessions)
+        Session(
+            i,
+            server.url_of(i),
+            None if i < trainers else runs[i % len(runs)],
+            fragment_moves=scenario.fragment_moves,
+        )
+        for i in range(scenario.sessions)
     ]
 
     threads = ThreadCpu(server.pids, server.thread_log)
