@@ -54,7 +54,7 @@ class Session:
         self._reader: asyncio.Task | None = None
         self._current: RunResult | None = None
         self._finished: asyncio.Future | None = None
-        self._polling = False
+        self._awaiting_fragment = False
 
     async def connect(self) -> None:
         import websockets
@@ -113,12 +113,12 @@ class Session:
                     self.auto_reruns.pop(fragment_id, None)
             elif kind == "script_finished":
                 # A run the app itself cut short with st.rerun() (the next one follows at once): wait for
-                # the run that finishes. A fragment's own run ends a fragment poll (poll_fragments), and
-                # is passed over by a full rerun's wait.
+                # the run that finishes. A fragment's own run ends a fragment poll (poll_fragments) or a move of a
+                # widget inside the fragment, and is passed over by a full rerun's wait.
                 if msg.script_finished == ForwardMsg.FINISHED_EARLY_FOR_RERUN:
                     continue
                 fragment = msg.script_finished == ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY
-                if fragment and not self._polling:
+                if fragment and not self._awaiting_fragment:
                     continue
                 if self._current is not None:
                     self._current.status = 0 if fragment else msg.script_finished
@@ -174,13 +174,13 @@ class Session:
             client.is_auto_rerun = True
         elif moved is not None:
             client.fragment_id = moved
-        self._polling = fragment_id is not None or moved is not None
+        self._awaiting_fragment = fragment_id is not None or moved is not None
         self._finished = asyncio.get_running_loop().create_future()
         await self._ws.send(msg.SerializeToString())
         try:
             result = await asyncio.wait_for(self._finished, self.timeout)
         finally:
-            self._polling = False
+            self._awaiting_fragment = False
         if not result.fragment:
             self.last = result
             self.fragment_last = None
