@@ -505,6 +505,7 @@ class _RefiningPage:
 def test_the_first_move_waits_for_the_opening_s_draws_to_settle():
     import argparse
     import asyncio
+    import time
 
     page = _RefiningPage()
 
@@ -521,7 +522,7 @@ def test_the_first_move_waits_for_the_opening_s_draws_to_settle():
 
     args = argparse.Namespace(open_timeout=5.0, timeout=5.0, interactions=1, think_seconds=0.0)
     measured = browser_class.Measured()
-    stop = __import__("time").perf_counter() + 60
+    stop = time.perf_counter() + 60
     asyncio.run(
         browser_class.one_session(Browser(), "http://x", "run1", 0, args, measured, stop, browser_class.OpenedAll(1))
     )
