@@ -404,7 +404,7 @@ async def one_session(
             # The student reads the opening's complete numbers before her first move, so that every move
             # starts from settled cards. Without this wait a poll refining the opening's R draws could land
             # after the first key press and count as its first update, and the wait for the move's complete
-            # numbers then waited for the opening's R (two timeouts in five classes, 2026-11-28 07:10-07:22).
+            # numbers then waited for the opening's R (two timeouts in seven classes, 2026-11-28 07:10-07:22).
             await wait_until(page, lambda cards, idle: idle and settled(cards), args.open_timeout)
         finally:
             # The moves start when every session has opened (or failed to): the opening's browser CPU
