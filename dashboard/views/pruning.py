@@ -201,7 +201,6 @@ def page_body() -> None:
             (st.warning if draws >= 1 else st.error)(lowered)
             if draws < 1:
                 st.stop()
-            samples = min(samples, draws)
         draws_read = True
     if not draws_read:  # the error is shown above
         st.stop()
