@@ -262,6 +262,13 @@ def _within(value: float, plain: float, target: float) -> str:
     return "yes" if value / plain <= target else "no"
 
 
+def _section(family: str, intro: str, columns: list[str]) -> list[str]:
+    """A family's table under LBBNN's: its heading, what it times, and the head of a table whose rows begin
+    with the batch and end with the verdict against the other families' target."""
+    heads = ["batch", *columns, f"within {FLOW_TARGET:g}x?"]
+    return [f"## {family}", "", intro, "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+
+
 def render(rows: list[dict], command: str, hidden: tuple[int, ...], threads: int) -> str:
     network = "-".join(map(str, (784, *hidden, 10)))
     lines = [
@@ -293,17 +300,13 @@ def render(rows: list[dict], command: str, hidden: tuple[int, ...], threads: int
         "",
     ]
     if all("lfmvn" in row for row in rows):
-        lines += [
-            "## lbbnn-lfmvn",
-            "",
+        lines += _section(
+            "lbbnn-lfmvn",
             "LBBNN's floor plus what `lbbnn-lfmvn`'s low-rank logits add per weight (a weight-sized normal draw, "
             "the rank-r product F z, Adam on 1 + r more weight-sized parameters, four more transcendental passes), "
             f"against the other families' target of {FLOW_TARGET:g}x:",
-            "",
-            "| batch | plain MLP step | lbbnn-lfmvn step (x plain) | LBBNN's floor | its additions | "
-            f"floor (x plain) | within {FLOW_TARGET:g}x? |",
-            "|---|---|---|---|---|---|---|",
-        ]
+            ["plain MLP step", "lbbnn-lfmvn step (x plain)", "LBBNN's floor", "its additions", "floor (x plain)"],
+        )
         for row in rows:
             plain, base = row["plain"], sum(row[part] for part in PARTS)
             floor = base + row["lfmvn_extra"]
@@ -313,16 +316,13 @@ def render(rows: list[dict], command: str, hidden: tuple[int, ...], threads: int
             )
         lines.append("")
     if all("flow" in row for row in rows):
-        lines += [
-            "## lbbnn-flow",
-            "",
+        lines += _section(
+            "lbbnn-flow",
             "The same floor for `lbbnn-flow` (its nine products a layer, its noise; Adam and the transcendentals "
             f"as LBBNN's), and its flows as implemented, against the other families' target of {FLOW_TARGET:g}x:",
-            "",
-            "| batch | plain MLP step | lbbnn-flow step (x plain) | products | noise | floor (x plain) | its flows | "
-            f"floor and its flows (x plain) | within {FLOW_TARGET:g}x? |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
+            ["plain MLP step", "lbbnn-flow step (x plain)", "products", "noise", "floor (x plain)", "its flows"]
+            + ["floor and its flows (x plain)"],
+        )
         for row in rows:
             plain = row["plain"]
             floor = row["flow_products"] + row["adam"] + row["flow_noise"] + row["transcendentals"]

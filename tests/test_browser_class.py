@@ -29,6 +29,8 @@ from benchmarks.classroom import protocol_students, server
         (["--hidden", "400,x"], "--hidden"),
         (["--hidden", "1,1,1,1,1"], "--hidden"),
         (["--protocol-sessions", "-1"], "--protocol-sessions"),
+        (["--protocol-sessions", ""], "--protocol-sessions"),
+        (["--protocol-sessions", "1e30"], "--protocol-sessions"),
         (["--protocol-sessions", "2.5"], "--protocol-sessions"),
         (["--protocol-sessions", "60"], "--protocol-sessions"),
         (["--sessions", "10", "--protocol-sessions", "51"], "--protocol-sessions"),
